@@ -1,0 +1,284 @@
+//! The PIR client: holds the setup data (seed, shape, hint), never the
+//! public matrix. The key-independent, expensive part of a query
+//! (`b0 = s.A + e`) is made ahead of time as a [`PreparedQuery`]; the online
+//! step only adds the key's filter positions.
+
+use rand::{CryptoRng, Rng};
+use rayon::prelude::*;
+use zeroize::Zeroize;
+
+use crate::error::{DecodeError, WireError};
+use crate::keys::{record_tag, KeyDigest};
+use crate::matrix::expand_row_segment;
+use crate::record::decode_record;
+use crate::wire::{Query, Response, SetupData, SetupId};
+
+/// A client for one snapshot.
+pub struct PirClient {
+    setup: SetupData,
+    id: SetupId,
+}
+
+/// `s` and `b0 = s.A + e` for one future query. Used once (it is moved into
+/// [`PirClient::query`]) and wiped when dropped.
+pub struct PreparedQuery {
+    setup_id: SetupId,
+    secret: Vec<i8>,
+    b0: Vec<u32>,
+}
+
+impl Drop for PreparedQuery {
+    fn drop(&mut self) {
+        self.secret.zeroize();
+        self.b0.zeroize();
+    }
+}
+
+impl std::fmt::Debug for PreparedQuery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PreparedQuery(..)")
+    }
+}
+
+/// What the client keeps between sending a query and decoding its answer.
+/// Wiped when dropped.
+pub struct PendingAnswer {
+    setup_id: SetupId,
+    secret: Vec<i8>,
+    key: Vec<u8>,
+    partition: u32,
+}
+
+impl Drop for PendingAnswer {
+    fn drop(&mut self) {
+        self.secret.zeroize();
+        self.key.zeroize();
+    }
+}
+
+/// Decoded answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// The key's value.
+    Found(Vec<u8>),
+    /// The key is not in this database.
+    Absent,
+}
+
+/// Why decoding refused a response.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum ClientError {
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    #[error("the response was altered or made for another query (noise check failed)")]
+    Corrupted,
+    #[error("the prepared query belongs to another snapshot")]
+    WrongSetup,
+}
+
+/// Uniform ternary samples in {-1, 0, 1} (rejection-sampled bytes).
+fn ternary(rng: &mut (impl Rng + ?Sized), out: &mut [i8]) {
+    let mut buf = [0u8; 64];
+    let mut filled = 0;
+    while filled < out.len() {
+        rng.fill_bytes(&mut buf);
+        for &b in &buf {
+            if b < 255 && filled < out.len() {
+                out[filled] = (b % 3) as i8 - 1;
+                filled += 1;
+            }
+        }
+    }
+    buf.zeroize();
+}
+
+/// Public-matrix rows per task while preparing.
+const PREPARE_ROWS_PER_TASK: usize = 64;
+
+impl PirClient {
+    /// A client from parsed setup data.
+    pub fn new(setup: SetupData) -> Self {
+        let digest = SetupData::digest_of(&setup.to_bytes());
+        PirClient {
+            id: SetupData::id_of(&digest),
+            setup,
+        }
+    }
+
+    /// A client from the setup bytes the server publishes.
+    pub fn from_setup_bytes(bytes: &[u8]) -> Result<Self, WireError> {
+        let setup = SetupData::from_bytes(bytes)?;
+        let digest = SetupData::digest_of(bytes);
+        Ok(PirClient {
+            id: SetupData::id_of(&digest),
+            setup,
+        })
+    }
+
+    pub fn setup(&self) -> &SetupData {
+        &self.setup
+    }
+
+    pub fn setup_id(&self) -> SetupId {
+        self.id
+    }
+
+    /// Bytes the client holds: the hint, the filter seeds and the shape.
+    pub fn state_bytes(&self) -> usize {
+        self.setup.hint.len() * 4
+            + self.setup.shape.filter_seeds.len() * 8
+            + std::mem::size_of::<Self>()
+    }
+
+    /// Makes the key-independent part of a query: secret `s` and
+    /// `b0 = s.A + e`, streaming `A` block by block on all cores.
+    pub fn prepare(&self, rng: &mut (impl CryptoRng + ?Sized)) -> PreparedQuery {
+        let shape = &self.setup.shape;
+        let n = shape.lwe.dimension as usize;
+        let rows = shape.rows();
+        let mut secret = vec![0i8; n];
+        ternary(rng, &mut secret);
+        let mut error = vec![0i8; rows];
+        ternary(rng, &mut error);
+        let seed = &self.setup.seed;
+        let mut b0 = (0..n.div_ceil(PREPARE_ROWS_PER_TASK))
+            .into_par_iter()
+            .map(|task| {
+                let mut acc = vec![0u32; rows];
+                let mut row = vec![0u32; rows];
+                let first = task * PREPARE_ROWS_PER_TASK;
+                for i in first..(first + PREPARE_ROWS_PER_TASK).min(n) {
+                    match secret[i] {
+                        0 => continue,
+                        s => {
+                            expand_row_segment(seed, i as u32, 0, &mut row);
+                            if s > 0 {
+                                acc.iter_mut()
+                                    .zip(&row)
+                                    .for_each(|(a, &x)| *a = a.wrapping_add(x));
+                            } else {
+                                acc.iter_mut()
+                                    .zip(&row)
+                                    .for_each(|(a, &x)| *a = a.wrapping_sub(x));
+                            }
+                        }
+                    }
+                }
+                row.zeroize();
+                acc
+            })
+            .reduce_with(|mut a, mut b| {
+                a.iter_mut()
+                    .zip(&b)
+                    .for_each(|(x, &y)| *x = x.wrapping_add(y));
+                b.zeroize();
+                a
+            })
+            .unwrap_or_else(|| vec![0u32; rows]);
+        for (b, &e) in b0.iter_mut().zip(&error) {
+            *b = b.wrapping_add(e as i32 as u32);
+        }
+        error.zeroize();
+        PreparedQuery {
+            setup_id: self.id,
+            secret,
+            b0,
+        }
+    }
+
+    /// The online step: consumes a prepared query, adds `Delta` at the key's
+    /// filter positions. Returns the query to send and what decoding needs.
+    pub fn query(
+        &self,
+        mut prepared: PreparedQuery,
+        key: &[u8],
+    ) -> Result<(Query, PendingAnswer), ClientError> {
+        if prepared.setup_id != self.id {
+            return Err(ClientError::WrongSetup);
+        }
+        let shape = &self.setup.shape;
+        let digest = KeyDigest::of(key);
+        let partition = digest.partition(shape.partition_seed, shape.partitions);
+        let hash = digest.filter_hash(shape.filter_seeds[partition as usize]);
+        let mut vector = std::mem::take(&mut prepared.b0);
+        let delta = shape.lwe.delta();
+        for &pos in &shape.geometry.positions(hash)[..shape.geometry.arity.get()] {
+            vector[pos as usize] = vector[pos as usize].wrapping_add(delta);
+        }
+        let pending = PendingAnswer {
+            setup_id: self.id,
+            secret: std::mem::take(&mut prepared.secret),
+            key: key.to_vec(),
+            partition,
+        };
+        Ok((
+            Query {
+                setup_id: self.id,
+                vector,
+            },
+            pending,
+        ))
+    }
+
+    /// Decodes the answer to a query: the value, or [`Lookup::Absent`].
+    pub fn decode(
+        &self,
+        pending: PendingAnswer,
+        response: &Response,
+    ) -> Result<Lookup, ClientError> {
+        if pending.setup_id != self.id {
+            return Err(ClientError::WrongSetup);
+        }
+        let shape = &self.setup.shape;
+        let cols = shape.cols();
+        if response.elems.len() != cols {
+            return Err(DecodeError::ResponseLength {
+                expected: cols,
+                got: response.elems.len(),
+            }
+            .into());
+        }
+        let w = shape.record_elems();
+        let first = pending.partition as usize * w;
+        // s . M for this partition's columns only.
+        let mut sm = vec![0u32; w];
+        for (i, &s) in pending.secret.iter().enumerate() {
+            let row = &self.setup.hint[i * cols + first..i * cols + first + w];
+            match s {
+                1 => sm
+                    .iter_mut()
+                    .zip(row)
+                    .for_each(|(a, &m)| *a = a.wrapping_add(m)),
+                -1 => sm
+                    .iter_mut()
+                    .zip(row)
+                    .for_each(|(a, &m)| *a = a.wrapping_sub(m)),
+                _ => {}
+            }
+        }
+        let bits = shape.lwe.plaintext_bits;
+        let delta = shape.lwe.delta();
+        let mut elems = vec![0u8; w];
+        for ((e, &r), &m) in elems
+            .iter_mut()
+            .zip(&response.elems[first..first + w])
+            .zip(&sm)
+        {
+            let x = r.wrapping_sub(m);
+            let rounded = x.wrapping_add(delta / 2) >> (32 - bits);
+            let noise = x.wrapping_sub(rounded << (32 - bits)) as i32;
+            if noise.unsigned_abs() >= delta / 4 {
+                return Err(ClientError::Corrupted);
+            }
+            *e = (rounded & ((1 << bits) - 1)) as u8;
+        }
+        sm.zeroize();
+        let (tag, value) = decode_record(&elems, bits, shape.value_bytes as usize);
+        elems.zeroize();
+        Ok(if tag == record_tag(&pending.key, &value) {
+            Lookup::Found(value)
+        } else {
+            Lookup::Absent
+        })
+    }
+}

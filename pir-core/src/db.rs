@@ -1,0 +1,444 @@
+//! The encoded database: `k` binary fuse filters side by side (the square
+//! layout), stored as centred `i8` plaintext elements in a panel layout the
+//! kernels stream through.
+//!
+//! Layout: columns are grouped into panels of up to [`PANEL_COLS`] columns
+//! (the last panel is narrower, a multiple of [`LANE_COLS`]); inside a panel,
+//! rows are taken four at a time and for each column the four entries are
+//! contiguous. One 64-byte load then holds 4 rows x 16 columns, exactly the
+//! operand of an 8-bit dot-product instruction.
+
+use rand::Rng;
+use rayon::prelude::*;
+
+use crate::error::{EncodeError, ParamError};
+use crate::fuse::{peel, Arity, FuseGeometry};
+use crate::keys::{mix64, record_tag, KeyDigest};
+use crate::params::{LweParams, LWE_DIMENSION};
+use crate::record::{encode_record, record_elems};
+
+/// Columns per panel.
+pub const PANEL_COLS: usize = 64;
+/// Columns per SIMD lane group (16 x i32 in a 512-bit register).
+pub const LANE_COLS: usize = 16;
+/// Largest number of partitions we build or accept.
+pub const MAX_PARTITIONS: u32 = 1 << 16;
+/// Largest value we store.
+pub const MAX_VALUE_BYTES: u32 = 1 << 16;
+/// Seeds tried per partition before the filter is made larger.
+const SEEDS_PER_GEOMETRY: u32 = 64;
+
+/// Everything a client needs to know about a database besides the hint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DbShape {
+    pub lwe: LweParams,
+    pub geometry: FuseGeometry,
+    /// Packing factor k: number of partitions laid side by side.
+    pub partitions: u32,
+    pub value_bytes: u32,
+    /// Seed of the key -> partition hash.
+    pub partition_seed: u64,
+    /// Filter seed of each partition.
+    pub filter_seeds: Vec<u64>,
+}
+
+impl DbShape {
+    /// Plaintext elements per record (`w`).
+    pub fn record_elems(&self) -> usize {
+        record_elems(self.value_bytes as usize, self.lwe.plaintext_bits)
+    }
+
+    /// Database rows (filter cells rounded up to a multiple of 4).
+    pub fn rows(&self) -> usize {
+        (self.geometry.array_length() as usize).next_multiple_of(4)
+    }
+
+    /// Database columns: `k * w`.
+    pub fn cols(&self) -> usize {
+        self.partitions as usize * self.record_elems()
+    }
+
+    /// Columns rounded up to whole SIMD lane groups.
+    pub fn padded_cols(&self) -> usize {
+        self.cols().next_multiple_of(LANE_COLS)
+    }
+
+    /// Checks a shape read from the wire.
+    pub fn validate(&self) -> Result<(), ParamError> {
+        self.lwe.validate()?;
+        self.geometry.validate()?;
+        if self.partitions == 0 || self.partitions > MAX_PARTITIONS {
+            return Err(ParamError::Shape("partition count out of range"));
+        }
+        if self.filter_seeds.len() != self.partitions as usize {
+            return Err(ParamError::Shape("one filter seed per partition"));
+        }
+        if self.value_bytes > MAX_VALUE_BYTES {
+            return Err(ParamError::Shape("values too large"));
+        }
+        if (self.rows() as u64).saturating_mul(self.padded_cols() as u64) > 1 << 40 {
+            return Err(ParamError::Shape("database too large"));
+        }
+        Ok(())
+    }
+}
+
+/// How many partitions to lay side by side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Packing {
+    /// Minimise query + response bytes while the hint stays within the budget.
+    Auto { hint_budget_bytes: u64 },
+    /// Exactly this many (1 = plain ChalametPIR).
+    Fixed(u32),
+}
+
+/// Default hint budget: small enough for a phone to download and keep.
+pub const DEFAULT_HINT_BUDGET: u64 = 32 << 20;
+
+impl Default for Packing {
+    fn default() -> Self {
+        Packing::Auto {
+            hint_budget_bytes: DEFAULT_HINT_BUDGET,
+        }
+    }
+}
+
+/// Options of [`EncodedDb::encode`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EncodeOptions {
+    pub arity: Arity,
+    pub packing: Packing,
+}
+
+impl Default for EncodeOptions {
+    fn default() -> Self {
+        EncodeOptions {
+            arity: Arity::Three,
+            packing: Packing::default(),
+        }
+    }
+}
+
+/// Query + response bytes and hint bytes of a packing choice, estimated
+/// before the filters exist.
+pub fn estimate_sizes(keys: usize, arity: Arity, elems: usize, k: u32) -> (u64, u64) {
+    let per = keys.div_ceil(k as usize);
+    let fullest = per + 3 * (per as f64).sqrt().ceil() as usize + 1;
+    let rows = FuseGeometry::for_keys(arity, fullest, 0).array_length() as u64;
+    let traffic = 4 * rows + 4 * k as u64 * elems as u64;
+    let hint = 4 * LWE_DIMENSION as u64 * k as u64 * elems as u64;
+    (traffic, hint)
+}
+
+/// Chooses the packing factor: the `k` with the least query + response
+/// bytes whose hint fits the budget (at least 1).
+pub fn choose_partitions(keys: usize, arity: Arity, elems: usize, hint_budget_bytes: u64) -> u32 {
+    let max_k = (keys.max(1) as u64).min(MAX_PARTITIONS as u64) as u32;
+    let mut best = (u64::MAX, 1);
+    for k in 1..=max_k {
+        let (traffic, hint) = estimate_sizes(keys, arity, elems, k);
+        if hint > hint_budget_bytes && k > 1 {
+            break;
+        }
+        if traffic < best.0 {
+            best = (traffic, k);
+        }
+    }
+    best.1
+}
+
+/// The encoded database a server answers from.
+pub struct EncodedDb {
+    shape: DbShape,
+    data: Vec<i8>,
+}
+
+impl std::fmt::Debug for EncodedDb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EncodedDb")
+            .field("shape", &self.shape)
+            .field("bytes", &self.data.len())
+            .finish()
+    }
+}
+
+impl EncodedDb {
+    /// Encodes `records` (`key`, `value` of exactly `value_bytes` bytes).
+    pub fn encode<K, V>(
+        records: &[(K, V)],
+        value_bytes: usize,
+        options: &EncodeOptions,
+        rng: &mut impl Rng,
+    ) -> Result<Self, EncodeError>
+    where
+        K: AsRef<[u8]> + Sync,
+        V: AsRef<[u8]> + Sync,
+    {
+        if records.is_empty() {
+            return Err(EncodeError::Empty);
+        }
+        if value_bytes > MAX_VALUE_BYTES as usize {
+            return Err(ParamError::Shape("values too large").into());
+        }
+        if let Some(index) = records
+            .iter()
+            .position(|(_, v)| v.as_ref().len() != value_bytes)
+        {
+            return Err(EncodeError::ValueLength {
+                index,
+                expected: value_bytes,
+                got: records[index].1.as_ref().len(),
+            });
+        }
+        let digests: Vec<KeyDigest> = records
+            .par_iter()
+            .map(|(k, _)| KeyDigest::of(k.as_ref()))
+            .collect();
+        check_unique(&digests)?;
+
+        let partition_seed: u64 = rng.random();
+        let filter_base: u64 = rng.random();
+        let mut bits = crate::params::MAX_PLAINTEXT_BITS;
+        loop {
+            let elems = record_elems(value_bytes, bits);
+            let k = match options.packing {
+                Packing::Fixed(k) => k.clamp(1, MAX_PARTITIONS),
+                Packing::Auto { hint_budget_bytes } => {
+                    choose_partitions(records.len(), options.arity, elems, hint_budget_bytes)
+                }
+            };
+            let mut members: Vec<Vec<u32>> = vec![Vec::new(); k as usize];
+            for (i, d) in digests.iter().enumerate() {
+                members[d.partition(partition_seed, k) as usize].push(i as u32);
+            }
+            let fullest = members.iter().map(Vec::len).max().unwrap_or(0);
+            let geometry = FuseGeometry::for_keys(options.arity, fullest, 0);
+            let rows = geometry.array_length() as u64;
+            let lwe = LweParams::for_rows(rows, elems as u64)?;
+            if lwe.plaintext_bits < bits {
+                bits = lwe.plaintext_bits;
+                continue;
+            }
+            return Self::fill(
+                records,
+                &digests,
+                members,
+                geometry,
+                lwe,
+                value_bytes,
+                partition_seed,
+                filter_base,
+            );
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn fill<K, V>(
+        records: &[(K, V)],
+        digests: &[KeyDigest],
+        members: Vec<Vec<u32>>,
+        mut geometry: FuseGeometry,
+        lwe: LweParams,
+        value_bytes: usize,
+        partition_seed: u64,
+        filter_base: u64,
+    ) -> Result<Self, EncodeError>
+    where
+        K: AsRef<[u8]> + Sync,
+        V: AsRef<[u8]> + Sync,
+    {
+        let bits = lwe.plaintext_bits;
+        let modulus = 1u16 << bits;
+        let elems = record_elems(value_bytes, bits);
+        for extra in 0..4u32 {
+            if extra > 0 {
+                geometry.segment_count += 1;
+            }
+            let cells = geometry.array_length() as usize;
+            let built: Vec<Option<(u64, Vec<u8>)>> = members
+                .par_iter()
+                .enumerate()
+                .map(|(p, keys)| {
+                    (0..SEEDS_PER_GEOMETRY).find_map(|attempt| {
+                        let seed = mix64(
+                            filter_base
+                                ^ mix64(
+                                    ((p as u64) << 32) | attempt as u64 | ((extra as u64) << 24),
+                                ),
+                        );
+                        let hashes: Vec<u64> = keys
+                            .iter()
+                            .map(|&i| digests[i as usize].filter_hash(seed))
+                            .collect();
+                        let order = peel(&geometry, &hashes)?;
+                        let mut column = vec![0u8; cells * elems];
+                        let mut record = vec![0u8; elems];
+                        for &(local, cell) in order.iter().rev() {
+                            let idx = keys[local as usize] as usize;
+                            let (key, value) = (records[idx].0.as_ref(), records[idx].1.as_ref());
+                            encode_record(record_tag(key, value), value, bits, &mut record);
+                            let positions = geometry.positions(hashes[local as usize]);
+                            for e in 0..elems {
+                                let mut v = record[e] as u16;
+                                for &pos in &positions[..geometry.arity.get()] {
+                                    if pos != cell {
+                                        v = v + modulus - column[pos as usize * elems + e] as u16;
+                                    }
+                                }
+                                column[cell as usize * elems + e] = (v % modulus) as u8;
+                            }
+                        }
+                        Some((seed, column))
+                    })
+                })
+                .collect();
+            if built.iter().all(Option::is_some) {
+                let (filter_seeds, columns): (Vec<u64>, Vec<Vec<u8>>) =
+                    built.into_iter().map(Option::unwrap).unzip();
+                let shape = DbShape {
+                    lwe,
+                    geometry,
+                    partitions: members.len() as u32,
+                    value_bytes: value_bytes as u32,
+                    partition_seed,
+                    filter_seeds,
+                };
+                return Ok(Self::from_partition_columns(shape, &columns));
+            }
+        }
+        Err(EncodeError::FilterConstruction(4 * SEEDS_PER_GEOMETRY))
+    }
+
+    /// Lays out per-partition cell arrays (`cells x w` elements mod p each)
+    /// into the panel layout, centring every element.
+    fn from_partition_columns(shape: DbShape, columns: &[Vec<u8>]) -> Self {
+        let rows = shape.rows();
+        let cells = shape.geometry.array_length() as usize;
+        let elems = shape.record_elems();
+        let cols = shape.cols();
+        let padded = shape.padded_cols();
+        let modulus = 1i16 << shape.lwe.plaintext_bits;
+        let half = modulus / 2;
+        let mut data = vec![0i8; rows * padded];
+        let panels: Vec<(usize, &mut [i8])> = split_panels(&mut data, rows, padded);
+        panels.into_par_iter().for_each(|(p, panel)| {
+            let width = panel_width(padded, p);
+            for jj in 0..width {
+                let j = p * PANEL_COLS + jj;
+                if j >= cols {
+                    break;
+                }
+                let (part, e) = (j / elems, j % elems);
+                let src = &columns[part];
+                for r in 0..cells {
+                    let v = src[r * elems + e] as i16;
+                    let centred = if v >= half { v - modulus } else { v };
+                    panel[(r / 4) * width * 4 + jj * 4 + r % 4] = centred as i8;
+                }
+            }
+        });
+        EncodedDb { shape, data }
+    }
+
+    /// Rebuilds a database from its shape and panel bytes (as stored on disk).
+    pub fn from_parts(shape: DbShape, data: Vec<i8>) -> Result<Self, ParamError> {
+        shape.validate()?;
+        if data.len() != shape.rows() * shape.padded_cols() {
+            return Err(ParamError::Shape("database bytes do not match its shape"));
+        }
+        let limit = 1i16 << (shape.lwe.plaintext_bits - 1);
+        if data
+            .iter()
+            .any(|&v| (v as i16) < -limit || v as i16 >= limit)
+        {
+            return Err(ParamError::Shape(
+                "database element outside the plaintext range",
+            ));
+        }
+        Ok(EncodedDb { shape, data })
+    }
+
+    pub fn shape(&self) -> &DbShape {
+        &self.shape
+    }
+
+    /// The panel-layout elements.
+    pub fn data(&self) -> &[i8] {
+        &self.data
+    }
+
+    /// Bytes of encoded database an answer scans.
+    pub fn bytes(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Number of panels.
+    pub fn panels(&self) -> usize {
+        self.shape.padded_cols().div_ceil(PANEL_COLS)
+    }
+
+    /// `(first column, width)` of panel `p`.
+    pub fn panel_columns(&self, p: usize) -> (usize, usize) {
+        (p * PANEL_COLS, panel_width(self.shape.padded_cols(), p))
+    }
+
+    /// The bytes of panel `p`.
+    pub fn panel(&self, p: usize) -> &[i8] {
+        let rows = self.shape.rows();
+        let start = p * PANEL_COLS * rows;
+        &self.data[start..start + panel_width(self.shape.padded_cols(), p) * rows]
+    }
+
+    /// Element `(row, col)` (centred), for tests and the GPU layout check.
+    pub fn get(&self, row: usize, col: usize) -> i8 {
+        let (p, jj) = (col / PANEL_COLS, col % PANEL_COLS);
+        let width = panel_width(self.shape.padded_cols(), p);
+        self.panel(p)[(row / 4) * width * 4 + jj * 4 + row % 4]
+    }
+}
+
+/// Width of panel `p` in a database of `padded` columns.
+pub fn panel_width(padded: usize, p: usize) -> usize {
+    (padded - p * PANEL_COLS).min(PANEL_COLS)
+}
+
+fn split_panels(data: &mut [i8], rows: usize, padded: usize) -> Vec<(usize, &mut [i8])> {
+    let mut out = Vec::new();
+    let mut rest = data;
+    let mut p = 0;
+    while !rest.is_empty() {
+        let (head, tail) = rest.split_at_mut(panel_width(padded, p) * rows);
+        out.push((p, head));
+        rest = tail;
+        p += 1;
+    }
+    out
+}
+
+fn check_unique(digests: &[KeyDigest]) -> Result<(), EncodeError> {
+    let mut order: Vec<u32> = (0..digests.len() as u32).collect();
+    order.par_sort_unstable_by_key(|&i| digests[i as usize].base);
+    for pair in order.windows(2) {
+        if digests[pair[0] as usize].base == digests[pair[1] as usize].base {
+            return Err(EncodeError::DuplicateKey {
+                index: pair[0].max(pair[1]) as usize,
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_packing_balances_traffic_under_budget() {
+        let k = choose_partitions(1 << 20, Arity::Three, 48, 40 << 20);
+        let (traffic, hint) = estimate_sizes(1 << 20, Arity::Three, 48, k);
+        assert!(k > 16, "k = {k}");
+        assert!(hint <= 40 << 20);
+        assert!(traffic <= 128 << 10, "traffic {traffic}");
+        assert_eq!(choose_partitions(1, Arity::Three, 48, 1), 1);
+    }
+}

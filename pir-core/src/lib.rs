@@ -1,0 +1,37 @@
+//! # pir-core
+//!
+//! A ChalametPIR-style keyword PIR engine (FrodoPIR over LWE with binary fuse
+//! filters), with the changes that make it practical for a wallet:
+//!
+//! - the public matrix is expanded block by block from a seed
+//!   ([`matrix`]), so neither the client nor the hint builder ever holds it;
+//! - queries are prepared ahead of time ([`client::PreparedQuery`]);
+//! - `k` filters are laid side by side (the square layout, [`db`]), so
+//!   queries shrink by `k`;
+//! - every record carries a tag, so absent keys decode as absent;
+//! - answers and hints use 8-bit dot products ([`kernel`]).
+//!
+//! The flow: [`db::EncodedDb::encode`] -> [`product::hint_cpu`] (or the GPU
+//! builder) -> [`server::PirServer`]; the client downloads
+//! [`wire::SetupData`] and uses [`client::PirClient`].
+
+pub mod client;
+pub mod db;
+pub mod error;
+pub mod fuse;
+pub mod kernel;
+pub mod keys;
+pub mod matrix;
+pub mod params;
+pub mod product;
+pub mod record;
+pub mod server;
+pub mod wire;
+
+pub use client::{ClientError, Lookup, PendingAnswer, PirClient, PreparedQuery};
+pub use db::{DbShape, EncodeOptions, EncodedDb, Packing};
+pub use error::{AnswerError, DecodeError, EncodeError, ParamError, WireError};
+pub use fuse::Arity;
+pub use params::LweParams;
+pub use server::{PirServer, ServeError};
+pub use wire::{Query, Response, SetupData};

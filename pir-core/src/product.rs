@@ -1,0 +1,106 @@
+//! Drivers that spread vector x database products over all cores: answers
+//! (a few query vectors) and the hint (the public matrix's rows, made on the
+//! fly block by block so that the matrix never exists whole).
+
+use rayon::prelude::*;
+
+use crate::db::EncodedDb;
+use crate::kernel::{accumulate_panel, SlicedVec, TILE_GROUPS};
+use crate::matrix::{expand_block, BLOCK_COLS};
+use crate::params::SEED_BYTES;
+
+/// `v . D` for each vector (each of `db.rows()` entries, sliced), in one
+/// pass over the database. Returns `cols` elements per vector.
+pub fn multiply(db: &EncodedDb, vecs: &[&SlicedVec]) -> Vec<Vec<u32>> {
+    let shape = db.shape();
+    let groups = shape.rows() / 4;
+    let panels = db.panels();
+    // Enough work items for every core: split rows too when panels are few.
+    let threads = rayon::current_num_threads();
+    let tiles = groups.div_ceil(TILE_GROUPS).max(1);
+    let splits = (2 * threads).div_ceil(panels).clamp(1, tiles);
+    let chunk = groups
+        .div_ceil(splits)
+        .next_multiple_of(TILE_GROUPS)
+        .max(TILE_GROUPS);
+    let items: Vec<(usize, usize)> = (0..panels)
+        .flat_map(|p| (0..groups).step_by(chunk).map(move |g| (p, g)))
+        .collect();
+    let partials: Vec<(usize, Vec<Vec<u32>>)> = items
+        .into_par_iter()
+        .map(|(p, g0)| {
+            let g1 = (g0 + chunk).min(groups);
+            let (_, width) = db.panel_columns(p);
+            let mut outs: Vec<Vec<u32>> = vec![vec![0u32; width]; vecs.len()];
+            let planes: Vec<&[[u32; 4]]> = vecs.iter().map(|v| &v.planes()[g0..g1]).collect();
+            let mut out_refs: Vec<&mut [u32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+            accumulate_panel(db, p, g0..g1, &planes, &mut out_refs);
+            (p, outs)
+        })
+        .collect();
+    let mut results = vec![vec![0u32; shape.padded_cols()]; vecs.len()];
+    for (p, outs) in partials {
+        let (first, width) = db.panel_columns(p);
+        for (res, part) in results.iter_mut().zip(outs) {
+            for (r, x) in res[first..first + width].iter_mut().zip(part) {
+                *r = r.wrapping_add(x);
+            }
+        }
+    }
+    for r in &mut results {
+        r.truncate(shape.cols());
+    }
+    results
+}
+
+/// Public-matrix rows handled together by one task of the hint build.
+const HINT_ROWS_PER_TASK: usize = 16;
+
+/// The hint `M = A . D` (`n` rows of `cols` elements, row-major) on all CPU
+/// cores. Each task makes its own rows of `A` one block at a time, so peak
+/// memory stays at the database plus the hint.
+pub fn hint_cpu(
+    db: &EncodedDb,
+    seed: &[u8; SEED_BYTES],
+    progress: &(dyn Fn(usize) + Sync),
+) -> Vec<u32> {
+    let shape = db.shape();
+    let n = shape.lwe.dimension as usize;
+    let rows = shape.rows();
+    let padded = shape.padded_cols();
+    let cols = shape.cols();
+    let panels = db.panels();
+    let chunks: Vec<Vec<u32>> = (0..n.div_ceil(HINT_ROWS_PER_TASK))
+        .into_par_iter()
+        .map(|task| {
+            let first = task * HINT_ROWS_PER_TASK;
+            let count = HINT_ROWS_PER_TASK.min(n - first);
+            let mut out = vec![0u32; count * padded];
+            let mut block = vec![0u32; BLOCK_COLS];
+            let mut sliced: Vec<SlicedVec> = vec![SlicedVec::default(); count];
+            for b in 0..rows.div_ceil(BLOCK_COLS) {
+                let start = b * BLOCK_COLS;
+                let len = BLOCK_COLS.min(rows - start);
+                for (q, s) in sliced.iter_mut().enumerate() {
+                    expand_block(seed, (first + q) as u32, b as u32, &mut block[..len]);
+                    s.refill(&block[..len]);
+                }
+                let planes: Vec<&[[u32; 4]]> = sliced.iter().map(|s| s.planes()).collect();
+                let groups = start / 4..(start + len) / 4;
+                for p in 0..panels {
+                    let (c0, width) = db.panel_columns(p);
+                    let mut outs: Vec<&mut [u32]> = out
+                        .chunks_mut(padded)
+                        .map(|row| &mut row[c0..c0 + width])
+                        .collect();
+                    accumulate_panel(db, p, groups.clone(), &planes, &mut outs);
+                }
+            }
+            progress(count);
+            out.chunks(padded)
+                .flat_map(|row| row[..cols].iter().copied())
+                .collect()
+        })
+        .collect();
+    chunks.concat()
+}

@@ -1,0 +1,345 @@
+//! Versioned, length-checked binary formats: setup data, queries and
+//! responses. Every integer is little-endian. Every message starts with an
+//! 8-byte header: `b"EPIR"`, format version, message kind, two zero bytes.
+//! Parsers never panic and never allocate more than the input can fill.
+
+use sha3::{Digest, Sha3_256};
+
+use crate::db::DbShape;
+use crate::error::WireError;
+use crate::fuse::{Arity, FuseGeometry};
+use crate::params::{LweParams, SEED_BYTES};
+
+pub const MAGIC: [u8; 4] = *b"EPIR";
+pub const VERSION: u8 = 1;
+pub const HEADER_BYTES: usize = 8;
+/// Most queries in one batch.
+pub const MAX_BATCH: usize = 256;
+/// Most rows a query vector may have.
+pub const MAX_QUERY_ROWS: usize = 1 << 26;
+/// Most elements in one response.
+pub const MAX_RESPONSE_ELEMS: usize = 1 << 24;
+
+/// Message kinds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    Setup = 1,
+    Query = 2,
+    Response = 3,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Setup => "setup",
+            Kind::Query => "query",
+            Kind::Response => "response",
+        }
+    }
+}
+
+/// First 8 bytes of the setup digest: names the setup a query was made for.
+pub type SetupId = [u8; 8];
+
+/// What a client downloads once per snapshot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SetupData {
+    pub shape: DbShape,
+    /// Seed of the public matrix.
+    pub seed: [u8; SEED_BYTES],
+    /// `M = A . D`: `n` rows of `shape.cols()` elements, row-major.
+    pub hint: Vec<u32>,
+}
+
+/// A query vector for one key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Query {
+    pub setup_id: SetupId,
+    pub vector: Vec<u32>,
+}
+
+/// The server's answer to one query: `k * w` elements.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Response {
+    pub elems: Vec<u32>,
+}
+
+fn header(kind: Kind, capacity: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_BYTES + capacity);
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&[VERSION, kind as u8, 0, 0]);
+    out
+}
+
+fn put_u32s(out: &mut Vec<u8>, values: &[u32]) {
+    for v in values {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+}
+
+/// Bounds-checked reader over untrusted bytes.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    what: &'static str,
+}
+
+impl<'a> Reader<'a> {
+    fn open(bytes: &'a [u8], kind: Kind) -> Result<Self, WireError> {
+        let mut r = Reader {
+            bytes,
+            what: kind.name(),
+        };
+        let head = r.take(HEADER_BYTES)?;
+        if head[..4] != MAGIC {
+            return Err(WireError::BadMagic);
+        }
+        if head[4] != VERSION {
+            return Err(WireError::Version(head[4]));
+        }
+        if head[5] != kind as u8 {
+            return Err(WireError::Kind {
+                expected: kind.name(),
+                got: head[5],
+            });
+        }
+        if head[6..8] != [0, 0] {
+            return Err(WireError::Version(head[4]));
+        }
+        Ok(r)
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
+        if self.bytes.len() < n {
+            return Err(WireError::Truncated {
+                what: self.what,
+                needed: n,
+                got: self.bytes.len(),
+            });
+        }
+        let (head, tail) = self.bytes.split_at(n);
+        self.bytes = tail;
+        Ok(head)
+    }
+
+    fn u8(&mut self) -> Result<u8, WireError> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u16(&mut self) -> Result<u16, WireError> {
+        Ok(u16::from_le_bytes(self.take(2)?.try_into().unwrap()))
+    }
+
+    fn u32(&mut self) -> Result<u32, WireError> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap()))
+    }
+
+    fn u64(&mut self) -> Result<u64, WireError> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap()))
+    }
+
+    /// Checks that exactly `n` more bytes remain (no more, no fewer).
+    fn expect_exactly(&self, n: u64) -> Result<(), WireError> {
+        let have = self.bytes.len() as u64;
+        if have < n {
+            return Err(WireError::Truncated {
+                what: self.what,
+                needed: n.min(usize::MAX as u64) as usize,
+                got: self.bytes.len(),
+            });
+        }
+        if have > n {
+            return Err(WireError::Trailing {
+                what: self.what,
+                extra: (have - n) as usize,
+            });
+        }
+        Ok(())
+    }
+
+    fn u32s(&mut self, n: usize) -> Result<Vec<u32>, WireError> {
+        let bytes = self.take(n * 4)?;
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+            .collect())
+    }
+}
+
+fn limit(what: &'static str, value: u64, max: u64) -> Result<(), WireError> {
+    if value > max {
+        return Err(WireError::TooLarge { what, value, max });
+    }
+    Ok(())
+}
+
+impl SetupData {
+    /// Serialises the setup blob.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let s = &self.shape;
+        let mut out = header(
+            Kind::Setup,
+            72 + 8 * s.filter_seeds.len() + 4 * self.hint.len(),
+        );
+        out.extend_from_slice(&s.lwe.dimension.to_le_bytes());
+        out.extend_from_slice(&[s.lwe.plaintext_bits as u8, s.geometry.arity as u8, 0, 0]);
+        out.extend_from_slice(&s.geometry.segment_length.to_le_bytes());
+        out.extend_from_slice(&s.geometry.segment_count.to_le_bytes());
+        out.extend_from_slice(&s.partitions.to_le_bytes());
+        out.extend_from_slice(&s.value_bytes.to_le_bytes());
+        out.extend_from_slice(&s.partition_seed.to_le_bytes());
+        out.extend_from_slice(&self.seed);
+        for seed in &s.filter_seeds {
+            out.extend_from_slice(&seed.to_le_bytes());
+        }
+        put_u32s(&mut out, &self.hint);
+        out
+    }
+
+    /// Parses and validates a setup blob.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, WireError> {
+        let mut r = Reader::open(bytes, Kind::Setup)?;
+        let dimension = r.u32()?;
+        let plaintext_bits = r.u8()? as u32;
+        let arity = Arity::from_u8(r.u8()?)?;
+        if r.u16()? != 0 {
+            return Err(WireError::Version(VERSION));
+        }
+        let segment_length = r.u32()?;
+        let segment_count = r.u32()?;
+        let partitions = r.u32()?;
+        let value_bytes = r.u32()?;
+        let partition_seed = r.u64()?;
+        let seed: [u8; SEED_BYTES] = r.take(SEED_BYTES)?.try_into().unwrap();
+        let lwe = LweParams {
+            dimension,
+            plaintext_bits,
+        };
+        lwe.validate()?;
+        limit(
+            "partition count",
+            partitions as u64,
+            crate::db::MAX_PARTITIONS as u64,
+        )?;
+        let hint_elems = (dimension as u64)
+            .saturating_mul(partitions as u64)
+            .saturating_mul(crate::record::record_elems(
+                value_bytes.min(crate::db::MAX_VALUE_BYTES) as usize,
+                plaintext_bits.max(1),
+            ) as u64);
+        limit(
+            "value size",
+            value_bytes as u64,
+            crate::db::MAX_VALUE_BYTES as u64,
+        )?;
+        r.expect_exactly(8 * partitions as u64 + 4 * hint_elems)?;
+        let filter_seeds = (0..partitions)
+            .map(|_| r.u64())
+            .collect::<Result<Vec<_>, _>>()?;
+        let shape = DbShape {
+            lwe,
+            geometry: FuseGeometry {
+                arity,
+                segment_length,
+                segment_count,
+            },
+            partitions,
+            value_bytes,
+            partition_seed,
+            filter_seeds,
+        };
+        shape.validate()?;
+        let hint = r.u32s(hint_elems as usize)?;
+        Ok(SetupData { shape, seed, hint })
+    }
+
+    /// SHA3-256 of the serialised setup (an ETag, and the cache key).
+    pub fn digest_of(bytes: &[u8]) -> [u8; 32] {
+        Sha3_256::digest(bytes).into()
+    }
+
+    /// The id queries carry, from the digest.
+    pub fn id_of(digest: &[u8; 32]) -> SetupId {
+        digest[..8].try_into().unwrap()
+    }
+}
+
+/// Serialises a batch of queries (one query is a batch of one). All must
+/// share a setup id and a length.
+pub fn encode_queries(queries: &[Query]) -> Vec<u8> {
+    let rows = queries.first().map_or(0, |q| q.vector.len());
+    let mut out = header(Kind::Query, 16 + queries.len() * rows * 4);
+    out.extend_from_slice(&queries.first().map_or([0; 8], |q| q.setup_id));
+    out.extend_from_slice(&(rows as u32).to_le_bytes());
+    out.extend_from_slice(&(queries.len() as u32).to_le_bytes());
+    for q in queries {
+        debug_assert_eq!(q.vector.len(), rows);
+        put_u32s(&mut out, &q.vector);
+    }
+    out
+}
+
+/// Bytes of a batch of `count` queries over `rows` rows.
+pub fn query_bytes(rows: usize, count: usize) -> usize {
+    HEADER_BYTES + 16 + count * rows * 4
+}
+
+/// Parses a batch of queries.
+pub fn decode_queries(bytes: &[u8]) -> Result<Vec<Query>, WireError> {
+    let mut r = Reader::open(bytes, Kind::Query)?;
+    let setup_id: SetupId = r.take(8)?.try_into().unwrap();
+    let rows = r.u32()? as usize;
+    let count = r.u32()? as usize;
+    limit("query rows", rows as u64, MAX_QUERY_ROWS as u64)?;
+    limit("batch size", count as u64, MAX_BATCH as u64)?;
+    if count == 0 {
+        return Err(WireError::Truncated {
+            what: "query",
+            needed: 1,
+            got: 0,
+        });
+    }
+    r.expect_exactly(4 * rows as u64 * count as u64)?;
+    (0..count)
+        .map(|_| {
+            Ok(Query {
+                setup_id,
+                vector: r.u32s(rows)?,
+            })
+        })
+        .collect()
+}
+
+/// Serialises the responses to a batch.
+pub fn encode_responses(responses: &[Response]) -> Vec<u8> {
+    let cols = responses.first().map_or(0, |r| r.elems.len());
+    let mut out = header(Kind::Response, 8 + responses.len() * cols * 4);
+    out.extend_from_slice(&(cols as u32).to_le_bytes());
+    out.extend_from_slice(&(responses.len() as u32).to_le_bytes());
+    for r in responses {
+        put_u32s(&mut out, &r.elems);
+    }
+    out
+}
+
+/// Bytes of the responses to `count` queries with `cols` elements each.
+pub fn response_bytes(cols: usize, count: usize) -> usize {
+    HEADER_BYTES + 8 + count * cols * 4
+}
+
+/// Parses the responses to a batch.
+pub fn decode_responses(bytes: &[u8]) -> Result<Vec<Response>, WireError> {
+    let mut r = Reader::open(bytes, Kind::Response)?;
+    let cols = r.u32()? as usize;
+    let count = r.u32()? as usize;
+    limit("response elements", cols as u64, MAX_RESPONSE_ELEMS as u64)?;
+    limit("batch size", count as u64, MAX_BATCH as u64)?;
+    r.expect_exactly(4 * cols as u64 * count as u64)?;
+    (0..count)
+        .map(|_| {
+            Ok(Response {
+                elems: r.u32s(cols)?,
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,1 @@
+//! The wallet-facing JSON-RPC proxy and historical replay. Filled by the server/proxy issue.

@@ -1,0 +1,1 @@
+//! The PIR HTTP server (axum). Filled by the server/proxy issue.

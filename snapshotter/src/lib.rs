@@ -1,0 +1,1 @@
+//! Ethereum state export, snapshot store and scheduled builds. Filled by the snapshotter issue.
