@@ -1,1 +1,337 @@
-fn main() {}
+//! `pir-bench`: times pir-core on a random key-value database and, with
+//! `--peer`, the published ChalametPIR 0.8.0 crates on the same records in
+//! the same process. Prints one JSON object per implementation, then the
+//! ratios (reference / ours).
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use anyhow::{bail, ensure, Context, Result};
+use clap::Parser;
+use pir_core::wire::{decode_responses, encode_queries};
+use pir_core::{Arity, EncodeOptions, EncodedDb, Lookup, Packing, PirClient, PirServer};
+use rand::{Rng, RngCore, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+use serde_json::{json, Map, Value};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "pir-bench",
+    about = "Benchmark the PIR engine (and, with --peer, ChalametPIR 0.8.0) on a random database",
+    long_about = "Builds a random database of 2^N keys, runs setup, client setup, query preparation, \
+                  online queries, single and batched answers and decoding, checks every answer, and \
+                  prints one JSON line per implementation. Timings are medians over --reps runs."
+)]
+struct Args {
+    /// log2 of the number of keys.
+    #[arg(long, default_value_t = 16)]
+    log2_keys: u32,
+    /// Bytes per key.
+    #[arg(long, default_value_t = 20)]
+    key_bytes: usize,
+    /// Bytes per value.
+    #[arg(long, default_value_t = 40)]
+    value_bytes: usize,
+    /// Binary fuse filter arity.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(3..=4))]
+    arity: u8,
+    /// Queries per batched answer.
+    #[arg(long, default_value_t = 16)]
+    batch: usize,
+    /// Packing factor k: "auto" (choose under --hint-budget-mib) or a number (1 = plain ChalametPIR).
+    #[arg(long, default_value = "auto")]
+    packing: String,
+    /// Hint budget for automatic packing, MiB.
+    #[arg(long, default_value_t = 32)]
+    hint_budget_mib: u64,
+    /// Hint builder: cpu (this build has no GPU path yet).
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Repetitions per timing (median reported).
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
+    /// Also run the published chalametpir_server / chalametpir_client 0.8.0.
+    #[arg(long)]
+    peer: bool,
+    /// RNG seed of the database.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn time_ms<T>(f: impl FnOnce() -> T) -> (T, f64) {
+    let t = Instant::now();
+    let out = f();
+    (out, t.elapsed().as_secs_f64() * 1e3)
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    ensure!(args.log2_keys <= 26, "--log2-keys at most 26");
+    ensure!(
+        args.reps >= 1 && args.batch >= 1,
+        "--reps and --batch must be positive"
+    );
+    if args.device != "cpu" {
+        bail!(
+            "--device {} is not available in this build; use --device cpu",
+            args.device
+        );
+    }
+    let n = 1usize << args.log2_keys;
+    let mut rng = ChaCha20Rng::seed_from_u64(args.seed);
+    let records: Vec<(Vec<u8>, Vec<u8>)> = (0..n)
+        .map(|_| {
+            let mut k = vec![0u8; args.key_bytes];
+            let mut v = vec![0u8; args.value_bytes];
+            rng.fill_bytes(&mut k);
+            rng.fill_bytes(&mut v);
+            (k, v)
+        })
+        .collect();
+    let probes: Vec<usize> = (0..args.reps.max(args.batch))
+        .map(|_| rng.random_range(0..n))
+        .collect();
+
+    let ours = bench_ours(&args, &records, &probes)?;
+    println!("{}", Value::Object(ours.clone()));
+    if args.peer {
+        let peer = bench_reference(&args, &records, &probes)?;
+        println!("{}", Value::Object(peer.clone()));
+        let mut ratios = Map::new();
+        for key in [
+            "setup_s",
+            "client_setup_s",
+            "query_ms",
+            "respond_ms",
+            "respond_batch_ms_per_query",
+            "decode_ms",
+            "query_bytes",
+            "response_bytes",
+            "client_state_bytes",
+            "hint_bytes",
+        ] {
+            if let (Some(r), Some(o)) = (peer[key].as_f64(), ours[key].as_f64()) {
+                ratios.insert(key.into(), json!(r / o));
+            }
+        }
+        // The reference has no separate preparation: compare its whole query with our preparation.
+        if let (Some(r), Some(o)) = (peer["query_ms"].as_f64(), ours["prepare_ms"].as_f64()) {
+            ratios.insert("query_ms_vs_prepare_ms".into(), json!(r / o));
+        }
+        println!("{}", json!({ "ratios": ratios }));
+    }
+    Ok(())
+}
+
+fn bench_ours(
+    args: &Args,
+    records: &[(Vec<u8>, Vec<u8>)],
+    probes: &[usize],
+) -> Result<Map<String, Value>> {
+    let packing = match args.packing.as_str() {
+        "auto" => Packing::Auto {
+            hint_budget_bytes: args.hint_budget_mib << 20,
+        },
+        k => Packing::Fixed(k.parse().context("--packing must be auto or a number")?),
+    };
+    let arity = if args.arity == 3 {
+        Arity::Three
+    } else {
+        Arity::Four
+    };
+    let mut rng = ChaCha20Rng::seed_from_u64(args.seed ^ 0x5eed);
+    let (db, encode_ms) = time_ms(|| {
+        EncodedDb::encode(
+            records,
+            args.value_bytes,
+            &EncodeOptions { arity, packing },
+            &mut rng,
+        )
+    });
+    let db = db?;
+    let seed: [u8; 32] = rng.random();
+    let db_bytes = db.bytes();
+    let shape = db.shape().clone();
+    let hint_start = Instant::now();
+    let hint = pir_core::product::hint_cpu(&db, &seed, &|_| {});
+    let hint_ms = hint_start.elapsed().as_secs_f64() * 1e3;
+    let server = PirServer::from_parts(db, seed, hint)?;
+
+    let (client, client_setup_ms) = time_ms(|| PirClient::from_setup_bytes(server.setup_bytes()));
+    let client = client?;
+
+    let mut prepare = Vec::new();
+    let mut online = Vec::new();
+    let mut respond = Vec::new();
+    let mut decode = Vec::new();
+    let mut query_len = 0;
+    let mut response_len = 0;
+    for &i in probes.iter().take(args.reps) {
+        let (key, value) = &records[i];
+        let (prepared, ms) = time_ms(|| client.prepare(&mut rng));
+        prepare.push(ms);
+        let ((query, pending), ms) = time_ms(|| {
+            let (q, p) = client.query(prepared, key).expect("same setup");
+            (encode_queries(&[q]), p)
+        });
+        online.push(ms);
+        query_len = query.len();
+        let (answer, ms) = time_ms(|| server.answer_bytes(&query));
+        respond.push(ms);
+        let answer = answer?;
+        response_len = answer.len();
+        let (found, ms) = time_ms(|| -> Result<Lookup> {
+            let responses = decode_responses(&answer)?;
+            Ok(client.decode(pending, &responses[0])?)
+        });
+        decode.push(ms);
+        ensure!(
+            found? == Lookup::Found(value.clone()),
+            "ours: wrong answer for key {i}"
+        );
+    }
+
+    let mut batch_ms = Vec::new();
+    for _ in 0..3 {
+        let mut pendings = Vec::new();
+        let mut queries = Vec::new();
+        for &i in probes.iter().take(args.batch) {
+            let (q, p) = client.query(client.prepare(&mut rng), &records[i].0)?;
+            queries.push(q);
+            pendings.push((i, p));
+        }
+        let body = encode_queries(&queries);
+        let (answer, ms) = time_ms(|| server.answer_bytes(&body));
+        batch_ms.push(ms / args.batch as f64);
+        let responses = decode_responses(&answer?)?;
+        for ((i, p), r) in pendings.into_iter().zip(&responses) {
+            ensure!(
+                client.decode(p, r)? == Lookup::Found(records[i].1.clone()),
+                "ours: wrong batched answer"
+            );
+        }
+    }
+
+    let respond_ms = median(respond);
+    let threads = rayon::current_num_threads();
+    let mut m = Map::new();
+    m.insert("impl".into(), json!("ours"));
+    m.insert("log2_keys".into(), json!(args.log2_keys));
+    m.insert("key_bytes".into(), json!(args.key_bytes));
+    m.insert("value_bytes".into(), json!(args.value_bytes));
+    m.insert("arity".into(), json!(args.arity));
+    m.insert("k".into(), json!(shape.partitions));
+    m.insert("rows".into(), json!(shape.rows()));
+    m.insert("cols".into(), json!(shape.cols()));
+    m.insert("plaintext_bits".into(), json!(shape.lwe.plaintext_bits));
+    m.insert("kernel".into(), json!(pir_core::kernel::kernel_name()));
+    m.insert("device".into(), json!("cpu"));
+    m.insert("threads".into(), json!(threads));
+    m.insert("encode_s".into(), json!(encode_ms / 1e3));
+    m.insert("hint_s".into(), json!(hint_ms / 1e3));
+    m.insert("setup_s".into(), json!((encode_ms + hint_ms) / 1e3));
+    m.insert("client_setup_s".into(), json!(client_setup_ms / 1e3));
+    m.insert("prepare_ms".into(), json!(median(prepare)));
+    m.insert("query_ms".into(), json!(median(online)));
+    m.insert("respond_ms".into(), json!(respond_ms));
+    m.insert("respond_batch_ms_per_query".into(), json!(median(batch_ms)));
+    m.insert("batch".into(), json!(args.batch));
+    m.insert("decode_ms".into(), json!(median(decode)));
+    m.insert("hint_bytes".into(), json!(server.setup_bytes().len()));
+    m.insert("query_bytes".into(), json!(query_len));
+    m.insert("response_bytes".into(), json!(response_len));
+    m.insert("client_state_bytes".into(), json!(client.state_bytes()));
+    m.insert("db_bytes".into(), json!(db_bytes));
+    m.insert(
+        "scan_gbps_per_core".into(),
+        json!(db_bytes as f64 / (respond_ms / 1e3) / threads as f64 / 1e9),
+    );
+    Ok(m)
+}
+
+fn bench_reference(
+    args: &Args,
+    records: &[(Vec<u8>, Vec<u8>)],
+    probes: &[usize],
+) -> Result<Map<String, Value>> {
+    use chalametpir_client::Client;
+    use chalametpir_server::{Server, SEED_BYTE_LEN};
+    let mut rng = ChaCha20Rng::seed_from_u64(args.seed ^ 0xc4a1);
+    let mut seed = [0u8; SEED_BYTE_LEN];
+    rng.fill_bytes(&mut seed);
+    let db: HashMap<&[u8], &[u8]> = records
+        .iter()
+        .map(|(k, v)| (k.as_slice(), v.as_slice()))
+        .collect();
+    let (setup, setup_ms) = time_ms(|| {
+        if args.arity == 3 {
+            Server::setup::<3>(&seed, db)
+        } else {
+            Server::setup::<4>(&seed, db)
+        }
+    });
+    let (server, hint_bytes, filter_bytes) =
+        setup.map_err(|e| anyhow::anyhow!("reference setup: {e:?}"))?;
+    let (client, client_setup_ms) = time_ms(|| Client::setup(&seed, &hint_bytes, &filter_bytes));
+    let mut client = client.map_err(|e| anyhow::anyhow!("reference client setup: {e:?}"))?;
+
+    let mut query_ms = Vec::new();
+    let mut respond = Vec::new();
+    let mut decode = Vec::new();
+    let mut query_len = 0;
+    let mut response_len = 0;
+    let mut seen = std::collections::HashSet::new();
+    for &i in probes.iter().filter(|&&i| seen.insert(i)).take(args.reps) {
+        let (key, value) = &records[i];
+        let (query, ms) = time_ms(|| client.query(key));
+        query_ms.push(ms);
+        let query = query.map_err(|e| anyhow::anyhow!("reference query: {e:?}"))?;
+        query_len = query.len();
+        let (response, ms) = time_ms(|| server.respond(&query));
+        respond.push(ms);
+        let response = response.map_err(|e| anyhow::anyhow!("reference respond: {e:?}"))?;
+        response_len = response.len();
+        let (got, ms) = time_ms(|| client.process_response(key, &response));
+        decode.push(ms);
+        ensure!(
+            got.ok().as_ref() == Some(value),
+            "reference: wrong answer for key {i}"
+        );
+    }
+    let respond_ms = median(respond);
+    // The reference answers queries one by one; it has no batch path.
+    let rows = (query_len.saturating_sub(8)) / 4;
+    let mut m = Map::new();
+    m.insert("impl".into(), json!("chalametpir-0.8"));
+    m.insert("log2_keys".into(), json!(args.log2_keys));
+    m.insert("key_bytes".into(), json!(args.key_bytes));
+    m.insert("value_bytes".into(), json!(args.value_bytes));
+    m.insert("arity".into(), json!(args.arity));
+    m.insert("k".into(), json!(1));
+    m.insert("rows".into(), json!(rows));
+    m.insert("setup_s".into(), json!(setup_ms / 1e3));
+    m.insert("client_setup_s".into(), json!(client_setup_ms / 1e3));
+    m.insert("prepare_ms".into(), Value::Null);
+    m.insert("query_ms".into(), json!(median(query_ms)));
+    m.insert("respond_ms".into(), json!(respond_ms));
+    m.insert("respond_batch_ms_per_query".into(), json!(respond_ms));
+    m.insert("decode_ms".into(), json!(median(decode)));
+    m.insert(
+        "hint_bytes".into(),
+        json!(hint_bytes.len() + filter_bytes.len()),
+    );
+    m.insert("query_bytes".into(), json!(query_len));
+    m.insert("response_bytes".into(), json!(response_len));
+    // The reference client keeps the whole public matrix (n x rows u32) and the hint.
+    m.insert(
+        "client_state_bytes".into(),
+        json!(4 * 1774 * rows + hint_bytes.len()),
+    );
+    m.insert("threads".into(), json!(rayon::current_num_threads()));
+    Ok(m)
+}

@@ -1,0 +1,146 @@
+//! The wire formats: round trips, and no parser panics or accepts damaged
+//! input.
+
+use pir_core::wire::{
+    decode_queries, decode_responses, encode_queries, encode_responses, SetupData,
+};
+use pir_core::{EncodeOptions, EncodedDb, PirServer, Query, Response, WireError};
+use proptest::prelude::*;
+use rand::SeedableRng;
+use rand_chacha::ChaCha20Rng;
+use std::sync::OnceLock;
+
+fn setup_bytes() -> &'static [u8] {
+    static BYTES: OnceLock<Vec<u8>> = OnceLock::new();
+    BYTES.get_or_init(|| {
+        let mut rng = ChaCha20Rng::seed_from_u64(5);
+        let records: Vec<([u8; 4], [u8; 12])> = (0u32..200)
+            .map(|i| (i.to_le_bytes(), [i as u8; 12]))
+            .collect();
+        let db = EncodedDb::encode(&records, 12, &EncodeOptions::default(), &mut rng).unwrap();
+        PirServer::build_cpu(db, [9; 32]).setup_bytes().to_vec()
+    })
+}
+
+#[test]
+fn setup_round_trips() {
+    let bytes = setup_bytes();
+    let setup = SetupData::from_bytes(bytes).unwrap();
+    assert_eq!(setup.to_bytes(), bytes);
+}
+
+#[test]
+fn every_truncation_and_extension_of_setup_is_refused() {
+    let bytes = setup_bytes();
+    for cut in 0..bytes.len() {
+        assert!(
+            SetupData::from_bytes(&bytes[..cut]).is_err(),
+            "cut at {cut}"
+        );
+    }
+    let mut longer = bytes.to_vec();
+    longer.push(0);
+    assert!(matches!(
+        SetupData::from_bytes(&longer),
+        Err(WireError::Trailing { .. })
+    ));
+}
+
+#[test]
+fn wrong_version_magic_and_kind_are_refused() {
+    let mut bytes = setup_bytes().to_vec();
+    bytes[4] = 2;
+    assert_eq!(SetupData::from_bytes(&bytes), Err(WireError::Version(2)));
+    let mut bytes = setup_bytes().to_vec();
+    bytes[0] = b'X';
+    assert_eq!(SetupData::from_bytes(&bytes), Err(WireError::BadMagic));
+    let q = encode_queries(&[Query {
+        setup_id: [1; 8],
+        vector: vec![1, 2, 3, 4],
+    }]);
+    assert!(matches!(
+        SetupData::from_bytes(&q),
+        Err(WireError::Kind { .. })
+    ));
+    assert!(matches!(decode_responses(&q), Err(WireError::Kind { .. })));
+}
+
+#[test]
+fn oversized_claims_are_refused_without_allocating() {
+    // A query header that claims 2^26 rows x 256 queries but carries none.
+    let mut q = encode_queries(&[Query {
+        setup_id: [0; 8],
+        vector: vec![],
+    }]);
+    q[16..20].copy_from_slice(&(1u32 << 26).to_le_bytes());
+    q[20..24].copy_from_slice(&256u32.to_le_bytes());
+    assert!(matches!(
+        decode_queries(&q),
+        Err(WireError::Truncated { .. })
+    ));
+    q[16..20].copy_from_slice(&u32::MAX.to_le_bytes());
+    assert!(matches!(
+        decode_queries(&q),
+        Err(WireError::TooLarge { .. })
+    ));
+    q[16..20].copy_from_slice(&4u32.to_le_bytes());
+    q[20..24].copy_from_slice(&100_000u32.to_le_bytes());
+    assert!(matches!(
+        decode_queries(&q),
+        Err(WireError::TooLarge { .. })
+    ));
+    let mut setup = setup_bytes().to_vec();
+    setup[24..28].copy_from_slice(&u32::MAX.to_le_bytes()); // partitions
+    assert!(SetupData::from_bytes(&setup).is_err());
+}
+
+proptest! {
+    #[test]
+    fn queries_round_trip(rows in 0usize..64, count in 1usize..5, id: [u8; 8], seed: u64) {
+        let queries: Vec<Query> = (0..count)
+            .map(|c| Query { setup_id: id, vector: (0..rows).map(|r| (seed as u32).wrapping_mul(r as u32 + 1) ^ c as u32).collect() })
+            .collect();
+        prop_assert_eq!(decode_queries(&encode_queries(&queries)).unwrap(), queries);
+    }
+
+    #[test]
+    fn responses_round_trip(cols in 0usize..64, count in 0usize..5) {
+        let responses: Vec<Response> = (0..count).map(|c| Response { elems: (0..cols as u32).map(|x| x * 7 + c as u32).collect() }).collect();
+        prop_assert_eq!(decode_responses(&encode_responses(&responses)).unwrap(), responses);
+    }
+
+    #[test]
+    fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let _ = SetupData::from_bytes(&bytes);
+        let _ = decode_queries(&bytes);
+        let _ = decode_responses(&bytes);
+    }
+
+    #[test]
+    fn random_bytes_after_a_valid_header_never_panic(kind in 1u8..=3, tail in proptest::collection::vec(any::<u8>(), 0..256)) {
+        let mut bytes = b"EPIR\x01".to_vec();
+        bytes.extend_from_slice(&[kind, 0, 0]);
+        bytes.extend_from_slice(&tail);
+        let _ = SetupData::from_bytes(&bytes);
+        let _ = decode_queries(&bytes);
+        let _ = decode_responses(&bytes);
+    }
+
+    #[test]
+    fn corrupted_setup_bytes_never_panic(pos in 0usize..4096, byte: u8) {
+        let mut bytes = setup_bytes().to_vec();
+        let pos = pos % bytes.len();
+        bytes[pos] = byte;
+        if let Ok(setup) = SetupData::from_bytes(&bytes) {
+            // Whatever parses must also be internally consistent.
+            prop_assert_eq!(setup.hint.len(), setup.shape.lwe.dimension as usize * setup.shape.cols());
+        }
+    }
+
+    #[test]
+    fn truncated_queries_are_refused(rows in 1usize..32, cut in 0usize..200) {
+        let q = encode_queries(&[Query { setup_id: [3; 8], vector: vec![5; rows] }]);
+        let cut = cut % q.len();
+        prop_assert!(decode_queries(&q[..cut]).is_err());
+    }
+}
