@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The project's test command (README.md, .ci/run): formatting, lints, and
+# every test, with the PIR math compiled optimised (profile test-release).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --profile test-release -- -D warnings
+cargo test --workspace --profile test-release
