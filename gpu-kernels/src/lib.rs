@@ -1,1 +1,168 @@
-//! CUDA hint builder (public-matrix expansion and the hint product on the GPU). Filled by the gpu-kernels issue.
+//! # gpu-kernels
+//!
+//! The hint `M = A . D` on an NVIDIA GPU: the public matrix is expanded on
+//! the device tile by tile (never copied from the host), the database is
+//! streamed in row tiles when it does not fit in device memory, and the
+//! result is bit-identical to [`pir_core::product::hint_cpu`].
+//!
+//! The kernels are CUDA C in `kernels/ethpir.cu`, compiled at run time with
+//! NVRTC and launched with `cudarc` (loaded dynamically: this crate builds
+//! and runs on machines without CUDA). [`build_hint`] with
+//! [`HintDevice::Auto`] takes the GPU when a driver and a device are there
+//! and the CPU otherwise, and says which and why.
+
+use std::fmt;
+use std::str::FromStr;
+
+use pir_core::params::SEED_BYTES;
+use pir_core::EncodedDb;
+
+#[cfg(feature = "cuda")]
+pub mod cuda;
+#[cfg(feature = "host-emulator")]
+pub mod emulated;
+mod tiling;
+
+pub use tiling::{plan_tile_rows, HintBackend};
+
+/// The CUDA C source of the kernels.
+pub const KERNEL_SOURCE: &str = include_str!("../kernels/ethpir.cu");
+
+/// Where to build the hint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum HintDevice {
+    /// The GPU when one is usable, else all CPU cores.
+    #[default]
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+impl FromStr for HintDevice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(HintDevice::Auto),
+            "cpu" => Ok(HintDevice::Cpu),
+            "cuda" | "gpu" => Ok(HintDevice::Cuda),
+            other => Err(format!("unknown device '{other}': use auto, cpu or cuda")),
+        }
+    }
+}
+
+impl fmt::Display for HintDevice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            HintDevice::Auto => "auto",
+            HintDevice::Cpu => "cpu",
+            HintDevice::Cuda => "cuda",
+        })
+    }
+}
+
+/// Why the GPU path failed or was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    #[error("no CUDA driver library on this machine")]
+    NoDriver,
+    #[error("no NVRTC library on this machine (needed to compile the kernels)")]
+    NoNvrtc,
+    #[error("no CUDA device")]
+    NoDevice,
+    #[error("this build has no CUDA support (feature `cuda` off)")]
+    NotBuilt,
+    #[error("CUDA driver error: {0}")]
+    Driver(String),
+    #[error("kernel compilation failed: {0}")]
+    Compile(String),
+    #[error("device memory too small for one tile ({needed} bytes needed, {free} free)")]
+    OutOfMemory { needed: u64, free: u64 },
+}
+
+/// Which builder made a hint, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HintReport {
+    /// `"cpu"` or `"cuda"`.
+    pub device: &'static str,
+    /// The GPU's name, or why the CPU was used.
+    pub detail: String,
+}
+
+/// Builds the hint of `db` on the chosen device. `Auto` falls back to the
+/// CPU (logging why) when the GPU is absent or fails; `Cuda` reports the
+/// failure instead.
+pub fn build_hint(
+    db: &EncodedDb,
+    seed: &[u8; SEED_BYTES],
+    device: HintDevice,
+) -> Result<(Vec<u32>, HintReport), GpuError> {
+    build_hint_with_progress(db, seed, device, &|_| {})
+}
+
+/// [`build_hint`] with a progress callback (public-matrix rows done on the
+/// CPU path, row tiles of the database on the GPU path).
+pub fn build_hint_with_progress(
+    db: &EncodedDb,
+    seed: &[u8; SEED_BYTES],
+    device: HintDevice,
+    progress: &(dyn Fn(usize) + Sync),
+) -> Result<(Vec<u32>, HintReport), GpuError> {
+    let cpu = |detail: String| {
+        let hint = pir_core::product::hint_cpu(db, seed, progress);
+        (
+            hint,
+            HintReport {
+                device: "cpu",
+                detail,
+            },
+        )
+    };
+    match device {
+        HintDevice::Cpu => Ok(cpu(format!(
+            "requested; {} kernel on {} threads",
+            pir_core::kernel::kernel_name(),
+            rayon_threads()
+        ))),
+        HintDevice::Cuda => gpu_hint(db, seed, progress),
+        HintDevice::Auto => match gpu_hint(db, seed, progress) {
+            Ok(done) => {
+                tracing::info!(gpu = %done.1.detail, "hint built on the GPU");
+                Ok(done)
+            }
+            Err(why) => {
+                tracing::info!(reason = %why, "hint built on the CPU: GPU not usable");
+                Ok(cpu(format!("GPU not usable: {why}")))
+            }
+        },
+    }
+}
+
+fn rayon_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+#[cfg(feature = "cuda")]
+fn gpu_hint(
+    db: &EncodedDb,
+    seed: &[u8; SEED_BYTES],
+    progress: &(dyn Fn(usize) + Sync),
+) -> Result<(Vec<u32>, HintReport), GpuError> {
+    let gpu = cuda::CudaHint::new()?;
+    let hint = gpu.build(db, seed, progress)?;
+    Ok((
+        hint,
+        HintReport {
+            device: "cuda",
+            detail: gpu.device_name().to_string(),
+        },
+    ))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn gpu_hint(
+    _: &EncodedDb,
+    _: &[u8; SEED_BYTES],
+    _: &(dyn Fn(usize) + Sync),
+) -> Result<(Vec<u32>, HintReport), GpuError> {
+    Err(GpuError::NotBuilt)
+}

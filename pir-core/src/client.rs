@@ -147,8 +147,9 @@ impl PirClient {
                 let mut acc = vec![0u32; rows];
                 let mut row = vec![0u32; rows];
                 let first = task * PREPARE_ROWS_PER_TASK;
-                for i in first..(first + PREPARE_ROWS_PER_TASK).min(n) {
-                    match secret[i] {
+                let last = (first + PREPARE_ROWS_PER_TASK).min(n);
+                for (i, &s) in secret.iter().enumerate().take(last).skip(first) {
+                    match s {
                         0 => continue,
                         s => {
                             expand_row_segment(seed, i as u32, 0, &mut row);

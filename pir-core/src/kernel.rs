@@ -151,6 +151,7 @@ mod vnni {
     use std::arch::x86_64::*;
 
     /// `out[..NB*16] += planes . tile` with NB lane groups of 16 columns.
+    #[allow(clippy::needless_range_loop)] // explicit indices keep the accumulators in registers
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
     pub(super) unsafe fn tile<const NB: usize>(tile: &[i8], planes: &[[u32; 4]], out: &mut [u32]) {
         let mut acc = [[_mm512_setzero_si512(); NB]; 4];

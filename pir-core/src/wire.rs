@@ -5,7 +5,7 @@
 
 use sha3::{Digest, Sha3_256};
 
-use crate::db::DbShape;
+use crate::db::{DbShape, EncodedDb};
 use crate::error::WireError;
 use crate::fuse::{Arity, FuseGeometry};
 use crate::params::{LweParams, SEED_BYTES};
@@ -27,6 +27,7 @@ pub enum Kind {
     Setup = 1,
     Query = 2,
     Response = 3,
+    Database = 4,
 }
 
 impl Kind {
@@ -35,6 +36,7 @@ impl Kind {
             Kind::Setup => "setup",
             Kind::Query => "query",
             Kind::Response => "response",
+            Kind::Database => "database",
         }
     }
 }
@@ -173,6 +175,74 @@ fn limit(what: &'static str, value: u64, max: u64) -> Result<(), WireError> {
     Ok(())
 }
 
+/// Writes the database shape (everything but the matrix seed and the hint).
+fn put_shape(out: &mut Vec<u8>, s: &DbShape) {
+    out.extend_from_slice(&s.lwe.dimension.to_le_bytes());
+    out.extend_from_slice(&[s.lwe.plaintext_bits as u8, s.geometry.arity as u8, 0, 0]);
+    out.extend_from_slice(&s.geometry.segment_length.to_le_bytes());
+    out.extend_from_slice(&s.geometry.segment_count.to_le_bytes());
+    out.extend_from_slice(&s.partitions.to_le_bytes());
+    out.extend_from_slice(&s.value_bytes.to_le_bytes());
+    out.extend_from_slice(&s.partition_seed.to_le_bytes());
+    for seed in &s.filter_seeds {
+        out.extend_from_slice(&seed.to_le_bytes());
+    }
+}
+
+/// Reads and validates a shape written by [`put_shape`].
+fn read_shape(r: &mut Reader<'_>) -> Result<DbShape, WireError> {
+    let dimension = r.u32()?;
+    let plaintext_bits = r.u8()? as u32;
+    let arity = Arity::from_u8(r.u8()?)?;
+    if r.u16()? != 0 {
+        return Err(WireError::Version(VERSION));
+    }
+    let segment_length = r.u32()?;
+    let segment_count = r.u32()?;
+    let partitions = r.u32()?;
+    let value_bytes = r.u32()?;
+    let partition_seed = r.u64()?;
+    let lwe = LweParams {
+        dimension,
+        plaintext_bits,
+    };
+    lwe.validate()?;
+    limit(
+        "partition count",
+        partitions as u64,
+        crate::db::MAX_PARTITIONS as u64,
+    )?;
+    limit(
+        "value size",
+        value_bytes as u64,
+        crate::db::MAX_VALUE_BYTES as u64,
+    )?;
+    if r.bytes.len() / 8 < partitions as usize {
+        return Err(WireError::Truncated {
+            what: r.what,
+            needed: 8 * partitions as usize,
+            got: r.bytes.len(),
+        });
+    }
+    let filter_seeds = (0..partitions)
+        .map(|_| r.u64())
+        .collect::<Result<Vec<_>, _>>()?;
+    let shape = DbShape {
+        lwe,
+        geometry: FuseGeometry {
+            arity,
+            segment_length,
+            segment_count,
+        },
+        partitions,
+        value_bytes,
+        partition_seed,
+        filter_seeds,
+    };
+    shape.validate()?;
+    Ok(shape)
+}
+
 impl SetupData {
     /// Serialises the setup blob.
     pub fn to_bytes(&self) -> Vec<u8> {
@@ -181,17 +251,8 @@ impl SetupData {
             Kind::Setup,
             72 + 8 * s.filter_seeds.len() + 4 * self.hint.len(),
         );
-        out.extend_from_slice(&s.lwe.dimension.to_le_bytes());
-        out.extend_from_slice(&[s.lwe.plaintext_bits as u8, s.geometry.arity as u8, 0, 0]);
-        out.extend_from_slice(&s.geometry.segment_length.to_le_bytes());
-        out.extend_from_slice(&s.geometry.segment_count.to_le_bytes());
-        out.extend_from_slice(&s.partitions.to_le_bytes());
-        out.extend_from_slice(&s.value_bytes.to_le_bytes());
-        out.extend_from_slice(&s.partition_seed.to_le_bytes());
+        put_shape(&mut out, s);
         out.extend_from_slice(&self.seed);
-        for seed in &s.filter_seeds {
-            out.extend_from_slice(&seed.to_le_bytes());
-        }
         put_u32s(&mut out, &self.hint);
         out
     }
@@ -199,57 +260,11 @@ impl SetupData {
     /// Parses and validates a setup blob.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, WireError> {
         let mut r = Reader::open(bytes, Kind::Setup)?;
-        let dimension = r.u32()?;
-        let plaintext_bits = r.u8()? as u32;
-        let arity = Arity::from_u8(r.u8()?)?;
-        if r.u16()? != 0 {
-            return Err(WireError::Version(VERSION));
-        }
-        let segment_length = r.u32()?;
-        let segment_count = r.u32()?;
-        let partitions = r.u32()?;
-        let value_bytes = r.u32()?;
-        let partition_seed = r.u64()?;
+        let shape = read_shape(&mut r)?;
         let seed: [u8; SEED_BYTES] = r.take(SEED_BYTES)?.try_into().unwrap();
-        let lwe = LweParams {
-            dimension,
-            plaintext_bits,
-        };
-        lwe.validate()?;
-        limit(
-            "partition count",
-            partitions as u64,
-            crate::db::MAX_PARTITIONS as u64,
-        )?;
-        let hint_elems = (dimension as u64)
-            .saturating_mul(partitions as u64)
-            .saturating_mul(crate::record::record_elems(
-                value_bytes.min(crate::db::MAX_VALUE_BYTES) as usize,
-                plaintext_bits.max(1),
-            ) as u64);
-        limit(
-            "value size",
-            value_bytes as u64,
-            crate::db::MAX_VALUE_BYTES as u64,
-        )?;
-        r.expect_exactly(8 * partitions as u64 + 4 * hint_elems)?;
-        let filter_seeds = (0..partitions)
-            .map(|_| r.u64())
-            .collect::<Result<Vec<_>, _>>()?;
-        let shape = DbShape {
-            lwe,
-            geometry: FuseGeometry {
-                arity,
-                segment_length,
-                segment_count,
-            },
-            partitions,
-            value_bytes,
-            partition_seed,
-            filter_seeds,
-        };
-        shape.validate()?;
-        let hint = r.u32s(hint_elems as usize)?;
+        let hint_elems = shape.lwe.dimension as usize * shape.cols();
+        r.expect_exactly(4 * hint_elems as u64)?;
+        let hint = r.u32s(hint_elems)?;
         Ok(SetupData { shape, seed, hint })
     }
 
@@ -342,4 +357,32 @@ pub fn decode_responses(bytes: &[u8]) -> Result<Vec<Response>, WireError> {
             })
         })
         .collect()
+}
+
+/// Serialises an encoded database (shape and panel bytes) for disk.
+pub fn encode_db(db: &EncodedDb) -> Vec<u8> {
+    let mut out = header(
+        Kind::Database,
+        64 + 8 * db.shape().filter_seeds.len() + db.bytes(),
+    );
+    put_shape(&mut out, db.shape());
+    out.extend_from_slice(&(db.bytes() as u64).to_le_bytes());
+    out.extend(db.data().iter().map(|&v| v as u8));
+    out
+}
+
+/// Parses an encoded database written by [`encode_db`].
+pub fn decode_db(bytes: &[u8]) -> Result<EncodedDb, WireError> {
+    let mut r = Reader::open(bytes, Kind::Database)?;
+    let shape = read_shape(&mut r)?;
+    let len = r.u64()?;
+    let expected = shape.rows() as u64 * shape.padded_cols() as u64;
+    if len != expected {
+        return Err(WireError::Params(crate::error::ParamError::Shape(
+            "database length does not match its shape",
+        )));
+    }
+    r.expect_exactly(len)?;
+    let data: Vec<i8> = r.take(len as usize)?.iter().map(|&b| b as i8).collect();
+    Ok(EncodedDb::from_parts(shape, data)?)
 }

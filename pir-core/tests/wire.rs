@@ -2,7 +2,8 @@
 //! input.
 
 use pir_core::wire::{
-    decode_queries, decode_responses, encode_queries, encode_responses, SetupData,
+    decode_db, decode_queries, decode_responses, encode_db, encode_queries, encode_responses,
+    SetupData,
 };
 use pir_core::{EncodeOptions, EncodedDb, PirServer, Query, Response, WireError};
 use proptest::prelude::*;
@@ -27,6 +28,25 @@ fn setup_round_trips() {
     let bytes = setup_bytes();
     let setup = SetupData::from_bytes(bytes).unwrap();
     assert_eq!(setup.to_bytes(), bytes);
+}
+
+#[test]
+fn databases_round_trip_and_damage_is_refused() {
+    let mut rng = ChaCha20Rng::seed_from_u64(6);
+    let records: Vec<([u8; 4], [u8; 3])> = (0u32..300)
+        .map(|i| (i.to_le_bytes(), [i as u8; 3]))
+        .collect();
+    let db = EncodedDb::encode(&records, 3, &EncodeOptions::default(), &mut rng).unwrap();
+    let bytes = encode_db(&db);
+    let back = decode_db(&bytes).unwrap();
+    assert_eq!(back.shape(), db.shape());
+    assert_eq!(back.data(), db.data());
+    for cut in [0, 7, 8, 30, bytes.len() - 1] {
+        assert!(decode_db(&bytes[..cut]).is_err());
+    }
+    let mut longer = bytes.clone();
+    longer.push(1);
+    assert!(decode_db(&longer).is_err());
 }
 
 #[test]
@@ -91,6 +111,9 @@ fn oversized_claims_are_refused_without_allocating() {
     ));
     let mut setup = setup_bytes().to_vec();
     setup[24..28].copy_from_slice(&u32::MAX.to_le_bytes()); // partitions
+    assert!(SetupData::from_bytes(&setup).is_err());
+    let mut setup = setup_bytes().to_vec();
+    setup[24..28].copy_from_slice(&60_000u32.to_le_bytes()); // partitions, without their seeds
     assert!(SetupData::from_bytes(&setup).is_err());
 }
 

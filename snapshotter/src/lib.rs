@@ -1,1 +1,20 @@
-//! Ethereum state export, snapshot store and scheduled builds. Filled by the snapshotter issue.
+//! # snapshotter
+//!
+//! Turns Ethereum account state into PIR snapshots: a source exports
+//! accounts ([`sources`]), the pipeline encodes them with pir-core, builds
+//! the hint (GPU or CPU, [`gpu_kernels`]) and publishes the result
+//! atomically into a [`store::SnapshotStore`].
+
+pub mod account;
+pub mod failpoint;
+pub mod manifest;
+pub mod pipeline;
+pub mod records;
+pub mod sources;
+pub mod store;
+pub mod verify;
+
+pub use account::{decode_value, encode_value, pir_key, AccountRecord};
+pub use manifest::{Manifest, SnapshotId, SnapshotKind};
+pub use pipeline::{build_and_publish, BuildOptions, ExportedState};
+pub use store::{SnapshotStore, StoredSnapshot};

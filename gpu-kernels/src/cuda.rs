@@ -1,0 +1,213 @@
+//! The CUDA backend: NVRTC-compiled kernels launched with cudarc.
+
+use std::sync::Arc;
+
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
+};
+use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+use pir_core::params::SEED_BYTES;
+use pir_core::EncodedDb;
+
+use crate::tiling::{plan_tile_rows, run_tiled, HintBackend};
+use crate::{GpuError, KERNEL_SOURCE};
+
+fn driver(e: impl std::fmt::Debug) -> GpuError {
+    GpuError::Driver(format!("{e:?}"))
+}
+
+/// Checks, without touching a device, that CUDA can be used here.
+/// `CudaContext::new` panics when the driver library is missing, so this
+/// must pass first.
+pub fn probe() -> Result<(), GpuError> {
+    // SAFETY: only tries to dlopen the libraries.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(GpuError::NoDriver);
+    }
+    // SAFETY: as above.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(GpuError::NoNvrtc);
+    }
+    match CudaContext::device_count() {
+        Ok(n) if n > 0 => Ok(()),
+        Ok(_) => Err(GpuError::NoDevice),
+        Err(e) => Err(driver(e)),
+    }
+}
+
+/// A GPU with the kernels loaded.
+pub struct CudaHint {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    expand_fn: CudaFunction,
+    gemm_fn: CudaFunction,
+    name: String,
+}
+
+impl CudaHint {
+    /// Opens device 0 and compiles the kernels.
+    pub fn new() -> Result<Self, GpuError> {
+        probe()?;
+        let ctx = CudaContext::new(0).map_err(driver)?;
+        let name = ctx.name().map_err(driver)?;
+        let ptx = compile_ptx_with_opts(
+            KERNEL_SOURCE,
+            CompileOptions {
+                name: Some("ethpir.cu".into()),
+                options: vec!["--std=c++17".into()],
+                ..Default::default()
+            },
+        )
+        .map_err(|e| GpuError::Compile(format!("{e:?}")))?;
+        let module = ctx.load_module(ptx).map_err(driver)?;
+        let expand_fn = module.load_function("ethpir_expand").map_err(driver)?;
+        let gemm_fn = module.load_function("ethpir_hint_gemm").map_err(driver)?;
+        let stream = ctx.default_stream();
+        Ok(CudaHint {
+            ctx,
+            stream,
+            expand_fn,
+            gemm_fn,
+            name,
+        })
+    }
+
+    pub fn device_name(&self) -> &str {
+        &self.name
+    }
+
+    /// (free, total) device memory in bytes.
+    pub fn memory(&self) -> Result<(u64, u64), GpuError> {
+        let (free, total) = self.ctx.mem_get_info().map_err(driver)?;
+        Ok((free as u64, total as u64))
+    }
+
+    /// Builds the hint, in as few row tiles as device memory allows.
+    pub fn build(
+        &self,
+        db: &EncodedDb,
+        seed: &[u8; SEED_BYTES],
+        progress: &(dyn Fn(usize) + Sync),
+    ) -> Result<Vec<u32>, GpuError> {
+        let (free, _) = self.memory()?;
+        let tile_rows = plan_tile_rows(db, free)?;
+        self.build_tiled(db, seed, tile_rows, progress)
+    }
+
+    /// Builds the hint with a given tile height (tests force several tiles).
+    pub fn build_tiled(
+        &self,
+        db: &EncodedDb,
+        seed: &[u8; SEED_BYTES],
+        tile_rows: usize,
+        progress: &(dyn Fn(usize) + Sync),
+    ) -> Result<Vec<u32>, GpuError> {
+        let hint = run_tiled(self, db, seed, tile_rows, progress)?;
+        self.stream.synchronize().map_err(driver)?;
+        Ok(hint)
+    }
+
+    /// Expands columns `col0 .. col0 + ncols` of rows `0 .. n` on the GPU.
+    pub fn expand_to_host(
+        &self,
+        seed: &[u8; SEED_BYTES],
+        n: u32,
+        col0: u32,
+        ncols: u32,
+    ) -> Result<Vec<u32>, GpuError> {
+        let seed_buf = self.upload_seed(seed)?;
+        let mut out = self.alloc_u32(n as usize * ncols as usize)?;
+        self.expand(&seed_buf, n, col0, ncols, &mut out)?;
+        self.download(&out, n as usize * ncols as usize)
+    }
+}
+
+impl HintBackend for CudaHint {
+    type U32Buf = CudaSlice<u32>;
+    type I8Buf = CudaSlice<i8>;
+    type SeedBuf = CudaSlice<u8>;
+
+    fn alloc_u32(&self, len: usize) -> Result<CudaSlice<u32>, GpuError> {
+        self.stream.alloc_zeros::<u32>(len.max(1)).map_err(driver)
+    }
+
+    fn alloc_i8(&self, len: usize) -> Result<CudaSlice<i8>, GpuError> {
+        self.stream.alloc_zeros::<i8>(len.max(1)).map_err(driver)
+    }
+
+    fn upload_seed(&self, seed: &[u8; SEED_BYTES]) -> Result<CudaSlice<u8>, GpuError> {
+        self.stream.clone_htod(&seed[..]).map_err(driver)
+    }
+
+    fn upload_i8(
+        &self,
+        dst: &mut CudaSlice<i8>,
+        offset: usize,
+        src: &[i8],
+    ) -> Result<(), GpuError> {
+        if src.is_empty() {
+            return Ok(());
+        }
+        let mut view = dst.slice_mut(offset..offset + src.len());
+        self.stream.memcpy_htod(src, &mut view).map_err(driver)
+    }
+
+    fn expand(
+        &self,
+        seed: &CudaSlice<u8>,
+        n: u32,
+        col0: u32,
+        ncols: u32,
+        out: &mut CudaSlice<u32>,
+    ) -> Result<(), GpuError> {
+        let items = n as u64 * ncols.div_ceil(pir_core::matrix::BLOCK_COLS as u32) as u64;
+        let threads = 128u32;
+        let cfg = LaunchConfig {
+            grid_dim: (items.div_ceil(threads as u64) as u32, 1, 1),
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut args = self.stream.launch_builder(&self.expand_fn);
+        args.arg(seed).arg(&n).arg(&col0).arg(&ncols).arg(out);
+        // SAFETY: the kernel writes n x ncols entries of `out`, which the
+        // driver allocated with at least that many (run_tiled sizes it).
+        unsafe { args.launch(cfg) }.map(|_| ()).map_err(driver)
+    }
+
+    fn gemm(
+        &self,
+        a: &CudaSlice<u32>,
+        a_ld: u32,
+        n: u32,
+        krows: u32,
+        d: &CudaSlice<i8>,
+        cols_pad: u32,
+        cols: u32,
+        m: &mut CudaSlice<u32>,
+    ) -> Result<(), GpuError> {
+        let panels = cols_pad.div_ceil(pir_core::db::PANEL_COLS as u32);
+        let cfg = LaunchConfig {
+            grid_dim: (panels, n.div_ceil(64), 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut args = self.stream.launch_builder(&self.gemm_fn);
+        args.arg(a)
+            .arg(&a_ld)
+            .arg(&n)
+            .arg(&krows)
+            .arg(d)
+            .arg(&cols_pad)
+            .arg(&cols)
+            .arg(m);
+        // SAFETY: buffer sizes follow run_tiled: a holds n x a_ld, d holds
+        // krows x cols_pad, m holds n x cols; the kernel guards every index.
+        unsafe { args.launch(cfg) }.map(|_| ()).map_err(driver)
+    }
+
+    fn download(&self, m: &CudaSlice<u32>, len: usize) -> Result<Vec<u32>, GpuError> {
+        let mut all = self.stream.clone_dtoh(m).map_err(driver)?;
+        all.truncate(len);
+        Ok(all)
+    }
+}

@@ -1,0 +1,111 @@
+//! The CUDA kernels run on the host by the C++ emulator (feature
+//! `host-emulator`): same source, same tiling driver, no GPU. Slow; for
+//! tests.
+
+use pir_core::params::SEED_BYTES;
+use pir_core::EncodedDb;
+
+use crate::tiling::{run_tiled, HintBackend};
+use crate::GpuError;
+
+extern "C" {
+    fn ethpir_emu_expand(seed: *const u8, n: u32, col0: u32, ncols: u32, out: *mut u32);
+    fn ethpir_emu_hint_gemm(
+        a: *const u32,
+        a_ld: u32,
+        n: u32,
+        krows: u32,
+        d: *const i8,
+        cols_pad: u32,
+        cols: u32,
+        m: *mut u32,
+    );
+}
+
+/// Host memory standing in for device memory.
+pub struct Emulator;
+
+impl HintBackend for Emulator {
+    type U32Buf = Vec<u32>;
+    type I8Buf = Vec<i8>;
+    type SeedBuf = [u8; SEED_BYTES];
+
+    fn alloc_u32(&self, len: usize) -> Result<Vec<u32>, GpuError> {
+        Ok(vec![0; len])
+    }
+
+    fn alloc_i8(&self, len: usize) -> Result<Vec<i8>, GpuError> {
+        Ok(vec![0; len])
+    }
+
+    fn upload_seed(&self, seed: &[u8; SEED_BYTES]) -> Result<[u8; SEED_BYTES], GpuError> {
+        Ok(*seed)
+    }
+
+    fn upload_i8(&self, dst: &mut Vec<i8>, offset: usize, src: &[i8]) -> Result<(), GpuError> {
+        dst[offset..offset + src.len()].copy_from_slice(src);
+        Ok(())
+    }
+
+    fn expand(
+        &self,
+        seed: &[u8; SEED_BYTES],
+        n: u32,
+        col0: u32,
+        ncols: u32,
+        out: &mut Vec<u32>,
+    ) -> Result<(), GpuError> {
+        assert!(out.len() >= n as usize * ncols as usize);
+        // SAFETY: `out` holds n x ncols entries (asserted) and the seed 32 bytes.
+        unsafe { ethpir_emu_expand(seed.as_ptr(), n, col0, ncols, out.as_mut_ptr()) };
+        Ok(())
+    }
+
+    fn gemm(
+        &self,
+        a: &Vec<u32>,
+        a_ld: u32,
+        n: u32,
+        krows: u32,
+        d: &Vec<i8>,
+        cols_pad: u32,
+        cols: u32,
+        m: &mut Vec<u32>,
+    ) -> Result<(), GpuError> {
+        assert!(a.len() >= n as usize * a_ld as usize);
+        assert!(d.len() >= krows as usize * cols_pad as usize);
+        assert!(m.len() >= n as usize * cols as usize);
+        // SAFETY: buffer sizes asserted above cover every index the kernel touches.
+        unsafe {
+            ethpir_emu_hint_gemm(
+                a.as_ptr(),
+                a_ld,
+                n,
+                krows,
+                d.as_ptr(),
+                cols_pad,
+                cols,
+                m.as_mut_ptr(),
+            )
+        };
+        Ok(())
+    }
+
+    fn download(&self, m: &Vec<u32>, len: usize) -> Result<Vec<u32>, GpuError> {
+        Ok(m[..len].to_vec())
+    }
+}
+
+/// Expands columns `col0 .. col0 + ncols` of rows `0 .. n` with the kernel.
+pub fn expand(seed: &[u8; SEED_BYTES], n: u32, col0: u32, ncols: u32) -> Vec<u32> {
+    let mut out = vec![0u32; n as usize * ncols as usize];
+    Emulator
+        .expand(seed, n, col0, ncols, &mut out)
+        .expect("host memory");
+    out
+}
+
+/// The hint built by the emulated kernels, `tile_rows` rows at a time.
+pub fn hint(db: &EncodedDb, seed: &[u8; SEED_BYTES], tile_rows: usize) -> Vec<u32> {
+    run_tiled(&Emulator, db, seed, tile_rows, &|_| {}).expect("host memory")
+}

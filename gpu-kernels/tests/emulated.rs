@@ -1,0 +1,94 @@
+//! The CUDA kernel source, run by the host emulator, against pir-core: the
+//! public-matrix expansion against the pinned test vector and the CPU
+//! expansion, and the tiled hint against the CPU hint, bit for bit.
+#![cfg(feature = "host-emulator")]
+
+use gpu_kernels::emulated;
+use pir_core::matrix::{expand_block, BLOCK_COLS};
+use pir_core::{Arity, EncodeOptions, EncodedDb, Packing};
+use rand::{Rng, RngCore, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+
+#[test]
+fn expansion_matches_test_vector_and_cpu() {
+    let seed: [u8; 32] = std::array::from_fn(|i| i as u8);
+    // Columns 2 * 2048 .. 2 * 2048 + 3000 (one whole block and a partial one) of 1774 rows.
+    let out = emulated::expand(&seed, 1774, 2 * BLOCK_COLS as u32, 3000);
+    let mut block = vec![0u32; BLOCK_COLS];
+    expand_block(&seed, 0, 0, &mut block);
+    for row in [0usize, 1, 77, 1773] {
+        expand_block(&seed, row as u32, 2, &mut block);
+        assert_eq!(
+            &out[row * 3000..row * 3000 + BLOCK_COLS],
+            &block[..],
+            "row {row}"
+        );
+        expand_block(&seed, row as u32, 3, &mut block[..952]);
+        assert_eq!(
+            &out[row * 3000 + BLOCK_COLS..(row + 1) * 3000],
+            &block[..952],
+            "row {row} partial block"
+        );
+    }
+    let vector = emulated::expand(&seed, 1774, 5 * BLOCK_COLS as u32, 4);
+    assert_eq!(
+        &vector[1773 * 4..1774 * 4],
+        &[3054147123, 3791263922, 3479251513, 3959923927]
+    );
+    let first = emulated::expand(&seed, 1, 0, 4);
+    assert_eq!(first, [3479173850, 2091432971, 797953290, 1503660024]);
+}
+
+fn random_db(
+    n: usize,
+    value_bytes: usize,
+    arity: Arity,
+    packing: Packing,
+    rng: &mut ChaCha20Rng,
+) -> EncodedDb {
+    let records: Vec<(Vec<u8>, Vec<u8>)> = (0..n)
+        .map(|_| {
+            let mut k = vec![0u8; 20];
+            let mut v = vec![0u8; value_bytes];
+            rng.fill_bytes(&mut k);
+            rng.fill_bytes(&mut v);
+            (k, v)
+        })
+        .collect();
+    EncodedDb::encode(
+        &records,
+        value_bytes,
+        &EncodeOptions { arity, packing },
+        rng,
+    )
+    .unwrap()
+}
+
+#[test]
+fn emulated_hint_equals_cpu_hint() {
+    let mut rng = ChaCha20Rng::seed_from_u64(11);
+    // (keys, value bytes, arity, packing, tile rows): k = 1 and k > 1, both
+    // arities, shapes that are not multiples of the tiles, one and several tiles.
+    let cases = [
+        (
+            150usize,
+            40usize,
+            Arity::Three,
+            Packing::Fixed(1),
+            2048usize,
+        ),
+        (300, 13, Arity::Four, Packing::Fixed(3), 2048),
+        (2600, 5, Arity::Three, Packing::Fixed(1), 2048),
+        (400, 40, Arity::Four, Packing::Fixed(2), 4096),
+    ];
+    for (n, value_bytes, arity, packing, tile) in cases {
+        let db = random_db(n, value_bytes, arity, packing, &mut rng);
+        let seed: [u8; 32] = rng.random();
+        let cpu = pir_core::product::hint_cpu(&db, &seed, &|_| {});
+        let emu = emulated::hint(&db, &seed, tile);
+        assert!(
+            cpu == emu,
+            "hint differs for n={n} value_bytes={value_bytes} {arity:?} {packing:?}"
+        );
+    }
+}

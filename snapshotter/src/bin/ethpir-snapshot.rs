@@ -1,0 +1,247 @@
+//! `ethpir-snapshot`: export Ethereum account state into PIR snapshots.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use gpu_kernels::HintDevice;
+use pir_core::{Arity, Packing};
+use snapshotter::pipeline::{build_and_publish, BuildOptions, ExportedState};
+use snapshotter::sources::genesis;
+use snapshotter::store::SnapshotStore;
+use snapshotter::SnapshotId;
+
+#[derive(Parser)]
+#[command(
+    name = "ethpir-snapshot",
+    version,
+    about = "Export Ethereum account state into PIR snapshots and keep a snapshot store",
+    long_about = "Export Ethereum account state into private-information-retrieval (PIR) snapshots.\n\n\
+A build reads accounts from a source (a genesis file, a JSON-RPC node, a reth datadir), encodes them \
+as a keyword-PIR database (binary fuse filters), builds the hint (on a CUDA GPU when there is one, \
+else on all CPU cores) and publishes the snapshot atomically into the store: \
+<store>/<chain id>/<block>-<kind>/. A killed build never leaves a half-written snapshot.\n\n\
+Examples:\n  \
+ethpir-snapshot --store ./store build genesis --mainnet\n  \
+ethpir-snapshot --store ./store build genesis --file genesis.json --chain-id 11155111\n  \
+ethpir-snapshot --store ./store list\n  \
+ethpir-snapshot --store ./store verify --lookups 16"
+)]
+struct Cli {
+    /// The snapshot store directory.
+    #[arg(
+        long,
+        global = true,
+        default_value = "./ethpir-store",
+        env = "ETHPIR_STORE"
+    )]
+    store: PathBuf,
+    /// Log filter (error, warn, info, debug, or a tracing filter).
+    #[arg(long, global = true, default_value = "info", env = "ETHPIR_LOG")]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Build one snapshot now and publish it (for cron and systemd timers).
+    Build {
+        #[command(subcommand)]
+        source: Source,
+    },
+    /// List the snapshots in the store.
+    List {
+        /// Print the manifests as JSON lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check snapshots: digests, formats, and private lookups of sampled accounts.
+    Verify {
+        /// Snapshots to check (`<chain>/<block>-<kind>`); all when none.
+        ids: Vec<SnapshotId>,
+        /// Accounts looked up privately per snapshot (0: files and formats only).
+        #[arg(long, default_value_t = 8)]
+        lookups: usize,
+    },
+    /// Apply the retention policy now.
+    Prune {
+        #[arg(long)]
+        chain_id: u64,
+        #[command(flatten)]
+        retention: RetentionArgs,
+    },
+}
+
+#[derive(Subcommand)]
+enum Source {
+    /// The state at block 0 from a genesis JSON (its `alloc`).
+    Genesis {
+        /// The genesis file.
+        #[arg(long, conflicts_with = "mainnet", required_unless_present = "mainnet")]
+        file: Option<PathBuf>,
+        /// Use the bundled Ethereum mainnet genesis (8,893 accounts).
+        #[arg(long)]
+        mainnet: bool,
+        /// Chain id, when the file has no config.chainId.
+        #[arg(long)]
+        chain_id: Option<u64>,
+        #[command(flatten)]
+        build: BuildArgs,
+    },
+}
+
+impl Source {
+    fn build_args(&self) -> &BuildArgs {
+        match self {
+            Source::Genesis { build, .. } => build,
+        }
+    }
+}
+
+#[derive(Args, Clone)]
+struct BuildArgs {
+    /// Where to build the hint: auto (GPU if usable, else CPU), cpu, cuda.
+    #[arg(long, default_value = "auto")]
+    device: HintDevice,
+    /// Binary fuse filter arity (3 or 4).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(3..=4))]
+    arity: u8,
+    /// Packing factor k: "auto" or a number (1 = plain ChalametPIR layout).
+    #[arg(long, default_value = "auto")]
+    packing: String,
+    /// Hint size budget for automatic packing, MiB.
+    #[arg(long, default_value_t = 32)]
+    hint_budget_mib: u64,
+    /// Do not draw progress bars.
+    #[arg(long)]
+    no_progress: bool,
+    #[command(flatten)]
+    retention: RetentionArgs,
+}
+
+#[derive(Args, Clone)]
+struct RetentionArgs {
+    /// Keep this many newest non-historical snapshots per chain (0: keep all).
+    #[arg(long, default_value_t = 0)]
+    keep_latest: usize,
+    /// Block heights never removed by retention.
+    #[arg(long = "pin", value_delimiter = ',')]
+    pinned: Vec<u64>,
+}
+
+impl BuildArgs {
+    fn options(&self) -> Result<BuildOptions> {
+        let packing = match self.packing.as_str() {
+            "auto" => Packing::Auto {
+                hint_budget_bytes: self.hint_budget_mib << 20,
+            },
+            k => Packing::Fixed(k.parse().context("--packing must be auto or a number")?),
+        };
+        Ok(BuildOptions {
+            arity: if self.arity == 3 {
+                Arity::Three
+            } else {
+                Arity::Four
+            },
+            packing,
+            device: self.device,
+            progress: !self.no_progress,
+        })
+    }
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log).context("--log")?)
+        .with_writer(std::io::stderr)
+        .init();
+    let store = SnapshotStore::open(&cli.store)
+        .with_context(|| format!("opening the store {}", cli.store.display()))?;
+    match cli.command {
+        Command::Build { source } => {
+            let build = source.build_args().clone();
+            let state: ExportedState = match source {
+                Source::Genesis {
+                    file,
+                    mainnet,
+                    chain_id,
+                    ..
+                } => match (file, mainnet) {
+                    (_, true) => genesis::mainnet(),
+                    (Some(f), false) => genesis::read_genesis(&f, chain_id)
+                        .with_context(|| format!("reading genesis {}", f.display()))?,
+                    (None, false) => bail!("--file or --mainnet"),
+                },
+            };
+            snapshotter::failpoint::hit("export");
+            let chain_id = state.chain_id;
+            match build_and_publish(&store, state, &build.options()?) {
+                Ok(snap) => println!("{}", snap.path.display()),
+                Err(snapshotter::pipeline::BuildError::Store(
+                    snapshotter::store::StoreError::Exists(id),
+                )) => {
+                    tracing::info!(snapshot = %id, "already published; nothing to do");
+                }
+                Err(e) => return Err(e.into()),
+            }
+            prune(&store, chain_id, &build.retention)?;
+        }
+        Command::List { json } => {
+            for s in store.list()? {
+                if json {
+                    println!("{}", serde_json::to_string(&s.manifest)?);
+                } else {
+                    let m = &s.manifest;
+                    println!(
+                        "{:<28} {:>9} accounts  k={:<4} hint {:>7.1} MiB  query {:>6.1} KiB  created {}",
+                        s.id.to_string(),
+                        m.record_count,
+                        m.pir.partitions,
+                        m.pir.hint_bytes as f64 / (1 << 20) as f64,
+                        m.pir.query_bytes as f64 / 1024.0,
+                        m.created_at
+                    );
+                }
+            }
+        }
+        Command::Verify { ids, lookups } => {
+            let snaps = if ids.is_empty() {
+                store.list()?
+            } else {
+                ids.iter()
+                    .map(|id| store.get(id))
+                    .collect::<Result<Vec<_>, _>>()?
+            };
+            let mut bad = 0;
+            for s in &snaps {
+                match snapshotter::verify::verify(&store, s, lookups) {
+                    Ok(()) => println!("ok      {}", s.id),
+                    Err(e) => {
+                        bad += 1;
+                        println!("FAILED  {}: {e}", s.id);
+                    }
+                }
+            }
+            if bad > 0 {
+                bail!("{bad} of {} snapshots failed verification", snaps.len());
+            }
+        }
+        Command::Prune {
+            chain_id,
+            retention,
+        } => prune(&store, chain_id, &retention)?,
+    }
+    Ok(())
+}
+
+fn prune(store: &SnapshotStore, chain_id: u64, retention: &RetentionArgs) -> Result<()> {
+    if retention.keep_latest == 0 {
+        return Ok(());
+    }
+    for id in store.apply_retention(chain_id, retention.keep_latest, &retention.pinned)? {
+        tracing::info!(snapshot = %id, "removed by retention");
+    }
+    Ok(())
+}

@@ -1,0 +1,177 @@
+//! Snapshot metadata (`manifest.json`) and snapshot ids.
+
+use std::fmt;
+use std::str::FromStr;
+
+use alloy_primitives::B256;
+use serde::{Deserialize, Serialize};
+
+/// What a snapshot holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum SnapshotKind {
+    /// Every account at the block.
+    Full,
+    /// The accounts touched in the last `window` blocks up to the block.
+    Active { window: u64 },
+    /// Chosen accounts at an older block (kept for historical queries).
+    Historical,
+}
+
+impl SnapshotKind {
+    /// The short name used in directory names and the catalog.
+    pub fn name(&self) -> &'static str {
+        match self {
+            SnapshotKind::Full => "full",
+            SnapshotKind::Active { .. } => "active",
+            SnapshotKind::Historical => "historical",
+        }
+    }
+
+    /// Whether an address absent from the snapshot has balance 0 and nonce 0.
+    pub fn is_complete(&self) -> bool {
+        matches!(self, SnapshotKind::Full)
+    }
+}
+
+/// `<chain id>/<block>-<kind>`: the snapshot's directory below the store root.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SnapshotId {
+    pub chain_id: u64,
+    pub block: u64,
+    pub kind: String,
+}
+
+impl SnapshotId {
+    pub fn new(chain_id: u64, block: u64, kind: &SnapshotKind) -> Self {
+        SnapshotId {
+            chain_id,
+            block,
+            kind: kind.name().to_string(),
+        }
+    }
+
+    /// The id in URLs: `<chain>-<block>-<kind>`.
+    pub fn url_form(&self) -> String {
+        format!("{}-{}-{}", self.chain_id, self.block, self.kind)
+    }
+}
+
+impl fmt::Display for SnapshotId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}-{}", self.chain_id, self.block, self.kind)
+    }
+}
+
+impl FromStr for SnapshotId {
+    type Err = String;
+    /// Accepts `<chain>/<block>-<kind>` and `<chain>-<block>-<kind>`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("'{s}' is not a snapshot id (<chain>/<block>-<kind>)");
+        let (chain, rest) = s
+            .split_once('/')
+            .or_else(|| s.split_once('-'))
+            .ok_or_else(bad)?;
+        let (block, kind) = rest.split_once('-').ok_or_else(bad)?;
+        if !matches!(kind, "full" | "active" | "historical") {
+            return Err(bad());
+        }
+        Ok(SnapshotId {
+            chain_id: chain.parse().map_err(|_| bad())?,
+            block: block.parse().map_err(|_| bad())?,
+            kind: kind.to_string(),
+        })
+    }
+}
+
+/// Digest and size of one file of a snapshot.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileDigest {
+    pub bytes: u64,
+    /// SHA3-256, hex.
+    pub sha3_256: String,
+}
+
+/// PIR parameters of a snapshot.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PirParams {
+    pub lwe_dimension: u32,
+    pub plaintext_bits: u32,
+    pub arity: u8,
+    /// Packing factor k.
+    pub partitions: u32,
+    pub rows: u64,
+    pub cols: u64,
+    pub value_bytes: u32,
+    pub segment_length: u32,
+    pub segment_count: u32,
+    /// SHA3-256 of `setup.bin`, hex: the setup id clients check.
+    pub setup_digest: String,
+    pub hint_bytes: u64,
+    pub query_bytes: u64,
+    pub response_bytes: u64,
+}
+
+/// Build timings, for operators.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BuildStats {
+    pub export_s: f64,
+    pub encode_s: f64,
+    pub hint_s: f64,
+    pub write_s: f64,
+    /// `cpu` or `cuda`, and why.
+    pub hint_device: String,
+}
+
+/// `manifest.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub format: u32,
+    pub chain_id: u64,
+    pub block_number: u64,
+    pub block_hash: Option<B256>,
+    pub state_root: Option<B256>,
+    /// Block timestamp, seconds since the epoch.
+    pub block_time: Option<u64>,
+    #[serde(flatten)]
+    pub kind: SnapshotKind,
+    /// Where the state came from (`genesis:...`, `rpc:...`, `reth:...`).
+    pub source: String,
+    pub record_count: u64,
+    /// SHA3-256 of the sorted records (`records.bin`), hex.
+    pub content_digest: String,
+    /// RFC 3339.
+    pub created_at: String,
+    pub pir: PirParams,
+    pub build: BuildStats,
+    pub files: std::collections::BTreeMap<String, FileDigest>,
+}
+
+pub const MANIFEST_FORMAT: u32 = 1;
+
+impl Manifest {
+    pub fn id(&self) -> SnapshotId {
+        SnapshotId::new(self.chain_id, self.block_number, &self.kind)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_parse_both_forms() {
+        let id: SnapshotId = "1/0-full".parse().unwrap();
+        assert_eq!(id, SnapshotId::new(1, 0, &SnapshotKind::Full));
+        assert_eq!(id.url_form().parse::<SnapshotId>().unwrap(), id);
+        assert!("1/0-half".parse::<SnapshotId>().is_err());
+        assert!("x/0-full".parse::<SnapshotId>().is_err());
+        assert!("".parse::<SnapshotId>().is_err());
+    }
+
+    #[test]
+    fn kind_serialises_flat() {
+        let v = serde_json::to_value(SnapshotKind::Active { window: 64 }).unwrap();
+        assert_eq!(v, serde_json::json!({"kind": "active", "window": 64}));
+    }
+}

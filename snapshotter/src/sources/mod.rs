@@ -1,0 +1,3 @@
+//! Where account state comes from.
+
+pub mod genesis;

@@ -1,0 +1,336 @@
+//! The snapshot store: a directory `<root>/<chain id>/<block>-<kind>/`, one
+//! folder per snapshot, each with `manifest.json`, `records.bin`, `db.bin`
+//! (the encoded database) and `setup.bin` (filter parameters and hint, what
+//! clients download).
+//!
+//! Publishing is atomic: a snapshot is written under `<root>/.staging/`,
+//! every file and the folder are fsynced, and one `rename` makes it visible.
+//! A build killed at any moment leaves at most a folder under `.staging/`,
+//! which listing ignores and the next build removes. Removal is the
+//! reverse: rename into `<root>/.trash/`, then delete.
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use sha3::{Digest, Sha3_256};
+
+use crate::manifest::{FileDigest, Manifest, SnapshotId, MANIFEST_FORMAT};
+
+pub const MANIFEST_FILE: &str = "manifest.json";
+pub const RECORDS_FILE: &str = "records.bin";
+pub const DB_FILE: &str = "db.bin";
+pub const SETUP_FILE: &str = "setup.bin";
+const STAGING: &str = ".staging";
+const TRASH: &str = ".trash";
+
+/// Store errors, with the path involved.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: bad manifest: {reason}")]
+    Manifest { path: PathBuf, reason: String },
+    #[error("snapshot {0} is not in the store")]
+    NotFound(SnapshotId),
+    #[error("snapshot {0} is already published (same block and kind)")]
+    Exists(SnapshotId),
+    #[error("snapshot {id}: {problem}")]
+    Invalid { id: SnapshotId, problem: String },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Hex SHA3-256.
+pub fn sha3_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha3_256::digest(bytes))
+}
+
+/// A published snapshot found in the store.
+#[derive(Clone, Debug)]
+pub struct StoredSnapshot {
+    pub id: SnapshotId,
+    pub path: PathBuf,
+    pub manifest: Manifest,
+}
+
+/// A snapshot being written; dropped unpublished, it is removed.
+pub struct StagedSnapshot {
+    dir: PathBuf,
+    files: std::collections::BTreeMap<String, FileDigest>,
+    published: bool,
+}
+
+impl StagedSnapshot {
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Writes and fsyncs one file, recording its digest.
+    pub fn write_file(&mut self, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        let path = self.dir.join(name);
+        let mut f = File::create(&path).map_err(io(&path))?;
+        f.write_all(bytes).map_err(io(&path))?;
+        f.sync_all().map_err(io(&path))?;
+        self.files.insert(
+            name.to_string(),
+            FileDigest {
+                bytes: bytes.len() as u64,
+                sha3_256: sha3_hex(bytes),
+            },
+        );
+        Ok(())
+    }
+
+    /// Digests of the files written so far (for the manifest).
+    pub fn file_digests(&self) -> &std::collections::BTreeMap<String, FileDigest> {
+        &self.files
+    }
+}
+
+impl Drop for StagedSnapshot {
+    fn drop(&mut self) {
+        if !self.published {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// A snapshot store rooted at a directory.
+#[derive(Clone, Debug)]
+pub struct SnapshotStore {
+    root: PathBuf,
+}
+
+fn fsync_dir(path: &Path) -> Result<(), StoreError> {
+    File::open(path)
+        .and_then(|d| d.sync_all())
+        .map_err(io(path))
+}
+
+impl SnapshotStore {
+    /// Opens (creating if needed) a store.
+    pub fn open(root: impl Into<PathBuf>) -> Result<Self, StoreError> {
+        let root = root.into();
+        fs::create_dir_all(&root).map_err(io(&root))?;
+        Ok(SnapshotStore { root })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Where a snapshot lives (published or not).
+    pub fn path_of(&self, id: &SnapshotId) -> PathBuf {
+        self.root
+            .join(id.chain_id.to_string())
+            .join(format!("{}-{}", id.block, id.kind))
+    }
+
+    /// Removes what killed builds left under `.staging` and `.trash`.
+    pub fn clean_leftovers(&self) -> Result<usize, StoreError> {
+        let mut removed = 0;
+        for dir in [STAGING, TRASH] {
+            let path = self.root.join(dir);
+            if let Ok(entries) = fs::read_dir(&path) {
+                for e in entries.flatten() {
+                    fs::remove_dir_all(e.path()).map_err(io(&e.path()))?;
+                    removed += 1;
+                }
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Starts a new snapshot under `.staging`.
+    pub fn stage(&self, id: &SnapshotId) -> Result<StagedSnapshot, StoreError> {
+        let staging = self.root.join(STAGING);
+        fs::create_dir_all(&staging).map_err(io(&staging))?;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let dir = staging.join(format!(
+            "{}-{}-{}-{}-{}",
+            id.chain_id,
+            id.block,
+            id.kind,
+            std::process::id(),
+            nanos
+        ));
+        fs::create_dir(&dir).map_err(io(&dir))?;
+        Ok(StagedSnapshot {
+            dir,
+            files: Default::default(),
+            published: false,
+        })
+    }
+
+    /// Writes the manifest last, fsyncs, and renames the staged folder into
+    /// place. Refuses to replace a published snapshot.
+    pub fn publish(
+        &self,
+        mut staged: StagedSnapshot,
+        manifest: &Manifest,
+    ) -> Result<StoredSnapshot, StoreError> {
+        let id = manifest.id();
+        let target = self.path_of(&id);
+        if target.exists() {
+            return Err(StoreError::Exists(id));
+        }
+        let json = serde_json::to_vec_pretty(manifest).expect("manifest serialises");
+        let path = staged.dir.join(MANIFEST_FILE);
+        let mut f = File::create(&path).map_err(io(&path))?;
+        f.write_all(&json).map_err(io(&path))?;
+        f.sync_all().map_err(io(&path))?;
+        fsync_dir(&staged.dir)?;
+        let parent = target.parent().expect("snapshot path has a chain folder");
+        fs::create_dir_all(parent).map_err(io(parent))?;
+        crate::failpoint::hit("publish");
+        fs::rename(&staged.dir, &target).map_err(io(&target))?;
+        staged.published = true;
+        fsync_dir(parent)?;
+        Ok(StoredSnapshot {
+            id,
+            path: target,
+            manifest: manifest.clone(),
+        })
+    }
+
+    /// Every published snapshot, oldest block first. Folders without a
+    /// readable manifest are skipped (and reported by `verify`).
+    pub fn list(&self) -> Result<Vec<StoredSnapshot>, StoreError> {
+        let mut out = Vec::new();
+        let entries = fs::read_dir(&self.root).map_err(io(&self.root))?;
+        for chain in entries.flatten() {
+            let name = chain.file_name().to_string_lossy().to_string();
+            if name.starts_with('.') || name.parse::<u64>().is_err() || !chain.path().is_dir() {
+                continue;
+            }
+            for snap in fs::read_dir(chain.path())
+                .map_err(io(&chain.path()))?
+                .flatten()
+            {
+                if let Ok(s) = self.read_snapshot(&snap.path()) {
+                    out.push(s);
+                }
+            }
+        }
+        out.sort_by(|a, b| {
+            (a.id.chain_id, a.id.block, &a.id.kind).cmp(&(b.id.chain_id, b.id.block, &b.id.kind))
+        });
+        Ok(out)
+    }
+
+    fn read_snapshot(&self, path: &Path) -> Result<StoredSnapshot, StoreError> {
+        let mpath = path.join(MANIFEST_FILE);
+        let bytes = fs::read(&mpath).map_err(io(&mpath))?;
+        let manifest: Manifest =
+            serde_json::from_slice(&bytes).map_err(|e| StoreError::Manifest {
+                path: mpath.clone(),
+                reason: e.to_string(),
+            })?;
+        if manifest.format != MANIFEST_FORMAT {
+            return Err(StoreError::Manifest {
+                path: mpath,
+                reason: format!("format {} is not supported", manifest.format),
+            });
+        }
+        let id = manifest.id();
+        if self.path_of(&id) != path {
+            return Err(StoreError::Manifest {
+                path: mpath,
+                reason: format!("describes {id}, which belongs elsewhere"),
+            });
+        }
+        Ok(StoredSnapshot {
+            id,
+            path: path.to_path_buf(),
+            manifest,
+        })
+    }
+
+    /// One published snapshot.
+    pub fn get(&self, id: &SnapshotId) -> Result<StoredSnapshot, StoreError> {
+        let path = self.path_of(id);
+        if !path.join(MANIFEST_FILE).exists() {
+            return Err(StoreError::NotFound(id.clone()));
+        }
+        self.read_snapshot(&path)
+    }
+
+    /// Reads one file of a snapshot and checks it against the manifest.
+    pub fn read_checked(&self, snap: &StoredSnapshot, name: &str) -> Result<Vec<u8>, StoreError> {
+        let path = snap.path.join(name);
+        let bytes = fs::read(&path).map_err(io(&path))?;
+        let expected = snap
+            .manifest
+            .files
+            .get(name)
+            .ok_or_else(|| StoreError::Invalid {
+                id: snap.id.clone(),
+                problem: format!("manifest lists no {name}"),
+            })?;
+        if expected.bytes != bytes.len() as u64 || expected.sha3_256 != sha3_hex(&bytes) {
+            return Err(StoreError::Invalid {
+                id: snap.id.clone(),
+                problem: format!("{name} does not match its digest in the manifest"),
+            });
+        }
+        Ok(bytes)
+    }
+
+    /// Removes a snapshot (rename into `.trash`, then delete).
+    pub fn remove(&self, id: &SnapshotId) -> Result<(), StoreError> {
+        let path = self.path_of(id);
+        if !path.exists() {
+            return Err(StoreError::NotFound(id.clone()));
+        }
+        let trash = self.root.join(TRASH);
+        fs::create_dir_all(&trash).map_err(io(&trash))?;
+        let dest = trash.join(format!(
+            "{}-{}-{}-{}",
+            id.chain_id,
+            id.block,
+            id.kind,
+            std::process::id()
+        ));
+        fs::rename(&path, &dest).map_err(io(&path))?;
+        fs::remove_dir_all(&dest).map_err(io(&dest))
+    }
+
+    /// Applies the retention policy to one chain: keeps the newest
+    /// `keep_latest` non-historical snapshots, every historical snapshot and
+    /// every snapshot at a pinned height. Returns what was removed.
+    pub fn apply_retention(
+        &self,
+        chain_id: u64,
+        keep_latest: usize,
+        pinned: &[u64],
+    ) -> Result<Vec<SnapshotId>, StoreError> {
+        let mut latest: Vec<StoredSnapshot> = self
+            .list()?
+            .into_iter()
+            .filter(|s| {
+                s.id.chain_id == chain_id
+                    && s.id.kind != "historical"
+                    && !pinned.contains(&s.id.block)
+            })
+            .collect();
+        latest.sort_by_key(|s| std::cmp::Reverse(s.id.block));
+        let mut removed = Vec::new();
+        for s in latest.into_iter().skip(keep_latest) {
+            self.remove(&s.id)?;
+            removed.push(s.id);
+        }
+        Ok(removed)
+    }
+}
