@@ -1,1 +1,63 @@
-//! The PIR HTTP server (axum). Filled by the server/proxy issue.
+//! # server
+//!
+//! `ethpir-server`: serves the snapshots of a store to PIR clients.
+//!
+//! - `GET /v1/snapshots`: the catalog (JSON);
+//! - `GET /v1/snapshots/{id}/setup`: setup data (binary), ETag = setup digest;
+//! - `POST /v1/snapshots/{id}/query`: one query or a batch (binary);
+//! - `GET /healthz`, `GET /metrics` (Prometheus text).
+//!
+//! New snapshots in the store are picked up by a periodic rescan; removed
+//! ones leave the catalog at once but keep answering the queries already in
+//! flight (they hold an `Arc`). Query bytes are never logged.
+
+pub mod api;
+pub mod config;
+mod metrics;
+mod routes;
+mod state;
+
+pub use config::ServerConfig;
+pub use routes::router;
+pub use state::{AppState, LoadedSnapshot};
+
+use std::sync::Arc;
+
+/// Runs the server until `shutdown` resolves.
+pub async fn serve(
+    config: ServerConfig,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("binding {}: {e}", config.listen))?;
+    serve_on(listener, config, shutdown).await
+}
+
+/// Runs the server on an already bound listener (tests bind port 0).
+pub async fn serve_on(
+    listener: tokio::net::TcpListener,
+    config: ServerConfig,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let state = Arc::new(AppState::new(&config)?);
+    state.rescan().await;
+    let rescanner = {
+        let state = state.clone();
+        let every = config.rescan_interval();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                state.rescan().await;
+            }
+        })
+    };
+    tracing::info!(addr = %listener.local_addr()?, store = %config.store.display(), "ethpir-server listening");
+    let result = axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await;
+    rescanner.abort();
+    result.map_err(Into::into)
+}

@@ -1,0 +1,27 @@
+//! JSON types of the HTTP API, shared with clients.
+
+use serde::{Deserialize, Serialize};
+use snapshotter::Manifest;
+
+/// One snapshot in `GET /v1/snapshots`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CatalogEntry {
+    /// The id in URLs: `<chain>-<block>-<kind>`.
+    pub id: String,
+    #[serde(flatten)]
+    pub manifest: Manifest,
+}
+
+/// `GET /v1/snapshots`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Catalog {
+    pub snapshots: Vec<CatalogEntry>,
+    /// Most queries the server takes in one batch.
+    pub max_batch: usize,
+}
+
+/// Body of every error response.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ApiError {
+    pub error: String,
+}

@@ -1,0 +1,76 @@
+//! `ethpir-server`: serve a snapshot store to PIR clients.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use server::ServerConfig;
+
+#[derive(Parser)]
+#[command(
+    name = "ethpir-server",
+    version,
+    about = "Serve PIR snapshots of Ethereum account state",
+    long_about = "Serve the snapshots of a store (made by ethpir-snapshot) to PIR clients such as ethpir-proxy.\n\n\
+The server answers private queries without learning which account was read. New snapshots in the \
+store are picked up without a restart (rescan), removed ones are retired once their in-flight \
+queries end.\n\n\
+API: GET /v1/snapshots, GET /v1/snapshots/{id}/setup, POST /v1/snapshots/{id}/query, GET /healthz, GET /metrics.\n\n\
+Settings come from --config (see configs/server.toml), then from these flags."
+)]
+struct Cli {
+    /// TOML config file (configs/server.toml documents every setting).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Snapshot store to serve.
+    #[arg(long, env = "ETHPIR_STORE")]
+    store: Option<PathBuf>,
+    /// Address to listen on (default 127.0.0.1:8546).
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Seconds between store rescans.
+    #[arg(long)]
+    rescan_secs: Option<u64>,
+    /// Answers computed at once.
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Query batches allowed to wait; beyond that, 503.
+    #[arg(long)]
+    queue: Option<usize>,
+    /// Log filter.
+    #[arg(long, default_value = "info", env = "ETHPIR_LOG")]
+    log: String,
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log).context("--log")?)
+        .init();
+    let mut config = match &cli.config {
+        Some(p) => ServerConfig::from_file(p)?,
+        None => ServerConfig::default(),
+    };
+    if let Some(v) = cli.store {
+        config.store = v;
+    }
+    if let Some(v) = cli.listen {
+        config.listen = v;
+    }
+    if let Some(v) = cli.rescan_secs {
+        config.rescan_secs = v;
+    }
+    if let Some(v) = cli.workers {
+        config.workers = v;
+    }
+    if let Some(v) = cli.queue {
+        config.queue = v;
+    }
+    server::serve(config, async {
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutting down");
+    })
+    .await
+}

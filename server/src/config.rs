@@ -1,0 +1,53 @@
+//! Server settings: `configs/server.toml` documents every field.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Snapshot store to serve.
+    pub store: PathBuf,
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Seconds between store rescans.
+    pub rescan_secs: u64,
+    /// Most queries in one batch.
+    pub max_batch: usize,
+    /// Answers computed at once (each uses all cores for a moment).
+    pub workers: usize,
+    /// Queries allowed to wait for a worker; beyond that, 503.
+    pub queue: usize,
+    /// Largest request body accepted, bytes (larger: 413).
+    pub max_body_bytes: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            store: PathBuf::from("./ethpir-store"),
+            listen: "127.0.0.1:8546".parse().expect("valid address"),
+            rescan_secs: 5,
+            max_batch: 64,
+            workers: 2,
+            queue: 64,
+            max_body_bytes: 64 << 20,
+        }
+    }
+}
+
+impl ServerConfig {
+    pub fn rescan_interval(&self) -> Duration {
+        Duration::from_secs(self.rescan_secs.max(1))
+    }
+
+    /// Reads a TOML config file.
+    pub fn from_file(path: &std::path::Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    }
+}

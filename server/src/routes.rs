@@ -1,0 +1,206 @@
+//! HTTP routes.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use pir_core::server::ServeError;
+use pir_core::wire;
+
+use crate::api::{ApiError, Catalog, CatalogEntry};
+use crate::state::AppState;
+
+/// The router over a shared state.
+pub fn router(state: Arc<AppState>) -> Router {
+    let body_limit = state.max_body_bytes();
+    Router::new()
+        .route("/v1/snapshots", get(catalog))
+        .route("/v1/snapshots/{id}/setup", get(setup))
+        .route("/v1/snapshots/{id}/query", post(query))
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .layer(DefaultBodyLimit::max(body_limit))
+        .with_state(state)
+}
+
+impl AppState {
+    fn max_body_bytes(&self) -> usize {
+        self.body_limit
+    }
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (
+        status,
+        Json(ApiError {
+            error: message.into(),
+        }),
+    )
+        .into_response()
+}
+
+fn count(state: &AppState, route: &str, status: StatusCode) {
+    state
+        .metrics
+        .requests
+        .with_label_values(&[route, status.as_str()])
+        .inc();
+}
+
+async fn catalog(State(state): State<Arc<AppState>>) -> Response {
+    let mut snapshots: Vec<CatalogEntry> = state
+        .all()
+        .iter()
+        .map(|s| CatalogEntry {
+            id: s.url_id.clone(),
+            manifest: s.stored.manifest.clone(),
+        })
+        .collect();
+    snapshots.sort_by_key(|e| (e.manifest.chain_id, e.manifest.block_number, e.id.clone()));
+    count(&state, "catalog", StatusCode::OK);
+    Json(Catalog {
+        snapshots,
+        max_batch: state.max_batch,
+    })
+    .into_response()
+}
+
+async fn setup(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let Some(snap) = state.get(&id) else {
+        count(&state, "setup", StatusCode::NOT_FOUND);
+        return error(
+            StatusCode::NOT_FOUND,
+            format!("no snapshot '{id}' (it may have been retired)"),
+        );
+    };
+    let etag = format!("\"{}\"", snap.stored.manifest.pir.setup_digest);
+    let matches = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"));
+    if matches {
+        count(&state, "setup", StatusCode::NOT_MODIFIED);
+        return (StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response();
+    }
+    count(&state, "setup", StatusCode::OK);
+    (
+        StatusCode::OK,
+        [
+            (header::ETAG, etag),
+            (header::CONTENT_TYPE, "application/octet-stream".to_string()),
+        ],
+        Bytes::copy_from_slice(snap.pir.setup_bytes()),
+    )
+        .into_response()
+}
+
+async fn query(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    let Some(snap) = state.get(&id) else {
+        count(&state, "query", StatusCode::NOT_FOUND);
+        return error(
+            StatusCode::NOT_FOUND,
+            format!("no snapshot '{id}' (it may have been retired)"),
+        );
+    };
+    let largest = wire::query_bytes(snap.pir.db().shape().rows(), state.max_batch);
+    if body.len() > largest {
+        count(&state, "query", StatusCode::PAYLOAD_TOO_LARGE);
+        return error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "{} bytes: a batch of at most {} queries takes at most {largest}",
+                body.len(),
+                state.max_batch
+            ),
+        );
+    }
+    let Some(slot) = state.enter_queue() else {
+        count(&state, "query", StatusCode::SERVICE_UNAVAILABLE);
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "1")],
+            Json(ApiError {
+                error: "queue full, retry shortly".into(),
+            }),
+        )
+            .into_response();
+    };
+    let Ok(permit) = state.workers.clone().acquire_owned().await else {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "shutting down");
+    };
+    let started = Instant::now();
+    let worker_snap = snap.clone();
+    let result = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        let batch = wire::decode_queries(&body).map(|q| q.len()).unwrap_or(0);
+        (worker_snap.pir.answer_bytes(&body), batch)
+    })
+    .await;
+    drop(slot);
+    let elapsed = started.elapsed();
+    let (status, response) = match result {
+        Ok((Ok(bytes), batch)) => {
+            state.metrics.answer_seconds.observe(elapsed.as_secs_f64());
+            state
+                .metrics
+                .queries
+                .with_label_values(&[&snap.url_id])
+                .inc_by(batch as u64);
+            tracing::info!(snapshot = %snap.url_id, batch, ms = elapsed.as_secs_f64() * 1e3, "answered");
+            (
+                StatusCode::OK,
+                ([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response(),
+            )
+        }
+        Ok((Err(ServeError::Wire(e)), _)) => (
+            StatusCode::BAD_REQUEST,
+            error(StatusCode::BAD_REQUEST, format!("malformed query: {e}")),
+        ),
+        Ok((Err(ServeError::Answer(e)), _)) => (
+            StatusCode::BAD_REQUEST,
+            error(
+                StatusCode::BAD_REQUEST,
+                format!("query does not fit this snapshot: {e}"),
+            ),
+        ),
+        Err(e) => {
+            tracing::error!(snapshot = %snap.url_id, error = %e, "answer task failed");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                error(StatusCode::INTERNAL_SERVER_ERROR, "internal error"),
+            )
+        }
+    };
+    if status != StatusCode::OK {
+        tracing::info!(snapshot = %snap.url_id, status = status.as_u16(), "refused query");
+    }
+    count(&state, "query", status);
+    response
+}
+
+async fn healthz(State(state): State<Arc<AppState>>) -> Response {
+    let n = state.all().len();
+    count(&state, "healthz", StatusCode::OK);
+    Json(serde_json::json!({"status": "ok", "snapshots": n})).into_response()
+}
+
+async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
+        .into_response()
+}

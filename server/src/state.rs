@@ -1,0 +1,172 @@
+//! What the server holds: the loaded snapshots, the answer workers and the
+//! queue bound.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+
+use pir_core::wire::{decode_db, SetupData};
+use pir_core::PirServer;
+use snapshotter::store::{SnapshotStore, StoredSnapshot, DB_FILE, SETUP_FILE};
+use tokio::sync::Semaphore;
+
+use crate::metrics::Metrics;
+use crate::ServerConfig;
+
+/// A snapshot ready to answer.
+pub struct LoadedSnapshot {
+    pub stored: StoredSnapshot,
+    pub pir: PirServer,
+    /// `<chain>-<block>-<kind>`.
+    pub url_id: String,
+}
+
+impl LoadedSnapshot {
+    /// Reads, checks (digests, formats, setup digest) and loads a snapshot.
+    pub fn load(store: &SnapshotStore, stored: StoredSnapshot) -> anyhow::Result<Self> {
+        let db = decode_db(&store.read_checked(&stored, DB_FILE)?)?;
+        let setup = SetupData::from_bytes(&store.read_checked(&stored, SETUP_FILE)?)?;
+        let pir = PirServer::from_parts(db, setup.seed, setup.hint)?;
+        if hex::encode(pir.setup_digest()) != stored.manifest.pir.setup_digest {
+            anyhow::bail!("setup digest differs from the manifest");
+        }
+        Ok(LoadedSnapshot {
+            url_id: stored.id.url_form(),
+            stored,
+            pir,
+        })
+    }
+}
+
+pub struct AppState {
+    pub store: SnapshotStore,
+    pub snapshots: RwLock<BTreeMap<String, Arc<LoadedSnapshot>>>,
+    /// Answers computed at once.
+    pub workers: Arc<Semaphore>,
+    /// Batches waiting or running.
+    pub in_queue: AtomicUsize,
+    pub queue_limit: usize,
+    pub max_batch: usize,
+    pub body_limit: usize,
+    pub metrics: Metrics,
+    /// Store entries that failed to load, so each is logged once.
+    failed: RwLock<BTreeMap<String, String>>,
+}
+
+impl AppState {
+    pub fn new(config: &ServerConfig) -> anyhow::Result<Self> {
+        Ok(AppState {
+            store: SnapshotStore::open(&config.store)?,
+            snapshots: RwLock::new(BTreeMap::new()),
+            workers: Arc::new(Semaphore::new(config.workers.max(1))),
+            in_queue: AtomicUsize::new(0),
+            queue_limit: config.queue.max(1),
+            max_batch: config.max_batch.clamp(1, pir_core::wire::MAX_BATCH),
+            body_limit: config.max_body_bytes,
+            metrics: Metrics::new(),
+            failed: RwLock::new(BTreeMap::new()),
+        })
+    }
+
+    pub fn get(&self, url_id: &str) -> Option<Arc<LoadedSnapshot>> {
+        self.snapshots.read().expect("lock").get(url_id).cloned()
+    }
+
+    pub fn all(&self) -> Vec<Arc<LoadedSnapshot>> {
+        self.snapshots
+            .read()
+            .expect("lock")
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Loads snapshots that appeared in the store and retires vanished ones.
+    pub async fn rescan(self: &Arc<Self>) {
+        let listed = match self.store.list() {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list the store");
+                return;
+            }
+        };
+        let present: BTreeMap<String, StoredSnapshot> =
+            listed.into_iter().map(|s| (s.id.url_form(), s)).collect();
+        let retired: Vec<String> = {
+            let mut map = self.snapshots.write().expect("lock");
+            let gone: Vec<String> = map
+                .iter()
+                .filter(|(id, loaded)| {
+                    present.get(*id).is_none_or(|s| {
+                        s.manifest.pir.setup_digest != loaded.stored.manifest.pir.setup_digest
+                    })
+                })
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in &gone {
+                map.remove(id);
+            }
+            gone
+        };
+        for id in retired {
+            tracing::info!(snapshot = %id, "retired (in-flight queries finish on it)");
+        }
+        for (id, stored) in present {
+            if self.get(&id).is_some() {
+                continue;
+            }
+            let key = format!("{id}:{}", stored.manifest.pir.setup_digest);
+            if self.failed.read().expect("lock").contains_key(&key) {
+                continue;
+            }
+            let store = self.store.clone();
+            let loaded =
+                tokio::task::spawn_blocking(move || LoadedSnapshot::load(&store, stored)).await;
+            match loaded {
+                Ok(Ok(snap)) => {
+                    tracing::info!(snapshot = %id, records = snap.stored.manifest.record_count, k = snap.stored.manifest.pir.partitions, "serving");
+                    self.snapshots
+                        .write()
+                        .expect("lock")
+                        .insert(id, Arc::new(snap));
+                }
+                Ok(Err(e)) => {
+                    tracing::error!(snapshot = %id, error = %e, "cannot load snapshot; skipping it");
+                    self.failed
+                        .write()
+                        .expect("lock")
+                        .insert(key, e.to_string());
+                }
+                Err(e) => tracing::error!(snapshot = %id, error = %e, "loader panicked"),
+            }
+        }
+        self.metrics
+            .snapshots
+            .set(self.snapshots.read().expect("lock").len() as i64);
+    }
+
+    /// Takes a queue slot, or `None` when the queue is full.
+    pub fn enter_queue(self: &Arc<Self>) -> Option<QueueSlot> {
+        let before = self.in_queue.fetch_add(1, Ordering::SeqCst);
+        if before >= self.queue_limit {
+            self.in_queue.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        self.metrics.queued.set(before as i64 + 1);
+        Some(QueueSlot {
+            state: self.clone(),
+        })
+    }
+}
+
+/// A place in the bounded queue; released on drop.
+pub struct QueueSlot {
+    state: Arc<AppState>,
+}
+
+impl Drop for QueueSlot {
+    fn drop(&mut self) {
+        let left = self.state.in_queue.fetch_sub(1, Ordering::SeqCst) - 1;
+        self.state.metrics.queued.set(left as i64);
+    }
+}

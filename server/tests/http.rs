@@ -1,0 +1,300 @@
+//! The server over real HTTP on loopback: catalog, setup with ETag, private
+//! queries decoded by a real client, every kind of bad request, hot pickup
+//! and retirement of snapshots.
+
+use std::time::Duration;
+
+use alloy_primitives::{Address, U256};
+use pir_core::wire::{decode_responses, encode_queries};
+use pir_core::{Lookup, PirClient};
+use server::api::Catalog;
+use server::ServerConfig;
+use snapshotter::pipeline::{build_and_publish, BuildOptions, ExportedState};
+use snapshotter::{AccountRecord, SnapshotKind, SnapshotStore};
+
+fn state(block: u64, n: u64) -> ExportedState {
+    ExportedState {
+        chain_id: 31337,
+        block_number: block,
+        block_hash: None,
+        state_root: None,
+        block_time: None,
+        kind: SnapshotKind::Full,
+        source: "test".into(),
+        records: (1..=n)
+            .map(|i| {
+                AccountRecord::new(
+                    Address::with_last_byte(i as u8)
+                        .into_array()
+                        .map(|b| b ^ (i >> 8) as u8)
+                        .into(),
+                    U256::from(i * 1000 + block),
+                    i,
+                )
+            })
+            .collect(),
+        export_s: 0.0,
+    }
+}
+
+fn opts() -> BuildOptions {
+    BuildOptions {
+        progress: false,
+        device: gpu_kernels::HintDevice::Cpu,
+        ..Default::default()
+    }
+}
+
+async fn start(store: &std::path::Path, workers: usize, queue: usize) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let config = ServerConfig {
+        store: store.to_path_buf(),
+        listen: addr,
+        rescan_secs: 1,
+        workers,
+        queue,
+        max_batch: 64,
+        ..Default::default()
+    };
+    tokio::spawn(server::serve_on(listener, config, std::future::pending()));
+    format!("http://{addr}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_private_queries_and_refuses_bad_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path()).unwrap();
+    let exported = state(5, 300);
+    build_and_publish(&store, exported.clone(), &opts()).unwrap();
+    let base = start(dir.path(), 2, 16).await;
+    let http = reqwest::Client::new();
+
+    let catalog: Catalog = serde_json::from_slice(
+        &http
+            .get(format!("{base}/v1/snapshots"))
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(catalog.snapshots.len(), 1);
+    let entry = &catalog.snapshots[0];
+    assert_eq!(entry.id, "31337-5-full");
+    assert_eq!(entry.manifest.record_count, 300);
+
+    let setup = http
+        .get(format!("{base}/v1/snapshots/{}/setup", entry.id))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(setup.status(), 200);
+    let etag = setup.headers()["etag"].to_str().unwrap().to_string();
+    assert_eq!(etag, format!("\"{}\"", entry.manifest.pir.setup_digest));
+    let setup_bytes = setup.bytes().await.unwrap();
+    let again = http
+        .get(format!("{base}/v1/snapshots/{}/setup", entry.id))
+        .header("if-none-match", &etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 304);
+
+    // Private lookups through HTTP, a single query and a batch.
+    let client = PirClient::from_setup_bytes(&setup_bytes).unwrap();
+    let mut rng = rand::rng();
+    let mut pendings = Vec::new();
+    let mut queries = Vec::new();
+    for r in exported.records.iter().take(5) {
+        let (q, p) = client
+            .query(client.prepare(&mut rng), r.key.as_slice())
+            .unwrap();
+        queries.push(q);
+        pendings.push((r.clone(), p));
+    }
+    let url = format!("{base}/v1/snapshots/{}/query", entry.id);
+    let resp = http
+        .post(&url)
+        .body(encode_queries(&queries))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let responses = decode_responses(&resp.bytes().await.unwrap()).unwrap();
+    for ((record, pending), response) in pendings.into_iter().zip(&responses) {
+        let Lookup::Found(v) = client.decode(pending, response).unwrap() else {
+            panic!("absent")
+        };
+        assert_eq!(
+            snapshotter::decode_value(&v).unwrap(),
+            (record.balance, record.nonce)
+        );
+    }
+    let one = encode_queries(&queries[..1]);
+
+    // Bad requests: truncated, trailing, random, oversized, unknown id, wrong setup.
+    let status = |body: Vec<u8>, url: String| {
+        let http = http.clone();
+        async move {
+            http.post(url)
+                .body(body)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    assert_eq!(
+        status(one[..one.len() - 1].to_vec(), url.clone()).await,
+        400
+    );
+    assert_eq!(
+        status([one.clone(), vec![0]].concat(), url.clone()).await,
+        400
+    );
+    assert_eq!(status(vec![0xAB; 1000], url.clone()).await, 400);
+    assert_eq!(status(Vec::new(), url.clone()).await, 400);
+    assert_eq!(status(vec![0; one.len() * 65], url.clone()).await, 413);
+    assert_eq!(status(vec![0; 70 << 20], url.clone()).await, 413);
+    assert_eq!(
+        status(
+            one.clone(),
+            format!("{base}/v1/snapshots/31337-6-full/query")
+        )
+        .await,
+        404
+    );
+    assert_eq!(
+        status(one.clone(), format!("{base}/v1/snapshots/nonsense/query")).await,
+        404
+    );
+    let mut wrong_setup = one.clone();
+    wrong_setup[8] ^= 1;
+    assert_eq!(status(wrong_setup, url.clone()).await, 400);
+    assert_eq!(
+        http.get(format!("{base}/v1/snapshots/nope/setup"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+
+    let health = http
+        .get(format!("{base}/healthz"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(health.contains("\"snapshots\":1"), "{health}");
+    let metrics = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("ethpir_queries_total{snapshot=\"31337-5-full\"} 5"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("ethpir_http_requests_total{route=\"query\",status=\"400\"}"));
+
+    // A new snapshot is picked up without a restart; a removed one retires.
+    build_and_publish(&store, state(6, 200), &opts()).unwrap();
+    let mut found = false;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let c: Catalog = serde_json::from_slice(
+            &http
+                .get(format!("{base}/v1/snapshots"))
+                .send()
+                .await
+                .unwrap()
+                .bytes()
+                .await
+                .unwrap(),
+        )
+        .unwrap();
+        if c.snapshots.len() == 2 {
+            found = true;
+            break;
+        }
+    }
+    assert!(found, "new snapshot not picked up");
+    store.remove(&"31337/5-full".parse().unwrap()).unwrap();
+    let mut retired = false;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if status(one.clone(), url.clone()).await == 404 {
+            retired = true;
+            break;
+        }
+    }
+    assert!(retired, "removed snapshot still served");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_full_queue_answers_503_and_nothing_else_breaks() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path()).unwrap();
+    let exported = state(1, 4000);
+    build_and_publish(
+        &store,
+        exported.clone(),
+        &BuildOptions {
+            packing: pir_core::Packing::Fixed(1),
+            ..opts()
+        },
+    )
+    .unwrap();
+    let base = start(dir.path(), 1, 1).await;
+    let http = reqwest::Client::new();
+    let setup = http
+        .get(format!("{base}/v1/snapshots/31337-1-full/setup"))
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    let client = PirClient::from_setup_bytes(&setup).unwrap();
+    let mut rng = rand::rng();
+    let query = client
+        .query(client.prepare(&mut rng), exported.records[0].key.as_slice())
+        .unwrap()
+        .0;
+    let body = encode_queries(&vec![query; 64]);
+    let url = format!("{base}/v1/snapshots/31337-1-full/query");
+    let tasks: Vec<_> = (0..24)
+        .map(|_| {
+            let (http, url, body) = (http.clone(), url.clone(), body.clone());
+            tokio::spawn(async move {
+                http.post(url)
+                    .body(body)
+                    .send()
+                    .await
+                    .unwrap()
+                    .status()
+                    .as_u16()
+            })
+        })
+        .collect();
+    let mut codes = Vec::new();
+    for t in tasks {
+        codes.push(t.await.unwrap());
+    }
+    assert!(codes.iter().all(|&c| c == 200 || c == 503), "{codes:?}");
+    assert!(
+        codes.contains(&503),
+        "queue of 1 never overflowed: {codes:?}"
+    );
+    assert!(codes.contains(&200));
+}
