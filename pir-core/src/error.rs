@@ -47,6 +47,8 @@ pub enum WireError {
     },
     #[error("{what} has {extra} trailing bytes")]
     Trailing { what: &'static str, extra: usize },
+    #[error("response checksum mismatch: damaged in transit")]
+    Checksum,
     #[error("not an ethpir message (bad magic)")]
     BadMagic,
     #[error("unsupported format version {0}")]

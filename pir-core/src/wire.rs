@@ -17,6 +17,8 @@ pub const HEADER_BYTES: usize = 8;
 pub const MAX_BATCH: usize = 256;
 /// Most rows a query vector may have.
 pub const MAX_QUERY_ROWS: usize = 1 << 26;
+/// Trailing checksum of a response message.
+pub const CHECKSUM_BYTES: usize = 32;
 /// Most elements in one response.
 pub const MAX_RESPONSE_ELEMS: usize = 1 << 24;
 
@@ -325,31 +327,42 @@ pub fn decode_queries(bytes: &[u8]) -> Result<Vec<Query>, WireError> {
         .collect()
 }
 
-/// Serialises the responses to a batch.
+/// Serialises the responses to a batch, followed by a SHA3-256 checksum of
+/// everything before it (catches responses damaged in transit; an attacker
+/// who can rewrite traffic can also rewrite the checksum: use HTTPS).
 pub fn encode_responses(responses: &[Response]) -> Vec<u8> {
     let cols = responses.first().map_or(0, |r| r.elems.len());
-    let mut out = header(Kind::Response, 8 + responses.len() * cols * 4);
+    let mut out = header(
+        Kind::Response,
+        8 + responses.len() * cols * 4 + CHECKSUM_BYTES,
+    );
     out.extend_from_slice(&(cols as u32).to_le_bytes());
     out.extend_from_slice(&(responses.len() as u32).to_le_bytes());
     for r in responses {
         put_u32s(&mut out, &r.elems);
     }
+    let sum = Sha3_256::digest(&out);
+    out.extend_from_slice(&sum);
     out
 }
 
 /// Bytes of the responses to `count` queries with `cols` elements each.
 pub fn response_bytes(cols: usize, count: usize) -> usize {
-    HEADER_BYTES + 8 + count * cols * 4
+    HEADER_BYTES + 8 + count * cols * 4 + CHECKSUM_BYTES
 }
 
-/// Parses the responses to a batch.
+/// Parses the responses to a batch and checks their checksum.
 pub fn decode_responses(bytes: &[u8]) -> Result<Vec<Response>, WireError> {
     let mut r = Reader::open(bytes, Kind::Response)?;
     let cols = r.u32()? as usize;
     let count = r.u32()? as usize;
     limit("response elements", cols as u64, MAX_RESPONSE_ELEMS as u64)?;
     limit("batch size", count as u64, MAX_BATCH as u64)?;
-    r.expect_exactly(4 * cols as u64 * count as u64)?;
+    r.expect_exactly(4 * cols as u64 * count as u64 + CHECKSUM_BYTES as u64)?;
+    let body_end = bytes.len() - CHECKSUM_BYTES;
+    if Sha3_256::digest(&bytes[..body_end]).as_slice() != &bytes[body_end..] {
+        return Err(WireError::Checksum);
+    }
     (0..count)
         .map(|_| {
             Ok(Response {

@@ -50,6 +50,23 @@ fn databases_round_trip_and_damage_is_refused() {
 }
 
 #[test]
+fn damaged_responses_fail_their_checksum() {
+    let bytes = encode_responses(&[Response {
+        elems: vec![1, 2, 3, 0xFFFF_FFFF],
+    }]);
+    for i in 0..bytes.len() {
+        for bit in [0, 7] {
+            let mut damaged = bytes.clone();
+            damaged[i] ^= 1 << bit;
+            assert!(
+                decode_responses(&damaged).is_err(),
+                "flip of bit {bit} in byte {i} went unnoticed"
+            );
+        }
+    }
+}
+
+#[test]
 fn every_truncation_and_extension_of_setup_is_refused() {
     let bytes = setup_bytes();
     for cut in 0..bytes.len() {

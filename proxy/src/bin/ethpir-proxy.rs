@@ -1,0 +1,172 @@
+//! `ethpir-proxy`: private eth_getBalance / eth_getTransactionCount for any wallet.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use proxy::demo::DemoConfig;
+use proxy::ProxyConfig;
+
+#[derive(Parser)]
+#[command(
+    name = "ethpir-proxy",
+    version,
+    about = "A local JSON-RPC endpoint that reads balances and nonces privately (PIR)",
+    long_about = "A local JSON-RPC endpoint for wallets, scripts and cast. eth_getBalance and \
+eth_getTransactionCount are answered with private information retrieval queries to an \
+ethpir-server, which never learns which address was read. eth_chainId, net_version and \
+web3_clientVersion are answered locally; every other method goes to the upstream node you \
+configure, or gets -32601. A private method is never sent upstream unless you opt in \
+(private_fallback_to_upstream).\n\n\
+Quick start (no node needed):\n  ethpir-proxy demo\n\n\
+Then:\n  cast balance --block 0 0x756f45e3fa69347a9a973a725e3c98bc4db0b5a0 --rpc-url http://127.0.0.1:8545"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    serve: ServeArgs,
+    /// Log filter.
+    #[arg(long, global = true, default_value = "info", env = "ETHPIR_LOG")]
+    log: String,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the proxy (the default).
+    Serve(ServeArgs),
+    /// A PIR server over the bundled mainnet genesis plus the proxy, on loopback.
+    Demo {
+        /// Where the demo keeps its snapshot store and setup cache.
+        #[arg(long, default_value = "./ethpir-demo")]
+        dir: PathBuf,
+        /// Proxy address.
+        #[arg(long, default_value = "127.0.0.1:8545")]
+        listen: SocketAddr,
+        /// PIR server address.
+        #[arg(long, default_value = "127.0.0.1:8546")]
+        server_listen: SocketAddr,
+        /// Upstream node for non-private methods.
+        #[arg(long)]
+        upstream: Option<String>,
+    },
+    /// Answer a file of `address,block` lines privately into a CSV of answers.
+    Replay {
+        /// Input: one `address,block` per line (block: number, 0x number, tag or hash).
+        #[arg(long)]
+        input: PathBuf,
+        /// Output CSV: address,block,snapshot,balance_wei,nonce,error.
+        #[arg(long)]
+        output: PathBuf,
+        #[command(flatten)]
+        serve: ServeArgs,
+    },
+}
+
+#[derive(Args, Clone, Default)]
+struct ServeArgs {
+    /// TOML config file (configs/proxy.toml documents every setting).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Address wallets connect to (default 127.0.0.1:8545).
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// PIR server URL (default http://127.0.0.1:8546).
+    #[arg(long)]
+    pir_server: Option<String>,
+    /// Upstream JSON-RPC node for the non-private methods.
+    #[arg(long)]
+    upstream: Option<String>,
+    /// Setup-data cache directory.
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// Chain to serve when the PIR server has several.
+    #[arg(long)]
+    chain_id: Option<u64>,
+}
+
+impl ServeArgs {
+    fn config(&self) -> Result<ProxyConfig> {
+        let mut c = match &self.config {
+            Some(p) => ProxyConfig::from_file(p)?,
+            None => ProxyConfig::default(),
+        };
+        if let Some(v) = self.listen {
+            c.listen = v;
+        }
+        if let Some(v) = &self.pir_server {
+            c.pir_server = v.clone();
+        }
+        if let Some(v) = &self.upstream {
+            c.upstream = Some(v.clone());
+        }
+        if let Some(v) = &self.cache_dir {
+            c.cache_dir = v.clone();
+        }
+        if let Some(v) = self.chain_id {
+            c.chain_id = Some(v);
+        }
+        Ok(c)
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log).context("--log")?)
+        .with_writer(std::io::stderr)
+        .init();
+    match cli.command {
+        None => serve(cli.serve).await,
+        Some(Command::Serve(args)) => serve(args).await,
+        Some(Command::Demo {
+            dir,
+            listen,
+            server_listen,
+            upstream,
+        }) => {
+            proxy::demo::run(DemoConfig {
+                dir,
+                proxy_listen: listen,
+                server_listen,
+                upstream,
+            })
+            .await
+        }
+        Some(Command::Replay {
+            input,
+            output,
+            serve,
+        }) => {
+            let config = serve.config()?;
+            let reader = proxy::start_reader(&config).await;
+            if reader.snapshots().is_empty() {
+                bail!("no snapshots available from {}", config.pir_server);
+            }
+            let summary = proxy::replay::replay(&reader, &input, &output, true).await?;
+            eprintln!(
+                "replay: {} answered, {} failed -> {}",
+                summary.answered,
+                summary.failed,
+                output.display()
+            );
+            if summary.failed > 0 {
+                std::process::exit(2);
+            }
+            Ok(())
+        }
+    }
+}
+
+async fn serve(args: ServeArgs) -> Result<()> {
+    let config = args.config()?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    proxy::serve_on(listener, config, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await
+}

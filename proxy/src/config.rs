@@ -1,0 +1,73 @@
+//! Proxy settings: `configs/proxy.toml` documents every field.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProxyConfig {
+    /// Where wallets connect.
+    pub listen: SocketAddr,
+    /// The PIR server (ethpir-server).
+    pub pir_server: String,
+    /// An ordinary JSON-RPC node for every method that is not private.
+    /// Without one, those methods get -32601.
+    pub upstream: Option<String>,
+    /// Send eth_getBalance / eth_getTransactionCount upstream when they
+    /// cannot be answered privately (a block with no snapshot, say). This
+    /// reveals the address to the upstream: off unless you opt in.
+    pub private_fallback_to_upstream: bool,
+    /// Chain to serve when the PIR server has snapshots of several.
+    pub chain_id: Option<u64>,
+    /// Where setup data is cached, checked against its digest on load.
+    pub cache_dir: PathBuf,
+    /// Prepared queries kept ready per snapshot.
+    pub prepared_pool: usize,
+    /// Seconds between catalog refreshes (new snapshots are picked up).
+    pub refresh_secs: u64,
+    /// Seconds before a request to the PIR server or upstream gives up.
+    pub request_timeout_secs: u64,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        ProxyConfig {
+            listen: "127.0.0.1:8545".parse().expect("valid address"),
+            pir_server: "http://127.0.0.1:8546".into(),
+            upstream: None,
+            private_fallback_to_upstream: false,
+            chain_id: None,
+            cache_dir: default_cache_dir(),
+            prepared_pool: 4,
+            refresh_secs: 15,
+            request_timeout_secs: 30,
+        }
+    }
+}
+
+fn default_cache_dir() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir)
+        .join("ethpir")
+}
+
+impl ProxyConfig {
+    pub fn from_file(path: &std::path::Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    }
+
+    pub fn refresh_interval(&self) -> Duration {
+        Duration::from_secs(self.refresh_secs.max(1))
+    }
+
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs(self.request_timeout_secs.max(1))
+    }
+}

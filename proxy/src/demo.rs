@@ -1,0 +1,95 @@
+//! The demo: a PIR snapshot of the bundled mainnet genesis (built once,
+//! then reused), a PIR server and the proxy, all on loopback.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use snapshotter::pipeline::{build_and_publish, BuildOptions};
+use snapshotter::sources::genesis;
+use snapshotter::{SnapshotId, SnapshotKind, SnapshotStore};
+
+use crate::ProxyConfig;
+
+/// Settings of the demo.
+#[derive(Clone, Debug)]
+pub struct DemoConfig {
+    /// Where the demo keeps its store and setup cache.
+    pub dir: PathBuf,
+    pub proxy_listen: SocketAddr,
+    pub server_listen: SocketAddr,
+    pub upstream: Option<String>,
+}
+
+/// Builds the mainnet genesis snapshot unless the store has it.
+pub fn ensure_genesis_snapshot(store: &SnapshotStore) -> Result<()> {
+    let id = SnapshotId::new(1, 0, &SnapshotKind::Full);
+    if store.get(&id).is_ok() {
+        tracing::info!(snapshot = %id, "reusing the mainnet genesis snapshot");
+        return Ok(());
+    }
+    tracing::info!("building a PIR snapshot of the bundled mainnet genesis (8,893 accounts)");
+    build_and_publish(store, genesis::mainnet(), &BuildOptions::default())?;
+    Ok(())
+}
+
+/// Runs the demo until Ctrl-C.
+pub async fn run(demo: DemoConfig) -> Result<()> {
+    let store_dir = demo.dir.join("store");
+    let store = SnapshotStore::open(&store_dir)
+        .with_context(|| format!("opening {}", store_dir.display()))?;
+    {
+        let store = store.clone();
+        tokio::task::spawn_blocking(move || ensure_genesis_snapshot(&store)).await??;
+    }
+    let server_listener = tokio::net::TcpListener::bind(demo.server_listen)
+        .await
+        .with_context(|| format!("binding the PIR server to {}", demo.server_listen))?;
+    let server_addr = server_listener.local_addr()?;
+    let server_config = server::ServerConfig {
+        store: store_dir,
+        listen: server_addr,
+        ..Default::default()
+    };
+    tokio::spawn(async move {
+        if let Err(e) =
+            server::serve_on(server_listener, server_config, std::future::pending()).await
+        {
+            tracing::error!(error = %e, "PIR server stopped");
+        }
+    });
+    let proxy_listener = tokio::net::TcpListener::bind(demo.proxy_listen)
+        .await
+        .with_context(|| {
+            format!(
+                "binding the proxy to {} (is something else on it? use --listen)",
+                demo.proxy_listen
+            )
+        })?;
+    let proxy_addr = proxy_listener.local_addr()?;
+    let config = ProxyConfig {
+        listen: proxy_addr,
+        pir_server: format!("http://{server_addr}"),
+        upstream: demo.upstream.clone(),
+        cache_dir: demo.dir.join("cache"),
+        ..Default::default()
+    };
+    let url = format!("http://{proxy_addr}");
+    println!();
+    println!("ethpir demo: private balances of Ethereum mainnet at block 0 (the genesis state)");
+    println!("  PIR server : http://{server_addr}  (it never learns which address you read)");
+    println!("  proxy      : {url}  (point a wallet or cast here)");
+    println!();
+    println!("Try:");
+    println!("  cast balance --block 0 0x756f45e3fa69347a9a973a725e3c98bc4db0b5a0 --rpc-url {url}");
+    println!("  cast nonce 0x756f45e3fa69347a9a973a725e3c98bc4db0b5a0 --rpc-url {url}");
+    println!(
+        "  curl -s -X POST {url} -H 'content-type: application/json' \\\n    -d '{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"eth_getBalance\",\"params\":[\"0x756f45e3fa69347a9a973a725e3c98bc4db0b5a0\",\"latest\"]}}'"
+    );
+    println!();
+    println!("Press Ctrl-C to stop.");
+    crate::serve_on(proxy_listener, config, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await
+}

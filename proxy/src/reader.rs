@@ -1,0 +1,416 @@
+//! The private read path: the PIR server's catalog, one PIR client per
+//! snapshot (setup data cached on disk and checked against its digest), a
+//! pool of prepared queries refilled in the background, and batched
+//! lookups. The math is pir-core's; this module only moves bytes.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock, Weak};
+
+use alloy_primitives::{Address, U256};
+use pir_core::wire::{decode_responses, encode_queries, SetupData};
+use pir_core::{ClientError, Lookup, PirClient, PreparedQuery};
+use server::api::{Catalog, CatalogEntry};
+use tokio::sync::Notify;
+
+use crate::block::BlockSelector;
+use crate::config::ProxyConfig;
+
+/// Why an account could not be read privately.
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ReadError {
+    #[error("no private snapshot for {requested}; available blocks: {available:?}")]
+    NoSnapshot {
+        requested: String,
+        available: Vec<u64>,
+    },
+    #[error("account not in the private set of snapshot {snapshot} ({kind} snapshot)")]
+    NotInPrivateSet {
+        snapshot: String,
+        kind: &'static str,
+    },
+    #[error("PIR server unavailable: {0}")]
+    Backend(String),
+    #[error("private answer failed verification: {0}")]
+    Unverifiable(String),
+    #[error("setup data for {snapshot} unusable: {reason}")]
+    Setup { snapshot: String, reason: String },
+    #[error("the PIR server serves several chains ({0:?}); set chain_id")]
+    AmbiguousChain(Vec<u64>),
+}
+
+/// A privately read account.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AccountState {
+    pub balance: U256,
+    pub nonce: u64,
+    /// Snapshot id it was read from, and its block.
+    pub snapshot: String,
+    pub block: u64,
+    /// The account is absent from a full snapshot: balance and nonce are 0.
+    pub absent: bool,
+}
+
+/// One snapshot with its client and prepared-query pool.
+pub struct SnapshotClient {
+    pub entry: CatalogEntry,
+    pub client: PirClient,
+    pool: Mutex<Vec<PreparedQuery>>,
+    pool_size: usize,
+    wanted: Arc<Notify>,
+}
+
+impl SnapshotClient {
+    /// Takes a prepared query (making one now if the pool is empty) and asks
+    /// the background task to refill.
+    async fn take_prepared(self: &Arc<Self>) -> PreparedQuery {
+        let ready = self.pool.lock().expect("pool lock").pop();
+        self.wanted.notify_one();
+        match ready {
+            Some(p) => p,
+            None => {
+                let me = self.clone();
+                tokio::task::spawn_blocking(move || me.client.prepare(&mut rand::rng()))
+                    .await
+                    .expect("prepare task")
+            }
+        }
+    }
+
+    /// Prepared queries ready now.
+    pub fn pool_len(&self) -> usize {
+        self.pool.lock().expect("pool lock").len()
+    }
+}
+
+/// Keeps a snapshot's pool full until the snapshot is dropped.
+async fn refill(weak: Weak<SnapshotClient>) {
+    loop {
+        let Some(snap) = weak.upgrade() else { return };
+        if snap.pool_len() < snap.pool_size {
+            let worker = snap.clone();
+            let prepared =
+                tokio::task::spawn_blocking(move || worker.client.prepare(&mut rand::rng())).await;
+            if let Ok(p) = prepared {
+                snap.pool.lock().expect("pool lock").push(p);
+            }
+            continue;
+        }
+        let wanted = snap.wanted.clone();
+        drop(snap);
+        // Wake when a query is taken; look again now and then so that the
+        // task ends soon after its snapshot is retired.
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), wanted.notified()).await;
+    }
+}
+
+pub struct PrivateReader {
+    http: reqwest::Client,
+    base: String,
+    cache_dir: PathBuf,
+    pool_size: usize,
+    chain_id: Option<u64>,
+    max_batch: RwLock<usize>,
+    snapshots: RwLock<BTreeMap<String, Arc<SnapshotClient>>>,
+}
+
+fn backend(e: impl std::fmt::Display) -> ReadError {
+    ReadError::Backend(e.to_string())
+}
+
+impl PrivateReader {
+    pub fn new(config: &ProxyConfig) -> Self {
+        PrivateReader {
+            http: reqwest::Client::builder()
+                .timeout(config.timeout())
+                .build()
+                .expect("HTTP client"),
+            base: config.pir_server.trim_end_matches('/').to_string(),
+            cache_dir: config.cache_dir.clone(),
+            pool_size: config.prepared_pool,
+            chain_id: config.chain_id,
+            max_batch: RwLock::new(1),
+            snapshots: RwLock::new(BTreeMap::new()),
+        }
+    }
+
+    /// Snapshots known now.
+    pub fn snapshots(&self) -> Vec<Arc<SnapshotClient>> {
+        self.snapshots
+            .read()
+            .expect("lock")
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// The chain served: configured, or the only one the server has.
+    pub fn chain_id(&self) -> Result<Option<u64>, ReadError> {
+        if self.chain_id.is_some() {
+            return Ok(self.chain_id);
+        }
+        let mut chains: Vec<u64> = self
+            .snapshots()
+            .iter()
+            .map(|s| s.entry.manifest.chain_id)
+            .collect();
+        chains.sort_unstable();
+        chains.dedup();
+        match chains.len() {
+            0 => Ok(None),
+            1 => Ok(Some(chains[0])),
+            _ => Err(ReadError::AmbiguousChain(chains)),
+        }
+    }
+
+    /// Fetches the catalog; sets up clients for new snapshots, drops
+    /// vanished ones. Returns how many snapshots are usable.
+    pub async fn refresh(&self) -> Result<usize, ReadError> {
+        let resp = self
+            .http
+            .get(format!("{}/v1/snapshots", self.base))
+            .send()
+            .await
+            .map_err(backend)?;
+        if !resp.status().is_success() {
+            return Err(ReadError::Backend(format!(
+                "catalog: HTTP {}",
+                resp.status()
+            )));
+        }
+        let catalog: Catalog = serde_json::from_slice(&resp.bytes().await.map_err(backend)?)
+            .map_err(|e| ReadError::Backend(format!("catalog: {e}")))?;
+        *self.max_batch.write().expect("lock") = catalog.max_batch.max(1);
+        let wanted: BTreeMap<String, CatalogEntry> = catalog
+            .snapshots
+            .into_iter()
+            .filter(|e| self.chain_id.is_none_or(|c| c == e.manifest.chain_id))
+            .map(|e| (e.id.clone(), e))
+            .collect();
+        self.snapshots.write().expect("lock").retain(|id, s| {
+            wanted
+                .get(id)
+                .is_some_and(|e| e.manifest.pir.setup_digest == s.entry.manifest.pir.setup_digest)
+        });
+        for (id, entry) in wanted {
+            if self.snapshots.read().expect("lock").contains_key(&id) {
+                continue;
+            }
+            match self.open_snapshot(entry).await {
+                Ok(snap) => {
+                    tracing::info!(snapshot = %id, "private snapshot ready");
+                    tokio::spawn(refill(Arc::downgrade(&snap)));
+                    self.snapshots.write().expect("lock").insert(id, snap);
+                }
+                Err(e) => tracing::warn!(snapshot = %id, error = %e, "snapshot skipped"),
+            }
+        }
+        Ok(self.snapshots.read().expect("lock").len())
+    }
+
+    async fn open_snapshot(&self, entry: CatalogEntry) -> Result<Arc<SnapshotClient>, ReadError> {
+        let digest = entry.manifest.pir.setup_digest.clone();
+        let setup_err = |reason: String| ReadError::Setup {
+            snapshot: entry.id.clone(),
+            reason,
+        };
+        let cached = self.cache_dir.join(format!("{digest}.setup"));
+        let bytes = match tokio::fs::read(&cached).await {
+            Ok(b) if hex::encode(SetupData::digest_of(&b)) == digest => b,
+            other => {
+                if other.is_ok() {
+                    tracing::warn!(file = %cached.display(), "cached setup does not match its digest; downloading again");
+                }
+                let url = format!("{}/v1/snapshots/{}/setup", self.base, entry.id);
+                let resp = self.http.get(&url).send().await.map_err(backend)?;
+                if !resp.status().is_success() {
+                    return Err(setup_err(format!("HTTP {}", resp.status())));
+                }
+                let b = resp.bytes().await.map_err(backend)?.to_vec();
+                if hex::encode(SetupData::digest_of(&b)) != digest {
+                    return Err(setup_err(
+                        "downloaded setup does not match the catalog digest".into(),
+                    ));
+                }
+                if let Err(e) = write_atomically(&self.cache_dir, &cached, &b).await {
+                    tracing::warn!(error = %e, "cannot cache setup data");
+                }
+                b
+            }
+        };
+        let client = tokio::task::spawn_blocking(move || PirClient::from_setup_bytes(&bytes))
+            .await
+            .expect("setup task")
+            .map_err(|e| setup_err(e.to_string()))?;
+        Ok(Arc::new(SnapshotClient {
+            entry,
+            client,
+            pool: Mutex::new(Vec::new()),
+            pool_size: self.pool_size,
+            wanted: Arc::new(Notify::new()),
+        }))
+    }
+
+    /// The snapshot a block selector names.
+    pub fn select(&self, sel: &BlockSelector) -> Result<Arc<SnapshotClient>, ReadError> {
+        let chain = self.chain_id()?;
+        let snaps: Vec<Arc<SnapshotClient>> = self
+            .snapshots()
+            .into_iter()
+            .filter(|s| chain.is_none_or(|c| s.entry.manifest.chain_id == c))
+            .collect();
+        // At equal height: full, then historical, then active.
+        let rank = |s: &SnapshotClient| match s.entry.manifest.kind {
+            snapshotter::SnapshotKind::Full => 0,
+            snapshotter::SnapshotKind::Historical => 1,
+            snapshotter::SnapshotKind::Active { .. } => 2,
+        };
+        let best = |cands: Vec<Arc<SnapshotClient>>| cands.into_iter().min_by_key(|s| rank(s));
+        let found = match sel {
+            BlockSelector::Newest => {
+                let top = snaps.iter().map(|s| s.entry.manifest.block_number).max();
+                best(
+                    snaps
+                        .iter()
+                        .filter(|s| Some(s.entry.manifest.block_number) == top)
+                        .cloned()
+                        .collect(),
+                )
+            }
+            BlockSelector::Number(n) => best(
+                snaps
+                    .iter()
+                    .filter(|s| s.entry.manifest.block_number == *n)
+                    .cloned()
+                    .collect(),
+            ),
+            BlockSelector::Hash(h) => best(
+                snaps
+                    .iter()
+                    .filter(|s| s.entry.manifest.block_hash == Some(*h))
+                    .cloned()
+                    .collect(),
+            ),
+        };
+        found.ok_or_else(|| {
+            let mut available: Vec<u64> = snaps
+                .iter()
+                .map(|s| s.entry.manifest.block_number)
+                .collect();
+            available.sort_unstable();
+            available.dedup();
+            ReadError::NoSnapshot {
+                requested: match sel {
+                    BlockSelector::Newest => "the latest block".into(),
+                    BlockSelector::Number(n) => format!("block {n}"),
+                    BlockSelector::Hash(h) => format!("block hash {h}"),
+                },
+                available,
+            }
+        })
+    }
+
+    /// Reads accounts privately from one snapshot, in as few batches as the
+    /// server allows. One result per address.
+    pub async fn read(
+        &self,
+        snap: &Arc<SnapshotClient>,
+        addresses: &[Address],
+    ) -> Vec<Result<AccountState, ReadError>> {
+        let max_batch = *self.max_batch.read().expect("lock");
+        let mut out = Vec::with_capacity(addresses.len());
+        for chunk in addresses.chunks(max_batch) {
+            match self.read_batch(snap, chunk).await {
+                Ok(results) => out.extend(results),
+                Err(e) => out.extend(chunk.iter().map(|_| Err(e.clone()))),
+            }
+        }
+        out
+    }
+
+    async fn read_batch(
+        &self,
+        snap: &Arc<SnapshotClient>,
+        addresses: &[Address],
+    ) -> Result<Vec<Result<AccountState, ReadError>>, ReadError> {
+        let mut queries = Vec::with_capacity(addresses.len());
+        let mut pendings = Vec::with_capacity(addresses.len());
+        for a in addresses {
+            let prepared = snap.take_prepared().await;
+            let key = snapshotter::pir_key(a);
+            let (q, p) = snap
+                .client
+                .query(prepared, key.as_slice())
+                .map_err(|e| ReadError::Unverifiable(e.to_string()))?;
+            queries.push(q);
+            pendings.push(p);
+        }
+        let url = format!("{}/v1/snapshots/{}/query", self.base, snap.entry.id);
+        let resp = self
+            .http
+            .post(&url)
+            .body(encode_queries(&queries))
+            .send()
+            .await
+            .map_err(backend)?;
+        let status = resp.status();
+        let body = resp.bytes().await.map_err(backend)?;
+        if !status.is_success() {
+            let reason = serde_json::from_slice::<server::api::ApiError>(&body)
+                .map(|e| e.error)
+                .unwrap_or_default();
+            return Err(ReadError::Backend(format!("HTTP {status} {reason}")));
+        }
+        let responses = decode_responses(&body)
+            .map_err(|e| ReadError::Unverifiable(format!("malformed response: {e}")))?;
+        if responses.len() != pendings.len() {
+            return Err(ReadError::Unverifiable(format!(
+                "{} answers to {} queries",
+                responses.len(),
+                pendings.len()
+            )));
+        }
+        let m = &snap.entry.manifest;
+        Ok(pendings
+            .into_iter()
+            .zip(&responses)
+            .map(|(pending, response)| {
+                let state = |balance, nonce, absent| AccountState {
+                    balance,
+                    nonce,
+                    snapshot: snap.entry.id.clone(),
+                    block: m.block_number,
+                    absent,
+                };
+                match snap.client.decode(pending, response) {
+                    Ok(Lookup::Found(v)) => {
+                        let (balance, nonce) = snapshotter::decode_value(&v)
+                            .map_err(|e| ReadError::Unverifiable(e.to_string()))?;
+                        Ok(state(balance, nonce, false))
+                    }
+                    Ok(Lookup::Absent) if m.kind.is_complete() => Ok(state(U256::ZERO, 0, true)),
+                    Ok(Lookup::Absent) => Err(ReadError::NotInPrivateSet {
+                        snapshot: snap.entry.id.clone(),
+                        kind: m.kind.name(),
+                    }),
+                    Err(
+                        e @ (ClientError::Corrupted
+                        | ClientError::Decode(_)
+                        | ClientError::WrongSetup),
+                    ) => Err(ReadError::Unverifiable(e.to_string())),
+                }
+            })
+            .collect())
+    }
+}
+
+async fn write_atomically(
+    dir: &std::path::Path,
+    path: &std::path::Path,
+    bytes: &[u8],
+) -> std::io::Result<()> {
+    tokio::fs::create_dir_all(dir).await?;
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    tokio::fs::write(&tmp, bytes).await?;
+    tokio::fs::rename(&tmp, path).await
+}

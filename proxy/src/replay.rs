@@ -1,0 +1,146 @@
+//! Historical replay: a file of `address,block` lines in, a file of answers
+//! out, through the same private path as the proxy.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, Write};
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::Value;
+
+use crate::block::parse_block;
+use crate::reader::PrivateReader;
+use crate::rpc::parse_address;
+
+/// Totals of a replay.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ReplaySummary {
+    pub answered: usize,
+    pub failed: usize,
+}
+
+/// One input line.
+struct Line {
+    number: usize,
+    address: String,
+    block: String,
+}
+
+/// Replays `input` into `output` (CSV: `address,block,snapshot,balance_wei,nonce,error`).
+pub async fn replay(
+    reader: &PrivateReader,
+    input: &Path,
+    output: &Path,
+    progress: bool,
+) -> Result<ReplaySummary> {
+    let file =
+        std::fs::File::open(input).with_context(|| format!("opening {}", input.display()))?;
+    let mut lines = Vec::new();
+    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line.with_context(|| format!("reading {}", input.display()))?;
+        let t = line.trim();
+        if t.is_empty()
+            || t.starts_with('#')
+            || (i == 0 && t.to_ascii_lowercase().starts_with("address"))
+        {
+            continue;
+        }
+        let (address, block) = t.split_once(',').unwrap_or((t, "latest"));
+        lines.push(Line {
+            number: i + 1,
+            address: address.trim().to_string(),
+            block: block.trim().to_string(),
+        });
+    }
+    let bar = if progress {
+        ProgressBar::new(lines.len() as u64)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("replay {bar:40} {pos}/{len} queries {elapsed} (eta {eta})")
+            .expect("valid template"),
+    );
+
+    // Group lines by snapshot so that each group goes out in batches.
+    let mut results: Vec<Result<(String, String, u64), String>> =
+        vec![Err(String::new()); lines.len()];
+    let mut groups: BTreeMap<
+        String,
+        (
+            std::sync::Arc<crate::reader::SnapshotClient>,
+            Vec<(usize, alloy_primitives::Address)>,
+        ),
+    > = BTreeMap::new();
+    for (i, line) in lines.iter().enumerate() {
+        let address = match parse_address(&line.address) {
+            Ok(a) => a,
+            Err(e) => {
+                results[i] = Err(e);
+                continue;
+            }
+        };
+        // Blocks: decimal or 0x numbers, tags, or block hashes.
+        let block_value = match line.block.parse::<u64>() {
+            Ok(n) => Value::String(format!("{n:#x}")),
+            Err(_) if line.block.is_empty() => Value::String("latest".into()),
+            Err(_) => Value::String(line.block.clone()),
+        };
+        match parse_block(Some(&block_value))
+            .map_err(|e| e.to_string())
+            .and_then(|sel| reader.select(&sel).map_err(|e| e.to_string()))
+        {
+            Ok(snap) => groups
+                .entry(snap.entry.id.clone())
+                .or_insert_with(|| (snap.clone(), Vec::new()))
+                .1
+                .push((i, address)),
+            Err(e) => results[i] = Err(e),
+        }
+    }
+    bar.inc((lines.len() - groups.values().map(|g| g.1.len()).sum::<usize>()) as u64);
+    for (snap, members) in groups.into_values() {
+        for chunk in members.chunks(64) {
+            let addresses: Vec<_> = chunk.iter().map(|(_, a)| *a).collect();
+            for ((i, _), r) in chunk.iter().zip(reader.read(&snap, &addresses).await) {
+                results[*i] = r
+                    .map(|s| (s.snapshot, s.balance.to_string(), s.nonce))
+                    .map_err(|e| e.to_string());
+            }
+            bar.inc(chunk.len() as u64);
+        }
+    }
+    bar.finish_and_clear();
+
+    let mut out = std::io::BufWriter::new(
+        std::fs::File::create(output).with_context(|| format!("creating {}", output.display()))?,
+    );
+    writeln!(out, "address,block,snapshot,balance_wei,nonce,error")?;
+    let mut summary = ReplaySummary::default();
+    for (line, r) in lines.iter().zip(results) {
+        match r {
+            Ok((snap, balance, nonce)) => {
+                summary.answered += 1;
+                writeln!(
+                    out,
+                    "{},{},{snap},{balance},{nonce},",
+                    line.address, line.block
+                )?;
+            }
+            Err(e) => {
+                summary.failed += 1;
+                eprintln!("line {}: {}: {e}", line.number, line.address);
+                writeln!(
+                    out,
+                    "{},{},,,,\"{}\"",
+                    line.address,
+                    line.block,
+                    e.replace('"', "'")
+                )?;
+            }
+        }
+    }
+    out.flush()?;
+    Ok(summary)
+}
