@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Installs what the test suite needs on a fresh machine (idempotent).
-# Today: a Rust toolchain with rustfmt and clippy. The snapshotter and proxy
-# issues add anvil (npm @foundry-rs/anvil) and libclang-dev here.
+# Installs what the test suite needs on a fresh machine (idempotent):
+# - a Rust toolchain with rustfmt and clippy (rustup);
+# - OpenSSL headers and pkg-config (HTTPS support of the HTTP clients) and a
+#   C++20 compiler (the host emulator of the CUDA kernels), from Debian;
+# - Foundry's anvil and cast 1.7.1 (npm @foundry-rs/anvil, @foundry-rs/cast)
+#   into ./.tools, where the tests look for them.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 if ! command -v cargo >/dev/null 2>&1; then
     echo "cargo not found: install Rust (https://rustup.rs) first" >&2
@@ -11,4 +15,28 @@ fi
 if command -v rustup >/dev/null 2>&1; then
     rustup component add rustfmt clippy >/dev/null 2>&1 || true
 fi
+
+need_apt=()
+dpkg -s libssl-dev >/dev/null 2>&1 || need_apt+=(libssl-dev)
+dpkg -s pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
+command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
+if [ ${#need_apt[@]} -gt 0 ]; then
+    SUDO=""
+    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
+fi
+
+FOUNDRY_VERSION=1.7.1
+if ! .tools/node_modules/.bin/anvil --version 2>/dev/null | grep -q "$FOUNDRY_VERSION" \
+    || ! .tools/node_modules/.bin/cast --version 2>/dev/null | grep -q "$FOUNDRY_VERSION"; then
+    if ! command -v npm >/dev/null 2>&1; then
+        echo "npm not found: install Node.js to get anvil and cast" >&2
+        exit 1
+    fi
+    mkdir -p .tools
+    npm install --silent --no-audit --no-fund --prefix .tools \
+        "@foundry-rs/anvil@$FOUNDRY_VERSION" "@foundry-rs/cast@$FOUNDRY_VERSION"
+fi
+.tools/node_modules/.bin/anvil --version | head -1
 echo "test dependencies ready: $(cargo --version)"

@@ -8,6 +8,7 @@ use gpu_kernels::HintDevice;
 use pir_core::{Arity, Packing};
 use snapshotter::pipeline::{build_and_publish, BuildOptions, ExportedState};
 use snapshotter::sources::genesis;
+use snapshotter::sources::rpc::{self, RpcOptions, RpcSource, Traces};
 use snapshotter::store::SnapshotStore;
 use snapshotter::SnapshotId;
 
@@ -89,12 +90,49 @@ enum Source {
         #[command(flatten)]
         build: BuildArgs,
     },
+    /// Accounts from a JSON-RPC node: the active set of the last --window
+    /// blocks, or (--historical) chosen accounts at an older block.
+    Rpc {
+        /// Node URL (http or https).
+        #[arg(long, env = "ETHPIR_RPC_URL")]
+        url: String,
+        /// Active set: accounts touched in this many blocks up to --block.
+        #[arg(long, default_value_t = 128)]
+        window: u64,
+        /// Block to read at (default: the node's head).
+        #[arg(long)]
+        block: Option<u64>,
+        /// Historical snapshot at --block of --addresses or of the accounts
+        /// touched in --from-block..=--to-block.
+        #[arg(long, requires = "block")]
+        historical: bool,
+        /// File with one address per line (historical).
+        #[arg(long, requires = "historical")]
+        addresses: Option<PathBuf>,
+        /// First block of the range whose touched accounts to include (historical).
+        #[arg(long, requires = "historical")]
+        from_block: Option<u64>,
+        /// Last block of that range (default: --block).
+        #[arg(long, requires = "from_block")]
+        to_block: Option<u64>,
+        /// Accounts per JSON-RPC batch.
+        #[arg(long, default_value_t = 100)]
+        batch_size: usize,
+        /// Batches in flight.
+        #[arg(long, default_value_t = 4)]
+        concurrency: usize,
+        /// Call traces (trace_block): auto, on, off.
+        #[arg(long, default_value = "auto", value_parser = ["auto", "on", "off"])]
+        traces: String,
+        #[command(flatten)]
+        build: BuildArgs,
+    },
 }
 
 impl Source {
     fn build_args(&self) -> &BuildArgs {
         match self {
-            Source::Genesis { build, .. } => build,
+            Source::Genesis { build, .. } | Source::Rpc { build, .. } => build,
         }
     }
 }
@@ -174,6 +212,52 @@ fn main() -> Result<()> {
                         .with_context(|| format!("reading genesis {}", f.display()))?,
                     (None, false) => bail!("--file or --mainnet"),
                 },
+                Source::Rpc {
+                    url,
+                    window,
+                    block,
+                    historical,
+                    addresses,
+                    from_block,
+                    to_block,
+                    batch_size,
+                    concurrency,
+                    traces,
+                    ..
+                } => {
+                    let options = RpcOptions {
+                        batch_size,
+                        concurrency,
+                        traces: match traces.as_str() {
+                            "on" => Traces::On,
+                            "off" => Traces::Off,
+                            _ => Traces::Auto,
+                        },
+                        progress: !build.no_progress,
+                        ..Default::default()
+                    };
+                    let runtime = tokio::runtime::Runtime::new()?;
+                    runtime.block_on(async {
+                        let node = RpcSource::connect(&url, options).await?;
+                        if historical {
+                            let at = block.expect("clap requires --block");
+                            let list = match (addresses, from_block) {
+                                (Some(f), _) => rpc::read_address_file(&f)?,
+                                (None, Some(from)) => node
+                                    .touched(from, to_block.unwrap_or(at))
+                                    .await?
+                                    .into_iter()
+                                    .collect(),
+                                (None, None) => {
+                                    bail!("--historical needs --addresses or --from-block")
+                                }
+                            };
+                            Ok::<_, anyhow::Error>(node.export_historical(list, at).await?)
+                        } else {
+                            Ok(node.export_active(window, block).await?)
+                        }
+                    })?
+                }
             };
             snapshotter::failpoint::hit("export");
             let chain_id = state.chain_id;

@@ -1,3 +1,4 @@
 //! Where account state comes from.
 
 pub mod genesis;
+pub mod rpc;

@@ -1,0 +1,481 @@
+//! The `rpc` source: any Ethereum JSON-RPC node, through alloy.
+//!
+//! Active set: every account touched in a window of blocks (senders,
+//! recipients, created contracts, fee recipients, withdrawal recipients,
+//! and call-trace participants where the node offers `trace_block`), read at
+//! one block with batched `eth_getBalance` / `eth_getTransactionCount`
+//! requests, a bounded number in flight, retried with backoff.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use alloy_primitives::{Address, B256, U256, U64};
+use alloy_rpc_client::{ClientBuilder, RpcClient};
+use alloy_transport::TransportError;
+use futures_util::stream::{self, StreamExt, TryStreamExt};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::Value;
+
+use crate::account::AccountRecord;
+use crate::manifest::SnapshotKind;
+use crate::pipeline::ExportedState;
+
+/// Why the node could not give us what we need.
+#[derive(Debug, thiserror::Error)]
+pub enum RpcSourceError {
+    #[error("invalid node URL '{0}'")]
+    Url(String),
+    #[error("node at {url} unreachable after {attempts} attempts: {last}")]
+    Unreachable {
+        url: String,
+        attempts: u32,
+        last: String,
+    },
+    #[error("the node no longer has the state of block {block} (pruned; use an archive node): {message}")]
+    Pruned { block: u64, message: String },
+    #[error("block {block} is beyond the node's head {head}")]
+    FutureBlock { block: u64, head: u64 },
+    #[error("node error on {method}: {message}")]
+    Node {
+        method: &'static str,
+        message: String,
+    },
+    #[error("unexpected reply to {method}: {message}")]
+    Reply {
+        method: &'static str,
+        message: String,
+    },
+}
+
+/// Whether to ask the node for call traces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Traces {
+    /// Use `trace_block` if the node has it.
+    #[default]
+    Auto,
+    On,
+    Off,
+}
+
+/// Tuning of the source.
+#[derive(Clone, Debug)]
+pub struct RpcOptions {
+    /// Accounts per JSON-RPC batch (two calls each).
+    pub batch_size: usize,
+    /// Batches in flight at once.
+    pub concurrency: usize,
+    /// Attempts per request before giving up.
+    pub attempts: u32,
+    pub traces: Traces,
+    pub progress: bool,
+}
+
+impl Default for RpcOptions {
+    fn default() -> Self {
+        RpcOptions {
+            batch_size: 100,
+            concurrency: 4,
+            attempts: 6,
+            traces: Traces::Auto,
+            progress: true,
+        }
+    }
+}
+
+/// A connected node.
+pub struct RpcSource {
+    client: RpcClient,
+    url: String,
+    pub chain_id: u64,
+    options: RpcOptions,
+}
+
+fn is_pruned(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    [
+        "missing trie node",
+        "state not available",
+        "header not found",
+        "historical state",
+        "pruned",
+        "state histories haven't been fully indexed",
+    ]
+    .iter()
+    .any(|p| m.contains(p))
+}
+
+fn hex_block(n: u64) -> String {
+    format!("{n:#x}")
+}
+
+impl RpcSource {
+    /// Connects and reads the chain id (retrying while the node is down).
+    pub async fn connect(url: &str, options: RpcOptions) -> Result<Self, RpcSourceError> {
+        let parsed: reqwest::Url = url
+            .parse()
+            .map_err(|_| RpcSourceError::Url(url.to_string()))?;
+        let client = ClientBuilder::default().http(parsed);
+        let mut source = RpcSource {
+            client,
+            url: url.to_string(),
+            chain_id: 0,
+            options,
+        };
+        let id: U64 = source.call("eth_chainId", (), None).await?;
+        source.chain_id = id.to::<u64>();
+        Ok(source)
+    }
+
+    /// One request, retried with exponential backoff on transport errors.
+    async fn call<P, R>(
+        &self,
+        method: &'static str,
+        params: P,
+        block: Option<u64>,
+    ) -> Result<R, RpcSourceError>
+    where
+        P: alloy_json_rpc::RpcSend + Clone,
+        R: alloy_json_rpc::RpcRecv,
+    {
+        let mut last = String::new();
+        for attempt in 0..self.options.attempts.max(1) {
+            if attempt > 0 {
+                tokio::time::sleep(backoff(attempt)).await;
+            }
+            match self.client.request::<P, R>(method, params.clone()).await {
+                Ok(v) => return Ok(v),
+                Err(TransportError::ErrorResp(e)) => {
+                    return Err(classify(method, block, e.message.to_string()))
+                }
+                Err(TransportError::DeserError { err, .. }) => {
+                    return Err(RpcSourceError::Reply {
+                        method,
+                        message: err.to_string(),
+                    })
+                }
+                Err(e) => {
+                    last = e.to_string();
+                    tracing::debug!(method, attempt, error = %last, "request failed; retrying");
+                }
+            }
+        }
+        Err(RpcSourceError::Unreachable {
+            url: self.url.clone(),
+            attempts: self.options.attempts.max(1),
+            last,
+        })
+    }
+
+    /// The node's head block.
+    pub async fn head(&self) -> Result<u64, RpcSourceError> {
+        let n: U64 = self.call("eth_blockNumber", (), None).await?;
+        Ok(n.to::<u64>())
+    }
+
+    async fn block(&self, n: u64) -> Result<Value, RpcSourceError> {
+        let b: Value = self
+            .call("eth_getBlockByNumber", (hex_block(n), true), Some(n))
+            .await?;
+        if b.is_null() {
+            return Err(RpcSourceError::FutureBlock {
+                block: n,
+                head: self.head().await?,
+            });
+        }
+        Ok(b)
+    }
+
+    /// `(hash, state root, timestamp)` of a block.
+    pub async fn block_header(&self, n: u64) -> Result<(B256, B256, u64), RpcSourceError> {
+        let b = self.block(n).await?;
+        let field = |k: &str| {
+            b.get(k)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
+        let bad = |k: &str| RpcSourceError::Reply {
+            method: "eth_getBlockByNumber",
+            message: format!("block {n} has no valid {k}"),
+        };
+        let hash = field("hash").parse().map_err(|_| bad("hash"))?;
+        let root = field("stateRoot").parse().map_err(|_| bad("stateRoot"))?;
+        let time = u64::from_str_radix(field("timestamp").trim_start_matches("0x"), 16)
+            .map_err(|_| bad("timestamp"))?;
+        Ok((hash, root, time))
+    }
+
+    /// Every account touched in blocks `from..=to`.
+    pub async fn touched(&self, from: u64, to: u64) -> Result<BTreeSet<Address>, RpcSourceError> {
+        let mut out = BTreeSet::new();
+        let mut traces = self.options.traces;
+        let addr = |v: &Value| v.as_str().and_then(|s| s.parse::<Address>().ok());
+        for n in from..=to {
+            let b = self.block(n).await?;
+            out.extend(b.get("miner").and_then(addr));
+            for tx in b
+                .get("transactions")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                out.extend(tx.get("from").and_then(addr));
+                out.extend(tx.get("to").and_then(addr));
+            }
+            for w in b
+                .get("withdrawals")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                out.extend(w.get("address").and_then(addr));
+            }
+            let has_txs = b
+                .get("transactions")
+                .and_then(Value::as_array)
+                .is_some_and(|t| !t.is_empty());
+            if has_txs {
+                let receipts: Value = self
+                    .call("eth_getBlockReceipts", (hex_block(n),), Some(n))
+                    .await?;
+                for r in receipts.as_array().into_iter().flatten() {
+                    out.extend(r.get("contractAddress").and_then(addr));
+                }
+            }
+            if has_txs && traces != Traces::Off {
+                match self
+                    .call::<_, Value>("trace_block", (hex_block(n),), Some(n))
+                    .await
+                {
+                    Ok(t) => {
+                        for tr in t.as_array().into_iter().flatten() {
+                            for k in ["from", "to", "address", "refundAddress"] {
+                                out.extend(tr.pointer(&format!("/action/{k}")).and_then(addr));
+                            }
+                            out.extend(tr.pointer("/result/address").and_then(addr));
+                        }
+                    }
+                    Err(e) if traces == Traces::Auto => {
+                        tracing::info!(error = %e, "node offers no trace_block; using blocks and receipts only");
+                        traces = Traces::Off;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Balances and nonces of `addresses` at block `at`.
+    pub async fn read_accounts(
+        &self,
+        addresses: &[Address],
+        at: u64,
+    ) -> Result<Vec<AccountRecord>, RpcSourceError> {
+        let bar = if self.options.progress {
+            ProgressBar::new(addresses.len() as u64)
+        } else {
+            ProgressBar::hidden()
+        };
+        bar.set_style(
+            ProgressStyle::with_template(
+                "export {bar:40} {pos}/{len} accounts {per_sec} {elapsed}",
+            )
+            .expect("valid template"),
+        );
+        let block = hex_block(at);
+        let chunks: Vec<&[Address]> = addresses.chunks(self.options.batch_size.max(1)).collect();
+        let results: Vec<Vec<AccountRecord>> = stream::iter(chunks)
+            .map(|chunk| {
+                let block = block.clone();
+                let bar = bar.clone();
+                async move {
+                    let out = self.read_batch(chunk, &block, at).await?;
+                    bar.inc(chunk.len() as u64);
+                    Ok::<_, RpcSourceError>(out)
+                }
+            })
+            .buffered(self.options.concurrency.max(1))
+            .try_collect()
+            .await?;
+        bar.finish_and_clear();
+        Ok(results.into_iter().flatten().collect())
+    }
+
+    async fn read_batch(
+        &self,
+        chunk: &[Address],
+        block: &str,
+        at: u64,
+    ) -> Result<Vec<AccountRecord>, RpcSourceError> {
+        let mut last = String::new();
+        for attempt in 0..self.options.attempts.max(1) {
+            if attempt > 0 {
+                tokio::time::sleep(backoff(attempt)).await;
+            }
+            let mut batch = self.client.new_batch();
+            let mut waiters = Vec::with_capacity(chunk.len());
+            for a in chunk {
+                let balance = batch
+                    .add_call::<_, U256>("eth_getBalance", &(a, block))
+                    .map_err(|e| RpcSourceError::Reply {
+                        method: "eth_getBalance",
+                        message: e.to_string(),
+                    })?;
+                let nonce = batch
+                    .add_call::<_, U64>("eth_getTransactionCount", &(a, block))
+                    .map_err(|e| RpcSourceError::Reply {
+                        method: "eth_getTransactionCount",
+                        message: e.to_string(),
+                    })?;
+                waiters.push((*a, balance, nonce));
+            }
+            if let Err(e) = batch.send().await {
+                last = e.to_string();
+                tracing::debug!(attempt, error = %last, "batch failed; retrying");
+                continue;
+            }
+            let mut out = Vec::with_capacity(chunk.len());
+            let mut transient = None;
+            for (a, balance, nonce) in waiters {
+                let (b, n) = (balance.await, nonce.await);
+                match (b, n) {
+                    (Ok(b), Ok(n)) => out.push(AccountRecord::new(a, b, n.to::<u64>())),
+                    (Err(TransportError::ErrorResp(e)), _)
+                    | (_, Err(TransportError::ErrorResp(e))) => {
+                        return Err(classify("eth_getBalance", Some(at), e.message.to_string()));
+                    }
+                    (Err(e), _) | (_, Err(e)) => transient = Some(e.to_string()),
+                }
+            }
+            match transient {
+                None => return Ok(out),
+                Some(e) => last = e,
+            }
+        }
+        Err(RpcSourceError::Unreachable {
+            url: self.url.clone(),
+            attempts: self.options.attempts.max(1),
+            last,
+        })
+    }
+
+    /// The accounts touched in the `window` blocks ending at `at` (the head
+    /// when `None`), read at that block.
+    pub async fn export_active(
+        &self,
+        window: u64,
+        at: Option<u64>,
+    ) -> Result<ExportedState, RpcSourceError> {
+        let started = Instant::now();
+        let head = self.head().await?;
+        let at = at.unwrap_or(head);
+        if at > head {
+            return Err(RpcSourceError::FutureBlock { block: at, head });
+        }
+        let from = at.saturating_sub(window.max(1) - 1);
+        let addresses: Vec<Address> = self.touched(from, at).await?.into_iter().collect();
+        tracing::info!(
+            from,
+            to = at,
+            accounts = addresses.len(),
+            "active set collected"
+        );
+        self.export(
+            addresses,
+            at,
+            SnapshotKind::Active {
+                window: window.max(1),
+            },
+            started,
+        )
+        .await
+    }
+
+    /// Chosen accounts at an older block (an archive node keeps them).
+    pub async fn export_historical(
+        &self,
+        addresses: Vec<Address>,
+        at: u64,
+    ) -> Result<ExportedState, RpcSourceError> {
+        let head = self.head().await?;
+        if at > head {
+            return Err(RpcSourceError::FutureBlock { block: at, head });
+        }
+        self.export(addresses, at, SnapshotKind::Historical, Instant::now())
+            .await
+    }
+
+    async fn export(
+        &self,
+        mut addresses: Vec<Address>,
+        at: u64,
+        kind: SnapshotKind,
+        started: Instant,
+    ) -> Result<ExportedState, RpcSourceError> {
+        addresses.sort_unstable();
+        addresses.dedup();
+        let (hash, root, time) = self.block_header(at).await?;
+        let records = self.read_accounts(&addresses, at).await?;
+        let export_s = started.elapsed().as_secs_f64();
+        tracing::info!(
+            block = at,
+            accounts = records.len(),
+            export_s,
+            rate = records.len() as f64 / export_s.max(1e-9),
+            "exported over JSON-RPC"
+        );
+        Ok(ExportedState {
+            chain_id: self.chain_id,
+            block_number: at,
+            block_hash: Some(hash),
+            state_root: Some(root),
+            block_time: Some(time),
+            kind,
+            source: format!("rpc:{}", redact(&self.url)),
+            records,
+            export_s,
+        })
+    }
+}
+
+/// A URL without credentials or API-key paths, for manifests and logs.
+fn redact(url: &str) -> String {
+    match url.parse::<reqwest::Url>() {
+        Ok(u) => format!(
+            "{}://{}{}",
+            u.scheme(),
+            u.host_str().unwrap_or("?"),
+            u.port().map(|p| format!(":{p}")).unwrap_or_default()
+        ),
+        Err(_) => "?".into(),
+    }
+}
+
+fn classify(method: &'static str, block: Option<u64>, message: String) -> RpcSourceError {
+    match block {
+        Some(block) if is_pruned(&message) => RpcSourceError::Pruned { block, message },
+        _ => RpcSourceError::Node { method, message },
+    }
+}
+
+fn backoff(attempt: u32) -> Duration {
+    Duration::from_millis(200u64.saturating_mul(1 << attempt.min(6))).min(Duration::from_secs(10))
+}
+
+/// Reads an address list: one 0x address per line; `#` comments.
+pub fn read_address_file(path: &std::path::Path) -> anyhow::Result<Vec<Address>> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    text.lines()
+        .enumerate()
+        .map(|(i, l)| (i, l.split('#').next().unwrap_or("").trim()))
+        .filter(|(_, l)| !l.is_empty())
+        .map(|(i, l)| {
+            l.parse::<Address>().map_err(|e| {
+                anyhow::anyhow!("{}:{}: '{l}' is not an address: {e}", path.display(), i + 1)
+            })
+        })
+        .collect()
+}

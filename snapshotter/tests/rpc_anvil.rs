@@ -1,0 +1,144 @@
+//! The `rpc` source against a real anvil node: snapshots at several heights
+//! hold exactly anvil's balances and nonces, and the active set is exactly
+//! the accounts touched in the window.
+
+use std::collections::BTreeSet;
+
+use alloy_primitives::{Address, U256};
+use snapshotter::pipeline::{build_and_publish, BuildOptions};
+use snapshotter::records::decode_records;
+use snapshotter::sources::rpc::{RpcOptions, RpcSource, RpcSourceError};
+use snapshotter::store::{SnapshotStore, RECORDS_FILE};
+use snapshotter::SnapshotKind;
+use test_support::{make_history, Anvil};
+
+fn opts() -> RpcOptions {
+    RpcOptions {
+        progress: false,
+        batch_size: 3,
+        attempts: 2,
+        ..Default::default()
+    }
+}
+
+async fn check_against_anvil(anvil: &Anvil, state: &snapshotter::ExportedState) {
+    for r in &state.records {
+        let a = format!("{:#x}", r.address.expect("rpc records carry addresses"));
+        let balance = anvil.balance(&a, state.block_number).await;
+        let nonce = anvil.nonce(&a, state.block_number).await;
+        assert_eq!(
+            format!("{:#x}", r.balance),
+            balance,
+            "balance of {a} at {}",
+            state.block_number
+        );
+        assert_eq!(
+            format!("{:#x}", r.nonce),
+            nonce,
+            "nonce of {a} at {}",
+            state.block_number
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn active_and_historical_snapshots_match_anvil() {
+    let anvil = Anvil::start().await;
+    let history = make_history(&anvil).await;
+    let head = anvil.head().await;
+    let node = RpcSource::connect(&anvil.url, opts()).await.unwrap();
+    assert_eq!(node.chain_id, 31337);
+
+    for (window, at) in [(3u64, head), (2, head - 2), (head, head)] {
+        let state = node.export_active(window, Some(at)).await.unwrap();
+        assert_eq!(state.kind, SnapshotKind::Active { window });
+        let expected: BTreeSet<String> = history
+            .iter()
+            .filter(|(b, _)| *b + window > at && *b <= at)
+            .flat_map(|(_, t)| t.iter().cloned())
+            .collect();
+        let got: BTreeSet<String> = state
+            .records
+            .iter()
+            .map(|r| format!("{:#x}", r.address.unwrap()))
+            .collect();
+        assert_eq!(
+            got, expected,
+            "active set of the {window} blocks up to {at}"
+        );
+        check_against_anvil(&anvil, &state).await;
+        let header = anvil
+            .rpc(
+                "eth_getBlockByNumber",
+                serde_json::json!([format!("{at:#x}"), false]),
+            )
+            .await;
+        assert_eq!(
+            format!("{:#x}", state.block_hash.unwrap()),
+            header["hash"].as_str().unwrap()
+        );
+        assert_eq!(
+            format!("{:#x}", state.state_root.unwrap()),
+            header["stateRoot"].as_str().unwrap()
+        );
+    }
+
+    // Historical: the dev accounts and every touched account at block 2.
+    let mut list: Vec<Address> = test_support::DEV_ACCOUNTS
+        .iter()
+        .map(|a| a.parse().unwrap())
+        .collect();
+    list.extend(
+        history
+            .iter()
+            .flat_map(|(_, t)| t.iter().map(|a| a.parse::<Address>().unwrap())),
+    );
+    let state = node.export_historical(list.clone(), 2).await.unwrap();
+    assert_eq!(state.kind, SnapshotKind::Historical);
+    check_against_anvil(&anvil, &state).await;
+    assert!(
+        state.records.iter().any(|r| r.balance == U256::ZERO),
+        "accounts funded later are read as empty at block 2"
+    );
+
+    // Through the pipeline into a store, and back.
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path()).unwrap();
+    let build = BuildOptions {
+        progress: false,
+        device: gpu_kernels::HintDevice::Cpu,
+        ..Default::default()
+    };
+    let published = build_and_publish(&store, state.clone(), &build).unwrap();
+    snapshotter::verify::verify(&store, &published, 8).unwrap();
+    let stored = decode_records(&store.read_checked(&published, RECORDS_FILE).unwrap()).unwrap();
+    assert_eq!(stored.len(), state.records.len());
+
+    // A block beyond the head is a clear error.
+    assert!(matches!(
+        node.export_active(2, Some(head + 10)).await,
+        Err(RpcSourceError::FutureBlock { .. })
+    ));
+    anvil.stop().await;
+}
+
+#[tokio::test]
+async fn unreachable_node_is_a_clear_error() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let err = RpcSource::connect(&format!("http://127.0.0.1:{port}"), opts())
+        .await
+        .err()
+        .expect("nothing listens there");
+    assert!(
+        matches!(err, RpcSourceError::Unreachable { attempts: 2, .. }),
+        "{err}"
+    );
+    assert!(matches!(
+        RpcSource::connect("not a url", opts()).await,
+        Err(RpcSourceError::Url(_))
+    ));
+}

@@ -1,0 +1,223 @@
+//! Test helpers shared by the crates' end-to-end tests: a real `anvil` node
+//! (npm `@foundry-rs/anvil`, installed by `scripts/install-test-deps.sh`)
+//! started on a free loopback port and killed on drop, and a minimal
+//! JSON-RPC client for driving it.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+/// The first funded dev accounts of anvil (unlocked: no keys needed).
+pub const DEV_ACCOUNTS: [&str; 4] = [
+    "0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266",
+    "0x70997970c51812dc3a010c7d01b50e0d17dc79c8",
+    "0x3c44cdddb6a900fa2b585dd299e03d12fa4293bc",
+    "0x90f79bf6eb2c4f870365e785982e1f101e93b906",
+];
+
+/// Finds a Foundry tool: `$ANVIL` / `$CAST`, then the project's `.tools`
+/// (where the install script puts them), then `PATH`.
+pub fn foundry_tool(name: &str) -> PathBuf {
+    if let Some(p) = std::env::var_os(name.to_ascii_uppercase()) {
+        return PathBuf::from(p);
+    }
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let local = root.join(".tools/node_modules/.bin").join(name);
+    if local.exists() {
+        return local;
+    }
+    PathBuf::from(name)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("loopback port")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+/// A running anvil; killed when dropped.
+pub struct Anvil {
+    child: tokio::process::Child,
+    pub url: String,
+    pub port: u16,
+    http: reqwest::Client,
+}
+
+impl Anvil {
+    /// Starts anvil (chain id 31337, instant mining) on a free loopback port.
+    pub async fn start() -> Anvil {
+        let bin = foundry_tool("anvil");
+        let mut last = String::new();
+        for _ in 0..3 {
+            let port = free_port();
+            let child = tokio::process::Command::new(&bin)
+                .args([
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    &port.to_string(),
+                    "--silent",
+                    "--accounts",
+                    "6",
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .kill_on_drop(true)
+                .spawn();
+            let child = match child {
+                Ok(c) => c,
+                Err(e) => panic!(
+                    "cannot start {} ({e}): run scripts/install-test-deps.sh",
+                    bin.display()
+                ),
+            };
+            let anvil = Anvil {
+                child,
+                url: format!("http://127.0.0.1:{port}"),
+                port,
+                http: reqwest::Client::new(),
+            };
+            for _ in 0..100 {
+                if anvil.try_rpc("eth_chainId", json!([])).await.is_ok() {
+                    return anvil;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            last = format!("anvil on port {port} did not answer");
+        }
+        panic!("{last}");
+    }
+
+    async fn try_rpc(&self, method: &str, params: Value) -> Result<Value, String> {
+        rpc(&self.http, &self.url, method, params).await
+    }
+
+    /// A JSON-RPC call that must succeed.
+    pub async fn rpc(&self, method: &str, params: Value) -> Value {
+        self.try_rpc(method, params)
+            .await
+            .unwrap_or_else(|e| panic!("{method}: {e}"))
+    }
+
+    /// Sends a transaction from an unlocked dev account; returns its receipt.
+    pub async fn send(&self, tx: Value) -> Value {
+        let hash = self.rpc("eth_sendTransaction", json!([tx])).await;
+        self.rpc("eth_getTransactionReceipt", json!([hash])).await
+    }
+
+    pub async fn head(&self) -> u64 {
+        quantity(&self.rpc("eth_blockNumber", json!([])).await)
+    }
+
+    pub async fn balance(&self, address: &str, block: u64) -> String {
+        self.rpc("eth_getBalance", json!([address, format!("{block:#x}")]))
+            .await
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    pub async fn nonce(&self, address: &str, block: u64) -> String {
+        self.rpc(
+            "eth_getTransactionCount",
+            json!([address, format!("{block:#x}")]),
+        )
+        .await
+        .as_str()
+        .unwrap()
+        .to_string()
+    }
+
+    /// Stops the node now.
+    pub async fn stop(mut self) {
+        let _ = self.child.kill().await;
+    }
+}
+
+/// A JSON-RPC call over HTTP: the `result`, or the error as text.
+pub async fn rpc(
+    http: &reqwest::Client,
+    url: &str,
+    method: &str,
+    params: Value,
+) -> Result<Value, String> {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let resp = http
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let v: Value = serde_json::from_slice(&resp.bytes().await.map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())?;
+    match v.get("result") {
+        Some(r) => Ok(r.clone()),
+        None => Err(v
+            .get("error")
+            .map(|e| e.to_string())
+            .unwrap_or_else(|| v.to_string())),
+    }
+}
+
+/// The full JSON-RPC reply (result or error) of one call.
+pub async fn rpc_raw(http: &reqwest::Client, url: &str, body: &str) -> Value {
+    let resp = http
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("proxy reachable");
+    serde_json::from_slice(&resp.bytes().await.expect("body")).expect("JSON reply")
+}
+
+/// A hex quantity as u64.
+pub fn quantity(v: &Value) -> u64 {
+    u64::from_str_radix(v.as_str().expect("hex string").trim_start_matches("0x"), 16)
+        .expect("hex quantity")
+}
+
+/// A scripted history on anvil: transfers to fresh addresses, a contract
+/// creation with value and a transfer between funded accounts, one block
+/// each. Returns, per block, the accounts it touched (miner included).
+pub async fn make_history(anvil: &Anvil) -> Vec<(u64, Vec<String>)> {
+    let fresh = |i: u8| format!("0x{}", format!("{i:02x}").repeat(20));
+    let mut out = Vec::new();
+    let steps: Vec<Value> = vec![
+        json!({"from": DEV_ACCOUNTS[0], "to": fresh(0x11), "value": "0xde0b6b3a7640000"}),
+        json!({"from": DEV_ACCOUNTS[1], "to": fresh(0x22), "value": "0x1bc16d674ec80000"}),
+        json!({"from": DEV_ACCOUNTS[0], "data": "0x6080604052", "value": "0x5"}),
+        json!({"from": DEV_ACCOUNTS[2], "to": DEV_ACCOUNTS[0], "value": "0x2386f26fc10000"}),
+        json!({"from": DEV_ACCOUNTS[1], "to": fresh(0x33), "value": "0x1"}),
+        json!({"from": DEV_ACCOUNTS[3], "to": fresh(0x11), "value": "0x29a2241af62c0000"}),
+    ];
+    for tx in steps {
+        let receipt = anvil.send(tx.clone()).await;
+        let block = quantity(&receipt["blockNumber"]);
+        let header = anvil
+            .rpc(
+                "eth_getBlockByNumber",
+                json!([format!("{block:#x}"), false]),
+            )
+            .await;
+        let mut touched = vec![
+            tx["from"].as_str().unwrap().to_lowercase(),
+            header["miner"].as_str().unwrap().to_lowercase(),
+        ];
+        if let Some(to) = tx.get("to").and_then(Value::as_str) {
+            touched.push(to.to_lowercase());
+        }
+        if let Some(c) = receipt.get("contractAddress").and_then(Value::as_str) {
+            touched.push(c.to_lowercase());
+        }
+        touched.sort();
+        touched.dedup();
+        out.push((block, touched));
+    }
+    out
+}
