@@ -106,7 +106,14 @@ impl Anvil {
     /// Sends a transaction from an unlocked dev account; returns its receipt.
     pub async fn send(&self, tx: Value) -> Value {
         let hash = self.rpc("eth_sendTransaction", json!([tx])).await;
-        self.rpc("eth_getTransactionReceipt", json!([hash])).await
+        for _ in 0..200 {
+            let receipt = self.rpc("eth_getTransactionReceipt", json!([hash])).await;
+            if !receipt.is_null() {
+                return receipt;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("transaction {hash} never mined")
     }
 
     pub async fn head(&self) -> u64 {

@@ -1,0 +1,115 @@
+//! Shared pieces of the proxy's end-to-end tests: a PIR server and a proxy on
+//! free loopback ports, and HTTP middlemen (a recording upstream, a
+//! tampering link).
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{Method, Uri};
+use axum::response::IntoResponse;
+use axum::Router;
+use proxy::ProxyConfig;
+
+pub async fn start_server(store: &std::path::Path) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let config = server::ServerConfig {
+        store: store.to_path_buf(),
+        listen: addr,
+        rescan_secs: 1,
+        ..Default::default()
+    };
+    tokio::spawn(server::serve_on(listener, config, std::future::pending()));
+    format!("http://{addr}")
+}
+
+pub async fn start_proxy(pir_server: &str, upstream: Option<String>, cache: &std::path::Path) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let config = ProxyConfig {
+        listen: addr,
+        pir_server: pir_server.to_string(),
+        upstream,
+        cache_dir: cache.to_path_buf(),
+        refresh_secs: 1,
+        request_timeout_secs: 10,
+        ..Default::default()
+    };
+    tokio::spawn(proxy::serve_on(listener, config, std::future::pending()));
+    format!("http://{addr}")
+}
+
+/// What a middleman does to the bytes it relays.
+pub type Rewrite = Arc<dyn Fn(&str, Bytes) -> Bytes + Send + Sync>;
+
+#[derive(Clone)]
+struct Relay {
+    target: String,
+    http: reqwest::Client,
+    seen: Arc<Mutex<Vec<String>>>,
+    rewrite: Rewrite,
+}
+
+async fn relay(State(r): State<Relay>, method: Method, uri: Uri, body: Bytes) -> impl IntoResponse {
+    if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body) {
+        let calls = if let Some(a) = v.as_array() { a.clone() } else { vec![v] };
+        for c in calls {
+            if let Some(m) = c.get("method").and_then(|m| m.as_str()) {
+                r.seen.lock().unwrap().push(m.to_string());
+            }
+        }
+    }
+    let url = format!("{}{}", r.target, uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"));
+    let req = r.http.request(method, url).header("content-type", "application/json").body(body);
+    match req.send().await {
+        Ok(resp) => {
+            let status = resp.status();
+            let bytes = resp.bytes().await.unwrap_or_default();
+            (status, (r.rewrite)(uri.path(), bytes)).into_response()
+        }
+        Err(_) => axum::http::StatusCode::BAD_GATEWAY.into_response(),
+    }
+}
+
+/// An HTTP middleman to `target`: records JSON-RPC method names and
+/// rewrites response bodies. Returns its URL and the recorded methods.
+pub async fn start_relay(target: &str, rewrite: Rewrite) -> (String, Arc<Mutex<Vec<String>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let state = Relay {
+        target: target.trim_end_matches('/').to_string(),
+        http: reqwest::Client::new(),
+        seen: seen.clone(),
+        rewrite,
+    };
+    let app = Router::new().fallback(relay).with_state(state);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr: SocketAddr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}"), seen)
+}
+
+pub fn passthrough() -> Rewrite {
+    Arc::new(|_, b| b)
+}
+
+/// Polls until the proxy answers `eth_getBalance` at `block` (snapshots load
+/// in the background).
+pub async fn wait_for_block(proxy: &str, block: &str) {
+    let http = reqwest::Client::new();
+    for _ in 0..100 {
+        let body = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0x0000000000000000000000000000000000000000","{block}"]}}"#);
+        if let Ok(resp) = http.post(proxy).body(body).send().await {
+            let v: serde_json::Value = serde_json::from_slice(&resp.bytes().await.unwrap_or_default()).unwrap_or_default();
+            let code = v.pointer("/error/code").and_then(|c| c.as_i64());
+            if v.get("result").is_some() || code == Some(-32002) {
+                return;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("proxy never served block {block}");
+}
