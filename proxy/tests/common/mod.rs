@@ -113,3 +113,15 @@ pub async fn wait_for_block(proxy: &str, block: &str) {
     }
     panic!("proxy never served block {block}");
 }
+
+/// Polls until the proxy knows its chain (its snapshots are loaded).
+pub async fn wait_for_chain(proxy: &str) {
+    let http = reqwest::Client::new();
+    for _ in 0..100 {
+        if test_support::rpc(&http, proxy, "eth_chainId", serde_json::json!([])).await.is_ok() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("proxy never loaded its snapshots");
+}
