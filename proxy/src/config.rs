@@ -71,3 +71,17 @@ impl ProxyConfig {
         Duration::from_secs(self.request_timeout_secs.max(1))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn example_config_parses() {
+        let c = super::ProxyConfig::from_file(std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../configs/proxy.toml"
+        )))
+        .unwrap();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:8545");
+        assert!(!c.private_fallback_to_upstream);
+    }
+}

@@ -20,6 +20,9 @@ pub struct ReplaySummary {
     pub failed: usize,
 }
 
+/// The lines that read from one snapshot: the snapshot, and (line index, address).
+type SnapshotGroup = (std::sync::Arc<crate::reader::SnapshotClient>, Vec<(usize, alloy_primitives::Address)>);
+
 /// One input line.
 struct Line {
     number: usize,
@@ -66,13 +69,7 @@ pub async fn replay(
     // Group lines by snapshot so that each group goes out in batches.
     let mut results: Vec<Result<(String, String, u64), String>> =
         vec![Err(String::new()); lines.len()];
-    let mut groups: BTreeMap<
-        String,
-        (
-            std::sync::Arc<crate::reader::SnapshotClient>,
-            Vec<(usize, alloy_primitives::Address)>,
-        ),
-    > = BTreeMap::new();
+    let mut groups: BTreeMap<String, SnapshotGroup> = BTreeMap::new();
     for (i, line) in lines.iter().enumerate() {
         let address = match parse_address(&line.address) {
             Ok(a) => a,

@@ -23,15 +23,31 @@ async fn private_answers_equal_anvil_at_every_snapshot_height() {
     // historical at block 2.
     let dir = tempfile::tempdir().unwrap();
     let store = SnapshotStore::open(dir.path().join("store")).unwrap();
-    let node = RpcSource::connect(&anvil.url, RpcOptions { progress: false, ..Default::default() }).await.unwrap();
+    let node = RpcSource::connect(
+        &anvil.url,
+        RpcOptions {
+            progress: false,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
     let mut everyone: Vec<Address> = DEV_ACCOUNTS.iter().map(|a| a.parse().unwrap()).collect();
-    everyone.extend(history.iter().flat_map(|(_, t)| t.iter().map(|a| a.parse::<Address>().unwrap())));
+    everyone.extend(
+        history
+            .iter()
+            .flat_map(|(_, t)| t.iter().map(|a| a.parse::<Address>().unwrap())),
+    );
     let exports = vec![
         node.export_active(head, Some(head)).await.unwrap(),
         node.export_active(head - 2, Some(head - 2)).await.unwrap(),
         node.export_historical(everyone.clone(), 2).await.unwrap(),
     ];
-    let build = BuildOptions { progress: false, device: gpu_kernels::HintDevice::Cpu, ..Default::default() };
+    let build = BuildOptions {
+        progress: false,
+        device: gpu_kernels::HintDevice::Cpu,
+        ..Default::default()
+    };
     for e in &exports {
         build_and_publish(&store, e.clone(), &build).unwrap();
     }
@@ -49,50 +65,140 @@ async fn private_answers_equal_anvil_at_every_snapshot_height() {
         let at = format!("{:#x}", e.block_number);
         for r in &e.records {
             let a = format!("{:#x}", r.address.unwrap());
-            let balance = rpc(&http, &proxy, "eth_getBalance", json!([a, at])).await.unwrap();
-            assert_eq!(balance.as_str().unwrap(), anvil.balance(&a, e.block_number).await, "balance {a} @ {at}");
-            let nonce = rpc(&http, &proxy, "eth_getTransactionCount", json!([a, at])).await.unwrap();
-            assert_eq!(nonce.as_str().unwrap(), anvil.nonce(&a, e.block_number).await, "nonce {a} @ {at}");
+            let balance = rpc(&http, &proxy, "eth_getBalance", json!([a, at]))
+                .await
+                .unwrap();
+            assert_eq!(
+                balance.as_str().unwrap(),
+                anvil.balance(&a, e.block_number).await,
+                "balance {a} @ {at}"
+            );
+            let nonce = rpc(&http, &proxy, "eth_getTransactionCount", json!([a, at]))
+                .await
+                .unwrap();
+            assert_eq!(
+                nonce.as_str().unwrap(),
+                anvil.nonce(&a, e.block_number).await,
+                "nonce {a} @ {at}"
+            );
         }
     }
     // latest, a block hash and an EIP-1898 object name the head snapshot.
-    let head_hash = anvil.rpc("eth_getBlockByNumber", json!([format!("{head:#x}"), false])).await["hash"].clone();
-    for block in [json!("latest"), json!("finalized"), head_hash.clone(), json!({"blockHash": head_hash}), json!({"blockNumber": format!("{head:#x}")})] {
-        let got = rpc(&http, &proxy, "eth_getBalance", json!([DEV_ACCOUNTS[0], block])).await.unwrap();
-        assert_eq!(got.as_str().unwrap(), anvil.balance(DEV_ACCOUNTS[0], head).await, "block {block}");
+    let head_hash = anvil
+        .rpc("eth_getBlockByNumber", json!([format!("{head:#x}"), false]))
+        .await["hash"]
+        .clone();
+    for block in [
+        json!("latest"),
+        json!("finalized"),
+        head_hash.clone(),
+        json!({"blockHash": head_hash}),
+        json!({"blockNumber": format!("{head:#x}")}),
+    ] {
+        let got = rpc(
+            &http,
+            &proxy,
+            "eth_getBalance",
+            json!([DEV_ACCOUNTS[0], block]),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            got.as_str().unwrap(),
+            anvil.balance(DEV_ACCOUNTS[0], head).await,
+            "block {block}"
+        );
     }
 
     // A real client: cast.
     let cast = foundry_tool("cast");
-    for (block, who) in [(head, DEV_ACCOUNTS[0]), (2, DEV_ACCOUNTS[1]), (head - 2, "0x1111111111111111111111111111111111111111")] {
+    for (block, who) in [
+        (head, DEV_ACCOUNTS[0]),
+        (2, DEV_ACCOUNTS[1]),
+        (head - 2, "0x1111111111111111111111111111111111111111"),
+    ] {
         let out = tokio::process::Command::new(&cast)
-            .args(["balance", "--block", &block.to_string(), who, "--rpc-url", &proxy])
+            .args([
+                "balance",
+                "--block",
+                &block.to_string(),
+                who,
+                "--rpc-url",
+                &proxy,
+            ])
             .output()
             .await
             .expect("cast runs");
-        assert!(out.status.success(), "cast: {}", String::from_utf8_lossy(&out.stderr));
-        let expected = alloy_primitives::U256::from_str_radix(anvil.balance(who, block).await.trim_start_matches("0x"), 16).unwrap();
-        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), expected.to_string(), "cast balance {who} @ {block}");
-        let out = tokio::process::Command::new(&cast).args(["nonce", "--block", &block.to_string(), who, "--rpc-url", &proxy]).output().await.unwrap();
-        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), u64::from_str_radix(anvil.nonce(who, block).await.trim_start_matches("0x"), 16).unwrap().to_string());
+        assert!(
+            out.status.success(),
+            "cast: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let expected = alloy_primitives::U256::from_str_radix(
+            anvil.balance(who, block).await.trim_start_matches("0x"),
+            16,
+        )
+        .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            expected.to_string(),
+            "cast balance {who} @ {block}"
+        );
+        let out = tokio::process::Command::new(&cast)
+            .args([
+                "nonce",
+                "--block",
+                &block.to_string(),
+                who,
+                "--rpc-url",
+                &proxy,
+            ])
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            u64::from_str_radix(anvil.nonce(who, block).await.trim_start_matches("0x"), 16)
+                .unwrap()
+                .to_string()
+        );
     }
 
     // A real client: an alloy provider.
     let provider = ProviderBuilder::new().connect_http(proxy.parse().unwrap());
     for block in [2, head - 2, head] {
         let who: Address = DEV_ACCOUNTS[0].parse().unwrap();
-        let got = provider.get_balance(who).block_id(block.into()).await.unwrap();
-        assert_eq!(format!("{got:#x}"), anvil.balance(DEV_ACCOUNTS[0], block).await);
-        let nonce = provider.get_transaction_count(who).block_id(block.into()).await.unwrap();
-        assert_eq!(format!("{nonce:#x}"), anvil.nonce(DEV_ACCOUNTS[0], block).await);
+        let got = provider
+            .get_balance(who)
+            .block_id(block.into())
+            .await
+            .unwrap();
+        assert_eq!(
+            format!("{got:#x}"),
+            anvil.balance(DEV_ACCOUNTS[0], block).await
+        );
+        let nonce = provider
+            .get_transaction_count(who)
+            .block_id(block.into())
+            .await
+            .unwrap();
+        assert_eq!(
+            format!("{nonce:#x}"),
+            anvil.nonce(DEV_ACCOUNTS[0], block).await
+        );
     }
     assert_eq!(provider.get_chain_id().await.unwrap(), 31337);
 
     // Other methods go upstream; private ones never do.
-    let bn = rpc(&http, &proxy, "eth_blockNumber", json!([])).await.unwrap();
+    let bn = rpc(&http, &proxy, "eth_blockNumber", json!([]))
+        .await
+        .unwrap();
     assert_eq!(test_support::quantity(&bn), head);
     let unknown = rpc_raw(&http, &proxy, r#"{"jsonrpc":"2.0","id":7,"method":"eth_getBalance","params":["0x00000000000000000000000000000000000000aa","latest"]}"#).await;
-    assert_eq!(unknown["error"]["code"], -32002, "absent from an active snapshot: {unknown}");
+    assert_eq!(
+        unknown["error"]["code"], -32002,
+        "absent from an active snapshot: {unknown}"
+    );
     let missing = rpc_raw(&http, &proxy, r#"{"jsonrpc":"2.0","id":8,"method":"eth_getBalance","params":["0x00000000000000000000000000000000000000aa","0x1"]}"#).await;
     assert_eq!(missing["error"]["code"], -32001, "{missing}");
     let mut heights: Vec<u64> = exports.iter().map(|e| e.block_number).collect();
@@ -100,7 +206,12 @@ async fn private_answers_equal_anvil_at_every_snapshot_height() {
     assert_eq!(missing["error"]["data"]["available_blocks"], json!(heights));
     let seen = upstream_saw.lock().unwrap().clone();
     assert!(seen.contains(&"eth_blockNumber".to_string()), "{seen:?}");
-    assert!(!seen.iter().any(|m| m == "eth_getBalance" || m == "eth_getTransactionCount"), "private method leaked upstream: {seen:?}");
+    assert!(
+        !seen
+            .iter()
+            .any(|m| m == "eth_getBalance" || m == "eth_getTransactionCount"),
+        "private method leaked upstream: {seen:?}"
+    );
 
     // Historical replay through the same private path.
     let input = dir.path().join("queries.csv");
@@ -113,15 +224,26 @@ async fn private_answers_equal_anvil_at_every_snapshot_height() {
     }
     lines.push_str("0xnot-an-address,2\n0x00000000000000000000000000000000000000aa,1\n");
     std::fs::write(&input, lines).unwrap();
-    let reader = proxy::start_reader(&proxy::ProxyConfig { pir_server: server.clone(), cache_dir: dir.path().join("cache"), ..Default::default() }).await;
-    let summary = proxy::replay::replay(&reader, &input, &output, false).await.unwrap();
+    let reader = proxy::start_reader(&proxy::ProxyConfig {
+        pir_server: server.clone(),
+        cache_dir: dir.path().join("cache"),
+        ..Default::default()
+    })
+    .await;
+    let summary = proxy::replay::replay(&reader, &input, &output, false)
+        .await
+        .unwrap();
     assert_eq!(summary.failed, 2);
     assert_eq!(summary.answered, 9);
     let answers = std::fs::read_to_string(&output).unwrap();
     for line in answers.lines().skip(1).filter(|l| !l.ends_with('"')) {
         let f: Vec<&str> = line.split(',').collect();
         let block: u64 = f[1].parse().unwrap();
-        let expected = alloy_primitives::U256::from_str_radix(anvil.balance(f[0], block).await.trim_start_matches("0x"), 16).unwrap();
+        let expected = alloy_primitives::U256::from_str_radix(
+            anvil.balance(f[0], block).await.trim_start_matches("0x"),
+            16,
+        )
+        .unwrap();
         assert_eq!(f[3], expected.to_string(), "{line}");
     }
     anvil.stop().await;

@@ -19,7 +19,11 @@ fn genesis_balances() -> Vec<(String, String)> {
         .unwrap()
         .iter()
         .map(|(a, acc)| {
-            let wei = alloy_primitives::U256::from_str_radix(acc["balance"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
+            let wei = alloy_primitives::U256::from_str_radix(
+                acc["balance"].as_str().unwrap().trim_start_matches("0x"),
+                16,
+            )
+            .unwrap();
             (format!("0x{a}"), format!("{wei:#x}"))
         })
         .collect()
@@ -39,19 +43,46 @@ async fn mainnet_genesis_through_the_demo_path() {
 
     for (a, wei) in all.iter().step_by(181) {
         for block in ["0x0", "latest", "earliest"] {
-            let got = rpc(&http, &proxy, "eth_getBalance", json!([a, block])).await.unwrap();
+            let got = rpc(&http, &proxy, "eth_getBalance", json!([a, block]))
+                .await
+                .unwrap();
             assert_eq!(got.as_str().unwrap(), wei, "{a} at {block}");
         }
-        assert_eq!(rpc(&http, &proxy, "eth_getTransactionCount", json!([a, "0x0"])).await.unwrap(), "0x0");
+        assert_eq!(
+            rpc(&http, &proxy, "eth_getTransactionCount", json!([a, "0x0"]))
+                .await
+                .unwrap(),
+            "0x0"
+        );
     }
     // Absent from a full snapshot: balance 0.
-    let nobody = rpc(&http, &proxy, "eth_getBalance", json!(["0x00000000000000000000000000000000000000aa", "latest"])).await.unwrap();
+    let nobody = rpc(
+        &http,
+        &proxy,
+        "eth_getBalance",
+        json!(["0x00000000000000000000000000000000000000aa", "latest"]),
+    )
+    .await
+    .unwrap();
     assert_eq!(nobody, "0x0");
     let genesis_hash = "0xd4e56740f876aef8c010b86a40d5f56745a118d0906a34e69aec8c0db1cb8fa3";
     let (a, wei) = &all[0];
-    assert_eq!(rpc(&http, &proxy, "eth_getBalance", json!([a, genesis_hash])).await.unwrap().as_str().unwrap(), wei);
-    assert_eq!(rpc(&http, &proxy, "eth_chainId", json!([])).await.unwrap(), "0x1");
-    assert_eq!(rpc(&http, &proxy, "net_version", json!([])).await.unwrap(), "1");
+    assert_eq!(
+        rpc(&http, &proxy, "eth_getBalance", json!([a, genesis_hash]))
+            .await
+            .unwrap()
+            .as_str()
+            .unwrap(),
+        wei
+    );
+    assert_eq!(
+        rpc(&http, &proxy, "eth_chainId", json!([])).await.unwrap(),
+        "0x1"
+    );
+    assert_eq!(
+        rpc(&http, &proxy, "net_version", json!([])).await.unwrap(),
+        "1"
+    );
 
     // Load: 2,000 calls, 32 at a time, every answer right.
     let all = Arc::new(all);
@@ -67,7 +98,9 @@ async fn mainnet_genesis_through_the_demo_path() {
                     return done;
                 }
                 let (a, wei) = &all[(i * 7919) % all.len()];
-                let got = rpc(&http, &proxy, "eth_getBalance", json!([a, "latest"])).await.unwrap();
+                let got = rpc(&http, &proxy, "eth_getBalance", json!([a, "latest"]))
+                    .await
+                    .unwrap();
                 assert_eq!(got.as_str().unwrap(), wei, "load call {i}");
                 done += 1;
             }
@@ -88,17 +121,50 @@ async fn mainnet_genesis_through_the_demo_path() {
         ("[]", -32600),
         (r#"{"jsonrpc":"1.0","id":1,"method":"eth_chainId"}"#, -32600),
         (r#"{"jsonrpc":"2.0","id":1}"#, -32600),
-        (r#"{"jsonrpc":"2.0","id":{},"method":"eth_chainId"}"#, -32600),
-        (r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":"x"}"#, -32600),
-        (r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance"}"#, -32602),
-        (r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0x1234","latest"]}"#, -32602),
-        (r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0xZZ0d836201318ec6899a67540690382780743280","latest"]}"#, -32602),
-        (r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0x000D836201318ec6899A67540690382780743280","latest"]}"#, -32602),
-        (r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":[5,"latest"]}"#, -32602),
-        (r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0x000d836201318ec6899a67540690382780743280","yesterday"]}"#, -32602),
-        (r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0x000d836201318ec6899a67540690382780743280","0x10"]}"#, -32001),
-        (r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":{"address":"0x0"}}"#, -32602),
-        (r#"{"jsonrpc":"2.0","id":1,"method":"eth_sendRawTransaction","params":["0x00"]}"#, -32601),
+        (
+            r#"{"jsonrpc":"2.0","id":{},"method":"eth_chainId"}"#,
+            -32600,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":"x"}"#,
+            -32600,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance"}"#,
+            -32602,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0x1234","latest"]}"#,
+            -32602,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0xZZ0d836201318ec6899a67540690382780743280","latest"]}"#,
+            -32602,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0x000D836201318ec6899A67540690382780743280","latest"]}"#,
+            -32602,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":[5,"latest"]}"#,
+            -32602,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0x000d836201318ec6899a67540690382780743280","yesterday"]}"#,
+            -32602,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0x000d836201318ec6899a67540690382780743280","0x10"]}"#,
+            -32001,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":{"address":"0x0"}}"#,
+            -32602,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":1,"method":"eth_sendRawTransaction","params":["0x00"]}"#,
+            -32601,
+        ),
     ];
     for (body, expected) in cases {
         let v = rpc_raw(&http, &proxy, body).await;
@@ -119,9 +185,19 @@ async fn mainnet_genesis_through_the_demo_path() {
     assert_eq!(arr[1]["id"], 2);
     assert_eq!(code(&arr[1]), Some(-32601));
     assert_eq!(code(&arr[2]), Some(-32600));
-    let note = http.post(&proxy).body(r#"{"jsonrpc":"2.0","method":"eth_chainId"}"#).send().await.unwrap();
+    let note = http
+        .post(&proxy)
+        .body(r#"{"jsonrpc":"2.0","method":"eth_chainId"}"#)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(note.status(), 204);
-    let huge = http.post(&proxy).body(vec![b' '; 5 << 20]).send().await.unwrap();
+    let huge = http
+        .post(&proxy)
+        .body(vec![b' '; 5 << 20])
+        .send()
+        .await
+        .unwrap();
     assert_eq!(huge.status(), 413);
 
     // Responses damaged or swapped in transit: an error, never a balance.
@@ -136,7 +212,13 @@ async fn mainnet_genesis_through_the_demo_path() {
             b
         }
     });
-    let truncate: Rewrite = Arc::new(|path: &str, b: Bytes| if path.ends_with("/query") { b.slice(..b.len() / 2) } else { b });
+    let truncate: Rewrite = Arc::new(|path: &str, b: Bytes| {
+        if path.ends_with("/query") {
+            b.slice(..b.len() / 2)
+        } else {
+            b
+        }
+    });
     let stale = Arc::new(std::sync::Mutex::new(None::<Bytes>));
     let swap: Rewrite = {
         let stale = stale.clone();
@@ -162,13 +244,23 @@ async fn mainnet_genesis_through_the_demo_path() {
                 assert_eq!(v["result"].as_str().unwrap(), target.1);
                 continue;
             }
-            assert!(v.get("result").is_none(), "{name}: a damaged response produced a balance: {v}");
-            assert!(matches!(code(&v), Some(-32004) | Some(-32003)), "{name}: {v}");
+            assert!(
+                v.get("result").is_none(),
+                "{name}: a damaged response produced a balance: {v}"
+            );
+            assert!(
+                matches!(code(&v), Some(-32004) | Some(-32003)),
+                "{name}: {v}"
+            );
         }
     }
 
     // The PIR server down: a clear error.
-    let dead_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let dead_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let cache = tempfile::tempdir().unwrap();
     let orphan = start_proxy(&format!("http://127.0.0.1:{dead_port}"), None, cache.path()).await;
     let mut v = Value::Null;

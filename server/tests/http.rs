@@ -298,3 +298,13 @@ async fn a_full_queue_answers_503_and_nothing_else_breaks() {
     );
     assert!(codes.contains(&200));
 }
+
+#[test]
+fn example_config_parses() {
+    let c = ServerConfig::from_file(std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../configs/server.toml"
+    )))
+    .unwrap();
+    assert_eq!(c.listen.to_string(), "127.0.0.1:8546");
+}

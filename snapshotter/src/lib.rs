@@ -10,6 +10,7 @@ pub mod failpoint;
 pub mod manifest;
 pub mod pipeline;
 pub mod records;
+pub mod schedule;
 pub mod sources;
 pub mod store;
 pub mod verify;

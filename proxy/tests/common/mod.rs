@@ -27,7 +27,11 @@ pub async fn start_server(store: &std::path::Path) -> String {
     format!("http://{addr}")
 }
 
-pub async fn start_proxy(pir_server: &str, upstream: Option<String>, cache: &std::path::Path) -> String {
+pub async fn start_proxy(
+    pir_server: &str,
+    upstream: Option<String>,
+    cache: &std::path::Path,
+) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let config = ProxyConfig {
@@ -56,15 +60,27 @@ struct Relay {
 
 async fn relay(State(r): State<Relay>, method: Method, uri: Uri, body: Bytes) -> impl IntoResponse {
     if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body) {
-        let calls = if let Some(a) = v.as_array() { a.clone() } else { vec![v] };
+        let calls = if let Some(a) = v.as_array() {
+            a.clone()
+        } else {
+            vec![v]
+        };
         for c in calls {
             if let Some(m) = c.get("method").and_then(|m| m.as_str()) {
                 r.seen.lock().unwrap().push(m.to_string());
             }
         }
     }
-    let url = format!("{}{}", r.target, uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"));
-    let req = r.http.request(method, url).header("content-type", "application/json").body(body);
+    let url = format!(
+        "{}{}",
+        r.target,
+        uri.path_and_query().map(|p| p.as_str()).unwrap_or("/")
+    );
+    let req = r
+        .http
+        .request(method, url)
+        .header("content-type", "application/json")
+        .body(body);
     match req.send().await {
         Ok(resp) => {
             let status = resp.status();
@@ -101,9 +117,12 @@ pub fn passthrough() -> Rewrite {
 pub async fn wait_for_block(proxy: &str, block: &str) {
     let http = reqwest::Client::new();
     for _ in 0..100 {
-        let body = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0x0000000000000000000000000000000000000000","{block}"]}}"#);
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0x0000000000000000000000000000000000000000","{block}"]}}"#
+        );
         if let Ok(resp) = http.post(proxy).body(body).send().await {
-            let v: serde_json::Value = serde_json::from_slice(&resp.bytes().await.unwrap_or_default()).unwrap_or_default();
+            let v: serde_json::Value =
+                serde_json::from_slice(&resp.bytes().await.unwrap_or_default()).unwrap_or_default();
             let code = v.pointer("/error/code").and_then(|c| c.as_i64());
             if v.get("result").is_some() || code == Some(-32002) {
                 return;
@@ -118,7 +137,10 @@ pub async fn wait_for_block(proxy: &str, block: &str) {
 pub async fn wait_for_chain(proxy: &str) {
     let http = reqwest::Client::new();
     for _ in 0..100 {
-        if test_support::rpc(&http, proxy, "eth_chainId", serde_json::json!([])).await.is_ok() {
+        if test_support::rpc(&http, proxy, "eth_chainId", serde_json::json!([]))
+            .await
+            .is_ok()
+        {
             return;
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;

@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand};
 use gpu_kernels::HintDevice;
 use pir_core::{Arity, Packing};
 use snapshotter::pipeline::{build_and_publish, BuildOptions, ExportedState};
+use snapshotter::schedule::{self, ScheduleConfig};
 use snapshotter::sources::genesis;
 use snapshotter::sources::rpc::{self, RpcOptions, RpcSource, Traces};
 use snapshotter::store::SnapshotStore;
@@ -50,6 +51,16 @@ enum Command {
     Build {
         #[command(subcommand)]
         source: Source,
+    },
+    /// Build on a schedule from a config file (see configs/snapshotter.toml):
+    /// every N blocks or every interval, riding out node outages.
+    Run {
+        /// The schedule's config file.
+        #[arg(long)]
+        config: PathBuf,
+        /// Build once now and exit (for cron and systemd timers).
+        #[arg(long)]
+        once: bool,
     },
     /// List the snapshots in the store.
     List {
@@ -195,9 +206,24 @@ fn main() -> Result<()> {
         .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log).context("--log")?)
         .with_writer(std::io::stderr)
         .init();
+    if let Command::Run { config, once } = &cli.command {
+        let config = ScheduleConfig::from_file(config)?;
+        let runtime = tokio::runtime::Runtime::new()?;
+        return runtime.block_on(async {
+            if *once {
+                schedule::build_once(&config).await.map(|_| ())
+            } else {
+                schedule::run(config, async {
+                    let _ = tokio::signal::ctrl_c().await;
+                })
+                .await
+            }
+        });
+    }
     let store = SnapshotStore::open(&cli.store)
         .with_context(|| format!("opening the store {}", cli.store.display()))?;
     match cli.command {
+        Command::Run { .. } => unreachable!("handled above"),
         Command::Build { source } => {
             let build = source.build_args().clone();
             let state: ExportedState = match source {

@@ -285,20 +285,22 @@ impl RpcSource {
             .expect("valid template"),
         );
         let block = hex_block(at);
-        let chunks: Vec<&[Address]> = addresses.chunks(self.options.batch_size.max(1)).collect();
-        let results: Vec<Vec<AccountRecord>> = stream::iter(chunks)
-            .map(|chunk| {
-                let block = block.clone();
-                let bar = bar.clone();
-                async move {
-                    let out = self.read_batch(chunk, &block, at).await?;
-                    bar.inc(chunk.len() as u64);
-                    Ok::<_, RpcSourceError>(out)
-                }
-            })
-            .buffered(self.options.concurrency.max(1))
-            .try_collect()
-            .await?;
+        let chunks: Vec<Vec<Address>> = addresses
+            .chunks(self.options.batch_size.max(1))
+            .map(<[Address]>::to_vec)
+            .collect();
+        let results: Vec<Vec<AccountRecord>> = stream::iter(chunks.into_iter().map(|chunk| {
+            let block = block.clone();
+            let bar = bar.clone();
+            async move {
+                let out = self.read_batch(&chunk, &block, at).await?;
+                bar.inc(chunk.len() as u64);
+                Ok::<_, RpcSourceError>(out)
+            }
+        }))
+        .buffered(self.options.concurrency.max(1))
+        .try_collect()
+        .await?;
         bar.finish_and_clear();
         Ok(results.into_iter().flatten().collect())
     }

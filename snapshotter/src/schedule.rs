@@ -1,0 +1,271 @@
+//! `ethpir-snapshot run`: build snapshots again and again, unattended.
+//!
+//! Every `poll_secs` the node's head is read. A build is due when the head
+//! (less `confirmations`) has advanced `every_blocks` past the last snapshot,
+//! or `interval_secs` have passed. One build at a time; a node outage or a
+//! failed build is logged and retried with exponential backoff (capped at
+//! five minutes), never fatal.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+
+use crate::pipeline::{build_and_publish, BuildError, BuildOptions};
+use crate::sources::rpc::{RpcOptions, RpcSource, Traces};
+use crate::store::{SnapshotStore, StoreError};
+
+/// `configs/snapshotter.toml`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleConfig {
+    pub store: PathBuf,
+    pub source: SourceConfig,
+    #[serde(default)]
+    pub schedule: Timing,
+    #[serde(default)]
+    pub build: BuildConfig,
+    #[serde(default)]
+    pub retention: Retention,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceConfig {
+    /// Node URL.
+    pub url: String,
+    /// Blocks in the active set.
+    #[serde(default = "default_window")]
+    pub window: u64,
+    #[serde(default = "default_batch")]
+    pub batch_size: usize,
+    #[serde(default = "default_concurrency")]
+    pub concurrency: usize,
+    #[serde(default)]
+    pub traces: Traces,
+}
+
+fn default_window() -> u64 {
+    256
+}
+fn default_batch() -> usize {
+    100
+}
+fn default_concurrency() -> usize {
+    4
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Timing {
+    pub every_blocks: u64,
+    pub interval_secs: u64,
+    pub poll_secs: u64,
+    pub confirmations: u64,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            every_blocks: 64,
+            interval_secs: 0,
+            poll_secs: 12,
+            confirmations: 2,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BuildConfig {
+    pub device: String,
+    pub arity: u8,
+    pub packing: String,
+    pub hint_budget_mib: u64,
+}
+
+impl Default for BuildConfig {
+    fn default() -> Self {
+        BuildConfig {
+            device: "auto".into(),
+            arity: 3,
+            packing: "auto".into(),
+            hint_budget_mib: 32,
+        }
+    }
+}
+
+impl BuildConfig {
+    pub fn options(&self) -> anyhow::Result<BuildOptions> {
+        let packing = match self.packing.as_str() {
+            "auto" => pir_core::Packing::Auto {
+                hint_budget_bytes: self.hint_budget_mib << 20,
+            },
+            k => pir_core::Packing::Fixed(
+                k.parse()
+                    .map_err(|_| anyhow::anyhow!("build.packing must be \"auto\" or a number"))?,
+            ),
+        };
+        Ok(BuildOptions {
+            arity: match self.arity {
+                3 => pir_core::Arity::Three,
+                4 => pir_core::Arity::Four,
+                a => anyhow::bail!("build.arity must be 3 or 4, not {a}"),
+            },
+            packing,
+            device: self
+                .device
+                .parse()
+                .map_err(|e: String| anyhow::anyhow!(e))?,
+            progress: false,
+        })
+    }
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Retention {
+    /// Newest non-historical snapshots kept per chain (0: all).
+    pub keep_latest: usize,
+    /// Heights never removed.
+    pub pinned: Vec<u64>,
+}
+
+impl ScheduleConfig {
+    pub fn from_file(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    }
+}
+
+fn backoff(failures: u32) -> Duration {
+    Duration::from_secs(2u64.saturating_pow(failures.min(9))).min(Duration::from_secs(300))
+}
+
+/// One build from the config now (the cron / systemd-timer form).
+pub async fn build_once(config: &ScheduleConfig) -> anyhow::Result<Option<u64>> {
+    let store = SnapshotStore::open(&config.store)?;
+    let node = RpcSource::connect(&config.source.url, rpc_options(config)).await?;
+    let head = node.head().await?;
+    let at = head.saturating_sub(config.schedule.confirmations);
+    let state = node.export_active(config.source.window, Some(at)).await?;
+    let chain = state.chain_id;
+    let opts = config.build.options()?;
+    let store2 = store.clone();
+    let outcome =
+        tokio::task::spawn_blocking(move || build_and_publish(&store2, state, &opts)).await?;
+    match outcome {
+        Ok(s) => tracing::info!(snapshot = %s.id, "built"),
+        Err(BuildError::Store(StoreError::Exists(id))) => {
+            tracing::info!(snapshot = %id, "already built")
+        }
+        Err(e) => return Err(e.into()),
+    }
+    if config.retention.keep_latest > 0 {
+        for id in store.apply_retention(
+            chain,
+            config.retention.keep_latest,
+            &config.retention.pinned,
+        )? {
+            tracing::info!(snapshot = %id, "removed by retention");
+        }
+    }
+    Ok(Some(at))
+}
+
+fn rpc_options(config: &ScheduleConfig) -> RpcOptions {
+    RpcOptions {
+        batch_size: config.source.batch_size,
+        concurrency: config.source.concurrency,
+        traces: config.source.traces,
+        progress: false,
+        ..Default::default()
+    }
+}
+
+/// Runs until `stop` resolves.
+pub async fn run(
+    config: ScheduleConfig,
+    stop: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    config.build.options()?;
+    let store = SnapshotStore::open(&config.store)?;
+    let mut last_block: Option<u64> = None;
+    let mut last_time: Option<Instant> = None;
+    let mut failures = 0u32;
+    tokio::pin!(stop);
+    tracing::info!(url = %redacted(&config.source.url), every_blocks = config.schedule.every_blocks, interval_secs = config.schedule.interval_secs, "snapshot schedule started");
+    loop {
+        let wait = match step(&config, &store, &mut last_block, &mut last_time).await {
+            Ok(()) => {
+                failures = 0;
+                Duration::from_secs(config.schedule.poll_secs.max(1))
+            }
+            Err(e) => {
+                failures += 1;
+                let wait = backoff(failures);
+                tracing::warn!(error = %e, retry_in_s = wait.as_secs(), "snapshot step failed; will retry");
+                wait
+            }
+        };
+        tokio::select! {
+            _ = &mut stop => {
+                tracing::info!("schedule stopped");
+                return Ok(());
+            }
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+fn redacted(url: &str) -> String {
+    url.split('@')
+        .next_back()
+        .unwrap_or(url)
+        .split('?')
+        .next()
+        .unwrap_or(url)
+        .to_string()
+}
+
+async fn step(
+    config: &ScheduleConfig,
+    store: &SnapshotStore,
+    last_block: &mut Option<u64>,
+    last_time: &mut Option<Instant>,
+) -> anyhow::Result<()> {
+    let node = RpcSource::connect(
+        &config.source.url,
+        RpcOptions {
+            attempts: 1,
+            ..rpc_options(config)
+        },
+    )
+    .await?;
+    let head = node.head().await?;
+    let target = head.saturating_sub(config.schedule.confirmations);
+    if last_block.is_none() {
+        *last_block = store
+            .list()?
+            .iter()
+            .filter(|s| s.id.chain_id == node.chain_id && s.id.kind == "active")
+            .map(|s| s.id.block)
+            .max();
+    }
+    let t = &config.schedule;
+    let by_blocks = t.every_blocks > 0 && last_block.is_none_or(|b| target >= b + t.every_blocks);
+    let by_time = t.interval_secs > 0
+        && last_time.is_none_or(|at| at.elapsed() >= Duration::from_secs(t.interval_secs))
+        && *last_block != Some(target);
+    if !(by_blocks || by_time) {
+        tracing::debug!(head, last = ?last_block, "no build due");
+        return Ok(());
+    }
+    tracing::info!(head, block = target, "building a snapshot");
+    if let Some(at) = build_once(config).await? {
+        *last_block = Some(at);
+        *last_time = Some(Instant::now());
+    }
+    Ok(())
+}
