@@ -21,7 +21,10 @@ pub struct ReplaySummary {
 }
 
 /// The lines that read from one snapshot: the snapshot, and (line index, address).
-type SnapshotGroup = (std::sync::Arc<crate::reader::SnapshotClient>, Vec<(usize, alloy_primitives::Address)>);
+type SnapshotGroup = (
+    std::sync::Arc<crate::reader::SnapshotClient>,
+    Vec<(usize, alloy_primitives::Address)>,
+);
 
 /// One input line.
 struct Line {
