@@ -136,8 +136,14 @@ async fn serves_private_queries_and_refuses_bad_ones() {
     let one = encode_queries(&queries[..1]);
 
     // Bad requests: truncated, trailing, random, oversized, unknown id, wrong setup.
+    // A fresh connection per request: the server closes a connection after
+    // refusing a body it did not read, and a pooled one would be reused.
+    let once = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
     let status = |body: Vec<u8>, url: String| {
-        let http = http.clone();
+        let http = once.clone();
         async move {
             http.post(url)
                 .body(body)

@@ -9,6 +9,7 @@ use pir_core::{Arity, Packing};
 use snapshotter::pipeline::{build_and_publish, BuildOptions, ExportedState};
 use snapshotter::schedule::{self, ScheduleConfig};
 use snapshotter::sources::genesis;
+use snapshotter::sources::reth::{RethDatadir, RethMode};
 use snapshotter::sources::rpc::{self, RpcOptions, RpcSource, Traces};
 use snapshotter::store::SnapshotStore;
 use snapshotter::SnapshotId;
@@ -26,6 +27,8 @@ else on all CPU cores) and publishes the snapshot atomically into the store: \
 Examples:\n  \
 ethpir-snapshot --store ./store build genesis --mainnet\n  \
 ethpir-snapshot --store ./store build genesis --file genesis.json --chain-id 11155111\n  \
+ethpir-snapshot --store ./store build rpc --url http://127.0.0.1:8545 --window 256\n  \
+ethpir-snapshot --store ./store build reth --datadir ~/.local/share/reth/mainnet --chain-id 1\n  \
 ethpir-snapshot --store ./store list\n  \
 ethpir-snapshot --store ./store verify --lookups 16"
 )]
@@ -138,12 +141,33 @@ enum Source {
         #[command(flatten)]
         build: BuildArgs,
     },
+    /// Accounts from a reth datadir, opened read-only (the node may keep
+    /// running): the full state at the head (default), the active set of
+    /// the last --window blocks, or the full state at an older --block.
+    Reth {
+        /// The reth datadir (holding db/mdbx.dat).
+        #[arg(long)]
+        datadir: PathBuf,
+        /// The chain's id (the datadir does not record it).
+        #[arg(long)]
+        chain_id: u64,
+        /// Active set of this many blocks instead of the full state (v1 layout).
+        #[arg(long, conflicts_with = "block")]
+        window: Option<u64>,
+        /// Historical: the state at this older block (v1 layout).
+        #[arg(long)]
+        block: Option<u64>,
+        #[command(flatten)]
+        build: BuildArgs,
+    },
 }
 
 impl Source {
     fn build_args(&self) -> &BuildArgs {
         match self {
-            Source::Genesis { build, .. } | Source::Rpc { build, .. } => build,
+            Source::Genesis { build, .. }
+            | Source::Rpc { build, .. }
+            | Source::Reth { build, .. } => build,
         }
     }
 }
@@ -238,6 +262,21 @@ fn main() -> Result<()> {
                         .with_context(|| format!("reading genesis {}", f.display()))?,
                     (None, false) => bail!("--file or --mainnet"),
                 },
+                Source::Reth {
+                    datadir,
+                    chain_id,
+                    window,
+                    block,
+                    ..
+                } => {
+                    let reth = RethDatadir::open(&datadir)?;
+                    let mode = match (window, block) {
+                        (Some(window), _) => RethMode::Active { window },
+                        (None, Some(block)) => RethMode::Historical { block },
+                        (None, None) => RethMode::Full,
+                    };
+                    reth.export(mode, chain_id)?
+                }
                 Source::Rpc {
                     url,
                     window,

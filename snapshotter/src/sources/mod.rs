@@ -1,4 +1,5 @@
 //! Where account state comes from.
 
 pub mod genesis;
+pub mod reth;
 pub mod rpc;

@@ -1,0 +1,231 @@
+//! The `reth` source against real reth 2.5.1 datadirs (v1 and v2 layouts),
+//! checked against the node's own answers recorded before it stopped.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use alloy_primitives::{Address, B256, U256};
+use serde_json::Value;
+use snapshotter::pipeline::{build_and_publish, BuildOptions};
+use snapshotter::sources::reth::{Layout, RethDatadir, RethError, RethMode};
+use snapshotter::SnapshotStore;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/reth")
+        .join(name)
+}
+
+/// Unpacks a datadir archive into a temporary directory (MDBX needs a
+/// writable directory for its lock file, even read-only).
+fn unpack(version: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = std::fs::File::open(fixture(&format!("reth-2.5.1-dev-{version}.tar.zst"))).unwrap();
+    let decoder = ruzstd::decoding::StreamingDecoder::new(file).unwrap();
+    tar::Archive::new(decoder).unpack(dir.path()).unwrap();
+    let datadir = dir.path().join(format!("reth-dev-{version}"));
+    (dir, datadir)
+}
+
+fn json(name: &str) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(fixture(name)).unwrap()).unwrap()
+}
+
+fn dump(name: &str) -> BTreeMap<String, (u64, U256)> {
+    json(name)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let acc = &e[1];
+            let balance = U256::from_str_radix(
+                acc["balance"].as_str().unwrap().trim_start_matches("0x"),
+                16,
+            )
+            .unwrap();
+            (
+                e[0].as_str().unwrap().to_lowercase(),
+                (acc["nonce"].as_u64().unwrap(), balance),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn v1_full_state_history_and_active_set_match_the_node() {
+    let (_tmp, datadir) = unpack("v1");
+    let reth = RethDatadir::open(&datadir).unwrap();
+    assert_eq!(reth.layout, Layout::V1);
+    let expected = json("expected-v1.json");
+    let head = expected["head"].as_u64().unwrap();
+    assert_eq!(reth.head().unwrap(), head);
+
+    // Full state at the head == `reth db list PlainAccountState`.
+    let full: BTreeMap<String, (u64, U256)> = reth
+        .full_state()
+        .unwrap()
+        .into_iter()
+        .map(|r| (format!("{:#x}", r.address.unwrap()), (r.nonce, r.balance)))
+        .collect();
+    assert_eq!(full, dump("plain-account-state-v1.json"));
+
+    // Block hashes and the state at every block == the node's JSON-RPC answers.
+    let hashes = reth.block_hashes().unwrap();
+    for b in expected["blocks"].as_array().unwrap() {
+        let n = b["number"].as_u64().unwrap();
+        assert_eq!(
+            hashes[&n],
+            b["hash"].as_str().unwrap().parse::<B256>().unwrap(),
+            "hash of block {n}"
+        );
+        let state: BTreeMap<Address, (u64, U256)> = reth
+            .state_at(n)
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.address.unwrap(), (r.nonce, r.balance)))
+            .collect();
+        for (addr, acc) in expected["state"][n.to_string()].as_object().unwrap() {
+            let a: Address = addr.parse().unwrap();
+            let want = (
+                acc["nonce"].as_u64().unwrap(),
+                U256::from_str_radix(acc["balance"].as_str().unwrap(), 10).unwrap(),
+            );
+            let got = state.get(&a).copied().unwrap_or((0, U256::ZERO));
+            assert_eq!(got, want, "{addr} at block {n}");
+        }
+    }
+
+    // The active set: accounts whose state changed in the window, all of
+    // them among the accounts the node reports as touched, and every
+    // touched account whose balance or nonce changed is in it.
+    for window in [1u64, 3, 6] {
+        let state = reth.export(RethMode::Active { window }, 1337).unwrap();
+        let got: Vec<String> = state
+            .records
+            .iter()
+            .map(|r| format!("{:#x}", r.address.unwrap()))
+            .collect();
+        let blocks: Vec<&Value> = expected["blocks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|b| b["number"].as_u64().unwrap() + window > head)
+            .collect();
+        let touched: Vec<String> = blocks
+            .iter()
+            .flat_map(|b| {
+                b["touched"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|a| a.as_str().unwrap().to_string())
+            })
+            .collect();
+        for a in &got {
+            assert!(
+                touched.contains(a),
+                "{a} in the active set of {window} blocks but not touched"
+            );
+        }
+        for b in &blocks {
+            let n = b["number"].as_u64().unwrap();
+            for a in b["touched"].as_array().unwrap() {
+                let a = a.as_str().unwrap();
+                let at = |k: u64| expected["state"][k.to_string()].get(a).cloned();
+                if at(n) != at(n - 1) {
+                    assert!(
+                        got.contains(&a.to_string()),
+                        "{a} changed in block {n} but is missing"
+                    );
+                }
+            }
+        }
+        assert_eq!(state.block_number, head);
+    }
+
+    // Historical snapshot through the pipeline, verified by private lookups.
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path()).unwrap();
+    let opts = BuildOptions {
+        progress: false,
+        device: gpu_kernels::HintDevice::Cpu,
+        ..Default::default()
+    };
+    let published = build_and_publish(
+        &store,
+        reth.export(RethMode::Historical { block: 5 }, 1337)
+            .unwrap(),
+        &opts,
+    )
+    .unwrap();
+    assert_eq!(published.id.to_string(), "1337/5-historical");
+    snapshotter::verify::verify(&store, &published, 10).unwrap();
+    let published =
+        build_and_publish(&store, reth.export(RethMode::Full, 1337).unwrap(), &opts).unwrap();
+    snapshotter::verify::verify(&store, &published, 10).unwrap();
+    assert!(matches!(
+        reth.state_at(head + 1),
+        Err(RethError::FutureBlock { .. })
+    ));
+}
+
+#[test]
+fn v2_full_state_matches_the_node_and_history_is_refused_clearly() {
+    let (_tmp, datadir) = unpack("v2");
+    let reth = RethDatadir::open(&datadir).unwrap();
+    assert_eq!(reth.layout, Layout::V2);
+    let expected = json("expected-v2.json");
+    let head = expected["head"].as_u64().unwrap();
+    assert_eq!(reth.head().unwrap(), head);
+    let full: BTreeMap<String, (u64, U256)> = reth
+        .full_state()
+        .unwrap()
+        .into_iter()
+        .map(|r| (format!("{:#x}", r.key), (r.nonce, r.balance)))
+        .collect();
+    assert_eq!(full, dump("hashed-accounts-v2.json"));
+    // Keyed by keccak256(address): the node's answers at the head agree.
+    for (addr, acc) in expected["state"][head.to_string()].as_object().unwrap() {
+        let key = format!("{:#x}", snapshotter::pir_key(&addr.parse().unwrap()));
+        let want = (
+            acc["nonce"].as_u64().unwrap(),
+            U256::from_str_radix(acc["balance"].as_str().unwrap(), 10).unwrap(),
+        );
+        assert_eq!(
+            full.get(&key).copied().unwrap_or((0, U256::ZERO)),
+            want,
+            "{addr}"
+        );
+    }
+    let state = reth.export(RethMode::Full, 1337).unwrap();
+    assert_eq!(
+        state.block_hash,
+        Some(
+            expected["blocks"][head as usize]["hash"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap()
+        )
+    );
+    assert!(matches!(reth.state_at(1), Err(RethError::V2History { .. })));
+    assert!(matches!(
+        reth.export(RethMode::Active { window: 2 }, 1337),
+        Err(RethError::V2History { .. })
+    ));
+}
+
+#[test]
+fn unreadable_datadirs_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(matches!(
+        RethDatadir::open(dir.path()),
+        Err(RethError::NotADatadir(_))
+    ));
+    std::fs::create_dir(dir.path().join("db")).unwrap();
+    std::fs::write(dir.path().join("db/mdbx.dat"), vec![0x5a; 64 << 10]).unwrap();
+    assert!(matches!(
+        RethDatadir::open(dir.path()),
+        Err(RethError::Open { .. })
+    ));
+}
