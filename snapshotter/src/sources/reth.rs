@@ -62,6 +62,13 @@ pub enum RethMode {
     Historical { block: u64 },
 }
 
+/// Raw `(key, value)` pairs of a table.
+type RawEntries = Vec<(Vec<u8>, Vec<u8>)>;
+/// `(nonce, balance)` of an account.
+type AccountState = (u64, U256);
+/// One v1 change-set entry: block, address, account before the block.
+type Change = (u64, Address, Option<AccountState>);
+
 /// An open datadir.
 pub struct RethDatadir {
     db: Database<NoWriteMap>,
@@ -137,7 +144,7 @@ impl RethDatadir {
     }
 
     /// Every `(key, value)` of a table (empty if the table does not exist).
-    fn entries(&self, table: &'static str) -> Result<Vec<(Vec<u8>, Vec<u8>)>, RethError> {
+    fn entries(&self, table: &'static str) -> Result<RawEntries, RethError> {
         let txn = self.db.begin_ro_txn().map_err(read_err(table))?;
         let t = match txn.open_table(Some(table)) {
             Ok(t) => t,
@@ -232,7 +239,7 @@ impl RethDatadir {
     }
 
     /// v1 change sets: `(block, address, account before the block or None)`.
-    fn change_sets(&self) -> Result<Vec<(u64, Address, Option<(u64, U256)>)>, RethError> {
+    fn change_sets(&self) -> Result<Vec<Change>, RethError> {
         if self.layout == Layout::V2 {
             return Err(RethError::V2History { head: self.head()? });
         }
@@ -278,7 +285,7 @@ impl RethDatadir {
         };
         let mut changes = self.change_sets()?;
         changes.retain(|(b, _, _)| *b > block);
-        changes.sort_by(|a, b| b.0.cmp(&a.0));
+        changes.sort_by_key(|c| std::cmp::Reverse(c.0));
         for (_, address, before) in changes {
             match before {
                 Some(account) => state.insert(address, account),
