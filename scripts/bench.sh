@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# Runs the benchmark workloads of docs/benchmarks.md, side by side with
-# ChalametPIR 0.8.0 where that finishes in reasonable time. JSON lines on
-# stdout; pass extra pir-bench flags after the script name.
+# Runs the benchmark workloads of docs/benchmarks.md: pir-bench side by side
+# with ChalametPIR 0.8.0 (--peer) where that finishes in minutes, our engine
+# alone where it does not, and the proxy's latency. JSON lines on stdout.
+# Extra flags go to every pir-bench run (e.g. --device cuda on a GPU machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --bin pir-bench
+cargo build --release --bin pir-bench --bin proxy-bench
 bench=target/release/pir-bench
-for n in 16 18; do
-    "$bench" --log2-keys "$n" --peer "$@"
-done
-"$bench" --log2-keys 20 --peer "$@"
-"$bench" --log2-keys 22 "$@"
-"$bench" --log2-keys 16 --key-bytes 32 --value-bytes 1024 --peer "$@"
+"$bench" --log2-keys 16 --peer "$@"
+"$bench" --log2-keys 18 --peer "$@"
+"$bench" --log2-keys 20 --peer --reps 3 "$@"      # the reference needs ~7 min and 9 GB here
+"$bench" --log2-keys 22 --reps 3 "$@"
+"$bench" --log2-keys 16 --key-bytes 32 --value-bytes 1024 --peer --reps 3 "$@"
+"$bench" --log2-keys 18 --arity 4 "$@"
+target/release/proxy-bench --log2-accounts 20 --calls 200

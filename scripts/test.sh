@@ -4,5 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
-cargo clippy --workspace --all-targets --profile test-release -- -D warnings
-cargo test --workspace --profile test-release
+cargo clippy --workspace --all-targets --all-features --profile test-release -- -D warnings
+cargo test --workspace --all-features --profile test-release

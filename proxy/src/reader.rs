@@ -61,11 +61,11 @@ pub struct SnapshotClient {
 }
 
 impl SnapshotClient {
-    /// Takes a prepared query (making one now if the pool is empty) and asks
-    /// the background task to refill.
+    /// Takes a prepared query, making one now if the pool is empty. The
+    /// refill is asked for once the request is answered (see `read_batch`),
+    /// so that it never competes with the request for the CPU.
     async fn take_prepared(self: &Arc<Self>) -> PreparedQuery {
         let ready = self.pool.lock().expect("pool lock").pop();
-        self.wanted.notify_one();
         match ready {
             Some(p) => p,
             None => {
@@ -371,7 +371,7 @@ impl PrivateReader {
             )));
         }
         let m = &snap.entry.manifest;
-        Ok(pendings
+        let decoded = pendings
             .into_iter()
             .zip(&responses)
             .map(|(pending, response)| {
@@ -400,7 +400,10 @@ impl PrivateReader {
                     ) => Err(ReadError::Unverifiable(e.to_string())),
                 }
             })
-            .collect())
+            .collect();
+        // Answered: refill the pool now, off the request path.
+        snap.wanted.notify_one();
+        Ok(decoded)
     }
 }
 

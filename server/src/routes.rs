@@ -145,8 +145,17 @@ async fn query(
     let worker_snap = snap.clone();
     let result = tokio::task::spawn_blocking(move || {
         let _permit = permit;
-        let batch = wire::decode_queries(&body).map(|q| q.len()).unwrap_or(0);
-        (worker_snap.pir.answer_bytes(&body), batch)
+        // Parse once; the batch size is counted for the metrics.
+        match wire::decode_queries(&body) {
+            Ok(queries) => {
+                let answered = worker_snap
+                    .pir
+                    .answer_batch(&queries)
+                    .map(|r| wire::encode_responses(&r));
+                (answered.map_err(ServeError::from), queries.len())
+            }
+            Err(e) => (Err(ServeError::from(e)), 0),
+        }
     })
     .await;
     drop(slot);

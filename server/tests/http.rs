@@ -61,6 +61,18 @@ async fn start(store: &std::path::Path, workers: usize, queue: usize) -> String 
     format!("http://{addr}")
 }
 
+async fn fetch_catalog(http: &reqwest::Client, base: &str) -> Catalog {
+    let bytes = http
+        .get(format!("{base}/v1/snapshots"))
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serves_private_queries_and_refuses_bad_ones() {
     let dir = tempfile::tempdir().unwrap();
@@ -70,17 +82,7 @@ async fn serves_private_queries_and_refuses_bad_ones() {
     let base = start(dir.path(), 2, 16).await;
     let http = reqwest::Client::new();
 
-    let catalog: Catalog = serde_json::from_slice(
-        &http
-            .get(format!("{base}/v1/snapshots"))
-            .send()
-            .await
-            .unwrap()
-            .bytes()
-            .await
-            .unwrap(),
-    )
-    .unwrap();
+    let catalog = fetch_catalog(&http, &base).await;
     assert_eq!(catalog.snapshots.len(), 1);
     let entry = &catalog.snapshots[0];
     assert_eq!(entry.id, "31337-5-full");
@@ -218,17 +220,7 @@ async fn serves_private_queries_and_refuses_bad_ones() {
     let mut found = false;
     for _ in 0..50 {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        let c: Catalog = serde_json::from_slice(
-            &http
-                .get(format!("{base}/v1/snapshots"))
-                .send()
-                .await
-                .unwrap()
-                .bytes()
-                .await
-                .unwrap(),
-        )
-        .unwrap();
+        let c = fetch_catalog(&http, &base).await;
         if c.snapshots.len() == 2 {
             found = true;
             break;

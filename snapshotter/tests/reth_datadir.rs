@@ -1,5 +1,6 @@
 //! The `reth` source against real reth 2.5.1 datadirs (v1 and v2 layouts),
 //! checked against the node's own answers recorded before it stopped.
+#![cfg(feature = "reth")]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -9,6 +9,7 @@ use pir_core::{Arity, Packing};
 use snapshotter::pipeline::{build_and_publish, BuildOptions, ExportedState};
 use snapshotter::schedule::{self, ScheduleConfig};
 use snapshotter::sources::genesis;
+#[cfg(feature = "reth")]
 use snapshotter::sources::reth::{RethDatadir, RethMode};
 use snapshotter::sources::rpc::{self, RpcOptions, RpcSource, Traces};
 use snapshotter::store::SnapshotStore;
@@ -262,6 +263,7 @@ fn main() -> Result<()> {
                         .with_context(|| format!("reading genesis {}", f.display()))?,
                     (None, false) => bail!("--file or --mainnet"),
                 },
+                #[cfg(feature = "reth")]
                 Source::Reth {
                     datadir,
                     chain_id,
@@ -277,6 +279,8 @@ fn main() -> Result<()> {
                     };
                     reth.export(mode, chain_id)?
                 }
+                #[cfg(not(feature = "reth"))]
+                Source::Reth { .. } => bail!("this build has no reth support: rebuild with `cargo build --release -p snapshotter --features reth` (needs libclang-dev)"),
                 Source::Rpc {
                     url,
                     window,

@@ -1,5 +1,6 @@
 //! Where account state comes from.
 
 pub mod genesis;
+#[cfg(feature = "reth")]
 pub mod reth;
 pub mod rpc;
