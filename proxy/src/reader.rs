@@ -51,6 +51,10 @@ pub struct AccountState {
     pub absent: bool,
 }
 
+/// Requests that read from one snapshot: the snapshot, and (request index,
+/// address) for each.
+pub type SnapshotGroup = (Arc<SnapshotClient>, Vec<(usize, Address)>);
+
 /// One snapshot with its client and prepared-query pool.
 pub struct SnapshotClient {
     pub entry: CatalogEntry,

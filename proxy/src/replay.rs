@@ -10,7 +10,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
 
 use crate::block::parse_block;
-use crate::reader::PrivateReader;
+use crate::reader::{PrivateReader, SnapshotGroup};
 use crate::rpc::parse_address;
 
 /// Totals of a replay.
@@ -19,12 +19,6 @@ pub struct ReplaySummary {
     pub answered: usize,
     pub failed: usize,
 }
-
-/// The lines that read from one snapshot: the snapshot, and (line index, address).
-type SnapshotGroup = (
-    std::sync::Arc<crate::reader::SnapshotClient>,
-    Vec<(usize, alloy_primitives::Address)>,
-);
 
 /// One input line.
 struct Line {

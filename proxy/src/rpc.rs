@@ -7,8 +7,10 @@ use std::sync::Arc;
 use alloy_primitives::{Address, U256};
 use serde_json::{json, Value};
 
-use crate::block::parse_block;
-use crate::reader::{PrivateReader, ReadError};
+use std::collections::HashMap;
+
+use crate::block::{parse_block, BlockSelector};
+use crate::reader::{AccountState, PrivateReader, ReadError, SnapshotGroup};
 
 pub const PARSE_ERROR: i64 = -32700;
 pub const INVALID_REQUEST: i64 = -32600;
@@ -88,17 +90,68 @@ impl RpcService {
                 Some(error(&Value::Null, INVALID_REQUEST, "empty batch", None))
             }
             Value::Array(calls) => {
-                let answers =
-                    futures_util::future::join_all(calls.iter().map(|c| self.call(c))).await;
+                let mut prefetched = self.prefetch_private(&calls).await;
+                let answers = futures_util::future::join_all(
+                    calls
+                        .iter()
+                        .enumerate()
+                        .map(|(i, c)| self.call(c, prefetched.remove(&i))),
+                )
+                .await;
                 let answers: Vec<Value> = answers.into_iter().flatten().collect();
                 (!answers.is_empty()).then_some(Value::Array(answers))
             }
-            call => self.call(&call).await,
+            call => self.call(&call, None).await,
         }
     }
 
+    /// Reads the well-formed private calls of a batch together: one PIR
+    /// batch per snapshot instead of one round trip per call. Calls that
+    /// are malformed or name no snapshot are left to the normal path,
+    /// which reports their errors.
+    async fn prefetch_private(
+        &self,
+        calls: &[Value],
+    ) -> HashMap<usize, Result<AccountState, ReadError>> {
+        let mut groups: HashMap<String, SnapshotGroup> = HashMap::new();
+        for (i, c) in calls.iter().enumerate() {
+            let private = c.get("jsonrpc").and_then(Value::as_str) == Some("2.0")
+                && c.get("method")
+                    .and_then(Value::as_str)
+                    .is_some_and(|m| PRIVATE_METHODS.contains(&m));
+            if !private {
+                continue;
+            }
+            let Ok((address, selector)) = parse_private_params(c.get("params")) else {
+                continue;
+            };
+            if let Ok(snap) = self.reader.select(&selector) {
+                groups
+                    .entry(snap.entry.id.clone())
+                    .or_insert_with(|| (snap.clone(), Vec::new()))
+                    .1
+                    .push((i, address));
+            }
+        }
+        let mut out = HashMap::new();
+        for (snap, members) in groups.into_values().filter(|g| g.1.len() > 1) {
+            let addresses: Vec<Address> = members.iter().map(|(_, a)| *a).collect();
+            for ((i, _), result) in members
+                .iter()
+                .zip(self.reader.read(&snap, &addresses).await)
+            {
+                out.insert(*i, result);
+            }
+        }
+        out
+    }
+
     /// One call; `None` for a notification.
-    async fn call(&self, call: &Value) -> Option<Value> {
+    async fn call(
+        &self,
+        call: &Value,
+        prefetched: Option<Result<AccountState, ReadError>>,
+    ) -> Option<Value> {
         let Some(obj) = call.as_object() else {
             return Some(error(
                 &Value::Null,
@@ -145,7 +198,9 @@ impl RpcService {
                 None,
             ));
         }
-        let answer = self.dispatch(method, params, &reply_id, call).await;
+        let answer = self
+            .dispatch(method, params, &reply_id, call, prefetched)
+            .await;
         id.map(|_| answer)
     }
 
@@ -155,10 +210,11 @@ impl RpcService {
         params: Option<&Value>,
         id: &Value,
         raw: &Value,
+        prefetched: Option<Result<AccountState, ReadError>>,
     ) -> Value {
         match method {
             "eth_getBalance" | "eth_getTransactionCount" => {
-                self.private(method, params, id, raw).await
+                self.private(method, params, id, raw, prefetched).await
             }
             "eth_chainId" | "net_version" => match self.reader.chain_id() {
                 Ok(Some(c)) if method == "eth_chainId" => result(id, json!(format!("{c:#x}"))),
@@ -233,41 +289,23 @@ impl RpcService {
         params: Option<&Value>,
         id: &Value,
         raw: &Value,
+        prefetched: Option<Result<AccountState, ReadError>>,
     ) -> Value {
-        let list: Vec<Value> = match params {
-            Some(Value::Array(a)) => a.clone(),
-            Some(Value::Object(_)) => {
-                return error(id, INVALID_PARAMS, "params must be [address, block]", None)
-            }
-            _ => Vec::new(),
-        };
-        if list.is_empty() || list.len() > 2 {
-            return error(id, INVALID_PARAMS, "params must be [address, block]", None);
-        }
-        let address = match list[0].as_str().map(parse_address) {
-            Some(Ok(a)) => a,
-            Some(Err(e)) => return error(id, INVALID_PARAMS, e, None),
-            None => {
-                return error(
-                    id,
-                    INVALID_PARAMS,
-                    "address must be a 0x-prefixed hex string",
-                    None,
-                )
-            }
-        };
-        let selector = match parse_block(list.get(1)) {
-            Ok(s) => s,
+        let (address, selector) = match parse_private_params(params) {
+            Ok(p) => p,
             Err(e) => return error(id, INVALID_PARAMS, e, None),
         };
-        let outcome = match self.reader.select(&selector) {
-            Ok(snap) => self
-                .reader
-                .read(&snap, &[address])
-                .await
-                .pop()
-                .expect("one result per address"),
-            Err(e) => Err(e),
+        let outcome = match prefetched {
+            Some(done) => done,
+            None => match self.reader.select(&selector) {
+                Ok(snap) => self
+                    .reader
+                    .read(&snap, &[address])
+                    .await
+                    .pop()
+                    .expect("one result per address"),
+                Err(e) => Err(e),
+            },
         };
         match outcome {
             Ok(state) => {
@@ -325,6 +363,22 @@ fn read_error(id: &Value, e: &ReadError) -> Value {
             error(id, INTERNAL_ERROR, e.to_string(), Some(json!(chains)))
         }
     }
+}
+
+/// `[address, block?]` of eth_getBalance / eth_getTransactionCount.
+fn parse_private_params(params: Option<&Value>) -> Result<(Address, BlockSelector), String> {
+    let list: &[Value] = match params {
+        Some(Value::Array(a)) => a,
+        None => &[],
+        Some(_) => return Err("params must be [address, block]".into()),
+    };
+    if list.is_empty() || list.len() > 2 {
+        return Err("params must be [address, block]".into());
+    }
+    let address = list[0]
+        .as_str()
+        .ok_or("address must be a 0x-prefixed hex string")?;
+    Ok((parse_address(address)?, parse_block(list.get(1))?))
 }
 
 /// A 20-byte hex address (any case; a mixed-case one must carry a valid checksum).

@@ -185,6 +185,24 @@ async fn mainnet_genesis_through_the_demo_path() {
     assert_eq!(arr[1]["id"], 2);
     assert_eq!(code(&arr[1]), Some(-32601));
     assert_eq!(code(&arr[2]), Some(-32600));
+    // A batch of private calls goes out as one PIR batch; answers keep their order.
+    let mut calls: Vec<Value> = all
+        .iter()
+        .take(12)
+        .enumerate()
+        .map(|(i, (a, _))| json!({"jsonrpc": "2.0", "id": i, "method": "eth_getBalance", "params": [a, "0x0"]}))
+        .collect();
+    calls.push(json!({"jsonrpc": "2.0", "id": "bad", "method": "eth_getBalance", "params": ["0x12", "0x0"]}));
+    calls.push(json!({"jsonrpc": "2.0", "id": "nonce", "method": "eth_getTransactionCount", "params": [all[0].0, "latest"]}));
+    let answers = rpc_raw(&http, &proxy, &Value::Array(calls).to_string()).await;
+    let answers = answers.as_array().unwrap();
+    assert_eq!(answers.len(), 14);
+    for (i, (_, wei)) in all.iter().take(12).enumerate() {
+        assert_eq!(answers[i]["id"], i);
+        assert_eq!(answers[i]["result"].as_str().unwrap(), wei);
+    }
+    assert_eq!(code(&answers[12]), Some(-32602));
+    assert_eq!(answers[13]["result"], "0x0");
     let note = http
         .post(&proxy)
         .body(r#"{"jsonrpc":"2.0","method":"eth_chainId"}"#)
