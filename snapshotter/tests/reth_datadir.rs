@@ -72,8 +72,11 @@ fn v1_full_state_history_and_active_set_match_the_node() {
 
     // Block hashes and the state at every block == the node's JSON-RPC answers.
     let hashes = reth.block_hashes().unwrap();
+    let headers = reth.headers().unwrap();
     for b in expected["blocks"].as_array().unwrap() {
         let n = b["number"].as_u64().unwrap();
+        let root: B256 = b["stateRoot"].as_str().unwrap().parse().unwrap();
+        assert_eq!(headers[&n].0, root, "state root of block {n}");
         assert_eq!(
             hashes[&n],
             b["hash"].as_str().unwrap().parse::<B256>().unwrap(),
@@ -208,6 +211,17 @@ fn v2_full_state_matches_the_node_and_history_is_refused_clearly() {
                 .parse()
                 .unwrap()
         )
+    );
+    let head_root: B256 = expected["blocks"][head as usize]["stateRoot"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(state.state_root, Some(head_root));
+    assert!(
+        state.block_time.is_some_and(|t| t > 1_600_000_000),
+        "block time {:?}",
+        state.block_time
     );
     assert!(matches!(reth.state_at(1), Err(RethError::V2History { .. })));
     assert!(matches!(

@@ -10,8 +10,10 @@
 //!   `HashedAccounts`; change sets live in static files, which this reader
 //!   does not parse yet: full state at the head only.
 //!
-//! Block hashes come from `HeaderNumbers`. State roots and timestamps live in
-//! the header static files and are left empty.
+//! Block hashes come from `HeaderNumbers`; state roots and timestamps from
+//! the header static files (NippyJar: an offsets file, LZ4-compressed
+//! values, three columns per block of which the first is the header in
+//! reth's `Compact` encoding).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -177,6 +179,61 @@ impl RethDatadir {
         Ok(out)
     }
 
+    /// `(state root, timestamp)` of every block in the header static files.
+    pub fn headers(&self) -> Result<BTreeMap<u64, (B256, u64)>, RethError> {
+        let dir = self.path.join("static_files");
+        let bad = |reason: String| RethError::Malformed {
+            table: "static_files/headers",
+            reason,
+        };
+        let mut out = BTreeMap::new();
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return Ok(out);
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().to_string();
+            let Some(range) = name.strip_prefix("static_file_headers_") else {
+                continue;
+            };
+            let Some(first) = range.split('_').next().and_then(|b| b.parse::<u64>().ok()) else {
+                continue;
+            };
+            if range.contains('.') {
+                continue;
+            }
+            let data = std::fs::read(entry.path()).map_err(|e| bad(format!("{name}: {e}")))?;
+            let offsets = std::fs::read(dir.join(format!("{name}.off")))
+                .map_err(|e| bad(format!("{name}.off: {e}")))?;
+            let width = *offsets
+                .first()
+                .ok_or_else(|| bad(format!("{name}.off is empty")))?
+                as usize;
+            if !(1..=8).contains(&width) || (offsets.len() - 1) % width != 0 {
+                return Err(bad(format!("{name}.off: offset width {width}")));
+            }
+            let offs: Vec<usize> = offsets[1..]
+                .chunks(width)
+                .map(|c| {
+                    let mut b = [0u8; 8];
+                    b[..width].copy_from_slice(c);
+                    u64::from_le_bytes(b) as usize
+                })
+                .collect();
+            const COLUMNS: usize = 3;
+            for row in 0..offs.len().saturating_sub(1) / COLUMNS {
+                let (a, b) = (offs[row * COLUMNS], offs[row * COLUMNS + 1]);
+                if a > b || b > data.len() {
+                    return Err(bad(format!("{name}: offsets out of range at row {row}")));
+                }
+                let raw = lz4_flex::block::decompress(&data[a..b], 1 << 16)
+                    .map_err(|e| bad(format!("{name} row {row}: {e}")))?;
+                let (header, _) = alloy_consensus::Header::from_compact(&raw, raw.len());
+                out.insert(first + row as u64, (header.state_root, header.timestamp));
+            }
+        }
+        Ok(out)
+    }
+
     /// The newest block the datadir has.
     pub fn head(&self) -> Result<u64, RethError> {
         self.block_hashes()?
@@ -330,14 +387,21 @@ impl RethDatadir {
             }
         };
         let block_hash = self.block_hashes()?.get(&block).copied();
+        let header = match self.headers() {
+            Ok(h) => h.get(&block).copied(),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the header static files; state root and time left empty");
+                None
+            }
+        };
         let export_s = started.elapsed().as_secs_f64();
         tracing::info!(block, accounts = records.len(), layout = ?self.layout, export_s, "exported from the reth datadir");
         Ok(ExportedState {
             chain_id,
             block_number: block,
             block_hash,
-            state_root: None,
-            block_time: None,
+            state_root: header.map(|h| h.0),
+            block_time: header.map(|h| h.1),
             kind,
             source: format!("reth:{}", self.path.display()),
             records,
