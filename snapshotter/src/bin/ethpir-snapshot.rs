@@ -152,10 +152,10 @@ enum Source {
         /// The chain's id (the datadir does not record it).
         #[arg(long)]
         chain_id: u64,
-        /// Active set of this many blocks instead of the full state (v1 layout).
+        /// Active set of this many blocks instead of the full state.
         #[arg(long, conflicts_with = "block")]
         window: Option<u64>,
-        /// Historical: the state at this older block (v1 layout).
+        /// Historical: the state at this older block.
         #[arg(long)]
         block: Option<u64>,
         #[command(flatten)]

@@ -7,8 +7,11 @@
 //!   `AccountChangeSets` (block -> address + account before the block).
 //!   Full state, state at an older block (undoing change sets), active set.
 //! - **v2** (reth 2.x default): accounts by keccak256(address) in
-//!   `HashedAccounts`; change sets live in static files, which this reader
-//!   does not parse yet: full state at the head only.
+//!   `HashedAccounts`, change sets in the `account-change-sets` static
+//!   files (raw values, a per-block row index in `.csoff`).
+//!
+//! Both give the full state, the state at an older block (undoing change
+//! sets) and the active set.
 //!
 //! Block hashes come from `HeaderNumbers`; state roots and timestamps from
 //! the header static files (NippyJar: an offsets file, LZ4-compressed
@@ -47,8 +50,6 @@ pub enum RethError {
     Malformed { table: &'static str, reason: String },
     #[error("block {block} is beyond the datadir's head {head}")]
     FutureBlock { block: u64, head: u64 },
-    #[error("this is a storage-v2 datadir: its account history lives in static files, which are not supported yet; only the full state at the head ({head}) can be exported")]
-    V2History { head: u64 },
     #[error("the datadir holds no headers")]
     Empty,
 }
@@ -107,6 +108,44 @@ pub fn decode_account(bytes: &[u8]) -> Result<(u64, U256), String> {
     let (nonce, rest) = u64::from_compact(&bytes[2..], nonce_len);
     let (balance, _) = U256::from_compact(rest, balance_len);
     Ok((nonce, balance))
+}
+
+/// A change-set value: the address, then the account before the change in
+/// `Compact` form (absent when the account did not exist).
+fn parse_change(block: u64, v: &[u8], table: &'static str) -> Result<Change, RethError> {
+    let bad = |reason: String| RethError::Malformed { table, reason };
+    if v.len() < 20 {
+        return Err(bad(format!("change of {} bytes", v.len())));
+    }
+    let before = if v.len() == 20 {
+        None
+    } else {
+        Some(decode_account(&v[20..]).map_err(bad)?)
+    };
+    Ok((block, Address::from_slice(&v[..20]), before))
+}
+
+/// A NippyJar offsets file (`<data>.off`): one byte giving the offset
+/// width, then little-endian offsets; value `i` spans `[off[i], off[i+1])`.
+fn read_offsets(data_path: &str) -> Result<Vec<usize>, RethError> {
+    let path = format!("{data_path}.off");
+    let bad = |reason: String| RethError::Malformed {
+        table: "static_files",
+        reason: format!("{path}: {reason}"),
+    };
+    let bytes = std::fs::read(&path).map_err(|e| bad(e.to_string()))?;
+    let width = *bytes.first().ok_or_else(|| bad("empty".into()))? as usize;
+    if !(1..=8).contains(&width) || (bytes.len() - 1) % width != 0 {
+        return Err(bad(format!("offset width {width}")));
+    }
+    Ok(bytes[1..]
+        .chunks(width)
+        .map(|c| {
+            let mut b = [0u8; 8];
+            b[..width].copy_from_slice(c);
+            u64::from_le_bytes(b) as usize
+        })
+        .collect())
 }
 
 impl RethDatadir {
@@ -179,54 +218,28 @@ impl RethDatadir {
         Ok(out)
     }
 
-    /// `(state root, timestamp)` of every block in the header static files.
+    /// `(state root, timestamp)` of every block in the header static files
+    /// (three LZ4-compressed columns per block; the first is the header).
     pub fn headers(&self) -> Result<BTreeMap<u64, (B256, u64)>, RethError> {
-        let dir = self.path.join("static_files");
+        const COLUMNS: usize = 3;
         let bad = |reason: String| RethError::Malformed {
             table: "static_files/headers",
             reason,
         };
         let mut out = BTreeMap::new();
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            return Ok(out);
-        };
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().to_string();
-            let Some(range) = name.strip_prefix("static_file_headers_") else {
-                continue;
-            };
-            let Some(first) = range.split('_').next().and_then(|b| b.parse::<u64>().ok()) else {
-                continue;
-            };
-            if range.contains('.') {
-                continue;
-            }
-            let data = std::fs::read(entry.path()).map_err(|e| bad(format!("{name}: {e}")))?;
-            let offsets = std::fs::read(dir.join(format!("{name}.off")))
-                .map_err(|e| bad(format!("{name}.off: {e}")))?;
-            let width = *offsets
-                .first()
-                .ok_or_else(|| bad(format!("{name}.off is empty")))?
-                as usize;
-            if !(1..=8).contains(&width) || (offsets.len() - 1) % width != 0 {
-                return Err(bad(format!("{name}.off: offset width {width}")));
-            }
-            let offs: Vec<usize> = offsets[1..]
-                .chunks(width)
-                .map(|c| {
-                    let mut b = [0u8; 8];
-                    b[..width].copy_from_slice(c);
-                    u64::from_le_bytes(b) as usize
-                })
-                .collect();
-            const COLUMNS: usize = 3;
+        for (first, path) in self.static_files("headers")? {
+            let data = std::fs::read(&path).map_err(|e| bad(format!("{}: {e}", path.display())))?;
+            let offs = read_offsets(&path.to_string_lossy())?;
             for row in 0..offs.len().saturating_sub(1) / COLUMNS {
                 let (a, b) = (offs[row * COLUMNS], offs[row * COLUMNS + 1]);
                 if a > b || b > data.len() {
-                    return Err(bad(format!("{name}: offsets out of range at row {row}")));
+                    return Err(bad(format!(
+                        "{}: offsets out of range at row {row}",
+                        path.display()
+                    )));
                 }
                 let raw = lz4_flex::block::decompress(&data[a..b], 1 << 16)
-                    .map_err(|e| bad(format!("{name} row {row}: {e}")))?;
+                    .map_err(|e| bad(format!("{} row {row}: {e}", path.display())))?;
                 let (header, _) = alloy_consensus::Header::from_compact(&raw, raw.len());
                 out.insert(first + row as u64, (header.state_root, header.timestamp));
             }
@@ -295,39 +308,86 @@ impl RethDatadir {
             .collect()
     }
 
-    /// v1 change sets: `(block, address, account before the block or None)`.
+    /// Change sets: `(block, address, account before the block or None)`,
+    /// from MDBX (v1) or from the account change-set static files (v2).
     fn change_sets(&self) -> Result<Vec<Change>, RethError> {
-        if self.layout == Layout::V2 {
-            return Err(RethError::V2History { head: self.head()? });
+        match self.layout {
+            Layout::V1 => self
+                .entries("AccountChangeSets")?
+                .into_iter()
+                .map(|(k, v)| {
+                    let block: [u8; 8] =
+                        k.try_into().map_err(|k: Vec<u8>| RethError::Malformed {
+                            table: "AccountChangeSets",
+                            reason: format!("key of {} bytes", k.len()),
+                        })?;
+                    parse_change(u64::from_be_bytes(block), &v, "AccountChangeSets")
+                })
+                .collect(),
+            Layout::V2 => self.static_change_sets(),
         }
-        self.entries("AccountChangeSets")?
-            .into_iter()
-            .map(|(k, v)| {
-                let bad = |reason: String| RethError::Malformed {
-                    table: "AccountChangeSets",
-                    reason,
-                };
-                if k.len() != 8 || v.len() < 20 {
-                    return Err(bad(format!(
-                        "key {} bytes, value {} bytes",
-                        k.len(),
-                        v.len()
-                    )));
-                }
-                let block = u64::from_be_bytes(k.try_into().unwrap());
-                let address = Address::from_slice(&v[..20]);
-                let before = if v.len() == 20 {
-                    None
-                } else {
-                    Some(decode_account(&v[20..]).map_err(bad)?)
-                };
-                Ok((block, address, before))
-            })
-            .collect()
     }
 
-    /// Every account at block `block` (v1): the head state with the change
-    /// sets of later blocks undone, newest first.
+    /// v2: `static_file_account-change-sets_<first>_<last>` holds one raw
+    /// value per change; `.csoff` gives, per block, the first row and the
+    /// number of rows.
+    fn static_change_sets(&self) -> Result<Vec<Change>, RethError> {
+        const TABLE: &str = "static_files/account-change-sets";
+        let bad = |reason: String| RethError::Malformed {
+            table: TABLE,
+            reason,
+        };
+        let mut out = Vec::new();
+        for (first, path) in self.static_files("account-change-sets")? {
+            let data = std::fs::read(&path).map_err(|e| bad(format!("{}: {e}", path.display())))?;
+            let offs = read_offsets(&path.to_string_lossy())?;
+            let csoff_path = format!("{}.csoff", path.display());
+            let csoff =
+                std::fs::read(&csoff_path).map_err(|e| bad(format!("{csoff_path}: {e}")))?;
+            if csoff.len() % 16 != 0 {
+                return Err(bad(format!("{csoff_path}: {} bytes", csoff.len())));
+            }
+            for (i, pair) in csoff.chunks_exact(16).enumerate() {
+                let start = u64::from_le_bytes(pair[..8].try_into().unwrap()) as usize;
+                let count = u64::from_le_bytes(pair[8..].try_into().unwrap()) as usize;
+                for row in start..start.saturating_add(count) {
+                    let (a, b) = match (offs.get(row), offs.get(row + 1)) {
+                        (Some(&a), Some(&b)) if a <= b && b <= data.len() => (a, b),
+                        _ => return Err(bad(format!("row {row} out of range"))),
+                    };
+                    out.push(parse_change(first + i as u64, &data[a..b], TABLE)?);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// `(first block, path)` of each static file of a segment.
+    fn static_files(&self, segment: &str) -> Result<Vec<(u64, PathBuf)>, RethError> {
+        let dir = self.path.join("static_files");
+        let prefix = format!("static_file_{segment}_");
+        let mut out = Vec::new();
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return Ok(out);
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().to_string();
+            let Some(range) = name.strip_prefix(&prefix) else {
+                continue;
+            };
+            if range.contains('.') {
+                continue;
+            }
+            if let Some(first) = range.split('_').next().and_then(|b| b.parse::<u64>().ok()) {
+                out.push((first, entry.path()));
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Every account at block `block`: the head state with the change sets
+    /// of later blocks undone, newest first.
     pub fn state_at(&self, block: u64) -> Result<Vec<AccountRecord>, RethError> {
         let head = self.head()?;
         if block > head {
@@ -336,26 +396,24 @@ impl RethDatadir {
         if block == head {
             return self.full_state();
         }
-        let mut state = match self.layout {
-            Layout::V1 => self.plain_state()?,
-            Layout::V2 => return Err(RethError::V2History { head }),
-        };
+        let mut state: BTreeMap<B256, AccountRecord> =
+            self.full_state()?.into_iter().map(|r| (r.key, r)).collect();
         let mut changes = self.change_sets()?;
         changes.retain(|(b, _, _)| *b > block);
         changes.sort_by_key(|c| std::cmp::Reverse(c.0));
         for (_, address, before) in changes {
+            let key = crate::account::pir_key(&address);
             match before {
-                Some(account) => state.insert(address, account),
-                None => state.remove(&address),
+                Some((nonce, balance)) => {
+                    state.insert(key, AccountRecord::new(address, balance, nonce))
+                }
+                None => state.remove(&key),
             };
         }
-        Ok(state
-            .into_iter()
-            .map(|(a, (n, b))| AccountRecord::new(a, b, n))
-            .collect())
+        Ok(state.into_values().collect())
     }
 
-    /// Accounts whose state changed in blocks `from..=to` (v1).
+    /// Accounts whose state changed in blocks `from..=to`.
     pub fn touched(&self, from: u64, to: u64) -> Result<BTreeSet<Address>, RethError> {
         Ok(self
             .change_sets()?
@@ -376,12 +434,19 @@ impl RethDatadir {
             }
             RethMode::Active { window } => {
                 let window = window.max(1);
-                let touched = self.touched(head.saturating_sub(window - 1), head)?;
-                let records = self
-                    .plain_state()?
+                let touched: BTreeMap<B256, Address> = self
+                    .touched(head.saturating_sub(window - 1), head)?
                     .into_iter()
-                    .filter(|(a, _)| touched.contains(a))
-                    .map(|(a, (n, b))| AccountRecord::new(a, b, n))
+                    .map(|a| (crate::account::pir_key(&a), a))
+                    .collect();
+                let records = self
+                    .full_state()?
+                    .into_iter()
+                    .filter_map(|r| {
+                        touched
+                            .get(&r.key)
+                            .map(|a| AccountRecord::new(*a, r.balance, r.nonce))
+                    })
                     .collect();
                 (head, SnapshotKind::Active { window }, records)
             }
