@@ -13,6 +13,28 @@ use snapshotter::sources::rpc::{RpcOptions, RpcSource};
 use snapshotter::SnapshotStore;
 use test_support::{foundry_tool, make_history, rpc, rpc_raw, Anvil, DEV_ACCOUNTS};
 
+/// `cast <command> --block <block> <who> --rpc-url <url>`.
+async fn cast_at(
+    cast: &std::path::Path,
+    command: &str,
+    block: u64,
+    who: &str,
+    url: &str,
+) -> std::process::Output {
+    tokio::process::Command::new(cast)
+        .args([
+            command,
+            "--block",
+            &block.to_string(),
+            who,
+            "--rpc-url",
+            url,
+        ])
+        .output()
+        .await
+        .expect("cast runs")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn private_answers_equal_anvil_at_every_snapshot_height() {
     let anvil = Anvil::start().await;
@@ -117,18 +139,7 @@ async fn private_answers_equal_anvil_at_every_snapshot_height() {
         (2, DEV_ACCOUNTS[1]),
         (head - 2, "0x1111111111111111111111111111111111111111"),
     ] {
-        let out = tokio::process::Command::new(&cast)
-            .args([
-                "balance",
-                "--block",
-                &block.to_string(),
-                who,
-                "--rpc-url",
-                &proxy,
-            ])
-            .output()
-            .await
-            .expect("cast runs");
+        let out = cast_at(&cast, "balance", block, who, &proxy).await;
         assert!(
             out.status.success(),
             "cast: {}",
@@ -144,18 +155,7 @@ async fn private_answers_equal_anvil_at_every_snapshot_height() {
             expected.to_string(),
             "cast balance {who} @ {block}"
         );
-        let out = tokio::process::Command::new(&cast)
-            .args([
-                "nonce",
-                "--block",
-                &block.to_string(),
-                who,
-                "--rpc-url",
-                &proxy,
-            ])
-            .output()
-            .await
-            .unwrap();
+        let out = cast_at(&cast, "nonce", block, who, &proxy).await;
         assert_eq!(
             String::from_utf8_lossy(&out.stdout).trim(),
             u64::from_str_radix(anvil.nonce(who, block).await.trim_start_matches("0x"), 16)

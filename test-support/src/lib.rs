@@ -145,6 +145,19 @@ impl Anvil {
     }
 }
 
+/// POSTs a JSON-RPC body; the parsed reply.
+async fn post_json(http: &reqwest::Client, url: &str, body: String) -> Result<Value, String> {
+    let resp = http
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    serde_json::from_slice(&resp.bytes().await.map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())
+}
+
 /// A JSON-RPC call over HTTP: the `result`, or the error as text.
 pub async fn rpc(
     http: &reqwest::Client,
@@ -152,16 +165,12 @@ pub async fn rpc(
     method: &str,
     params: Value,
 ) -> Result<Value, String> {
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    let resp = http
-        .post(url)
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
-    let v: Value = serde_json::from_slice(&resp.bytes().await.map_err(|e| e.to_string())?)
-        .map_err(|e| e.to_string())?;
+    let v = post_json(
+        http,
+        url,
+        json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string(),
+    )
+    .await?;
     match v.get("result") {
         Some(r) => Ok(r.clone()),
         None => Err(v
@@ -173,14 +182,9 @@ pub async fn rpc(
 
 /// The full JSON-RPC reply (result or error) of one call.
 pub async fn rpc_raw(http: &reqwest::Client, url: &str, body: &str) -> Value {
-    let resp = http
-        .post(url)
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
+    post_json(http, url, body.to_string())
         .await
-        .expect("proxy reachable");
-    serde_json::from_slice(&resp.bytes().await.expect("body")).expect("JSON reply")
+        .expect("a JSON reply")
 }
 
 /// A hex quantity as u64.
