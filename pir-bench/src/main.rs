@@ -176,7 +176,7 @@ fn bench_ours(
         });
         online.push(ms);
         query_len = query.len();
-        let (answer, ms) = time_ms(|| server.answer_bytes(&query));
+        let (answer, ms) = time_ms(|| server.answer_bytes(&query).map(|(bytes, _)| bytes));
         respond.push(ms);
         let answer = answer?;
         response_len = answer.len();
@@ -201,7 +201,7 @@ fn bench_ours(
             pendings.push((i, p));
         }
         let body = encode_queries(&queries);
-        let (answer, ms) = time_ms(|| server.answer_bytes(&body));
+        let (answer, ms) = time_ms(|| server.answer_bytes(&body).map(|(bytes, _)| bytes));
         batch_ms.push(ms / args.batch as f64);
         let responses = decode_responses(&answer?)?;
         for ((i, p), r) in pendings.into_iter().zip(&responses) {

@@ -108,8 +108,12 @@ impl PirServer {
     }
 
     /// Parses a query batch, answers it and serialises the responses.
-    pub fn answer_bytes(&self, body: &[u8]) -> Result<Vec<u8>, ServeError> {
+    /// Returns the response bytes and the number of queries answered.
+    pub fn answer_bytes(&self, body: &[u8]) -> Result<(Vec<u8>, usize), ServeError> {
         let queries = wire::decode_queries(body)?;
-        Ok(wire::encode_responses(&self.answer_batch(&queries)?))
+        Ok((
+            wire::encode_responses(&self.answer_batch(&queries)?),
+            queries.len(),
+        ))
     }
 }

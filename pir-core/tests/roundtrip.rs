@@ -47,7 +47,8 @@ fn check(n: usize, value_bytes: usize, arity: Arity, packing: Packing, probes: u
         let (query, pending) = client.query(client.prepare(&mut rng), key).unwrap();
         let bytes = encode_queries(&[query]);
         assert_eq!(bytes.len(), server.query_bytes(1));
-        let answer = server.answer_bytes(&bytes).unwrap();
+        let (answer, answered) = server.answer_bytes(&bytes).unwrap();
+        assert_eq!(answered, 1);
         let responses = decode_responses(&answer).unwrap();
         assert_eq!(
             client.decode(pending, &responses[0]).unwrap(),

@@ -72,13 +72,15 @@ impl SnapshotClient {
         let ready = self.pool.lock().expect("pool lock").pop();
         match ready {
             Some(p) => p,
-            None => {
-                let me = self.clone();
-                tokio::task::spawn_blocking(move || me.client.prepare(&mut rand::rng()))
-                    .await
-                    .expect("prepare task")
-            }
+            None => self.prepare_off_thread().await.expect("prepare task"),
         }
+    }
+
+    /// Prepares a query on the blocking pool (it takes milliseconds of
+    /// all-core work).
+    async fn prepare_off_thread(self: &Arc<Self>) -> Result<PreparedQuery, tokio::task::JoinError> {
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || me.client.prepare(&mut rand::rng())).await
     }
 
     /// Prepared queries ready now.
@@ -92,10 +94,7 @@ async fn refill(weak: Weak<SnapshotClient>) {
     loop {
         let Some(snap) = weak.upgrade() else { return };
         if snap.pool_len() < snap.pool_size {
-            let worker = snap.clone();
-            let prepared =
-                tokio::task::spawn_blocking(move || worker.client.prepare(&mut rand::rng())).await;
-            if let Ok(p) = prepared {
+            if let Ok(p) = snap.prepare_off_thread().await {
                 snap.pool.lock().expect("pool lock").push(p);
             }
             continue;

@@ -145,23 +145,13 @@ async fn query(
     let worker_snap = snap.clone();
     let result = tokio::task::spawn_blocking(move || {
         let _permit = permit;
-        // Parse once; the batch size is counted for the metrics.
-        match wire::decode_queries(&body) {
-            Ok(queries) => {
-                let answered = worker_snap
-                    .pir
-                    .answer_batch(&queries)
-                    .map(|r| wire::encode_responses(&r));
-                (answered.map_err(ServeError::from), queries.len())
-            }
-            Err(e) => (Err(ServeError::from(e)), 0),
-        }
+        worker_snap.pir.answer_bytes(&body)
     })
     .await;
     drop(slot);
     let elapsed = started.elapsed();
     let (status, response) = match result {
-        Ok((Ok(bytes), batch)) => {
+        Ok(Ok((bytes, batch))) => {
             state.metrics.answer_seconds.observe(elapsed.as_secs_f64());
             state
                 .metrics
@@ -174,11 +164,11 @@ async fn query(
                 ([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response(),
             )
         }
-        Ok((Err(ServeError::Wire(e)), _)) => (
+        Ok(Err(ServeError::Wire(e))) => (
             StatusCode::BAD_REQUEST,
             error(StatusCode::BAD_REQUEST, format!("malformed query: {e}")),
         ),
-        Ok((Err(ServeError::Answer(e)), _)) => (
+        Ok(Err(ServeError::Answer(e))) => (
             StatusCode::BAD_REQUEST,
             error(
                 StatusCode::BAD_REQUEST,

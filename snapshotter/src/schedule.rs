@@ -143,12 +143,26 @@ fn backoff(failures: u32) -> Duration {
     Duration::from_secs(2u64.saturating_pow(failures.min(9))).min(Duration::from_secs(300))
 }
 
-/// One build from the config now (the cron / systemd-timer form).
-pub async fn build_once(config: &ScheduleConfig) -> anyhow::Result<Option<u64>> {
+/// One build from the config now (the cron / systemd-timer form): the
+/// active set at the head less `confirmations`. Returns the block built.
+pub async fn build_once(config: &ScheduleConfig) -> anyhow::Result<u64> {
     let store = SnapshotStore::open(&config.store)?;
     let node = RpcSource::connect(&config.source.url, rpc_options(config)).await?;
-    let head = node.head().await?;
-    let at = head.saturating_sub(config.schedule.confirmations);
+    let at = node
+        .head()
+        .await?
+        .saturating_sub(config.schedule.confirmations);
+    build_at(config, &store, &node, at).await?;
+    Ok(at)
+}
+
+/// Exports the active set at `at`, builds, publishes, applies retention.
+async fn build_at(
+    config: &ScheduleConfig,
+    store: &SnapshotStore,
+    node: &RpcSource,
+    at: u64,
+) -> anyhow::Result<()> {
     let state = node.export_active(config.source.window, Some(at)).await?;
     let chain = state.chain_id;
     let opts = config.build.options()?;
@@ -171,7 +185,7 @@ pub async fn build_once(config: &ScheduleConfig) -> anyhow::Result<Option<u64>> 
             tracing::info!(snapshot = %id, "removed by retention");
         }
     }
-    Ok(Some(at))
+    Ok(())
 }
 
 fn rpc_options(config: &ScheduleConfig) -> RpcOptions {
@@ -235,14 +249,7 @@ async fn step(
     last_block: &mut Option<u64>,
     last_time: &mut Option<Instant>,
 ) -> anyhow::Result<()> {
-    let node = RpcSource::connect(
-        &config.source.url,
-        RpcOptions {
-            attempts: 1,
-            ..rpc_options(config)
-        },
-    )
-    .await?;
+    let node = RpcSource::connect(&config.source.url, rpc_options(config)).await?;
     let head = node.head().await?;
     let target = head.saturating_sub(config.schedule.confirmations);
     if last_block.is_none() {
@@ -263,9 +270,8 @@ async fn step(
         return Ok(());
     }
     tracing::info!(head, block = target, "building a snapshot");
-    if let Some(at) = build_once(config).await? {
-        *last_block = Some(at);
-        *last_time = Some(Instant::now());
-    }
+    build_at(config, store, &node, target).await?;
+    *last_block = Some(target);
+    *last_time = Some(Instant::now());
     Ok(())
 }
