@@ -7,6 +7,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --bin pir-bench --bin proxy-bench
 bench=target/release/pir-bench
+# Every kernel this CPU has, on the same workloads (pir-bench refuses the others).
+for kernel in avx512-vnni avx2 portable; do
+    if "$bench" --kernel "$kernel" --log2-keys 10 --reps 1 --no-memread >/dev/null 2>&1; then
+        "$bench" --kernel "$kernel" --log2-keys 18 "$@"
+        "$bench" --kernel "$kernel" --log2-keys 22 --reps 3 "$@"
+    fi
+done
 "$bench" --log2-keys 16 --peer "$@"
 "$bench" --log2-keys 18 --peer "$@"
 "$bench" --log2-keys 20 --peer --reps 3 "$@"      # the reference needs ~7 min and 9 GB here

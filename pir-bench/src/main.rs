@@ -3,11 +3,14 @@
 //! the same process. Prints one JSON object per implementation, then the
 //! ratios (reference / ours).
 
+mod machine;
+
 use std::collections::HashMap;
 use std::time::Instant;
 
 use anyhow::{ensure, Context, Result};
 use clap::Parser;
+use pir_core::kernel::{self, Kernel};
 use pir_core::wire::{decode_responses, encode_queries};
 use pir_core::{Arity, EncodeOptions, EncodedDb, Lookup, Packing, PirClient, PirServer};
 use rand::{Rng, RngCore, SeedableRng};
@@ -47,6 +50,14 @@ struct Args {
     /// Hint builder: cpu, cuda (an NVIDIA GPU, with its name in the output) or auto.
     #[arg(long, default_value = "cpu")]
     device: gpu_kernels::HintDevice,
+    /// Product kernel: auto (the best this CPU has, or $ETHPIR_KERNEL), avx512-vnni, avx2 or
+    /// portable. A kernel the CPU lacks is refused.
+    #[arg(long, default_value = "auto")]
+    kernel: String,
+    /// Skip measuring the machine's memory read bandwidth (it reads a buffer of 4x the
+    /// last-level cache, at least 1 GiB).
+    #[arg(long)]
+    no_memread: bool,
     /// Repetitions per timing (median reported).
     #[arg(long, default_value_t = 5)]
     reps: usize,
@@ -76,6 +87,11 @@ fn main() -> Result<()> {
         args.reps >= 1 && args.batch >= 1,
         "--reps and --batch must be positive"
     );
+    let chosen = match args.kernel.as_str() {
+        "auto" => kernel::kernel_from_env()?.unwrap_or_else(Kernel::best),
+        name => Kernel::parse_supported(name)?,
+    };
+    kernel::select(chosen)?;
     let n = 1usize << args.log2_keys;
     let mut rng = ChaCha20Rng::seed_from_u64(args.seed);
     let records: Vec<(Vec<u8>, Vec<u8>)> = (0..n)
@@ -91,7 +107,8 @@ fn main() -> Result<()> {
         .map(|_| rng.random_range(0..n))
         .collect();
 
-    let ours = bench_ours(&args, &records, &probes)?;
+    let mut ours = bench_ours(&args, &records, &probes)?;
+    add_machine(&mut ours, !args.no_memread);
     println!("{}", Value::Object(ours.clone()));
     if args.peer {
         let peer = bench_reference(&args, &records, &probes)?;
@@ -250,6 +267,24 @@ fn bench_ours(
         json!(db_bytes as f64 / (respond_ms / 1e3) / threads as f64 / 1e9),
     );
     Ok(m)
+}
+
+/// Names the machine and, when asked, sets the scan against the memory read
+/// bandwidth measured now.
+fn add_machine(m: &mut Map<String, Value>, memread: bool) {
+    m.insert("cpu_model".into(), json!(machine::cpu_model()));
+    m.insert("cpu_flags".into(), json!(machine::simd_flags()));
+    m.insert("llc_bytes".into(), json!(machine::llc_bytes()));
+    if !memread {
+        return;
+    }
+    let bw = machine::memread_gbps(3);
+    let per_core = bw["memread_gbps_per_core"].as_f64().unwrap_or(f64::NAN);
+    let scan = m["scan_gbps_per_core"].as_f64().unwrap_or(f64::NAN);
+    if let Value::Object(fields) = bw {
+        m.extend(fields);
+    }
+    m.insert("scan_vs_memread".into(), json!(scan / per_core));
 }
 
 fn bench_reference(

@@ -1,39 +1,260 @@
 //! Vector x database products over Z_2^32: the hot loop of answers and of
 //! the hint (whose "vectors" are the rows of the public matrix).
 //!
-//! A vector is first byte-sliced ([`SlicedVec`]): for each group of 4 rows
-//! and each byte position t, the t-th bytes of the 4 entries are packed in a
-//! u32. Then `v . d = sum_t 2^(8t) (v_t . d)` where each `v_t . d` is a
-//! u8 x i8 dot product with 32-bit wrapping accumulation, which AVX-512 VNNI
-//! (`vpdpbusd`) does 64 at a time. Wrapping mod 2^32 is exactly the ring we
-//! work in, so every path gives bit-identical results.
+//! The database holds `i8` entries; vectors hold `u32` entries. Every kernel
+//! computes `out[c] += sum_r v[r] * d[r][c]` with wrapping 32-bit
+//! arithmetic, which is exactly the ring Z_2^32 we work in, so every kernel
+//! gives bit-identical results. They differ in how a vector is split before
+//! the loop ([`SlicedVec`]), 16 bytes per group of 4 rows either way:
+//!
+//! - [`Kernel::Avx512Vnni`]: byte slices. For each byte position t the t-th
+//!   bytes of the group's 4 entries are packed in a u32; then
+//!   `v . d = sum_t 2^(8t) (v_t . d)` where each `v_t . d` is a u8 x i8 dot
+//!   product (`vpdpbusd`, 64 at a time, no saturation).
+//! - [`Kernel::Avx2`] and [`Kernel::Portable`]: signed 16-bit halves.
+//!   `v = lo + 2^16 hi (mod 2^32)` with `lo, hi` in `[-2^15, 2^15)`; then
+//!   `v . d = lo . d + 2^16 (hi . d)`. Each product `|lo * d| <= 2^22`, so a
+//!   pair sum (`vpmaddwd`) never overflows i32: no saturation anywhere
+//!   (`vpmaddubsw` on byte slices would saturate at 255 * -128 * 2).
+//!
+//! The kernel is chosen once per process: the best the CPU has, or the one
+//! named by the `ETHPIR_KERNEL` environment variable (or [`select`]), which
+//! must be one the CPU supports.
 
+use std::fmt;
 use std::ops::Range;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU8, Ordering};
 
-use crate::db::{EncodedDb, LANE_COLS};
+use crate::db::{EncodedDb, LANE_COLS, PANEL_COLS};
 
 /// Groups of 4 rows processed per cache tile.
 pub const TILE_GROUPS: usize = 128;
 
-/// A vector of database length in byte-sliced form.
-#[derive(Clone, Debug, Default)]
+/// Environment variable that forces a kernel (`avx512-vnni`, `avx2`,
+/// `portable`).
+pub const KERNEL_ENV: &str = "ETHPIR_KERNEL";
+
+/// An implementation of the inner product loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kernel {
+    /// AVX-512 F/BW/VNNI: `vpdpbusd` on byte slices, 64 products a step.
+    Avx512Vnni,
+    /// AVX2: `vpmaddwd` on 16-bit halves, 16 products a step.
+    Avx2,
+    /// Plain Rust in the 16-bit-halves form, vectorised by the compiler for
+    /// the baseline target.
+    Portable,
+}
+
+/// Why a kernel name was refused.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum KernelError {
+    #[error("unknown kernel {0:?} (expected one of: avx512-vnni, avx2, portable)")]
+    Unknown(String),
+    #[error("this CPU does not support the {0} kernel (it supports: {1})")]
+    Unsupported(Kernel, String),
+}
+
+impl Kernel {
+    /// Every kernel, fastest first.
+    pub const ALL: [Kernel; 3] = [Kernel::Avx512Vnni, Kernel::Avx2, Kernel::Portable];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernel::Avx512Vnni => "avx512-vnni",
+            Kernel::Avx2 => "avx2",
+            Kernel::Portable => "portable",
+        }
+    }
+
+    /// Whether this CPU can run the kernel.
+    pub fn is_supported(self) -> bool {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512Vnni => {
+                is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512bw")
+                    && is_x86_feature_detected!("avx512vnni")
+            }
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => is_x86_feature_detected!("avx2"),
+            #[cfg(not(target_arch = "x86_64"))]
+            Kernel::Avx512Vnni | Kernel::Avx2 => false,
+            Kernel::Portable => true,
+        }
+    }
+
+    /// The kernels this CPU supports, fastest first.
+    pub fn supported() -> Vec<Kernel> {
+        Kernel::ALL
+            .into_iter()
+            .filter(|k| k.is_supported())
+            .collect()
+    }
+
+    /// The fastest kernel this CPU supports.
+    pub fn best() -> Kernel {
+        Kernel::supported()[0]
+    }
+
+    /// `name` as a kernel this CPU supports.
+    pub fn parse_supported(name: &str) -> Result<Kernel, KernelError> {
+        let kernel: Kernel = name.parse()?;
+        if !kernel.is_supported() {
+            let names: Vec<&str> = Kernel::supported().iter().map(|k| k.name()).collect();
+            return Err(KernelError::Unsupported(kernel, names.join(", ")));
+        }
+        Ok(kernel)
+    }
+
+    fn slicing(self) -> Slicing {
+        match self {
+            Kernel::Avx512Vnni => Slicing::Bytes,
+            Kernel::Avx2 | Kernel::Portable => Slicing::Halves,
+        }
+    }
+
+    fn code(self) -> u8 {
+        match self {
+            Kernel::Avx512Vnni => 1,
+            Kernel::Avx2 => 2,
+            Kernel::Portable => 3,
+        }
+    }
+
+    fn from_code(code: u8) -> Option<Kernel> {
+        Kernel::ALL.into_iter().find(|k| k.code() == code)
+    }
+}
+
+impl fmt::Display for Kernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Kernel {
+    type Err = KernelError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Kernel::ALL
+            .into_iter()
+            .find(|k| k.name().eq_ignore_ascii_case(s.trim()))
+            .ok_or_else(|| KernelError::Unknown(s.to_string()))
+    }
+}
+
+/// The process-wide kernel (0 = not chosen yet).
+static ACTIVE: AtomicU8 = AtomicU8::new(0);
+
+/// Forces `kernel` for the rest of the process. Refuses one the CPU lacks.
+pub fn select(kernel: Kernel) -> Result<(), KernelError> {
+    let kernel = Kernel::parse_supported(kernel.name())?;
+    ACTIVE.store(kernel.code(), Ordering::Relaxed);
+    Ok(())
+}
+
+/// Reads [`KERNEL_ENV`]: the kernel it names (checked against the CPU), or
+/// `None` when it is unset or empty. Binaries call this at start so that a
+/// bad value is a clear error rather than a surprise.
+pub fn kernel_from_env() -> Result<Option<Kernel>, KernelError> {
+    match std::env::var(KERNEL_ENV) {
+        Ok(name) if !name.trim().is_empty() => Kernel::parse_supported(&name).map(Some),
+        _ => Ok(None),
+    }
+}
+
+/// Chooses the process's kernel from [`KERNEL_ENV`] (or the best this CPU
+/// has) and returns it: what a binary calls at start, so that a bad value is
+/// a clear error and the log can say which kernel runs.
+pub fn init_from_env() -> Result<Kernel, KernelError> {
+    let kernel = kernel_from_env()?.unwrap_or_else(Kernel::best);
+    select(kernel)?;
+    Ok(kernel)
+}
+
+/// The kernel products use: the one [`select`]ed, else the one
+/// [`KERNEL_ENV`] names, else the best this CPU has.
+///
+/// # Panics
+///
+/// When [`KERNEL_ENV`] names an unknown kernel or one this CPU lacks and
+/// nothing was [`select`]ed: forcing a kernel is a test and benchmark
+/// setting, and silently running another one would make its figures lie.
+pub fn active() -> Kernel {
+    if let Some(k) = Kernel::from_code(ACTIVE.load(Ordering::Relaxed)) {
+        return k;
+    }
+    let chosen = match kernel_from_env() {
+        Ok(forced) => forced.unwrap_or_else(Kernel::best),
+        Err(e) => panic!("{KERNEL_ENV}: {e}"),
+    };
+    ACTIVE.store(chosen.code(), Ordering::Relaxed);
+    chosen
+}
+
+/// Name of the kernel products use (see [`active`]).
+pub fn kernel_name() -> &'static str {
+    active().name()
+}
+
+/// How a vector is split for its kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Slicing {
+    /// `[w0, w1, w2, w3]`: word t packs byte t of the group's 4 entries.
+    Bytes,
+    /// `[lo01, lo23, hi01, hi23]`: 16-bit halves, two entries a word.
+    Halves,
+}
+
+/// A vector of database length, split for one kernel: 16 bytes per group
+/// of 4 entries.
+#[derive(Clone, Debug)]
 pub struct SlicedVec {
+    kernel: Kernel,
     planes: Vec<[u32; 4]>,
 }
 
+impl Default for SlicedVec {
+    fn default() -> Self {
+        SlicedVec::empty(active())
+    }
+}
+
 impl SlicedVec {
-    /// Slices `v` (length a multiple of 4).
+    /// Splits `v` (length a multiple of 4) for the [`active`] kernel.
     pub fn new(v: &[u32]) -> Self {
-        let mut s = SlicedVec::default();
+        SlicedVec::for_kernel(active(), v)
+    }
+
+    /// Splits `v` (length a multiple of 4) for `kernel`.
+    pub fn for_kernel(kernel: Kernel, v: &[u32]) -> Self {
+        let mut s = SlicedVec::empty(kernel);
         s.refill(v);
         s
     }
 
-    /// Re-slices into the existing allocation.
+    /// An empty vector for `kernel`, to [`refill`](Self::refill).
+    pub fn empty(kernel: Kernel) -> Self {
+        SlicedVec {
+            kernel,
+            planes: Vec::new(),
+        }
+    }
+
+    /// Re-splits into the existing allocation.
     pub fn refill(&mut self, v: &[u32]) {
-        debug_assert_eq!(v.len() % 4, 0);
+        assert_eq!(v.len() % 4, 0, "vector length must be a multiple of 4");
         self.planes.clear();
-        self.planes.extend(v.chunks_exact(4).map(slice_group));
+        match self.kernel.slicing() {
+            Slicing::Bytes => self.planes.extend(v.chunks_exact(4).map(slice_bytes)),
+            Slicing::Halves => self.planes.extend(v.chunks_exact(4).map(slice_halves)),
+        }
+    }
+
+    pub fn kernel(&self) -> Kernel {
+        self.kernel
     }
 
     pub fn planes(&self) -> &[[u32; 4]] {
@@ -42,7 +263,7 @@ impl SlicedVec {
 }
 
 #[inline]
-fn slice_group(q: &[u32]) -> [u32; 4] {
+fn slice_bytes(q: &[u32]) -> [u32; 4] {
     let word = |t: u32| {
         let b = |i: usize| (q[i] >> (8 * t)) & 0xFF;
         b(0) | (b(1) << 8) | (b(2) << 16) | (b(3) << 24)
@@ -50,45 +271,32 @@ fn slice_group(q: &[u32]) -> [u32; 4] {
     [word(0), word(1), word(2), word(3)]
 }
 
+/// `v = lo + 2^16 hi (mod 2^32)`, both halves signed 16-bit.
 #[inline]
-fn unslice_group(p: &[u32; 4]) -> [u32; 4] {
-    std::array::from_fn(|i| {
-        let b = |t: usize| (p[t] >> (8 * i)) & 0xFF;
-        b(0) | (b(1) << 8) | (b(2) << 16) | (b(3) << 24)
-    })
+fn split_halves(v: u32) -> (u16, u16) {
+    let lo = v as u16;
+    let hi = (v.wrapping_sub(lo as i16 as i32 as u32) >> 16) as u16;
+    (lo, hi)
 }
 
-/// Which implementation of the inner loop runs on this CPU.
-pub fn kernel_name() -> &'static str {
-    if has_vnni() {
-        "avx512-vnni"
-    } else {
-        "portable"
-    }
-}
-
-fn has_vnni() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::sync::OnceLock;
-        static VNNI: OnceLock<bool> = OnceLock::new();
-        *VNNI.get_or_init(|| {
-            std::env::var_os("ETHPIR_PORTABLE_KERNEL").is_none()
-                && is_x86_feature_detected!("avx512f")
-                && is_x86_feature_detected!("avx512bw")
-                && is_x86_feature_detected!("avx512vnni")
-        })
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+#[inline]
+fn slice_halves(q: &[u32]) -> [u32; 4] {
+    let h: [(u16, u16); 4] = std::array::from_fn(|i| split_halves(q[i]));
+    let pack = |a: u16, b: u16| a as u32 | ((b as u32) << 16);
+    [
+        pack(h[0].0, h[1].0),
+        pack(h[2].0, h[3].0),
+        pack(h[0].1, h[1].1),
+        pack(h[2].1, h[3].1),
+    ]
 }
 
 /// Adds `vec . D[groups, panel]` into `out` (the panel's columns) for each
 /// vector. `vecs[q]` holds the sliced entries of the groups in `groups`
-/// (index 0 = `groups.start`). The D tile is reused across vectors.
+/// (index 0 = `groups.start`), all split for `kernel`. The D tile is reused
+/// across vectors while it is in cache.
 pub fn accumulate_panel(
+    kernel: Kernel,
     db: &EncodedDb,
     panel: usize,
     groups: Range<usize>,
@@ -98,50 +306,246 @@ pub fn accumulate_panel(
     let (_, width) = db.panel_columns(panel);
     let data = db.panel(panel);
     let group_bytes = width * 4;
+    assert!(
+        groups.end * group_bytes <= data.len(),
+        "groups out of range"
+    );
+    assert_eq!(vecs.len(), outs.len(), "one output per vector");
     let mut start = groups.start;
     while start < groups.end {
         let end = (start + TILE_GROUPS).min(groups.end);
         let tile = &data[start * group_bytes..end * group_bytes];
         for (v, out) in vecs.iter().zip(outs.iter_mut()) {
             let planes = &v[start - groups.start..end - groups.start];
-            tile_product(tile, width, planes, out);
+            tile_product(kernel, tile, width, planes, out);
         }
         start = end;
     }
 }
 
-/// `out += planes . tile` for one tile of one panel.
-fn tile_product(tile: &[i8], width: usize, planes: &[[u32; 4]], out: &mut [u32]) {
-    debug_assert_eq!(tile.len(), planes.len() * width * 4);
-    debug_assert_eq!(width % LANE_COLS, 0);
-    #[cfg(target_arch = "x86_64")]
-    if has_vnni() {
-        // SAFETY: the CPU supports the features (checked above) and the
-        // slices have the lengths the kernel reads (asserted above).
-        unsafe {
-            match width / LANE_COLS {
-                1 => vnni::tile::<1>(tile, planes, out),
-                2 => vnni::tile::<2>(tile, planes, out),
-                3 => vnni::tile::<3>(tile, planes, out),
-                _ => vnni::tile::<4>(tile, planes, out),
+/// `out[..width] += planes . tile` for one tile of one panel (`width` a
+/// multiple of [`LANE_COLS`], at most [`PANEL_COLS`]).
+pub fn tile_product(
+    kernel: Kernel,
+    tile: &[i8],
+    width: usize,
+    planes: &[[u32; 4]],
+    out: &mut [u32],
+) {
+    assert!(
+        width > 0 && width.is_multiple_of(LANE_COLS) && width <= PANEL_COLS,
+        "panel width {width} is not a whole number of lane groups"
+    );
+    assert_eq!(tile.len(), planes.len() * width * 4, "tile size");
+    assert!(out.len() >= width, "output shorter than the panel");
+    match kernel {
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx512Vnni => {
+            assert!(
+                kernel.is_supported(),
+                "avx512-vnni kernel on a CPU without it"
+            );
+            // SAFETY: the CPU has the features (asserted above); the tile
+            // holds `planes.len()` groups of `width` columns and `out` has
+            // `width` elements (asserted above), which is all the kernel
+            // reads and writes.
+            unsafe {
+                match width / LANE_COLS {
+                    1 => vnni::tile::<1>(tile, planes, out),
+                    2 => vnni::tile::<2>(tile, planes, out),
+                    3 => vnni::tile::<3>(tile, planes, out),
+                    _ => vnni::tile::<4>(tile, planes, out),
+                }
             }
         }
-        return;
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx2 => {
+            assert!(kernel.is_supported(), "avx2 kernel on a CPU without it");
+            // SAFETY: as above, for AVX2.
+            unsafe { avx2::tile(tile, width, planes, out) }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        Kernel::Avx512Vnni | Kernel::Avx2 => {
+            unreachable!("{kernel} is never supported off x86-64")
+        }
+        Kernel::Portable => portable::tile(tile, width, planes, out),
     }
-    portable_tile(tile, width, planes, out);
 }
 
-fn portable_tile(tile: &[i8], width: usize, planes: &[[u32; 4]], out: &mut [u32]) {
-    for (g, p) in planes.iter().enumerate() {
-        let v = unslice_group(p);
-        let rows = &tile[g * width * 4..(g + 1) * width * 4];
-        for (o, d) in out[..width].iter_mut().zip(rows.chunks_exact(4)) {
-            let dot = v[0]
-                .wrapping_mul(d[0] as i32 as u32)
-                .wrapping_add(v[1].wrapping_mul(d[1] as i32 as u32))
-                .wrapping_add(v[2].wrapping_mul(d[2] as i32 as u32))
-                .wrapping_add(v[3].wrapping_mul(d[3] as i32 as u32));
-            *o = o.wrapping_add(dot);
+/// The 16-bit-halves product in plain Rust. Written as fixed-size
+/// multiply-accumulates over 4 columns (16 bytes) so that the compiler turns
+/// them into SIMD multiplies on any target.
+mod portable {
+    use crate::db::PANEL_COLS;
+
+    /// The plain-Rust product. On x86-64 with SSE4.1 (every x86-64 CPU
+    /// since 2008) the same source is compiled a second time with 32-bit
+    /// SIMD multiplies available, which is what lets the vectoriser use it.
+    pub(super) fn tile(tile: &[i8], width: usize, planes: &[[u32; 4]], out: &mut [u32]) {
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("sse4.1") {
+            // SAFETY: the CPU has SSE4.1 (checked just above); the function
+            // is safe Rust otherwise, with every access bounds-checked.
+            unsafe { tile_sse41(tile, width, planes, out) };
+            return;
+        }
+        tile_generic(tile, width, planes, out);
+    }
+
+    /// # Safety
+    ///
+    /// The CPU supports SSE4.1.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "sse4.1")]
+    unsafe fn tile_sse41(tile: &[i8], width: usize, planes: &[[u32; 4]], out: &mut [u32]) {
+        tile_generic(tile, width, planes, out);
+    }
+
+    /// The low halves need full 32-bit sums; the high halves are shifted
+    /// left by 16 at the end, so only their sums mod 2^16 matter and they
+    /// run in 16-bit wrapping arithmetic, twice as many lanes a step.
+    #[inline(always)]
+    fn tile_generic(tile: &[i8], width: usize, planes: &[[u32; 4]], out: &mut [u32]) {
+        let group_bytes = width * 4;
+        // Element k of a group row is row k % 4 of column k / 4.
+        let mut lo = [0i32; 4 * PANEL_COLS];
+        let mut hi = [0i16; 4 * PANEL_COLS];
+        for (g, p) in planes.iter().enumerate() {
+            let row = &tile[g * group_bytes..(g + 1) * group_bytes];
+            let (l, h) = patterns(p);
+            for ((a, b), d) in lo[..group_bytes]
+                .chunks_exact_mut(16)
+                .zip(hi[..group_bytes].chunks_exact_mut(16))
+                .zip(row.chunks_exact(16))
+            {
+                for k in 0..16 {
+                    // |row * lo| <= 2^22: no overflow before the wrapping add.
+                    a[k] = a[k].wrapping_add(i32::from(d[k]) * l[k]);
+                    b[k] = b[k].wrapping_add(i16::from(d[k]).wrapping_mul(h[k]));
+                }
+            }
+        }
+        for (c, o) in out[..width].iter_mut().enumerate() {
+            let low = lo[4 * c..4 * c + 4]
+                .iter()
+                .fold(0u32, |s, &x| s.wrapping_add(x as u32));
+            let high = hi[4 * c..4 * c + 4]
+                .iter()
+                .fold(0u32, |s, &x| s.wrapping_add(x as u16 as u32));
+            *o = o.wrapping_add(low.wrapping_add(high << 16));
+        }
+    }
+
+    /// The group's low and high halves, repeated for four columns.
+    #[inline(always)]
+    fn patterns(p: &[u32; 4]) -> ([i32; 16], [i16; 16]) {
+        let l = [
+            p[0] as i16,
+            (p[0] >> 16) as i16,
+            p[1] as i16,
+            (p[1] >> 16) as i16,
+        ];
+        let h = [
+            p[2] as i16,
+            (p[2] >> 16) as i16,
+            p[3] as i16,
+            (p[3] >> 16) as i16,
+        ];
+        (
+            std::array::from_fn(|k| i32::from(l[k % 4])),
+            std::array::from_fn(|k| h[k % 4]),
+        )
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    /// `out[..width] += planes . tile` on 16-bit halves.
+    ///
+    /// Each pass covers 32 columns (128 contiguous bytes of every group row,
+    /// two cache lines). For each group, eight 16-byte loads are
+    /// sign-extended to 16 i16 (4 columns x 4 rows) and multiplied and
+    /// pair-summed (`vpmaddwd`) with the group's low and high halves
+    /// broadcast as `[v0 v1 v2 v3]`; `lo + (hi << 16)` goes into one
+    /// accumulator per load, whose i32 lanes hold rows 0+1 or 2+3 of one
+    /// column, folded at the end.
+    ///
+    /// # Safety
+    ///
+    /// The CPU supports AVX2; `width` is a multiple of 16;
+    /// `tile.len() == planes.len() * width * 4`; `out.len() >= width`.
+    /// All are checked with `assert!` here.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn tile(tile: &[i8], width: usize, planes: &[[u32; 4]], out: &mut [u32]) {
+        assert!(width.is_multiple_of(16), "width must be whole lane groups");
+        assert_eq!(tile.len(), planes.len() * width * 4, "tile size");
+        assert!(out.len() >= width, "output length");
+        let group_bytes = width * 4;
+        let mut col = 0;
+        while col < width {
+            // The first pass also prefetches whole group rows ahead, so the
+            // later passes over the same rows find them in cache.
+            let prefetch = col == 0 && width > 32;
+            let base = tile.as_ptr().add(col * 4);
+            if width - col >= 32 {
+                pass::<8>(base, group_bytes, prefetch, planes, &mut out[col..col + 32]);
+                col += 32;
+            } else {
+                pass::<4>(base, group_bytes, prefetch, planes, &mut out[col..col + 16]);
+                col += 16;
+            }
+        }
+    }
+
+    /// Groups ahead that the first pass prefetches.
+    const PREFETCH_GROUPS: usize = 6;
+
+    /// `out[..LOADS * 4] += planes . D` for the `LOADS * 4` columns starting
+    /// at `base` of every group row.
+    ///
+    /// # Safety
+    ///
+    /// AVX2; `base + g * group_bytes + LOADS * 16` is within the tile for
+    /// every group `g < planes.len()`; `out.len() >= LOADS * 4` (asserted).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn pass<const LOADS: usize>(
+        base: *const i8,
+        group_bytes: usize,
+        prefetch: bool,
+        planes: &[[u32; 4]],
+        out: &mut [u32],
+    ) {
+        assert!(out.len() >= LOADS * 4, "output length");
+        let mut acc = [_mm256_setzero_si256(); LOADS];
+        let mut ptr = base;
+        for p in planes {
+            if prefetch {
+                // A hint only: an address past the tile is never read.
+                let ahead = ptr.wrapping_add(PREFETCH_GROUPS * group_bytes);
+                for line in (0..group_bytes).step_by(64) {
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line));
+                }
+            }
+            let vl = _mm256_set1_epi64x(((p[1] as u64) << 32 | p[0] as u64) as i64);
+            let vh = _mm256_set1_epi64x(((p[3] as u64) << 32 | p[2] as u64) as i64);
+            for (j, a) in acc.iter_mut().enumerate() {
+                let d = _mm256_cvtepi8_epi16(_mm_loadu_si128(ptr.add(16 * j) as *const _));
+                let lo = _mm256_madd_epi16(d, vl);
+                let hi = _mm256_slli_epi32::<16>(_mm256_madd_epi16(d, vh));
+                *a = _mm256_add_epi32(*a, _mm256_add_epi32(lo, hi));
+            }
+            ptr = ptr.add(group_bytes);
+        }
+        for (j, a) in acc.iter().enumerate() {
+            let mut lanes = [0u32; 8];
+            _mm256_storeu_si256(lanes.as_mut_ptr() as *mut __m256i, *a);
+            for c in 0..4 {
+                let o = &mut out[j * 4 + c];
+                *o = o.wrapping_add(lanes[2 * c].wrapping_add(lanes[2 * c + 1]));
+            }
         }
     }
 }
@@ -151,9 +555,17 @@ mod vnni {
     use std::arch::x86_64::*;
 
     /// `out[..NB*16] += planes . tile` with NB lane groups of 16 columns.
+    ///
+    /// # Safety
+    ///
+    /// The CPU supports AVX-512 F, BW and VNNI;
+    /// `tile.len() == planes.len() * NB * 64`; `out.len() >= NB * 16`.
+    /// The lengths are checked with `assert!` here.
     #[allow(clippy::needless_range_loop)] // explicit indices keep the accumulators in registers
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
     pub(super) unsafe fn tile<const NB: usize>(tile: &[i8], planes: &[[u32; 4]], out: &mut [u32]) {
+        assert_eq!(tile.len(), planes.len() * NB * 64, "tile size");
+        assert!(out.len() >= NB * 16, "output length");
         let mut acc = [[_mm512_setzero_si512(); NB]; 4];
         let mut ptr = tile.as_ptr();
         for p in planes {
@@ -197,31 +609,111 @@ pub fn reference_product(db: &EncodedDb, v: &[u32]) -> Vec<u32> {
     out
 }
 
+/// Reference tile product, row by row from the panel layout.
+#[cfg(test)]
+fn reference_tile(tile: &[i8], width: usize, v: &[u32], out: &mut [u32]) {
+    for (g, q) in v.chunks_exact(4).enumerate() {
+        for (c, o) in out[..width].iter_mut().enumerate() {
+            for (r, &x) in q.iter().enumerate() {
+                let d = tile[g * width * 4 + c * 4 + r] as i32 as u32;
+                *o = o.wrapping_add(x.wrapping_mul(d));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha20Rng;
 
     #[test]
-    fn slicing_round_trips() {
-        let v = [0x0102_0304u32, 0xA0B0_C0D0, 7, u32::MAX];
-        assert_eq!(unslice_group(&slice_group(&v)), v);
+    fn halves_recombine() {
+        for v in [
+            0u32,
+            1,
+            0x7FFF,
+            0x8000,
+            0xFFFF,
+            0x1_0000,
+            0x8000_8000,
+            u32::MAX,
+            0x7FFF_8000,
+        ] {
+            let (lo, hi) = split_halves(v);
+            let back = (lo as i16 as i32 as u32).wrapping_add((hi as i16 as i32 as u32) << 16);
+            assert_eq!(back, v, "{v:#x}");
+        }
     }
 
     #[test]
-    fn portable_and_vnni_tiles_agree() {
-        let width = 48;
-        let groups = 37;
-        let tile: Vec<i8> = (0..groups * width * 4)
-            .map(|i| (i * 7919 % 256) as u8 as i8)
-            .collect();
-        let v: Vec<u32> = (0..groups * 4)
-            .map(|i| (i as u32).wrapping_mul(0x9E37_79B9))
-            .collect();
-        let planes = SlicedVec::new(&v);
-        let mut fast = vec![3u32; width];
-        tile_product(&tile, width, planes.planes(), &mut fast);
-        let mut slow = vec![3u32; width];
-        portable_tile(&tile, width, planes.planes(), &mut slow);
-        assert_eq!(fast, slow);
+    fn kernel_names_round_trip_and_portable_is_always_there() {
+        for k in Kernel::ALL {
+            assert_eq!(k.name().parse::<Kernel>().unwrap(), k);
+        }
+        assert!(matches!(
+            "sse9".parse::<Kernel>(),
+            Err(KernelError::Unknown(_))
+        ));
+        assert!(Kernel::supported().contains(&Kernel::Portable));
+        assert_eq!(Kernel::best(), Kernel::supported()[0]);
+        for k in Kernel::ALL.into_iter().filter(|k| !k.is_supported()) {
+            assert!(matches!(
+                Kernel::parse_supported(k.name()),
+                Err(KernelError::Unsupported(..))
+            ));
+        }
+    }
+
+    /// Every kernel this CPU has equals the reference on random tiles:
+    /// every panel width, odd group counts, entries at the edges of i8 and
+    /// of u32, and non-zero starting outputs.
+    #[test]
+    fn every_supported_kernel_equals_the_reference() {
+        let mut rng = ChaCha20Rng::seed_from_u64(11);
+        let edges_i8 = [i8::MIN, i8::MIN + 1, -1, 0, 1, i8::MAX - 1, i8::MAX];
+        let edges_u32 = [
+            0u32,
+            1,
+            0x7FFF,
+            0x8000,
+            0xFFFF,
+            0x8000_0000,
+            u32::MAX - 1,
+            u32::MAX,
+        ];
+        for kernel in Kernel::supported() {
+            for width in [16usize, 32, 48, 64] {
+                for groups in [1usize, 3, 37, TILE_GROUPS, TILE_GROUPS + 5] {
+                    for mode in 0..3 {
+                        let tile: Vec<i8> = (0..groups * width * 4)
+                            .map(|_| match mode {
+                                0 => rng.random(),
+                                1 => edges_i8[rng.random_range(0..edges_i8.len())],
+                                _ => i8::MIN,
+                            })
+                            .collect();
+                        let v: Vec<u32> = (0..groups * 4)
+                            .map(|_| match mode {
+                                0 => rng.random(),
+                                1 => edges_u32[rng.random_range(0..edges_u32.len())],
+                                _ => u32::MAX >> 1,
+                            })
+                            .collect();
+                        let start: Vec<u32> = (0..width).map(|_| rng.random()).collect();
+                        let mut want = start.clone();
+                        reference_tile(&tile, width, &v, &mut want);
+                        let mut got = start.clone();
+                        let sliced = SlicedVec::for_kernel(kernel, &v);
+                        tile_product(kernel, &tile, width, sliced.planes(), &mut got);
+                        assert_eq!(
+                            got, want,
+                            "{kernel}, width {width}, {groups} groups, mode {mode}"
+                        );
+                    }
+                }
+            }
+        }
     }
 }

@@ -5,13 +5,27 @@
 use rayon::prelude::*;
 
 use crate::db::EncodedDb;
-use crate::kernel::{accumulate_panel, SlicedVec, TILE_GROUPS};
+use crate::kernel::{accumulate_panel, active, Kernel, SlicedVec, TILE_GROUPS};
 use crate::matrix::{expand_block, BLOCK_COLS};
 use crate::params::SEED_BYTES;
 
-/// `v . D` for each vector (each of `db.rows()` entries, sliced), in one
-/// pass over the database. Returns `cols` elements per vector.
+/// `v . D` for each vector (each of `db.rows()` entries, sliced, all for
+/// one kernel), in one pass over the database. Returns `cols` elements per
+/// vector.
+///
+/// The work is cut into (panel, row range) items, at least two per core:
+/// with few panels (a wide square layout has many, a narrow one few) the
+/// rows are split too, so even a single query's answer runs on every core.
+/// Each item streams its tiles once for the whole batch; partial sums of a
+/// panel's row ranges are added at the end.
 pub fn multiply(db: &EncodedDb, vecs: &[&SlicedVec]) -> Vec<Vec<u32>> {
+    let Some(kernel) = vecs.first().map(|v| v.kernel()) else {
+        return Vec::new();
+    };
+    assert!(
+        vecs.iter().all(|v| v.kernel() == kernel),
+        "all vectors of a product must be split for one kernel"
+    );
     let shape = db.shape();
     let groups = shape.rows() / 4;
     let panels = db.panels();
@@ -34,7 +48,7 @@ pub fn multiply(db: &EncodedDb, vecs: &[&SlicedVec]) -> Vec<Vec<u32>> {
             let mut outs: Vec<Vec<u32>> = vec![vec![0u32; width]; vecs.len()];
             let planes: Vec<&[[u32; 4]]> = vecs.iter().map(|v| &v.planes()[g0..g1]).collect();
             let mut out_refs: Vec<&mut [u32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
-            accumulate_panel(db, p, g0..g1, &planes, &mut out_refs);
+            accumulate_panel(kernel, db, p, g0..g1, &planes, &mut out_refs);
             (p, outs)
         })
         .collect();
@@ -64,6 +78,16 @@ pub fn hint_cpu(
     seed: &[u8; SEED_BYTES],
     progress: &(dyn Fn(usize) + Sync),
 ) -> Vec<u32> {
+    hint_cpu_with(active(), db, seed, progress)
+}
+
+/// [`hint_cpu`] with a given kernel (tests check every kernel the CPU has).
+pub fn hint_cpu_with(
+    kernel: Kernel,
+    db: &EncodedDb,
+    seed: &[u8; SEED_BYTES],
+    progress: &(dyn Fn(usize) + Sync),
+) -> Vec<u32> {
     let shape = db.shape();
     let n = shape.lwe.dimension as usize;
     let rows = shape.rows();
@@ -77,7 +101,7 @@ pub fn hint_cpu(
             let count = HINT_ROWS_PER_TASK.min(n - first);
             let mut out = vec![0u32; count * padded];
             let mut block = vec![0u32; BLOCK_COLS];
-            let mut sliced: Vec<SlicedVec> = vec![SlicedVec::default(); count];
+            let mut sliced: Vec<SlicedVec> = vec![SlicedVec::empty(kernel); count];
             for b in 0..rows.div_ceil(BLOCK_COLS) {
                 let start = b * BLOCK_COLS;
                 let len = BLOCK_COLS.min(rows - start);
@@ -93,7 +117,7 @@ pub fn hint_cpu(
                         .chunks_mut(padded)
                         .map(|row| &mut row[c0..c0 + width])
                         .collect();
-                    accumulate_panel(db, p, groups.clone(), &planes, &mut outs);
+                    accumulate_panel(kernel, db, p, groups.clone(), &planes, &mut outs);
                 }
             }
             progress(count);

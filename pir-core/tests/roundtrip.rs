@@ -1,8 +1,8 @@
 //! End to end through the engine: encode, hint, prepare, query, answer,
 //! decode, over random databases of several shapes.
 
-use pir_core::kernel::{reference_product, SlicedVec};
-use pir_core::product::multiply;
+use pir_core::kernel::{reference_product, Kernel, SlicedVec};
+use pir_core::product::{hint_cpu_with, multiply};
 use pir_core::wire::{decode_queries, decode_responses, encode_queries, encode_responses};
 use pir_core::{Arity, EncodeOptions, EncodedDb, Lookup, Packing, PirClient, PirServer};
 use rand::{Rng, RngCore, SeedableRng};
@@ -132,8 +132,44 @@ fn fast_product_matches_reference() {
         )
         .unwrap();
         let v: Vec<u32> = (0..db.shape().rows()).map(|_| rng.random()).collect();
-        let fast = multiply(&db, &[&SlicedVec::new(&v)]);
-        assert_eq!(fast[0], reference_product(&db, &v));
+        let w: Vec<u32> = (0..db.shape().rows()).map(|_| rng.random()).collect();
+        let want = [reference_product(&db, &v), reference_product(&db, &w)];
+        for kernel in Kernel::supported() {
+            let sv = SlicedVec::for_kernel(kernel, &v);
+            let sw = SlicedVec::for_kernel(kernel, &w);
+            assert_eq!(multiply(&db, &[&sv])[0], want[0], "{kernel}, n {n}, k {k}");
+            assert_eq!(
+                multiply(&db, &[&sv, &sw]),
+                want,
+                "{kernel} batch, n {n}, k {k}"
+            );
+        }
+    }
+}
+
+/// The hint is the same bytes whichever kernel builds it.
+#[test]
+fn every_kernel_builds_the_same_hint() {
+    let mut rng = ChaCha20Rng::seed_from_u64(8);
+    for (n, k, arity) in [(900usize, 1u32, Arity::Three), (2500, 6, Arity::Four)] {
+        let records = random_db(&mut rng, n, 20, 40);
+        let options = EncodeOptions {
+            arity,
+            packing: Packing::Fixed(k),
+        };
+        let db = EncodedDb::encode(&records, 40, &options, &mut rng).unwrap();
+        let seed: [u8; 32] = rng.random();
+        let hints: Vec<(Kernel, Vec<u32>)> = Kernel::supported()
+            .into_iter()
+            .map(|kernel| (kernel, hint_cpu_with(kernel, &db, &seed, &|_| {})))
+            .collect();
+        for (kernel, hint) in &hints[1..] {
+            assert!(
+                hint == &hints[0].1,
+                "{kernel} hint differs from {}",
+                hints[0].0
+            );
+        }
     }
 }
 

@@ -118,6 +118,8 @@ async fn main() -> Result<()> {
         .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log).context("--log")?)
         .with_writer(std::io::stderr)
         .init();
+    let kernel = pir_core::kernel::init_from_env().context(pir_core::kernel::KERNEL_ENV)?;
+    tracing::debug!(%kernel, "PIR product kernel");
     match cli.command {
         None => serve(cli.serve).await,
         Some(Command::Serve(args)) => serve(args).await,

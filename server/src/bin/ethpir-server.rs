@@ -49,6 +49,8 @@ async fn main() -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log).context("--log")?)
         .init();
+    let kernel = pir_core::kernel::init_from_env().context(pir_core::kernel::KERNEL_ENV)?;
+    tracing::info!(%kernel, "PIR product kernel");
     let mut config = match &cli.config {
         Some(p) => ServerConfig::from_file(p)?,
         None => ServerConfig::default(),

@@ -231,6 +231,8 @@ fn main() -> Result<()> {
         .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log).context("--log")?)
         .with_writer(std::io::stderr)
         .init();
+    let kernel = pir_core::kernel::init_from_env().context(pir_core::kernel::KERNEL_ENV)?;
+    tracing::debug!(%kernel, "PIR product kernel");
     if let Command::Run { config, once } = &cli.command {
         let config = ScheduleConfig::from_file(config)?;
         let runtime = tokio::runtime::Runtime::new()?;
