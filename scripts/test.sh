@@ -4,5 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
+bash scripts/check-deps.sh
 cargo clippy --workspace --all-targets --all-features --profile test-release -- -D warnings
 cargo test --workspace --all-features --profile test-release

@@ -3,12 +3,15 @@
 //! `ethpir-proxy`: the JSON-RPC endpoint a wallet points at. Balances and
 //! nonces are read with PIR queries to an `ethpir-server`, which never
 //! learns the address; other methods go to an upstream node of the user's
-//! choice or are refused. Also: the demo (a server over the bundled mainnet
-//! genesis plus the proxy) and the historical replay.
+//! choice or are refused. Also: the historical replay.
+//!
+//! This crate is what a wallet user runs: it links `pir-core` and
+//! `protocol`, never the operator's crates (snapshotter, server, GPU).
+
+#![forbid(unsafe_code)]
 
 pub mod block;
 pub mod config;
-pub mod demo;
 pub mod reader;
 pub mod replay;
 pub mod rpc;

@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 use alloy_primitives::{Address, U256};
 use pir_core::wire::{decode_responses, encode_queries, SetupData};
 use pir_core::{ClientError, Lookup, PirClient, PreparedQuery};
-use server::api::{Catalog, CatalogEntry};
+use protocol::api::{ApiError, Catalog, CatalogEntry};
+use protocol::SnapshotKind;
 use tokio::sync::Notify;
 
 use crate::block::BlockSelector;
@@ -264,9 +265,9 @@ impl PrivateReader {
             .collect();
         // At equal height: full, then historical, then active.
         let rank = |s: &SnapshotClient| match s.entry.manifest.kind {
-            snapshotter::SnapshotKind::Full => 0,
-            snapshotter::SnapshotKind::Historical => 1,
-            snapshotter::SnapshotKind::Active { .. } => 2,
+            SnapshotKind::Full => 0,
+            SnapshotKind::Historical => 1,
+            SnapshotKind::Active { .. } => 2,
         };
         let best = |cands: Vec<Arc<SnapshotClient>>| cands.into_iter().min_by_key(|s| rank(s));
         let found = match sel {
@@ -340,7 +341,7 @@ impl PrivateReader {
         let mut pendings = Vec::with_capacity(addresses.len());
         for a in addresses {
             let prepared = snap.take_prepared().await;
-            let key = snapshotter::pir_key(a);
+            let key = protocol::pir_key(a);
             let (q, p) = snap
                 .client
                 .query(prepared, key.as_slice())
@@ -359,7 +360,7 @@ impl PrivateReader {
         let status = resp.status();
         let body = resp.bytes().await.map_err(backend)?;
         if !status.is_success() {
-            let reason = serde_json::from_slice::<server::api::ApiError>(&body)
+            let reason = serde_json::from_slice::<ApiError>(&body)
                 .map(|e| e.error)
                 .unwrap_or_default();
             return Err(ReadError::Backend(format!("HTTP {status} {reason}")));
@@ -387,7 +388,7 @@ impl PrivateReader {
                 };
                 match snap.client.decode(pending, response) {
                     Ok(Lookup::Found(v)) => {
-                        let (balance, nonce) = snapshotter::decode_value(&v)
+                        let (balance, nonce) = protocol::decode_value(&v)
                             .map_err(|e| ReadError::Unverifiable(e.to_string()))?;
                         Ok(state(balance, nonce, false))
                     }

@@ -6,7 +6,6 @@ use std::io::{BufRead, Write};
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
 
 use crate::block::parse_block;
@@ -28,11 +27,13 @@ struct Line {
 }
 
 /// Replays `input` into `output` (CSV: `address,block,snapshot,balance_wei,nonce,error`).
+/// `progress(done, total)` is called as lines are answered (or refused);
+/// the caller decides how to show it.
 pub async fn replay(
     reader: &PrivateReader,
     input: &Path,
     output: &Path,
-    progress: bool,
+    progress: &mut (dyn FnMut(usize, usize) + Send),
 ) -> Result<ReplaySummary> {
     let file =
         std::fs::File::open(input).with_context(|| format!("opening {}", input.display()))?;
@@ -53,15 +54,6 @@ pub async fn replay(
             block: block.trim().to_string(),
         });
     }
-    let bar = if progress {
-        ProgressBar::new(lines.len() as u64)
-    } else {
-        ProgressBar::hidden()
-    };
-    bar.set_style(
-        ProgressStyle::with_template("replay {bar:40} {pos}/{len} queries {elapsed} (eta {eta})")
-            .expect("valid template"),
-    );
 
     // Group lines by snapshot so that each group goes out in batches.
     let mut results: Vec<Result<(String, String, u64), String>> =
@@ -93,7 +85,9 @@ pub async fn replay(
             Err(e) => results[i] = Err(e),
         }
     }
-    bar.inc((lines.len() - groups.values().map(|g| g.1.len()).sum::<usize>()) as u64);
+    let total = lines.len();
+    let mut done = total - groups.values().map(|g| g.1.len()).sum::<usize>();
+    progress(done, total);
     for (snap, members) in groups.into_values() {
         for chunk in members.chunks(64) {
             let addresses: Vec<_> = chunk.iter().map(|(_, a)| *a).collect();
@@ -102,10 +96,10 @@ pub async fn replay(
                     .map(|s| (s.snapshot, s.balance.to_string(), s.nonce))
                     .map_err(|e| e.to_string());
             }
-            bar.inc(chunk.len() as u64);
+            done += chunk.len();
+            progress(done, total);
         }
     }
-    bar.finish_and_clear();
 
     let mut out = std::io::BufWriter::new(
         std::fs::File::create(output).with_context(|| format!("creating {}", output.display()))?,

@@ -230,7 +230,7 @@ async fn private_answers_equal_anvil_at_every_snapshot_height() {
         ..Default::default()
     })
     .await;
-    let summary = proxy::replay::replay(&reader, &input, &output, false)
+    let summary = proxy::replay::replay(&reader, &input, &output, &mut |_, _| {})
         .await
         .unwrap();
     assert_eq!(summary.failed, 2);

@@ -33,7 +33,7 @@ fn genesis_balances() -> Vec<(String, String)> {
 async fn mainnet_genesis_through_the_demo_path() {
     let dir = tempfile::tempdir().unwrap();
     let store = SnapshotStore::open(dir.path().join("store")).unwrap();
-    proxy::demo::ensure_genesis_snapshot(&store).unwrap();
+    demo::ensure_genesis_snapshot(&store).unwrap();
     let server = start_server(&dir.path().join("store")).await;
     let proxy = start_proxy(&server, None, &dir.path().join("cache")).await;
     wait_for_block(&proxy, "0x0").await;

@@ -11,7 +11,7 @@
 //! ones leave the catalog at once but keep answering the queries already in
 //! flight (they hold an `Arc`). Query bytes are never logged.
 
-pub mod api;
+pub use protocol::api;
 pub mod config;
 mod metrics;
 mod routes;

@@ -106,7 +106,8 @@ async fn setup(
 async fn query(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
-    body: Bytes,
+    headers: header::HeaderMap,
+    body: axum::body::Body,
 ) -> Response {
     let Some(snap) = state.get(&id) else {
         count(&state, "query", StatusCode::NOT_FOUND);
@@ -116,17 +117,29 @@ async fn query(
         );
     };
     let largest = wire::query_bytes(snap.pir.db().shape().rows(), state.max_batch);
-    if body.len() > largest {
+    let too_large = |what: String| {
         count(&state, "query", StatusCode::PAYLOAD_TOO_LARGE);
-        return error(
+        error(
             StatusCode::PAYLOAD_TOO_LARGE,
             format!(
-                "{} bytes: a batch of at most {} queries takes at most {largest}",
-                body.len(),
+                "{what}: a batch of at most {} queries takes at most {largest} bytes",
                 state.max_batch
             ),
-        );
+        )
+    };
+    // Refuse from the declared length before reading a byte, and never
+    // read more than this snapshot's largest batch.
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(len) = declared.filter(|&len| len > largest as u64) {
+        return too_large(format!("{len} bytes declared"));
     }
+    let body = match axum::body::to_bytes(body, largest).await {
+        Ok(b) => b,
+        Err(_) => return too_large("body longer than allowed".into()),
+    };
     let Some(slot) = state.enter_queue() else {
         count(&state, "query", StatusCode::SERVICE_UNAVAILABLE);
         return (

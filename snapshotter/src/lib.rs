@@ -5,9 +5,11 @@
 //! the hint (GPU or CPU, [`gpu_kernels`]) and publishes the result
 //! atomically into a [`store::SnapshotStore`].
 
-pub mod account;
+// The record encoding and manifests live in `protocol`, shared with the
+// proxy; they keep their paths here for the operator's code.
+pub use protocol::{account, manifest};
+
 pub mod failpoint;
-pub mod manifest;
 pub mod pipeline;
 pub mod records;
 pub mod schedule;

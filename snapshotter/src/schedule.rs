@@ -211,7 +211,17 @@ pub async fn run(
     tokio::pin!(stop);
     tracing::info!(url = %redacted(&config.source.url), every_blocks = config.schedule.every_blocks, interval_secs = config.schedule.interval_secs, "snapshot schedule started");
     loop {
-        let wait = match step(&config, &store, &mut last_block, &mut last_time).await {
+        // Stop is honoured while a step waits on the node too (an outage
+        // can keep it retrying for minutes). A build already handed to a
+        // blocking thread still finishes and publishes atomically.
+        let outcome = tokio::select! {
+            _ = &mut stop => {
+                tracing::info!("schedule stopped");
+                return Ok(());
+            }
+            outcome = step(&config, &store, &mut last_block, &mut last_time) => outcome,
+        };
+        let wait = match outcome {
             Ok(()) => {
                 failures = 0;
                 Duration::from_secs(config.schedule.poll_secs.max(1))

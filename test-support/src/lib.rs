@@ -17,18 +17,33 @@ pub const DEV_ACCOUNTS: [&str; 4] = [
     "0x90f79bf6eb2c4f870365e785982e1f101e93b906",
 ];
 
-/// Finds a Foundry tool: `$ANVIL` / `$CAST`, then the project's `.tools`
-/// (where the install script puts them), then `PATH`.
+/// Finds a Foundry tool: `$ANVIL` / `$CAST`, then the native binary npm put
+/// in the project's `.tools` (the install script's), then `PATH`.
+///
+/// npm's `.bin/anvil` is a Node wrapper that spawns the native binary as a
+/// child: killing the wrapper orphans the node, so tests never start it.
 pub fn foundry_tool(name: &str) -> PathBuf {
     if let Some(p) = std::env::var_os(name.to_ascii_uppercase()) {
         return PathBuf::from(p);
     }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let local = root.join(".tools/node_modules/.bin").join(name);
-    if local.exists() {
-        return local;
-    }
-    PathBuf::from(name)
+    native_foundry_binary(&root.join(".tools/node_modules/@foundry-rs"), name)
+        .unwrap_or_else(|| PathBuf::from(name))
+}
+
+/// `<dir>/<name>-<platform>/bin/<name>`: the platform package npm installed.
+fn native_foundry_binary(dir: &std::path::Path, name: &str) -> Option<PathBuf> {
+    let prefix = format!("{name}-");
+    std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with(&prefix))
+        })
+        .map(|e| e.path().join("bin").join(name))
+        .find(|p| p.is_file())
 }
 
 fn free_port() -> u16 {
@@ -39,7 +54,8 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// A running anvil; killed when dropped.
+/// A running anvil, in a process group of its own; the whole group is
+/// killed when it is dropped or stopped, so no node outlives its test.
 pub struct Anvil {
     child: tokio::process::Child,
     pub url: String,
@@ -66,6 +82,7 @@ impl Anvil {
                 ])
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
+                .process_group(0)
                 .kill_on_drop(true)
                 .spawn();
             let child = match child {
@@ -139,10 +156,58 @@ impl Anvil {
         .to_string()
     }
 
-    /// Stops the node now.
+    /// The node's process id (also its process group id).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Stops the node now and waits for it to exit.
     pub async fn stop(mut self) {
+        self.kill_group();
         let _ = self.child.kill().await;
     }
+
+    fn kill_group(&self) {
+        if let Some(pid) = self.child.id() {
+            // The child leads its own group: `kill -KILL -PID` ends it and
+            // anything it started.
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pid}")])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+impl Drop for Anvil {
+    fn drop(&mut self) {
+        self.kill_group();
+    }
+}
+
+/// Live (not zombie) processes whose command line has `--port <port>`:
+/// what a test checks to prove that a node it stopped is gone.
+pub fn processes_on_port(port: u16) -> Vec<u32> {
+    let port = port.to_string();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+            let listens = args
+                .windows(2)
+                .any(|w| w[0] == b"--port" && w[1] == port.as_bytes());
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let zombie = stat
+                .rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
+            listens && !zombie
+        })
+        .collect()
 }
 
 /// POSTs a JSON-RPC body; the parsed reply.

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use proxy::demo::DemoConfig;
 use proxy::ProxyConfig;
 
 #[derive(Parser)]
@@ -19,7 +18,8 @@ ethpir-server, which never learns which address was read. eth_chainId, net_versi
 web3_clientVersion are answered locally; every other method goes to the upstream node you \
 configure, or gets -32601. A private method is never sent upstream unless you opt in \
 (private_fallback_to_upstream).\n\n\
-Quick start (no node needed):\n  ethpir-proxy demo\n\n\
+Quick start (no node needed): the demo binary runs a PIR server over the bundled mainnet \
+genesis plus this proxy:\n  cargo run --release --bin ethpir-demo\n\n\
 Then:\n  cast balance --block 0 0x756f45e3fa69347a9a973a725e3c98bc4db0b5a0 --rpc-url http://127.0.0.1:8545"
 )]
 struct Cli {
@@ -36,21 +36,6 @@ struct Cli {
 enum Command {
     /// Run the proxy (the default).
     Serve(ServeArgs),
-    /// A PIR server over the bundled mainnet genesis plus the proxy, on loopback.
-    Demo {
-        /// Where the demo keeps its snapshot store and setup cache.
-        #[arg(long, default_value = "./ethpir-demo")]
-        dir: PathBuf,
-        /// Proxy address.
-        #[arg(long, default_value = "127.0.0.1:8545")]
-        listen: SocketAddr,
-        /// PIR server address.
-        #[arg(long, default_value = "127.0.0.1:8546")]
-        server_listen: SocketAddr,
-        /// Upstream node for non-private methods.
-        #[arg(long)]
-        upstream: Option<String>,
-    },
     /// Answer a file of `address,block` lines privately into a CSV of answers.
     Replay {
         /// Input: one `address,block` per line (block: number, 0x number, tag or hash).
@@ -123,20 +108,6 @@ async fn main() -> Result<()> {
     match cli.command {
         None => serve(cli.serve).await,
         Some(Command::Serve(args)) => serve(args).await,
-        Some(Command::Demo {
-            dir,
-            listen,
-            server_listen,
-            upstream,
-        }) => {
-            proxy::demo::run(DemoConfig {
-                dir,
-                proxy_listen: listen,
-                server_listen,
-                upstream,
-            })
-            .await
-        }
         Some(Command::Replay {
             input,
             output,
@@ -147,7 +118,8 @@ async fn main() -> Result<()> {
             if reader.snapshots().is_empty() {
                 bail!("no snapshots available from {}", config.pir_server);
             }
-            let summary = proxy::replay::replay(&reader, &input, &output, true).await?;
+            let summary =
+                proxy::replay::replay(&reader, &input, &output, &mut progress_lines()).await?;
             eprintln!(
                 "replay: {} answered, {} failed -> {}",
                 summary.answered,
@@ -158,6 +130,27 @@ async fn main() -> Result<()> {
                 std::process::exit(2);
             }
             Ok(())
+        }
+    }
+}
+
+/// Replay progress on stderr: a line at most every 2 seconds, and the last.
+fn progress_lines() -> impl FnMut(usize, usize) + Send {
+    let start = std::time::Instant::now();
+    let mut shown = start;
+    move |done, total| {
+        let now = std::time::Instant::now();
+        if done == total || now.duration_since(shown).as_secs_f64() >= 2.0 {
+            shown = now;
+            let pct = if total == 0 {
+                100.0
+            } else {
+                100.0 * done as f64 / total as f64
+            };
+            eprintln!(
+                "replay: {done}/{total} queries ({pct:.0}%), {:.1} s",
+                now.duration_since(start).as_secs_f64()
+            );
         }
     }
 }

@@ -1,7 +1,7 @@
 //! JSON types of the HTTP API, shared with clients.
 
+use crate::manifest::Manifest;
 use serde::{Deserialize, Serialize};
-use snapshotter::Manifest;
 
 /// One snapshot in `GET /v1/snapshots`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

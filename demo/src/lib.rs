@@ -1,3 +1,4 @@
+#![forbid(unsafe_code)]
 //! The demo: a PIR snapshot of the bundled mainnet genesis (built once,
 //! then reused), a PIR server and the proxy, all on loopback.
 
@@ -9,7 +10,7 @@ use snapshotter::pipeline::{build_and_publish, BuildOptions};
 use snapshotter::sources::genesis;
 use snapshotter::{SnapshotId, SnapshotKind, SnapshotStore};
 
-use crate::ProxyConfig;
+use proxy::ProxyConfig;
 
 /// Settings of the demo.
 #[derive(Clone, Debug)]
@@ -88,7 +89,7 @@ pub async fn run(demo: DemoConfig) -> Result<()> {
     );
     println!();
     println!("Press Ctrl-C to stop.");
-    crate::serve_on(proxy_listener, config, async {
+    proxy::serve_on(proxy_listener, config, async {
         let _ = tokio::signal::ctrl_c().await;
     })
     .await
