@@ -33,25 +33,38 @@ impl PirServer {
     }
 
     /// Assembles a server from a database and a hint made elsewhere (the
-    /// GPU builder, or a snapshot on disk).
+    /// GPU builder).
     pub fn from_parts(
         db: EncodedDb,
         seed: [u8; SEED_BYTES],
         hint: Vec<u32>,
     ) -> Result<Self, ParamError> {
-        let shape = db.shape().clone();
-        if hint.len() != shape.lwe.dimension as usize * shape.cols() {
-            return Err(ParamError::Shape("hint does not match the database"));
+        let setup_bytes = SetupData::for_db(&db, seed, hint)?.to_bytes();
+        Ok(Self::with_checked_setup(db, setup_bytes))
+    }
+
+    /// Assembles a server from a database and the setup bytes published
+    /// with it (a snapshot on disk). The bytes are parsed once to check
+    /// them, then kept as they are: what clients download is exactly what
+    /// was checked.
+    pub fn from_setup_bytes(db: EncodedDb, setup_bytes: Vec<u8>) -> Result<Self, WireError> {
+        let setup = SetupData::from_bytes(&setup_bytes)?;
+        if &setup.shape != db.shape() {
+            return Err(
+                ParamError::Shape("setup data and database describe different databases").into(),
+            );
         }
-        let setup = SetupData { shape, seed, hint };
-        let setup_bytes = setup.to_bytes();
+        Ok(Self::with_checked_setup(db, setup_bytes))
+    }
+
+    fn with_checked_setup(db: EncodedDb, setup_bytes: Vec<u8>) -> Self {
         let digest = SetupData::digest_of(&setup_bytes);
-        Ok(PirServer {
+        PirServer {
             db,
             setup_bytes,
             digest,
             id: SetupData::id_of(&digest),
-        })
+        }
     }
 
     pub fn db(&self) -> &EncodedDb {

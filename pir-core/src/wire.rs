@@ -6,7 +6,7 @@
 use sha3::{Digest, Sha3_256};
 
 use crate::db::{DbShape, EncodedDb};
-use crate::error::WireError;
+use crate::error::{ParamError, WireError};
 use crate::fuse::{Arity, FuseGeometry};
 use crate::params::{LweParams, SEED_BYTES};
 
@@ -246,6 +246,20 @@ fn read_shape(r: &mut Reader<'_>) -> Result<DbShape, WireError> {
 }
 
 impl SetupData {
+    /// The setup data of `db` with a hint made for it (checked: `n x cols`
+    /// elements).
+    pub fn for_db(
+        db: &EncodedDb,
+        seed: [u8; SEED_BYTES],
+        hint: Vec<u32>,
+    ) -> Result<Self, ParamError> {
+        let shape = db.shape().clone();
+        if hint.len() != shape.lwe.dimension as usize * shape.cols() {
+            return Err(ParamError::Shape("hint does not match the database"));
+        }
+        Ok(SetupData { shape, seed, hint })
+    }
+
     /// Serialises the setup blob.
     pub fn to_bytes(&self) -> Vec<u8> {
         let s = &self.shape;

@@ -5,9 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
-use pir_core::wire::{decode_db, SetupData};
 use pir_core::PirServer;
-use snapshotter::store::{SnapshotStore, StoredSnapshot, DB_FILE, SETUP_FILE};
+use snapshot_store::{SnapshotStore, StoredSnapshot};
 use tokio::sync::Semaphore;
 
 use crate::metrics::Metrics;
@@ -24,12 +23,7 @@ pub struct LoadedSnapshot {
 impl LoadedSnapshot {
     /// Reads, checks (digests, formats, setup digest) and loads a snapshot.
     pub fn load(store: &SnapshotStore, stored: StoredSnapshot) -> anyhow::Result<Self> {
-        let db = decode_db(&store.read_checked(&stored, DB_FILE)?)?;
-        let setup = SetupData::from_bytes(&store.read_checked(&stored, SETUP_FILE)?)?;
-        let pir = PirServer::from_parts(db, setup.seed, setup.hint)?;
-        if hex::encode(pir.setup_digest()) != stored.manifest.pir.setup_digest {
-            anyhow::bail!("setup digest differs from the manifest");
-        }
+        let pir = store.load_server(&stored)?;
         Ok(LoadedSnapshot {
             url_id: stored.id.url_form(),
             stored,

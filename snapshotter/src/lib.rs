@@ -8,13 +8,14 @@
 // The record encoding and manifests live in `protocol`, shared with the
 // proxy; they keep their paths here for the operator's code.
 pub use protocol::{account, manifest};
+// The store is its own crate, which the server reads without the pipeline.
+pub use snapshot_store as store;
+pub use snapshot_store::failpoint;
 
-pub mod failpoint;
 pub mod pipeline;
 pub mod records;
 pub mod schedule;
 pub mod sources;
-pub mod store;
 pub mod verify;
 
 pub use account::{decode_value, encode_value, pir_key, AccountRecord};

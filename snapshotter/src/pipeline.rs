@@ -5,8 +5,9 @@ use std::time::Instant;
 use alloy_primitives::B256;
 use gpu_kernels::HintDevice;
 use indicatif::{ProgressBar, ProgressStyle};
+use pir_core::wire::SetupData;
 use pir_core::wire::{encode_db, query_bytes, response_bytes};
-use pir_core::{Arity, EncodeOptions, EncodedDb, Packing, PirServer};
+use pir_core::{Arity, EncodeOptions, EncodedDb, Packing};
 use rand::Rng;
 
 use crate::account::{encode_value, value_width, AccountRecord};
@@ -70,6 +71,8 @@ pub enum BuildError {
     Encode(#[from] pir_core::EncodeError),
     #[error("hint: {0}")]
     Hint(#[from] gpu_kernels::GpuError),
+    #[error("the hint does not fit the database: {0}")]
+    HintShape(#[from] pir_core::ParamError),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("another build holds the store lock ({0}); one build at a time")]
@@ -179,12 +182,14 @@ pub fn build_and_publish(
     failpoint::hit("write");
     let t = Instant::now();
     let db_bytes = encode_db(&db);
-    let server = PirServer::from_parts(db, seed, hint).expect("hint made for this database");
+    // Serialised straight from the hint: no server is needed to publish.
+    let setup_bytes = SetupData::for_db(&db, seed, hint)?.to_bytes();
+    let setup_digest = SetupData::digest_of(&setup_bytes);
     let records_bytes = encode_records(&state.records);
     let mut staged = store.stage(&id)?;
     staged.write_file(RECORDS_FILE, &records_bytes)?;
     staged.write_file(DB_FILE, &db_bytes)?;
-    staged.write_file(SETUP_FILE, server.setup_bytes())?;
+    staged.write_file(SETUP_FILE, &setup_bytes)?;
     let write_s = t.elapsed().as_secs_f64();
     let manifest = Manifest {
         format: MANIFEST_FORMAT,
@@ -208,8 +213,8 @@ pub fn build_and_publish(
             value_bytes: shape.value_bytes,
             segment_length: shape.geometry.segment_length,
             segment_count: shape.geometry.segment_count,
-            setup_digest: hex::encode(server.setup_digest()),
-            hint_bytes: server.setup_bytes().len() as u64,
+            setup_digest: hex::encode(setup_digest),
+            hint_bytes: setup_bytes.len() as u64,
             query_bytes: query_bytes(shape.rows(), 1) as u64,
             response_bytes: response_bytes(shape.cols(), 1) as u64,
         },

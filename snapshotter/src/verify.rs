@@ -1,13 +1,12 @@
 //! Checking a published snapshot: file digests, formats, consistency, and
 //! private lookups of sampled accounts through the real PIR path.
 
-use pir_core::wire::{decode_db, SetupData};
-use pir_core::{Lookup, PirClient, PirServer};
+use pir_core::{Lookup, PirClient};
 use rand::seq::IndexedRandom;
 
 use crate::account::{decode_value, encode_value};
 use crate::records::decode_records;
-use crate::store::{SnapshotStore, StoreError, StoredSnapshot, DB_FILE, RECORDS_FILE, SETUP_FILE};
+use crate::store::{SnapshotStore, StoreError, StoredSnapshot, RECORDS_FILE};
 
 /// Problems found in a snapshot.
 fn invalid(snap: &StoredSnapshot, problem: impl Into<String>) -> StoreError {
@@ -33,27 +32,13 @@ pub fn verify(
     if records.len() as u64 != snap.manifest.record_count {
         return Err(invalid(snap, "record count differs from the manifest"));
     }
-    let db = decode_db(&store.read_checked(snap, DB_FILE)?)
-        .map_err(|e| invalid(snap, format!("db.bin: {e}")))?;
-    let setup_bytes = store.read_checked(snap, SETUP_FILE)?;
-    let setup = SetupData::from_bytes(&setup_bytes)
-        .map_err(|e| invalid(snap, format!("setup.bin: {e}")))?;
-    if &setup.shape != db.shape() {
-        return Err(invalid(
-            snap,
-            "setup.bin and db.bin describe different databases",
-        ));
-    }
-    if hex::encode(SetupData::digest_of(&setup_bytes)) != snap.manifest.pir.setup_digest {
-        return Err(invalid(snap, "setup digest differs from the manifest"));
-    }
+    // Digests, formats, the setup matching the database and the manifest.
+    let server = store.load_server(snap)?;
     if lookups == 0 {
         return Ok(());
     }
-    let server = PirServer::from_parts(db, setup.seed, setup.hint)
+    let client = PirClient::from_setup_bytes(server.setup_bytes())
         .map_err(|e| invalid(snap, e.to_string()))?;
-    let client =
-        PirClient::from_setup_bytes(&setup_bytes).map_err(|e| invalid(snap, e.to_string()))?;
     let mut rng = rand::rng();
     let width = snap.manifest.pir.value_bytes as usize;
     for r in records.choose_multiple(&mut rng, lookups) {

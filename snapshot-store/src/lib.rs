@@ -8,6 +8,10 @@
 //! A build killed at any moment leaves at most a folder under `.staging/`,
 //! which listing ignores and the next build removes. Removal is the
 //! reverse: rename into `<root>/.trash/`, then delete.
+//!
+//! Its own crate so that the server reads the store without linking the
+//! build pipeline (sources, GPU, progress bars).
+#![forbid(unsafe_code)]
 
 use std::fs::{self, File};
 use std::io::Write;
@@ -15,7 +19,11 @@ use std::path::{Path, PathBuf};
 
 use sha3::{Digest, Sha3_256};
 
-use crate::manifest::{FileDigest, Manifest, SnapshotId, MANIFEST_FORMAT};
+use pir_core::wire::decode_db;
+use pir_core::PirServer;
+use protocol::manifest::{FileDigest, Manifest, SnapshotId, MANIFEST_FORMAT};
+
+pub mod failpoint;
 
 pub const MANIFEST_FILE: &str = "manifest.json";
 pub const RECORDS_FILE: &str = "records.bin";
@@ -194,7 +202,7 @@ impl SnapshotStore {
         fsync_dir(&staged.dir)?;
         let parent = target.parent().expect("snapshot path has a chain folder");
         fs::create_dir_all(parent).map_err(io(parent))?;
-        crate::failpoint::hit("publish");
+        failpoint::hit("publish");
         fs::rename(&staged.dir, &target).map_err(io(&target))?;
         staged.published = true;
         fsync_dir(parent)?;
@@ -286,6 +294,25 @@ impl SnapshotStore {
             });
         }
         Ok(bytes)
+    }
+
+    /// Loads a snapshot to answer from: `db.bin` and `setup.bin` read with
+    /// their digests checked, the setup bytes parsed once and kept, and
+    /// their digest compared with the manifest's.
+    pub fn load_server(&self, snap: &StoredSnapshot) -> Result<PirServer, StoreError> {
+        let invalid = |problem: String| StoreError::Invalid {
+            id: snap.id.clone(),
+            problem,
+        };
+        let db = decode_db(&self.read_checked(snap, DB_FILE)?)
+            .map_err(|e| invalid(format!("{DB_FILE}: {e}")))?;
+        let setup = self.read_checked(snap, SETUP_FILE)?;
+        let server = PirServer::from_setup_bytes(db, setup)
+            .map_err(|e| invalid(format!("{SETUP_FILE}: {e}")))?;
+        if hex::encode(server.setup_digest()) != snap.manifest.pir.setup_digest {
+            return Err(invalid("setup digest differs from the manifest".into()));
+        }
+        Ok(server)
     }
 
     /// Removes a snapshot (rename into `.trash`, then delete).
