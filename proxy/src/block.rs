@@ -1,5 +1,8 @@
-//! The block parameter of eth_getBalance / eth_getTransactionCount.
+//! The block parameter of eth_getBalance / eth_getTransactionCount: alloy's
+//! [`BlockId`] (tags, quantities, hashes and EIP-1898 objects), mapped to
+//! what the snapshots can answer.
 
+use alloy_eips::{BlockId, BlockNumberOrTag};
 use alloy_primitives::B256;
 use serde_json::Value;
 
@@ -12,58 +15,34 @@ pub enum BlockSelector {
     Hash(B256),
 }
 
-/// Parses a block tag, number, hash or EIP-1898 object.
-pub fn parse_block(v: Option<&Value>) -> Result<BlockSelector, String> {
-    let Some(v) = v else {
-        return Ok(BlockSelector::Newest);
-    };
-    match v {
-        Value::Null => Ok(BlockSelector::Newest),
-        Value::String(s) => parse_block_str(s),
-        Value::Object(o) => {
-            if o.contains_key("blockNumber") && o.contains_key("blockHash") {
-                return Err("block object must have blockNumber or blockHash, not both".into());
-            }
-            if let Some(n) = o.get("blockNumber") {
-                return match n.as_str().map(parse_block_str) {
-                    Some(Ok(sel @ (BlockSelector::Number(_) | BlockSelector::Newest))) => Ok(sel),
-                    _ => Err("blockNumber must be a hex quantity or a tag".into()),
-                };
-            }
-            if let Some(h) = o.get("blockHash") {
-                let h = h.as_str().ok_or("blockHash must be a string")?;
-                return h
-                    .parse::<B256>()
-                    .map(BlockSelector::Hash)
-                    .map_err(|_| format!("invalid block hash '{h}'"));
-            }
-            Err("block object needs blockNumber or blockHash".into())
+impl From<BlockId> for BlockSelector {
+    fn from(id: BlockId) -> Self {
+        match id {
+            BlockId::Hash(h) => BlockSelector::Hash(h.block_hash),
+            BlockId::Number(BlockNumberOrTag::Number(n)) => BlockSelector::Number(n),
+            BlockId::Number(BlockNumberOrTag::Earliest) => BlockSelector::Number(0),
+            BlockId::Number(
+                BlockNumberOrTag::Latest
+                | BlockNumberOrTag::Pending
+                | BlockNumberOrTag::Safe
+                | BlockNumberOrTag::Finalized,
+            ) => BlockSelector::Newest,
         }
-        other => Err(format!("invalid block parameter {other}")),
     }
 }
 
-fn parse_block_str(s: &str) -> Result<BlockSelector, String> {
-    match s {
-        "latest" | "safe" | "finalized" | "pending" => Ok(BlockSelector::Newest),
-        "earliest" => Ok(BlockSelector::Number(0)),
-        _ => {
-            let hex = s.strip_prefix("0x").ok_or_else(|| {
-                format!("invalid block '{s}': use a tag, a 0x quantity or a 0x block hash")
-            })?;
-            if hex.len() == 64 {
-                return s
-                    .parse::<B256>()
-                    .map(BlockSelector::Hash)
-                    .map_err(|_| format!("invalid block hash '{s}'"));
-            }
-            if hex.is_empty() || hex.len() > 16 || (hex.len() > 1 && hex.starts_with('0')) {
-                return Err(format!("invalid block number '{s}'"));
-            }
-            u64::from_str_radix(hex, 16)
-                .map(BlockSelector::Number)
-                .map_err(|_| format!("invalid block number '{s}'"))
-        }
+/// The selector of an optional block parameter (absent or null: latest).
+pub fn selector(block: Option<BlockId>) -> BlockSelector {
+    block.map_or(BlockSelector::Newest, BlockSelector::from)
+}
+
+/// Parses a block parameter given as JSON (the replay's input).
+pub fn parse_block(v: Option<&Value>) -> Result<BlockSelector, String> {
+    match v {
+        None | Some(Value::Null) => Ok(BlockSelector::Newest),
+        Some(v) => serde_json::from_value::<BlockId>(v.clone())
+            .map(BlockSelector::from)
+            .map_err(|e| format!("invalid block parameter {v}: {e}")),
     }
 }
 
@@ -106,12 +85,11 @@ mod tests {
         for bad in [
             json!("1a"),
             json!("0x"),
-            json!("0x01"),
             json!("0xzz"),
-            json!(5),
+            json!("yesterday"),
             json!({}),
-            json!({"blockNumber": 5}),
             json!("0x12345678901234567"),
+            json!([1]),
         ] {
             assert!(parse_block(Some(&bad)).is_err(), "{bad}");
         }

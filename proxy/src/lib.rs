@@ -12,50 +12,38 @@
 
 pub mod block;
 pub mod config;
+pub mod envelope;
+pub mod forward;
 pub mod reader;
 pub mod replay;
 pub mod rpc;
+pub mod upstream;
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{header, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use axum::Router;
+use anyhow::Context;
+use jsonrpsee::server::middleware::rpc::RpcServiceBuilder;
+use jsonrpsee::server::{BatchRequestConfig, Server, ServerConfig};
 
 pub use config::ProxyConfig;
+use envelope::{EnvelopeLayer, MAX_BODY};
+use forward::{ForwardLayer, ForwardPolicy, MAX_RESPONSE_BYTES};
 use reader::PrivateReader;
-use rpc::RpcService;
+use rpc::RpcContext;
+use upstream::{redact, Upstream};
 
-/// Largest JSON-RPC request body accepted.
-const MAX_BODY: usize = 4 << 20;
-
-async fn rpc_endpoint(State(service): State<Arc<RpcService>>, body: Bytes) -> Response {
-    match service.handle(&body).await {
-        Some(v) => ([(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response(),
-        None => StatusCode::NO_CONTENT.into_response(),
-    }
-}
-
-/// The proxy's router.
-pub fn router(service: Arc<RpcService>) -> Router {
-    Router::new()
-        .route("/", post(rpc_endpoint))
-        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
-        .with_state(service)
-}
+/// Most calls in one JSON-RPC batch.
+pub const MAX_BATCH: u32 = 1024;
 
 /// Builds the reader and keeps its catalog fresh in the background.
 pub async fn start_reader(config: &ProxyConfig) -> Arc<PrivateReader> {
     let reader = Arc::new(PrivateReader::new(config));
     match reader.refresh().await {
         Ok(n) => {
-            tracing::info!(snapshots = n, server = %config.pir_server, "connected to the PIR server")
+            tracing::info!(snapshots = n, server = %redact(&config.pir_server), "connected to the PIR server")
         }
         Err(e) => {
-            tracing::warn!(error = %e, server = %config.pir_server, "PIR server not reachable yet; retrying in the background")
+            tracing::warn!(error = %e, server = %redact(&config.pir_server), "PIR server not reachable yet; retrying in the background")
         }
     }
     let every = config.refresh_interval();
@@ -74,26 +62,52 @@ pub async fn start_reader(config: &ProxyConfig) -> Arc<PrivateReader> {
     reader
 }
 
-/// Runs the proxy on a bound listener until `shutdown` resolves.
+/// Runs the proxy (JSON-RPC over HTTP and WebSocket on the same address)
+/// on a bound listener until `shutdown` resolves.
 pub async fn serve_on(
     listener: tokio::net::TcpListener,
     config: ProxyConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let upstream = match config.upstream.as_deref() {
+        Some(url) => Some(Arc::new(Upstream::new(url, config.timeout())?)),
+        None => None,
+    };
     let reader = start_reader(&config).await;
-    let service = Arc::new(RpcService::new(
+    let module = rpc::module(RpcContext {
+        reader: reader.clone(),
+        upstream: upstream.clone(),
+    });
+    let policy = Arc::new(ForwardPolicy {
         reader,
-        config.upstream.clone(),
-        config.private_fallback_to_upstream,
-        config.timeout(),
-    ));
+        upstream,
+        local: module.method_names().collect(),
+        private_fallback: config.private_fallback_to_upstream,
+    });
+    let limits = ServerConfig::builder()
+        .max_request_body_size(MAX_BODY as u32)
+        .max_response_body_size(MAX_RESPONSE_BYTES as u32)
+        .set_batch_request_config(BatchRequestConfig::Limit(MAX_BATCH))
+        .build();
+    let server = Server::builder()
+        .set_config(limits)
+        .set_http_middleware(tower::ServiceBuilder::new().layer(EnvelopeLayer))
+        .set_rpc_middleware(RpcServiceBuilder::new().layer(ForwardLayer(policy)))
+        .build_from_tcp(listener.into_std().context("the proxy's listener")?)
+        .context("starting the JSON-RPC server")?;
+    let addr = server.local_addr()?;
+    let handle = server.start(module);
     tracing::info!(
-        addr = %listener.local_addr()?,
-        upstream = config.upstream.as_deref().unwrap_or("none"),
-        "ethpir-proxy listening (eth_getBalance and eth_getTransactionCount are private)"
+        %addr,
+        upstream = config.upstream.as_deref().map(redact).unwrap_or_else(|| "none".into()),
+        "ethpir-proxy listening on http:// and ws:// (eth_getBalance and eth_getTransactionCount are private)"
     );
-    axum::serve(listener, router(service))
-        .with_graceful_shutdown(shutdown)
-        .await?;
+    tokio::select! {
+        _ = shutdown => {
+            let _ = handle.stop();
+        }
+        _ = handle.clone().stopped() => {}
+    }
+    handle.stopped().await;
     Ok(())
 }

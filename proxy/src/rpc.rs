@@ -1,16 +1,21 @@
-//! JSON-RPC 2.0 over HTTP: single calls and batches. Private methods go
-//! through the PIR reader; a few are answered locally; everything else goes
-//! to the configured upstream or gets -32601.
+//! The JSON-RPC methods the proxy answers itself, as typed jsonrpsee
+//! handlers: the private reads (`eth_getBalance`, `eth_getTransactionCount`)
+//! through the PIR reader, a few local ones, and `eth_subscribe` piped to a
+//! WebSocket upstream. Everything else is forwarded by [`crate::forward`].
 
 use std::sync::Arc;
 
-use alloy_primitives::{Address, U256};
+use alloy_eips::BlockId;
+use alloy_primitives::{Address, U64};
+use jsonrpsee::types::{ErrorObject, ErrorObjectOwned, Params};
+use jsonrpsee::{Extensions, PendingSubscriptionSink, RpcModule};
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-use std::collections::HashMap;
-
-use crate::block::{parse_block, BlockSelector};
-use crate::reader::{AccountState, PrivateReader, ReadError, SnapshotGroup};
+use crate::block::{selector, BlockSelector};
+use crate::reader::{AccountState, PrivateReader, ReadError};
+use crate::upstream::Upstream;
 
 pub const PARSE_ERROR: i64 = -32700;
 pub const INVALID_REQUEST: i64 = -32600;
@@ -31,272 +36,104 @@ pub const UPSTREAM_UNAVAILABLE: i64 = -32005;
 /// Methods answered privately.
 pub const PRIVATE_METHODS: [&str; 2] = ["eth_getBalance", "eth_getTransactionCount"];
 
-pub struct RpcService {
+/// A JSON-RPC error object.
+pub fn rpc_error(code: i64, message: impl Into<String>, data: Option<Value>) -> ErrorObjectOwned {
+    ErrorObject::owned(code as i32, message.into(), data)
+}
+
+/// What the handlers share.
+pub struct RpcContext {
     pub reader: Arc<PrivateReader>,
-    pub upstream: Option<String>,
-    pub private_fallback: bool,
-    http: reqwest::Client,
+    pub upstream: Option<Arc<Upstream>>,
 }
 
-fn error(id: &Value, code: i64, message: impl Into<String>, data: Option<Value>) -> Value {
-    let mut err = json!({"code": code, "message": message.into()});
-    if let Some(d) = data {
-        err["data"] = d;
+/// The answer to a private call of a batch, read ahead of time together
+/// with the batch's other private calls of the same snapshot (one PIR
+/// batch), carried in the call's extensions.
+#[derive(Clone, Debug)]
+pub struct Prefetched(pub Result<AccountState, ReadError>);
+
+/// An address parameter: 20 hex bytes in any case; a mixed-case one must
+/// carry a valid EIP-55 checksum (alloy's `Address` alone does not check it).
+#[derive(Clone, Copy, Debug)]
+pub struct CheckedAddress(pub Address);
+
+impl<'de> Deserialize<'de> for CheckedAddress {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        parse_address(&s)
+            .map(CheckedAddress)
+            .map_err(serde::de::Error::custom)
     }
-    json!({"jsonrpc": "2.0", "id": id, "error": err})
 }
 
-fn result(id: &Value, value: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "result": value})
+/// `[address, block?]` of eth_getBalance / eth_getTransactionCount.
+pub fn private_params(params: &Params) -> Result<(Address, BlockSelector), ErrorObjectOwned> {
+    let mut seq = params.sequence();
+    let address: CheckedAddress = seq.next()?;
+    let block: Option<BlockId> = seq.optional_next()?;
+    Ok((address.0, selector(block)))
 }
 
-fn quantity(v: U256) -> String {
-    format!("{v:#x}")
+/// The proxy's own methods.
+pub fn module(ctx: RpcContext) -> RpcModule<RpcContext> {
+    let mut m = RpcModule::new(ctx);
+    m.register_async_method("eth_getBalance", |params, ctx, ext| async move {
+        ctx.private_read("eth_getBalance", &params, &ext)
+            .await
+            .map(|s| s.balance)
+    })
+    .expect("unique method");
+    m.register_async_method("eth_getTransactionCount", |params, ctx, ext| async move {
+        ctx.private_read("eth_getTransactionCount", &params, &ext)
+            .await
+            .map(|s| U64::from(s.nonce))
+    })
+    .expect("unique method");
+    m.register_method("eth_chainId", |_, ctx, _| {
+        ctx.chain_id().map(|c| format!("{c:#x}"))
+    })
+    .expect("unique method");
+    m.register_method("net_version", |_, ctx, _| {
+        ctx.chain_id().map(|c| c.to_string())
+    })
+    .expect("unique method");
+    m.register_method("web3_clientVersion", |_, _, _| {
+        format!("ethpir-proxy/{}", env!("CARGO_PKG_VERSION"))
+    })
+    .expect("unique method");
+    m.register_subscription(
+        "eth_subscribe",
+        "eth_subscription",
+        "eth_unsubscribe",
+        |params, pending, ctx, _| async move { ctx.pipe_subscription(params, pending).await },
+    )
+    .expect("unique method");
+    m
 }
 
-impl RpcService {
-    pub fn new(
-        reader: Arc<PrivateReader>,
-        upstream: Option<String>,
-        private_fallback: bool,
-        timeout: std::time::Duration,
-    ) -> Self {
-        RpcService {
-            reader,
-            upstream,
-            private_fallback,
-            http: reqwest::Client::builder()
-                .timeout(timeout)
-                .build()
-                .expect("HTTP client"),
+impl RpcContext {
+    fn chain_id(&self) -> Result<u64, ErrorObjectOwned> {
+        match self.reader.chain_id() {
+            Ok(Some(c)) => Ok(c),
+            Ok(None) => Err(rpc_error(
+                PIR_UNAVAILABLE,
+                "no snapshot loaded yet: chain unknown",
+                None,
+            )),
+            Err(e) => Err(rpc_error(INTERNAL_ERROR, e.to_string(), None)),
         }
     }
 
-    /// Handles one HTTP body. `None`: nothing to send (only notifications).
-    pub async fn handle(&self, body: &[u8]) -> Option<Value> {
-        let parsed: Value = match serde_json::from_slice(body) {
-            Ok(v) => v,
-            Err(e) => {
-                return Some(error(
-                    &Value::Null,
-                    PARSE_ERROR,
-                    format!("parse error: {e}"),
-                    None,
-                ))
-            }
-        };
-        match parsed {
-            Value::Array(calls) if calls.is_empty() => {
-                Some(error(&Value::Null, INVALID_REQUEST, "empty batch", None))
-            }
-            Value::Array(calls) => {
-                let mut prefetched = self.prefetch_private(&calls).await;
-                let answers = futures_util::future::join_all(
-                    calls
-                        .iter()
-                        .enumerate()
-                        .map(|(i, c)| self.call(c, prefetched.remove(&i))),
-                )
-                .await;
-                let answers: Vec<Value> = answers.into_iter().flatten().collect();
-                (!answers.is_empty()).then_some(Value::Array(answers))
-            }
-            call => self.call(&call, None).await,
-        }
-    }
-
-    /// Reads the well-formed private calls of a batch together: one PIR
-    /// batch per snapshot instead of one round trip per call. Calls that
-    /// are malformed or name no snapshot are left to the normal path,
-    /// which reports their errors.
-    async fn prefetch_private(
-        &self,
-        calls: &[Value],
-    ) -> HashMap<usize, Result<AccountState, ReadError>> {
-        let mut groups: HashMap<String, SnapshotGroup> = HashMap::new();
-        for (i, c) in calls.iter().enumerate() {
-            let private = c.get("jsonrpc").and_then(Value::as_str) == Some("2.0")
-                && c.get("method")
-                    .and_then(Value::as_str)
-                    .is_some_and(|m| PRIVATE_METHODS.contains(&m));
-            if !private {
-                continue;
-            }
-            let Ok((address, selector)) = parse_private_params(c.get("params")) else {
-                continue;
-            };
-            if let Ok(snap) = self.reader.select(&selector) {
-                groups
-                    .entry(snap.entry.id.clone())
-                    .or_insert_with(|| (snap.clone(), Vec::new()))
-                    .1
-                    .push((i, address));
-            }
-        }
-        let mut out = HashMap::new();
-        for (snap, members) in groups.into_values().filter(|g| g.1.len() > 1) {
-            let addresses: Vec<Address> = members.iter().map(|(_, a)| *a).collect();
-            for ((i, _), result) in members
-                .iter()
-                .zip(self.reader.read(&snap, &addresses).await)
-            {
-                out.insert(*i, result);
-            }
-        }
-        out
-    }
-
-    /// One call; `None` for a notification.
-    async fn call(
-        &self,
-        call: &Value,
-        prefetched: Option<Result<AccountState, ReadError>>,
-    ) -> Option<Value> {
-        let Some(obj) = call.as_object() else {
-            return Some(error(
-                &Value::Null,
-                INVALID_REQUEST,
-                "a request must be an object",
-                None,
-            ));
-        };
-        let id = obj.get("id").cloned();
-        let reply_id = match &id {
-            None => Value::Null,
-            Some(v @ (Value::Null | Value::String(_) | Value::Number(_))) => v.clone(),
-            Some(_) => {
-                return Some(error(
-                    &Value::Null,
-                    INVALID_REQUEST,
-                    "id must be a string, a number or null",
-                    None,
-                ))
-            }
-        };
-        if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-            return Some(error(
-                &reply_id,
-                INVALID_REQUEST,
-                "jsonrpc must be \"2.0\"",
-                None,
-            ));
-        }
-        let Some(method) = obj.get("method").and_then(Value::as_str) else {
-            return Some(error(
-                &reply_id,
-                INVALID_REQUEST,
-                "method must be a string",
-                None,
-            ));
-        };
-        let params = obj.get("params");
-        if params.is_some_and(|p| !p.is_array() && !p.is_object()) {
-            return Some(error(
-                &reply_id,
-                INVALID_REQUEST,
-                "params must be an array or an object",
-                None,
-            ));
-        }
-        let answer = self
-            .dispatch(method, params, &reply_id, call, prefetched)
-            .await;
-        id.map(|_| answer)
-    }
-
-    async fn dispatch(
+    async fn private_read(
         &self,
         method: &str,
-        params: Option<&Value>,
-        id: &Value,
-        raw: &Value,
-        prefetched: Option<Result<AccountState, ReadError>>,
-    ) -> Value {
-        match method {
-            "eth_getBalance" | "eth_getTransactionCount" => {
-                self.private(method, params, id, raw, prefetched).await
-            }
-            "eth_chainId" | "net_version" => match self.reader.chain_id() {
-                Ok(Some(c)) if method == "eth_chainId" => result(id, json!(format!("{c:#x}"))),
-                Ok(Some(c)) => result(id, json!(c.to_string())),
-                Ok(None) => error(
-                    id,
-                    PIR_UNAVAILABLE,
-                    "no snapshot loaded yet: chain unknown",
-                    None,
-                ),
-                Err(e) => error(id, INTERNAL_ERROR, e.to_string(), None),
-            },
-            "web3_clientVersion" => result(
-                id,
-                json!(format!("ethpir-proxy/{}", env!("CARGO_PKG_VERSION"))),
-            ),
-            _ => self.forward(raw, id, method).await,
-        }
-    }
-
-    async fn forward(&self, raw: &Value, id: &Value, method: &str) -> Value {
-        let Some(upstream) = &self.upstream else {
-            return error(
-                id,
-                METHOD_NOT_FOUND,
-                format!("method {method} is not available (no upstream configured)"),
-                None,
-            );
-        };
-        tracing::debug!(method, "forwarding upstream");
-        let sent = self
-            .http
-            .post(upstream)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(raw.to_string())
-            .send()
-            .await;
-        let body = match sent {
-            Ok(r) => r.bytes().await,
-            Err(e) => {
-                return error(
-                    id,
-                    UPSTREAM_UNAVAILABLE,
-                    "upstream unavailable",
-                    Some(json!(e.to_string())),
-                )
-            }
-        };
-        match body
-            .map_err(|e| e.to_string())
-            .and_then(|b| serde_json::from_slice::<Value>(b.as_ref()).map_err(|e| e.to_string()))
-        {
-            Ok(v) if v.is_object() => v,
-            Ok(_) => error(
-                id,
-                UPSTREAM_UNAVAILABLE,
-                "upstream sent an unexpected reply",
-                None,
-            ),
-            Err(e) => error(
-                id,
-                UPSTREAM_UNAVAILABLE,
-                "upstream sent an unreadable reply",
-                Some(json!(e)),
-            ),
-        }
-    }
-
-    async fn private(
-        &self,
-        method: &str,
-        params: Option<&Value>,
-        id: &Value,
-        raw: &Value,
-        prefetched: Option<Result<AccountState, ReadError>>,
-    ) -> Value {
-        let (address, selector) = match parse_private_params(params) {
-            Ok(p) => p,
-            Err(e) => return error(id, INVALID_PARAMS, e, None),
-        };
-        let outcome = match prefetched {
-            Some(done) => done,
+        params: &Params<'_>,
+        ext: &Extensions,
+    ) -> Result<AccountState, ErrorObjectOwned> {
+        let (address, selector) = private_params(params)?;
+        let outcome = match ext.get::<Prefetched>() {
+            Some(done) => done.0.clone(),
             None => match self.reader.select(&selector) {
                 Ok(snap) => self
                     .reader
@@ -310,75 +147,86 @@ impl RpcService {
         match outcome {
             Ok(state) => {
                 tracing::info!(snapshot = %state.snapshot, method, "answered privately");
-                if method == "eth_getBalance" {
-                    result(id, json!(quantity(state.balance)))
-                } else {
-                    result(id, json!(format!("{:#x}", state.nonce)))
-                }
-            }
-            Err(e @ (ReadError::NoSnapshot { .. } | ReadError::NotInPrivateSet { .. }))
-                if self.private_fallback && self.upstream.is_some() =>
-            {
-                tracing::warn!(method, reason = %e, "private answer unavailable; forwarding upstream as configured (reveals the address)");
-                self.forward(raw, id, method).await
+                Ok(state)
             }
             Err(e) => {
                 tracing::info!(method, error = %e, "private read failed");
-                read_error(id, &e)
+                Err(read_error(&e))
             }
         }
     }
+
+    /// `eth_subscribe`: the same subscription opened upstream, its
+    /// notifications relayed until either side closes.
+    async fn pipe_subscription(
+        &self,
+        params: Params<'static>,
+        pending: PendingSubscriptionSink,
+    ) -> jsonrpsee::core::SubscriptionResult {
+        let Some(upstream) = &self.upstream else {
+            pending
+                .reject(crate::upstream::subscriptions_unavailable())
+                .await;
+            return Ok(());
+        };
+        let raw = params
+            .as_str()
+            .and_then(|s| RawValue::from_string(s.to_string()).ok());
+        let mut upstream_sub = match upstream.subscribe(raw).await {
+            Ok(s) => s,
+            Err(e) => {
+                pending.reject(e).await;
+                return Ok(());
+            }
+        };
+        let sink = pending.accept().await?;
+        loop {
+            tokio::select! {
+                item = upstream_sub.next() => match item {
+                    Some(Ok(value)) => sink.send(value).await?,
+                    Some(Err(e)) => {
+                        tracing::debug!(error = %e, "upstream subscription item unreadable");
+                        break;
+                    }
+                    None => break,
+                },
+                _ = sink.closed() => break,
+            }
+        }
+        Ok(())
+    }
 }
 
-fn read_error(id: &Value, e: &ReadError) -> Value {
+/// The JSON-RPC error of a failed private read.
+pub fn read_error(e: &ReadError) -> ErrorObjectOwned {
     match e {
         ReadError::NoSnapshot {
             requested,
             available,
-        } => error(
-            id,
+        } => rpc_error(
             NO_SNAPSHOT,
             format!("no private snapshot for {requested}"),
             Some(json!({"available_blocks": available})),
         ),
-        ReadError::NotInPrivateSet { snapshot, kind } => error(
-            id,
+        ReadError::NotInPrivateSet { snapshot, kind } => rpc_error(
             NOT_IN_PRIVATE_SET,
             "account not in the private set",
             Some(json!({"snapshot": snapshot, "kind": kind})),
         ),
-        ReadError::Backend(reason) | ReadError::Setup { reason, .. } => error(
-            id,
+        ReadError::Backend(reason) | ReadError::Setup { reason, .. } => rpc_error(
             PIR_UNAVAILABLE,
             "PIR server unavailable",
             Some(json!(reason)),
         ),
-        ReadError::Unverifiable(reason) => error(
-            id,
+        ReadError::Unverifiable(reason) => rpc_error(
             UNVERIFIABLE,
             "private answer failed verification",
             Some(json!(reason)),
         ),
         ReadError::AmbiguousChain(chains) => {
-            error(id, INTERNAL_ERROR, e.to_string(), Some(json!(chains)))
+            rpc_error(INTERNAL_ERROR, e.to_string(), Some(json!(chains)))
         }
     }
-}
-
-/// `[address, block?]` of eth_getBalance / eth_getTransactionCount.
-fn parse_private_params(params: Option<&Value>) -> Result<(Address, BlockSelector), String> {
-    let list: &[Value] = match params {
-        Some(Value::Array(a)) => a,
-        None => &[],
-        Some(_) => return Err("params must be [address, block]".into()),
-    };
-    if list.is_empty() || list.len() > 2 {
-        return Err("params must be [address, block]".into());
-    }
-    let address = list[0]
-        .as_str()
-        .ok_or("address must be a 0x-prefixed hex string")?;
-    Ok((parse_address(address)?, parse_block(list.get(1))?))
 }
 
 /// A 20-byte hex address (any case; a mixed-case one must carry a valid checksum).

@@ -35,16 +35,16 @@ async fn cast_at(
         .expect("cast runs")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn private_answers_equal_anvil_at_every_snapshot_height() {
-    let anvil = Anvil::start().await;
-    let history = make_history(&anvil).await;
+/// A scripted history on `anvil` and three snapshots of it in a store under
+/// `dir`: active over everything at the head, active at head - 2, and
+/// historical at block 2 (every account the history touched).
+async fn snapshots_of(
+    anvil: &Anvil,
+    dir: &std::path::Path,
+) -> (u64, Vec<snapshotter::ExportedState>) {
+    let history = make_history(anvil).await;
     let head = anvil.head().await;
-
-    // Snapshots: active over everything at the head, active at head - 2,
-    // historical at block 2.
-    let dir = tempfile::tempdir().unwrap();
-    let store = SnapshotStore::open(dir.path().join("store")).unwrap();
+    let store = SnapshotStore::open(dir.join("store")).unwrap();
     let node = RpcSource::connect(
         &anvil.url,
         RpcOptions {
@@ -73,6 +73,14 @@ async fn private_answers_equal_anvil_at_every_snapshot_height() {
     for e in &exports {
         build_and_publish(&store, e.clone(), &build).unwrap();
     }
+    (head, exports)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn private_answers_equal_anvil_at_every_snapshot_height() {
+    let anvil = Anvil::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (head, exports) = snapshots_of(&anvil, dir.path()).await;
 
     let server = start_server(&dir.path().join("store")).await;
     let (upstream, upstream_saw) = start_relay(&anvil.url, passthrough()).await;
@@ -246,5 +254,107 @@ async fn private_answers_equal_anvil_at_every_snapshot_height() {
         .unwrap();
         assert_eq!(f[3], expected.to_string(), "{line}");
     }
+    anvil.stop().await;
+}
+
+/// Wallets that speak WebSocket: an alloy provider on ws:// reads balances
+/// and nonces at several heights, a JSON-RPC batch goes over the socket, and
+/// `eth_subscribe` for new heads is relayed from anvil's WebSocket endpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn websocket_clients_read_privately_and_subscribe() {
+    use alloy_provider::WsConnect;
+    use jsonrpsee::core::client::{BatchResponse, ClientT};
+    use jsonrpsee::core::params::BatchRequestBuilder;
+
+    let anvil = Anvil::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (head, exports) = snapshots_of(&anvil, dir.path()).await;
+    let server = start_server(&dir.path().join("store")).await;
+    let upstream = format!("ws://127.0.0.1:{}", anvil.port);
+    let proxy = start_proxy(&server, Some(upstream), &dir.path().join("cache")).await;
+    for e in &exports {
+        wait_for_block(&proxy, &format!("{:#x}", e.block_number)).await;
+    }
+    let ws_url = proxy.replacen("http://", "ws://", 1);
+
+    // An alloy provider over ws://: balances and nonces at several heights.
+    let provider = ProviderBuilder::new()
+        .connect_ws(WsConnect::new(ws_url.clone()))
+        .await
+        .unwrap();
+    for block in [2, head - 2, head] {
+        for who in [DEV_ACCOUNTS[0], DEV_ACCOUNTS[2]] {
+            let address: Address = who.parse().unwrap();
+            let balance = provider
+                .get_balance(address)
+                .block_id(block.into())
+                .await
+                .unwrap();
+            assert_eq!(format!("{balance:#x}"), anvil.balance(who, block).await);
+            let nonce = provider
+                .get_transaction_count(address)
+                .block_id(block.into())
+                .await
+                .unwrap();
+            assert_eq!(format!("{nonce:#x}"), anvil.nonce(who, block).await);
+        }
+    }
+    assert_eq!(provider.get_chain_id().await.unwrap(), 31337);
+    // A forwarded method over the socket.
+    assert_eq!(provider.get_block_number().await.unwrap(), head);
+
+    // A batch over WebSocket: private reads and a forwarded call, in order.
+    let client = jsonrpsee::ws_client::WsClientBuilder::default()
+        .build(&ws_url)
+        .await
+        .unwrap();
+    let mut batch = BatchRequestBuilder::new();
+    for who in DEV_ACCOUNTS {
+        batch.insert("eth_getBalance", (who, "latest")).unwrap();
+    }
+    batch
+        .insert("eth_blockNumber", jsonrpsee::rpc_params![])
+        .unwrap();
+    let answers: BatchResponse<String> = client.batch_request(batch).await.unwrap();
+    let answers: Vec<String> = answers.into_ok().unwrap().collect();
+    assert_eq!(answers.len(), DEV_ACCOUNTS.len() + 1);
+    for (who, got) in DEV_ACCOUNTS.iter().zip(&answers) {
+        assert_eq!(got, &anvil.balance(who, head).await, "batched {who}");
+    }
+    assert_eq!(test_support::quantity(&json!(answers[4])), head);
+
+    // eth_subscribe newHeads, relayed from anvil's WebSocket endpoint.
+    let mut heads = provider.subscribe_blocks().await.unwrap();
+    anvil
+        .send(json!({"from": DEV_ACCOUNTS[1], "to": DEV_ACCOUNTS[3], "value": "0x1"}))
+        .await;
+    let header = tokio::time::timeout(std::time::Duration::from_secs(10), heads.recv())
+        .await
+        .expect("a new head within 10 s")
+        .unwrap();
+    assert_eq!(header.number, head + 1);
+    drop(client);
+
+    // Without a WebSocket upstream, a subscription gets a clear error.
+    let cache = tempfile::tempdir().unwrap();
+    let plain = start_proxy(&server, Some(anvil.url.clone()), cache.path()).await;
+    let client = jsonrpsee::ws_client::WsClientBuilder::default()
+        .build(plain.replacen("http://", "ws://", 1))
+        .await
+        .unwrap();
+    let attempt = jsonrpsee::core::client::SubscriptionClientT::subscribe::<serde_json::Value, _>(
+        &client,
+        "eth_subscribe",
+        jsonrpsee::rpc_params!["newHeads"],
+        "eth_unsubscribe",
+    )
+    .await;
+    let Err(refused) = attempt else {
+        panic!("a subscription without a WebSocket upstream");
+    };
+    assert!(
+        refused.to_string().contains("WebSocket upstream"),
+        "{refused}"
+    );
     anvil.stop().await;
 }

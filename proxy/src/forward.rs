@@ -1,0 +1,268 @@
+//! The RPC middleware in front of the proxy's own methods:
+//!
+//! - a method the proxy does not answer goes to the upstream (or gets
+//!   -32601 when there is none);
+//! - the private calls of a batch are read together first, one PIR batch
+//!   per snapshot, and each call then finds its answer in its extensions;
+//! - `params` that is neither an array nor an object is an invalid request
+//!   (jsonrpsee would pass it to the handler);
+//! - with `private_fallback_to_upstream`, a private call the snapshots
+//!   cannot answer goes upstream (this reveals the address: opt-in only).
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::Arc;
+
+use alloy_primitives::Address;
+use jsonrpsee::core::middleware::{Batch, BatchEntry, Notification, RpcServiceT};
+use jsonrpsee::core::server::{BatchResponseBuilder, MethodResponse};
+use jsonrpsee::types::{Id, Request};
+use jsonrpsee::ResponsePayload;
+use serde_json::value::RawValue;
+
+use crate::reader::{PrivateReader, SnapshotGroup};
+use crate::rpc::{
+    private_params, rpc_error, Prefetched, INVALID_REQUEST, METHOD_NOT_FOUND, NOT_IN_PRIVATE_SET,
+    NO_SNAPSHOT, PRIVATE_METHODS,
+};
+use crate::upstream::Upstream;
+
+/// Largest response the proxy sends (a forwarded `eth_getLogs` can be big).
+pub const MAX_RESPONSE_BYTES: usize = 64 << 20;
+
+/// What the middleware needs besides the service it wraps.
+pub struct ForwardPolicy {
+    pub reader: Arc<PrivateReader>,
+    pub upstream: Option<Arc<Upstream>>,
+    /// Methods the proxy answers itself.
+    pub local: HashSet<&'static str>,
+    pub private_fallback: bool,
+}
+
+/// The layer that wraps the proxy's method service.
+#[derive(Clone)]
+pub struct ForwardLayer(pub Arc<ForwardPolicy>);
+
+impl<S> tower::Layer<S> for ForwardLayer {
+    type Service = Forward<S>;
+
+    fn layer(&self, inner: S) -> Forward<S> {
+        Forward {
+            inner,
+            policy: self.0.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Forward<S> {
+    inner: S,
+    policy: Arc<ForwardPolicy>,
+}
+
+/// The parts of a call kept to forward it after the handler has run.
+struct CallCopy {
+    id: Id<'static>,
+    method: String,
+    params: Option<Box<RawValue>>,
+}
+
+impl CallCopy {
+    fn of(req: &Request<'_>) -> Self {
+        CallCopy {
+            id: req.id.clone().into_owned(),
+            method: req.method.to_string(),
+            params: req.params.as_ref().map(|p| p.as_ref().to_owned()),
+        }
+    }
+}
+
+fn params_shape_ok(params: Option<&RawValue>) -> bool {
+    params.is_none_or(|p| matches!(p.get().trim_start().as_bytes().first(), Some(b'[' | b'{')))
+}
+
+impl<S> Forward<S>
+where
+    S: RpcServiceT<MethodResponse = MethodResponse> + Send + Sync + Clone + 'static,
+{
+    async fn route(&self, req: Request<'_>) -> MethodResponse {
+        let copy = CallCopy::of(&req);
+        if !params_shape_ok(copy.params.as_deref()) {
+            return MethodResponse::error(
+                copy.id,
+                rpc_error(
+                    INVALID_REQUEST,
+                    "params must be an array or an object",
+                    None,
+                ),
+            );
+        }
+        if !self.policy.local.contains(copy.method.as_str()) {
+            return self.forward(copy).await;
+        }
+        let answer = self.inner.call(req).await;
+        let unanswerable = matches!(
+            answer.as_error_code().map(i64::from),
+            Some(NO_SNAPSHOT | NOT_IN_PRIVATE_SET)
+        );
+        if unanswerable
+            && self.policy.private_fallback
+            && self.policy.upstream.is_some()
+            && PRIVATE_METHODS.contains(&copy.method.as_str())
+        {
+            tracing::warn!(method = %copy.method, "private answer unavailable; forwarding upstream as configured (reveals the address)");
+            return self.forward(copy).await;
+        }
+        answer
+    }
+
+    async fn forward(&self, call: CallCopy) -> MethodResponse {
+        let Some(upstream) = &self.policy.upstream else {
+            return MethodResponse::error(
+                call.id,
+                rpc_error(
+                    METHOD_NOT_FOUND,
+                    format!(
+                        "method {} is not available (no upstream configured)",
+                        call.method
+                    ),
+                    None,
+                ),
+            );
+        };
+        tracing::debug!(method = %call.method, "forwarding upstream");
+        match upstream.call(&call.method, call.params).await {
+            Ok(result) => MethodResponse::response(
+                call.id,
+                ResponsePayload::success(result),
+                MAX_RESPONSE_BYTES,
+            ),
+            Err(e) => MethodResponse::error(call.id, e),
+        }
+    }
+
+    /// Reads the well-formed private calls of a batch together: one PIR
+    /// batch per snapshot. Malformed calls, and those of a snapshot with
+    /// a single call, are left to their handler.
+    async fn prefetch(&self, batch: &mut Batch<'_>) {
+        let mut groups: HashMap<String, SnapshotGroup> = HashMap::new();
+        for (i, entry) in batch.iter().enumerate() {
+            let Ok(BatchEntry::Call(req)) = entry else {
+                continue;
+            };
+            if !PRIVATE_METHODS.contains(&req.method.as_ref()) {
+                continue;
+            }
+            let Ok((address, selector)) = private_params(&req.params()) else {
+                continue;
+            };
+            if let Ok(snap) = self.policy.reader.select(&selector) {
+                groups
+                    .entry(snap.entry.id.clone())
+                    .or_insert_with(|| (snap.clone(), Vec::new()))
+                    .1
+                    .push((i, address));
+            }
+        }
+        for (snap, members) in groups.into_values().filter(|g| g.1.len() > 1) {
+            let addresses: Vec<Address> = members.iter().map(|(_, a)| *a).collect();
+            let results = self.policy.reader.read(&snap, &addresses).await;
+            for ((i, _), result) in members.iter().zip(results) {
+                if let Some(Ok(BatchEntry::Call(req))) = batch.iter_mut().nth(*i) {
+                    req.extensions_mut().insert(Prefetched(result));
+                }
+            }
+        }
+    }
+}
+
+impl<S> RpcServiceT for Forward<S>
+where
+    S: RpcServiceT<
+            MethodResponse = MethodResponse,
+            NotificationResponse = MethodResponse,
+            BatchResponse = MethodResponse,
+        > + Send
+        + Sync
+        + Clone
+        + 'static,
+{
+    type MethodResponse = MethodResponse;
+    type NotificationResponse = MethodResponse;
+    type BatchResponse = MethodResponse;
+
+    fn call<'a>(&self, req: Request<'a>) -> impl Future<Output = MethodResponse> + Send + 'a {
+        let this = self.clone();
+        async move { this.route(req).await }
+    }
+
+    fn batch<'a>(&self, mut batch: Batch<'a>) -> impl Future<Output = MethodResponse> + Send + 'a {
+        let this = self.clone();
+        async move {
+            this.prefetch(&mut batch).await;
+            let mut got_notification = false;
+            let answers = futures_util::future::join_all(batch.into_iter().map(|entry| {
+                let this = this.clone();
+                async move {
+                    match entry {
+                        Ok(BatchEntry::Call(req)) => Some(this.route(req).await),
+                        Ok(BatchEntry::Notification(n)) => {
+                            this.notify(n).await;
+                            None
+                        }
+                        Err(err) => {
+                            let (err, id) = err.into_parts();
+                            Some(MethodResponse::error(id, err))
+                        }
+                    }
+                }
+            }))
+            .await;
+            let mut out = BatchResponseBuilder::new_with_limit(MAX_RESPONSE_BYTES);
+            for answer in answers {
+                match answer {
+                    Some(a) => {
+                        if let Err(too_big) = out.append(a) {
+                            return too_big;
+                        }
+                    }
+                    None => got_notification = true,
+                }
+            }
+            if out.is_empty() && got_notification {
+                MethodResponse::notification()
+            } else {
+                MethodResponse::from_batch(out.finish())
+            }
+        }
+    }
+
+    fn notification<'a>(
+        &self,
+        n: Notification<'a>,
+    ) -> impl Future<Output = MethodResponse> + Send + 'a {
+        let this = self.clone();
+        async move {
+            this.notify(n).await;
+            MethodResponse::notification()
+        }
+    }
+}
+
+impl<S> Forward<S>
+where
+    S: RpcServiceT<MethodResponse = MethodResponse> + Send + Sync + Clone + 'static,
+{
+    /// A notification is answered by nobody; one for a method the proxy
+    /// does not know goes upstream (private methods never do).
+    async fn notify(&self, n: Notification<'_>) {
+        let method = n.method.as_ref();
+        if self.policy.local.contains(method) {
+            return;
+        }
+        if let Some(upstream) = &self.policy.upstream {
+            let params = n.params.as_ref().map(|p| p.as_ref().to_owned());
+            upstream.notify(method, params).await;
+        }
+    }
+}

@@ -1,0 +1,279 @@
+//! The upstream node the proxy forwards non-private methods to: over HTTP(S)
+//! (`http://`, `https://`) or over a WebSocket (`ws://`), which also carries
+//! subscriptions. Errors never carry the URL (hosted nodes put their API key
+//! in it).
+
+use std::time::Duration;
+
+use jsonrpsee::core::client::Subscription;
+use jsonrpsee::core::client::{ClientT, Error as ClientError, SubscriptionClientT};
+use jsonrpsee::core::traits::ToRpcParams;
+use jsonrpsee::types::ErrorObjectOwned;
+use jsonrpsee::ws_client::{WsClient, WsClientBuilder};
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+use tokio::sync::Mutex;
+
+use crate::rpc::{rpc_error, UPSTREAM_UNAVAILABLE};
+
+/// The raw params of a call, passed on untouched.
+pub struct RawParams(pub Option<Box<RawValue>>);
+
+impl ToRpcParams for RawParams {
+    fn to_rpc_params(self) -> Result<Option<Box<RawValue>>, serde_json::Error> {
+        Ok(self.0)
+    }
+}
+
+/// How the upstream is reached.
+pub enum Upstream {
+    Http {
+        url: String,
+        http: reqwest::Client,
+    },
+    Ws {
+        url: String,
+        timeout: Duration,
+        /// The connection, made when first needed and again after it drops.
+        client: Mutex<Option<std::sync::Arc<WsClient>>>,
+    },
+}
+
+/// Why an upstream URL was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("upstream URL must start with http://, https:// or ws:// (got {0})")]
+pub struct UpstreamUrlError(String);
+
+impl Upstream {
+    /// An upstream from its URL.
+    pub fn new(url: &str, timeout: Duration) -> Result<Self, UpstreamUrlError> {
+        if url.starts_with("ws://") {
+            Ok(Upstream::Ws {
+                url: url.to_string(),
+                timeout,
+                client: Mutex::new(None),
+            })
+        } else if url.starts_with("http://") || url.starts_with("https://") {
+            Ok(Upstream::Http {
+                url: url.to_string(),
+                http: reqwest::Client::builder()
+                    .timeout(timeout)
+                    .build()
+                    .map_err(|_| UpstreamUrlError(redact(url)))?,
+            })
+        } else {
+            Err(UpstreamUrlError(redact(url)))
+        }
+    }
+
+    /// Whether subscriptions can be forwarded.
+    pub fn is_websocket(&self) -> bool {
+        matches!(self, Upstream::Ws { .. })
+    }
+
+    /// Forwards one call: the upstream's result, or its error as it sent
+    /// it, or [`UPSTREAM_UNAVAILABLE`].
+    pub async fn call(
+        &self,
+        method: &str,
+        params: Option<Box<RawValue>>,
+    ) -> Result<Box<RawValue>, ErrorObjectOwned> {
+        match self {
+            Upstream::Http { url, http } => http_call(http, url, method, params, true).await,
+            Upstream::Ws { .. } => {
+                let client = self.ws_client().await?;
+                client
+                    .request::<Box<RawValue>, _>(method, RawParams(params))
+                    .await
+                    .map_err(client_error)
+            }
+        }
+    }
+
+    /// Forwards a notification; nothing comes back.
+    pub async fn notify(&self, method: &str, params: Option<Box<RawValue>>) {
+        let sent = match self {
+            Upstream::Http { url, http } => http_call(http, url, method, params, false)
+                .await
+                .map(|_| ()),
+            Upstream::Ws { .. } => match self.ws_client().await {
+                Ok(c) => c
+                    .notification(method, RawParams(params))
+                    .await
+                    .map_err(client_error),
+                Err(e) => Err(e),
+            },
+        };
+        if let Err(e) = sent {
+            tracing::debug!(method, error = %e.message(), "forwarded notification failed");
+        }
+    }
+
+    /// Opens an `eth_subscribe` subscription upstream (WebSocket only).
+    pub async fn subscribe(
+        &self,
+        params: Option<Box<RawValue>>,
+    ) -> Result<Subscription<Box<RawValue>>, ErrorObjectOwned> {
+        if !self.is_websocket() {
+            return Err(subscriptions_unavailable());
+        }
+        let client = self.ws_client().await?;
+        client
+            .subscribe::<Box<RawValue>, _>("eth_subscribe", RawParams(params), "eth_unsubscribe")
+            .await
+            .map_err(client_error)
+    }
+
+    async fn ws_client(&self) -> Result<std::sync::Arc<WsClient>, ErrorObjectOwned> {
+        let Upstream::Ws {
+            url,
+            timeout,
+            client,
+        } = self
+        else {
+            return Err(subscriptions_unavailable());
+        };
+        let mut slot = client.lock().await;
+        if let Some(c) = slot.as_ref().filter(|c| c.is_connected()) {
+            return Ok(c.clone());
+        }
+        let made = WsClientBuilder::default()
+            .request_timeout(*timeout)
+            .connection_timeout(*timeout)
+            .build(url)
+            .await
+            .map_err(|e| {
+                tracing::warn!(upstream = %redact(url), error = %e, "cannot connect to the upstream");
+                unavailable("upstream unavailable")
+            })?;
+        let made = std::sync::Arc::new(made);
+        *slot = Some(made.clone());
+        Ok(made)
+    }
+}
+
+/// The error a wallet gets for `eth_subscribe` without a WebSocket upstream.
+pub fn subscriptions_unavailable() -> ErrorObjectOwned {
+    rpc_error(
+        crate::rpc::METHOD_NOT_FOUND,
+        "subscriptions need a WebSocket upstream (upstream = \"ws://...\"); none is configured",
+        None,
+    )
+}
+
+fn unavailable(message: &str) -> ErrorObjectOwned {
+    rpc_error(UPSTREAM_UNAVAILABLE, message, None)
+}
+
+fn client_error(e: ClientError) -> ErrorObjectOwned {
+    match e {
+        ClientError::Call(err) => err,
+        other => {
+            tracing::debug!(error = %other, "upstream call failed");
+            rpc_error(
+                UPSTREAM_UNAVAILABLE,
+                "upstream unavailable",
+                Some(json!(other.to_string())),
+            )
+        }
+    }
+}
+
+/// One JSON-RPC call over HTTP (`with_id`: a call; else a notification).
+async fn http_call(
+    http: &reqwest::Client,
+    url: &str,
+    method: &str,
+    params: Option<Box<RawValue>>,
+    with_id: bool,
+) -> Result<Box<RawValue>, ErrorObjectOwned> {
+    let mut body = json!({"jsonrpc": "2.0", "method": method});
+    if with_id {
+        body["id"] = json!(1);
+    }
+    if let Some(p) = params {
+        body["params"] = serde_json::from_str(p.get()).unwrap_or(Value::Null);
+    }
+    let sent = http
+        .post(url)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(body.to_string())
+        .send()
+        .await;
+    let bytes = match sent {
+        Ok(r) => r.bytes().await,
+        Err(e) => Err(e),
+    }
+    .map_err(|e| {
+        rpc_error(
+            UPSTREAM_UNAVAILABLE,
+            "upstream unavailable",
+            Some(json!(e.without_url().to_string())),
+        )
+    })?;
+    if !with_id {
+        return Ok(RawValue::from_string("null".into()).expect("valid JSON"));
+    }
+    let reply: Value = serde_json::from_slice(&bytes).map_err(|e| {
+        rpc_error(
+            UPSTREAM_UNAVAILABLE,
+            "upstream sent an unreadable reply",
+            Some(json!(e.to_string())),
+        )
+    })?;
+    if let Some(result) = reply.get("result") {
+        return Ok(serde_json::value::to_raw_value(result).expect("a JSON value"));
+    }
+    match reply.get("error") {
+        Some(err) => Err(rpc_error(
+            err.get("code").and_then(Value::as_i64).unwrap_or(-32603),
+            err.get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("upstream error"),
+            err.get("data").cloned(),
+        )),
+        None => Err(unavailable("upstream sent an unexpected reply")),
+    }
+}
+
+/// A URL for logs: scheme and host (and port) only. The path and query,
+/// where hosted nodes put API keys, and any user info are hidden.
+pub fn redact(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host = authority.rsplit('@').next().unwrap_or("");
+    let hidden = rest.len() > authority.len() || authority.contains('@');
+    match (scheme.is_empty(), hidden) {
+        (true, _) => "<url>".to_string(),
+        (false, true) => format!("{scheme}://{host}/…"),
+        (false, false) => format!("{scheme}://{host}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redaction_keeps_the_host_only() {
+        assert_eq!(
+            redact("https://eth.example.com/v3/SECRETKEY"),
+            "https://eth.example.com/…"
+        );
+        assert_eq!(redact("http://127.0.0.1:8545"), "http://127.0.0.1:8545");
+        assert_eq!(
+            redact("wss://user:pw@node.example:443/x?k=1"),
+            "wss://node.example:443/…"
+        );
+        assert_eq!(redact("https://n.example?key=abc"), "https://n.example/…");
+        assert_eq!(redact("not a url"), "<url>");
+    }
+
+    #[test]
+    fn unsupported_schemes_are_refused_without_echoing_secrets() {
+        let e = Upstream::new("ftp://h/SECRET", Duration::from_secs(1))
+            .err()
+            .unwrap();
+        assert!(!e.to_string().contains("SECRET"), "{e}");
+    }
+}
