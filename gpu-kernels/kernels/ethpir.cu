@@ -16,11 +16,12 @@ typedef unsigned long long u64;
 typedef signed char i8;
 typedef unsigned char u8;
 
-#define ETHPIR_BLOCK_COLS 2048u
-#define ETHPIR_PANEL_COLS 64u
-#define ETHPIR_TM 64u
-#define ETHPIR_TK 32u
-#define ETHPIR_GEMM_THREADS 256u
+// Set from Rust (src/defines.rs), never here: NVRTC options and the
+// emulator's build pass them.
+#if !defined(ETHPIR_BLOCK_COLS) || !defined(ETHPIR_PANEL_COLS) || !defined(ETHPIR_TM) || \
+    !defined(ETHPIR_TK) || !defined(ETHPIR_GEMM_THREADS)
+#error "compile with the defines of gpu-kernels/src/defines.rs"
+#endif
 
 __constant__ u64 ETHPIR_RC12[12] = {
     0x000000008000808BULL, 0x800000000000008BULL, 0x8000000000008089ULL, 0x8000000000008003ULL,

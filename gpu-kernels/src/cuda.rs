@@ -9,7 +9,10 @@ use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use pir_core::params::SEED_BYTES;
 use pir_core::EncodedDb;
 
-use crate::tiling::{plan_tile_rows, run_tiled, HintBackend};
+use crate::defines::{
+    kernel_defines, BLOCK_COLS, EXPAND_THREADS, GEMM_THREADS, GEMM_TM, PANEL_COLS,
+};
+use crate::tiling::{expand, plan_tile_rows, run_tiled, GemmShape, HintBackend};
 use crate::{GpuError, KERNEL_SOURCE};
 
 fn driver(e: impl std::fmt::Debug) -> GpuError {
@@ -54,7 +57,13 @@ impl CudaHint {
             KERNEL_SOURCE,
             CompileOptions {
                 name: Some("ethpir.cu".into()),
-                options: vec!["--std=c++17".into()],
+                options: std::iter::once("--std=c++17".to_string())
+                    .chain(
+                        kernel_defines()
+                            .into_iter()
+                            .map(|(k, v)| format!("-D{k}={v}")),
+                    )
+                    .collect(),
                 ..Default::default()
             },
         )
@@ -117,7 +126,7 @@ impl CudaHint {
     ) -> Result<Vec<u32>, GpuError> {
         let seed_buf = self.upload_seed(seed)?;
         let mut out = self.alloc_u32(n as usize * ncols as usize)?;
-        self.expand(&seed_buf, n, col0, ncols, &mut out)?;
+        expand(self, &seed_buf, n, col0, ncols, &mut out)?;
         self.download(&out, n as usize * ncols as usize)
     }
 }
@@ -152,7 +161,15 @@ impl HintBackend for CudaHint {
         self.stream.memcpy_htod(src, &mut view).map_err(driver)
     }
 
-    fn expand(
+    fn u32_len(buf: &CudaSlice<u32>) -> usize {
+        buf.len()
+    }
+
+    fn i8_len(buf: &CudaSlice<i8>) -> usize {
+        buf.len()
+    }
+
+    unsafe fn expand_unchecked(
         &self,
         seed: &CudaSlice<u8>,
         n: u32,
@@ -160,48 +177,44 @@ impl HintBackend for CudaHint {
         ncols: u32,
         out: &mut CudaSlice<u32>,
     ) -> Result<(), GpuError> {
-        let items = n as u64 * ncols.div_ceil(pir_core::matrix::BLOCK_COLS as u32) as u64;
-        let threads = 128u32;
+        let items = n as u64 * ncols.div_ceil(BLOCK_COLS) as u64;
         let cfg = LaunchConfig {
-            grid_dim: (items.div_ceil(threads as u64) as u32, 1, 1),
-            block_dim: (threads, 1, 1),
+            grid_dim: (items.div_ceil(EXPAND_THREADS as u64) as u32, 1, 1),
+            block_dim: (EXPAND_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
         let mut args = self.stream.launch_builder(&self.expand_fn);
         args.arg(seed).arg(&n).arg(&col0).arg(&ncols).arg(out);
         // SAFETY: the kernel writes n x ncols entries of `out`, which the
-        // driver allocated with at least that many (run_tiled sizes it).
+        // caller guarantees it holds; the seed buffer is 32 bytes.
         unsafe { args.launch(cfg) }.map(|_| ()).map_err(driver)
     }
 
-    fn gemm(
+    unsafe fn gemm_unchecked(
         &self,
         a: &CudaSlice<u32>,
-        a_ld: u32,
-        n: u32,
-        krows: u32,
         d: &CudaSlice<i8>,
-        cols_pad: u32,
-        cols: u32,
         m: &mut CudaSlice<u32>,
+        shape: GemmShape,
     ) -> Result<(), GpuError> {
-        let panels = cols_pad.div_ceil(pir_core::db::PANEL_COLS as u32);
+        let panels = shape.cols_pad.div_ceil(PANEL_COLS);
         let cfg = LaunchConfig {
-            grid_dim: (panels, n.div_ceil(64), 1),
-            block_dim: (256, 1, 1),
+            grid_dim: (panels, shape.n.div_ceil(GEMM_TM), 1),
+            block_dim: (GEMM_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
         let mut args = self.stream.launch_builder(&self.gemm_fn);
         args.arg(a)
-            .arg(&a_ld)
-            .arg(&n)
-            .arg(&krows)
+            .arg(&shape.a_ld)
+            .arg(&shape.n)
+            .arg(&shape.krows)
             .arg(d)
-            .arg(&cols_pad)
-            .arg(&cols)
+            .arg(&shape.cols_pad)
+            .arg(&shape.cols)
             .arg(m);
-        // SAFETY: buffer sizes follow run_tiled: a holds n x a_ld, d holds
-        // krows x cols_pad, m holds n x cols; the kernel guards every index.
+        // SAFETY: the caller guarantees the sizes of the contract (a holds
+        // n x a_ld, d krows x cols_pad, m n x cols); the kernel guards every
+        // index against them.
         unsafe { args.launch(cfg) }.map(|_| ()).map_err(driver)
     }
 

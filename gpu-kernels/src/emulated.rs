@@ -5,7 +5,7 @@
 use pir_core::params::SEED_BYTES;
 use pir_core::EncodedDb;
 
-use crate::tiling::{run_tiled, HintBackend};
+use crate::tiling::{expand as checked_expand, run_tiled, GemmShape, HintBackend};
 use crate::GpuError;
 
 extern "C" {
@@ -47,7 +47,15 @@ impl HintBackend for Emulator {
         Ok(())
     }
 
-    fn expand(
+    fn u32_len(buf: &Vec<u32>) -> usize {
+        buf.len()
+    }
+
+    fn i8_len(buf: &Vec<i8>) -> usize {
+        buf.len()
+    }
+
+    unsafe fn expand_unchecked(
         &self,
         seed: &[u8; SEED_BYTES],
         n: u32,
@@ -55,36 +63,30 @@ impl HintBackend for Emulator {
         ncols: u32,
         out: &mut Vec<u32>,
     ) -> Result<(), GpuError> {
-        assert!(out.len() >= n as usize * ncols as usize);
-        // SAFETY: `out` holds n x ncols entries (asserted) and the seed 32 bytes.
+        // SAFETY: the caller guarantees `out` holds n x ncols entries; the
+        // seed is 32 bytes by type.
         unsafe { ethpir_emu_expand(seed.as_ptr(), n, col0, ncols, out.as_mut_ptr()) };
         Ok(())
     }
 
-    fn gemm(
+    unsafe fn gemm_unchecked(
         &self,
         a: &Vec<u32>,
-        a_ld: u32,
-        n: u32,
-        krows: u32,
         d: &Vec<i8>,
-        cols_pad: u32,
-        cols: u32,
         m: &mut Vec<u32>,
+        shape: GemmShape,
     ) -> Result<(), GpuError> {
-        assert!(a.len() >= n as usize * a_ld as usize);
-        assert!(d.len() >= krows as usize * cols_pad as usize);
-        assert!(m.len() >= n as usize * cols as usize);
-        // SAFETY: buffer sizes asserted above cover every index the kernel touches.
+        // SAFETY: the caller guarantees the buffer sizes of the contract,
+        // which cover every index the kernel touches.
         unsafe {
             ethpir_emu_hint_gemm(
                 a.as_ptr(),
-                a_ld,
-                n,
-                krows,
+                shape.a_ld,
+                shape.n,
+                shape.krows,
                 d.as_ptr(),
-                cols_pad,
-                cols,
+                shape.cols_pad,
+                shape.cols,
                 m.as_mut_ptr(),
             )
         };
@@ -99,9 +101,7 @@ impl HintBackend for Emulator {
 /// Expands columns `col0 .. col0 + ncols` of rows `0 .. n` with the kernel.
 pub fn expand(seed: &[u8; SEED_BYTES], n: u32, col0: u32, ncols: u32) -> Vec<u32> {
     let mut out = vec![0u32; n as usize * ncols as usize];
-    Emulator
-        .expand(seed, n, col0, ncols, &mut out)
-        .expect("host memory");
+    checked_expand(&Emulator, seed, n, col0, ncols, &mut out).expect("host memory");
     out
 }
 

@@ -11,6 +11,10 @@
 //! [`HintDevice::Auto`] takes the GPU when a driver and a device are there
 //! and the CPU otherwise, and says which and why.
 
+// `unsafe` lives only where kernels are launched (FFI to the driver and to
+// the emulator), behind checked wrappers.
+#![deny(unsafe_code)]
+
 use std::fmt;
 use std::str::FromStr;
 
@@ -18,12 +22,19 @@ use pir_core::params::SEED_BYTES;
 use pir_core::EncodedDb;
 
 #[cfg(feature = "cuda")]
+#[allow(unsafe_code)]
 pub mod cuda;
+pub mod defines;
 #[cfg(feature = "host-emulator")]
+#[allow(unsafe_code)]
 pub mod emulated;
+#[allow(unsafe_code)]
 mod tiling;
 
-pub use tiling::{plan_tile_rows, HintBackend};
+pub use tiling::{expand, gemm, plan_tile_rows, GemmShape, HintBackend};
+
+const _: () = assert!(defines::BLOCK_COLS as usize == pir_core::matrix::BLOCK_COLS);
+const _: () = assert!(defines::PANEL_COLS as usize == pir_core::db::PANEL_COLS);
 
 /// The CUDA C source of the kernels.
 pub const KERNEL_SOURCE: &str = include_str!("../kernels/ethpir.cu");

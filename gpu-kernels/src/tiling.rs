@@ -9,7 +9,20 @@ use pir_core::EncodedDb;
 
 use crate::GpuError;
 
-/// What a device must offer to build a hint.
+/// The dimensions of one hint GEMM launch: `m (n x cols) += a (n x krows,
+/// leading dimension a_ld) . d (krows x cols_pad, panel layout)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemmShape {
+    pub a_ld: u32,
+    pub n: u32,
+    pub krows: u32,
+    pub cols_pad: u32,
+    pub cols: u32,
+}
+
+/// What a device must offer to build a hint. The two launches are `unsafe`:
+/// a kernel trusts its buffer sizes. Safe code launches through [`expand`]
+/// and [`gemm`], which check every length first.
 pub trait HintBackend {
     type U32Buf;
     type I8Buf;
@@ -17,9 +30,18 @@ pub trait HintBackend {
     fn alloc_u32(&self, len: usize) -> Result<Self::U32Buf, GpuError>;
     fn alloc_i8(&self, len: usize) -> Result<Self::I8Buf, GpuError>;
     fn upload_seed(&self, seed: &[u8; SEED_BYTES]) -> Result<Self::SeedBuf, GpuError>;
+    /// Copies `src` into `dst` at `offset` (bounds-checked: panics past the end).
     fn upload_i8(&self, dst: &mut Self::I8Buf, offset: usize, src: &[i8]) -> Result<(), GpuError>;
+    /// Elements a buffer holds.
+    fn u32_len(buf: &Self::U32Buf) -> usize;
+    /// Elements a buffer holds.
+    fn i8_len(buf: &Self::I8Buf) -> usize;
     /// Columns `col0 .. col0 + ncols` of all `n` rows of `A` into `out`.
-    fn expand(
+    ///
+    /// # Safety
+    ///
+    /// `out` holds at least `n * ncols` elements.
+    unsafe fn expand_unchecked(
         &self,
         seed: &Self::SeedBuf,
         n: u32,
@@ -28,19 +50,82 @@ pub trait HintBackend {
         out: &mut Self::U32Buf,
     ) -> Result<(), GpuError>;
     /// `m += a . d` for one tile.
-    #[allow(clippy::too_many_arguments)]
-    fn gemm(
+    ///
+    /// # Safety
+    ///
+    /// `krows <= a_ld`, `a` holds `n * a_ld` elements, `cols <= cols_pad`,
+    /// `cols_pad` is whole panels, `d` holds `krows * cols_pad` and `m`
+    /// holds `n * cols`.
+    unsafe fn gemm_unchecked(
         &self,
         a: &Self::U32Buf,
-        a_ld: u32,
-        n: u32,
-        krows: u32,
         d: &Self::I8Buf,
-        cols_pad: u32,
-        cols: u32,
         m: &mut Self::U32Buf,
+        shape: GemmShape,
     ) -> Result<(), GpuError>;
     fn download(&self, m: &Self::U32Buf, len: usize) -> Result<Vec<u32>, GpuError>;
+}
+
+/// Expands columns `col0 .. col0 + ncols` of rows `0 .. n` of `A` into
+/// `out`, after checking that it is large enough.
+pub fn expand<B: HintBackend>(
+    backend: &B,
+    seed: &B::SeedBuf,
+    n: u32,
+    col0: u32,
+    ncols: u32,
+    out: &mut B::U32Buf,
+) -> Result<(), GpuError> {
+    assert!(
+        B::u32_len(out) >= n as usize * ncols as usize,
+        "expansion output holds {} elements, needs {n} x {ncols}",
+        B::u32_len(out)
+    );
+    // SAFETY: the output length was asserted just above.
+    unsafe { backend.expand_unchecked(seed, n, col0, ncols, out) }
+}
+
+/// `m += a . d` for one tile, after checking every buffer against `shape`.
+pub fn gemm<B: HintBackend>(
+    backend: &B,
+    a: &B::U32Buf,
+    d: &B::I8Buf,
+    m: &mut B::U32Buf,
+    shape: GemmShape,
+) -> Result<(), GpuError> {
+    let GemmShape {
+        a_ld,
+        n,
+        krows,
+        cols_pad,
+        cols,
+    } = shape;
+    assert!(
+        krows <= a_ld,
+        "krows {krows} exceeds the leading dimension {a_ld}"
+    );
+    assert!(
+        cols <= cols_pad,
+        "cols {cols} exceed the padded width {cols_pad}"
+    );
+    assert!(
+        (cols_pad as usize).is_multiple_of(pir_core::db::LANE_COLS),
+        "padded width {cols_pad} is not whole lane groups"
+    );
+    assert!(
+        B::u32_len(a) >= n as usize * a_ld as usize,
+        "A tile too small"
+    );
+    assert!(
+        B::i8_len(d) >= krows as usize * cols_pad as usize,
+        "D tile too small"
+    );
+    assert!(
+        B::u32_len(m) >= n as usize * cols as usize,
+        "hint buffer too small"
+    );
+    // SAFETY: every length the contract names was asserted just above.
+    unsafe { backend.gemm_unchecked(a, d, m, shape) }
 }
 
 /// Database rows per tile when `free` bytes of device memory are available:
@@ -91,17 +176,15 @@ pub fn run_tiled<B: HintBackend>(
             let src = &db.panel(p)[(t0 / 4) * width * 4..((t0 + krows) / 4) * width * 4];
             backend.upload_i8(&mut d, p * PANEL_COLS * krows, src)?;
         }
-        backend.expand(&seed_buf, n, t0 as u32, krows as u32, &mut a)?;
-        backend.gemm(
-            &a,
-            krows as u32,
+        expand(backend, &seed_buf, n, t0 as u32, krows as u32, &mut a)?;
+        let shape = GemmShape {
+            a_ld: krows as u32,
             n,
-            krows as u32,
-            &d,
-            cols_pad as u32,
-            cols as u32,
-            &mut m,
-        )?;
+            krows: krows as u32,
+            cols_pad: cols_pad as u32,
+            cols: cols as u32,
+        };
+        gemm(backend, &a, &d, &mut m, shape)?;
         progress(1);
     }
     backend.download(&m, n as usize * cols)

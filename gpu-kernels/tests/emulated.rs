@@ -92,3 +92,43 @@ fn emulated_hint_equals_cpu_hint() {
         );
     }
 }
+
+/// The safe launch API checks every buffer before a kernel runs: an
+/// undersized one is a panic with a message, never an out-of-bounds write.
+#[test]
+fn undersized_buffers_are_refused_before_launch() {
+    use gpu_kernels::emulated::Emulator;
+    use gpu_kernels::{expand, gemm, GemmShape};
+    let seed = [7u8; 32];
+    let refused =
+        |f: &mut dyn FnMut()| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err();
+    assert!(refused(&mut || {
+        let mut out = vec![0u32; 10];
+        let _ = expand(&Emulator, &seed, 4, 0, 100, &mut out);
+    }));
+    let shape = GemmShape {
+        a_ld: 64,
+        n: 8,
+        krows: 64,
+        cols_pad: 32,
+        cols: 30,
+    };
+    let a = vec![0u32; 8 * 64];
+    let d = vec![0i8; 64 * 32];
+    assert!(refused(&mut || {
+        let mut m = vec![0u32; 8 * 30 - 1];
+        let _ = gemm(&Emulator, &a, &d, &mut m, shape);
+    }));
+    assert!(refused(&mut || {
+        let mut m = vec![0u32; 8 * 30];
+        let _ = gemm(&Emulator, &a, &d[..100].to_vec(), &mut m, shape);
+    }));
+    assert!(refused(&mut || {
+        let mut m = vec![0u32; 8 * 30];
+        let _ = gemm(&Emulator, &a, &d, &mut m, GemmShape { krows: 65, ..shape });
+    }));
+    // The same call with right-sized buffers runs.
+    let mut m = vec![0u32; 8 * 30];
+    gemm(&Emulator, &a, &d, &mut m, shape).unwrap();
+    assert!(m.iter().all(|&x| x == 0));
+}

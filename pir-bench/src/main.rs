@@ -2,6 +2,7 @@
 //! `--peer`, the published ChalametPIR 0.8.0 crates on the same records in
 //! the same process. Prints one JSON object per implementation, then the
 //! ratios (reference / ours).
+#![forbid(unsafe_code)]
 
 mod machine;
 

@@ -15,10 +15,15 @@
 //! builder) -> [`server::PirServer`]; the client downloads
 //! [`wire::SetupData`] and uses [`client::PirClient`].
 
+// `unsafe` lives only in the SIMD kernels, each with a `# Safety` contract
+// that `assert!`s uphold.
+#![deny(unsafe_code)]
+
 pub mod client;
 pub mod db;
 pub mod error;
 pub mod fuse;
+#[allow(unsafe_code)]
 pub mod kernel;
 pub mod keys;
 pub mod matrix;

@@ -10,6 +10,7 @@
 //! New snapshots in the store are picked up by a periodic rescan; removed
 //! ones leave the catalog at once but keep answering the queries already in
 //! flight (they hold an `Arc`). Query bytes are never logged.
+#![forbid(unsafe_code)]
 
 pub use protocol::api;
 pub mod config;

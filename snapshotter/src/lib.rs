@@ -4,6 +4,7 @@
 //! accounts ([`sources`]), the pipeline encodes them with pir-core, builds
 //! the hint (GPU or CPU, [`gpu_kernels`]) and publishes the result
 //! atomically into a [`store::SnapshotStore`].
+#![forbid(unsafe_code)]
 
 // The record encoding and manifests live in `protocol`, shared with the
 // proxy; they keep their paths here for the operator's code.

@@ -2,6 +2,7 @@
 //! (npm `@foundry-rs/anvil`, installed by `scripts/install-test-deps.sh`)
 //! started on a free loopback port and killed on drop, and a minimal
 //! JSON-RPC client for driving it.
+#![forbid(unsafe_code)]
 
 use std::path::PathBuf;
 use std::process::Stdio;

@@ -5,6 +5,7 @@
 //! setup cache, and again with the setup cached), then the latency of
 //! `--calls` eth_getBalance calls, back to back and spaced by `--gap-ms`
 //! (a wallet's pace, which lets the prepared-query pool refill).
+#![forbid(unsafe_code)]
 
 use std::time::{Duration, Instant};
 

@@ -2,6 +2,7 @@
 //! works there: finds the driver and device, compiles the kernels, checks
 //! the public-matrix expansion against pir-core's test vector and a GPU hint
 //! against the CPU hint, bit for bit, and times both. Prints JSON lines.
+#![forbid(unsafe_code)]
 
 use std::time::Instant;
 

@@ -1,4 +1,5 @@
 //! `ethpir-proxy`: private eth_getBalance / eth_getTransactionCount for any wallet.
+#![forbid(unsafe_code)]
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

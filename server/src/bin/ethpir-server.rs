@@ -1,4 +1,5 @@
 //! `ethpir-server`: serve a snapshot store to PIR clients.
+#![forbid(unsafe_code)]
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -1,4 +1,5 @@
 //! `ethpir-snapshot`: export Ethereum account state into PIR snapshots.
+#![forbid(unsafe_code)]
 
 use std::path::PathBuf;
 

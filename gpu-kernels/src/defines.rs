@@ -1,0 +1,31 @@
+// The constants of `kernels/ethpir.cu`, set here and nowhere else: NVRTC
+// gets them as `-D` options (src/cuda.rs) and the host emulator's C++ build
+// as defines (build.rs includes this file). The source refuses to compile
+// without them. The two layout constants must equal pir-core's; lib.rs
+// checks that at compile time (a build script cannot see pir-core without
+// building it twice).
+
+/// Columns of `A` per expansion block (`pir_core::matrix::BLOCK_COLS`).
+pub const BLOCK_COLS: u32 = 2048;
+/// Database columns per panel (`pir_core::db::PANEL_COLS`).
+pub const PANEL_COLS: u32 = 64;
+
+/// Rows of `A` per block of the hint GEMM.
+pub const GEMM_TM: u32 = 64;
+/// Database rows per shared-memory step of the hint GEMM.
+pub const GEMM_TK: u32 = 32;
+/// Threads per block of the hint GEMM.
+pub const GEMM_THREADS: u32 = 256;
+/// Threads per block of the matrix expansion.
+pub const EXPAND_THREADS: u32 = 128;
+
+/// `(name, value)` of every define the CUDA source needs.
+pub fn kernel_defines() -> Vec<(&'static str, String)> {
+    vec![
+        ("ETHPIR_BLOCK_COLS", format!("{BLOCK_COLS}u")),
+        ("ETHPIR_PANEL_COLS", format!("{PANEL_COLS}u")),
+        ("ETHPIR_TM", format!("{GEMM_TM}u")),
+        ("ETHPIR_TK", format!("{GEMM_TK}u")),
+        ("ETHPIR_GEMM_THREADS", format!("{GEMM_THREADS}u")),
+    ]
+}
