@@ -93,8 +93,8 @@ pub enum GpuError {
 /// Which builder made a hint, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HintReport {
-    /// `"cpu"` or `"cuda"`.
-    pub device: &'static str,
+    /// Where it was built: [`HintDevice::Cpu`] or [`HintDevice::Cuda`].
+    pub device: HintDevice,
     /// The GPU's name, or why the CPU was used.
     pub detail: String,
 }
@@ -123,7 +123,7 @@ pub fn build_hint_with_progress(
         (
             hint,
             HintReport {
-                device: "cpu",
+                device: HintDevice::Cpu,
                 detail,
             },
         )
@@ -163,7 +163,7 @@ fn gpu_hint(
     Ok((
         hint,
         HintReport {
-            device: "cuda",
+            device: HintDevice::Cuda,
             detail: gpu.device_name().to_string(),
         },
     ))

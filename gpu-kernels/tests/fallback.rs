@@ -16,7 +16,7 @@ fn auto_and_cpu_agree_and_cuda_fails_cleanly_without_gpu() {
     let db = EncodedDb::encode(&records, 16, &EncodeOptions::default(), &mut rng).unwrap();
     let seed = [7u8; 32];
     let (cpu, report) = build_hint(&db, &seed, HintDevice::Cpu).unwrap();
-    assert_eq!(report.device, "cpu");
+    assert_eq!(report.device, HintDevice::Cpu);
     assert_eq!(cpu, pir_core::product::hint_cpu(&db, &seed, &|_| {}));
     let (auto, report) = build_hint(&db, &seed, HintDevice::Auto).unwrap();
     assert_eq!(
@@ -26,7 +26,7 @@ fn auto_and_cpu_agree_and_cuda_fails_cleanly_without_gpu() {
     );
     match build_hint(&db, &seed, HintDevice::Cuda) {
         Ok((hint, report)) => {
-            assert_eq!(report.device, "cuda");
+            assert_eq!(report.device, HintDevice::Cuda);
             assert_eq!(hint, cpu, "GPU hint differs from the CPU hint");
         }
         Err(e) => eprintln!("skipping the GPU comparison: {e}"),

@@ -145,17 +145,8 @@ fn bench_ours(
     records: &[(Vec<u8>, Vec<u8>)],
     probes: &[usize],
 ) -> Result<Map<String, Value>> {
-    let packing = match args.packing.as_str() {
-        "auto" => Packing::Auto {
-            hint_budget_bytes: args.hint_budget_mib << 20,
-        },
-        k => Packing::Fixed(k.parse().context("--packing must be auto or a number")?),
-    };
-    let arity = if args.arity == 3 {
-        Arity::Three
-    } else {
-        Arity::Four
-    };
+    let packing = Packing::parse(&args.packing, args.hint_budget_mib).context("--packing")?;
+    let arity = Arity::from_u8(args.arity).context("--arity")?;
     let mut rng = ChaCha20Rng::seed_from_u64(args.seed ^ 0x5eed);
     let (db, encode_ms) = time_ms(|| {
         EncodedDb::encode(
@@ -243,8 +234,8 @@ fn bench_ours(
     m.insert("cols".into(), json!(shape.cols()));
     m.insert("plaintext_bits".into(), json!(shape.lwe.plaintext_bits));
     m.insert("kernel".into(), json!(pir_core::kernel::kernel_name()));
-    m.insert("device".into(), json!(report.device));
-    if report.device == "cuda" {
+    m.insert("device".into(), json!(report.device.to_string()));
+    if report.device == gpu_kernels::HintDevice::Cuda {
         m.insert("gpu".into(), json!(report.detail));
     }
     m.insert("threads".into(), json!(threads));

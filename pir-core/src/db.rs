@@ -92,6 +92,25 @@ pub enum Packing {
     Fixed(u32),
 }
 
+impl Packing {
+    /// `"auto"` (choose under a hint budget of `hint_budget_mib` MiB) or a
+    /// partition count from 1 to [`MAX_PARTITIONS`]: how configs and command
+    /// lines name a packing.
+    pub fn parse(s: &str, hint_budget_mib: u64) -> Result<Packing, ParamError> {
+        match s.trim() {
+            "auto" => Ok(Packing::Auto {
+                hint_budget_bytes: hint_budget_mib.saturating_mul(1 << 20),
+            }),
+            k => match k.parse::<u32>() {
+                Ok(k @ 1..=MAX_PARTITIONS) => Ok(Packing::Fixed(k)),
+                _ => Err(ParamError::Shape(
+                    "packing must be \"auto\" or a partition count from 1 to 65536",
+                )),
+            },
+        }
+    }
+}
+
 /// Default hint budget: small enough for a phone to download and keep.
 pub const DEFAULT_HINT_BUDGET: u64 = 32 << 20;
 
@@ -431,6 +450,20 @@ fn check_unique(digests: &[KeyDigest]) -> Result<(), EncodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn packing_parses_auto_and_counts() {
+        assert_eq!(
+            Packing::parse("auto", 2),
+            Ok(Packing::Auto {
+                hint_budget_bytes: 2 << 20
+            })
+        );
+        assert_eq!(Packing::parse("7", 32), Ok(Packing::Fixed(7)));
+        for bad in ["0", "-1", "x", "65537", ""] {
+            assert!(Packing::parse(bad, 32).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn auto_packing_balances_traffic_under_budget() {

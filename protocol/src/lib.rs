@@ -3,14 +3,19 @@
 //! What the operator's side (snapshotter, server) and the user's side
 //! (proxy) must agree on, and nothing else: the HTTP API's JSON types
 //! ([`api`]), snapshot manifests and kinds ([`manifest`]), and the account
-//! record encoding with its PIR key ([`account`]). No I/O, no networking, no
+//! record encoding with its PIR key ([`account`]); and the small policies
+//! every program shares, each in one place: config loading ([`config`]),
+//! URL redaction ([`url`]), retry backoff ([`retry`]). No networking and no
 //! PIR math (that is `pir-core`).
 #![forbid(unsafe_code)]
 
 pub mod account;
 pub mod api;
+pub mod config;
 pub mod manifest;
+pub mod retry;
+pub mod url;
 
 pub use account::{decode_value, encode_value, pir_key, AccountRecord};
 pub use api::{ApiError, Catalog, CatalogEntry};
-pub use manifest::{Manifest, SnapshotId, SnapshotKind};
+pub use manifest::{KindTag, Manifest, SnapshotId, SnapshotKind};

@@ -18,14 +18,57 @@ pub enum SnapshotKind {
     Historical,
 }
 
+/// A snapshot kind without its parameters: what a snapshot id names.
+/// Declared in name order, so ids sort as their names do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum KindTag {
+    Active,
+    Full,
+    Historical,
+}
+
+impl KindTag {
+    pub const ALL: [KindTag; 3] = [KindTag::Active, KindTag::Full, KindTag::Historical];
+
+    /// The short name used in directory names, URLs and the catalog.
+    pub fn name(self) -> &'static str {
+        match self {
+            KindTag::Active => "active",
+            KindTag::Full => "full",
+            KindTag::Historical => "historical",
+        }
+    }
+}
+
+impl fmt::Display for KindTag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for KindTag {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        KindTag::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| format!("unknown snapshot kind '{s}' (full, active or historical)"))
+    }
+}
+
 impl SnapshotKind {
+    /// The kind without its parameters.
+    pub fn tag(&self) -> KindTag {
+        match self {
+            SnapshotKind::Full => KindTag::Full,
+            SnapshotKind::Active { .. } => KindTag::Active,
+            SnapshotKind::Historical => KindTag::Historical,
+        }
+    }
+
     /// The short name used in directory names and the catalog.
     pub fn name(&self) -> &'static str {
-        match self {
-            SnapshotKind::Full => "full",
-            SnapshotKind::Active { .. } => "active",
-            SnapshotKind::Historical => "historical",
-        }
+        self.tag().name()
     }
 
     /// Whether an address absent from the snapshot has balance 0 and nonce 0.
@@ -39,7 +82,7 @@ impl SnapshotKind {
 pub struct SnapshotId {
     pub chain_id: u64,
     pub block: u64,
-    pub kind: String,
+    pub kind: KindTag,
 }
 
 impl SnapshotId {
@@ -47,7 +90,7 @@ impl SnapshotId {
         SnapshotId {
             chain_id,
             block,
-            kind: kind.name().to_string(),
+            kind: kind.tag(),
         }
     }
 
@@ -73,13 +116,10 @@ impl FromStr for SnapshotId {
             .or_else(|| s.split_once('-'))
             .ok_or_else(bad)?;
         let (block, kind) = rest.split_once('-').ok_or_else(bad)?;
-        if !matches!(kind, "full" | "active" | "historical") {
-            return Err(bad());
-        }
         Ok(SnapshotId {
             chain_id: chain.parse().map_err(|_| bad())?,
             block: block.parse().map_err(|_| bad())?,
-            kind: kind.to_string(),
+            kind: kind.parse().map_err(|_| bad())?,
         })
     }
 }

@@ -58,9 +58,7 @@ fn default_cache_dir() -> PathBuf {
 
 impl ProxyConfig {
     pub fn from_file(path: &std::path::Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+        Ok(protocol::config::load_toml(path)?)
     }
 
     pub fn refresh_interval(&self) -> Duration {

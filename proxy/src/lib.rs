@@ -28,9 +28,10 @@ use jsonrpsee::server::{BatchRequestConfig, Server, ServerConfig};
 pub use config::ProxyConfig;
 use envelope::{EnvelopeLayer, MAX_BODY};
 use forward::{ForwardLayer, ForwardPolicy, MAX_RESPONSE_BYTES};
+use protocol::url::redact;
 use reader::PrivateReader;
 use rpc::RpcContext;
-use upstream::{redact, Upstream};
+use upstream::Upstream;
 
 /// Most calls in one JSON-RPC batch.
 pub const MAX_BATCH: u32 = 1024;

@@ -14,6 +14,8 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tokio::sync::Mutex;
 
+use protocol::url::redact;
+
 use crate::rpc::{rpc_error, UPSTREAM_UNAVAILABLE};
 
 /// The raw params of a call, passed on untouched.
@@ -233,20 +235,6 @@ async fn http_call(
             err.get("data").cloned(),
         )),
         None => Err(unavailable("upstream sent an unexpected reply")),
-    }
-}
-
-/// A URL for logs: scheme and host (and port) only. The path and query,
-/// where hosted nodes put API keys, and any user info are hidden.
-pub fn redact(url: &str) -> String {
-    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    let host = authority.rsplit('@').next().unwrap_or("");
-    let hidden = rest.len() > authority.len() || authority.contains('@');
-    match (scheme.is_empty(), hidden) {
-        (true, _) => "<url>".to_string(),
-        (false, true) => format!("{scheme}://{host}/…"),
-        (false, false) => format!("{scheme}://{host}"),
     }
 }
 

@@ -46,8 +46,6 @@ impl ServerConfig {
 
     /// Reads a TOML config file.
     pub fn from_file(path: &std::path::Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+        Ok(protocol::config::load_toml(path)?)
     }
 }

@@ -21,7 +21,7 @@ use sha3::{Digest, Sha3_256};
 
 use pir_core::wire::decode_db;
 use pir_core::PirServer;
-use protocol::manifest::{FileDigest, Manifest, SnapshotId, MANIFEST_FORMAT};
+use protocol::manifest::{FileDigest, KindTag, Manifest, SnapshotId, MANIFEST_FORMAT};
 
 pub mod failpoint;
 
@@ -233,7 +233,7 @@ impl SnapshotStore {
             }
         }
         out.sort_by(|a, b| {
-            (a.id.chain_id, a.id.block, &a.id.kind).cmp(&(b.id.chain_id, b.id.block, &b.id.kind))
+            (a.id.chain_id, a.id.block, a.id.kind).cmp(&(b.id.chain_id, b.id.block, b.id.kind))
         });
         Ok(out)
     }
@@ -348,7 +348,7 @@ impl SnapshotStore {
             .into_iter()
             .filter(|s| {
                 s.id.chain_id == chain_id
-                    && s.id.kind != "historical"
+                    && s.id.kind != KindTag::Historical
                     && !pinned.contains(&s.id.block)
             })
             .collect();

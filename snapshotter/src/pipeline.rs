@@ -177,7 +177,7 @@ pub fn build_and_publish(
     })?;
     bar.finish_and_clear();
     let hint_s = t.elapsed().as_secs_f64();
-    tracing::info!(snapshot = %id, device = report.device, detail = %report.detail, hint_s, "hint built");
+    tracing::info!(snapshot = %id, device = %report.device, detail = %report.detail, hint_s, "hint built");
 
     failpoint::hit("write");
     let t = Instant::now();

@@ -97,22 +97,11 @@ impl Default for BuildConfig {
 
 impl BuildConfig {
     pub fn options(&self) -> anyhow::Result<BuildOptions> {
-        let packing = match self.packing.as_str() {
-            "auto" => pir_core::Packing::Auto {
-                hint_budget_bytes: self.hint_budget_mib << 20,
-            },
-            k => pir_core::Packing::Fixed(
-                k.parse()
-                    .map_err(|_| anyhow::anyhow!("build.packing must be \"auto\" or a number"))?,
-            ),
-        };
         Ok(BuildOptions {
-            arity: match self.arity {
-                3 => pir_core::Arity::Three,
-                4 => pir_core::Arity::Four,
-                a => anyhow::bail!("build.arity must be 3 or 4, not {a}"),
-            },
-            packing,
+            arity: pir_core::Arity::from_u8(self.arity)
+                .map_err(|e| anyhow::anyhow!("build.arity: {e}"))?,
+            packing: pir_core::Packing::parse(&self.packing, self.hint_budget_mib)
+                .map_err(|e| anyhow::anyhow!("build.packing: {e}"))?,
             device: self
                 .device
                 .parse()
@@ -133,14 +122,17 @@ pub struct Retention {
 
 impl ScheduleConfig {
     pub fn from_file(path: &Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+        Ok(protocol::config::load_toml(path)?)
     }
 }
 
+/// Wait after the `failures`-th failed step in a row: 2 s doubling, at most 5 min.
 fn backoff(failures: u32) -> Duration {
-    Duration::from_secs(2u64.saturating_pow(failures.min(9))).min(Duration::from_secs(300))
+    protocol::retry::backoff(
+        Duration::from_secs(2),
+        Duration::from_secs(300),
+        failures.saturating_sub(1),
+    )
 }
 
 /// One build from the config now (the cron / systemd-timer form): the
@@ -209,7 +201,7 @@ pub async fn run(
     let mut last_time: Option<Instant> = None;
     let mut failures = 0u32;
     tokio::pin!(stop);
-    tracing::info!(url = %redacted(&config.source.url), every_blocks = config.schedule.every_blocks, interval_secs = config.schedule.interval_secs, "snapshot schedule started");
+    tracing::info!(url = %protocol::url::redact(&config.source.url), every_blocks = config.schedule.every_blocks, interval_secs = config.schedule.interval_secs, "snapshot schedule started");
     loop {
         // Stop is honoured while a step waits on the node too (an outage
         // can keep it retrying for minutes). A build already handed to a
@@ -243,16 +235,6 @@ pub async fn run(
     }
 }
 
-fn redacted(url: &str) -> String {
-    url.split('@')
-        .next_back()
-        .unwrap_or(url)
-        .split('?')
-        .next()
-        .unwrap_or(url)
-        .to_string()
-}
-
 async fn step(
     config: &ScheduleConfig,
     store: &SnapshotStore,
@@ -266,7 +248,7 @@ async fn step(
         *last_block = store
             .list()?
             .iter()
-            .filter(|s| s.id.chain_id == node.chain_id && s.id.kind == "active")
+            .filter(|s| s.id.chain_id == node.chain_id && s.id.kind == protocol::KindTag::Active)
             .map(|s| s.id.block)
             .max();
     }

@@ -207,19 +207,9 @@ struct RetentionArgs {
 
 impl BuildArgs {
     fn options(&self) -> Result<BuildOptions> {
-        let packing = match self.packing.as_str() {
-            "auto" => Packing::Auto {
-                hint_budget_bytes: self.hint_budget_mib << 20,
-            },
-            k => Packing::Fixed(k.parse().context("--packing must be auto or a number")?),
-        };
         Ok(BuildOptions {
-            arity: if self.arity == 3 {
-                Arity::Three
-            } else {
-                Arity::Four
-            },
-            packing,
+            arity: Arity::from_u8(self.arity).context("--arity")?,
+            packing: Packing::parse(&self.packing, self.hint_budget_mib).context("--packing")?,
             device: self.device,
             progress: !self.no_progress,
         })

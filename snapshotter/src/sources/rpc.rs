@@ -435,23 +435,10 @@ impl RpcSource {
             state_root: Some(root),
             block_time: Some(time),
             kind,
-            source: format!("rpc:{}", redact(&self.url)),
+            source: format!("rpc:{}", protocol::url::redact(&self.url)),
             records,
             export_s,
         })
-    }
-}
-
-/// A URL without credentials or API-key paths, for manifests and logs.
-fn redact(url: &str) -> String {
-    match url.parse::<reqwest::Url>() {
-        Ok(u) => format!(
-            "{}://{}{}",
-            u.scheme(),
-            u.host_str().unwrap_or("?"),
-            u.port().map(|p| format!(":{p}")).unwrap_or_default()
-        ),
-        Err(_) => "?".into(),
     }
 }
 
@@ -462,8 +449,9 @@ fn classify(method: &'static str, block: Option<u64>, message: String) -> RpcSou
     }
 }
 
+/// Wait before retry `attempt` of a request: 200 ms doubling, at most 10 s.
 fn backoff(attempt: u32) -> Duration {
-    Duration::from_millis(200u64.saturating_mul(1 << attempt.min(6))).min(Duration::from_secs(10))
+    protocol::retry::backoff(Duration::from_millis(200), Duration::from_secs(10), attempt)
 }
 
 /// Reads an address list: one 0x address per line; `#` comments.
