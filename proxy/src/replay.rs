@@ -26,6 +26,9 @@ struct Line {
     block: String,
 }
 
+/// What became of one line: `(snapshot, balance in wei, nonce)` or why not.
+type Answer = Result<(String, String, u64), String>;
+
 /// Replays `input` into `output` (CSV: `address,block,snapshot,balance_wei,nonce,error`).
 /// `progress(done, total)` is called as lines are answered (or refused);
 /// the caller decides how to show it.
@@ -35,6 +38,30 @@ pub async fn replay(
     output: &Path,
     progress: &mut (dyn FnMut(usize, usize) + Send),
 ) -> Result<ReplaySummary> {
+    let lines = read_lines(input)?;
+    let mut answers: Vec<Answer> = vec![Err(String::new()); lines.len()];
+    let groups = group_by_snapshot(reader, &lines, &mut answers);
+    let total = lines.len();
+    let mut done = total - groups.values().map(|g| g.1.len()).sum::<usize>();
+    progress(done, total);
+    for (snap, members) in groups.into_values() {
+        for chunk in members.chunks(64) {
+            let addresses: Vec<_> = chunk.iter().map(|(_, a)| *a).collect();
+            for ((i, _), r) in chunk.iter().zip(reader.read(&snap, &addresses).await) {
+                answers[*i] = r
+                    .map(|s| (s.snapshot, s.balance.to_string(), s.nonce))
+                    .map_err(|e| e.to_string());
+            }
+            done += chunk.len();
+            progress(done, total);
+        }
+    }
+    write_answers(output, &lines, answers)
+}
+
+/// The `address,block` lines of the input (blank lines, `#` comments and a
+/// header skipped).
+fn read_lines(input: &Path) -> Result<Vec<Line>> {
     let file =
         std::fs::File::open(input).with_context(|| format!("opening {}", input.display()))?;
     let mut lines = Vec::new();
@@ -54,16 +81,23 @@ pub async fn replay(
             block: block.trim().to_string(),
         });
     }
+    Ok(lines)
+}
 
-    // Group lines by snapshot so that each group goes out in batches.
-    let mut results: Vec<Result<(String, String, u64), String>> =
-        vec![Err(String::new()); lines.len()];
+/// Groups the lines by the snapshot that answers them, so that each group
+/// goes out in batches; a line with a bad address or no snapshot gets its
+/// error in `answers` instead.
+fn group_by_snapshot(
+    reader: &PrivateReader,
+    lines: &[Line],
+    answers: &mut [Answer],
+) -> BTreeMap<String, SnapshotGroup> {
     let mut groups: BTreeMap<String, SnapshotGroup> = BTreeMap::new();
     for (i, line) in lines.iter().enumerate() {
         let address = match parse_address(&line.address) {
             Ok(a) => a,
             Err(e) => {
-                results[i] = Err(e);
+                answers[i] = Err(e);
                 continue;
             }
         };
@@ -74,7 +108,6 @@ pub async fn replay(
             Err(_) => Value::String(line.block.clone()),
         };
         match parse_block(Some(&block_value))
-            .map_err(|e| e.to_string())
             .and_then(|sel| reader.select(&sel).map_err(|e| e.to_string()))
         {
             Ok(snap) => groups
@@ -82,31 +115,20 @@ pub async fn replay(
                 .or_insert_with(|| (snap.clone(), Vec::new()))
                 .1
                 .push((i, address)),
-            Err(e) => results[i] = Err(e),
+            Err(e) => answers[i] = Err(e),
         }
     }
-    let total = lines.len();
-    let mut done = total - groups.values().map(|g| g.1.len()).sum::<usize>();
-    progress(done, total);
-    for (snap, members) in groups.into_values() {
-        for chunk in members.chunks(64) {
-            let addresses: Vec<_> = chunk.iter().map(|(_, a)| *a).collect();
-            for ((i, _), r) in chunk.iter().zip(reader.read(&snap, &addresses).await) {
-                results[*i] = r
-                    .map(|s| (s.snapshot, s.balance.to_string(), s.nonce))
-                    .map_err(|e| e.to_string());
-            }
-            done += chunk.len();
-            progress(done, total);
-        }
-    }
+    groups
+}
 
+/// Writes the CSV of answers (errors on stderr too) and counts them.
+fn write_answers(output: &Path, lines: &[Line], answers: Vec<Answer>) -> Result<ReplaySummary> {
     let mut out = std::io::BufWriter::new(
         std::fs::File::create(output).with_context(|| format!("creating {}", output.display()))?,
     );
     writeln!(out, "address,block,snapshot,balance_wei,nonce,error")?;
     let mut summary = ReplaySummary::default();
-    for (line, r) in lines.iter().zip(results) {
+    for (line, r) in lines.iter().zip(answers) {
         match r {
             Ok((snap, balance, nonce)) => {
                 summary.answered += 1;

@@ -48,7 +48,7 @@ async fn snapshots_of(
     let node = RpcSource::connect(
         &anvil.url,
         RpcOptions {
-            progress: false,
+            progress: None,
             ..Default::default()
         },
     )
@@ -66,7 +66,7 @@ async fn snapshots_of(
         node.export_historical(everyone.clone(), 2).await.unwrap(),
     ];
     let build = BuildOptions {
-        progress: false,
+        progress: None,
         device: gpu_kernels::HintDevice::Cpu,
         ..Default::default()
     };

@@ -13,7 +13,7 @@ use pir_core::server::ServeError;
 use pir_core::wire;
 
 use crate::api::{ApiError, Catalog, CatalogEntry};
-use crate::state::AppState;
+use crate::state::{AppState, LoadedSnapshot};
 
 /// The router over a shared state.
 pub fn router(state: Arc<AppState>) -> Router {
@@ -103,6 +103,8 @@ async fn setup(
         .into_response()
 }
 
+/// `POST /v1/snapshots/{id}/query`: read the batch (bounded), wait for a
+/// queue slot and a worker, answer off the async threads, count.
 async fn query(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
@@ -116,29 +118,9 @@ async fn query(
             format!("no snapshot '{id}' (it may have been retired)"),
         );
     };
-    let largest = wire::query_bytes(snap.pir.db().shape().rows(), state.max_batch);
-    let too_large = |what: String| {
-        count(&state, "query", StatusCode::PAYLOAD_TOO_LARGE);
-        error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!(
-                "{what}: a batch of at most {} queries takes at most {largest} bytes",
-                state.max_batch
-            ),
-        )
-    };
-    // Refuse from the declared length before reading a byte, and never
-    // read more than this snapshot's largest batch.
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if let Some(len) = declared.filter(|&len| len > largest as u64) {
-        return too_large(format!("{len} bytes declared"));
-    }
-    let body = match axum::body::to_bytes(body, largest).await {
+    let body = match read_batch(&state, &snap, &headers, body).await {
         Ok(b) => b,
-        Err(_) => return too_large("body longer than allowed".into()),
+        Err(refused) => return refused,
     };
     let Some(slot) = state.enter_queue() else {
         count(&state, "query", StatusCode::SERVICE_UNAVAILABLE);
@@ -162,8 +144,59 @@ async fn query(
     })
     .await;
     drop(slot);
-    let elapsed = started.elapsed();
-    let (status, response) = match result {
+    let (status, response) = answer_response(&state, &snap, result, started.elapsed());
+    if status != StatusCode::OK {
+        tracing::info!(snapshot = %snap.url_id, status = status.as_u16(), "refused query");
+    }
+    count(&state, "query", status);
+    response
+}
+
+/// The query body, refused (413) from its declared length before a byte is
+/// read, and never read past this snapshot's largest batch.
+async fn read_batch(
+    state: &AppState,
+    snap: &LoadedSnapshot,
+    headers: &header::HeaderMap,
+    body: axum::body::Body,
+) -> Result<axum::body::Bytes, Response> {
+    let largest = wire::query_bytes(snap.pir.db().shape().rows(), state.max_batch);
+    let too_large = |what: String| {
+        count(state, "query", StatusCode::PAYLOAD_TOO_LARGE);
+        error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "{what}: a batch of at most {} queries takes at most {largest} bytes",
+                state.max_batch
+            ),
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(len) = declared.filter(|&len| len > largest as u64) {
+        return Err(too_large(format!("{len} bytes declared")));
+    }
+    axum::body::to_bytes(body, largest)
+        .await
+        .map_err(|_| too_large("body longer than allowed".into()))
+}
+
+/// The HTTP response (and its status) for an answer task's outcome.
+fn answer_response(
+    state: &AppState,
+    snap: &LoadedSnapshot,
+    result: Result<Result<(Vec<u8>, usize), ServeError>, tokio::task::JoinError>,
+    elapsed: std::time::Duration,
+) -> (StatusCode, Response) {
+    let bad_request = |message: String| {
+        (
+            StatusCode::BAD_REQUEST,
+            error(StatusCode::BAD_REQUEST, message),
+        )
+    };
+    match result {
         Ok(Ok((bytes, batch))) => {
             state.metrics.answer_seconds.observe(elapsed.as_secs_f64());
             state
@@ -177,17 +210,10 @@ async fn query(
                 ([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response(),
             )
         }
-        Ok(Err(ServeError::Wire(e))) => (
-            StatusCode::BAD_REQUEST,
-            error(StatusCode::BAD_REQUEST, format!("malformed query: {e}")),
-        ),
-        Ok(Err(ServeError::Answer(e))) => (
-            StatusCode::BAD_REQUEST,
-            error(
-                StatusCode::BAD_REQUEST,
-                format!("query does not fit this snapshot: {e}"),
-            ),
-        ),
+        Ok(Err(ServeError::Wire(e))) => bad_request(format!("malformed query: {e}")),
+        Ok(Err(ServeError::Answer(e))) => {
+            bad_request(format!("query does not fit this snapshot: {e}"))
+        }
         Err(e) => {
             tracing::error!(snapshot = %snap.url_id, error = %e, "answer task failed");
             (
@@ -195,12 +221,7 @@ async fn query(
                 error(StatusCode::INTERNAL_SERVER_ERROR, "internal error"),
             )
         }
-    };
-    if status != StatusCode::OK {
-        tracing::info!(snapshot = %snap.url_id, status = status.as_u16(), "refused query");
     }
-    count(&state, "query", status);
-    response
 }
 
 async fn healthz(State(state): State<Arc<AppState>>) -> Response {

@@ -61,7 +61,7 @@ async fn declared_length_status(url: &str, len: usize) -> u16 {
 
 fn opts() -> BuildOptions {
     BuildOptions {
-        progress: false,
+        progress: None,
         device: gpu_kernels::HintDevice::Cpu,
         ..Default::default()
     }

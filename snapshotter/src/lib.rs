@@ -14,6 +14,7 @@ pub use snapshot_store as store;
 pub use snapshot_store::failpoint;
 
 pub mod pipeline;
+pub mod progress;
 pub mod records;
 pub mod schedule;
 pub mod sources;

@@ -4,7 +4,6 @@ use std::time::Instant;
 
 use alloy_primitives::B256;
 use gpu_kernels::HintDevice;
-use indicatif::{ProgressBar, ProgressStyle};
 use pir_core::wire::SetupData;
 use pir_core::wire::{encode_db, query_bytes, response_bytes};
 use pir_core::{Arity, EncodeOptions, EncodedDb, Packing};
@@ -13,6 +12,7 @@ use rand::Rng;
 use crate::account::{encode_value, value_width, AccountRecord};
 use crate::failpoint;
 use crate::manifest::{BuildStats, Manifest, PirParams, SnapshotId, SnapshotKind, MANIFEST_FORMAT};
+use crate::progress::{report, ProgressEvent, ProgressFn, Step};
 use crate::records::encode_records;
 use crate::store::{
     sha3_hex, SnapshotStore, StoreError, StoredSnapshot, DB_FILE, RECORDS_FILE, SETUP_FILE,
@@ -40,13 +40,13 @@ impl ExportedState {
 }
 
 /// How to build.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct BuildOptions {
     pub arity: Arity,
     pub packing: Packing,
     pub device: HintDevice,
-    /// Draw progress bars (on a terminal).
-    pub progress: bool,
+    /// Where the encode and hint steps report progress (none: silent).
+    pub progress: Option<ProgressFn>,
 }
 
 impl Default for BuildOptions {
@@ -55,8 +55,19 @@ impl Default for BuildOptions {
             arity: Arity::Three,
             packing: Packing::default(),
             device: HintDevice::Auto,
-            progress: true,
+            progress: None,
         }
+    }
+}
+
+impl std::fmt::Debug for BuildOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BuildOptions")
+            .field("arity", &self.arity)
+            .field("packing", &self.packing)
+            .field("device", &self.device)
+            .field("progress", &self.progress.is_some())
+            .finish()
     }
 }
 
@@ -77,17 +88,6 @@ pub enum BuildError {
     Store(#[from] StoreError),
     #[error("another build holds the store lock ({0}); one build at a time")]
     Locked(std::path::PathBuf),
-}
-
-fn spinner(enabled: bool, msg: &'static str) -> ProgressBar {
-    let bar = if enabled {
-        ProgressBar::new_spinner()
-    } else {
-        ProgressBar::hidden()
-    };
-    bar.set_message(msg);
-    bar.enable_steady_tick(std::time::Duration::from_millis(120));
-    bar
 }
 
 /// Holds the store's build lock while alive.
@@ -113,7 +113,9 @@ pub fn lock_store(store: &SnapshotStore) -> Result<BuildLock, BuildError> {
     }
 }
 
-/// Builds a snapshot from `state` and publishes it atomically.
+/// Builds a snapshot from `state` and publishes it atomically: check the
+/// records, encode, build the hint, write the files to a staging folder,
+/// publish with one rename.
 pub fn build_and_publish(
     store: &SnapshotStore,
     mut state: ExportedState,
@@ -128,6 +130,18 @@ pub fn build_and_publish(
     if store.path_of(&id).exists() {
         return Err(StoreError::Exists(id).into());
     }
+    check_records(&mut state)?;
+    let encoded = encode_phase(&state, opts)?;
+    let hinted = hint_phase(encoded, opts)?;
+    let written = write_phase(store, &id, &state, hinted)?;
+    let manifest = manifest_for(&state, &written);
+    let published = store.publish(written.staged, &manifest)?;
+    tracing::info!(snapshot = %id, path = %published.path.display(), "published");
+    Ok(published)
+}
+
+/// Sorts the records by key and refuses an empty or repeating export.
+fn check_records(state: &mut ExportedState) -> Result<(), BuildError> {
     if state.records.is_empty() {
         return Err(BuildError::Empty);
     }
@@ -135,7 +149,16 @@ pub fn build_and_publish(
     if let Some(pair) = state.records.windows(2).find(|w| w[0].key == w[1].key) {
         return Err(BuildError::Duplicate(pair[0].key));
     }
+    Ok(())
+}
 
+/// The encoded database and how long it took.
+struct Encoded {
+    db: EncodedDb,
+    encode_s: f64,
+}
+
+fn encode_phase(state: &ExportedState, opts: &BuildOptions) -> Result<Encoded, BuildError> {
     failpoint::hit("encode");
     let width = value_width(&state.records);
     let kv: Vec<([u8; 32], Vec<u8>)> = state
@@ -144,54 +167,104 @@ pub fn build_and_publish(
         .map(|r| (r.key.0, encode_value(r.balance, r.nonce, width)))
         .collect();
     let t = Instant::now();
-    let bar = spinner(opts.progress, "encoding binary fuse filters");
-    let db = EncodedDb::encode(
-        &kv,
-        width,
-        &EncodeOptions {
-            arity: opts.arity,
-            packing: opts.packing,
-        },
-        &mut rand::rng(),
-    )?;
-    bar.finish_and_clear();
-    let encode_s = t.elapsed().as_secs_f64();
-    let shape = db.shape().clone();
-    tracing::info!(snapshot = %id, records = kv.len(), k = shape.partitions, rows = shape.rows(), cols = shape.cols(), encode_s, "encoded");
-
-    failpoint::hit("hint");
-    let t = Instant::now();
-    let n = shape.lwe.dimension as u64;
-    let bar = if opts.progress {
-        ProgressBar::new(n)
-    } else {
-        ProgressBar::hidden()
+    let step = Step::EncodeFilters;
+    report(&opts.progress, ProgressEvent::Begin { step, total: None });
+    let options = EncodeOptions {
+        arity: opts.arity,
+        packing: opts.packing,
     };
-    bar.set_style(
-        ProgressStyle::with_template("hint {bar:40} {pos}/{len} rows of A {elapsed}")
-            .expect("valid template"),
-    );
-    let seed: [u8; 32] = rand::rng().random();
-    let (hint, report) = gpu_kernels::build_hint_with_progress(&db, &seed, opts.device, &|done| {
-        bar.inc(done as u64)
-    })?;
-    bar.finish_and_clear();
-    let hint_s = t.elapsed().as_secs_f64();
-    tracing::info!(snapshot = %id, device = %report.device, detail = %report.detail, hint_s, "hint built");
+    let db = EncodedDb::encode(&kv, width, &options, &mut rand::rng());
+    report(&opts.progress, ProgressEvent::End { step });
+    let db = db?;
+    let encode_s = t.elapsed().as_secs_f64();
+    let shape = db.shape();
+    tracing::info!(snapshot = %state.id(), records = kv.len(), k = shape.partitions, rows = shape.rows(), cols = shape.cols(), encode_s, "encoded");
+    Ok(Encoded { db, encode_s })
+}
 
-    failpoint::hit("write");
+/// The database with its hint (setup bytes) and what the hint step cost.
+struct Hinted {
+    db: EncodedDb,
+    setup_bytes: Vec<u8>,
+    encode_s: f64,
+    hint_s: f64,
+    device: String,
+}
+
+fn hint_phase(encoded: Encoded, opts: &BuildOptions) -> Result<Hinted, BuildError> {
+    failpoint::hit("hint");
+    let Encoded { db, encode_s } = encoded;
     let t = Instant::now();
-    let db_bytes = encode_db(&db);
+    let step = Step::BuildHint;
+    let total = Some(db.shape().lwe.dimension as u64);
+    report(&opts.progress, ProgressEvent::Begin { step, total });
+    let seed: [u8; 32] = rand::rng().random();
+    let built = gpu_kernels::build_hint_with_progress(&db, &seed, opts.device, &|done| {
+        report(
+            &opts.progress,
+            ProgressEvent::Advance {
+                step,
+                by: done as u64,
+            },
+        )
+    });
+    report(&opts.progress, ProgressEvent::End { step });
+    let (hint, hint_report) = built?;
+    let hint_s = t.elapsed().as_secs_f64();
+    tracing::info!(device = %hint_report.device, detail = %hint_report.detail, hint_s, "hint built");
     // Serialised straight from the hint: no server is needed to publish.
     let setup_bytes = SetupData::for_db(&db, seed, hint)?.to_bytes();
-    let setup_digest = SetupData::digest_of(&setup_bytes);
+    Ok(Hinted {
+        db,
+        setup_bytes,
+        encode_s,
+        hint_s,
+        device: format!("{} ({})", hint_report.device, hint_report.detail),
+    })
+}
+
+/// The staged files and what the manifest needs to know of them.
+struct Written {
+    staged: crate::store::StagedSnapshot,
+    shape: pir_core::DbShape,
+    setup_digest: [u8; 32],
+    setup_len: usize,
+    content_digest: String,
+    encode_s: f64,
+    hint_s: f64,
+    write_s: f64,
+    device: String,
+}
+
+fn write_phase(
+    store: &SnapshotStore,
+    id: &SnapshotId,
+    state: &ExportedState,
+    hinted: Hinted,
+) -> Result<Written, BuildError> {
+    failpoint::hit("write");
+    let t = Instant::now();
     let records_bytes = encode_records(&state.records);
-    let mut staged = store.stage(&id)?;
+    let mut staged = store.stage(id)?;
     staged.write_file(RECORDS_FILE, &records_bytes)?;
-    staged.write_file(DB_FILE, &db_bytes)?;
-    staged.write_file(SETUP_FILE, &setup_bytes)?;
-    let write_s = t.elapsed().as_secs_f64();
-    let manifest = Manifest {
+    staged.write_file(DB_FILE, &encode_db(&hinted.db))?;
+    staged.write_file(SETUP_FILE, &hinted.setup_bytes)?;
+    Ok(Written {
+        staged,
+        shape: hinted.db.shape().clone(),
+        setup_digest: SetupData::digest_of(&hinted.setup_bytes),
+        setup_len: hinted.setup_bytes.len(),
+        content_digest: sha3_hex(&records_bytes),
+        encode_s: hinted.encode_s,
+        hint_s: hinted.hint_s,
+        write_s: t.elapsed().as_secs_f64(),
+        device: hinted.device,
+    })
+}
+
+fn manifest_for(state: &ExportedState, w: &Written) -> Manifest {
+    let shape = &w.shape;
+    Manifest {
         format: MANIFEST_FORMAT,
         chain_id: state.chain_id,
         block_number: state.block_number,
@@ -201,7 +274,7 @@ pub fn build_and_publish(
         kind: state.kind,
         source: state.source.clone(),
         record_count: state.records.len() as u64,
-        content_digest: sha3_hex(&records_bytes),
+        content_digest: w.content_digest.clone(),
         created_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
         pir: PirParams {
             lwe_dimension: shape.lwe.dimension,
@@ -213,21 +286,18 @@ pub fn build_and_publish(
             value_bytes: shape.value_bytes,
             segment_length: shape.geometry.segment_length,
             segment_count: shape.geometry.segment_count,
-            setup_digest: hex::encode(setup_digest),
-            hint_bytes: setup_bytes.len() as u64,
+            setup_digest: hex::encode(w.setup_digest),
+            hint_bytes: w.setup_len as u64,
             query_bytes: query_bytes(shape.rows(), 1) as u64,
             response_bytes: response_bytes(shape.cols(), 1) as u64,
         },
         build: BuildStats {
             export_s: state.export_s,
-            encode_s,
-            hint_s,
-            write_s,
-            hint_device: format!("{} ({})", report.device, report.detail),
+            encode_s: w.encode_s,
+            hint_s: w.hint_s,
+            write_s: w.write_s,
+            hint_device: w.device.clone(),
         },
-        files: staged.file_digests().clone(),
-    };
-    let published = store.publish(staged, &manifest)?;
-    tracing::info!(snapshot = %id, path = %published.path.display(), "published");
-    Ok(published)
+        files: w.staged.file_digests().clone(),
+    }
 }

@@ -106,7 +106,7 @@ impl BuildConfig {
                 .device
                 .parse()
                 .map_err(|e: String| anyhow::anyhow!(e))?,
-            progress: false,
+            progress: None,
         })
     }
 }
@@ -185,7 +185,7 @@ fn rpc_options(config: &ScheduleConfig) -> RpcOptions {
         batch_size: config.source.batch_size,
         concurrency: config.source.concurrency,
         traces: config.source.traces,
-        progress: false,
+        progress: None,
         ..Default::default()
     }
 }

@@ -111,7 +111,7 @@ fn retention_keeps_the_newest_and_the_pinned() {
     let dir = tempfile::tempdir().unwrap();
     let store = SnapshotStore::open(dir.path()).unwrap();
     let opts = BuildOptions {
-        progress: false,
+        progress: None,
         device: gpu_kernels::HintDevice::Cpu,
         ..Default::default()
     };

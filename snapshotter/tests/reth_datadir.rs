@@ -150,7 +150,7 @@ fn check_builds(reth: &RethDatadir, chain_id: u64) {
     let dir = tempfile::tempdir().unwrap();
     let store = SnapshotStore::open(dir.path()).unwrap();
     let opts = BuildOptions {
-        progress: false,
+        progress: None,
         device: gpu_kernels::HintDevice::Cpu,
         ..Default::default()
     };

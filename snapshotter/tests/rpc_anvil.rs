@@ -14,7 +14,7 @@ use test_support::{make_history, Anvil};
 
 fn opts() -> RpcOptions {
     RpcOptions {
-        progress: false,
+        progress: None,
         batch_size: 3,
         attempts: 2,
         ..Default::default()
@@ -105,7 +105,7 @@ async fn active_and_historical_snapshots_match_anvil() {
     let dir = tempfile::tempdir().unwrap();
     let store = SnapshotStore::open(dir.path()).unwrap();
     let build = BuildOptions {
-        progress: false,
+        progress: None,
         device: gpu_kernels::HintDevice::Cpu,
         ..Default::default()
     };

@@ -148,7 +148,7 @@ async fn main() -> Result<()> {
                 &store2,
                 state,
                 &BuildOptions {
-                    progress: false,
+                    progress: None,
                     ..Default::default()
                 },
             )

@@ -1,19 +1,23 @@
 //! `ethpir-snapshot`: export Ethereum account state into PIR snapshots.
 #![forbid(unsafe_code)]
 
+use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use gpu_kernels::HintDevice;
+use indicatif::{ProgressBar, ProgressStyle};
 use pir_core::{Arity, Packing};
-use snapshotter::pipeline::{build_and_publish, BuildOptions, ExportedState};
+use snapshotter::pipeline::{build_and_publish, BuildError, BuildOptions, ExportedState};
+use snapshotter::progress::{ProgressEvent, ProgressFn, Step};
 use snapshotter::schedule::{self, ScheduleConfig};
 use snapshotter::sources::genesis;
 #[cfg(feature = "reth")]
 use snapshotter::sources::reth::{RethDatadir, RethMode};
 use snapshotter::sources::rpc::{self, RpcOptions, RpcSource, Traces};
-use snapshotter::store::SnapshotStore;
+use snapshotter::store::{SnapshotStore, StoreError};
 use snapshotter::SnapshotId;
 
 #[derive(Parser)]
@@ -93,83 +97,92 @@ enum Command {
 #[derive(Subcommand)]
 enum Source {
     /// The state at block 0 from a genesis JSON (its `alloc`).
-    Genesis {
-        /// The genesis file.
-        #[arg(long, conflicts_with = "mainnet", required_unless_present = "mainnet")]
-        file: Option<PathBuf>,
-        /// Use the bundled Ethereum mainnet genesis (8,893 accounts).
-        #[arg(long)]
-        mainnet: bool,
-        /// Chain id, when the file has no config.chainId.
-        #[arg(long)]
-        chain_id: Option<u64>,
-        #[command(flatten)]
-        build: BuildArgs,
-    },
+    Genesis(GenesisArgs),
     /// Accounts from a JSON-RPC node: the active set of the last --window
     /// blocks, or (--historical) chosen accounts at an older block.
-    Rpc {
-        /// Node URL (http or https).
-        #[arg(long, env = "ETHPIR_RPC_URL")]
-        url: String,
-        /// Active set: accounts touched in this many blocks up to --block.
-        #[arg(long, default_value_t = 128)]
-        window: u64,
-        /// Block to read at (default: the node's head).
-        #[arg(long)]
-        block: Option<u64>,
-        /// Historical snapshot at --block of --addresses or of the accounts
-        /// touched in --from-block..=--to-block.
-        #[arg(long, requires = "block")]
-        historical: bool,
-        /// File with one address per line (historical).
-        #[arg(long, requires = "historical")]
-        addresses: Option<PathBuf>,
-        /// First block of the range whose touched accounts to include (historical).
-        #[arg(long, requires = "historical")]
-        from_block: Option<u64>,
-        /// Last block of that range (default: --block).
-        #[arg(long, requires = "from_block")]
-        to_block: Option<u64>,
-        /// Accounts per JSON-RPC batch.
-        #[arg(long, default_value_t = 100)]
-        batch_size: usize,
-        /// Batches in flight.
-        #[arg(long, default_value_t = 4)]
-        concurrency: usize,
-        /// Call traces (trace_block): auto, on, off.
-        #[arg(long, default_value = "auto", value_parser = ["auto", "on", "off"])]
-        traces: String,
-        #[command(flatten)]
-        build: BuildArgs,
-    },
+    Rpc(RpcArgs),
     /// Accounts from a reth datadir, opened read-only (the node may keep
     /// running): the full state at the head (default), the active set of
     /// the last --window blocks, or the full state at an older --block.
-    Reth {
-        /// The reth datadir (holding db/mdbx.dat).
-        #[arg(long)]
-        datadir: PathBuf,
-        /// The chain's id (the datadir does not record it).
-        #[arg(long)]
-        chain_id: u64,
-        /// Active set of this many blocks instead of the full state.
-        #[arg(long, conflicts_with = "block")]
-        window: Option<u64>,
-        /// Historical: the state at this older block.
-        #[arg(long)]
-        block: Option<u64>,
-        #[command(flatten)]
-        build: BuildArgs,
-    },
+    Reth(RethArgs),
+}
+
+#[derive(Args)]
+struct GenesisArgs {
+    /// The genesis file.
+    #[arg(long, conflicts_with = "mainnet", required_unless_present = "mainnet")]
+    file: Option<PathBuf>,
+    /// Use the bundled Ethereum mainnet genesis (8,893 accounts).
+    #[arg(long)]
+    mainnet: bool,
+    /// Chain id, when the file has no config.chainId.
+    #[arg(long)]
+    chain_id: Option<u64>,
+    #[command(flatten)]
+    build: BuildArgs,
+}
+
+#[derive(Args)]
+struct RpcArgs {
+    /// Node URL (http or https).
+    #[arg(long, env = "ETHPIR_RPC_URL")]
+    url: String,
+    /// Active set: accounts touched in this many blocks up to --block.
+    #[arg(long, default_value_t = 128)]
+    window: u64,
+    /// Block to read at (default: the node's head).
+    #[arg(long)]
+    block: Option<u64>,
+    /// Historical snapshot at --block of --addresses or of the accounts
+    /// touched in --from-block..=--to-block.
+    #[arg(long, requires = "block")]
+    historical: bool,
+    /// File with one address per line (historical).
+    #[arg(long, requires = "historical")]
+    addresses: Option<PathBuf>,
+    /// First block of the range whose touched accounts to include (historical).
+    #[arg(long, requires = "historical")]
+    from_block: Option<u64>,
+    /// Last block of that range (default: --block).
+    #[arg(long, requires = "from_block")]
+    to_block: Option<u64>,
+    /// Accounts per JSON-RPC batch.
+    #[arg(long, default_value_t = 100)]
+    batch_size: usize,
+    /// Batches in flight.
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+    /// Call traces (trace_block): auto, on, off.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "on", "off"])]
+    traces: String,
+    #[command(flatten)]
+    build: BuildArgs,
+}
+
+#[derive(Args)]
+struct RethArgs {
+    /// The reth datadir (holding db/mdbx.dat).
+    #[arg(long)]
+    datadir: PathBuf,
+    /// The chain's id (the datadir does not record it).
+    #[arg(long)]
+    chain_id: u64,
+    /// Active set of this many blocks instead of the full state.
+    #[arg(long, conflicts_with = "block")]
+    window: Option<u64>,
+    /// Historical: the state at this older block.
+    #[arg(long)]
+    block: Option<u64>,
+    #[command(flatten)]
+    build: BuildArgs,
 }
 
 impl Source {
     fn build_args(&self) -> &BuildArgs {
         match self {
-            Source::Genesis { build, .. }
-            | Source::Rpc { build, .. }
-            | Source::Reth { build, .. } => build,
+            Source::Genesis(a) => &a.build,
+            Source::Rpc(a) => &a.build,
+            Source::Reth(a) => &a.build,
         }
     }
 }
@@ -211,9 +224,51 @@ impl BuildArgs {
             arity: Arity::from_u8(self.arity).context("--arity")?,
             packing: Packing::parse(&self.packing, self.hint_budget_mib).context("--packing")?,
             device: self.device,
-            progress: !self.no_progress,
+            progress: self.progress(),
         })
     }
+
+    fn progress(&self) -> Option<ProgressFn> {
+        (!self.no_progress).then(terminal_bars)
+    }
+}
+
+/// Draws the library's progress events as bars on stderr (hidden when it is
+/// not a terminal).
+fn terminal_bars() -> ProgressFn {
+    let bars: Mutex<HashMap<Step, ProgressBar>> = Mutex::new(HashMap::new());
+    Arc::new(move |event| {
+        let mut bars = bars.lock().expect("progress lock");
+        match event {
+            ProgressEvent::Begin { step, total } => {
+                let bar = match total {
+                    Some(n) => ProgressBar::new(n).with_style(
+                        ProgressStyle::with_template(&format!(
+                            "{{bar:40}} {{pos}}/{{len}} {} {{per_sec}} {{elapsed}}",
+                            step.label()
+                        ))
+                        .expect("valid template"),
+                    ),
+                    None => {
+                        let s = ProgressBar::new_spinner().with_message(step.label());
+                        s.enable_steady_tick(std::time::Duration::from_millis(120));
+                        s
+                    }
+                };
+                bars.insert(step, bar);
+            }
+            ProgressEvent::Advance { step, by } => {
+                if let Some(bar) = bars.get(&step) {
+                    bar.inc(by);
+                }
+            }
+            ProgressEvent::End { step } => {
+                if let Some(bar) = bars.remove(&step) {
+                    bar.finish_and_clear();
+                }
+            }
+        }
+    })
 }
 
 fn main() -> Result<()> {
@@ -224,164 +279,162 @@ fn main() -> Result<()> {
         .init();
     let kernel = pir_core::kernel::init_from_env().context(pir_core::kernel::KERNEL_ENV)?;
     tracing::debug!(%kernel, "PIR product kernel");
-    if let Command::Run { config, once } = &cli.command {
-        let config = ScheduleConfig::from_file(config)?;
-        let runtime = tokio::runtime::Runtime::new()?;
-        return runtime.block_on(async {
-            if *once {
-                schedule::build_once(&config).await.map(|_| ())
-            } else {
-                schedule::run(config, async {
-                    let _ = tokio::signal::ctrl_c().await;
-                })
-                .await
-            }
-        });
-    }
-    let store = SnapshotStore::open(&cli.store)
-        .with_context(|| format!("opening the store {}", cli.store.display()))?;
-    match cli.command {
-        Command::Run { .. } => unreachable!("handled above"),
-        Command::Build { source } => {
-            let build = source.build_args().clone();
-            let state: ExportedState = match source {
-                Source::Genesis {
-                    file,
-                    mainnet,
-                    chain_id,
-                    ..
-                } => match (file, mainnet) {
-                    (_, true) => genesis::mainnet(),
-                    (Some(f), false) => genesis::read_genesis(&f, chain_id)
-                        .with_context(|| format!("reading genesis {}", f.display()))?,
-                    (None, false) => bail!("--file or --mainnet"),
-                },
-                #[cfg(feature = "reth")]
-                Source::Reth {
-                    datadir,
-                    chain_id,
-                    window,
-                    block,
-                    ..
-                } => {
-                    let reth = RethDatadir::open(&datadir)?;
-                    let mode = match (window, block) {
-                        (Some(window), _) => RethMode::Active { window },
-                        (None, Some(block)) => RethMode::Historical { block },
-                        (None, None) => RethMode::Full,
-                    };
-                    reth.export(mode, chain_id)?
-                }
-                #[cfg(not(feature = "reth"))]
-                Source::Reth { .. } => bail!("this build has no reth support: rebuild with `cargo build --release -p snapshotter --features reth` (needs libclang-dev)"),
-                Source::Rpc {
-                    url,
-                    window,
-                    block,
-                    historical,
-                    addresses,
-                    from_block,
-                    to_block,
-                    batch_size,
-                    concurrency,
-                    traces,
-                    ..
-                } => {
-                    let options = RpcOptions {
-                        batch_size,
-                        concurrency,
-                        traces: match traces.as_str() {
-                            "on" => Traces::On,
-                            "off" => Traces::Off,
-                            _ => Traces::Auto,
-                        },
-                        progress: !build.no_progress,
-                        ..Default::default()
-                    };
-                    let runtime = tokio::runtime::Runtime::new()?;
-                    runtime.block_on(async {
-                        let node = RpcSource::connect(&url, options).await?;
-                        if historical {
-                            let at = block.expect("clap requires --block");
-                            let list = match (addresses, from_block) {
-                                (Some(f), _) => rpc::read_address_file(&f)?,
-                                (None, Some(from)) => node
-                                    .touched(from, to_block.unwrap_or(at))
-                                    .await?
-                                    .into_iter()
-                                    .collect(),
-                                (None, None) => {
-                                    bail!("--historical needs --addresses or --from-block")
-                                }
-                            };
-                            Ok::<_, anyhow::Error>(node.export_historical(list, at).await?)
-                        } else {
-                            Ok(node.export_active(window, block).await?)
-                        }
-                    })?
-                }
-            };
-            snapshotter::failpoint::hit("export");
-            let chain_id = state.chain_id;
-            match build_and_publish(&store, state, &build.options()?) {
-                Ok(snap) => println!("{}", snap.path.display()),
-                Err(snapshotter::pipeline::BuildError::Store(
-                    snapshotter::store::StoreError::Exists(id),
-                )) => {
-                    tracing::info!(snapshot = %id, "already published; nothing to do");
-                }
-                Err(e) => return Err(e.into()),
-            }
-            prune(&store, chain_id, &build.retention)?;
-        }
-        Command::List { json } => {
-            for s in store.list()? {
-                if json {
-                    println!("{}", serde_json::to_string(&s.manifest)?);
-                } else {
-                    let m = &s.manifest;
-                    println!(
-                        "{:<28} {:>9} accounts  k={:<4} hint {:>7.1} MiB  query {:>6.1} KiB  created {}",
-                        s.id.to_string(),
-                        m.record_count,
-                        m.pir.partitions,
-                        m.pir.hint_bytes as f64 / (1 << 20) as f64,
-                        m.pir.query_bytes as f64 / 1024.0,
-                        m.created_at
-                    );
-                }
-            }
-        }
-        Command::Verify { ids, lookups } => {
-            let snaps = if ids.is_empty() {
-                store.list()?
-            } else {
-                ids.iter()
-                    .map(|id| store.get(id))
-                    .collect::<Result<Vec<_>, _>>()?
-            };
-            let mut bad = 0;
-            for s in &snaps {
-                match snapshotter::verify::verify(&store, s, lookups) {
-                    Ok(()) => println!("ok      {}", s.id),
-                    Err(e) => {
-                        bad += 1;
-                        println!("FAILED  {}: {e}", s.id);
-                    }
-                }
-            }
-            if bad > 0 {
-                bail!("{bad} of {} snapshots failed verification", snaps.len());
-            }
-        }
+    let open_store = || {
+        SnapshotStore::open(&cli.store)
+            .with_context(|| format!("opening the store {}", cli.store.display()))
+    };
+    match &cli.command {
+        Command::Run { config, once } => run_schedule(config, *once),
+        Command::Build { source } => build(&open_store()?, source),
+        Command::List { json } => list(&open_store()?, *json),
+        Command::Verify { ids, lookups } => verify(&open_store()?, ids, *lookups),
         Command::Prune {
             chain_id,
             retention,
-        } => prune(&store, chain_id, &retention)?,
+        } => prune(&open_store()?, *chain_id, retention),
+    }
+}
+
+/// `run`: the schedule, or one build of it with `--once`.
+fn run_schedule(config: &std::path::Path, once: bool) -> Result<()> {
+    let config = ScheduleConfig::from_file(config)?;
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async {
+        if once {
+            schedule::build_once(&config).await.map(|_| ())
+        } else {
+            schedule::run(config, async {
+                let _ = tokio::signal::ctrl_c().await;
+            })
+            .await
+        }
+    })
+}
+
+/// `build`: export from the source, build, publish, apply retention.
+fn build(store: &SnapshotStore, source: &Source) -> Result<()> {
+    let build = source.build_args();
+    let state = match source {
+        Source::Genesis(args) => export_genesis(args)?,
+        Source::Rpc(args) => export_rpc(args)?,
+        Source::Reth(args) => export_reth(args)?,
+    };
+    snapshotter::failpoint::hit("export");
+    let chain_id = state.chain_id;
+    match build_and_publish(store, state, &build.options()?) {
+        Ok(snap) => println!("{}", snap.path.display()),
+        Err(BuildError::Store(StoreError::Exists(id))) => {
+            tracing::info!(snapshot = %id, "already published; nothing to do");
+        }
+        Err(e) => return Err(e.into()),
+    }
+    prune(store, chain_id, &build.retention)
+}
+
+fn export_genesis(args: &GenesisArgs) -> Result<ExportedState> {
+    match (&args.file, args.mainnet) {
+        (_, true) => Ok(genesis::mainnet()),
+        (Some(f), false) => genesis::read_genesis(f, args.chain_id)
+            .with_context(|| format!("reading genesis {}", f.display())),
+        (None, false) => bail!("--file or --mainnet"),
+    }
+}
+
+#[cfg(feature = "reth")]
+fn export_reth(args: &RethArgs) -> Result<ExportedState> {
+    let reth = RethDatadir::open(&args.datadir)?;
+    let mode = match (args.window, args.block) {
+        (Some(window), _) => RethMode::Active { window },
+        (None, Some(block)) => RethMode::Historical { block },
+        (None, None) => RethMode::Full,
+    };
+    Ok(reth.export(mode, args.chain_id)?)
+}
+
+#[cfg(not(feature = "reth"))]
+fn export_reth(_: &RethArgs) -> Result<ExportedState> {
+    bail!("this build has no reth support: rebuild with `cargo build --release -p snapshotter --features reth` (needs libclang-dev)")
+}
+
+fn export_rpc(args: &RpcArgs) -> Result<ExportedState> {
+    let options = RpcOptions {
+        batch_size: args.batch_size,
+        concurrency: args.concurrency,
+        traces: match args.traces.as_str() {
+            "on" => Traces::On,
+            "off" => Traces::Off,
+            _ => Traces::Auto,
+        },
+        progress: args.build.progress(),
+        ..Default::default()
+    };
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async {
+        let node = RpcSource::connect(&args.url, options).await?;
+        if !args.historical {
+            return Ok(node.export_active(args.window, args.block).await?);
+        }
+        let at = args.block.context("--historical needs --block")?;
+        let list = match (&args.addresses, args.from_block) {
+            (Some(f), _) => rpc::read_address_file(f)?,
+            (None, Some(from)) => node
+                .touched(from, args.to_block.unwrap_or(at))
+                .await?
+                .into_iter()
+                .collect(),
+            (None, None) => bail!("--historical needs --addresses or --from-block"),
+        };
+        Ok(node.export_historical(list, at).await?)
+    })
+}
+
+/// `list`: one line per snapshot, or the manifests as JSON lines.
+fn list(store: &SnapshotStore, json: bool) -> Result<()> {
+    for s in store.list()? {
+        if json {
+            println!("{}", serde_json::to_string(&s.manifest)?);
+            continue;
+        }
+        let m = &s.manifest;
+        println!(
+            "{:<28} {:>9} accounts  k={:<4} hint {:>7.1} MiB  query {:>6.1} KiB  created {}",
+            s.id.to_string(),
+            m.record_count,
+            m.pir.partitions,
+            m.pir.hint_bytes as f64 / (1 << 20) as f64,
+            m.pir.query_bytes as f64 / 1024.0,
+            m.created_at
+        );
     }
     Ok(())
 }
 
+/// `verify`: check the named snapshots (all when none).
+fn verify(store: &SnapshotStore, ids: &[SnapshotId], lookups: usize) -> Result<()> {
+    let snaps = if ids.is_empty() {
+        store.list()?
+    } else {
+        ids.iter()
+            .map(|id| store.get(id))
+            .collect::<Result<Vec<_>, _>>()?
+    };
+    let mut bad = 0;
+    for s in &snaps {
+        match snapshotter::verify::verify(store, s, lookups) {
+            Ok(()) => println!("ok      {}", s.id),
+            Err(e) => {
+                bad += 1;
+                println!("FAILED  {}: {e}", s.id);
+            }
+        }
+    }
+    if bad > 0 {
+        bail!("{bad} of {} snapshots failed verification", snaps.len());
+    }
+    Ok(())
+}
+
+/// `prune`: apply the retention policy.
 fn prune(store: &SnapshotStore, chain_id: u64, retention: &RetentionArgs) -> Result<()> {
     if retention.keep_latest == 0 {
         return Ok(());

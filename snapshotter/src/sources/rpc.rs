@@ -13,12 +13,12 @@ use alloy_primitives::{Address, B256, U256, U64};
 use alloy_rpc_client::{ClientBuilder, RpcClient};
 use alloy_transport::TransportError;
 use futures_util::stream::{self, StreamExt, TryStreamExt};
-use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
 
 use crate::account::AccountRecord;
 use crate::manifest::SnapshotKind;
 use crate::pipeline::ExportedState;
+use crate::progress::{report, ProgressEvent, ProgressFn, Step};
 
 /// Why the node could not give us what we need.
 #[derive(Debug, thiserror::Error)]
@@ -59,7 +59,7 @@ pub enum Traces {
 }
 
 /// Tuning of the source.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct RpcOptions {
     /// Accounts per JSON-RPC batch (two calls each).
     pub batch_size: usize,
@@ -68,7 +68,20 @@ pub struct RpcOptions {
     /// Attempts per request before giving up.
     pub attempts: u32,
     pub traces: Traces,
-    pub progress: bool,
+    /// Where the account export reports progress (none: silent).
+    pub progress: Option<ProgressFn>,
+}
+
+impl std::fmt::Debug for RpcOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RpcOptions")
+            .field("batch_size", &self.batch_size)
+            .field("concurrency", &self.concurrency)
+            .field("attempts", &self.attempts)
+            .field("traces", &self.traces)
+            .field("progress", &self.progress.is_some())
+            .finish()
+    }
 }
 
 impl Default for RpcOptions {
@@ -78,7 +91,7 @@ impl Default for RpcOptions {
             concurrency: 4,
             attempts: 6,
             traces: Traces::Auto,
-            progress: true,
+            progress: None,
         }
     }
 }
@@ -273,35 +286,30 @@ impl RpcSource {
         addresses: &[Address],
         at: u64,
     ) -> Result<Vec<AccountRecord>, RpcSourceError> {
-        let bar = if self.options.progress {
-            ProgressBar::new(addresses.len() as u64)
-        } else {
-            ProgressBar::hidden()
-        };
-        bar.set_style(
-            ProgressStyle::with_template(
-                "export {bar:40} {pos}/{len} accounts {per_sec} {elapsed}",
-            )
-            .expect("valid template"),
-        );
+        let progress = &self.options.progress;
+        let step = Step::ExportAccounts;
+        let total = Some(addresses.len() as u64);
+        report(progress, ProgressEvent::Begin { step, total });
         let block = hex_block(at);
         let chunks: Vec<Vec<Address>> = addresses
             .chunks(self.options.batch_size.max(1))
             .map(<[Address]>::to_vec)
             .collect();
-        let results: Vec<Vec<AccountRecord>> = stream::iter(chunks.into_iter().map(|chunk| {
-            let block = block.clone();
-            let bar = bar.clone();
-            async move {
-                let out = self.read_batch(&chunk, &block, at).await?;
-                bar.inc(chunk.len() as u64);
-                Ok::<_, RpcSourceError>(out)
-            }
-        }))
-        .buffered(self.options.concurrency.max(1))
-        .try_collect()
-        .await?;
-        bar.finish_and_clear();
+        let results: Result<Vec<Vec<AccountRecord>>, RpcSourceError> =
+            stream::iter(chunks.into_iter().map(|chunk| {
+                let block = block.clone();
+                async move {
+                    let out = self.read_batch(&chunk, &block, at).await?;
+                    let by = chunk.len() as u64;
+                    report(progress, ProgressEvent::Advance { step, by });
+                    Ok::<_, RpcSourceError>(out)
+                }
+            }))
+            .buffered(self.options.concurrency.max(1))
+            .try_collect()
+            .await;
+        report(progress, ProgressEvent::End { step });
+        let results: Vec<Vec<AccountRecord>> = results?;
         Ok(results.into_iter().flatten().collect())
     }
 
