@@ -7,6 +7,7 @@ use rand::{CryptoRng, Rng};
 use rayon::prelude::*;
 use zeroize::Zeroize;
 
+use crate::db::DbShape;
 use crate::error::{DecodeError, WireError};
 use crate::keys::{record_tag, KeyDigest};
 use crate::matrix::expand_row_segment;
@@ -65,6 +66,104 @@ pub enum Lookup {
     Absent,
 }
 
+/// What a setup may ask of the client. A hostile server could otherwise
+/// announce a geometry that makes every prepared query gigabytes; a setup
+/// beyond any limit is refused before anything is allocated for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientLimits {
+    /// Database rows (each prepared query holds 4 bytes per row).
+    pub max_rows: u64,
+    /// Partitions laid side by side (k).
+    pub max_partitions: u32,
+    /// Bytes of setup data (mostly the hint).
+    pub max_setup_bytes: u64,
+    /// Bytes of one prepared query (`b0` and the secret).
+    pub max_prepared_bytes: u64,
+}
+
+impl Default for ClientLimits {
+    /// What a wallet can afford: a 16 MiB prepared query, a 256 MiB hint.
+    fn default() -> Self {
+        ClientLimits {
+            max_rows: 1 << 22,
+            max_partitions: 4096,
+            max_setup_bytes: 256 << 20,
+            max_prepared_bytes: 16 << 20,
+        }
+    }
+}
+
+/// Why setup data was refused.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum SetupError {
+    #[error(transparent)]
+    Wire(#[from] WireError),
+    #[error("the setup asks for {what} = {value}, over this client's limit of {limit}")]
+    OverLimit {
+        what: &'static str,
+        value: u64,
+        limit: u64,
+    },
+    #[error(
+        "the setup's {bits}-bit plaintext over {rows} rows breaks the correctness bound (at most {allowed} bits)"
+    )]
+    CorrectnessBound { rows: u64, bits: u32, allowed: u32 },
+}
+
+impl ClientLimits {
+    /// Checks a setup's size and announced geometry.
+    pub fn check(&self, shape: &DbShape, setup_bytes: u64) -> Result<(), SetupError> {
+        let rows = shape.rows() as u64;
+        let prepared = 4 * rows + shape.lwe.dimension as u64;
+        for (what, value, limit) in [
+            ("setup bytes", setup_bytes, self.max_setup_bytes),
+            ("rows", rows, self.max_rows),
+            (
+                "partitions",
+                shape.partitions as u64,
+                self.max_partitions as u64,
+            ),
+            ("prepared-query bytes", prepared, self.max_prepared_bytes),
+        ] {
+            if value > limit {
+                return Err(SetupError::OverLimit { what, value, limit });
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks setup bytes before parsing them: the size, then (from the
+    /// header, without reading the hint) the geometry.
+    fn check_bytes(&self, bytes: &[u8]) -> Result<(), SetupError> {
+        if bytes.len() as u64 > self.max_setup_bytes {
+            return Err(SetupError::OverLimit {
+                what: "setup bytes",
+                value: bytes.len() as u64,
+                limit: self.max_setup_bytes,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The plaintext width a setup announces must keep the correctness bound
+/// for its final row count: a server cannot pick a wider one to make honest
+/// answers fail the noise check.
+fn check_bound(shape: &DbShape) -> Result<(), SetupError> {
+    let rows = shape.rows() as u64;
+    let allowed = crate::params::LweParams::for_rows(rows, shape.cols() as u64)
+        .map(|p| p.plaintext_bits)
+        .unwrap_or(0);
+    if shape.lwe.plaintext_bits > allowed {
+        return Err(SetupError::CorrectnessBound {
+            rows,
+            bits: shape.lwe.plaintext_bits,
+            allowed,
+        });
+    }
+    Ok(())
+}
+
 /// Why decoding refused a response.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
 pub enum ClientError {
@@ -105,9 +204,22 @@ impl PirClient {
         }
     }
 
-    /// A client from the setup bytes the server publishes.
-    pub fn from_setup_bytes(bytes: &[u8]) -> Result<Self, WireError> {
+    /// A client from the setup bytes the server publishes, within the
+    /// default [`ClientLimits`].
+    pub fn from_setup_bytes(bytes: &[u8]) -> Result<Self, SetupError> {
+        Self::from_setup_bytes_limited(bytes, &ClientLimits::default())
+    }
+
+    /// A client from setup bytes, refusing a setup beyond `limits` or one
+    /// whose plaintext width breaks the correctness bound.
+    pub fn from_setup_bytes_limited(
+        bytes: &[u8],
+        limits: &ClientLimits,
+    ) -> Result<Self, SetupError> {
+        limits.check_bytes(bytes)?;
         let setup = SetupData::from_bytes(bytes)?;
+        limits.check(&setup.shape, bytes.len() as u64)?;
+        check_bound(&setup.shape)?;
         let digest = SetupData::digest_of(bytes);
         Ok(PirClient {
             id: SetupData::id_of(&digest),
@@ -241,10 +353,12 @@ impl PirClient {
         }
         let w = shape.record_elems();
         let first = pending.partition as usize * w;
-        // s . M for this partition's columns only.
-        let mut sm = vec![0u32; w];
+        // s . M over every column, and the noise of every element checked:
+        // a server that perturbs any partition's columns makes every lookup
+        // fail alike, whichever partition holds the key.
+        let mut sm = vec![0u32; cols];
         for (i, &s) in pending.secret.iter().enumerate() {
-            let row = &self.setup.hint[i * cols + first..i * cols + first + w];
+            let row = &self.setup.hint[i * cols..(i + 1) * cols];
             match s {
                 1 => sm
                     .iter_mut()
@@ -259,20 +373,22 @@ impl PirClient {
         }
         let bits = shape.lwe.plaintext_bits;
         let delta = shape.lwe.delta();
-        let mut elems = vec![0u8; w];
-        for ((e, &r), &m) in elems
-            .iter_mut()
-            .zip(&response.elems[first..first + w])
-            .zip(&sm)
-        {
+        let mut noisy = 0u32;
+        let mut plain = vec![0u8; cols];
+        for ((p, &r), &m) in plain.iter_mut().zip(&response.elems).zip(&sm) {
             let x = r.wrapping_sub(m);
             let rounded = x.wrapping_add(delta / 2) >> (32 - bits);
             let noise = x.wrapping_sub(rounded << (32 - bits)) as i32;
-            if noise.unsigned_abs() >= delta / 4 {
-                return Err(ClientError::Corrupted);
-            }
-            *e = (rounded & ((1 << bits) - 1)) as u8;
+            noisy |= (noise.unsigned_abs() >= delta / 4) as u32;
+            *p = (rounded & ((1 << bits) - 1)) as u8;
         }
+        if noisy != 0 {
+            sm.zeroize();
+            plain.zeroize();
+            return Err(ClientError::Corrupted);
+        }
+        let mut elems = plain[first..first + w].to_vec();
+        plain.zeroize();
         sm.zeroize();
         let (tag, value) = decode_record(&elems, bits, shape.value_bytes as usize);
         elems.zeroize();

@@ -232,13 +232,16 @@ impl EncodedDb {
             }
             let fullest = members.iter().map(Vec::len).max().unwrap_or(0);
             let geometry = FuseGeometry::for_keys(options.arity, fullest, 0);
+            // The client checks the noise of every element of a response
+            // (k x w of them), so the bound counts them all.
+            let checked = k as u64 * elems as u64;
             let rows = geometry.array_length() as u64;
-            let lwe = LweParams::for_rows(rows, elems as u64)?;
+            let lwe = LweParams::for_rows(rows, checked)?;
             if lwe.plaintext_bits < bits {
                 bits = lwe.plaintext_bits;
                 continue;
             }
-            return Self::fill(
+            let db = Self::fill(
                 records,
                 &digests,
                 members,
@@ -247,7 +250,16 @@ impl EncodedDb {
                 value_bytes,
                 partition_seed,
                 filter_base,
-            );
+            )?;
+            // The filters may have grown while being built: the bound must
+            // hold for the final row count too.
+            let final_rows = db.shape().rows() as u64;
+            let lwe = LweParams::for_rows(final_rows, checked)?;
+            if lwe.plaintext_bits < bits {
+                bits = lwe.plaintext_bits;
+                continue;
+            }
+            return Ok(db);
         }
     }
 

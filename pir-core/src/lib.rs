@@ -33,7 +33,9 @@ pub mod record;
 pub mod server;
 pub mod wire;
 
-pub use client::{ClientError, Lookup, PendingAnswer, PirClient, PreparedQuery};
+pub use client::{
+    ClientError, ClientLimits, Lookup, PendingAnswer, PirClient, PreparedQuery, SetupError,
+};
 pub use db::{DbShape, EncodeOptions, EncodedDb, Packing};
 pub use error::{AnswerError, DecodeError, EncodeError, ParamError, WireError};
 pub use fuse::Arity;

@@ -30,6 +30,46 @@ pub struct ProxyConfig {
     pub refresh_secs: u64,
     /// Seconds before a request to the PIR server or upstream gives up.
     pub request_timeout_secs: u64,
+    /// What a PIR server's setup may ask of this proxy.
+    pub limits: Limits,
+}
+
+/// Geometry limits on setups (`[limits]`): a setup beyond any of them is
+/// refused, and counts as a verification failure of the server.
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Database rows of one snapshot.
+    pub max_rows: u64,
+    /// Partitions laid side by side (k).
+    pub max_partitions: u32,
+    /// Setup data (hint) of one snapshot, MiB.
+    pub max_setup_mib: u64,
+    /// One prepared query, MiB.
+    pub max_prepared_query_mib: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        let d = pir_core::ClientLimits::default();
+        Limits {
+            max_rows: d.max_rows,
+            max_partitions: d.max_partitions,
+            max_setup_mib: d.max_setup_bytes >> 20,
+            max_prepared_query_mib: d.max_prepared_bytes >> 20,
+        }
+    }
+}
+
+impl Limits {
+    pub fn client_limits(&self) -> pir_core::ClientLimits {
+        pir_core::ClientLimits {
+            max_rows: self.max_rows,
+            max_partitions: self.max_partitions,
+            max_setup_bytes: self.max_setup_mib.saturating_mul(1 << 20),
+            max_prepared_bytes: self.max_prepared_query_mib.saturating_mul(1 << 20),
+        }
+    }
 }
 
 impl Default for ProxyConfig {
@@ -44,6 +84,7 @@ impl Default for ProxyConfig {
             prepared_pool: 4,
             refresh_secs: 15,
             request_timeout_secs: 30,
+            limits: Limits::default(),
         }
     }
 }

@@ -38,6 +38,9 @@ pub enum ReadError {
     Setup { snapshot: String, reason: String },
     #[error("the PIR server serves several chains ({0:?}); set chain_id")]
     AmbiguousChain(Vec<u64>),
+    /// A verification failure was seen earlier: private reads are stopped.
+    #[error("private reads stopped: the PIR server failed verification ({0})")]
+    Distrusted(String),
 }
 
 /// A privately read account.
@@ -116,6 +119,10 @@ pub struct PrivateReader {
     chain_id: Option<u64>,
     max_batch: RwLock<usize>,
     snapshots: RwLock<BTreeMap<String, Arc<SnapshotClient>>>,
+    limits: pir_core::ClientLimits,
+    /// Set by the first verification failure (its reason): from then on no
+    /// private query is sent and every private read fails alike.
+    distrust: Mutex<Option<String>>,
 }
 
 fn backend(e: impl std::fmt::Display) -> ReadError {
@@ -135,7 +142,35 @@ impl PrivateReader {
             chain_id: config.chain_id,
             max_batch: RwLock::new(1),
             snapshots: RwLock::new(BTreeMap::new()),
+            limits: config.limits.client_limits(),
+            distrust: Mutex::new(None),
         }
+    }
+
+    /// Why private reads are stopped, if they are.
+    pub fn distrusted(&self) -> Option<String> {
+        self.distrust.lock().expect("distrust lock").clone()
+    }
+
+    /// Records a verification failure (the first one is logged) and returns
+    /// the error every private read gets from now on.
+    fn distrust(&self, reason: String) -> ReadError {
+        let mut d = self.distrust.lock().expect("distrust lock");
+        if d.is_none() {
+            tracing::warn!(%reason, server = %protocol::url::redact(&self.base), "the PIR server failed verification: private reads are stopped until the proxy restarts or `ethpir-proxy trust-reset`");
+            *d = Some(reason);
+        }
+        ReadError::Distrusted(d.clone().expect("just set"))
+    }
+
+    /// Trusts the server again (`ethpir_trustReset`); returns the reason
+    /// that had stopped private reads, if any.
+    pub fn trust_reset(&self) -> Option<String> {
+        let was = self.distrust.lock().expect("distrust lock").take();
+        if let Some(reason) = &was {
+            tracing::warn!(%reason, "trust in the PIR server reset by the user");
+        }
+        was
     }
 
     /// Snapshots known now.
@@ -225,16 +260,30 @@ impl PrivateReader {
                 if other.is_ok() {
                     tracing::warn!(file = %cached.display(), "cached setup does not match its digest; downloading again");
                 }
+                let announced = entry.manifest.pir.hint_bytes;
+                if announced > self.limits.max_setup_bytes {
+                    return Err(self.distrust(format!(
+                        "snapshot {} announces {announced} bytes of setup data, over the limit of {}",
+                        entry.id, self.limits.max_setup_bytes
+                    )));
+                }
                 let url = format!("{}/v1/snapshots/{}/setup", self.base, entry.id);
                 let resp = self.http.get(&url).send().await.map_err(backend)?;
                 if !resp.status().is_success() {
                     return Err(setup_err(format!("HTTP {}", resp.status())));
                 }
+                if resp.content_length().unwrap_or(0) > self.limits.max_setup_bytes {
+                    return Err(self.distrust(format!(
+                        "snapshot {}: setup download over the limit of {} bytes",
+                        entry.id, self.limits.max_setup_bytes
+                    )));
+                }
                 let b = resp.bytes().await.map_err(backend)?.to_vec();
                 if hex::encode(SetupData::digest_of(&b)) != digest {
-                    return Err(setup_err(
-                        "downloaded setup does not match the catalog digest".into(),
-                    ));
+                    return Err(self.distrust(format!(
+                        "snapshot {}: downloaded setup does not match the catalog digest",
+                        entry.id
+                    )));
                 }
                 if let Err(e) = write_atomically(&self.cache_dir, &cached, &b).await {
                     tracing::warn!(error = %e, "cannot cache setup data");
@@ -242,10 +291,13 @@ impl PrivateReader {
                 b
             }
         };
-        let client = tokio::task::spawn_blocking(move || PirClient::from_setup_bytes(&bytes))
-            .await
-            .expect("setup task")
-            .map_err(|e| setup_err(e.to_string()))?;
+        let limits = self.limits;
+        let client = tokio::task::spawn_blocking(move || {
+            PirClient::from_setup_bytes_limited(&bytes, &limits)
+        })
+        .await
+        .expect("setup task")
+        .map_err(|e| self.distrust(format!("snapshot {}: {e}", entry.id)))?;
         Ok(Arc::new(SnapshotClient {
             entry,
             client,
@@ -324,9 +376,29 @@ impl PrivateReader {
         let max_batch = *self.max_batch.read().expect("lock");
         let mut out = Vec::with_capacity(addresses.len());
         for chunk in addresses.chunks(max_batch) {
-            match self.read_batch(snap, chunk).await {
-                Ok(results) => out.extend(results),
-                Err(e) => out.extend(chunk.iter().map(|_| Err(e.clone()))),
+            if let Some(reason) = self.distrusted() {
+                out.extend(
+                    chunk
+                        .iter()
+                        .map(|_| Err(ReadError::Distrusted(reason.clone()))),
+                );
+                continue;
+            }
+            let results = match self.read_batch(snap, chunk).await {
+                Ok(results) => results,
+                Err(e) => chunk.iter().map(|_| Err(e.clone())).collect(),
+            };
+            // A failed verification anywhere fails the whole batch, and
+            // every read after it (fail closed).
+            match results.iter().find_map(|r| match r {
+                Err(ReadError::Unverifiable(why)) => Some(why.clone()),
+                _ => None,
+            }) {
+                Some(why) => {
+                    let e = self.distrust(why);
+                    out.extend(chunk.iter().map(|_| Err(e.clone())));
+                }
+                None => out.extend(results),
             }
         }
         out

@@ -28,7 +28,8 @@ pub const NO_SNAPSHOT: i64 = -32001;
 pub const NOT_IN_PRIVATE_SET: i64 = -32002;
 /// The PIR server could not be reached or refused.
 pub const PIR_UNAVAILABLE: i64 = -32003;
-/// The private answer did not verify (damaged or altered).
+/// A private answer did not verify (damaged or altered), now or earlier:
+/// private reads from that server are stopped (fail closed).
 pub const UNVERIFIABLE: i64 = -32004;
 /// The upstream node could not be reached.
 pub const UPSTREAM_UNAVAILABLE: i64 = -32005;
@@ -98,6 +99,11 @@ pub fn module(ctx: RpcContext) -> RpcModule<RpcContext> {
         ctx.chain_id().map(|c| c.to_string())
     })
     .expect("unique method");
+    m.register_method(
+        "ethpir_trustReset",
+        |_, ctx, _| json!({ "wasDistrusted": ctx.reader.trust_reset() }),
+    )
+    .expect("unique method");
     m.register_method("web3_clientVersion", |_, _, _| {
         format!("ethpir-proxy/{}", env!("CARGO_PKG_VERSION"))
     })
@@ -132,6 +138,11 @@ impl RpcContext {
         ext: &Extensions,
     ) -> Result<AccountState, ErrorObjectOwned> {
         let (address, selector) = private_params(params)?;
+        // Fail closed: after a verification failure every private call gets
+        // the same error, whatever its block or address.
+        if let Some(reason) = self.reader.distrusted() {
+            return Err(read_error(&ReadError::Distrusted(reason)));
+        }
         let outcome = match ext.get::<Prefetched>() {
             Some(done) => done.0.clone(),
             None => match self.reader.select(&selector) {
@@ -226,6 +237,11 @@ pub fn read_error(e: &ReadError) -> ErrorObjectOwned {
         ReadError::AmbiguousChain(chains) => {
             rpc_error(INTERNAL_ERROR, e.to_string(), Some(json!(chains)))
         }
+        ReadError::Distrusted(reason) => rpc_error(
+            UNVERIFIABLE,
+            "private reads stopped: the PIR server failed verification; restart the proxy or run `ethpir-proxy trust-reset` once you trust it again",
+            Some(json!(reason)),
+        ),
     }
 }
 

@@ -1,0 +1,301 @@
+//! A PIR server that lies, behind a tampering relay (a real HTTP middleman):
+//! whatever it changes in a response, in any partition, the proxy never
+//! answers a wrong balance; after the first failure it detects it sends no
+//! further private query to that server, answers every private call with
+//! the same error and sends nothing upstream, even with the private
+//! fallback switched on.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use common::*;
+use pir_core::wire::{decode_responses, encode_responses, SetupData};
+use pir_core::{DbShape, Response};
+use serde_json::{json, Value};
+use snapshotter::SnapshotStore;
+use test_support::rpc_raw;
+
+/// The genesis snapshot behind a PIR server; its shape.
+async fn genesis_server(dir: &std::path::Path) -> (String, DbShape) {
+    let store = SnapshotStore::open(dir.join("store")).unwrap();
+    demo::ensure_genesis_snapshot(&store).unwrap();
+    let server = start_server(&dir.join("store")).await;
+    let setup = reqwest::get(format!("{server}/v1/snapshots/1-0-full/setup"))
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    let shape = SetupData::from_bytes(&setup).unwrap().shape;
+    (server, shape)
+}
+
+/// A relay that rewrites every query response with `edit` (the response
+/// checksum recomputed) and counts the queries that reach the server.
+fn rewriting(
+    edit: impl Fn(&mut Response) + Send + Sync + 'static,
+    queries: Arc<AtomicUsize>,
+) -> Rewrite {
+    Arc::new(move |path: &str, b: Bytes| {
+        if !path.ends_with("/query") {
+            return b;
+        }
+        queries.fetch_add(1, Ordering::SeqCst);
+        match decode_responses(&b) {
+            Ok(mut rs) => {
+                rs.iter_mut().for_each(&edit);
+                Bytes::from(encode_responses(&rs))
+            }
+            Err(_) => b,
+        }
+    })
+}
+
+/// Adds `by` to every element of partition `p`'s columns.
+fn shift_partition(shape: &DbShape, p: usize, by: u32) -> impl Fn(&mut Response) + Send + Sync {
+    let w = shape.record_elems();
+    move |r: &mut Response| {
+        for e in &mut r.elems[p * w..(p + 1) * w] {
+            *e = e.wrapping_add(by);
+        }
+    }
+}
+
+async fn start_proxy_with(config: proxy::ProxyConfig) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let config = proxy::ProxyConfig {
+        listen: addr,
+        refresh_secs: 1,
+        request_timeout_secs: 10,
+        private_fallback_to_upstream: true,
+        ..config
+    };
+    tokio::spawn(proxy::serve_on(listener, config, std::future::pending()));
+    format!("http://{addr}")
+}
+
+fn genesis_accounts() -> Vec<(String, String)> {
+    let v: Value = serde_json::from_str(snapshotter::sources::genesis::MAINNET_GENESIS).unwrap();
+    v["alloc"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .step_by(997)
+        .map(|(a, acc)| {
+            let wei = alloy_primitives::U256::from_str_radix(
+                acc["balance"].as_str().unwrap().trim_start_matches("0x"),
+                16,
+            )
+            .unwrap();
+            (format!("0x{a}"), format!("{wei:#x}"))
+        })
+        .collect()
+}
+
+async fn balance(proxy: &str, address: &str) -> Value {
+    let http = reqwest::Client::new();
+    let body =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "eth_getBalance", "params": [address, "0x0"]});
+    rpc_raw(&http, proxy, &body.to_string()).await
+}
+
+/// A proxy behind `rewrite`, with a recording upstream and the private
+/// fallback on.
+async fn tampered_proxy(
+    server: &str,
+    rewrite: Rewrite,
+    cache: &std::path::Path,
+    limits: proxy::config::Limits,
+) -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+    let (link, _) = start_relay(server, rewrite).await;
+    // The upstream: a recorder in front of the PIR server (it answers no
+    // JSON-RPC; only what reaches it matters).
+    let (upstream, upstream_saw) = start_relay(server, passthrough()).await;
+    let proxy = start_proxy_with(proxy::ProxyConfig {
+        pir_server: link,
+        upstream: Some(upstream),
+        cache_dir: cache.to_path_buf(),
+        limits,
+        ..Default::default()
+    })
+    .await;
+    (proxy, upstream_saw)
+}
+
+/// After the first detected failure: every private call gets -32004, no
+/// query reaches the server and nothing goes upstream.
+async fn assert_fails_closed(
+    proxy: &str,
+    queries: &AtomicUsize,
+    upstream_saw: &std::sync::Mutex<Vec<String>>,
+    case: &str,
+) {
+    let accounts = genesis_accounts();
+    let first = balance(proxy, &accounts[0].0).await;
+    assert_eq!(first["error"]["code"], -32004, "{case}: {first}");
+    let sent = queries.load(Ordering::SeqCst);
+    let mut reasons = Vec::new();
+    for (a, _) in accounts.iter().take(4) {
+        let v = balance(proxy, a).await;
+        assert!(
+            v.get("result").is_none(),
+            "{case}: a balance after a failure: {v}"
+        );
+        assert_eq!(v["error"]["code"], -32004, "{case}: {v}");
+        reasons.push(v["error"].clone());
+    }
+    // One stable error, whatever the address.
+    assert!(
+        reasons.windows(2).all(|w| w[0] == w[1]),
+        "{case}: {reasons:?}"
+    );
+    // A block with no snapshot: the same error, not a fallback upstream.
+    let http = reqwest::Client::new();
+    let other_block = json!({"jsonrpc": "2.0", "id": 2, "method": "eth_getBalance", "params": [accounts[0].0, "0x10"]});
+    let v = rpc_raw(&http, proxy, &other_block.to_string()).await;
+    assert_eq!(v["error"]["code"], -32004, "{case}: {v}");
+    assert_eq!(
+        queries.load(Ordering::SeqCst),
+        sent,
+        "{case}: private queries reached the server after the failure"
+    );
+    let saw = upstream_saw.lock().unwrap().clone();
+    assert!(
+        !saw.iter().any(|m| m.starts_with("eth_get")),
+        "{case}: a private method went upstream: {saw:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tampering_server_is_caught_and_contained() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, shape) = genesis_server(dir.path()).await;
+    let delta = shape.lwe.delta();
+    let k = shape.partitions as usize;
+    let accounts = genesis_accounts();
+    let limits = proxy::config::Limits::default();
+
+    // Noise below delta/4 in any partition: every answer still right.
+    for p in [0, k / 2, k - 1] {
+        let queries = Arc::new(AtomicUsize::new(0));
+        let rewrite = rewriting(shift_partition(&shape, p, delta / 8), queries.clone());
+        let cache = tempfile::tempdir().unwrap();
+        let (proxy, _) = tampered_proxy(&server, rewrite, cache.path(), limits).await;
+        wait_for_chain(&proxy).await;
+        for (a, wei) in &accounts {
+            let v = balance(&proxy, a).await;
+            assert_eq!(
+                v["result"].as_str(),
+                Some(wei.as_str()),
+                "partition {p}: {v}"
+            );
+        }
+    }
+
+    // Noise between delta/4 and delta/2 in one partition, any partition
+    // (with the checksum recomputed): caught, then contained.
+    for p in [0, k - 1] {
+        let queries = Arc::new(AtomicUsize::new(0));
+        let rewrite = rewriting(
+            shift_partition(&shape, p, delta / 4 + delta / 16),
+            queries.clone(),
+        );
+        let cache = tempfile::tempdir().unwrap();
+        let (proxy, saw) = tampered_proxy(&server, rewrite, cache.path(), limits).await;
+        wait_for_chain(&proxy).await;
+        assert_fails_closed(&proxy, &queries, &saw, &format!("noise in partition {p}")).await;
+    }
+
+    // A low bit flipped in transit without recomputing the checksum.
+    let queries = Arc::new(AtomicUsize::new(0));
+    let counted = queries.clone();
+    let flip: Rewrite = Arc::new(move |path: &str, b: Bytes| {
+        if !path.ends_with("/query") {
+            return b;
+        }
+        counted.fetch_add(1, Ordering::SeqCst);
+        let mut v = b.to_vec();
+        let i = v.len() / 2;
+        v[i] ^= 1;
+        Bytes::from(v)
+    });
+    let cache = tempfile::tempdir().unwrap();
+    let (proxy, saw) = tampered_proxy(&server, flip, cache.path(), limits).await;
+    wait_for_chain(&proxy).await;
+    assert_fails_closed(&proxy, &queries, &saw, "bit flip without checksum").await;
+
+    // Whole multiples of delta look like valid plaintext: a server can do
+    // this as well by lying about its database. The tag still stops it
+    // from producing another account's value: the answer is the right
+    // balance or absent (0 in a full snapshot), never a third value.
+    for p in 0..k {
+        let queries = Arc::new(AtomicUsize::new(0));
+        let rewrite = rewriting(shift_partition(&shape, p, delta), queries);
+        let cache = tempfile::tempdir().unwrap();
+        let (proxy, _) = tampered_proxy(&server, rewrite, cache.path(), limits).await;
+        wait_for_chain(&proxy).await;
+        let (a, wei) = &accounts[p % accounts.len()];
+        let v = balance(&proxy, a).await;
+        let got = v["result"].as_str().unwrap_or("");
+        assert!(got == wei || got == "0x0", "partition {p}: {v}");
+    }
+
+    // A setup whose geometry is over the proxy's limits: refused, and the
+    // server is not asked any private query.
+    let queries = Arc::new(AtomicUsize::new(0));
+    let rewrite = rewriting(|_| {}, queries.clone());
+    let cache = tempfile::tempdir().unwrap();
+    let small = proxy::config::Limits {
+        max_rows: 16,
+        ..limits
+    };
+    let (proxy, saw) = tampered_proxy(&server, rewrite, cache.path(), small).await;
+    let mut v = Value::Null;
+    for _ in 0..50 {
+        v = balance(&proxy, &accounts[0].0).await;
+        if v["error"]["code"] == -32004 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(v["error"]["code"], -32004, "{v}");
+    assert!(
+        v["error"]["data"].as_str().unwrap_or("").contains("rows"),
+        "the error says which limit: {v}"
+    );
+    assert_eq!(queries.load(Ordering::SeqCst), 0);
+    assert!(!saw.lock().unwrap().iter().any(|m| m.starts_with("eth_get")));
+}
+
+/// `ethpir_trustReset` lets private reads go out again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn trust_reset_resumes_private_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, shape) = genesis_server(dir.path()).await;
+    let delta = shape.lwe.delta();
+    let queries = Arc::new(AtomicUsize::new(0));
+    let rewrite = rewriting(shift_partition(&shape, 0, delta / 2 - 1), queries.clone());
+    let cache = tempfile::tempdir().unwrap();
+    let (proxy, _) = tampered_proxy(&server, rewrite, cache.path(), Default::default()).await;
+    wait_for_chain(&proxy).await;
+    let accounts = genesis_accounts();
+    assert_eq!(
+        balance(&proxy, &accounts[0].0).await["error"]["code"],
+        -32004
+    );
+    let sent = queries.load(Ordering::SeqCst);
+    let http = reqwest::Client::new();
+    let reset = test_support::rpc(&http, &proxy, "ethpir_trustReset", json!([]))
+        .await
+        .unwrap();
+    assert!(reset["wasDistrusted"].is_string(), "{reset}");
+    balance(&proxy, &accounts[0].0).await;
+    assert!(
+        queries.load(Ordering::SeqCst) > sent,
+        "no query after the reset"
+    );
+}
