@@ -32,7 +32,37 @@ pub struct ProxyConfig {
     pub request_timeout_secs: u64,
     /// What a PIR server's setup may ask of this proxy.
     pub limits: Limits,
+    /// Allow a plain `http://` PIR server that is not on loopback.
+    pub allow_insecure_transport: bool,
+    /// Which methods may go to the upstream.
+    pub upstream_methods: UpstreamMethods,
 }
+
+/// Which methods may go to the upstream node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum UpstreamMethods {
+    /// Every method the proxy does not answer itself.
+    #[default]
+    All,
+    /// Not the reads that name an address ([`ADDRESS_READS`]): they would
+    /// tell the upstream which accounts the wallet holds. Sends and block
+    /// or transaction reads still pass.
+    NoAddressReads,
+}
+
+/// Forwarded reads whose parameters name an address (or, for `eth_call`
+/// and `eth_estimateGas`, usually do: `balanceOf(addr)`).
+pub const ADDRESS_READS: [&str; 8] = [
+    "eth_call",
+    "eth_estimateGas",
+    "eth_createAccessList",
+    "eth_getCode",
+    "eth_getStorageAt",
+    "eth_getProof",
+    "eth_getLogs",
+    "eth_newFilter",
+];
 
 /// Geometry limits on setups (`[limits]`): a setup beyond any of them is
 /// refused, and counts as a verification failure of the server.
@@ -85,6 +115,8 @@ impl Default for ProxyConfig {
             refresh_secs: 15,
             request_timeout_secs: 30,
             limits: Limits::default(),
+            allow_insecure_transport: false,
+            upstream_methods: UpstreamMethods::All,
         }
     }
 }
@@ -102,6 +134,31 @@ impl ProxyConfig {
         Ok(protocol::config::load_toml(path)?)
     }
 
+    /// Refuses a plain-HTTP PIR server off loopback unless allowed: anyone
+    /// on the path could rewrite responses and their checksums.
+    pub fn check_transport(&self) -> anyhow::Result<()> {
+        let Some(rest) = self.pir_server.strip_prefix("http://") else {
+            return Ok(());
+        };
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+        let host = match authority.rsplit_once(':') {
+            Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
+            _ => authority,
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let loopback = host == "localhost"
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+        if loopback || self.allow_insecure_transport {
+            return Ok(());
+        }
+        anyhow::bail!(
+            "the PIR server {} is plain http:// off this machine: anyone on the path could rewrite its answers. Use https://, or --allow-insecure-transport (allow_insecure_transport = true) if you accept that",
+            protocol::url::redact(&self.pir_server)
+        )
+    }
+
     pub fn refresh_interval(&self) -> Duration {
         Duration::from_secs(self.refresh_secs.max(1))
     }
@@ -113,6 +170,29 @@ impl ProxyConfig {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    #[test]
+    fn plain_http_off_loopback_is_refused_unless_allowed() {
+        let with = |url: &str, allow: bool| ProxyConfig {
+            pir_server: url.into(),
+            allow_insecure_transport: allow,
+            ..Default::default()
+        };
+        for ok in [
+            "http://127.0.0.1:8546",
+            "http://localhost:8546",
+            "http://[::1]:8546",
+            "https://pir.example",
+        ] {
+            assert!(with(ok, false).check_transport().is_ok(), "{ok}");
+        }
+        assert!(with("http://pir.example:8546/x", false)
+            .check_transport()
+            .is_err());
+        assert!(with("http://10.0.0.2", false).check_transport().is_err());
+        assert!(with("http://pir.example", true).check_transport().is_ok());
+    }
+
     #[test]
     fn example_config_parses() {
         let c = super::ProxyConfig::from_file(std::path::Path::new(concat!(

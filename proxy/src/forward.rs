@@ -20,6 +20,7 @@ use jsonrpsee::types::{Id, Request};
 use jsonrpsee::ResponsePayload;
 use serde_json::value::RawValue;
 
+use crate::config::{UpstreamMethods, ADDRESS_READS};
 use crate::reader::{PrivateReader, SnapshotGroup};
 use crate::rpc::{
     private_params, rpc_error, Prefetched, INVALID_REQUEST, METHOD_NOT_FOUND, NOT_IN_PRIVATE_SET,
@@ -37,6 +38,21 @@ pub struct ForwardPolicy {
     /// Methods the proxy answers itself.
     pub local: HashSet<&'static str>,
     pub private_fallback: bool,
+    /// Which methods may go upstream.
+    pub upstream_methods: UpstreamMethods,
+}
+
+impl ForwardPolicy {
+    /// Why `method` may not go upstream, if it may not.
+    fn refuses(&self, method: &str) -> Option<String> {
+        (self.upstream_methods == UpstreamMethods::NoAddressReads
+            && ADDRESS_READS.contains(&method))
+        .then(|| {
+            format!(
+                "{method} is not forwarded: it names an address and upstream_methods = \"no-address-reads\""
+            )
+        })
+    }
 }
 
 /// The layer that wraps the proxy's method service.
@@ -130,6 +146,9 @@ where
                 ),
             );
         };
+        if let Some(why) = self.policy.refuses(&call.method) {
+            return MethodResponse::error(call.id, rpc_error(METHOD_NOT_FOUND, why, None));
+        }
         tracing::debug!(method = %call.method, "forwarding upstream");
         match upstream.call(&call.method, call.params).await {
             Ok(result) => MethodResponse::response(
@@ -257,7 +276,7 @@ where
     /// does not know goes upstream (private methods never do).
     async fn notify(&self, n: Notification<'_>) {
         let method = n.method.as_ref();
-        if self.policy.local.contains(method) {
+        if self.policy.local.contains(method) || self.policy.refuses(method).is_some() {
             return;
         }
         if let Some(upstream) = &self.policy.upstream {

@@ -63,6 +63,27 @@ pub async fn start_reader(config: &ProxyConfig) -> Arc<PrivateReader> {
     reader
 }
 
+/// Says at start which forwarded methods reveal addresses to the upstream.
+fn log_upstream_policy(config: &ProxyConfig) {
+    let Some(url) = config.upstream.as_deref() else {
+        return;
+    };
+    let reads = config::ADDRESS_READS.join(", ");
+    match config.upstream_methods {
+        config::UpstreamMethods::All => tracing::warn!(
+            upstream = %redact(url),
+            "these forwarded methods reveal the addresses they name to the upstream: {reads} (upstream_methods = \"no-address-reads\" refuses them)"
+        ),
+        config::UpstreamMethods::NoAddressReads => tracing::info!(
+            upstream = %redact(url),
+            "refusing the forwarded reads that name an address: {reads}"
+        ),
+    }
+    if config.private_fallback_to_upstream {
+        tracing::warn!("private_fallback_to_upstream is on: a balance or nonce the snapshots cannot answer goes upstream with its address, and the PIR server can make that happen (an empty catalog)");
+    }
+}
+
 /// Runs the proxy (JSON-RPC over HTTP and WebSocket on the same address)
 /// on a bound listener until `shutdown` resolves.
 pub async fn serve_on(
@@ -70,10 +91,12 @@ pub async fn serve_on(
     config: ProxyConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    config.check_transport()?;
     let upstream = match config.upstream.as_deref() {
         Some(url) => Some(Arc::new(Upstream::new(url, config.timeout())?)),
         None => None,
     };
+    log_upstream_policy(&config);
     let reader = start_reader(&config).await;
     let module = rpc::module(RpcContext {
         reader: reader.clone(),
@@ -84,6 +107,7 @@ pub async fn serve_on(
         upstream,
         local: module.method_names().collect(),
         private_fallback: config.private_fallback_to_upstream,
+        upstream_methods: config.upstream_methods,
     });
     let limits = ServerConfig::builder()
         .max_request_body_size(MAX_BODY as u32)

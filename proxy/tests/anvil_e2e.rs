@@ -221,6 +221,71 @@ async fn private_answers_equal_anvil_at_every_snapshot_height() {
         "private method leaked upstream: {seen:?}"
     );
 
+    // upstream_methods = "no-address-reads": the reads that name an address
+    // are refused before they reach the upstream; the others pass.
+    let (upstream2, upstream2_saw) = start_relay(&anvil.url, passthrough()).await;
+    let cache2 = tempfile::tempdir().unwrap();
+    let strict = start_proxy_with(proxy::ProxyConfig {
+        pir_server: server.clone(),
+        upstream: Some(upstream2),
+        cache_dir: cache2.path().to_path_buf(),
+        upstream_methods: proxy::config::UpstreamMethods::NoAddressReads,
+        ..Default::default()
+    })
+    .await;
+    let who = DEV_ACCOUNTS[1];
+    for method in proxy::config::ADDRESS_READS {
+        let params = match method {
+            "eth_getCode" => json!([who, "latest"]),
+            "eth_getStorageAt" => json!([who, "0x0", "latest"]),
+            "eth_getProof" => json!([who, [], "latest"]),
+            "eth_getLogs" | "eth_newFilter" => json!([{"address": who}]),
+            _ => json!([{"from": who, "to": who, "data": "0x70a08231"}, "latest"]),
+        };
+        let v = rpc_raw(
+            &http,
+            &strict,
+            &json!({"jsonrpc": "2.0", "id": 9, "method": method, "params": params}).to_string(),
+        )
+        .await;
+        assert_eq!(v["error"]["code"], -32601, "{method}: {v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("no-address-reads"),
+            "{method}: {v}"
+        );
+    }
+    let bn = rpc(&http, &strict, "eth_blockNumber", json!([]))
+        .await
+        .unwrap();
+    assert_eq!(test_support::quantity(&bn), head);
+    let block = rpc(
+        &http,
+        &strict,
+        "eth_getBlockByNumber",
+        json!(["0x1", false]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(block["number"], "0x1");
+    let sent = rpc(
+        &http,
+        &strict,
+        "eth_sendTransaction",
+        json!([{"from": DEV_ACCOUNTS[3], "to": DEV_ACCOUNTS[2], "value": "0x1"}]),
+    )
+    .await;
+    assert!(sent.is_ok(), "a send passes: {sent:?}");
+    let saw = upstream2_saw.lock().unwrap().clone();
+    assert!(
+        !saw.iter()
+            .any(|m| proxy::config::ADDRESS_READS.contains(&m.as_str())),
+        "a refused read reached the upstream: {saw:?}"
+    );
+    assert!(saw.contains(&"eth_sendTransaction".to_string()), "{saw:?}");
+
     // Historical replay through the same private path.
     let input = dir.path().join("queries.csv");
     let output = dir.path().join("answers.csv");

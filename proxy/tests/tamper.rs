@@ -64,20 +64,6 @@ fn shift_partition(shape: &DbShape, p: usize, by: u32) -> impl Fn(&mut Response)
     }
 }
 
-async fn start_proxy_with(config: proxy::ProxyConfig) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let config = proxy::ProxyConfig {
-        listen: addr,
-        refresh_secs: 1,
-        request_timeout_secs: 10,
-        private_fallback_to_upstream: true,
-        ..config
-    };
-    tokio::spawn(proxy::serve_on(listener, config, std::future::pending()));
-    format!("http://{addr}")
-}
-
 fn genesis_accounts() -> Vec<(String, String)> {
     let v: Value = serde_json::from_str(snapshotter::sources::genesis::MAINNET_GENESIS).unwrap();
     v["alloc"]
@@ -120,6 +106,7 @@ async fn tampered_proxy(
         upstream: Some(upstream),
         cache_dir: cache.to_path_buf(),
         limits,
+        private_fallback_to_upstream: true,
         ..Default::default()
     })
     .await;

@@ -48,6 +48,13 @@ enum Command {
         #[command(flatten)]
         serve: ServeArgs,
     },
+    /// Let a running proxy send private queries again after it stopped them
+    /// on a verification failure (only once you trust the PIR server again).
+    TrustReset {
+        /// The running proxy's address.
+        #[arg(long, default_value = "127.0.0.1:8545")]
+        listen: SocketAddr,
+    },
 }
 
 #[derive(Args, Clone, Default)]
@@ -70,6 +77,14 @@ struct ServeArgs {
     /// Chain to serve when the PIR server has several.
     #[arg(long)]
     chain_id: Option<u64>,
+    /// Allow a plain http:// PIR server that is not on loopback (anyone on
+    /// the path could then rewrite its answers; use https://).
+    #[arg(long)]
+    allow_insecure_transport: bool,
+    /// Which methods may go upstream: all, or no-address-reads (refuse the
+    /// forwarded reads that name an address, such as eth_getCode).
+    #[arg(long)]
+    upstream_methods: Option<proxy::config::UpstreamMethods>,
 }
 
 impl ServeArgs {
@@ -93,6 +108,12 @@ impl ServeArgs {
         if let Some(v) = self.chain_id {
             c.chain_id = Some(v);
         }
+        if self.allow_insecure_transport {
+            c.allow_insecure_transport = true;
+        }
+        if let Some(v) = self.upstream_methods {
+            c.upstream_methods = v;
+        }
         Ok(c)
     }
 }
@@ -109,12 +130,14 @@ async fn main() -> Result<()> {
     match cli.command {
         None => serve(cli.serve).await,
         Some(Command::Serve(args)) => serve(args).await,
+        Some(Command::TrustReset { listen }) => trust_reset(listen).await,
         Some(Command::Replay {
             input,
             output,
             serve,
         }) => {
             let config = serve.config()?;
+            config.check_transport()?;
             let reader = proxy::start_reader(&config).await;
             if reader.snapshots().is_empty() {
                 bail!("no snapshots available from {}", config.pir_server);
@@ -133,6 +156,28 @@ async fn main() -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// `trust-reset`: asks the running proxy to trust its PIR server again.
+async fn trust_reset(listen: SocketAddr) -> Result<()> {
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "ethpir_trustReset"});
+    let bytes = reqwest::Client::new()
+        .post(format!("http://{listen}"))
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .with_context(|| format!("no proxy answers on {listen}"))?
+        .bytes()
+        .await?;
+    let reply: serde_json::Value =
+        serde_json::from_slice(&bytes).context("the proxy's reply is not JSON")?;
+    match reply["result"]["wasDistrusted"].as_str() {
+        Some(reason) => println!("private reads resumed (they had stopped: {reason})"),
+        None if reply.get("result").is_some() => println!("private reads were not stopped"),
+        None => bail!("the proxy refused: {reply}"),
+    }
+    Ok(())
 }
 
 /// Replay progress on stderr: a line at most every 2 seconds, and the last.

@@ -32,16 +32,25 @@ pub async fn start_proxy(
     upstream: Option<String>,
     cache: &std::path::Path,
 ) -> String {
+    start_proxy_with(ProxyConfig {
+        pir_server: pir_server.to_string(),
+        upstream,
+        cache_dir: cache.to_path_buf(),
+        ..Default::default()
+    })
+    .await
+}
+
+/// A proxy on a free loopback port with `config` (its listen address, a
+/// 1-s catalog refresh and a 10-s timeout set here).
+pub async fn start_proxy_with(config: ProxyConfig) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let config = ProxyConfig {
         listen: addr,
-        pir_server: pir_server.to_string(),
-        upstream,
-        cache_dir: cache.to_path_buf(),
         refresh_secs: 1,
         request_timeout_secs: 10,
-        ..Default::default()
+        ..config
     };
     tokio::spawn(proxy::serve_on(listener, config, std::future::pending()));
     format!("http://{addr}")
