@@ -36,6 +36,14 @@ pub struct ProxyConfig {
     pub allow_insecure_transport: bool,
     /// Which methods may go to the upstream.
     pub upstream_methods: UpstreamMethods,
+    /// Every batch of queries sent to the PIR server has exactly this many
+    /// (real lookups topped up with lookups of random addresses, larger
+    /// batches split), so the server cannot count a wallet's addresses.
+    /// 1: no padding.
+    pub pad_batches_to: usize,
+    /// Lookups of random addresses at random times, sent exactly like real
+    /// ones, so the server cannot tell when the user acts. 0: none.
+    pub cover_lookups_per_hour: f64,
 }
 
 /// Which methods may go to the upstream node.
@@ -117,6 +125,8 @@ impl Default for ProxyConfig {
             limits: Limits::default(),
             allow_insecure_transport: false,
             upstream_methods: UpstreamMethods::All,
+            pad_batches_to: 1,
+            cover_lookups_per_hour: 0.0,
         }
     }
 }

@@ -47,6 +47,12 @@ pub async fn start_reader(config: &ProxyConfig) -> Arc<PrivateReader> {
             tracing::warn!(error = %e, server = %redact(&config.pir_server), "PIR server not reachable yet; retrying in the background")
         }
     }
+    if config.cover_lookups_per_hour > 0.0 {
+        tokio::spawn(cover_traffic(
+            Arc::downgrade(&reader),
+            config.cover_lookups_per_hour,
+        ));
+    }
     let every = config.refresh_interval();
     let weak = Arc::downgrade(&reader);
     tokio::spawn(async move {
@@ -61,6 +67,22 @@ pub async fn start_reader(config: &ProxyConfig) -> Arc<PrivateReader> {
         }
     });
     reader
+}
+
+/// Cover lookups at the times of a Poisson process of `per_hour`, until the
+/// reader is dropped.
+async fn cover_traffic(reader: std::sync::Weak<PrivateReader>, per_hour: f64) {
+    let mean_s = 3600.0 / per_hour;
+    loop {
+        // Exponential gaps: the times carry no pattern of their own.
+        let u: f64 = rand::random::<f64>().max(f64::MIN_POSITIVE);
+        let gap = (-u.ln() * mean_s).min(86_400.0);
+        tokio::time::sleep(std::time::Duration::from_secs_f64(gap)).await;
+        let Some(reader) = reader.upgrade() else {
+            return;
+        };
+        reader.cover_lookup().await;
+    }
 }
 
 /// Says at start which forwarded methods reveal addresses to the upstream.

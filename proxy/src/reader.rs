@@ -120,6 +120,8 @@ pub struct PrivateReader {
     max_batch: RwLock<usize>,
     snapshots: RwLock<BTreeMap<String, Arc<SnapshotClient>>>,
     limits: pir_core::ClientLimits,
+    /// Queries per batch sent (1: as many as asked).
+    pad_to: usize,
     /// Set by the first verification failure (its reason): from then on no
     /// private query is sent and every private read fails alike.
     distrust: Mutex<Option<String>>,
@@ -143,6 +145,7 @@ impl PrivateReader {
             max_batch: RwLock::new(1),
             snapshots: RwLock::new(BTreeMap::new()),
             limits: config.limits.client_limits(),
+            pad_to: config.pad_batches_to.max(1),
             distrust: Mutex::new(None),
         }
     }
@@ -161,6 +164,16 @@ impl PrivateReader {
             *d = Some(reason);
         }
         ReadError::Distrusted(d.clone().expect("just set"))
+    }
+
+    /// One lookup of a random address in the newest snapshot, sent exactly
+    /// like a real one (cover traffic).
+    pub async fn cover_lookup(&self) {
+        let Ok(snap) = self.select(&BlockSelector::Newest) else {
+            return;
+        };
+        let address = Address::from(rand::random::<[u8; 20]>());
+        let _ = self.read(&snap, &[address]).await;
     }
 
     /// Trusts the server again (`ethpir_trustReset`); returns the reason
@@ -374,8 +387,13 @@ impl PrivateReader {
         addresses: &[Address],
     ) -> Vec<Result<AccountState, ReadError>> {
         let max_batch = *self.max_batch.read().expect("lock");
+        let per_batch = if self.pad_to > 1 {
+            self.pad_to.min(max_batch)
+        } else {
+            max_batch
+        };
         let mut out = Vec::with_capacity(addresses.len());
-        for chunk in addresses.chunks(max_batch) {
+        for chunk in addresses.chunks(per_batch) {
             if let Some(reason) = self.distrusted() {
                 out.extend(
                     chunk
@@ -409,9 +427,15 @@ impl PrivateReader {
         snap: &Arc<SnapshotClient>,
         addresses: &[Address],
     ) -> Result<Vec<Result<AccountState, ReadError>>, ReadError> {
-        let mut queries = Vec::with_capacity(addresses.len());
-        let mut pendings = Vec::with_capacity(addresses.len());
-        for a in addresses {
+        // Padding: random addresses after the real ones, queried and
+        // verified exactly alike; their answers are dropped.
+        let padded = self.pad_to.min(*self.max_batch.read().expect("lock"));
+        let fillers: Vec<Address> = (addresses.len()..padded)
+            .map(|_| Address::from(rand::random::<[u8; 20]>()))
+            .collect();
+        let mut queries = Vec::with_capacity(addresses.len() + fillers.len());
+        let mut pendings = Vec::with_capacity(addresses.len() + fillers.len());
+        for a in addresses.iter().chain(&fillers) {
             let prepared = snap.take_prepared().await;
             let key = protocol::pir_key(a);
             let (q, p) = snap
@@ -476,9 +500,19 @@ impl PrivateReader {
                     ) => Err(ReadError::Unverifiable(e.to_string())),
                 }
             })
-            .collect();
+            .collect::<Vec<_>>();
         // Answered: refill the pool now, off the request path.
         snap.wanted.notify_one();
+        // A filler's failed verification fails the batch like a real one's.
+        let mut decoded = decoded;
+        if let Some(bad) = decoded[addresses.len()..]
+            .iter()
+            .find(|r| matches!(r, Err(ReadError::Unverifiable(_))))
+        {
+            let bad = bad.clone();
+            decoded.iter_mut().for_each(|r| *r = bad.clone());
+        }
+        decoded.truncate(addresses.len());
         Ok(decoded)
     }
 }

@@ -1,0 +1,103 @@
+//! The traffic shape the PIR server sees: with padding P every query batch
+//! holds exactly P queries, whatever the wallet asks; cover lookups arrive
+//! at the configured rate while the wallet is idle.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use common::*;
+use pir_core::wire::decode_responses;
+use serde_json::{json, Value};
+use snapshotter::SnapshotStore;
+use test_support::rpc_raw;
+
+/// A relay that records the size of every query batch the server answers.
+fn batch_sizes() -> (Rewrite, Arc<Mutex<Vec<usize>>>) {
+    let sizes = Arc::new(Mutex::new(Vec::new()));
+    let seen = sizes.clone();
+    let rewrite: Rewrite = Arc::new(move |path: &str, b: Bytes| {
+        if path.ends_with("/query") {
+            let n = decode_responses(&b).map(|r| r.len()).unwrap_or(0);
+            seen.lock().unwrap().push(n);
+        }
+        b
+    });
+    (rewrite, sizes)
+}
+
+fn addresses(n: usize) -> Vec<String> {
+    let v: Value = serde_json::from_str(snapshotter::sources::genesis::MAINNET_GENESIS).unwrap();
+    v["alloc"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .take(n)
+        .map(|a| format!("0x{a}"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn padded_batches_and_cover_lookups() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path().join("store")).unwrap();
+    demo::ensure_genesis_snapshot(&store).unwrap();
+    let server = start_server(&dir.path().join("store")).await;
+    let http = reqwest::Client::new();
+
+    // Padding to 3: single calls, a JSON-RPC batch of 5 and of 2.
+    let (rewrite, sizes) = batch_sizes();
+    let (link, _) = start_relay(&server, rewrite).await;
+    let cache = tempfile::tempdir().unwrap();
+    let proxy = start_proxy_with(proxy::ProxyConfig {
+        pir_server: link,
+        cache_dir: cache.path().to_path_buf(),
+        pad_batches_to: 3,
+        ..Default::default()
+    })
+    .await;
+    wait_for_chain(&proxy).await;
+    sizes.lock().unwrap().clear();
+    let who = addresses(5);
+    for a in &who[..2] {
+        let v = test_support::rpc(&http, &proxy, "eth_getBalance", json!([a, "latest"])).await;
+        assert!(v.is_ok(), "{v:?}");
+    }
+    for n in [5, 2] {
+        let calls: Vec<Value> = who[..n]
+            .iter()
+            .enumerate()
+            .map(|(i, a)| json!({"jsonrpc": "2.0", "id": i, "method": "eth_getBalance", "params": [a, "0x0"]}))
+            .collect();
+        let answers = rpc_raw(&http, &proxy, &Value::Array(calls).to_string()).await;
+        let answers = answers.as_array().unwrap();
+        assert_eq!(answers.len(), n);
+        assert!(
+            answers.iter().all(|a| a.get("result").is_some()),
+            "{answers:?}"
+        );
+    }
+    let seen = sizes.lock().unwrap().clone();
+    assert!(!seen.is_empty());
+    assert!(seen.iter().all(|&n| n == 3), "batch sizes {seen:?}");
+
+    // Cover lookups at 4 per second while the wallet is idle: a Poisson
+    // count over 4 s has mean 16; accept 4..=40 (far beyond 3 sigma).
+    let (rewrite, sizes) = batch_sizes();
+    let (link, _) = start_relay(&server, rewrite).await;
+    let cache = tempfile::tempdir().unwrap();
+    let proxy = start_proxy_with(proxy::ProxyConfig {
+        pir_server: link,
+        cache_dir: cache.path().to_path_buf(),
+        cover_lookups_per_hour: 4.0 * 3600.0,
+        ..Default::default()
+    })
+    .await;
+    wait_for_chain(&proxy).await;
+    sizes.lock().unwrap().clear();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let cover = sizes.lock().unwrap().len();
+    assert!((4..=40).contains(&cover), "{cover} cover lookups in 4 s");
+}
