@@ -3,7 +3,8 @@
 # - a Rust toolchain with rustfmt and clippy (rustup);
 # - OpenSSL headers and pkg-config (HTTPS support of the HTTP clients), a
 #   C++20 compiler (the host emulator of the CUDA kernels) and libclang (the
-#   MDBX bindings of the reth reader run bindgen), from Debian;
+#   MDBX bindings of the reth reader run bindgen) and microsocks (a SOCKS5
+#   server for the proxy's transport test), from Debian;
 # - Foundry's anvil and cast 1.7.1 (npm @foundry-rs/anvil, @foundry-rs/cast)
 #   into ./.tools, where the tests look for them.
 set -euo pipefail
@@ -22,6 +23,7 @@ dpkg -s libssl-dev >/dev/null 2>&1 || need_apt+=(libssl-dev)
 dpkg -s pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
 dpkg -s libclang-dev >/dev/null 2>&1 || need_apt+=(libclang-dev)
+command -v microsocks >/dev/null 2>&1 || need_apt+=(microsocks)
 if [ ${#need_apt[@]} -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -ne 0 ] && SUDO="sudo"

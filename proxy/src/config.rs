@@ -44,6 +44,13 @@ pub struct ProxyConfig {
     /// Lookups of random addresses at random times, sent exactly like real
     /// ones, so the server cannot tell when the user acts. 0: none.
     pub cover_lookups_per_hour: f64,
+    /// A SOCKS5 proxy for all traffic to the PIR server
+    /// (`socks5h://127.0.0.1:9050` for Tor), so the server does not see the
+    /// wallet's IP address.
+    pub pir_proxy: Option<String>,
+    /// Open a new connection to the PIR server for every request, so that
+    /// lookups cannot be linked by their connection.
+    pub fresh_connection_per_lookup: bool,
 }
 
 /// Which methods may go to the upstream node.
@@ -127,6 +134,8 @@ impl Default for ProxyConfig {
             upstream_methods: UpstreamMethods::All,
             pad_batches_to: 1,
             cover_lookups_per_hour: 0.0,
+            pir_proxy: None,
+            fresh_connection_per_lookup: false,
         }
     }
 }
@@ -160,13 +169,38 @@ impl ProxyConfig {
             || host
                 .parse::<std::net::IpAddr>()
                 .is_ok_and(|ip| ip.is_loopback());
-        if loopback || self.allow_insecure_transport {
+        // An onion service through Tor is authenticated and encrypted end
+        // to end by Tor itself.
+        let onion = host.ends_with(".onion") && self.pir_proxy.is_some();
+        if loopback || onion || self.allow_insecure_transport {
             return Ok(());
         }
         anyhow::bail!(
             "the PIR server {} is plain http:// off this machine: anyone on the path could rewrite its answers. Use https://, or --allow-insecure-transport (allow_insecure_transport = true) if you accept that",
             protocol::url::redact(&self.pir_server)
         )
+    }
+
+    /// The HTTP client for the PIR server: through `pir_proxy` when set,
+    /// and without connection reuse when `fresh_connection_per_lookup`.
+    pub fn pir_http_client(&self) -> anyhow::Result<reqwest::Client> {
+        let mut b = reqwest::Client::builder().timeout(self.timeout());
+        if let Some(url) = &self.pir_proxy {
+            if !url.starts_with("socks5://") && !url.starts_with("socks5h://") {
+                anyhow::bail!("pir_proxy must be a socks5:// or socks5h:// URL (socks5h resolves names at the proxy, as Tor needs)");
+            }
+            b = b.proxy(reqwest::Proxy::all(url.as_str()).map_err(|e| {
+                anyhow::anyhow!(
+                    "pir_proxy {}: {}",
+                    protocol::url::redact(url),
+                    e.without_url()
+                )
+            })?);
+        }
+        if self.fresh_connection_per_lookup {
+            b = b.pool_max_idle_per_host(0);
+        }
+        Ok(b.build()?)
     }
 
     pub fn refresh_interval(&self) -> Duration {

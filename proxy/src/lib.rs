@@ -37,8 +37,8 @@ use upstream::Upstream;
 pub const MAX_BATCH: u32 = 1024;
 
 /// Builds the reader and keeps its catalog fresh in the background.
-pub async fn start_reader(config: &ProxyConfig) -> Arc<PrivateReader> {
-    let reader = Arc::new(PrivateReader::new(config));
+pub async fn start_reader(config: &ProxyConfig) -> anyhow::Result<Arc<PrivateReader>> {
+    let reader = Arc::new(PrivateReader::new(config)?);
     match reader.refresh().await {
         Ok(n) => {
             tracing::info!(snapshots = n, server = %redact(&config.pir_server), "connected to the PIR server")
@@ -66,7 +66,7 @@ pub async fn start_reader(config: &ProxyConfig) -> Arc<PrivateReader> {
             }
         }
     });
-    reader
+    Ok(reader)
 }
 
 /// Cover lookups at the times of a Poisson process of `per_hour`, until the
@@ -119,7 +119,7 @@ pub async fn serve_on(
         None => None,
     };
     log_upstream_policy(&config);
-    let reader = start_reader(&config).await;
+    let reader = start_reader(&config).await?;
     let module = rpc::module(RpcContext {
         reader: reader.clone(),
         upstream: upstream.clone(),

@@ -132,12 +132,9 @@ fn backend(e: impl std::fmt::Display) -> ReadError {
 }
 
 impl PrivateReader {
-    pub fn new(config: &ProxyConfig) -> Self {
-        PrivateReader {
-            http: reqwest::Client::builder()
-                .timeout(config.timeout())
-                .build()
-                .expect("HTTP client"),
+    pub fn new(config: &ProxyConfig) -> anyhow::Result<Self> {
+        Ok(PrivateReader {
+            http: config.pir_http_client()?,
             base: config.pir_server.trim_end_matches('/').to_string(),
             cache_dir: config.cache_dir.clone(),
             pool_size: config.prepared_pool,
@@ -147,7 +144,7 @@ impl PrivateReader {
             limits: config.limits.client_limits(),
             pad_to: config.pad_batches_to.max(1),
             distrust: Mutex::new(None),
-        }
+        })
     }
 
     /// Why private reads are stopped, if they are.

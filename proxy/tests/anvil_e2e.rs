@@ -302,7 +302,8 @@ async fn private_answers_equal_anvil_at_every_snapshot_height() {
         cache_dir: dir.path().join("cache"),
         ..Default::default()
     })
-    .await;
+    .await
+    .unwrap();
     let summary = proxy::replay::replay(&reader, &input, &output, &mut |_, _| {})
         .await
         .unwrap();

@@ -1,0 +1,122 @@
+//! Transport to the PIR server: through a real SOCKS5 server (Debian's
+//! microsocks, binding its outgoing connections to 127.0.0.3) every
+//! connection the PIR server accepts comes from the SOCKS server, never from
+//! the proxy; with fresh connections, every lookup opens its own.
+
+mod common;
+
+use std::net::IpAddr;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+
+use common::*;
+use serde_json::json;
+use snapshotter::SnapshotStore;
+
+/// A TCP front of `target` that records the peer address of every
+/// connection it accepts (what the PIR server would see).
+async fn recording_front(target: String) -> (String, Arc<Mutex<Vec<IpAddr>>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let peers = Arc::new(Mutex::new(Vec::new()));
+    let seen = peers.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut inbound, peer)) = listener.accept().await else {
+                return;
+            };
+            seen.lock().unwrap().push(peer.ip());
+            let target = target.clone();
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    (format!("http://{addr}"), peers)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn all_pir_traffic_goes_through_the_socks_proxy() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path().join("store")).unwrap();
+    demo::ensure_genesis_snapshot(&store).unwrap();
+    let server = start_server(&dir.path().join("store")).await;
+    let (front, peers) = recording_front(server.trim_start_matches("http://").to_string()).await;
+
+    let socks_port = free_port();
+    let _socks = tokio::process::Command::new("microsocks")
+        .args([
+            "-i",
+            "127.0.0.1",
+            "-p",
+            &socks_port.to_string(),
+            "-b",
+            "127.0.0.3",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("microsocks (installed by scripts/install-test-deps.sh)");
+    for _ in 0..50 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", socks_port))
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+
+    let cache = tempfile::tempdir().unwrap();
+    let proxy = start_proxy_with(proxy::ProxyConfig {
+        pir_server: front.clone(),
+        cache_dir: cache.path().to_path_buf(),
+        pir_proxy: Some(format!("socks5h://127.0.0.1:{socks_port}")),
+        fresh_connection_per_lookup: true,
+        ..Default::default()
+    })
+    .await;
+    wait_for_chain(&proxy).await;
+    let http = reqwest::Client::new();
+    let before = peers.lock().unwrap().len();
+    let lookups = 4;
+    for i in 0..lookups {
+        let who = format!("0x{:040x}", 0xabc + i);
+        let v = test_support::rpc(&http, &proxy, "eth_getBalance", json!([who, "0x0"])).await;
+        assert_eq!(v.unwrap(), "0x0");
+    }
+    let seen = peers.lock().unwrap().clone();
+    assert!(!seen.is_empty());
+    let socks_ip: IpAddr = "127.0.0.3".parse().unwrap();
+    assert!(
+        seen.iter().all(|&ip| ip == socks_ip),
+        "a connection did not come through the SOCKS server: {seen:?}"
+    );
+    assert!(
+        seen.len() - before >= lookups as usize,
+        "{} connections for {lookups} lookups with fresh connections",
+        seen.len() - before
+    );
+
+    // The control: without pir_proxy the server sees the proxy itself.
+    let (front2, peers2) = recording_front(server.trim_start_matches("http://").to_string()).await;
+    let cache2 = tempfile::tempdir().unwrap();
+    let direct = start_proxy(&front2, None, cache2.path()).await;
+    wait_for_chain(&direct).await;
+    assert!(peers2
+        .lock()
+        .unwrap()
+        .iter()
+        .all(|ip| ip.to_string() == "127.0.0.1"));
+}
