@@ -127,8 +127,10 @@ pub struct PrivateReader {
     distrust: Mutex<Option<String>>,
 }
 
-fn backend(e: impl std::fmt::Display) -> ReadError {
-    ReadError::Backend(e.to_string())
+/// A transport error, without the URL reqwest would print (one redaction
+/// policy: logs and wallets see `protocol::url::redact` forms only).
+fn backend(e: reqwest::Error) -> ReadError {
+    ReadError::Backend(e.without_url().to_string())
 }
 
 impl PrivateReader {

@@ -77,6 +77,10 @@ struct ServeArgs {
     /// Chain to serve when the PIR server has several.
     #[arg(long)]
     chain_id: Option<u64>,
+    /// A SOCKS5 proxy for all traffic to the PIR server, e.g.
+    /// socks5h://127.0.0.1:9050 for Tor (hides your IP address from it).
+    #[arg(long)]
+    pir_proxy: Option<String>,
     /// Allow a plain http:// PIR server that is not on loopback (anyone on
     /// the path could then rewrite its answers; use https://).
     #[arg(long)]
@@ -110,6 +114,9 @@ impl ServeArgs {
         }
         if self.allow_insecure_transport {
             c.allow_insecure_transport = true;
+        }
+        if let Some(v) = &self.pir_proxy {
+            c.pir_proxy = Some(v.clone());
         }
         if let Some(v) = self.upstream_methods {
             c.upstream_methods = v;
