@@ -5,13 +5,15 @@
 //! ([`api`]), snapshot manifests and kinds ([`manifest`]), and the account
 //! record encoding with its PIR key ([`account`]); and the small policies
 //! every program shares, each in one place: config loading ([`config`]),
-//! URL redaction ([`url`]), retry backoff ([`retry`]). No networking and no
+//! URL redaction ([`url`]), retry backoff ([`retry`]), logging set-up
+//! ([`logging`]). No networking and no
 //! PIR math (that is `pir-core`).
 #![forbid(unsafe_code)]
 
 pub mod account;
 pub mod api;
 pub mod config;
+pub mod logging;
 pub mod manifest;
 pub mod retry;
 pub mod url;

@@ -12,23 +12,6 @@ use serde_json::{json, Value};
 use snapshotter::SnapshotStore;
 use test_support::{rpc, rpc_raw};
 
-fn genesis_balances() -> Vec<(String, String)> {
-    let v: Value = serde_json::from_str(snapshotter::sources::genesis::MAINNET_GENESIS).unwrap();
-    v["alloc"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .map(|(a, acc)| {
-            let wei = alloy_primitives::U256::from_str_radix(
-                acc["balance"].as_str().unwrap().trim_start_matches("0x"),
-                16,
-            )
-            .unwrap();
-            (format!("0x{a}"), format!("{wei:#x}"))
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mainnet_genesis_through_the_demo_path() {
     let dir = tempfile::tempdir().unwrap();

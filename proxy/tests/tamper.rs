@@ -64,22 +64,9 @@ fn shift_partition(shape: &DbShape, p: usize, by: u32) -> impl Fn(&mut Response)
     }
 }
 
+/// Every 997th genesis account.
 fn genesis_accounts() -> Vec<(String, String)> {
-    let v: Value = serde_json::from_str(snapshotter::sources::genesis::MAINNET_GENESIS).unwrap();
-    v["alloc"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .step_by(997)
-        .map(|(a, acc)| {
-            let wei = alloy_primitives::U256::from_str_radix(
-                acc["balance"].as_str().unwrap().trim_start_matches("0x"),
-                16,
-            )
-            .unwrap();
-            (format!("0x{a}"), format!("{wei:#x}"))
-        })
-        .collect()
+    genesis_balances().into_iter().step_by(997).collect()
 }
 
 async fn balance(proxy: &str, address: &str) -> Value {

@@ -28,14 +28,31 @@ fn batch_sizes() -> (Rewrite, Arc<Mutex<Vec<usize>>>) {
     (rewrite, sizes)
 }
 
+/// A proxy with `config` behind a batch-size recorder, its snapshots
+/// loaded and the recorder emptied.
+async fn counted_proxy(
+    server: &str,
+    cache: &std::path::Path,
+    config: proxy::ProxyConfig,
+) -> (String, Arc<Mutex<Vec<usize>>>) {
+    let (rewrite, sizes) = batch_sizes();
+    let (link, _) = start_relay(server, rewrite).await;
+    let proxy = start_proxy_with(proxy::ProxyConfig {
+        pir_server: link,
+        cache_dir: cache.to_path_buf(),
+        ..config
+    })
+    .await;
+    wait_for_chain(&proxy).await;
+    sizes.lock().unwrap().clear();
+    (proxy, sizes)
+}
+
 fn addresses(n: usize) -> Vec<String> {
-    let v: Value = serde_json::from_str(snapshotter::sources::genesis::MAINNET_GENESIS).unwrap();
-    v["alloc"]
-        .as_object()
-        .unwrap()
-        .keys()
+    genesis_balances()
+        .into_iter()
         .take(n)
-        .map(|a| format!("0x{a}"))
+        .map(|(a, _)| a)
         .collect()
 }
 
@@ -48,18 +65,12 @@ async fn padded_batches_and_cover_lookups() {
     let http = reqwest::Client::new();
 
     // Padding to 3: single calls, a JSON-RPC batch of 5 and of 2.
-    let (rewrite, sizes) = batch_sizes();
-    let (link, _) = start_relay(&server, rewrite).await;
     let cache = tempfile::tempdir().unwrap();
-    let proxy = start_proxy_with(proxy::ProxyConfig {
-        pir_server: link,
-        cache_dir: cache.path().to_path_buf(),
+    let padded = proxy::ProxyConfig {
         pad_batches_to: 3,
         ..Default::default()
-    })
-    .await;
-    wait_for_chain(&proxy).await;
-    sizes.lock().unwrap().clear();
+    };
+    let (proxy, sizes) = counted_proxy(&server, cache.path(), padded).await;
     let who = addresses(5);
     for a in &who[..2] {
         let v = test_support::rpc(&http, &proxy, "eth_getBalance", json!([a, "latest"])).await;
@@ -85,18 +96,12 @@ async fn padded_batches_and_cover_lookups() {
 
     // Cover lookups at 4 per second while the wallet is idle: a Poisson
     // count over 4 s has mean 16; accept 4..=40 (far beyond 3 sigma).
-    let (rewrite, sizes) = batch_sizes();
-    let (link, _) = start_relay(&server, rewrite).await;
     let cache = tempfile::tempdir().unwrap();
-    let proxy = start_proxy_with(proxy::ProxyConfig {
-        pir_server: link,
-        cache_dir: cache.path().to_path_buf(),
+    let covered = proxy::ProxyConfig {
         cover_lookups_per_hour: 4.0 * 3600.0,
         ..Default::default()
-    })
-    .await;
-    wait_for_chain(&proxy).await;
-    sizes.lock().unwrap().clear();
+    };
+    let (_idle_proxy, sizes) = counted_proxy(&server, cache.path(), covered).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
     let cover = sizes.lock().unwrap().len();
     assert!((4..=40).contains(&cover), "{cover} cover lookups in 4 s");

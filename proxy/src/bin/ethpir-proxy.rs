@@ -128,10 +128,7 @@ impl ServeArgs {
 #[tokio::main]
 async fn main() -> Result<()> {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log).context("--log")?)
-        .with_writer(std::io::stderr)
-        .init();
+    protocol::logging::init(&cli.log)?;
     let kernel = pir_core::kernel::init_from_env().context(pir_core::kernel::KERNEL_ENV)?;
     tracing::debug!(%kernel, "PIR product kernel");
     match cli.command {

@@ -156,3 +156,23 @@ pub async fn wait_for_chain(proxy: &str) {
     }
     panic!("proxy never loaded its snapshots");
 }
+
+/// Every account of the bundled mainnet genesis: (address, balance as a
+/// 0x quantity), in the file's order.
+pub fn genesis_balances() -> Vec<(String, String)> {
+    let v: serde_json::Value =
+        serde_json::from_str(snapshotter::sources::genesis::MAINNET_GENESIS).unwrap();
+    v["alloc"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(a, acc)| {
+            let wei = alloy_primitives::U256::from_str_radix(
+                acc["balance"].as_str().unwrap().trim_start_matches("0x"),
+                16,
+            )
+            .unwrap();
+            (format!("0x{a}"), format!("{wei:#x}"))
+        })
+        .collect()
+}

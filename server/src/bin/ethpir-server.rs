@@ -47,9 +47,7 @@ struct Cli {
 #[tokio::main]
 async fn main() -> Result<()> {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log).context("--log")?)
-        .init();
+    protocol::logging::init(&cli.log)?;
     let kernel = pir_core::kernel::init_from_env().context(pir_core::kernel::KERNEL_ENV)?;
     tracing::info!(%kernel, "PIR product kernel");
     let mut config = match &cli.config {
