@@ -145,7 +145,8 @@ fn check_history_and_active_sets(reth: &RethDatadir, expected: &Value) {
     ));
 }
 
-/// Historical and full snapshots through the pipeline, verified by private lookups.
+/// Full snapshots at an older block and at the head through the pipeline,
+/// verified by private lookups.
 fn check_builds(reth: &RethDatadir, chain_id: u64) {
     let dir = tempfile::tempdir().unwrap();
     let store = SnapshotStore::open(dir.path()).unwrap();
@@ -156,12 +157,14 @@ fn check_builds(reth: &RethDatadir, chain_id: u64) {
     };
     let published = build_and_publish(
         &store,
-        reth.export(RethMode::Historical { block: 5 }, chain_id)
+        reth.export(RethMode::FullAt { block: 5 }, chain_id)
             .unwrap(),
         &opts,
     )
     .unwrap();
-    assert_eq!(published.id.to_string(), format!("{chain_id}/5-historical"));
+    // The complete state at block 5: a full snapshot, absent means 0.
+    assert_eq!(published.id.to_string(), format!("{chain_id}/5-full"));
+    assert!(published.manifest.kind.is_complete());
     assert!(published.manifest.state_root.is_some() && published.manifest.block_hash.is_some());
     snapshotter::verify::verify(&store, &published, 10).unwrap();
     let published = build_and_publish(

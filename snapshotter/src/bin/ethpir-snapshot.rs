@@ -170,7 +170,7 @@ struct RethArgs {
     /// Active set of this many blocks instead of the full state.
     #[arg(long, conflicts_with = "block")]
     window: Option<u64>,
-    /// Historical: the state at this older block.
+    /// The full state at this older block (a full snapshot: absent = 0).
     #[arg(long)]
     block: Option<u64>,
     #[command(flatten)]
@@ -342,7 +342,7 @@ fn export_reth(args: &RethArgs) -> Result<ExportedState> {
     let reth = RethDatadir::open(&args.datadir)?;
     let mode = match (args.window, args.block) {
         (Some(window), _) => RethMode::Active { window },
-        (None, Some(block)) => RethMode::Historical { block },
+        (None, Some(block)) => RethMode::FullAt { block },
         (None, None) => RethMode::Full,
     };
     Ok(reth.export(mode, args.chain_id)?)

@@ -61,8 +61,9 @@ pub enum RethMode {
     Full,
     /// Accounts changed in the last `window` blocks, at the head.
     Active { window: u64 },
-    /// Every account at an older block.
-    Historical { block: u64 },
+    /// Every account at an older block: the complete state there, so a
+    /// full snapshot (an absent address has balance 0), like one at the head.
+    FullAt { block: u64 },
 }
 
 /// Raw `(key, value)` pairs of a table.
@@ -429,9 +430,7 @@ impl RethDatadir {
         let head = self.head()?;
         let (block, kind, records) = match mode {
             RethMode::Full => (head, SnapshotKind::Full, self.full_state()?),
-            RethMode::Historical { block } => {
-                (block, SnapshotKind::Historical, self.state_at(block)?)
-            }
+            RethMode::FullAt { block } => (block, SnapshotKind::Full, self.state_at(block)?),
             RethMode::Active { window } => {
                 let window = window.max(1);
                 let touched: BTreeMap<B256, Address> = self
