@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use alloy_primitives::{Address, U256};
@@ -125,6 +126,9 @@ pub struct PrivateReader {
     /// Set by the first verification failure (its reason): from then on no
     /// private query is sent and every private read fails alike.
     distrust: Mutex<Option<String>>,
+    /// Bytes sent to and received from the PIR server since start.
+    bytes_up: AtomicU64,
+    bytes_down: AtomicU64,
 }
 
 /// A transport error, without the URL reqwest would print (one redaction
@@ -146,7 +150,23 @@ impl PrivateReader {
             limits: config.limits.client_limits(),
             pad_to: config.pad_batches_to.max(1),
             distrust: Mutex::new(None),
+            bytes_up: AtomicU64::new(0),
+            bytes_down: AtomicU64::new(0),
         })
+    }
+
+    /// Bytes sent to and received from the PIR server since start
+    /// (queries, responses, catalogs, setup downloads).
+    pub fn traffic(&self) -> (u64, u64) {
+        (
+            self.bytes_up.load(Ordering::Relaxed),
+            self.bytes_down.load(Ordering::Relaxed),
+        )
+    }
+
+    fn count(&self, up: usize, down: usize) {
+        self.bytes_up.fetch_add(up as u64, Ordering::Relaxed);
+        self.bytes_down.fetch_add(down as u64, Ordering::Relaxed);
     }
 
     /// Why private reads are stopped, if they are.
@@ -229,7 +249,9 @@ impl PrivateReader {
                 resp.status()
             )));
         }
-        let catalog: Catalog = serde_json::from_slice(&resp.bytes().await.map_err(backend)?)
+        let bytes = resp.bytes().await.map_err(backend)?;
+        self.count(0, bytes.len());
+        let catalog: Catalog = serde_json::from_slice(&bytes)
             .map_err(|e| ReadError::Backend(format!("catalog: {e}")))?;
         *self.max_batch.write().expect("lock") = catalog.max_batch.max(1);
         let wanted: BTreeMap<String, CatalogEntry> = catalog
@@ -291,6 +313,7 @@ impl PrivateReader {
                     )));
                 }
                 let b = resp.bytes().await.map_err(backend)?.to_vec();
+                self.count(0, b.len());
                 if hex::encode(SetupData::digest_of(&b)) != digest {
                     return Err(self.distrust(format!(
                         "snapshot {}: downloaded setup does not match the catalog digest",
@@ -445,15 +468,18 @@ impl PrivateReader {
             pendings.push(p);
         }
         let url = format!("{}/v1/snapshots/{}/query", self.base, snap.entry.id);
+        let request = encode_queries(&queries);
+        self.count(request.len(), 0);
         let resp = self
             .http
             .post(&url)
-            .body(encode_queries(&queries))
+            .body(request)
             .send()
             .await
             .map_err(backend)?;
         let status = resp.status();
         let body = resp.bytes().await.map_err(backend)?;
+        self.count(0, body.len());
         if !status.is_success() {
             let reason = serde_json::from_slice::<ApiError>(&body)
                 .map(|e| e.error)

@@ -99,6 +99,10 @@ pub fn module(ctx: RpcContext) -> RpcModule<RpcContext> {
         ctx.chain_id().map(|c| c.to_string())
     })
     .expect("unique method");
+    m.register_async_method("ethpir_status", |_, ctx, _| async move {
+        ctx.status().await
+    })
+    .expect("unique method");
     m.register_method(
         "ethpir_trustReset",
         |_, ctx, _| json!({ "wasDistrusted": ctx.reader.trust_reset() }),
@@ -129,6 +133,53 @@ impl RpcContext {
             )),
             Err(e) => Err(rpc_error(INTERNAL_ERROR, e.to_string(), None)),
         }
+    }
+
+    /// `ethpir_status`: what `latest` answers from, the upstream's head,
+    /// the snapshots, the bytes moved and whether private reads are on.
+    async fn status(&self) -> Result<Value, ErrorObjectOwned> {
+        let mut snaps = self.reader.snapshots();
+        snaps.sort_by_key(|s| std::cmp::Reverse(s.entry.manifest.block_number));
+        let view_block = self
+            .reader
+            .select(&BlockSelector::Newest)
+            .ok()
+            .map(|s| s.entry.manifest.block_number);
+        let head_block = match &self.upstream {
+            Some(u) => u
+                .call("eth_blockNumber", None)
+                .await
+                .ok()
+                .and_then(|raw| serde_json::from_str::<U64>(raw.get()).ok())
+                .map(|n| n.to::<u64>()),
+            None => None,
+        };
+        let levels: Vec<Value> = snaps
+            .iter()
+            .map(|s| {
+                let m = &s.entry.manifest;
+                json!({
+                    "id": s.entry.id,
+                    "kind": m.kind.name(),
+                    "block": m.block_number,
+                    "records": m.record_count,
+                    "setupBytes": m.pir.hint_bytes,
+                })
+            })
+            .collect();
+        let (up, down) = self.reader.traffic();
+        Ok(json!({
+            "chainId": self.reader.chain_id().ok().flatten(),
+            "viewBlock": view_block,
+            "headBlock": head_block,
+            "levels": levels,
+            "bytesUp": up,
+            "bytesDown": down,
+            "privateReads": match self.reader.distrusted() {
+                Some(reason) => json!({"stopped": reason}),
+                None => json!("on"),
+            },
+        }))
     }
 
     async fn private_read(

@@ -197,6 +197,19 @@ async fn private_answers_equal_anvil_at_every_snapshot_height() {
     }
     assert_eq!(provider.get_chain_id().await.unwrap(), 31337);
 
+    // ethpir_status: the view, the upstream's head, the snapshots, bytes.
+    let status = rpc(&http, &proxy, "ethpir_status", json!([]))
+        .await
+        .unwrap();
+    assert_eq!(status["chainId"], 31337, "{status}");
+    assert_eq!(status["viewBlock"], head, "{status}");
+    assert_eq!(status["headBlock"], head, "{status}");
+    assert_eq!(status["levels"].as_array().unwrap().len(), exports.len());
+    assert_eq!(status["levels"][0]["block"], head);
+    assert!(status["levels"][0]["setupBytes"].as_u64().unwrap() > 0);
+    assert!(status["bytesUp"].as_u64().unwrap() > 0 && status["bytesDown"].as_u64().unwrap() > 0);
+    assert_eq!(status["privateReads"], "on");
+
     // Other methods go upstream; private ones never do.
     let bn = rpc(&http, &proxy, "eth_blockNumber", json!([]))
         .await
