@@ -5,6 +5,7 @@
 #   C++20 compiler (the host emulator of the CUDA kernels) and libclang (the
 #   MDBX bindings of the reth reader run bindgen) and microsocks (a SOCKS5
 #   server for the proxy's transport test), from Debian;
+# - cargo-machete (unused-dependency check);
 # - Foundry's anvil and cast 1.7.1 (npm @foundry-rs/anvil, @foundry-rs/cast)
 #   into ./.tools, where the tests look for them.
 set -euo pipefail
@@ -29,6 +30,13 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     [ "$(id -u)" -ne 0 ] && SUDO="sudo"
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
+fi
+
+# cargo-machete: the test command's check that no crate lists a dependency
+# it does not use.
+MACHETE_VERSION=0.9.2
+if ! cargo machete --version 2>/dev/null | grep -q "$MACHETE_VERSION"; then
+    cargo install --locked --quiet cargo-machete --version "$MACHETE_VERSION"
 fi
 
 FOUNDRY_VERSION=1.7.1
