@@ -99,9 +99,10 @@ pub fn module(ctx: RpcContext) -> RpcModule<RpcContext> {
         ctx.chain_id().map(|c| c.to_string())
     })
     .expect("unique method");
-    m.register_async_method("ethpir_status", |_, ctx, _| async move {
-        ctx.status().await
-    })
+    m.register_async_method(
+        "ethpir_status",
+        |_, ctx, _| async move { ctx.status().await },
+    )
     .expect("unique method");
     m.register_method(
         "ethpir_trustReset",

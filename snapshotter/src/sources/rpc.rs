@@ -123,11 +123,17 @@ fn hex_block(n: u64) -> String {
 }
 
 impl RpcSource {
+    /// A transport error's text with the node URL (which may carry an API
+    /// key in its path) replaced by its redacted form.
+    fn scrub(&self, text: String) -> String {
+        text.replace(&self.url, &protocol::url::redact(&self.url))
+    }
+
     /// Connects and reads the chain id (retrying while the node is down).
     pub async fn connect(url: &str, options: RpcOptions) -> Result<Self, RpcSourceError> {
         let parsed: reqwest::Url = url
             .parse()
-            .map_err(|_| RpcSourceError::Url(url.to_string()))?;
+            .map_err(|_| RpcSourceError::Url(protocol::url::redact(url)))?;
         let client = ClientBuilder::default().http(parsed);
         let mut source = RpcSource {
             client,
@@ -168,13 +174,13 @@ impl RpcSource {
                     })
                 }
                 Err(e) => {
-                    last = e.to_string();
+                    last = self.scrub(e.to_string());
                     tracing::debug!(method, attempt, error = %last, "request failed; retrying");
                 }
             }
         }
         Err(RpcSourceError::Unreachable {
-            url: self.url.clone(),
+            url: protocol::url::redact(&self.url),
             attempts: self.options.attempts.max(1),
             last,
         })
@@ -342,7 +348,7 @@ impl RpcSource {
                 waiters.push((*a, balance, nonce));
             }
             if let Err(e) = batch.send().await {
-                last = e.to_string();
+                last = self.scrub(e.to_string());
                 tracing::debug!(attempt, error = %last, "batch failed; retrying");
                 continue;
             }
@@ -356,7 +362,7 @@ impl RpcSource {
                     | (_, Err(TransportError::ErrorResp(e))) => {
                         return Err(classify("eth_getBalance", Some(at), e.message.to_string()));
                     }
-                    (Err(e), _) | (_, Err(e)) => transient = Some(e.to_string()),
+                    (Err(e), _) | (_, Err(e)) => transient = Some(self.scrub(e.to_string())),
                 }
             }
             match transient {
@@ -365,7 +371,7 @@ impl RpcSource {
             }
         }
         Err(RpcSourceError::Unreachable {
-            url: self.url.clone(),
+            url: protocol::url::redact(&self.url),
             attempts: self.options.attempts.max(1),
             last,
         })
