@@ -216,12 +216,6 @@ pub struct SlicedVec {
     planes: Vec<[u32; 4]>,
 }
 
-impl Default for SlicedVec {
-    fn default() -> Self {
-        SlicedVec::empty(active())
-    }
-}
-
 impl SlicedVec {
     /// Splits `v` (length a multiple of 4) for the [`active`] kernel.
     pub fn new(v: &[u32]) -> Self {

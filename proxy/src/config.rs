@@ -156,19 +156,22 @@ impl ProxyConfig {
     /// Refuses a plain-HTTP PIR server off loopback unless allowed: anyone
     /// on the path could rewrite responses and their checksums.
     pub fn check_transport(&self) -> anyhow::Result<()> {
-        let Some(rest) = self.pir_server.strip_prefix("http://") else {
+        if !self.pir_server.starts_with("http://") {
             return Ok(());
+        }
+        let url = url::Url::parse(&self.pir_server).map_err(|e| {
+            anyhow::anyhow!(
+                "pir_server {}: {e}",
+                protocol::url::redact(&self.pir_server)
+            )
+        })?;
+        let host = url.host_str().unwrap_or("");
+        let loopback = match url.host() {
+            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+            Some(url::Host::Domain(name)) => name == "localhost",
+            None => false,
         };
-        let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-        let host = match authority.rsplit_once(':') {
-            Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
-            _ => authority,
-        };
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        let loopback = host == "localhost"
-            || host
-                .parse::<std::net::IpAddr>()
-                .is_ok_and(|ip| ip.is_loopback());
         // An onion service through Tor is authenticated and encrypted end
         // to end by Tor itself.
         let onion = host.ends_with(".onion") && self.pir_proxy.is_some();

@@ -199,7 +199,7 @@ async fn notification_to_no_content(resp: HttpResponse) -> Result<HttpResponse, 
     }
     Ok(HttpResponse::from_parts(
         parts,
-        HttpBody::from(bytes.to_vec()),
+        HttpBody::new(http_body_util::Full::new(bytes)),
     ))
 }
 

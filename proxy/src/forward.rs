@@ -183,13 +183,17 @@ where
                     .push((i, address));
             }
         }
+        let mut read: HashMap<usize, Prefetched> = HashMap::new();
         for (snap, members) in groups.into_values().filter(|g| g.1.len() > 1) {
             let addresses: Vec<Address> = members.iter().map(|(_, a)| *a).collect();
             let results = self.policy.reader.read(&snap, &addresses).await;
             for ((i, _), result) in members.iter().zip(results) {
-                if let Some(Ok(BatchEntry::Call(req))) = batch.iter_mut().nth(*i) {
-                    req.extensions_mut().insert(Prefetched(result));
-                }
+                read.insert(*i, Prefetched(result));
+            }
+        }
+        for (i, entry) in batch.iter_mut().enumerate() {
+            if let (Ok(BatchEntry::Call(req)), Some(answer)) = (entry, read.remove(&i)) {
+                req.extensions_mut().insert(answer);
             }
         }
     }

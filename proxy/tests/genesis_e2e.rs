@@ -9,15 +9,12 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use common::*;
 use serde_json::{json, Value};
-use snapshotter::SnapshotStore;
 use test_support::{rpc, rpc_raw};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mainnet_genesis_through_the_demo_path() {
     let dir = tempfile::tempdir().unwrap();
-    let store = SnapshotStore::open(dir.path().join("store")).unwrap();
-    demo::ensure_genesis_snapshot(&store).unwrap();
-    let server = start_server(&dir.path().join("store")).await;
+    let server = start_genesis_server(dir.path()).await;
     let proxy = start_proxy(&server, None, &dir.path().join("cache")).await;
     wait_for_block(&proxy, "0x0").await;
     let http = reqwest::Client::new();

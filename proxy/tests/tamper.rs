@@ -15,14 +15,11 @@ use common::*;
 use pir_core::wire::{decode_responses, encode_responses, SetupData};
 use pir_core::{DbShape, Response};
 use serde_json::{json, Value};
-use snapshotter::SnapshotStore;
 use test_support::rpc_raw;
 
 /// The genesis snapshot behind a PIR server; its shape.
 async fn genesis_server(dir: &std::path::Path) -> (String, DbShape) {
-    let store = SnapshotStore::open(dir.join("store")).unwrap();
-    demo::ensure_genesis_snapshot(&store).unwrap();
-    let server = start_server(&dir.join("store")).await;
+    let server = start_genesis_server(dir).await;
     let setup = reqwest::get(format!("{server}/v1/snapshots/1-0-full/setup"))
         .await
         .unwrap()

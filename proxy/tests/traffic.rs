@@ -11,7 +11,6 @@ use axum::body::Bytes;
 use common::*;
 use pir_core::wire::decode_responses;
 use serde_json::{json, Value};
-use snapshotter::SnapshotStore;
 use test_support::rpc_raw;
 
 /// A relay that records the size of every query batch the server answers.
@@ -59,9 +58,7 @@ fn addresses(n: usize) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn padded_batches_and_cover_lookups() {
     let dir = tempfile::tempdir().unwrap();
-    let store = SnapshotStore::open(dir.path().join("store")).unwrap();
-    demo::ensure_genesis_snapshot(&store).unwrap();
-    let server = start_server(&dir.path().join("store")).await;
+    let server = start_genesis_server(dir.path()).await;
     let http = reqwest::Client::new();
 
     // Padding to 3: single calls, a JSON-RPC batch of 5 and of 2.

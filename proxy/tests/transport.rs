@@ -11,7 +11,6 @@ use std::sync::{Arc, Mutex};
 
 use common::*;
 use serde_json::json;
-use snapshotter::SnapshotStore;
 
 /// A TCP front of `target` that records the peer address of every
 /// connection it accepts (what the PIR server would see).
@@ -48,9 +47,7 @@ fn free_port() -> u16 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn all_pir_traffic_goes_through_the_socks_proxy() {
     let dir = tempfile::tempdir().unwrap();
-    let store = SnapshotStore::open(dir.path().join("store")).unwrap();
-    demo::ensure_genesis_snapshot(&store).unwrap();
-    let server = start_server(&dir.path().join("store")).await;
+    let server = start_genesis_server(dir.path()).await;
     let (front, peers) = recording_front(server.trim_start_matches("http://").to_string()).await;
 
     let socks_port = free_port();

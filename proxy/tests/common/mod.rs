@@ -27,6 +27,14 @@ pub async fn start_server(store: &std::path::Path) -> String {
     format!("http://{addr}")
 }
 
+/// The bundled mainnet genesis snapshot in a store under `dir`, and a PIR
+/// server over it.
+pub async fn start_genesis_server(dir: &std::path::Path) -> String {
+    let store = snapshotter::SnapshotStore::open(dir.join("store")).unwrap();
+    demo::ensure_genesis_snapshot(&store).unwrap();
+    start_server(&dir.join("store")).await
+}
+
 pub async fn start_proxy(
     pir_server: &str,
     upstream: Option<String>,
