@@ -18,6 +18,10 @@ pub struct Catalog {
     pub snapshots: Vec<CatalogEntry>,
     /// Most queries the server takes in one batch.
     pub max_batch: usize,
+    /// How the snapshots chain into views (computed by
+    /// [`crate::view::views`]; clients recompute it from the manifests).
+    #[serde(default)]
+    pub views: Vec<crate::view::View>,
 }
 
 /// Body of every error response.

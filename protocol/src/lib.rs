@@ -3,7 +3,9 @@
 //! What the operator's side (snapshotter, server) and the user's side
 //! (proxy) must agree on, and nothing else: the HTTP API's JSON types
 //! ([`api`]), snapshot manifests and kinds ([`manifest`]), and the account
-//! record encoding with its PIR key ([`account`]); and the small policies
+//! record encoding with its PIR key ([`account`]), how snapshots chain
+//! into views ([`view`]) and the framing of a query to several snapshots
+//! ([`multi`]); and the small policies
 //! every program shares, each in one place: config loading ([`config`]),
 //! URL redaction ([`url`]), retry backoff ([`retry`]), logging set-up
 //! ([`logging`]). No networking and no
@@ -15,8 +17,10 @@ pub mod api;
 pub mod config;
 pub mod logging;
 pub mod manifest;
+pub mod multi;
 pub mod retry;
 pub mod url;
+pub mod view;
 
 pub use account::{decode_value, encode_value, pir_key, AccountRecord};
 pub use api::{ApiError, Catalog, CatalogEntry};

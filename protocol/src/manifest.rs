@@ -16,6 +16,10 @@ pub enum SnapshotKind {
     Active { window: u64 },
     /// Chosen accounts at an older block (kept for historical queries).
     Historical,
+    /// Every account whose balance or nonce changed in blocks
+    /// `(from, block]`, at `block` (emptied accounts as 0/0). It answers
+    /// only on top of the view at `from` (see [`crate::view`]).
+    Delta { from: u64 },
 }
 
 /// A snapshot kind without its parameters: what a snapshot id names.
@@ -23,17 +27,24 @@ pub enum SnapshotKind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum KindTag {
     Active,
+    Delta,
     Full,
     Historical,
 }
 
 impl KindTag {
-    pub const ALL: [KindTag; 3] = [KindTag::Active, KindTag::Full, KindTag::Historical];
+    pub const ALL: [KindTag; 4] = [
+        KindTag::Active,
+        KindTag::Delta,
+        KindTag::Full,
+        KindTag::Historical,
+    ];
 
     /// The short name used in directory names, URLs and the catalog.
     pub fn name(self) -> &'static str {
         match self {
             KindTag::Active => "active",
+            KindTag::Delta => "delta",
             KindTag::Full => "full",
             KindTag::Historical => "historical",
         }
@@ -52,7 +63,9 @@ impl FromStr for KindTag {
         KindTag::ALL
             .into_iter()
             .find(|k| k.name() == s)
-            .ok_or_else(|| format!("unknown snapshot kind '{s}' (full, active or historical)"))
+            .ok_or_else(|| {
+                format!("unknown snapshot kind '{s}' (full, delta, active or historical)")
+            })
     }
 }
 
@@ -63,6 +76,7 @@ impl SnapshotKind {
             SnapshotKind::Full => KindTag::Full,
             SnapshotKind::Active { .. } => KindTag::Active,
             SnapshotKind::Historical => KindTag::Historical,
+            SnapshotKind::Delta { .. } => KindTag::Delta,
         }
     }
 
@@ -71,7 +85,8 @@ impl SnapshotKind {
         self.tag().name()
     }
 
-    /// Whether an address absent from the snapshot has balance 0 and nonce 0.
+    /// Whether an address absent from the snapshot alone has balance 0 and
+    /// nonce 0 (a delta is complete only with the view below it).
     pub fn is_complete(&self) -> bool {
         matches!(self, SnapshotKind::Full)
     }
@@ -213,5 +228,9 @@ mod tests {
     fn kind_serialises_flat() {
         let v = serde_json::to_value(SnapshotKind::Active { window: 64 }).unwrap();
         assert_eq!(v, serde_json::json!({"kind": "active", "window": 64}));
+        let v = serde_json::to_value(SnapshotKind::Delta { from: 7 }).unwrap();
+        assert_eq!(v, serde_json::json!({"kind": "delta", "from": 7}));
+        let id: SnapshotId = "1/9-delta".parse().unwrap();
+        assert_eq!(id.kind, KindTag::Delta);
     }
 }

@@ -7,9 +7,9 @@ use alloy_primitives::B256;
 use serde_json::Value;
 
 /// Which state a call asks about.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum BlockSelector {
-    /// latest / safe / finalized / pending: the newest snapshot.
+    /// latest / safe / finalized / pending: the newest view.
     Newest,
     Number(u64),
     Hash(B256),

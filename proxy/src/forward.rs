@@ -20,8 +20,9 @@ use jsonrpsee::types::{Id, Request};
 use jsonrpsee::ResponsePayload;
 use serde_json::value::RawValue;
 
+use crate::block::BlockSelector;
 use crate::config::{UpstreamMethods, ADDRESS_READS};
-use crate::reader::{PrivateReader, SnapshotGroup};
+use crate::reader::PrivateReader;
 use crate::rpc::{
     private_params, rpc_error, Prefetched, INVALID_REQUEST, METHOD_NOT_FOUND, NOT_IN_PRIVATE_SET,
     NO_SNAPSHOT, PRIVATE_METHODS,
@@ -161,10 +162,10 @@ where
     }
 
     /// Reads the well-formed private calls of a batch together: one PIR
-    /// batch per snapshot. Malformed calls, and those of a snapshot with
-    /// a single call, are left to their handler.
+    /// request per block asked about. Malformed calls, and a block asked
+    /// about by a single call, are left to their handler.
     async fn prefetch(&self, batch: &mut Batch<'_>) {
-        let mut groups: HashMap<String, SnapshotGroup> = HashMap::new();
+        let mut groups: HashMap<BlockSelector, Vec<(usize, Address)>> = HashMap::new();
         for (i, entry) in batch.iter().enumerate() {
             let Ok(BatchEntry::Call(req)) = entry else {
                 continue;
@@ -175,18 +176,12 @@ where
             let Ok((address, selector)) = private_params(&req.params()) else {
                 continue;
             };
-            if let Ok(snap) = self.policy.reader.select(&selector) {
-                groups
-                    .entry(snap.entry.id.clone())
-                    .or_insert_with(|| (snap.clone(), Vec::new()))
-                    .1
-                    .push((i, address));
-            }
+            groups.entry(selector).or_default().push((i, address));
         }
         let mut read: HashMap<usize, Prefetched> = HashMap::new();
-        for (snap, members) in groups.into_values().filter(|g| g.1.len() > 1) {
+        for (selector, members) in groups.into_iter().filter(|g| g.1.len() > 1) {
             let addresses: Vec<Address> = members.iter().map(|(_, a)| *a).collect();
-            let results = self.policy.reader.read(&snap, &addresses).await;
+            let results = self.policy.reader.lookup(&selector, &addresses).await;
             for ((i, _), result) in members.iter().zip(results) {
                 read.insert(*i, Prefetched(result));
             }

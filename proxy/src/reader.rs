@@ -1,7 +1,10 @@
-//! The private read path: the PIR server's catalog, one PIR client per
-//! snapshot (setup data cached on disk and checked against its digest), a
-//! pool of prepared queries refilled in the background, and batched
-//! lookups. The math is pir-core's; this module only moves bytes.
+//! The private read path: the PIR server's catalog and the views it forms
+//! (`protocol::view`), one PIR client per snapshot (setup data cached on
+//! disk and checked against its digest; the newest view's kept current in
+//! the background, older views' fetched when first read), a pool of
+//! prepared queries per snapshot refilled in the background, and lookups
+//! that ask every level of a view in one request. The math is pir-core's;
+//! this module only moves bytes.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -12,7 +15,7 @@ use alloy_primitives::{Address, U256};
 use pir_core::wire::{decode_responses, encode_queries, SetupData};
 use pir_core::{ClientError, Lookup, PirClient, PreparedQuery};
 use protocol::api::{ApiError, Catalog, CatalogEntry};
-use protocol::SnapshotKind;
+use protocol::view::View;
 use tokio::sync::Notify;
 
 use crate::block::BlockSelector;
@@ -33,6 +36,10 @@ pub enum ReadError {
     },
     #[error("PIR server unavailable: {0}")]
     Backend(String),
+    /// A snapshot of the view left the server between catalog and query
+    /// (merged or retired); the lookup is retried on the new catalog.
+    #[error("a snapshot of the view was retired: {0}")]
+    Retired(String),
     #[error("private answer failed verification: {0}")]
     Unverifiable(String),
     #[error("setup data for {snapshot} unusable: {reason}")]
@@ -49,16 +56,26 @@ pub enum ReadError {
 pub struct AccountState {
     pub balance: U256,
     pub nonce: u64,
-    /// Snapshot id it was read from, and its block.
+    /// Id of the level it was found in (the view's top when absent).
     pub snapshot: String,
+    /// The block of the view it was read from.
     pub block: u64,
-    /// The account is absent from a full snapshot: balance and nonce are 0.
+    /// Absent from every level of a complete view: balance and nonce are 0.
     pub absent: bool,
 }
 
-/// Requests that read from one snapshot: the snapshot, and (request index,
-/// address) for each.
-pub type SnapshotGroup = (Arc<SnapshotClient>, Vec<(usize, Address)>);
+/// A view with a client for each of its levels, base first.
+pub struct ViewClient {
+    pub view: View,
+    pub levels: Vec<Arc<SnapshotClient>>,
+}
+
+impl ViewClient {
+    /// The freshest level's id: names the view in logs and the replay.
+    pub fn top(&self) -> &str {
+        &self.levels.last().expect("a view has a level").entry.id
+    }
+}
 
 /// One snapshot with its client and prepared-query pool.
 pub struct SnapshotClient {
@@ -119,7 +136,16 @@ pub struct PrivateReader {
     pool_size: usize,
     chain_id: Option<u64>,
     max_batch: RwLock<usize>,
+    /// The catalog's snapshots (of the configured chain) and the views
+    /// they form, as last fetched, and the catalog's ETag.
+    entries: RwLock<BTreeMap<String, CatalogEntry>>,
+    views: RwLock<Vec<View>>,
+    catalog_etag: Mutex<Option<String>>,
+    /// Snapshots whose setup data is loaded.
     snapshots: RwLock<BTreeMap<String, Arc<SnapshotClient>>>,
+    /// Held while a setup is fetched, so two lookups of a cold view do not
+    /// download it twice.
+    opening: tokio::sync::Mutex<()>,
     limits: pir_core::ClientLimits,
     /// Queries per batch sent (1: as many as asked).
     pad_to: usize,
@@ -146,7 +172,11 @@ impl PrivateReader {
             pool_size: config.prepared_pool,
             chain_id: config.chain_id,
             max_batch: RwLock::new(1),
+            entries: RwLock::new(BTreeMap::new()),
+            views: RwLock::new(Vec::new()),
+            catalog_etag: Mutex::new(None),
             snapshots: RwLock::new(BTreeMap::new()),
+            opening: tokio::sync::Mutex::new(()),
             limits: config.limits.client_limits(),
             pad_to: config.pad_batches_to.max(1),
             distrust: Mutex::new(None),
@@ -188,11 +218,8 @@ impl PrivateReader {
     /// One lookup of a random address in the newest snapshot, sent exactly
     /// like a real one (cover traffic).
     pub async fn cover_lookup(&self) {
-        let Ok(snap) = self.select(&BlockSelector::Newest) else {
-            return;
-        };
         let address = Address::from(rand::random::<[u8; 20]>());
-        let _ = self.read(&snap, &[address]).await;
+        let _ = self.lookup(&BlockSelector::Newest, &[address]).await;
     }
 
     /// Trusts the server again (`ethpir_trustReset`); returns the reason
@@ -205,7 +232,7 @@ impl PrivateReader {
         was
     }
 
-    /// Snapshots known now.
+    /// Snapshots whose setup data is loaded now.
     pub fn snapshots(&self) -> Vec<Arc<SnapshotClient>> {
         self.snapshots
             .read()
@@ -215,15 +242,27 @@ impl PrivateReader {
             .collect()
     }
 
+    /// The views of the served chain, oldest block first.
+    pub fn views(&self) -> Vec<View> {
+        self.views.read().expect("lock").clone()
+    }
+
+    /// The catalog entry of a snapshot.
+    pub fn entry(&self, id: &str) -> Option<CatalogEntry> {
+        self.entries.read().expect("lock").get(id).cloned()
+    }
+
     /// The chain served: configured, or the only one the server has.
     pub fn chain_id(&self) -> Result<Option<u64>, ReadError> {
         if self.chain_id.is_some() {
             return Ok(self.chain_id);
         }
         let mut chains: Vec<u64> = self
-            .snapshots()
-            .iter()
-            .map(|s| s.entry.manifest.chain_id)
+            .entries
+            .read()
+            .expect("lock")
+            .values()
+            .map(|e| e.manifest.chain_id)
             .collect();
         chains.sort_unstable();
         chains.dedup();
@@ -234,25 +273,59 @@ impl PrivateReader {
         }
     }
 
-    /// Fetches the catalog; sets up clients for new snapshots, drops
-    /// vanished ones. Returns how many snapshots are usable.
+    /// Fetches the catalog (a 304 when unchanged), recomputes the views
+    /// from its manifests, drops clients of vanished snapshots and loads
+    /// the newest view's setups. Returns how many snapshots the catalog
+    /// lists.
     pub async fn refresh(&self) -> Result<usize, ReadError> {
-        let resp = self
-            .http
-            .get(format!("{}/v1/snapshots", self.base))
-            .send()
-            .await
-            .map_err(backend)?;
+        if let Some(catalog) = self.fetch_catalog().await? {
+            self.take_catalog(catalog);
+        }
+        if let Ok(chain) = self.chain_id() {
+            let newest = protocol::view::newest(&self.views(), chain).cloned();
+            if let Some(view) = newest {
+                if let Err(e) = self.open_view(view).await {
+                    tracing::warn!(error = %e, "newest view not loaded");
+                }
+            }
+        }
+        Ok(self.entries.read().expect("lock").len())
+    }
+
+    /// The catalog, or `None` when it has not changed since the last fetch.
+    async fn fetch_catalog(&self) -> Result<Option<Catalog>, ReadError> {
+        let mut request = self.http.get(format!("{}/v1/snapshots", self.base));
+        let etag = self.catalog_etag.lock().expect("etag lock").clone();
+        if let Some(etag) = &etag {
+            request = request.header(reqwest::header::IF_NONE_MATCH, etag);
+        }
+        let resp = request.send().await.map_err(backend)?;
+        if resp.status() == reqwest::StatusCode::NOT_MODIFIED && etag.is_some() {
+            return Ok(None);
+        }
         if !resp.status().is_success() {
             return Err(ReadError::Backend(format!(
                 "catalog: HTTP {}",
                 resp.status()
             )));
         }
+        let new_etag = resp
+            .headers()
+            .get(reqwest::header::ETAG)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
         let bytes = resp.bytes().await.map_err(backend)?;
         self.count(0, bytes.len());
         let catalog: Catalog = serde_json::from_slice(&bytes)
             .map_err(|e| ReadError::Backend(format!("catalog: {e}")))?;
+        *self.catalog_etag.lock().expect("etag lock") = new_etag;
+        Ok(Some(catalog))
+    }
+
+    /// Adopts a new catalog: entries, views (recomputed here from the
+    /// manifests, whatever the server says of them), clients kept only for
+    /// snapshots still listed with the same setup.
+    fn take_catalog(&self, catalog: Catalog) {
         *self.max_batch.write().expect("lock") = catalog.max_batch.max(1);
         let wanted: BTreeMap<String, CatalogEntry> = catalog
             .snapshots
@@ -265,20 +338,40 @@ impl PrivateReader {
                 .get(id)
                 .is_some_and(|e| e.manifest.pir.setup_digest == s.entry.manifest.pir.setup_digest)
         });
-        for (id, entry) in wanted {
-            if self.snapshots.read().expect("lock").contains_key(&id) {
-                continue;
-            }
-            match self.open_snapshot(entry).await {
-                Ok(snap) => {
-                    tracing::info!(snapshot = %id, "private snapshot ready");
-                    tokio::spawn(refill(Arc::downgrade(&snap)));
-                    self.snapshots.write().expect("lock").insert(id, snap);
-                }
-                Err(e) => tracing::warn!(snapshot = %id, error = %e, "snapshot skipped"),
-            }
+        let entries: Vec<CatalogEntry> = wanted.values().cloned().collect();
+        *self.views.write().expect("lock") = protocol::view::views(&entries);
+        *self.entries.write().expect("lock") = wanted;
+    }
+
+    /// Clients for every level of `view`, loading setups not loaded yet.
+    async fn open_view(&self, view: View) -> Result<ViewClient, ReadError> {
+        let mut levels = Vec::with_capacity(view.snapshots.len());
+        for id in &view.snapshots {
+            levels.push(self.open(id).await?);
         }
-        Ok(self.snapshots.read().expect("lock").len())
+        Ok(ViewClient { view, levels })
+    }
+
+    /// The client of one listed snapshot, its setup loaded if need be.
+    async fn open(&self, id: &str) -> Result<Arc<SnapshotClient>, ReadError> {
+        if let Some(s) = self.snapshots.read().expect("lock").get(id) {
+            return Ok(s.clone());
+        }
+        let _one_at_a_time = self.opening.lock().await;
+        if let Some(s) = self.snapshots.read().expect("lock").get(id) {
+            return Ok(s.clone());
+        }
+        let entry = self
+            .entry(id)
+            .ok_or_else(|| ReadError::Retired(id.to_string()))?;
+        let snap = self.open_snapshot(entry).await?;
+        tracing::info!(snapshot = %id, "private snapshot ready");
+        tokio::spawn(refill(Arc::downgrade(&snap)));
+        self.snapshots
+            .write()
+            .expect("lock")
+            .insert(id.to_string(), snap.clone());
+        Ok(snap)
     }
 
     async fn open_snapshot(&self, entry: CatalogEntry) -> Result<Arc<SnapshotClient>, ReadError> {
@@ -342,70 +435,75 @@ impl PrivateReader {
         }))
     }
 
-    /// The snapshot a block selector names.
-    pub fn select(&self, sel: &BlockSelector) -> Result<Arc<SnapshotClient>, ReadError> {
+    /// The view a block selector names, every level loaded.
+    pub async fn select(&self, sel: &BlockSelector) -> Result<ViewClient, ReadError> {
         let chain = self.chain_id()?;
-        let snaps: Vec<Arc<SnapshotClient>> = self
-            .snapshots()
+        let views: Vec<View> = self
+            .views()
             .into_iter()
-            .filter(|s| chain.is_none_or(|c| s.entry.manifest.chain_id == c))
+            .filter(|v| chain.is_none_or(|c| v.chain_id == c))
             .collect();
-        // At equal height: full, then historical, then active.
-        let rank = |s: &SnapshotClient| match s.entry.manifest.kind {
-            SnapshotKind::Full => 0,
-            SnapshotKind::Historical => 1,
-            SnapshotKind::Active { .. } => 2,
-        };
-        let best = |cands: Vec<Arc<SnapshotClient>>| cands.into_iter().min_by_key(|s| rank(s));
+        let at_block = |n: u64| views.iter().find(|v| v.block == n).cloned();
         let found = match sel {
-            BlockSelector::Newest => {
-                let top = snaps.iter().map(|s| s.entry.manifest.block_number).max();
-                best(
-                    snaps
-                        .iter()
-                        .filter(|s| Some(s.entry.manifest.block_number) == top)
-                        .cloned()
-                        .collect(),
-                )
+            BlockSelector::Newest => protocol::view::newest(&views, chain).cloned(),
+            BlockSelector::Number(n) => at_block(*n),
+            BlockSelector::Hash(h) => {
+                let block = self
+                    .entries
+                    .read()
+                    .expect("lock")
+                    .values()
+                    .find(|e| e.manifest.block_hash == Some(*h))
+                    .map(|e| e.manifest.block_number);
+                block.and_then(at_block)
             }
-            BlockSelector::Number(n) => best(
-                snaps
-                    .iter()
-                    .filter(|s| s.entry.manifest.block_number == *n)
-                    .cloned()
-                    .collect(),
-            ),
-            BlockSelector::Hash(h) => best(
-                snaps
-                    .iter()
-                    .filter(|s| s.entry.manifest.block_hash == Some(*h))
-                    .cloned()
-                    .collect(),
-            ),
         };
-        found.ok_or_else(|| {
-            let mut available: Vec<u64> = snaps
-                .iter()
-                .map(|s| s.entry.manifest.block_number)
-                .collect();
-            available.sort_unstable();
-            available.dedup();
-            ReadError::NoSnapshot {
+        let Some(view) = found else {
+            return Err(ReadError::NoSnapshot {
                 requested: match sel {
                     BlockSelector::Newest => "the latest block".into(),
                     BlockSelector::Number(n) => format!("block {n}"),
                     BlockSelector::Hash(h) => format!("block hash {h}"),
                 },
-                available,
-            }
-        })
+                available: views.iter().map(|v| v.block).collect(),
+            });
+        };
+        self.open_view(view).await
     }
 
-    /// Reads accounts privately from one snapshot, in as few batches as the
-    /// server allows. One result per address.
+    /// Reads accounts at the block `sel` names: one result per address.
+    /// When a level of the view was retired in the meantime (a merge), the
+    /// catalog is fetched again and the lookup repeated once.
+    pub async fn lookup(
+        &self,
+        sel: &BlockSelector,
+        addresses: &[Address],
+    ) -> Vec<Result<AccountState, ReadError>> {
+        let mut attempt = 0;
+        loop {
+            let results = match self.select(sel).await {
+                Ok(view) => self.read(&view, addresses).await,
+                Err(e) => addresses.iter().map(|_| Err(e.clone())).collect(),
+            };
+            let retired = results
+                .iter()
+                .any(|r| matches!(r, Err(ReadError::Retired(_))));
+            if !retired || attempt == 1 {
+                return results;
+            }
+            attempt += 1;
+            tracing::debug!("a level was retired during a lookup; refreshing the catalog");
+            if let Err(e) = self.refresh().await {
+                return addresses.iter().map(|_| Err(e.clone())).collect();
+            }
+        }
+    }
+
+    /// Reads accounts privately from every level of one view, in as few
+    /// requests as the server's batch limit allows. One result per address.
     pub async fn read(
         &self,
-        snap: &Arc<SnapshotClient>,
+        view: &ViewClient,
         addresses: &[Address],
     ) -> Vec<Result<AccountState, ReadError>> {
         let max_batch = *self.max_batch.read().expect("lock");
@@ -424,7 +522,7 @@ impl PrivateReader {
                 );
                 continue;
             }
-            let results = match self.read_batch(snap, chunk).await {
+            let results = match self.read_batch(view, chunk, per_batch).await {
                 Ok(results) => results,
                 Err(e) => chunk.iter().map(|_| Err(e.clone())).collect(),
             };
@@ -444,35 +542,76 @@ impl PrivateReader {
         out
     }
 
+    /// One request: the same queries (the addresses, then random fillers up
+    /// to `pad_batches_to`) to every level of the view. What the server
+    /// sees never depends on the addresses or on the level that holds them.
     async fn read_batch(
         &self,
-        snap: &Arc<SnapshotClient>,
+        view: &ViewClient,
         addresses: &[Address],
+        per_batch: usize,
     ) -> Result<Vec<Result<AccountState, ReadError>>, ReadError> {
-        // Padding: random addresses after the real ones, queried and
-        // verified exactly alike; their answers are dropped.
-        let padded = self.pad_to.min(*self.max_batch.read().expect("lock"));
+        let padded = if self.pad_to > 1 { per_batch } else { 0 };
         let fillers: Vec<Address> = (addresses.len()..padded)
             .map(|_| Address::from(rand::random::<[u8; 20]>()))
             .collect();
-        let mut queries = Vec::with_capacity(addresses.len() + fillers.len());
-        let mut pendings = Vec::with_capacity(addresses.len() + fillers.len());
-        for a in addresses.iter().chain(&fillers) {
-            let prepared = snap.take_prepared().await;
-            let key = protocol::pir_key(a);
-            let (q, p) = snap
-                .client
-                .query(prepared, key.as_slice())
-                .map_err(|e| ReadError::Unverifiable(e.to_string()))?;
-            queries.push(q);
-            pendings.push(p);
+        let keys: Vec<_> = addresses
+            .iter()
+            .chain(&fillers)
+            .map(protocol::pir_key)
+            .collect();
+        let mut bodies = Vec::with_capacity(view.levels.len());
+        let mut pendings = Vec::with_capacity(view.levels.len());
+        for snap in &view.levels {
+            let mut queries = Vec::with_capacity(keys.len());
+            let mut level_pendings = Vec::with_capacity(keys.len());
+            for key in &keys {
+                let prepared = snap.take_prepared().await;
+                let (q, p) = snap
+                    .client
+                    .query(prepared, key.as_slice())
+                    .map_err(|e| ReadError::Unverifiable(e.to_string()))?;
+                queries.push(q);
+                level_pendings.push(p);
+            }
+            bodies.push(encode_queries(&queries));
+            pendings.push(level_pendings);
         }
-        let url = format!("{}/v1/snapshots/{}/query", self.base, snap.entry.id);
-        let request = encode_queries(&queries);
+        let parts: Vec<(&str, &[u8])> = view
+            .levels
+            .iter()
+            .zip(&bodies)
+            .map(|(s, b)| (s.entry.id.as_str(), b.as_slice()))
+            .collect();
+        let request = protocol::multi::encode_request(&parts);
+        let body = self.post_query(request).await?;
+        let answers = protocol::multi::decode_response(&body)
+            .map_err(|e| ReadError::Unverifiable(format!("malformed response: {e}")))?;
+        if answers.len() != view.levels.len() {
+            return Err(ReadError::Unverifiable(format!(
+                "{} answers for {} snapshots",
+                answers.len(),
+                view.levels.len()
+            )));
+        }
+        // found[level][query]: the value each level holds, if any.
+        let mut found = Vec::with_capacity(view.levels.len());
+        for ((snap, answer), level_pendings) in view.levels.iter().zip(&answers).zip(pendings) {
+            found.push(decode_level(snap, answer, level_pendings)?);
+            // Answered: refill the pool now, off the request path.
+            snap.wanted.notify_one();
+        }
+        Ok((0..addresses.len())
+            .map(|i| self.freshest(view, &found, i))
+            .collect())
+    }
+
+    /// POSTs a multi-snapshot request; the response body.
+    async fn post_query(&self, request: Vec<u8>) -> Result<Vec<u8>, ReadError> {
         self.count(request.len(), 0);
         let resp = self
             .http
-            .post(&url)
+            .post(format!("{}/v1/query", self.base))
             .body(request)
             .send()
             .await
@@ -480,66 +619,88 @@ impl PrivateReader {
         let status = resp.status();
         let body = resp.bytes().await.map_err(backend)?;
         self.count(0, body.len());
+        let body = body.to_vec();
+        if status == reqwest::StatusCode::NOT_FOUND {
+            let reason = serde_json::from_slice::<ApiError>(&body)
+                .map(|e| e.error)
+                .unwrap_or_default();
+            return Err(ReadError::Retired(reason));
+        }
         if !status.is_success() {
             let reason = serde_json::from_slice::<ApiError>(&body)
                 .map(|e| e.error)
                 .unwrap_or_default();
             return Err(ReadError::Backend(format!("HTTP {status} {reason}")));
         }
-        let responses = decode_responses(&body)
-            .map_err(|e| ReadError::Unverifiable(format!("malformed response: {e}")))?;
-        if responses.len() != pendings.len() {
-            return Err(ReadError::Unverifiable(format!(
-                "{} answers to {} queries",
-                responses.len(),
-                pendings.len()
-            )));
-        }
-        let m = &snap.entry.manifest;
-        let decoded = pendings
-            .into_iter()
-            .zip(&responses)
-            .map(|(pending, response)| {
-                let state = |balance, nonce, absent| AccountState {
-                    balance,
-                    nonce,
-                    snapshot: snap.entry.id.clone(),
-                    block: m.block_number,
-                    absent,
-                };
-                match snap.client.decode(pending, response) {
-                    Ok(Lookup::Found(v)) => {
-                        let (balance, nonce) = protocol::decode_value(&v)
-                            .map_err(|e| ReadError::Unverifiable(e.to_string()))?;
-                        Ok(state(balance, nonce, false))
-                    }
-                    Ok(Lookup::Absent) if m.kind.is_complete() => Ok(state(U256::ZERO, 0, true)),
-                    Ok(Lookup::Absent) => Err(ReadError::NotInPrivateSet {
-                        snapshot: snap.entry.id.clone(),
-                        kind: m.kind.name(),
-                    }),
-                    Err(
-                        e @ (ClientError::Corrupted
-                        | ClientError::Decode(_)
-                        | ClientError::WrongSetup),
-                    ) => Err(ReadError::Unverifiable(e.to_string())),
-                }
-            })
-            .collect::<Vec<_>>();
-        // Answered: refill the pool now, off the request path.
-        snap.wanted.notify_one();
-        // A filler's failed verification fails the batch like a real one's.
-        let mut decoded = decoded;
-        if let Some(bad) = decoded[addresses.len()..]
-            .iter()
-            .find(|r| matches!(r, Err(ReadError::Unverifiable(_))))
-        {
-            let bad = bad.clone();
-            decoded.iter_mut().for_each(|r| *r = bad.clone());
-        }
-        decoded.truncate(addresses.len());
-        Ok(decoded)
+        Ok(body)
     }
+
+    /// The answer for query `i`: the freshest level holding the key; absent
+    /// from every level of a complete view is 0/0.
+    fn freshest(
+        &self,
+        view: &ViewClient,
+        found: &[Vec<Option<(U256, u64)>>],
+        i: usize,
+    ) -> Result<AccountState, ReadError> {
+        let hit = view
+            .levels
+            .iter()
+            .zip(found)
+            .rev()
+            .find_map(|(snap, level)| level[i].map(|v| (snap, v)));
+        let state = |snapshot: &str, (balance, nonce), absent| AccountState {
+            balance,
+            nonce,
+            snapshot: snapshot.to_string(),
+            block: view.view.block,
+            absent,
+        };
+        match hit {
+            Some((snap, value)) => Ok(state(&snap.entry.id, value, false)),
+            None if view.view.complete => Ok(state(view.top(), (U256::ZERO, 0), true)),
+            None => Err(ReadError::NotInPrivateSet {
+                snapshot: view.top().to_string(),
+                kind: view.levels[0].entry.manifest.kind.name(),
+            }),
+        }
+    }
+}
+
+/// Decodes one level's answers: the value each query found, or `None`.
+/// Any failed check (noise, checksum, setup, value encoding, count) fails
+/// the whole request.
+fn decode_level(
+    snap: &SnapshotClient,
+    answer: &[u8],
+    pendings: Vec<pir_core::PendingAnswer>,
+) -> Result<Vec<Option<(U256, u64)>>, ReadError> {
+    let responses = decode_responses(answer).map_err(|e| {
+        ReadError::Unverifiable(format!("{}: malformed response: {e}", snap.entry.id))
+    })?;
+    if responses.len() != pendings.len() {
+        return Err(ReadError::Unverifiable(format!(
+            "{}: {} answers to {} queries",
+            snap.entry.id,
+            responses.len(),
+            pendings.len()
+        )));
+    }
+    pendings
+        .into_iter()
+        .zip(&responses)
+        .map(
+            |(pending, response)| match snap.client.decode(pending, response) {
+                Ok(Lookup::Found(v)) => protocol::decode_value(&v)
+                    .map(Some)
+                    .map_err(|e| ReadError::Unverifiable(e.to_string())),
+                Ok(Lookup::Absent) => Ok(None),
+                Err(
+                    e @ (ClientError::Corrupted | ClientError::Decode(_) | ClientError::WrongSetup),
+                ) => Err(ReadError::Unverifiable(format!("{}: {e}", snap.entry.id))),
+            },
+        )
+        .collect()
 }
 
 async fn write_atomically(

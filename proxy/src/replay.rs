@@ -1,15 +1,17 @@
 //! Historical replay: a file of `address,block` lines in, a file of answers
 //! out, through the same private path as the proxy.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::io::{BufRead, Write};
 use std::path::Path;
 
+use alloy_primitives::Address;
 use anyhow::{Context, Result};
 use serde_json::Value;
 
 use crate::block::parse_block;
-use crate::reader::{PrivateReader, SnapshotGroup};
+use crate::block::BlockSelector;
+use crate::reader::PrivateReader;
 use crate::rpc::parse_address;
 
 /// Totals of a replay.
@@ -40,14 +42,14 @@ pub async fn replay(
 ) -> Result<ReplaySummary> {
     let lines = read_lines(input)?;
     let mut answers: Vec<Answer> = vec![Err(String::new()); lines.len()];
-    let groups = group_by_snapshot(reader, &lines, &mut answers);
+    let groups = group_by_block(&lines, &mut answers);
     let total = lines.len();
-    let mut done = total - groups.values().map(|g| g.1.len()).sum::<usize>();
+    let mut done = total - groups.values().map(Vec::len).sum::<usize>();
     progress(done, total);
-    for (snap, members) in groups.into_values() {
+    for (selector, members) in groups {
         for chunk in members.chunks(64) {
             let addresses: Vec<_> = chunk.iter().map(|(_, a)| *a).collect();
-            for ((i, _), r) in chunk.iter().zip(reader.read(&snap, &addresses).await) {
+            for ((i, _), r) in chunk.iter().zip(reader.lookup(&selector, &addresses).await) {
                 answers[*i] = r
                     .map(|s| (s.snapshot, s.balance.to_string(), s.nonce))
                     .map_err(|e| e.to_string());
@@ -84,15 +86,14 @@ fn read_lines(input: &Path) -> Result<Vec<Line>> {
     Ok(lines)
 }
 
-/// Groups the lines by the snapshot that answers them, so that each group
-/// goes out in batches; a line with a bad address or no snapshot gets its
-/// error in `answers` instead.
-fn group_by_snapshot(
-    reader: &PrivateReader,
+/// Groups the lines by the block they ask about, so that each group goes
+/// out in batches; a line with a bad address or block gets its error in
+/// `answers` instead.
+fn group_by_block(
     lines: &[Line],
     answers: &mut [Answer],
-) -> BTreeMap<String, SnapshotGroup> {
-    let mut groups: BTreeMap<String, SnapshotGroup> = BTreeMap::new();
+) -> HashMap<BlockSelector, Vec<(usize, Address)>> {
+    let mut groups: HashMap<BlockSelector, Vec<(usize, Address)>> = HashMap::new();
     for (i, line) in lines.iter().enumerate() {
         let address = match parse_address(&line.address) {
             Ok(a) => a,
@@ -107,14 +108,8 @@ fn group_by_snapshot(
             Err(_) if line.block.is_empty() => Value::String("latest".into()),
             Err(_) => Value::String(line.block.clone()),
         };
-        match parse_block(Some(&block_value))
-            .and_then(|sel| reader.select(&sel).map_err(|e| e.to_string()))
-        {
-            Ok(snap) => groups
-                .entry(snap.entry.id.clone())
-                .or_insert_with(|| (snap.clone(), Vec::new()))
-                .1
-                .push((i, address)),
+        match parse_block(Some(&block_value)) {
+            Ok(selector) => groups.entry(selector).or_default().push((i, address)),
             Err(e) => answers[i] = Err(e),
         }
     }

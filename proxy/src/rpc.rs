@@ -136,16 +136,13 @@ impl RpcContext {
         }
     }
 
-    /// `ethpir_status`: what `latest` answers from, the upstream's head,
-    /// the snapshots, the bytes moved and whether private reads are on.
+    /// `ethpir_status`: the block `latest` answers from and the levels of
+    /// that view, the blocks other views answer, the upstream's head, the
+    /// bytes moved and whether private reads are on. Loads nothing.
     async fn status(&self) -> Result<Value, ErrorObjectOwned> {
-        let mut snaps = self.reader.snapshots();
-        snaps.sort_by_key(|s| std::cmp::Reverse(s.entry.manifest.block_number));
-        let view_block = self
-            .reader
-            .select(&BlockSelector::Newest)
-            .ok()
-            .map(|s| s.entry.manifest.block_number);
+        let chain = self.reader.chain_id().ok().flatten();
+        let views = self.reader.views();
+        let newest = protocol::view::newest(&views, chain);
         let head_block = match &self.upstream {
             Some(u) => u
                 .call("eth_blockNumber", None)
@@ -155,12 +152,14 @@ impl RpcContext {
                 .map(|n| n.to::<u64>()),
             None => None,
         };
-        let levels: Vec<Value> = snaps
-            .iter()
-            .map(|s| {
-                let m = &s.entry.manifest;
+        let levels: Vec<Value> = newest
+            .into_iter()
+            .flat_map(|v| v.snapshots.iter().rev())
+            .filter_map(|id| self.reader.entry(id))
+            .map(|e| {
+                let m = &e.manifest;
                 json!({
-                    "id": s.entry.id,
+                    "id": e.id,
                     "kind": m.kind.name(),
                     "block": m.block_number,
                     "records": m.record_count,
@@ -168,10 +167,17 @@ impl RpcContext {
                 })
             })
             .collect();
+        let view_blocks: Vec<u64> = views
+            .iter()
+            .filter(|v| chain.is_none_or(|c| v.chain_id == c))
+            .map(|v| v.block)
+            .collect();
         let (up, down) = self.reader.traffic();
         Ok(json!({
-            "chainId": self.reader.chain_id().ok().flatten(),
-            "viewBlock": view_block,
+            "chainId": chain,
+            "viewBlock": newest.map(|v| v.block),
+            "complete": newest.map(|v| v.complete),
+            "viewBlocks": view_blocks,
             "headBlock": head_block,
             "levels": levels,
             "bytesUp": up,
@@ -197,15 +203,12 @@ impl RpcContext {
         }
         let outcome = match ext.get::<Prefetched>() {
             Some(done) => done.0.clone(),
-            None => match self.reader.select(&selector) {
-                Ok(snap) => self
-                    .reader
-                    .read(&snap, &[address])
-                    .await
-                    .pop()
-                    .expect("one result per address"),
-                Err(e) => Err(e),
-            },
+            None => self
+                .reader
+                .lookup(&selector, &[address])
+                .await
+                .pop()
+                .expect("one result per address"),
         };
         match outcome {
             Ok(state) => {
@@ -276,7 +279,9 @@ pub fn read_error(e: &ReadError) -> ErrorObjectOwned {
             "account not in the private set",
             Some(json!({"snapshot": snapshot, "kind": kind})),
         ),
-        ReadError::Backend(reason) | ReadError::Setup { reason, .. } => rpc_error(
+        ReadError::Backend(reason)
+        | ReadError::Retired(reason)
+        | ReadError::Setup { reason, .. } => rpc_error(
             PIR_UNAVAILABLE,
             "PIR server unavailable",
             Some(json!(reason)),

@@ -204,7 +204,13 @@ async fn private_answers_equal_anvil_at_every_snapshot_height() {
     assert_eq!(status["chainId"], 31337, "{status}");
     assert_eq!(status["viewBlock"], head, "{status}");
     assert_eq!(status["headBlock"], head, "{status}");
-    assert_eq!(status["levels"].as_array().unwrap().len(), exports.len());
+    // Active sets: each is a one-level view of its own.
+    assert_eq!(status["levels"].as_array().unwrap().len(), 1, "{status}");
+    assert_eq!(
+        status["viewBlocks"].as_array().unwrap().len(),
+        exports.len(),
+        "{status}"
+    );
     assert_eq!(status["levels"][0]["block"], head);
     assert!(status["levels"][0]["setupBytes"].as_u64().unwrap() > 0);
     assert!(status["bytesUp"].as_u64().unwrap() > 0 && status["bytesDown"].as_u64().unwrap() > 0);

@@ -41,13 +41,21 @@ fn rewriting(
             return b;
         }
         queries.fetch_add(1, Ordering::SeqCst);
-        match decode_responses(&b) {
-            Ok(mut rs) => {
-                rs.iter_mut().for_each(&edit);
-                Bytes::from(encode_responses(&rs))
-            }
-            Err(_) => b,
-        }
+        // Every snapshot's answers in the multi-snapshot response.
+        let Ok(parts) = protocol::multi::decode_response(&b) else {
+            return b;
+        };
+        let edited: Vec<Vec<u8>> = parts
+            .iter()
+            .map(|part| match decode_responses(part) {
+                Ok(mut rs) => {
+                    rs.iter_mut().for_each(&edit);
+                    encode_responses(&rs)
+                }
+                Err(_) => part.to_vec(),
+            })
+            .collect();
+        Bytes::from(protocol::multi::encode_response(&edited))
     })
 }
 

@@ -19,8 +19,12 @@ fn batch_sizes() -> (Rewrite, Arc<Mutex<Vec<usize>>>) {
     let seen = sizes.clone();
     let rewrite: Rewrite = Arc::new(move |path: &str, b: Bytes| {
         if path.ends_with("/query") {
-            let n = decode_responses(&b).map(|r| r.len()).unwrap_or(0);
-            seen.lock().unwrap().push(n);
+            // Each snapshot's batch in the multi-snapshot response.
+            let parts = protocol::multi::decode_response(&b).unwrap_or_default();
+            let mut seen = seen.lock().unwrap();
+            for part in parts {
+                seen.push(decode_responses(part).map(|r| r.len()).unwrap_or(0));
+            }
         }
         b
     });

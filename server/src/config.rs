@@ -13,8 +13,9 @@ pub struct ServerConfig {
     pub store: PathBuf,
     /// Address to listen on.
     pub listen: SocketAddr,
-    /// Seconds between store rescans.
-    pub rescan_secs: u64,
+    /// Seconds between store rescans (fractions allowed: a follower
+    /// publishing every block wants its delta served within a second).
+    pub rescan_secs: f64,
     /// Most queries in one batch.
     pub max_batch: usize,
     /// Answers computed at once (each uses all cores for a moment).
@@ -30,7 +31,7 @@ impl Default for ServerConfig {
         ServerConfig {
             store: PathBuf::from("./ethpir-store"),
             listen: "127.0.0.1:8546".parse().expect("valid address"),
-            rescan_secs: 5,
+            rescan_secs: 1.0,
             max_batch: 64,
             workers: 2,
             queue: 64,
@@ -41,7 +42,7 @@ impl Default for ServerConfig {
 
 impl ServerConfig {
     pub fn rescan_interval(&self) -> Duration {
-        Duration::from_secs(self.rescan_secs.max(1))
+        Duration::from_secs_f64(self.rescan_secs.max(0.05))
     }
 
     /// Reads a TOML config file.

@@ -22,6 +22,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/snapshots", get(catalog))
         .route("/v1/snapshots/{id}/setup", get(setup))
         .route("/v1/snapshots/{id}/query", post(query))
+        .route("/v1/query", post(multi_query))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .layer(DefaultBodyLimit::max(body_limit))
@@ -52,7 +53,9 @@ fn count(state: &AppState, route: &str, status: StatusCode) {
         .inc();
 }
 
-async fn catalog(State(state): State<Arc<AppState>>) -> Response {
+/// The catalog, with an ETag (SHA3 of its bytes) so that a client polling
+/// for new levels gets a 304 while nothing changed.
+async fn catalog(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     let mut snapshots: Vec<CatalogEntry> = state
         .all()
         .iter()
@@ -62,12 +65,36 @@ async fn catalog(State(state): State<Arc<AppState>>) -> Response {
         })
         .collect();
     snapshots.sort_by_key(|e| (e.manifest.chain_id, e.manifest.block_number, e.id.clone()));
-    count(&state, "catalog", StatusCode::OK);
-    Json(Catalog {
+    let views = protocol::view::views(&snapshots);
+    let body = serde_json::to_vec(&Catalog {
         snapshots,
         max_batch: state.max_batch,
+        views,
     })
-    .into_response()
+    .expect("catalog serialises");
+    let etag = format!("\"{}\"", snapshot_store::sha3_hex(&body));
+    if etag_matches(&headers, &etag) {
+        count(&state, "catalog", StatusCode::NOT_MODIFIED);
+        return (StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response();
+    }
+    count(&state, "catalog", StatusCode::OK);
+    (
+        StatusCode::OK,
+        [
+            (header::ETAG, etag),
+            (header::CONTENT_TYPE, "application/json".to_string()),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// Whether `If-None-Match` names `etag` (or `*`).
+fn etag_matches(headers: &HeaderMap, etag: &str) -> bool {
+    headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"))
 }
 
 async fn setup(
@@ -83,11 +110,7 @@ async fn setup(
         );
     };
     let etag = format!("\"{}\"", snap.stored.manifest.pir.setup_digest);
-    let matches = headers
-        .get(header::IF_NONE_MATCH)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"));
-    if matches {
+    if etag_matches(&headers, &etag) {
         count(&state, "setup", StatusCode::NOT_MODIFIED);
         return (StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response();
     }
@@ -122,19 +145,9 @@ async fn query(
         Ok(b) => b,
         Err(refused) => return refused,
     };
-    let Some(slot) = state.enter_queue() else {
-        count(&state, "query", StatusCode::SERVICE_UNAVAILABLE);
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            [(header::RETRY_AFTER, "1")],
-            Json(ApiError {
-                error: "queue full, retry shortly".into(),
-            }),
-        )
-            .into_response();
-    };
-    let Ok(permit) = state.workers.clone().acquire_owned().await else {
-        return error(StatusCode::SERVICE_UNAVAILABLE, "shutting down");
+    let (slot, permit) = match wait_for_worker(&state, "query").await {
+        Ok(turn) => turn,
+        Err(refused) => return refused,
     };
     let started = Instant::now();
     let worker_snap = snap.clone();
@@ -150,6 +163,135 @@ async fn query(
     }
     count(&state, "query", status);
     response
+}
+
+/// A place in the bounded queue, then a worker; 503 when the queue is full.
+async fn wait_for_worker(
+    state: &Arc<AppState>,
+    route: &str,
+) -> Result<(crate::state::QueueSlot, tokio::sync::OwnedSemaphorePermit), Response> {
+    let Some(slot) = state.enter_queue() else {
+        count(state, route, StatusCode::SERVICE_UNAVAILABLE);
+        return Err((
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "1")],
+            Json(ApiError {
+                error: "queue full, retry shortly".into(),
+            }),
+        )
+            .into_response());
+    };
+    let Ok(permit) = state.workers.clone().acquire_owned().await else {
+        return Err(error(StatusCode::SERVICE_UNAVAILABLE, "shutting down"));
+    };
+    Ok((slot, permit))
+}
+
+/// `POST /v1/query`: one request that queries several snapshots (every
+/// level of a view), framed by `protocol::multi`. Every part is checked
+/// (known snapshot, size within its largest batch) before any is
+/// answered; the parts are answered in order by one worker.
+async fn multi_query(
+    State(state): State<Arc<AppState>>,
+    headers: header::HeaderMap,
+    body: axum::body::Body,
+) -> Response {
+    const ROUTE: &str = "multi_query";
+    let refuse = |status: StatusCode, message: String| {
+        count(&state, ROUTE, status);
+        error(status, message)
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(len) = declared.filter(|&len| len > state.body_limit as u64) {
+        return refuse(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("{len} bytes declared, at most {} allowed", state.body_limit),
+        );
+    }
+    let Ok(body) = axum::body::to_bytes(body, state.body_limit).await else {
+        return refuse(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body longer than allowed".into(),
+        );
+    };
+    let parts = match protocol::multi::decode_request(&body) {
+        Ok(p) => p,
+        Err(e) => return refuse(StatusCode::BAD_REQUEST, format!("malformed request: {e}")),
+    };
+    let mut work: Vec<(Arc<LoadedSnapshot>, std::ops::Range<usize>)> = Vec::new();
+    let start = body.as_ptr() as usize;
+    for (id, part) in &parts {
+        let Some(snap) = state.get(id) else {
+            return refuse(
+                StatusCode::NOT_FOUND,
+                format!("no snapshot '{id}' (it may have been retired)"),
+            );
+        };
+        let largest = wire::query_bytes(snap.pir.db().shape().rows(), state.max_batch);
+        if part.len() > largest {
+            return refuse(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "{id}: {} bytes, a batch takes at most {largest}",
+                    part.len()
+                ),
+            );
+        }
+        let at = part.as_ptr() as usize - start;
+        work.push((snap, at..at + part.len()));
+    }
+    let (slot, permit) = match wait_for_worker(&state, ROUTE).await {
+        Ok(turn) => turn,
+        Err(refused) => return refused,
+    };
+    let started = Instant::now();
+    let worker_work = work.clone();
+    let result = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        worker_work
+            .iter()
+            .map(|(snap, range)| {
+                snap.pir
+                    .answer_bytes(&body[range.clone()])
+                    .map_err(|e| (snap.url_id.clone(), e))
+            })
+            .collect::<Result<Vec<(Vec<u8>, usize)>, _>>()
+    })
+    .await;
+    drop(slot);
+    let elapsed = started.elapsed();
+    match result {
+        Ok(Ok(answers)) => {
+            state.metrics.answer_seconds.observe(elapsed.as_secs_f64());
+            for ((snap, _), (_, batch)) in work.iter().zip(&answers) {
+                state
+                    .metrics
+                    .queries
+                    .with_label_values(&[&snap.url_id])
+                    .inc_by(*batch as u64);
+            }
+            tracing::info!(
+                parts = work.len(),
+                ms = elapsed.as_secs_f64() * 1e3,
+                "answered"
+            );
+            count(&state, ROUTE, StatusCode::OK);
+            let bodies: Vec<Vec<u8>> = answers.into_iter().map(|(b, _)| b).collect();
+            (
+                [(header::CONTENT_TYPE, "application/octet-stream")],
+                protocol::multi::encode_response(&bodies),
+            )
+                .into_response()
+        }
+        Ok(Err((id, e))) => refuse(StatusCode::BAD_REQUEST, format!("{id}: {e}")),
+        Err(e) => {
+            tracing::error!(error = %e, "answer task failed");
+            refuse(StatusCode::INTERNAL_SERVER_ERROR, "internal error".into())
+        }
+    }
 }
 
 /// The query body, refused (413) from its declared length before a byte is

@@ -73,7 +73,7 @@ async fn start(store: &std::path::Path, workers: usize, queue: usize) -> String 
     let config = ServerConfig {
         store: store.to_path_buf(),
         listen: addr,
-        rescan_secs: 1,
+        rescan_secs: 1.0,
         workers,
         queue,
         max_batch: 64,

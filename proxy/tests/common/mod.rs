@@ -20,7 +20,7 @@ pub async fn start_server(store: &std::path::Path) -> String {
     let config = server::ServerConfig {
         store: store.to_path_buf(),
         listen: addr,
-        rescan_secs: 1,
+        rescan_secs: 0.2,
         ..Default::default()
     };
     tokio::spawn(server::serve_on(listener, config, std::future::pending()));

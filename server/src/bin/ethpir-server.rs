@@ -30,9 +30,9 @@ struct Cli {
     /// Address to listen on (default 127.0.0.1:8546).
     #[arg(long)]
     listen: Option<SocketAddr>,
-    /// Seconds between store rescans.
+    /// Seconds between store rescans (fractions allowed, e.g. 0.5).
     #[arg(long)]
-    rescan_secs: Option<u64>,
+    rescan_secs: Option<f64>,
     /// Answers computed at once.
     #[arg(long)]
     workers: Option<usize>,
