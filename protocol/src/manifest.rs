@@ -92,12 +92,16 @@ impl SnapshotKind {
     }
 }
 
-/// `<chain id>/<block>-<kind>`: the snapshot's directory below the store root.
+/// `<chain id>/<block>-<kind>` (`-<from>` after a delta's kind, since a
+/// merged delta ends at the same block as the one-block delta below it):
+/// the snapshot's directory below the store root.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SnapshotId {
     pub chain_id: u64,
     pub block: u64,
     pub kind: KindTag,
+    /// A delta's `from` block.
+    pub from: Option<u64>,
 }
 
 impl SnapshotId {
@@ -106,35 +110,56 @@ impl SnapshotId {
             chain_id,
             block,
             kind: kind.tag(),
+            from: match kind {
+                SnapshotKind::Delta { from } => Some(*from),
+                _ => None,
+            },
         }
     }
 
-    /// The id in URLs: `<chain>-<block>-<kind>`.
+    /// `<block>-<kind>[-<from>]`: the folder below the chain's.
+    pub fn folder(&self) -> String {
+        match self.from {
+            Some(from) => format!("{}-{}-{from}", self.block, self.kind),
+            None => format!("{}-{}", self.block, self.kind),
+        }
+    }
+
+    /// The id in URLs: `<chain>-<block>-<kind>[-<from>]`.
     pub fn url_form(&self) -> String {
-        format!("{}-{}-{}", self.chain_id, self.block, self.kind)
+        format!("{}-{}", self.chain_id, self.folder())
     }
 }
 
 impl fmt::Display for SnapshotId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}-{}", self.chain_id, self.block, self.kind)
+        write!(f, "{}/{}", self.chain_id, self.folder())
     }
 }
 
 impl FromStr for SnapshotId {
     type Err = String;
-    /// Accepts `<chain>/<block>-<kind>` and `<chain>-<block>-<kind>`.
+    /// Accepts `<chain>/<block>-<kind>[-<from>]` and the URL form.
     fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || format!("'{s}' is not a snapshot id (<chain>/<block>-<kind>)");
+        let bad = || format!("'{s}' is not a snapshot id (<chain>/<block>-<kind>[-<from>])");
         let (chain, rest) = s
             .split_once('/')
             .or_else(|| s.split_once('-'))
             .ok_or_else(bad)?;
         let (block, kind) = rest.split_once('-').ok_or_else(bad)?;
+        let (kind, from) = match kind.split_once('-') {
+            Some((kind, from)) => (kind, Some(from.parse().map_err(|_| bad())?)),
+            None => (kind, None),
+        };
+        let kind: KindTag = kind.parse()?;
+        if (kind == KindTag::Delta) != from.is_some() {
+            return Err(bad());
+        }
         Ok(SnapshotId {
             chain_id: chain.parse().map_err(|_| bad())?,
             block: block.parse().map_err(|_| bad())?,
-            kind: kind.parse().map_err(|_| bad())?,
+            kind,
+            from,
         })
     }
 }
@@ -230,7 +255,11 @@ mod tests {
         assert_eq!(v, serde_json::json!({"kind": "active", "window": 64}));
         let v = serde_json::to_value(SnapshotKind::Delta { from: 7 }).unwrap();
         assert_eq!(v, serde_json::json!({"kind": "delta", "from": 7}));
-        let id: SnapshotId = "1/9-delta".parse().unwrap();
-        assert_eq!(id.kind, KindTag::Delta);
+        let id: SnapshotId = "1/9-delta-7".parse().unwrap();
+        assert_eq!(id, SnapshotId::new(1, 9, &SnapshotKind::Delta { from: 7 }));
+        assert_eq!(id.url_form(), "1-9-delta-7");
+        assert_eq!(id.url_form().parse::<SnapshotId>().unwrap(), id);
+        assert!("1/9-delta".parse::<SnapshotId>().is_err());
+        assert!("1/9-full-3".parse::<SnapshotId>().is_err());
     }
 }

@@ -151,12 +151,12 @@ mod tests {
         let all = views(&entries);
         let at = |b: u64| all.iter().find(|v| v.block == b);
         assert_eq!(ids(at(10).unwrap()), ["1-10-full"]);
-        assert_eq!(ids(at(11).unwrap()), ["1-10-full", "1-11-delta"]);
+        assert_eq!(ids(at(11).unwrap()), ["1-10-full", "1-11-delta-10"]);
         // Two ways to block 12: the merged delta wins (one level fewer).
-        assert_eq!(ids(at(12).unwrap()), ["1-10-full", "1-12-delta"]);
+        assert_eq!(ids(at(12).unwrap()), ["1-10-full", "1-12-delta-10"]);
         assert_eq!(
             ids(at(13).unwrap()),
-            ["1-10-full", "1-12-delta", "1-13-delta"]
+            ["1-10-full", "1-12-delta-10", "1-13-delta-12"]
         );
         assert!(at(21).is_none());
         assert!(all.iter().all(|v| v.complete));
@@ -174,7 +174,7 @@ mod tests {
         let all = views(&entries);
         // At 5 the full snapshot beats the active set; the delta chains on it.
         assert_eq!(ids(&all[0]), ["1-5-full"]);
-        assert_eq!(ids(&all[1]), ["1-5-full", "1-6-delta"]);
+        assert_eq!(ids(&all[1]), ["1-5-full", "1-6-delta-5"]);
         let only_active = views(&entries[..2]);
         assert_eq!(only_active.len(), 1);
         assert!(!only_active[0].complete);

@@ -139,9 +139,7 @@ impl SnapshotStore {
 
     /// Where a snapshot lives (published or not).
     pub fn path_of(&self, id: &SnapshotId) -> PathBuf {
-        self.root
-            .join(id.chain_id.to_string())
-            .join(format!("{}-{}", id.block, id.kind))
+        self.root.join(id.chain_id.to_string()).join(id.folder())
     }
 
     /// Removes what killed builds left under `.staging` and `.trash`.
@@ -167,10 +165,8 @@ impl SnapshotStore {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
         let dir = staging.join(format!(
-            "{}-{}-{}-{}-{}",
-            id.chain_id,
-            id.block,
-            id.kind,
+            "{}-{}-{}",
+            id.url_form(),
             std::process::id(),
             nanos
         ));
@@ -233,7 +229,12 @@ impl SnapshotStore {
             }
         }
         out.sort_by(|a, b| {
-            (a.id.chain_id, a.id.block, a.id.kind).cmp(&(b.id.chain_id, b.id.block, b.id.kind))
+            (a.id.chain_id, a.id.block, a.id.kind, a.id.from).cmp(&(
+                b.id.chain_id,
+                b.id.block,
+                b.id.kind,
+                b.id.from,
+            ))
         });
         Ok(out)
     }
@@ -323,13 +324,7 @@ impl SnapshotStore {
         }
         let trash = self.root.join(TRASH);
         fs::create_dir_all(&trash).map_err(io(&trash))?;
-        let dest = trash.join(format!(
-            "{}-{}-{}-{}",
-            id.chain_id,
-            id.block,
-            id.kind,
-            std::process::id()
-        ));
+        let dest = trash.join(format!("{}-{}", id.url_form(), std::process::id()));
         fs::rename(&path, &dest).map_err(io(&path))?;
         fs::remove_dir_all(&dest).map_err(io(&dest))
     }

@@ -13,6 +13,7 @@ pub use protocol::{account, manifest};
 pub use snapshot_store as store;
 pub use snapshot_store::failpoint;
 
+pub mod levels;
 pub mod pipeline;
 pub mod progress;
 pub mod records;

@@ -1,0 +1,501 @@
+//! Levels: a chain's base and the deltas above it in the store, and the
+//! policy that keeps the newest view short (brief section 4).
+//!
+//! Every new block becomes a one-block delta on top of the newest view.
+//! Deltas are tiered by span: a delta of span s is of tier
+//! floor(log_fanout(s)). When the top of the view holds `fanout` deltas of
+//! one tier, they are merged into one delta of the next tier (their
+//! records, the newest value of each account; emptied accounts stay 0/0 to
+//! hide older values). So a view holds at most `fanout - 1` deltas per tier
+//! and a lookup asks O(fanout * log(blocks) / log(fanout)) small snapshots
+//! besides the base. When the deltas together hold more than
+//! `rebase_fraction` of the base (and at least `rebase_min_records`), the
+//! view is folded into a new full base. Pinned heights get a full snapshot
+//! of their own. Snapshots no view of the last `keep_blocks` blocks uses are
+//! removed (the server retires them at its next rescan; a proxy in the
+//! middle of a lookup retries on the new catalog).
+//!
+//! Everything here is store-local: merges and rebases read `records.bin`
+//! (digest-checked) and never ask a node.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use protocol::api::CatalogEntry;
+use protocol::view::View;
+use serde::Deserialize;
+
+use crate::account::AccountRecord;
+use crate::manifest::{KindTag, SnapshotKind};
+use crate::pipeline::{build_and_publish, BuildError, BuildOptions, ExportedState};
+use crate::records::decode_records;
+use crate::store::{SnapshotStore, StoreError, StoredSnapshot, RECORDS_FILE};
+
+/// How deltas are merged and kept: `[levels]` in the follower's config.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LevelPolicy {
+    /// Deltas of one tier merged into one of the next tier.
+    pub fanout: u64,
+    /// Fold the deltas into a new base when they hold this fraction of the
+    /// base's records ...
+    pub rebase_fraction: f64,
+    /// ... and at least this many records.
+    pub rebase_min_records: u64,
+    /// Keep every snapshot a view of the last this-many blocks uses (older
+    /// views disappear unless pinned).
+    pub keep_blocks: u64,
+    /// Heights that keep a full snapshot (and their view) for good.
+    pub pinned: Vec<u64>,
+}
+
+impl Default for LevelPolicy {
+    fn default() -> Self {
+        LevelPolicy {
+            fanout: 8,
+            rebase_fraction: 0.25,
+            rebase_min_records: 1 << 20,
+            keep_blocks: 64,
+            pinned: Vec::new(),
+        }
+    }
+}
+
+/// Why the levels could not be updated.
+#[derive(Debug, thiserror::Error)]
+pub enum LevelsError {
+    #[error(transparent)]
+    Build(#[from] BuildError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("snapshot {id} is damaged: {reason}")]
+    Damaged { id: String, reason: String },
+}
+
+/// What one update did, for logs and benchmarks.
+#[derive(Clone, Debug, Default)]
+pub struct UpdateReport {
+    /// Snapshots published (the new delta first, then merges, rebases).
+    pub published: Vec<String>,
+    /// Snapshots removed by retention.
+    pub removed: Vec<String>,
+    /// Seconds spent building merges and rebases.
+    pub compact_s: f64,
+}
+
+/// The levels of one chain in a store.
+pub struct Levels {
+    store: SnapshotStore,
+    chain_id: u64,
+    policy: LevelPolicy,
+    build: BuildOptions,
+    /// Full snapshots whose files were checked once (they are large and
+    /// immutable); deltas are checked on every update.
+    checked_bases: std::sync::Mutex<BTreeSet<String>>,
+}
+
+/// Catalog entries for a chain's snapshots in the store.
+fn entries(store: &SnapshotStore, chain_id: u64) -> Result<Vec<StoredSnapshot>, StoreError> {
+    Ok(store
+        .list()?
+        .into_iter()
+        .filter(|s| s.id.chain_id == chain_id)
+        .collect())
+}
+
+fn as_entries(snaps: &[StoredSnapshot]) -> Vec<CatalogEntry> {
+    snaps
+        .iter()
+        .map(|s| CatalogEntry {
+            id: s.id.url_form(),
+            manifest: s.manifest.clone(),
+        })
+        .collect()
+}
+
+/// A delta's tier: floor(log_fanout(span)).
+fn tier(snap: &StoredSnapshot, fanout: u64) -> u32 {
+    let SnapshotKind::Delta { from } = snap.manifest.kind else {
+        return u32::MAX;
+    };
+    let mut span = snap.manifest.block_number.saturating_sub(from).max(1);
+    let mut t = 0;
+    while span >= fanout.max(2) {
+        span /= fanout.max(2);
+        t += 1;
+    }
+    t
+}
+
+impl Levels {
+    pub fn new(
+        store: SnapshotStore,
+        chain_id: u64,
+        policy: LevelPolicy,
+        build: BuildOptions,
+    ) -> Self {
+        Levels {
+            store,
+            chain_id,
+            policy,
+            build,
+            checked_bases: Default::default(),
+        }
+    }
+
+    pub fn store(&self) -> &SnapshotStore {
+        &self.store
+    }
+
+    pub fn chain_id(&self) -> u64 {
+        self.chain_id
+    }
+
+    /// Every view of the chain in the store.
+    fn views(&self) -> Result<(Vec<View>, BTreeMap<String, StoredSnapshot>), StoreError> {
+        let snaps = entries(&self.store, self.chain_id)?;
+        let views = protocol::view::views(&as_entries(&snaps));
+        let by_id = snaps.into_iter().map(|s| (s.id.url_form(), s)).collect();
+        Ok((views, by_id))
+    }
+
+    /// The newest complete view (a full base and the deltas above it),
+    /// base first; `None` while the chain has no full snapshot.
+    pub fn newest_view(&self) -> Result<Option<Vec<StoredSnapshot>>, StoreError> {
+        let (views, by_id) = self.views()?;
+        let complete: Vec<View> = views.into_iter().filter(|v| v.complete).collect();
+        Ok(
+            protocol::view::newest(&complete, Some(self.chain_id)).map(|v| {
+                v.snapshots
+                    .iter()
+                    .filter_map(|id| by_id.get(id).cloned())
+                    .collect()
+            }),
+        )
+    }
+
+    /// Checks the files of the newest view's deltas (and, once per
+    /// process, its base) against their manifests. A damaged level is
+    /// removed with every level above it, so that the next delta rebuilds
+    /// those blocks from the node; the error says what was found.
+    pub fn check_newest(&self) -> Result<(), LevelsError> {
+        let Some(view) = self.newest_view()? else {
+            return Ok(());
+        };
+        for (i, level) in view.iter().enumerate() {
+            let id = level.id.url_form();
+            let is_base = level.id.kind == KindTag::Full;
+            if is_base && self.checked_bases.lock().expect("lock").contains(&id) {
+                continue;
+            }
+            let damage = level
+                .manifest
+                .files
+                .keys()
+                .find_map(|name| self.store.read_checked(level, name).err());
+            match damage {
+                None if is_base => {
+                    self.checked_bases.lock().expect("lock").insert(id);
+                }
+                None => {}
+                Some(e) => {
+                    for above in &view[i..] {
+                        self.store.remove(&above.id)?;
+                        tracing::error!(snapshot = %above.id, "removed: it is damaged or chains on a damaged level");
+                    }
+                    return Err(LevelsError::Damaged {
+                        id,
+                        reason: e.to_string(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Publishes a delta (or a base), then merges, rebases, pins and
+    /// retires as the policy says.
+    pub fn publish(&self, state: ExportedState) -> Result<UpdateReport, LevelsError> {
+        let mut report = UpdateReport::default();
+        match build_and_publish(&self.store, state, &self.build) {
+            Ok(s) => report.published.push(s.id.url_form()),
+            Err(BuildError::Store(StoreError::Exists(id))) => {
+                tracing::info!(snapshot = %id, "already published")
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let t = std::time::Instant::now();
+        while let Some(id) = self.compact_once()? {
+            report.published.push(id);
+        }
+        report.compact_s = t.elapsed().as_secs_f64();
+        report.removed = self.retire()?;
+        Ok(report)
+    }
+
+    /// One merge, rebase or pin if one is due; the id it published.
+    fn compact_once(&self) -> Result<Option<String>, LevelsError> {
+        let Some(view) = self.newest_view()? else {
+            return Ok(None);
+        };
+        let base = &view[0];
+        let deltas = &view[1..];
+        let top = view.last().expect("a view has a level");
+        let fanout = self.policy.fanout.max(2);
+        // Merge: `fanout` deltas of one tier at the top of the view.
+        if let Some(last) = deltas.last() {
+            let t = tier(last, fanout);
+            let run = deltas
+                .iter()
+                .rev()
+                .take_while(|d| tier(d, fanout) == t)
+                .count();
+            if run as u64 >= fanout {
+                let merged = &deltas[deltas.len() - fanout as usize..];
+                return Ok(Some(self.merge(merged)?));
+            }
+        }
+        // Rebase: the deltas outgrew their share of the base.
+        let delta_records: u64 = deltas.iter().map(|d| d.manifest.record_count).sum();
+        let threshold = (base.manifest.record_count as f64 * self.policy.rebase_fraction) as u64;
+        if !deltas.is_empty() && delta_records >= threshold.max(self.policy.rebase_min_records) {
+            return Ok(Some(self.fold(&view, "rebase")?));
+        }
+        // Pin: a full snapshot of its own at a pinned height.
+        let pinned = self.policy.pinned.contains(&top.id.block);
+        if pinned && top.id.kind != KindTag::Full {
+            return Ok(Some(self.fold(&view, "pinned height")?));
+        }
+        Ok(None)
+    }
+
+    /// Reads a level's records (digest-checked).
+    fn records(&self, snap: &StoredSnapshot) -> Result<Vec<AccountRecord>, LevelsError> {
+        let bytes = self.store.read_checked(snap, RECORDS_FILE)?;
+        decode_records(&bytes).map_err(|e| LevelsError::Damaged {
+            id: snap.id.url_form(),
+            reason: format!("{RECORDS_FILE}: {e}"),
+        })
+    }
+
+    /// The records of `levels` (oldest first) overlaid: the newest value
+    /// of each account.
+    fn overlay(&self, levels: &[StoredSnapshot]) -> Result<Vec<AccountRecord>, LevelsError> {
+        let mut by_key: BTreeMap<alloy_primitives::B256, AccountRecord> = BTreeMap::new();
+        for level in levels {
+            for r in self.records(level)? {
+                by_key.insert(r.key, r);
+            }
+        }
+        Ok(by_key.into_values().collect())
+    }
+
+    /// A state like `top`'s (block, hash, root, time) with other records.
+    fn like(
+        top: &StoredSnapshot,
+        kind: SnapshotKind,
+        source: String,
+        records: Vec<AccountRecord>,
+    ) -> ExportedState {
+        let m = &top.manifest;
+        ExportedState {
+            chain_id: m.chain_id,
+            block_number: m.block_number,
+            block_hash: m.block_hash,
+            state_root: m.state_root,
+            block_time: m.block_time,
+            kind,
+            source,
+            records,
+            export_s: 0.0,
+        }
+    }
+
+    /// Merges adjacent deltas (oldest first) into one.
+    fn merge(&self, deltas: &[StoredSnapshot]) -> Result<String, LevelsError> {
+        let SnapshotKind::Delta { from } = deltas[0].manifest.kind else {
+            unreachable!("merge takes deltas");
+        };
+        let top = deltas.last().expect("at least two deltas");
+        let records = self.overlay(deltas)?;
+        let source = format!("merge:{}..{}", deltas[0].id, top.id);
+        tracing::info!(
+            from,
+            to = top.id.block,
+            deltas = deltas.len(),
+            records = records.len(),
+            "merging deltas"
+        );
+        let state = Self::like(top, SnapshotKind::Delta { from }, source, records);
+        let published = build_and_publish(&self.store, state, &self.build)?;
+        Ok(published.id.url_form())
+    }
+
+    /// Folds a whole view into a full snapshot at its block (accounts
+    /// emptied to 0/0 dropped: absent means 0 in a full snapshot).
+    fn fold(&self, view: &[StoredSnapshot], why: &str) -> Result<String, LevelsError> {
+        let top = view.last().expect("a view has a level");
+        let mut records = self.overlay(view)?;
+        records.retain(|r| !(r.balance.is_zero() && r.nonce == 0));
+        tracing::info!(
+            block = top.id.block,
+            records = records.len(),
+            why,
+            "folding the view into a full snapshot"
+        );
+        let source = format!("fold:{}..{}", view[0].id, top.id);
+        let state = Self::like(top, SnapshotKind::Full, source, records);
+        let published = build_and_publish(&self.store, state, &self.build)?;
+        Ok(published.id.url_form())
+    }
+
+    /// Removes what no view of the last `keep_blocks` blocks uses (pinned
+    /// heights, active sets and historical snapshots are left alone).
+    pub fn retire(&self) -> Result<Vec<String>, LevelsError> {
+        let (views, by_id) = self.views()?;
+        let Some(newest) = views.iter().filter(|v| v.complete).map(|v| v.block).max() else {
+            return Ok(Vec::new());
+        };
+        let horizon = newest.saturating_sub(self.policy.keep_blocks);
+        let mut keep: BTreeSet<&str> = BTreeSet::new();
+        for v in &views {
+            if v.block >= horizon || self.policy.pinned.contains(&v.block) {
+                keep.extend(v.snapshots.iter().map(String::as_str));
+            }
+        }
+        let mut removed = Vec::new();
+        for (id, snap) in &by_id {
+            let managed = matches!(snap.id.kind, KindTag::Full | KindTag::Delta);
+            if !managed || keep.contains(id.as_str()) || snap.id.block >= horizon {
+                continue;
+            }
+            self.store.remove(&snap.id)?;
+            tracing::info!(snapshot = %snap.id, "retired");
+            removed.push(id.clone());
+        }
+        Ok(removed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloy_primitives::{Address, U256};
+
+    fn state(block: u64, kind: SnapshotKind, records: Vec<AccountRecord>) -> ExportedState {
+        ExportedState {
+            chain_id: 7,
+            block_number: block,
+            block_hash: None,
+            state_root: None,
+            block_time: None,
+            kind,
+            source: "test".into(),
+            records,
+            export_s: 0.0,
+        }
+    }
+
+    fn acct(i: u8, balance: u64) -> AccountRecord {
+        AccountRecord::new(Address::repeat_byte(i), U256::from(balance), 1)
+    }
+
+    fn levels(dir: &std::path::Path, policy: LevelPolicy) -> Levels {
+        let opts = BuildOptions {
+            device: gpu_kernels::HintDevice::Cpu,
+            ..Default::default()
+        };
+        Levels::new(SnapshotStore::open(dir).unwrap(), 7, policy, opts)
+    }
+
+    fn view_ids(l: &Levels) -> Vec<String> {
+        l.newest_view()
+            .unwrap()
+            .unwrap()
+            .iter()
+            .map(|s| s.id.url_form())
+            .collect()
+    }
+
+    #[test]
+    fn deltas_merge_by_tier_and_fold_into_a_base() {
+        let dir = tempfile::tempdir().unwrap();
+        let policy = LevelPolicy {
+            fanout: 2,
+            rebase_min_records: 1_000,
+            keep_blocks: 1,
+            ..Default::default()
+        };
+        let l = levels(dir.path(), policy);
+        l.publish(state(0, SnapshotKind::Full, vec![acct(1, 10), acct(2, 20)]))
+            .unwrap();
+        for b in 1..=4u64 {
+            let kind = SnapshotKind::Delta { from: b - 1 };
+            l.publish(state(b, kind, vec![acct(1, 10 + b), acct(2 + b as u8, b)]))
+                .unwrap();
+        }
+        // 4 one-block deltas with fanout 2: two merges into (0,2], (2,4],
+        // then those into (0,4].
+        assert_eq!(view_ids(&l), ["7-0-full", "7-4-delta-0"]);
+        let top = l.newest_view().unwrap().unwrap().pop().unwrap();
+        assert_eq!(top.manifest.kind, SnapshotKind::Delta { from: 0 });
+        let merged = l.records(&top).unwrap();
+        assert_eq!(merged.len(), 5, "account 1 and one new account per block");
+        let one = merged
+            .iter()
+            .find(|r| r.address == Some(Address::repeat_byte(1)));
+        assert_eq!(one.unwrap().balance, U256::from(14));
+        // Retention kept only what views of blocks 3 and 4 use.
+        let left: Vec<String> = l
+            .store()
+            .list()
+            .unwrap()
+            .iter()
+            .map(|s| s.id.url_form())
+            .collect();
+        assert!(!left.contains(&"7-1-delta-0".to_string()), "{left:?}");
+
+        // A pinned height folds its view into a full snapshot; an emptied
+        // account leaves the full snapshot (absent = 0).
+        let l = Levels::new(
+            l.store().clone(),
+            7,
+            LevelPolicy {
+                fanout: 8,
+                pinned: vec![5],
+                ..Default::default()
+            },
+            l.build.clone(),
+        );
+        l.publish(state(
+            5,
+            SnapshotKind::Delta { from: 4 },
+            vec![AccountRecord::new(Address::repeat_byte(2), U256::ZERO, 0)],
+        ))
+        .unwrap();
+        assert_eq!(view_ids(&l), ["7-5-full"]);
+        let full = l.newest_view().unwrap().unwrap().pop().unwrap();
+        assert_eq!(full.manifest.record_count, 5, "6 accounts, one emptied");
+    }
+
+    #[test]
+    fn a_damaged_delta_is_removed_with_what_chains_on_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = levels(dir.path(), LevelPolicy::default());
+        l.publish(state(0, SnapshotKind::Full, vec![acct(1, 10)]))
+            .unwrap();
+        l.publish(state(1, SnapshotKind::Delta { from: 0 }, vec![acct(1, 11)]))
+            .unwrap();
+        l.publish(state(2, SnapshotKind::Delta { from: 1 }, vec![acct(1, 12)]))
+            .unwrap();
+        let d1 = l.store().path_of(&"7/1-delta-0".parse().unwrap());
+        let records = d1.join(RECORDS_FILE);
+        let mut bytes = std::fs::read(&records).unwrap();
+        bytes.truncate(bytes.len() - 3);
+        std::fs::write(&records, bytes).unwrap();
+        let err = l.check_newest().unwrap_err();
+        assert!(err.to_string().contains("7-1-delta-0"), "{err}");
+        assert!(err.to_string().contains(RECORDS_FILE), "{err}");
+        assert_eq!(view_ids(&l), ["7-0-full"]);
+        l.check_newest().unwrap();
+    }
+}
