@@ -26,8 +26,9 @@ pub struct ProxyConfig {
     pub cache_dir: PathBuf,
     /// Prepared queries kept ready per snapshot.
     pub prepared_pool: usize,
-    /// Seconds between catalog refreshes (new snapshots are picked up).
-    pub refresh_secs: u64,
+    /// Seconds between catalog refreshes (new levels are picked up; an
+    /// unchanged catalog costs a 304). Fractions allowed.
+    pub refresh_secs: f64,
     /// Seconds before a request to the PIR server or upstream gives up.
     pub request_timeout_secs: u64,
     /// What a PIR server's setup may ask of this proxy.
@@ -127,7 +128,7 @@ impl Default for ProxyConfig {
             chain_id: None,
             cache_dir: default_cache_dir(),
             prepared_pool: 4,
-            refresh_secs: 15,
+            refresh_secs: 1.0,
             request_timeout_secs: 30,
             limits: Limits::default(),
             allow_insecure_transport: false,
@@ -207,7 +208,7 @@ impl ProxyConfig {
     }
 
     pub fn refresh_interval(&self) -> Duration {
-        Duration::from_secs(self.refresh_secs.max(1))
+        Duration::from_secs_f64(self.refresh_secs.max(0.05))
     }
 
     pub fn timeout(&self) -> Duration {

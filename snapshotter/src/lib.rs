@@ -13,11 +13,11 @@ pub use protocol::{account, manifest};
 pub use snapshot_store as store;
 pub use snapshot_store::failpoint;
 
+pub mod follow;
 pub mod levels;
 pub mod pipeline;
 pub mod progress;
 pub mod records;
-pub mod schedule;
 pub mod sources;
 pub mod verify;
 

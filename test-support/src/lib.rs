@@ -67,6 +67,11 @@ pub struct Anvil {
 impl Anvil {
     /// Starts anvil (chain id 31337, instant mining) on a free loopback port.
     pub async fn start() -> Anvil {
+        Anvil::start_with(&[]).await
+    }
+
+    /// Starts anvil with extra arguments (`--init GENESIS`, `--block-time N`).
+    pub async fn start_with(extra: &[&str]) -> Anvil {
         let bin = foundry_tool("anvil");
         let mut last = String::new();
         for _ in 0..3 {
@@ -81,6 +86,7 @@ impl Anvil {
                     "--accounts",
                     "6",
                 ])
+                .args(extra)
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
                 .process_group(0)
@@ -297,4 +303,62 @@ pub async fn make_history(anvil: &Anvil) -> Vec<(u64, Vec<String>)> {
         out.push((block, touched));
     }
     out
+}
+
+/// anvil's six funded dev accounts (`--accounts 6`), in order.
+pub const ALL_DEV_ACCOUNTS: [&str; 6] = [
+    DEV_ACCOUNTS[0],
+    DEV_ACCOUNTS[1],
+    DEV_ACCOUNTS[2],
+    DEV_ACCOUNTS[3],
+    "0x15d34aaf54267db7d7c367839aaf71a00a2c6a65",
+    "0x9965507d1a55bcc2695c58ba16fb37d819b0a4dc",
+];
+
+/// Chain id of [`write_genesis`]'s chain.
+pub const GENESIS_CHAIN_ID: u64 = 4242;
+
+/// Accounts of [`write_genesis`] that no test transaction touches.
+pub fn idle_genesis_accounts() -> Vec<String> {
+    (1..=24u8)
+        .map(|i| format!("0x{}", format!("{:02x}", 0xa0 + i).repeat(20)))
+        .collect()
+}
+
+/// Writes a genesis file for `anvil --init FILE --chain-id 4242`: the dev
+/// accounts (anvil funds them with 10,000 ETH whatever the file says, so
+/// the file says so too) and idle accounts with assorted balances and
+/// nonces that no test touches.
+pub fn write_genesis(path: &std::path::Path) {
+    let mut alloc = serde_json::Map::new();
+    for a in ALL_DEV_ACCOUNTS {
+        alloc.insert(a.to_string(), json!({"balance": "0x21e19e0c9bab2400000"}));
+    }
+    for (i, a) in idle_genesis_accounts().into_iter().enumerate() {
+        let balance = format!("{:#x}", 1_000_003u64 * (i as u64 + 1) * (i as u64 + 7));
+        alloc.insert(
+            a,
+            json!({"balance": balance, "nonce": format!("{:#x}", i % 5)}),
+        );
+    }
+    let genesis = json!({
+        "config": {"chainId": GENESIS_CHAIN_ID},
+        "nonce": "0x0",
+        "timestamp": "0x0",
+        "gasLimit": "0x1c9c380",
+        "difficulty": "0x0",
+        "extraData": "0x",
+        "alloc": alloc,
+    });
+    std::fs::write(path, serde_json::to_vec_pretty(&genesis).unwrap()).unwrap();
+}
+
+/// Init code of a contract that sends the value it receives on to the
+/// address in the first calldata word (an internal transfer, seen only in
+/// call traces).
+pub const FORWARDER_INIT_CODE: &str = "0x600f600c600039600f6000f36000600060006000346000355af100";
+
+/// Calldata for the forwarder: send the call's value to `to`.
+pub fn forward_to(to: &str) -> String {
+    format!("0x{:0>64}", to.trim_start_matches("0x"))
 }

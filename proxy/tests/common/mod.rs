@@ -50,13 +50,13 @@ pub async fn start_proxy(
 }
 
 /// A proxy on a free loopback port with `config` (its listen address, a
-/// 1-s catalog refresh and a 10-s timeout set here).
+/// 0.2-s catalog refresh and a 10-s timeout set here).
 pub async fn start_proxy_with(config: ProxyConfig) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let config = ProxyConfig {
         listen: addr,
-        refresh_secs: 1,
+        refresh_secs: 0.2,
         request_timeout_secs: 10,
         ..config
     };

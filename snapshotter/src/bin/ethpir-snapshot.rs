@@ -10,9 +10,9 @@ use clap::{Args, Parser, Subcommand};
 use gpu_kernels::HintDevice;
 use indicatif::{ProgressBar, ProgressStyle};
 use pir_core::{Arity, Packing};
+use snapshotter::follow::{self, FollowConfig};
 use snapshotter::pipeline::{build_and_publish, BuildError, BuildOptions, ExportedState};
 use snapshotter::progress::{ProgressEvent, ProgressFn, Step};
-use snapshotter::schedule::{self, ScheduleConfig};
 use snapshotter::sources::genesis;
 #[cfg(feature = "reth")]
 use snapshotter::sources::reth::{RethDatadir, RethMode};
@@ -35,6 +35,7 @@ ethpir-snapshot --store ./store build genesis --mainnet\n  \
 ethpir-snapshot --store ./store build genesis --file genesis.json --chain-id 11155111\n  \
 ethpir-snapshot --store ./store build rpc --url http://127.0.0.1:8545 --window 256\n  \
 ethpir-snapshot --store ./store build reth --datadir ~/.local/share/reth/mainnet --chain-id 1\n  \
+ethpir-snapshot --store ./store run --url http://127.0.0.1:8545 --genesis genesis.json\n  \
 ethpir-snapshot --store ./store list\n  \
 ethpir-snapshot --store ./store verify --lookups 16"
 )]
@@ -61,16 +62,24 @@ enum Command {
         #[command(subcommand)]
         source: Source,
     },
-    /// Build on a schedule from a config file (see configs/snapshotter.toml):
-    /// every N blocks or every interval, riding out node outages.
-    Run {
-        /// The schedule's config file.
-        #[arg(long)]
-        config: PathBuf,
-        /// Build once now and exit (for cron and systemd timers).
-        #[arg(long)]
-        once: bool,
-    },
+    /// Follow the chain head: a base (genesis file or reth datadir), then a
+    /// delta for every new block, merged down as they accumulate, retired
+    /// when no recent view needs them. Rides out node outages; stops on
+    /// Ctrl-C (a build in progress still publishes atomically).
+    #[command(
+        long_about = "Follow the chain head and keep the store's newest view at most a block behind it.\n\n\
+First a base: the full state from --genesis FILE (then every block since, from the node) or from \
+--datadir RETH_DATADIR (at its head). An RPC node cannot list its accounts, so without either the \
+follower refuses (unless the store already holds a base for the chain). Then every new block \
+becomes a small delta snapshot on top of the newest view; deltas are merged a fanout at a time \
+and folded into a new base when they grow large ([levels] in the config). The node must offer \
+trace_block (internal transfers, selfdestructs) unless --allow-incomplete.\n\n\
+Examples:\n  \
+ethpir-snapshot run --store ./store --url http://127.0.0.1:8545 --genesis genesis.json\n  \
+ethpir-snapshot run --store ./store --url http://127.0.0.1:8545 --datadir ~/.local/share/reth/mainnet\n  \
+ethpir-snapshot run --config configs/snapshotter.toml --once"
+    )]
+    Run(RunArgs),
     /// List the snapshots in the store.
     List {
         /// Print the manifests as JSON lines.
@@ -92,6 +101,31 @@ enum Command {
         #[command(flatten)]
         retention: RetentionArgs,
     },
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// Config file (see configs/snapshotter.toml); the flags below override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// The node to follow (JSON-RPC over HTTP).
+    #[arg(long)]
+    url: Option<String>,
+    /// Base: the chain's genesis file.
+    #[arg(long, conflicts_with = "datadir")]
+    genesis: Option<PathBuf>,
+    /// Base: a reth datadir (needs the reth feature).
+    #[arg(long)]
+    datadir: Option<PathBuf>,
+    /// Follow a node without trace_block (some changes are then missed).
+    #[arg(long)]
+    allow_incomplete: bool,
+    /// Where to build hints: auto, cpu or cuda.
+    #[arg(long)]
+    device: Option<String>,
+    /// One step and exit: the base if missing, then the blocks up to the head.
+    #[arg(long)]
+    once: bool,
 }
 
 #[derive(Subcommand)]
@@ -281,7 +315,7 @@ fn main() -> Result<()> {
             .with_context(|| format!("opening the store {}", cli.store.display()))
     };
     match &cli.command {
-        Command::Run { config, once } => run_schedule(config, *once),
+        Command::Run(args) => run_follower(&cli.store, cli_store_given(), args),
         Command::Build { source } => build(&open_store()?, source),
         Command::List { json } => list(&open_store()?, *json),
         Command::Verify { ids, lookups } => verify(&open_store()?, ids, *lookups),
@@ -292,15 +326,39 @@ fn main() -> Result<()> {
     }
 }
 
-/// `run`: the schedule, or one build of it with `--once`.
-fn run_schedule(config: &std::path::Path, once: bool) -> Result<()> {
-    let config = ScheduleConfig::from_file(config)?;
+/// Whether `--store` (or ETHPIR_STORE) was given rather than defaulted.
+fn cli_store_given() -> bool {
+    std::env::args().any(|a| a == "--store" || a.starts_with("--store="))
+        || std::env::var_os("ETHPIR_STORE").is_some()
+}
+
+/// `run`: the follower, or one step of it with `--once`.
+fn run_follower(store: &std::path::Path, store_given: bool, args: &RunArgs) -> Result<()> {
+    let mut config = match &args.config {
+        Some(path) => FollowConfig::from_file(path)?,
+        None => FollowConfig::default(),
+    };
+    if store_given || config.store.is_none() {
+        config.store = Some(store.to_path_buf());
+    }
+    let source = &mut config.source;
+    source.url = args.url.clone().or(source.url.take());
+    if args.genesis.is_some() || args.datadir.is_some() {
+        source.genesis = args.genesis.clone();
+        source.datadir = args.datadir.clone();
+    }
+    source.allow_incomplete |= args.allow_incomplete;
+    if let Some(device) = &args.device {
+        config.build.device = device.clone();
+    }
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
-        if once {
-            schedule::build_once(&config).await.map(|_| ())
+        if args.once {
+            let block = follow::run_once(config).await?;
+            println!("{block}");
+            Ok(())
         } else {
-            schedule::run(config, async {
+            follow::run(config, async {
                 let _ = tokio::signal::ctrl_c().await;
             })
             .await

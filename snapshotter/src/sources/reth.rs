@@ -424,6 +424,31 @@ impl RethDatadir {
             .collect())
     }
 
+    /// A delta: every account changed in blocks `(from, to]` (its change
+    /// sets), at `to`; an account that no longer exists there reads 0/0.
+    pub fn export_delta(
+        &self,
+        from: u64,
+        to: u64,
+        chain_id: u64,
+    ) -> Result<ExportedState, RethError> {
+        let started = Instant::now();
+        let state: BTreeMap<B256, AccountRecord> =
+            self.state_at(to)?.into_iter().map(|r| (r.key, r)).collect();
+        let records = self
+            .touched(from + 1, to)?
+            .into_iter()
+            .map(|a| {
+                let key = crate::account::pir_key(&a);
+                let (balance, nonce) = state
+                    .get(&key)
+                    .map_or((U256::ZERO, 0), |r| (r.balance, r.nonce));
+                AccountRecord::new(a, balance, nonce)
+            })
+            .collect();
+        self.exported(to, SnapshotKind::Delta { from }, records, chain_id, started)
+    }
+
     /// Exports a snapshot's worth of accounts.
     pub fn export(&self, mode: RethMode, chain_id: u64) -> Result<ExportedState, RethError> {
         let started = Instant::now();
@@ -450,6 +475,18 @@ impl RethDatadir {
                 (head, SnapshotKind::Active { window }, records)
             }
         };
+        self.exported(block, kind, records, chain_id, started)
+    }
+
+    /// Records at `block` with the block's metadata.
+    fn exported(
+        &self,
+        block: u64,
+        kind: SnapshotKind,
+        records: Vec<AccountRecord>,
+        chain_id: u64,
+        started: Instant,
+    ) -> Result<ExportedState, RethError> {
         let block_hash = self.block_hashes()?.get(&block).copied();
         let header = match self.headers() {
             Ok(h) => h.get(&block).copied(),

@@ -45,6 +45,8 @@ pub enum RpcSourceError {
         method: &'static str,
         message: String,
     },
+    #[error("block {block} changed while it was read (a reorg); it will be read again")]
+    Reorged { block: u64 },
 }
 
 /// Whether to ask the node for call traces.
@@ -409,6 +411,42 @@ impl RpcSource {
         .await
     }
 
+    /// Whether the node answers `trace_block` (asked on its head block).
+    pub async fn has_traces(&self) -> Result<bool, RpcSourceError> {
+        let head = self.head().await?;
+        match self
+            .call::<_, Value>("trace_block", (hex_block(head),), Some(head))
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(RpcSourceError::Node { .. } | RpcSourceError::Reply { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A delta: every account touched in blocks `(from, to]`, read at `to`
+    /// (accounts emptied or destroyed read as 0/0). The block's hash is
+    /// read before and after, so that a reorg in between is caught rather
+    /// than mixing two chains.
+    pub async fn export_delta(&self, from: u64, to: u64) -> Result<ExportedState, RpcSourceError> {
+        let started = Instant::now();
+        let (hash, _, _) = self.block_header(to).await?;
+        let addresses: Vec<Address> = self.touched(from + 1, to).await?.into_iter().collect();
+        tracing::debug!(
+            from,
+            to,
+            accounts = addresses.len(),
+            "changed accounts collected"
+        );
+        let state = self
+            .export(addresses, to, SnapshotKind::Delta { from }, started)
+            .await?;
+        if state.block_hash != Some(hash) {
+            return Err(RpcSourceError::Reorged { block: to });
+        }
+        Ok(state)
+    }
+
     /// Chosen accounts at an older block (an archive node keeps them).
     pub async fn export_historical(
         &self,
@@ -434,6 +472,9 @@ impl RpcSource {
         addresses.dedup();
         let (hash, root, time) = self.block_header(at).await?;
         let records = self.read_accounts(&addresses, at).await?;
+        if self.block_header(at).await?.0 != hash {
+            return Err(RpcSourceError::Reorged { block: at });
+        }
         let export_s = started.elapsed().as_secs_f64();
         tracing::info!(
             block = at,

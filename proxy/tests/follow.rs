@@ -1,0 +1,278 @@
+//! The follower on a moving chain, end to end: anvil started from a genesis
+//! file the test writes (`--init`, with accounts no transaction touches)
+//! and a block every second; the follower (`ethpir-snapshot run`'s
+//! library) builds the base and a delta per block, merging as it goes; a
+//! PIR server and a proxy on loopback. While transfers to fresh addresses,
+//! internal transfers through a contract and a contract creation happen,
+//! 32 clients look up concurrently: every answer equals anvil's at the
+//! block `ethpir_status` reports, `latest` answers equal anvil's at a block
+//! between the views seen before and after, and none fails. Once caught
+//! up, `latest` is at most one block behind the head; retired levels leave
+//! the server's catalog and the proxy's views without a restart.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use common::*;
+use serde_json::{json, Value};
+use snapshotter::follow::{self, BuildConfig, FollowConfig, SourceConfig, Timing};
+use snapshotter::levels::LevelPolicy;
+use test_support::{
+    forward_to, idle_genesis_accounts, quantity, rpc, write_genesis, Anvil, ALL_DEV_ACCOUNTS,
+    DEV_ACCOUNTS, FORWARDER_INIT_CODE,
+};
+
+const CLIENTS: usize = 32;
+
+fn fresh(byte: u8) -> String {
+    format!("0x{}", format!("{byte:02x}").repeat(20))
+}
+
+async fn status(http: &reqwest::Client, proxy: &str) -> Value {
+    rpc(http, proxy, "ethpir_status", json!([])).await.unwrap()
+}
+
+/// One client: looks up addresses round-robin at the view's block, and now
+/// and then at `latest`, comparing with anvil; returns its lookup count or
+/// the first mismatch or failure.
+async fn client(
+    i: usize,
+    proxy: String,
+    anvil_url: String,
+    addresses: Arc<RwLock<Vec<String>>>,
+    stop: Arc<AtomicBool>,
+) -> Result<usize, String> {
+    let http = reqwest::Client::new();
+    let node = |method: &'static str, params: Value| {
+        let http = http.clone();
+        let url = anvil_url.clone();
+        async move { rpc(&http, &url, method, params).await }
+    };
+    let mut lookups = 0;
+    let mut k = i;
+    while !stop.load(Ordering::SeqCst) {
+        let address = {
+            let all = addresses.read().unwrap();
+            all[k % all.len()].clone()
+        };
+        k += 7;
+        let before = status(&http, &proxy).await["viewBlock"].as_u64().unwrap();
+        if lookups % 5 == 4 {
+            let got = rpc(&http, &proxy, "eth_getBalance", json!([address, "latest"])).await?;
+            let after = status(&http, &proxy).await["viewBlock"].as_u64().unwrap();
+            let mut matched = false;
+            for b in before..=after {
+                matched |=
+                    node("eth_getBalance", json!([address, format!("{b:#x}")])).await? == got;
+            }
+            if !matched {
+                return Err(format!("{address} at latest ({before}..={after}): {got}"));
+            }
+        } else {
+            let at = format!("{before:#x}");
+            for method in ["eth_getBalance", "eth_getTransactionCount"] {
+                let got = rpc(&http, &proxy, method, json!([address, at])).await;
+                let want = node(method, json!([address, at])).await?;
+                if got.as_ref() != Ok(&want) {
+                    return Err(format!(
+                        "{method} {address} at {before}: {got:?}, anvil {want}"
+                    ));
+                }
+            }
+        }
+        lookups += 1;
+    }
+    Ok(lookups)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_follower_keeps_views_complete_and_fresh_while_clients_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let genesis = dir.path().join("genesis.json");
+    write_genesis(&genesis);
+    let anvil = Anvil::start_with(&[
+        "--init",
+        genesis.to_str().unwrap(),
+        "--chain-id",
+        "4242",
+        "--block-time",
+        "1",
+    ])
+    .await;
+    let store = dir.path().join("store");
+    let config = FollowConfig {
+        store: Some(store.clone()),
+        source: SourceConfig {
+            url: Some(anvil.url.clone()),
+            genesis: Some(genesis.clone()),
+            ..Default::default()
+        },
+        follow: Timing {
+            poll_ms: 100,
+            confirmations: 0,
+        },
+        levels: LevelPolicy {
+            fanout: 4,
+            keep_blocks: 6,
+            ..Default::default()
+        },
+        build: BuildConfig {
+            device: "cpu".into(),
+            ..Default::default()
+        },
+    };
+    let (stop_follower, stopped) = tokio::sync::oneshot::channel::<()>();
+    let follower = tokio::spawn(follow::run(config, async move {
+        let _ = stopped.await;
+    }));
+    let server = start_server(&store).await;
+    let cache = tempfile::tempdir().unwrap();
+    let proxy = start_proxy(&server, Some(anvil.url.clone()), cache.path()).await;
+    let http = reqwest::Client::new();
+    for _ in 0..200 {
+        if status(&http, &proxy).await["viewBlock"].is_u64() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(status(&http, &proxy).await["chainId"], 4242);
+
+    // Who the clients read: idle genesis accounts, the dev accounts, the
+    // fee recipient, never-seen addresses; then whatever the chain creates.
+    let mut who: Vec<String> = idle_genesis_accounts();
+    who.extend(ALL_DEV_ACCOUNTS.iter().map(|a| a.to_string()));
+    who.push(fresh(0x00));
+    who.extend([fresh(0xbe), fresh(0xef)]);
+    let addresses = Arc::new(RwLock::new(who));
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|i| {
+            tokio::spawn(client(
+                i,
+                proxy.clone(),
+                anvil.url.clone(),
+                addresses.clone(),
+                stop.clone(),
+            ))
+        })
+        .collect();
+
+    // The chain moves: a contract, transfers to fresh addresses, and
+    // transfers through the contract (internal, seen only in traces).
+    let receipt = anvil
+        .send(json!({"from": DEV_ACCOUNTS[0], "data": FORWARDER_INIT_CODE}))
+        .await;
+    let forwarder = receipt["contractAddress"].as_str().unwrap().to_string();
+    addresses.write().unwrap().push(forwarder.clone());
+    for k in 0..6u8 {
+        let to = fresh(0x30 + k);
+        anvil
+            .send(json!({"from": DEV_ACCOUNTS[1], "to": to, "value": format!("{:#x}", 0x1000 + k as u64)}))
+            .await;
+        let inner = fresh(0x50 + k);
+        let r = anvil
+            .send(json!({"from": DEV_ACCOUNTS[2], "to": forwarder, "value": "0x777", "data": forward_to(&inner)}))
+            .await;
+        assert_eq!(quantity(&r["status"]), 1, "forwarding failed");
+        addresses.write().unwrap().extend([to, inner]);
+    }
+    let head = anvil.head().await;
+    assert_eq!(anvil.balance(&fresh(0x55), head).await, "0x777");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, Ordering::SeqCst);
+    let mut lookups = 0;
+    for c in clients {
+        lookups += c
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("a client failed: {e}"));
+    }
+    assert!(lookups >= CLIENTS * 5, "only {lookups} lookups");
+
+    // Caught up: `latest` is at most one block behind the head.
+    let mut lag = u64::MAX;
+    for _ in 0..50 {
+        let s = status(&http, &proxy).await;
+        lag = s["headBlock"].as_u64().unwrap() - s["viewBlock"].as_u64().unwrap();
+        if lag <= 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(lag <= 1, "latest lags the head by {lag} blocks");
+
+    // Merges happened, and what retention removed left the server's
+    // catalog and the proxy's views without a restart.
+    let listed = || -> BTreeSet<String> {
+        snapshotter::SnapshotStore::open(&store)
+            .unwrap()
+            .list()
+            .unwrap()
+            .iter()
+            .map(|s| s.id.url_form())
+            .collect()
+    };
+    let catalog = |http: reqwest::Client, server: String| async move {
+        let c: protocol::api::Catalog = http
+            .get(format!("{server}/v1/snapshots"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        c
+    };
+    let served: Arc<Mutex<BTreeSet<String>>> = Default::default();
+    let mut same = false;
+    for _ in 0..50 {
+        let c = catalog(http.clone(), server.clone()).await;
+        *served.lock().unwrap() = c.snapshots.iter().map(|e| e.id.clone()).collect();
+        if *served.lock().unwrap() == listed() {
+            same = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let served = served.lock().unwrap().clone();
+    assert!(same, "server {served:?} vs store {:?}", listed());
+    assert!(
+        served.iter().any(|id| {
+            let id: protocol::SnapshotId = id.parse().unwrap();
+            id.from.is_some_and(|from| id.block - from > 1)
+        }),
+        "no merged delta in {served:?}"
+    );
+    // Every snapshot left is recent or serves a view of the last
+    // keep_blocks (6) blocks, give or take the blocks mined meanwhile.
+    let newest = anvil.head().await;
+    let c = catalog(http.clone(), server.clone()).await;
+    let views = protocol::view::views(&c.snapshots);
+    for e in &c.snapshots {
+        let recent = |b: u64| b + 9 >= newest;
+        assert!(
+            recent(e.manifest.block_number)
+                || views
+                    .iter()
+                    .any(|v| recent(v.block) && v.snapshots.contains(&e.id)),
+            "{} is kept for no recent view (head {newest}): {views:?}",
+            e.id
+        );
+    }
+    // The proxy forgot the views of retired snapshots.
+    let oldest_served = views.iter().map(|v| v.block).min().unwrap();
+    let s = status(&http, &proxy).await;
+    let oldest_known = s["viewBlocks"][0].as_u64().unwrap();
+    assert!(oldest_known >= oldest_served, "{s} vs {views:?}");
+
+    stop_follower.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(30), follower)
+        .await
+        .expect("the follower stops")
+        .unwrap()
+        .unwrap();
+}

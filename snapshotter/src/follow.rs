@@ -1,0 +1,452 @@
+//! `ethpir-snapshot run`: follow the chain head, unattended.
+//!
+//! First a base: the full state from a genesis file (then every block since
+//! from the node) or from a reth datadir (at its head). An RPC node cannot
+//! list its accounts, so without either the follower refuses, unless the
+//! store already holds a base for the chain. Then, every `poll_ms`, a delta
+//! for the blocks since the newest view (one block in steady state, all of
+//! them after a pause), built and published atomically, after which the
+//! levels are merged and retired as [`crate::levels`] says.
+//!
+//! Changes per block are complete only with the node's call traces
+//! (internal transfers, selfdestructs, contracts created by contracts): a
+//! node without `trace_block` is refused unless `allow_incomplete` is set.
+//! Reorgs: before each delta the newest view's blocks are compared with the
+//! node's hashes; levels no longer on the chain are removed and rebuilt.
+//! Node outages and failed builds are logged and retried with backoff;
+//! only a refusal (a configuration that cannot work) stops the follower.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use alloy_primitives::Address;
+use serde::Deserialize;
+
+use crate::levels::{LevelPolicy, Levels, LevelsError, UpdateReport};
+use crate::pipeline::{build_and_publish, BuildOptions, ExportedState};
+use crate::sources::rpc::{RpcOptions, RpcSource, Traces};
+use crate::store::{SnapshotStore, StoredSnapshot};
+
+/// `configs/snapshotter.toml`; every field has a default, and the command
+/// line's `--store`, `--url`, `--genesis`, `--datadir` override it.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FollowConfig {
+    pub store: Option<PathBuf>,
+    pub source: SourceConfig,
+    pub follow: Timing,
+    pub levels: LevelPolicy,
+    pub build: BuildConfig,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SourceConfig {
+    /// The node followed.
+    pub url: Option<String>,
+    /// Base: a genesis file (the node's chain from block 0).
+    pub genesis: Option<PathBuf>,
+    /// Base: a reth datadir (the full state at its head).
+    pub datadir: Option<PathBuf>,
+    /// Follow a node without call traces (changes they would reveal are
+    /// missed: see the log line at start).
+    pub allow_incomplete: bool,
+    /// Accounts per JSON-RPC batch and batches in flight.
+    pub batch_size: usize,
+    pub concurrency: usize,
+}
+
+impl Default for SourceConfig {
+    fn default() -> Self {
+        SourceConfig {
+            url: None,
+            genesis: None,
+            datadir: None,
+            allow_incomplete: false,
+            batch_size: 100,
+            concurrency: 4,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Timing {
+    /// How often to look at the node's head, milliseconds.
+    pub poll_ms: u64,
+    /// Stay this many blocks behind the head (0: follow the head; reorgs
+    /// are repaired either way).
+    pub confirmations: u64,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            poll_ms: 1000,
+            confirmations: 0,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BuildConfig {
+    pub device: String,
+    pub arity: u8,
+    pub packing: String,
+    pub hint_budget_mib: u64,
+}
+
+impl Default for BuildConfig {
+    fn default() -> Self {
+        BuildConfig {
+            device: "auto".into(),
+            arity: 3,
+            packing: "auto".into(),
+            hint_budget_mib: 32,
+        }
+    }
+}
+
+impl BuildConfig {
+    pub fn options(&self) -> anyhow::Result<BuildOptions> {
+        Ok(BuildOptions {
+            arity: pir_core::Arity::from_u8(self.arity)
+                .map_err(|e| anyhow::anyhow!("build.arity: {e}"))?,
+            packing: pir_core::Packing::parse(&self.packing, self.hint_budget_mib)
+                .map_err(|e| anyhow::anyhow!("build.packing: {e}"))?,
+            device: self
+                .device
+                .parse()
+                .map_err(|e: String| anyhow::anyhow!(e))?,
+            progress: None,
+        })
+    }
+}
+
+impl FollowConfig {
+    pub fn from_file(path: &Path) -> anyhow::Result<Self> {
+        Ok(protocol::config::load_toml(path)?)
+    }
+}
+
+/// A configuration or chain the follower cannot work with: it stops
+/// rather than retry.
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    #[error("no store: give --store DIR (or store = \"...\" in the config)")]
+    NoStore,
+    #[error("no node: give --url RPC_URL (or [source] url in the config)")]
+    NoUrl,
+    #[error("--genesis and --datadir both given; the base comes from one of them")]
+    TwoBases,
+    #[error("no base for chain {chain_id} in the store, and neither --genesis FILE nor --datadir RETH_DATADIR: a JSON-RPC node cannot list its accounts, so the full state must come from a genesis file (plus every block since) or a reth datadir")]
+    NoBase { chain_id: u64 },
+    #[error("the node at {url} has no trace_block: without call traces the per-block changes miss internal transfers (value sent by contracts), selfdestruct beneficiaries and contracts created by contracts. Use a node with traces (reth, erigon, anvil, nethermind) or accept this with --allow-incomplete")]
+    NoTraces { url: String },
+    #[error("{0}")]
+    Mismatch(String),
+    #[error(
+        "this ethpir-snapshot was built without the reth feature (cargo build --features reth)"
+    )]
+    NoReth,
+}
+
+/// What a step did.
+#[derive(Debug)]
+pub enum StepOutcome {
+    /// The newest view is at the node's head (less confirmations).
+    UpToDate { block: u64 },
+    /// A delta (and maybe merges) was published.
+    Published { block: u64, report: UpdateReport },
+}
+
+/// The follower's state between steps.
+pub struct Follower {
+    config: FollowConfig,
+    url: String,
+    store: SnapshotStore,
+    build: BuildOptions,
+    node: Option<RpcSource>,
+    levels: Option<std::sync::Arc<Levels>>,
+}
+
+impl Follower {
+    /// Checks the configuration (nothing is contacted yet).
+    pub fn new(config: FollowConfig) -> anyhow::Result<Self> {
+        let store = config.store.clone().ok_or(Refusal::NoStore)?;
+        let url = config.source.url.clone().ok_or(Refusal::NoUrl)?;
+        if config.source.genesis.is_some() && config.source.datadir.is_some() {
+            return Err(Refusal::TwoBases.into());
+        }
+        let build = config.build.options()?;
+        Ok(Follower {
+            store: SnapshotStore::open(&store)?,
+            url,
+            build,
+            node: None,
+            levels: None,
+            config,
+        })
+    }
+
+    pub fn store(&self) -> &SnapshotStore {
+        &self.store
+    }
+
+    /// The node, connected (and its traces checked) on first use.
+    async fn node(&mut self) -> anyhow::Result<&RpcSource> {
+        if self.node.is_none() {
+            let s = &self.config.source;
+            let options = RpcOptions {
+                batch_size: s.batch_size,
+                concurrency: s.concurrency,
+                traces: if s.allow_incomplete {
+                    Traces::Auto
+                } else {
+                    Traces::On
+                },
+                ..Default::default()
+            };
+            let node = RpcSource::connect(&self.url, options).await?;
+            if !node.has_traces().await? {
+                if !s.allow_incomplete {
+                    return Err(Refusal::NoTraces {
+                        url: protocol::url::redact(&self.url),
+                    }
+                    .into());
+                }
+                tracing::warn!("following without call traces (--allow-incomplete): internal transfers, selfdestruct beneficiaries and contracts created by contracts are missed, so those accounts can read stale values");
+            }
+            self.levels = Some(std::sync::Arc::new(Levels::new(
+                self.store.clone(),
+                node.chain_id,
+                self.config.levels.clone(),
+                self.build.clone(),
+            )));
+            self.node = Some(node);
+        }
+        Ok(self.node.as_ref().expect("just connected"))
+    }
+
+    fn levels(&self) -> std::sync::Arc<Levels> {
+        self.levels
+            .clone()
+            .expect("levels exist once the node is connected")
+    }
+
+    /// One step: a base if there is none, repairs after a reorg or damage,
+    /// then a delta up to the head. A failed step drops the connection so
+    /// the next one starts afresh.
+    pub async fn step(&mut self) -> anyhow::Result<StepOutcome> {
+        let outcome = self.try_step().await;
+        if outcome.is_err() {
+            self.node = None;
+        }
+        outcome
+    }
+
+    async fn try_step(&mut self) -> anyhow::Result<StepOutcome> {
+        self.node().await?;
+        let levels = self.levels();
+        match blocking(move || levels.check_newest()).await {
+            Err(LevelsError::Damaged { id, reason }) => {
+                tracing::error!(snapshot = %id, %reason, "damaged level removed; its blocks are rebuilt from the node");
+            }
+            other => other?,
+        }
+        if self.levels().newest_view()?.is_none() {
+            self.build_base().await?;
+        }
+        self.undo_reorg().await?;
+        let node = self.node.as_ref().expect("connected");
+        let head = node
+            .head()
+            .await?
+            .saturating_sub(self.config.follow.confirmations);
+        let view = self.levels().newest_view()?.expect("a base exists");
+        let top = view.last().expect("a view has a level").id.block;
+        if head <= top {
+            return Ok(StepOutcome::UpToDate { block: top });
+        }
+        let delta = node.export_delta(top, head).await?;
+        let records = delta.records.len();
+        let levels = self.levels();
+        let report = blocking(move || levels.publish(delta)).await?;
+        tracing::info!(from = top, block = head, records, published = ?report.published, retired = report.removed.len(), "delta published");
+        Ok(StepOutcome::Published {
+            block: head,
+            report,
+        })
+    }
+
+    /// Builds and publishes the base from the genesis file or the datadir.
+    async fn build_base(&mut self) -> anyhow::Result<()> {
+        let node = self.node.as_ref().expect("connected");
+        let chain_id = node.chain_id;
+        let base = match (&self.config.source.genesis, &self.config.source.datadir) {
+            (Some(file), _) => genesis_base(node, file).await?,
+            (None, Some(dir)) => datadir_base(node, dir).await?,
+            (None, None) => return Err(Refusal::NoBase { chain_id }.into()),
+        };
+        tracing::info!(block = base.block_number, accounts = base.records.len(), source = %base.source, "building the base");
+        let store = self.store.clone();
+        let opts = self.build.clone();
+        blocking(move || build_and_publish(&store, base, &opts)).await?;
+        Ok(())
+    }
+
+    /// Removes the newest view's levels whose block the node no longer has
+    /// under the same hash (a reorg); the next delta rebuilds those blocks.
+    async fn undo_reorg(&mut self) -> anyhow::Result<()> {
+        let node = self.node.as_ref().expect("connected");
+        let view = self.levels().newest_view()?.expect("a base exists");
+        let mut orphaned: Vec<&StoredSnapshot> = Vec::new();
+        for level in view.iter().rev() {
+            let Some(hash) = level.manifest.block_hash else {
+                break;
+            };
+            if node.block_header(level.id.block).await?.0 == hash {
+                break;
+            }
+            orphaned.push(level);
+        }
+        for level in orphaned {
+            if level.manifest.kind.is_complete() {
+                return Err(Refusal::Mismatch(format!(
+                    "the base {} is not on the node's chain (block {} has another hash): remove it and start again",
+                    level.id, level.id.block
+                ))
+                .into());
+            }
+            tracing::warn!(snapshot = %level.id, "reorg: the block is no longer on the node's chain; removing the level and rebuilding");
+            self.store.remove(&level.id)?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs a blocking closure (a build) off the async threads.
+async fn blocking<T: Send + 'static, E: Send + 'static>(
+    f: impl FnOnce() -> Result<T, E> + Send + 'static,
+) -> Result<T, E>
+where
+    anyhow::Error: From<E>,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .expect("build task panicked")
+}
+
+/// The genesis file's state at block 0, checked against the node: the
+/// chain id, and a sample of accounts read at block 0.
+async fn genesis_base(node: &RpcSource, file: &Path) -> anyhow::Result<ExportedState> {
+    let mut state = crate::sources::genesis::read_genesis(file, Some(node.chain_id))?;
+    let sample: Vec<Address> = state
+        .records
+        .iter()
+        .filter_map(|r| r.address)
+        .step_by((state.records.len() / 32).max(1))
+        .collect();
+    let on_node = node.read_accounts(&sample, 0).await?;
+    for got in &on_node {
+        let want = state.records.iter().find(|r| r.key == got.key);
+        if want.is_none_or(|w| (w.balance, w.nonce) != (got.balance, got.nonce)) {
+            return Err(Refusal::Mismatch(format!(
+                "{} is not this node's genesis: account {:?} differs at block 0",
+                file.display(),
+                got.address
+            ))
+            .into());
+        }
+    }
+    let (hash, root, time) = node.block_header(0).await?;
+    state.block_hash = Some(hash);
+    state.state_root = Some(root);
+    state.block_time = Some(time);
+    Ok(state)
+}
+
+/// The reth datadir's full state at its head, checked against the node.
+#[cfg(feature = "reth")]
+async fn datadir_base(node: &RpcSource, dir: &Path) -> anyhow::Result<ExportedState> {
+    use crate::sources::reth::{RethDatadir, RethMode};
+    let reth = RethDatadir::open(dir)?;
+    let state = reth.export(RethMode::Full, node.chain_id)?;
+    let (hash, _, _) = node.block_header(state.block_number).await?;
+    if state.block_hash != Some(hash) {
+        return Err(Refusal::Mismatch(format!(
+            "the datadir's block {} is not on the node's chain",
+            state.block_number
+        ))
+        .into());
+    }
+    Ok(state)
+}
+
+#[cfg(not(feature = "reth"))]
+async fn datadir_base(_: &RpcSource, _: &Path) -> anyhow::Result<ExportedState> {
+    Err(Refusal::NoReth.into())
+}
+
+/// Wait after the `failures`-th failed step in a row: 1 s doubling, at most 5 min.
+fn backoff(failures: u32) -> Duration {
+    protocol::retry::backoff(
+        Duration::from_secs(1),
+        Duration::from_secs(300),
+        failures.saturating_sub(1),
+    )
+}
+
+/// Follows until `stop` resolves, or a refusal.
+pub async fn run(
+    config: FollowConfig,
+    stop: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let poll = Duration::from_millis(config.follow.poll_ms.max(50));
+    let mut follower = Follower::new(config)?;
+    tracing::info!(url = %protocol::url::redact(&follower.url), store = %follower.store.root().display(), "following the chain");
+    let mut failures = 0u32;
+    tokio::pin!(stop);
+    loop {
+        // Stop is honoured while a step waits on the node too (an outage
+        // can keep it retrying for minutes). A build already handed to a
+        // blocking thread still finishes and publishes atomically.
+        let outcome = tokio::select! {
+            _ = &mut stop => break,
+            outcome = follower.step() => outcome,
+        };
+        let wait = match outcome {
+            Ok(StepOutcome::Published { .. }) => {
+                failures = 0;
+                Duration::ZERO
+            }
+            Ok(StepOutcome::UpToDate { .. }) => {
+                failures = 0;
+                poll
+            }
+            Err(e) if e.downcast_ref::<Refusal>().is_some() => return Err(e),
+            Err(e) => {
+                failures += 1;
+                let wait = backoff(failures);
+                tracing::warn!(error = %e, retry_in_s = wait.as_secs(), "follow step failed; will retry");
+                wait
+            }
+        };
+        tokio::select! {
+            _ = &mut stop => break,
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+    tracing::info!("follower stopped");
+    Ok(())
+}
+
+/// One step now (`run --once`): the base if missing, then the blocks up
+/// to the head. Returns the newest view's block.
+pub async fn run_once(config: FollowConfig) -> anyhow::Result<u64> {
+    let mut follower = Follower::new(config)?;
+    match follower.step().await? {
+        StepOutcome::UpToDate { block } | StepOutcome::Published { block, .. } => Ok(block),
+    }
+}
