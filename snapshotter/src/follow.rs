@@ -23,9 +23,10 @@ use alloy_primitives::Address;
 use serde::Deserialize;
 
 use crate::levels::{LevelPolicy, Levels, LevelsError, UpdateReport};
+use crate::manifest::KindTag;
 use crate::pipeline::{build_and_publish, BuildOptions, ExportedState};
 use crate::sources::rpc::{RpcOptions, RpcSource, Traces};
-use crate::store::{SnapshotStore, StoredSnapshot};
+use crate::store::SnapshotStore;
 
 /// `configs/snapshotter.toml`; every field has a default, and the command
 /// line's `--store`, `--url`, `--genesis`, `--datadir` override it.
@@ -296,31 +297,47 @@ impl Follower {
         Ok(())
     }
 
-    /// Removes the newest view's levels whose block the node no longer has
-    /// under the same hash (a reorg); the next delta rebuilds those blocks.
+    /// After a reorg: finds the newest level of the newest view still on
+    /// the node's chain (same hash at its block) and removes every delta
+    /// and full snapshot above that block, whatever view they belong to, so
+    /// that no view mixes the orphaned blocks in. The next delta rebuilds
+    /// them from the node.
     async fn undo_reorg(&mut self) -> anyhow::Result<()> {
         let node = self.node.as_ref().expect("connected");
         let view = self.levels().newest_view()?.expect("a base exists");
-        let mut orphaned: Vec<&StoredSnapshot> = Vec::new();
+        let mut fork = None;
         for level in view.iter().rev() {
-            let Some(hash) = level.manifest.block_hash else {
-                break;
+            let on_chain = match level.manifest.block_hash {
+                Some(hash) => node.block_header(level.id.block).await?.0 == hash,
+                None => true,
             };
-            if node.block_header(level.id.block).await?.0 == hash {
+            if on_chain {
+                fork = Some(level.id.block);
                 break;
             }
-            orphaned.push(level);
         }
-        for level in orphaned {
-            if level.manifest.kind.is_complete() {
-                return Err(Refusal::Mismatch(format!(
-                    "the base {} is not on the node's chain (block {} has another hash): remove it and start again",
-                    level.id, level.id.block
-                ))
-                .into());
+        let top = view.last().expect("a view has a level").id.block;
+        let Some(fork) = fork else {
+            return Err(Refusal::Mismatch(format!(
+                "the base {} is not on the node's chain (block {} has another hash): remove it and start again",
+                view[0].id, view[0].id.block
+            ))
+            .into());
+        };
+        if fork == top {
+            return Ok(());
+        }
+        tracing::warn!(
+            fork,
+            orphaned_to = top,
+            "reorg: blocks after {fork} are no longer on the node's chain; removing their levels and rebuilding"
+        );
+        for snap in self.store.list()? {
+            let managed = matches!(snap.id.kind, KindTag::Delta | KindTag::Full);
+            if snap.id.chain_id == node.chain_id && managed && snap.id.block > fork {
+                self.store.remove(&snap.id)?;
+                tracing::info!(snapshot = %snap.id, "removed (orphaned by the reorg)");
             }
-            tracing::warn!(snapshot = %level.id, "reorg: the block is no longer on the node's chain; removing the level and rebuilding");
-            self.store.remove(&level.id)?;
         }
         Ok(())
     }

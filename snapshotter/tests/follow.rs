@@ -3,3 +3,251 @@
 //! from a genesis file and deltas on it, repairs a reorg, a damaged delta
 //! in the store and rides out a node outage. Also: the example config
 //! parses.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use alloy_primitives::{Address, B256, U256};
+use serde_json::json;
+use snapshotter::follow::{
+    self, BuildConfig, FollowConfig, Follower, Refusal, SourceConfig, StepOutcome,
+};
+use snapshotter::levels::LevelPolicy;
+use snapshotter::store::RECORDS_FILE;
+use snapshotter::SnapshotStore;
+use test_support::{idle_genesis_accounts, write_genesis, Anvil, ALL_DEV_ACCOUNTS, DEV_ACCOUNTS};
+
+#[test]
+fn example_config_parses() {
+    let c = FollowConfig::from_file(std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../configs/snapshotter.toml"
+    )))
+    .unwrap();
+    assert_eq!(c.levels.fanout, 8);
+    assert!(c.source.url.is_some());
+    c.build.options().unwrap();
+}
+
+fn config(store: &std::path::Path, url: &str, genesis: Option<&std::path::Path>) -> FollowConfig {
+    FollowConfig {
+        store: Some(store.to_path_buf()),
+        source: SourceConfig {
+            url: Some(url.to_string()),
+            genesis: genesis.map(std::path::Path::to_path_buf),
+            ..Default::default()
+        },
+        levels: LevelPolicy {
+            fanout: 3,
+            ..Default::default()
+        },
+        build: BuildConfig {
+            device: "cpu".into(),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// anvil from the test genesis, mined on demand.
+async fn genesis_anvil(dir: &std::path::Path) -> (Anvil, std::path::PathBuf) {
+    let genesis = dir.join("genesis.json");
+    write_genesis(&genesis);
+    let anvil =
+        Anvil::start_with(&["--init", genesis.to_str().unwrap(), "--chain-id", "4242"]).await;
+    (anvil, genesis)
+}
+
+/// The newest view's answer for every address, by overlaying its levels'
+/// records (what the PIR lookups return, without the PIR).
+fn view_state(store: &SnapshotStore) -> (u64, BTreeMap<B256, (U256, u64)>) {
+    let snaps = store.list().unwrap();
+    let entries: Vec<protocol::CatalogEntry> = snaps
+        .iter()
+        .map(|s| protocol::CatalogEntry {
+            id: s.id.url_form(),
+            manifest: s.manifest.clone(),
+        })
+        .collect();
+    let views = protocol::view::views(&entries);
+    let view = protocol::view::newest(&views, None).unwrap();
+    assert!(view.complete);
+    let mut state = BTreeMap::new();
+    for id in &view.snapshots {
+        let snap = snaps.iter().find(|s| &s.id.url_form() == id).unwrap();
+        let bytes = store.read_checked(snap, RECORDS_FILE).unwrap();
+        for r in snapshotter::records::decode_records(&bytes).unwrap() {
+            state.insert(r.key, (r.balance, r.nonce));
+        }
+    }
+    (view.block, state)
+}
+
+/// Every address's view answer equals anvil's at the view's block.
+async fn assert_view_matches(store: &SnapshotStore, anvil: &Anvil, who: &[String]) {
+    let (block, state) = view_state(store);
+    for a in who {
+        let address: Address = a.parse().unwrap();
+        let (balance, nonce) = state
+            .get(&snapshotter::pir_key(&address))
+            .copied()
+            .unwrap_or((U256::ZERO, 0));
+        assert_eq!(
+            format!("{balance:#x}"),
+            anvil.balance(a, block).await,
+            "{a} at {block}"
+        );
+        assert_eq!(
+            format!("{nonce:#x}"),
+            anvil.nonce(a, block).await,
+            "{a} at {block}"
+        );
+    }
+}
+
+fn everyone(extra: &[&str]) -> Vec<String> {
+    let mut who = idle_genesis_accounts();
+    who.extend(ALL_DEV_ACCOUNTS.iter().map(|a| a.to_string()));
+    who.extend(extra.iter().map(|a| a.to_string()));
+    who
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_base_the_follower_refuses_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let (anvil, _) = genesis_anvil(dir.path()).await;
+    let config = config(&dir.path().join("store"), &anvil.url, None);
+    let err = follow::run(config, std::future::pending())
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        err.downcast_ref::<Refusal>(),
+        Some(Refusal::NoBase { chain_id: 4242 })
+    ));
+    let text = err.to_string();
+    assert!(
+        text.contains("--genesis") && text.contains("--datadir"),
+        "{text}"
+    );
+    // A genesis file of another chain is refused too.
+    let other = dir.path().join("other.json");
+    std::fs::write(&other, r#"{"config":{"chainId":4242},"alloc":{"0x1111111111111111111111111111111111111111":{"balance":"0x5"}}}"#).unwrap();
+    let config = self::config(&dir.path().join("store"), &anvil.url, Some(&other));
+    let err = Follower::new(config).unwrap().step().await.unwrap_err();
+    assert!(
+        err.to_string().contains("is not this node's genesis"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deltas_follow_blocks_and_survive_reorgs_and_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    let (anvil, genesis) = genesis_anvil(dir.path()).await;
+    let store_dir = dir.path().join("store");
+    let store = SnapshotStore::open(&store_dir).unwrap();
+    let mut follower = Follower::new(config(&store_dir, &anvil.url, Some(&genesis))).unwrap();
+    let fresh = |b: u8| format!("0x{}", format!("{b:02x}").repeat(20));
+    let pay = |to: String, value: u64| json!({"from": DEV_ACCOUNTS[1], "to": to, "value": format!("{value:#x}")});
+
+    // Base at 0, then a delta per block (merged 3 at a time).
+    assert!(matches!(
+        follower.step().await.unwrap(),
+        StepOutcome::UpToDate { block: 0 }
+    ));
+    for i in 0..5u8 {
+        anvil.send(pay(fresh(0x30 + i), 1000 + i as u64)).await;
+        let StepOutcome::Published { block, .. } = follower.step().await.unwrap() else {
+            panic!("no delta")
+        };
+        assert_eq!(block, anvil.head().await);
+    }
+    let touched = [
+        "0x3030303030303030303030303030303030303030",
+        "0x3434343434343434343434343434343434343434",
+    ];
+    assert_view_matches(&store, &anvil, &everyone(&touched)).await;
+
+    // A reorg: two blocks followed, then replaced by three others.
+    let snapshot = anvil.rpc("evm_snapshot", json!([])).await;
+    anvil.send(pay(fresh(0x61), 61)).await;
+    anvil.send(pay(fresh(0x62), 62)).await;
+    follower.step().await.unwrap();
+    assert_eq!(view_state(&store).0, anvil.head().await);
+    assert_eq!(
+        anvil.rpc("evm_revert", json!([snapshot])).await,
+        json!(true)
+    );
+    for b in [0x71u8, 0x72, 0x73] {
+        anvil.send(pay(fresh(b), b as u64)).await;
+    }
+    follower.step().await.unwrap();
+    let orphaned = [fresh(0x61), fresh(0x62), fresh(0x71), fresh(0x73)];
+    let orphaned: Vec<&str> = orphaned.iter().map(String::as_str).collect();
+    assert_view_matches(&store, &anvil, &everyone(&orphaned)).await;
+    assert_eq!(view_state(&store).0, anvil.head().await);
+
+    // A damaged delta in the store: removed with what chains on it, its
+    // blocks rebuilt from the node.
+    anvil.send(pay(fresh(0x81), 81)).await;
+    follower.step().await.unwrap();
+    let top = store
+        .list()
+        .unwrap()
+        .into_iter()
+        .max_by_key(|s| s.id.block)
+        .unwrap();
+    let records = top.path.join(RECORDS_FILE);
+    let bytes = std::fs::read(&records).unwrap();
+    std::fs::write(&records, &bytes[..bytes.len() / 2]).unwrap();
+    follower.step().await.unwrap();
+    assert!(top.path.exists(), "rebuilt at the same block");
+    assert_eq!(
+        std::fs::read(&records).unwrap(),
+        bytes,
+        "rebuilt with the same records"
+    );
+    assert_view_matches(&store, &anvil, &everyone(&[&fresh(0x81)])).await;
+    for s in store.list().unwrap() {
+        snapshotter::verify::verify(&store, &s, 2).unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_follower_rides_out_a_node_outage_and_stops_on_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let (anvil, genesis) = genesis_anvil(dir.path()).await;
+    let store_dir = dir.path().join("store");
+    let mut config = config(&store_dir, &anvil.url, Some(&genesis));
+    config.follow.poll_ms = 100;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let runner = tokio::spawn(follow::run(config, async move {
+        let _ = stop_rx.await;
+    }));
+    anvil
+        .send(json!({"from": DEV_ACCOUNTS[0], "to": DEV_ACCOUNTS[3], "value": "0x5"}))
+        .await;
+    let store = SnapshotStore::open(&store_dir).unwrap();
+    for _ in 0..100 {
+        if store.list().unwrap().iter().any(|s| s.id.block == 1) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        store.list().unwrap().iter().any(|s| s.id.block == 1),
+        "no delta for block 1"
+    );
+    anvil.stop().await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        !runner.is_finished(),
+        "the follower gave up during a node outage"
+    );
+    stop_tx.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), runner)
+        .await
+        .expect("the follower stops")
+        .unwrap()
+        .unwrap();
+}
