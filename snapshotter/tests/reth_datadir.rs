@@ -176,6 +176,97 @@ fn check_builds(reth: &RethDatadir, chain_id: u64) {
     snapshotter::verify::verify(&store, &published, 10).unwrap();
 }
 
+/// A base at block 0 and a delta per block from the change sets, merged as
+/// the follower merges them: the view at every block answers every account
+/// the node reported there, by private lookups in every level (freshest
+/// hit wins), and 0/0 for addresses the node never saw.
+fn check_views_at_every_block(reth: &RethDatadir, expected: &Value) {
+    use snapshotter::levels::{LevelPolicy, Levels};
+    let head = expected["head"].as_u64().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path()).unwrap();
+    let opts = BuildOptions {
+        device: gpu_kernels::HintDevice::Cpu,
+        ..Default::default()
+    };
+    let policy = LevelPolicy {
+        fanout: 3,
+        keep_blocks: 1_000_000,
+        ..Default::default()
+    };
+    let levels = Levels::new(store.clone(), 1337, policy, opts);
+    levels
+        .publish(reth.export(RethMode::FullAt { block: 0 }, 1337).unwrap())
+        .unwrap();
+    for n in 1..=head {
+        levels
+            .publish(reth.export_delta(n - 1, n, 1337).unwrap())
+            .unwrap();
+    }
+    let snaps = store.list().unwrap();
+    let entries: Vec<protocol::CatalogEntry> = snaps
+        .iter()
+        .map(|s| protocol::CatalogEntry {
+            id: s.id.url_form(),
+            manifest: s.manifest.clone(),
+        })
+        .collect();
+    assert!(
+        snaps
+            .iter()
+            .any(|s| s.id.from.is_some_and(|f| s.id.block - f > 1)),
+        "no merged delta"
+    );
+    let mut loaded = BTreeMap::new();
+    for s in &snaps {
+        let server = store.load_server(s).unwrap();
+        let client = pir_core::PirClient::from_setup_bytes(server.setup_bytes()).unwrap();
+        loaded.insert(s.id.url_form(), (server, client));
+    }
+    let views = protocol::view::views(&entries);
+    let mut rng = rand::rng();
+    for n in 0..=head {
+        let view = views
+            .iter()
+            .find(|v| v.block == n)
+            .unwrap_or_else(|| panic!("no view at block {n}"));
+        assert!(view.complete);
+        let mut want: Vec<(Address, (u64, U256))> = expected["state"][n.to_string()]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(a, acc)| {
+                let balance = U256::from_str_radix(acc["balance"].as_str().unwrap(), 10).unwrap();
+                (
+                    a.parse().unwrap(),
+                    (acc["nonce"].as_u64().unwrap(), balance),
+                )
+            })
+            .collect();
+        want.extend((0..3).map(|i| (Address::repeat_byte(0xe0 + i), (0, U256::ZERO))));
+        for (address, expected_state) in want {
+            let key = snapshotter::pir_key(&address);
+            let mut got = (0, U256::ZERO);
+            for id in &view.snapshots {
+                let (server, client) = &loaded[id];
+                let (query, pending) = client
+                    .query(client.prepare(&mut rng), key.as_slice())
+                    .unwrap();
+                let response = server.answer(&query).unwrap();
+                if let pir_core::Lookup::Found(v) = client.decode(pending, &response).unwrap() {
+                    let (balance, nonce) = snapshotter::decode_value(&v).unwrap();
+                    got = (nonce, balance);
+                }
+            }
+            assert_eq!(
+                got, expected_state,
+                "{address} at block {n} ({:?})",
+                view.snapshots
+            );
+        }
+    }
+}
+
 #[test]
 fn v1_datadir_matches_the_node() {
     let (_tmp, datadir) = unpack("v1");
@@ -191,6 +282,7 @@ fn v1_datadir_matches_the_node() {
     assert_eq!(full, dump("plain-account-state-v1.json"));
     check_history_and_active_sets(&reth, &json("expected-v1.json"));
     check_builds(&reth, 1337);
+    check_views_at_every_block(&reth, &json("expected-v1.json"));
 }
 
 #[test]
@@ -226,6 +318,7 @@ fn v2_datadir_matches_the_node() {
     );
     check_history_and_active_sets(&reth, &expected);
     check_builds(&reth, 1337);
+    check_views_at_every_block(&reth, &expected);
 }
 
 #[test]
