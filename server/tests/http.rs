@@ -330,3 +330,111 @@ fn example_config_parses() {
     .unwrap();
     assert_eq!(c.listen.to_string(), "127.0.0.1:8546");
 }
+
+/// `POST /v1/query`: every level of a view in one request (a base and a
+/// delta here), each part answered by its own snapshot; bad framing,
+/// unknown snapshots and oversized parts refused; the catalog describes
+/// the view and answers 304 while unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_request_queries_every_level_of_a_view() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path()).unwrap();
+    build_and_publish(&store, state(5, 200), &opts()).unwrap();
+    let mut delta = state(6, 3);
+    delta.kind = SnapshotKind::Delta { from: 5 };
+    build_and_publish(&store, delta, &opts()).unwrap();
+    let base = start(dir.path(), 2, 16).await;
+    let http = reqwest::Client::new();
+
+    let resp = http
+        .get(format!("{base}/v1/snapshots"))
+        .send()
+        .await
+        .unwrap();
+    let etag = resp.headers()["etag"].to_str().unwrap().to_string();
+    let catalog: Catalog = resp.json().await.unwrap();
+    let top = catalog.views.last().unwrap();
+    assert_eq!(top.block, 6);
+    assert_eq!(top.snapshots, ["31337-5-full", "31337-6-delta-5"]);
+    let unchanged = http
+        .get(format!("{base}/v1/snapshots"))
+        .header("if-none-match", &etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unchanged.status(), 304);
+
+    // Account 2 is in both levels: the delta holds its value at block 6.
+    let key = snapshotter::pir_key(&state(6, 3).records[1].address.unwrap());
+    let mut rng = rand::rng();
+    let mut clients = Vec::new();
+    let mut bodies = Vec::new();
+    for id in &top.snapshots {
+        let setup = http
+            .get(format!("{base}/v1/snapshots/{id}/setup"))
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        let client = PirClient::from_setup_bytes(&setup).unwrap();
+        let (q, p) = client
+            .query(client.prepare(&mut rng), key.as_slice())
+            .unwrap();
+        bodies.push(encode_queries(&[q]));
+        clients.push((client, p));
+    }
+    let parts: Vec<(&str, &[u8])> = top
+        .snapshots
+        .iter()
+        .zip(&bodies)
+        .map(|(id, b)| (id.as_str(), b.as_slice()))
+        .collect();
+    let request = protocol::multi::encode_request(&parts);
+    let resp = http
+        .post(format!("{base}/v1/query"))
+        .body(request.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let body = resp.bytes().await.unwrap();
+    let answers = protocol::multi::decode_response(&body).unwrap();
+    let mut values = Vec::new();
+    for ((client, pending), answer) in clients.into_iter().zip(answers) {
+        let r = decode_responses(answer).unwrap();
+        match client.decode(pending, &r[0]).unwrap() {
+            Lookup::Found(v) => values.push(snapshotter::decode_value(&v).unwrap()),
+            Lookup::Absent => panic!("account 2 is in both levels"),
+        }
+    }
+    assert_eq!(values, [(U256::from(2005), 2), (U256::from(2006), 2)]);
+
+    let post = |body: Vec<u8>| {
+        let http = http.clone();
+        let url = format!("{base}/v1/query");
+        async move {
+            http.post(url)
+                .body(body)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    assert_eq!(post(b"junk".to_vec()).await, 400);
+    assert_eq!(post(request[..request.len() - 1].to_vec()).await, 400);
+    let unknown = protocol::multi::encode_request(&[("31337-9-full", bodies[0].as_slice())]);
+    assert_eq!(post(unknown).await, 404);
+    let huge = vec![0u8; pir_core::wire::query_bytes(1 << 20, 1)];
+    let oversized = protocol::multi::encode_request(&[("31337-6-delta-5", huge.as_slice())]);
+    assert_eq!(post(oversized).await, 413);
+    let wrong_shape = protocol::multi::encode_request(&[("31337-6-delta-5", bodies[0].as_slice())]);
+    assert_eq!(post(wrong_shape).await, 400);
+    assert_eq!(
+        declared_length_status(&format!("{base}/v1/query"), 1 << 30).await,
+        413
+    );
+}
