@@ -155,6 +155,9 @@ pub struct PrivateReader {
     /// Bytes sent to and received from the PIR server since start.
     bytes_up: AtomicU64,
     bytes_down: AtomicU64,
+    /// The part of them that were lookups (queries and their answers).
+    lookup_up: AtomicU64,
+    lookup_down: AtomicU64,
 }
 
 /// A transport error, without the URL reqwest would print (one redaction
@@ -182,6 +185,8 @@ impl PrivateReader {
             distrust: Mutex::new(None),
             bytes_up: AtomicU64::new(0),
             bytes_down: AtomicU64::new(0),
+            lookup_up: AtomicU64::new(0),
+            lookup_down: AtomicU64::new(0),
         })
     }
 
@@ -191,6 +196,15 @@ impl PrivateReader {
         (
             self.bytes_up.load(Ordering::Relaxed),
             self.bytes_down.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The part of [`Self::traffic`] that lookups moved (the rest is
+    /// catalogs and setup downloads: background traffic).
+    pub fn lookup_traffic(&self) -> (u64, u64) {
+        (
+            self.lookup_up.load(Ordering::Relaxed),
+            self.lookup_down.load(Ordering::Relaxed),
         )
     }
 
@@ -609,6 +623,8 @@ impl PrivateReader {
     /// POSTs a multi-snapshot request; the response body.
     async fn post_query(&self, request: Vec<u8>) -> Result<Vec<u8>, ReadError> {
         self.count(request.len(), 0);
+        self.lookup_up
+            .fetch_add(request.len() as u64, Ordering::Relaxed);
         let resp = self
             .http
             .post(format!("{}/v1/query", self.base))
@@ -619,6 +635,8 @@ impl PrivateReader {
         let status = resp.status();
         let body = resp.bytes().await.map_err(backend)?;
         self.count(0, body.len());
+        self.lookup_down
+            .fetch_add(body.len() as u64, Ordering::Relaxed);
         let body = body.to_vec();
         if status == reqwest::StatusCode::NOT_FOUND {
             let reason = serde_json::from_slice::<ApiError>(&body)

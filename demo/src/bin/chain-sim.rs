@@ -1,0 +1,453 @@
+//! `chain-sim`: a synthetic chain driven through the real snapshotter
+//! levels (delta builds, merges, retention), PIR server and proxy reader on
+//! loopback. Prints one JSON line.
+//!
+//! The chain: a random base of 2^N accounts; every block changes
+//! `--changes-per-block` accounts, 80% existing ones (skewed towards a hot
+//! set, as real activity is) and 20% new, a few emptied to 0/0. Each block
+//! is published as a delta the moment it is "seen"; lookups run
+//! concurrently at random times (a Poisson process), each checked against
+//! the simulator's own state at the block the proxy answered from.
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use alloy_primitives::{Address, U256};
+use anyhow::{Context, Result};
+use clap::Parser;
+use proxy::block::BlockSelector;
+use proxy::reader::PrivateReader;
+use rand::{Rng, SeedableRng};
+use serde_json::json;
+use snapshotter::levels::{LevelPolicy, Levels};
+use snapshotter::pipeline::{BuildOptions, ExportedState};
+use snapshotter::{AccountRecord, SnapshotKind, SnapshotStore};
+
+#[derive(Parser)]
+#[command(
+    name = "chain-sim",
+    about = "A synthetic chain through the real snapshotter, PIR server and proxy: freshness, bytes, CPU, wrong answers (JSON)",
+    long_about = "A synthetic chain through the real snapshotter levels, PIR server and proxy reader on loopback.\n\n\
+A random base of 2^N accounts is built as a full snapshot; then every block changes \
+--changes-per-block accounts (80% existing, skewed to a hot set, 20% new, some emptied) and is \
+published as a delta at once, merged and retired as the follower does. Lookups run concurrently \
+at random times and are checked against the simulated state. Prints one JSON line: lag behind the \
+head, bytes per lookup, background bytes, server CPU per block, answer time, wrong answers.\n\n\
+Example: cargo run --release --bin chain-sim -- --log2-accounts 24 --changes-per-block 2500 --blocks 300"
+)]
+struct Args {
+    /// log2 of the number of accounts in the base.
+    #[arg(long, default_value_t = 24)]
+    log2_accounts: u32,
+    /// Accounts changed per block.
+    #[arg(long, default_value_t = 2500)]
+    changes_per_block: usize,
+    /// Blocks simulated after the base.
+    #[arg(long, default_value_t = 300)]
+    blocks: u64,
+    /// Simulated block time, ms (mainnet: 12000; shorter compresses the run,
+    /// which only makes the targets harder).
+    #[arg(long, default_value_t = 3000)]
+    block_time_ms: u64,
+    /// Lookups per block, on average (at random times).
+    #[arg(long, default_value_t = 2.0)]
+    lookups_per_block: f64,
+    /// Deltas merged at a time.
+    #[arg(long, default_value_t = 8)]
+    fanout: u64,
+    /// Blocks whose views are kept.
+    #[arg(long, default_value_t = 64)]
+    keep_blocks: u64,
+    /// Working directory (the store and the proxy's cache; emptied first).
+    #[arg(long, default_value = "./chain-sim-data")]
+    dir: std::path::PathBuf,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+const CHAIN_ID: u64 = 1;
+
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// The simulated chain: the base (derived from the index, so 2^24 accounts
+/// need no table) and every change since, per address.
+struct Chain {
+    seed: u64,
+    base_len: usize,
+    /// Changes per address: (block, balance, nonce), oldest first.
+    history: HashMap<Address, Vec<(u64, U256, u64)>>,
+    /// Addresses created after the base (targets of later changes).
+    created: Vec<Address>,
+}
+
+impl Chain {
+    fn base_address(&self, i: usize) -> Address {
+        let a = splitmix(self.seed ^ (i as u64) << 1);
+        let b = splitmix(a);
+        let c = splitmix(b);
+        let mut bytes = [0u8; 20];
+        bytes[..8].copy_from_slice(&a.to_le_bytes());
+        bytes[8..16].copy_from_slice(&b.to_le_bytes());
+        bytes[16..].copy_from_slice(&c.to_le_bytes()[..4]);
+        Address::from(bytes)
+    }
+
+    fn base_value(&self, i: usize) -> (U256, u64) {
+        let r = splitmix(self.seed.wrapping_add(0x5eed) ^ i as u64);
+        (U256::from(r >> 4), r % 1000)
+    }
+
+    fn base_records(&self) -> Vec<AccountRecord> {
+        (0..self.base_len)
+            .map(|i| {
+                let (balance, nonce) = self.base_value(i);
+                AccountRecord::new(self.base_address(i), balance, nonce)
+            })
+            .collect()
+    }
+
+    /// An account's state at `block` (`base`: its index in the base).
+    fn truth(&self, address: &Address, base: Option<usize>, block: u64) -> (U256, u64) {
+        let changed = self
+            .history
+            .get(address)
+            .and_then(|h| h.iter().rev().find(|(b, _, _)| *b <= block));
+        match (changed, base) {
+            (Some(&(_, balance, nonce)), _) => (balance, nonce),
+            (None, Some(i)) => self.base_value(i),
+            (None, None) => (U256::ZERO, 0),
+        }
+    }
+
+    /// A skewed pick of an existing account: index ~ N * u^3 (a hot set).
+    fn pick_existing(&self, rng: &mut impl Rng) -> (Address, Option<usize>) {
+        if !self.created.is_empty() && rng.random_bool(0.2) {
+            return (self.created[rng.random_range(0..self.created.len())], None);
+        }
+        let u: f64 = rng.random();
+        let i = ((self.base_len as f64) * u * u * u) as usize;
+        let i = i.min(self.base_len - 1);
+        (self.base_address(i), Some(i))
+    }
+
+    /// The changes of `block`, recorded in the history; its delta records.
+    fn next_block(&mut self, block: u64, changes: usize, rng: &mut impl Rng) -> Vec<AccountRecord> {
+        let mut touched: HashMap<Address, (U256, u64)> = HashMap::new();
+        for _ in 0..changes {
+            let (address, value) = if rng.random_bool(0.8) {
+                let (a, base) = self.pick_existing(rng);
+                let (balance, nonce) = self.truth(&a, base, block);
+                if rng.random_bool(0.02) {
+                    (a, (U256::ZERO, 0))
+                } else {
+                    let spent = balance / U256::from(rng.random_range(2u64..20));
+                    (a, (balance - spent + U256::from(rng.random::<u32>()), nonce + 1))
+                }
+            } else {
+                let a = Address::from(rng.random::<[u8; 20]>());
+                self.created.push(a);
+                (a, (U256::from(rng.random::<u64>() >> 8), 0))
+            };
+            touched.insert(address, value);
+        }
+        touched
+            .into_iter()
+            .map(|(a, (balance, nonce))| {
+                self.history.entry(a).or_default().push((block, balance, nonce));
+                AccountRecord::new(a, balance, nonce)
+            })
+            .collect()
+    }
+}
+
+/// CPU seconds this process has used (user + system).
+fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // Fields after the command: state is 0, utime 11, stime 12 (clock ticks of 10 ms).
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn delta_state(block: u64, records: Vec<AccountRecord>) -> ExportedState {
+    ExportedState {
+        chain_id: CHAIN_ID,
+        block_number: block,
+        block_hash: None,
+        state_root: None,
+        block_time: None,
+        kind: SnapshotKind::Delta { from: block - 1 },
+        source: "chain-sim".into(),
+        records,
+        export_s: 0.0,
+    }
+}
+
+/// What the lookup task saw.
+#[derive(Default)]
+struct LookupStats {
+    lags: Vec<u64>,
+    latencies_ms: Vec<f64>,
+    levels: Vec<usize>,
+    wrong: Vec<String>,
+    failed: Vec<String>,
+}
+
+/// Looks up random accounts at random times until `stop`, checking each
+/// answer against the chain at the block it came from.
+async fn lookups(
+    reader: Arc<PrivateReader>,
+    chain: Arc<RwLock<Chain>>,
+    head: Arc<AtomicU64>,
+    mean_gap: Duration,
+    stop: Arc<AtomicBool>,
+    stats: Arc<Mutex<LookupStats>>,
+    seed: u64,
+) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    while !stop.load(Ordering::SeqCst) {
+        let u: f64 = rng.random::<f64>().max(1e-9);
+        tokio::time::sleep(mean_gap.mul_f64(-u.ln()).min(mean_gap * 10)).await;
+        let (address, base) = {
+            let c = chain.read().expect("chain lock");
+            match rng.random_range(0..10) {
+                0..4 => c.pick_existing(&mut rng),
+                4..8 => {
+                    let i = rng.random_range(0..c.base_len);
+                    (c.base_address(i), Some(i))
+                }
+                _ => (Address::from(rng.random::<[u8; 20]>()), None),
+            }
+        };
+        let at_head = head.load(Ordering::SeqCst);
+        let started = Instant::now();
+        let result = reader
+            .lookup(&BlockSelector::Newest, &[address])
+            .await
+            .pop()
+            .expect("one result");
+        let ms = started.elapsed().as_secs_f64() * 1e3;
+        let mut s = stats.lock().expect("stats lock");
+        match result {
+            Ok(state) => {
+                let want = chain.read().expect("chain lock").truth(&address, base, state.block);
+                if (state.balance, state.nonce) != want {
+                    s.wrong.push(format!("{address} at {}: {:?} vs {want:?}", state.block, (state.balance, state.nonce)));
+                }
+                s.lags.push(at_head.saturating_sub(state.block));
+                s.latencies_ms.push(ms);
+                let levels = reader
+                    .views()
+                    .iter()
+                    .find(|v| v.block == state.block)
+                    .map_or(0, |v| v.snapshots.len());
+                s.levels.push(levels);
+            }
+            Err(e) => s.failed.push(e.to_string()),
+        }
+    }
+}
+
+fn percentile<T: Copy + PartialOrd>(values: &[T], p: f64) -> Option<T> {
+    let mut v = values.to_vec();
+    v.sort_by(|a, b| a.partial_cmp(b).expect("comparable"));
+    (!v.is_empty()).then(|| v[((v.len() - 1) as f64 * p).round() as usize])
+}
+
+/// `ethpir_answer_seconds_sum / _count` from the server's metrics.
+async fn answer_ms(http: &reqwest::Client, server: &str) -> Option<f64> {
+    let text = http.get(format!("{server}/metrics")).send().await.ok()?.text().await.ok()?;
+    let value = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().last())
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    let (sum, count) = (value("ethpir_answer_seconds_sum")?, value("ethpir_answer_seconds_count")?);
+    (count > 0.0).then(|| sum / count * 1e3)
+}
+
+/// Waits until the proxy's newest view is at `block`; the time it took.
+async fn served(reader: &PrivateReader, block: u64, limit: Duration) -> Option<f64> {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if reader.views().iter().any(|v| v.block == block && v.complete) {
+            return Some(t.elapsed().as_secs_f64());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    None
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    protocol::logging::init(&std::env::var("ETHPIR_LOG").unwrap_or_else(|_| "warn".into()))?;
+    let kernel = pir_core::kernel::init_from_env().context(pir_core::kernel::KERNEL_ENV)?;
+    let _ = std::fs::remove_dir_all(&args.dir);
+    let store_dir = args.dir.join("store");
+    let store = SnapshotStore::open(&store_dir)?;
+    let chain = Chain {
+        seed: args.seed,
+        base_len: 1usize << args.log2_accounts,
+        history: HashMap::new(),
+        created: Vec::new(),
+    };
+    let policy = LevelPolicy {
+        fanout: args.fanout,
+        keep_blocks: args.keep_blocks,
+        ..Default::default()
+    };
+    let levels = Arc::new(Levels::new(store.clone(), CHAIN_ID, policy, BuildOptions::default()));
+
+    // The base.
+    eprintln!("building the base of 2^{} accounts...", args.log2_accounts);
+    let t = Instant::now();
+    let base = ExportedState {
+        chain_id: CHAIN_ID,
+        block_number: 0,
+        block_hash: None,
+        state_root: None,
+        block_time: None,
+        kind: SnapshotKind::Full,
+        source: "chain-sim".into(),
+        records: chain.base_records(),
+        export_s: 0.0,
+    };
+    let l = levels.clone();
+    tokio::task::spawn_blocking(move || l.publish(base)).await??;
+    let base_build_s = t.elapsed().as_secs_f64();
+
+    // The server and an always-on proxy reader, on loopback.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let server = format!("http://{}", listener.local_addr()?);
+    let config = server::ServerConfig {
+        store: store_dir.clone(),
+        listen: listener.local_addr()?,
+        rescan_secs: 0.25,
+        ..Default::default()
+    };
+    tokio::spawn(server::serve_on(listener, config, std::future::pending()));
+    let reader = proxy::start_reader(&proxy::ProxyConfig {
+        pir_server: server.clone(),
+        cache_dir: args.dir.join("cache"),
+        refresh_secs: 0.25,
+        ..Default::default()
+    })
+    .await?;
+    served(&reader, 0, Duration::from_secs(600))
+        .await
+        .context("the proxy never loaded the base")?;
+    let (up0, down0) = reader.traffic();
+    let (lup0, ldown0) = reader.lookup_traffic();
+
+    // The chain runs; lookups run beside it.
+    let chain = Arc::new(RwLock::new(chain));
+    let head = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let stats = Arc::new(Mutex::new(LookupStats::default()));
+    let block_time = Duration::from_millis(args.block_time_ms);
+    let lookup_task = tokio::spawn(lookups(
+        reader.clone(),
+        chain.clone(),
+        head.clone(),
+        block_time.div_f64(args.lookups_per_block.max(0.01)),
+        stop.clone(),
+        stats.clone(),
+        args.seed ^ 0x100c,
+    ));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
+    let mut cpu_per_block = Vec::new();
+    let mut publish_s = Vec::new();
+    let mut unserved = 0;
+    let start = Instant::now();
+    for block in 1..=args.blocks {
+        tokio::time::sleep_until((start + block_time * (block as u32 - 1)).into()).await;
+        let records = chain
+            .write()
+            .expect("chain lock")
+            .next_block(block, args.changes_per_block, &mut rng);
+        head.store(block, Ordering::SeqCst);
+        let seen = Instant::now();
+        let cpu = cpu_seconds();
+        let l = levels.clone();
+        tokio::task::spawn_blocking(move || l.publish(delta_state(block, records))).await??;
+        cpu_per_block.push(cpu_seconds() - cpu);
+        let wait = block_time.saturating_sub(seen.elapsed()).max(Duration::from_secs(2));
+        match served(&reader, block, wait).await {
+            Some(_) => publish_s.push(seen.elapsed().as_secs_f64()),
+            None => unserved += 1,
+        }
+        if block % 10 == 0 {
+            eprintln!("block {block}/{}", args.blocks);
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    lookup_task.await?;
+    let (up, down) = reader.traffic();
+    let (lup, ldown) = reader.lookup_traffic();
+    let background = (up - up0) - (lup - lup0) + (down - down0) - (ldown - ldown0);
+    let stats = stats.lock().expect("stats lock");
+    let n = stats.latencies_ms.len().max(1) as f64;
+    let http = reqwest::Client::new();
+    let out = json!({
+        "bench": "chain-sim",
+        "log2_accounts": args.log2_accounts,
+        "changes_per_block": args.changes_per_block,
+        "blocks": args.blocks,
+        "block_time_ms": args.block_time_ms,
+        "fanout": args.fanout,
+        "keep_blocks": args.keep_blocks,
+        "base_build_s": base_build_s,
+        "lag_blocks_p50": percentile(&stats.lags, 0.5),
+        "lag_blocks_max": stats.lags.iter().max(),
+        "lookup_bytes_up": (lup - lup0) as f64 / n,
+        "lookup_bytes_down": (ldown - ldown0) as f64 / n,
+        "background_bytes_per_300_blocks": background as f64 * 300.0 / args.blocks as f64,
+        "server_cpu_s_per_block": cpu_per_block.iter().sum::<f64>() / args.blocks as f64,
+        "server_cpu_s_per_block_max": cpu_per_block.iter().cloned().fold(0.0, f64::max),
+        "answer_ms_per_lookup": answer_ms(&http, &server).await,
+        "lookup_ms_p50": percentile(&stats.latencies_ms, 0.5),
+        "lookup_ms_p99": percentile(&stats.latencies_ms, 0.99),
+        "levels_per_lookup_max": stats.levels.iter().max(),
+        "head_delta_publish_s": percentile(&publish_s, 0.5),
+        "head_delta_publish_s_max": percentile(&publish_s, 1.0),
+        "blocks_not_served_in_time": unserved,
+        "lookups": stats.latencies_ms.len(),
+        "failed_lookups": stats.failed.len(),
+        "wrong_answers": stats.wrong.len(),
+        "kernel": kernel.name(),
+        "cpu_model": cpu_model(),
+        "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
+    });
+    for w in stats.wrong.iter().chain(&stats.failed).take(5) {
+        eprintln!("problem: {w}");
+    }
+    println!("{out}");
+    Ok(())
+}
