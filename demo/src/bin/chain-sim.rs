@@ -412,9 +412,10 @@ async fn main() -> Result<()> {
     let (up, down) = reader.traffic();
     let (lup, ldown) = reader.lookup_traffic();
     let background = (up - up0) - (lup - lup0) + (down - down0) - (ldown - ldown0);
-    let stats = stats.lock().expect("stats lock");
-    let n = stats.latencies_ms.len().max(1) as f64;
     let http = reqwest::Client::new();
+    let answer_ms = answer_ms(&http, &server).await;
+    let stats = std::mem::take(&mut *stats.lock().expect("stats lock"));
+    let n = stats.latencies_ms.len().max(1) as f64;
     let out = json!({
         "bench": "chain-sim",
         "log2_accounts": args.log2_accounts,
@@ -431,7 +432,7 @@ async fn main() -> Result<()> {
         "background_bytes_per_300_blocks": background as f64 * 300.0 / args.blocks as f64,
         "server_cpu_s_per_block": cpu_per_block.iter().sum::<f64>() / args.blocks as f64,
         "server_cpu_s_per_block_max": cpu_per_block.iter().cloned().fold(0.0, f64::max),
-        "answer_ms_per_lookup": answer_ms(&http, &server).await,
+        "answer_ms_per_lookup": answer_ms,
         "lookup_ms_p50": percentile(&stats.latencies_ms, 0.5),
         "lookup_ms_p99": percentile(&stats.latencies_ms, 0.99),
         "levels_per_lookup_max": stats.levels.iter().max(),
