@@ -4,7 +4,7 @@
 //! (proxy) must agree on, and nothing else: the HTTP API's JSON types
 //! ([`api`]), snapshot manifests and kinds ([`manifest`]), and the account
 //! record encoding with its PIR key ([`account`]), how snapshots chain
-//! into views ([`view`]) and the framing of a query to several snapshots
+//! into views ([`view`]), small levels published whole ([`table`]) and the framing of a query to several snapshots
 //! ([`multi`]); and the small policies
 //! every program shares, each in one place: config loading ([`config`]),
 //! URL redaction ([`url`]), retry backoff ([`retry`]), logging set-up
@@ -19,6 +19,7 @@ pub mod logging;
 pub mod manifest;
 pub mod multi;
 pub mod retry;
+pub mod table;
 pub mod url;
 pub mod view;
 

@@ -18,6 +18,10 @@ use protocol::api::{ApiError, Catalog, CatalogEntry};
 use protocol::view::View;
 use tokio::sync::Notify;
 
+/// The name of a whole table in a manifest's file list (the store's
+/// `TABLE_FILE`; the proxy does not link the store).
+const TABLE_FILE: &str = "table.bin";
+
 use crate::block::BlockSelector;
 use crate::config::ProxyConfig;
 
@@ -67,13 +71,38 @@ pub struct AccountState {
 /// A view with a client for each of its levels, base first.
 pub struct ViewClient {
     pub view: View,
-    pub levels: Vec<Arc<SnapshotClient>>,
+    pub levels: Vec<Level>,
 }
 
 impl ViewClient {
     /// The freshest level's id: names the view in logs and the replay.
     pub fn top(&self) -> &str {
-        &self.levels.last().expect("a view has a level").entry.id
+        &self.levels.last().expect("a view has a level").entry().id
+    }
+}
+
+/// How one level of a view is read.
+#[derive(Clone)]
+pub enum Level {
+    /// By PIR queries.
+    Pir(Arc<SnapshotClient>),
+    /// Downloaded whole (a small level: cheaper than its hint); read
+    /// locally, no query.
+    Whole(Arc<WholeLevel>),
+}
+
+/// A level downloaded whole.
+pub struct WholeLevel {
+    pub entry: CatalogEntry,
+    pub table: protocol::table::Table,
+}
+
+impl Level {
+    pub fn entry(&self) -> &CatalogEntry {
+        match self {
+            Level::Pir(s) => &s.entry,
+            Level::Whole(w) => &w.entry,
+        }
     }
 }
 
@@ -141,8 +170,8 @@ pub struct PrivateReader {
     entries: RwLock<BTreeMap<String, CatalogEntry>>,
     views: RwLock<Vec<View>>,
     catalog_etag: Mutex<Option<String>>,
-    /// Snapshots whose setup data is loaded.
-    snapshots: RwLock<BTreeMap<String, Arc<SnapshotClient>>>,
+    /// Snapshots whose setup data (or whole table) is loaded.
+    snapshots: RwLock<BTreeMap<String, Level>>,
     /// Held while a setup is fetched, so two lookups of a cold view do not
     /// download it twice.
     opening: tokio::sync::Mutex<()>,
@@ -247,7 +276,7 @@ impl PrivateReader {
     }
 
     /// Snapshots whose setup data is loaded now.
-    pub fn snapshots(&self) -> Vec<Arc<SnapshotClient>> {
+    pub fn snapshots(&self) -> Vec<Level> {
         self.snapshots
             .read()
             .expect("lock")
@@ -350,7 +379,7 @@ impl PrivateReader {
         self.snapshots.write().expect("lock").retain(|id, s| {
             wanted
                 .get(id)
-                .is_some_and(|e| e.manifest.pir.setup_digest == s.entry.manifest.pir.setup_digest)
+                .is_some_and(|e| e.manifest == s.entry().manifest)
         });
         let entries: Vec<CatalogEntry> = wanted.values().cloned().collect();
         *self.views.write().expect("lock") = protocol::view::views(&entries);
@@ -366,8 +395,9 @@ impl PrivateReader {
         Ok(ViewClient { view, levels })
     }
 
-    /// The client of one listed snapshot, its setup loaded if need be.
-    async fn open(&self, id: &str) -> Result<Arc<SnapshotClient>, ReadError> {
+    /// The client of one listed snapshot, its setup (or table) loaded if
+    /// need be.
+    async fn open(&self, id: &str) -> Result<Level, ReadError> {
         if let Some(s) = self.snapshots.read().expect("lock").get(id) {
             return Ok(s.clone());
         }
@@ -378,14 +408,67 @@ impl PrivateReader {
         let entry = self
             .entry(id)
             .ok_or_else(|| ReadError::Retired(id.to_string()))?;
-        let snap = self.open_snapshot(entry).await?;
-        tracing::info!(snapshot = %id, "private snapshot ready");
-        tokio::spawn(refill(Arc::downgrade(&snap)));
+        let level = match whole_table_bytes(&entry) {
+            Some(bytes) if bytes <= self.limits.max_setup_bytes => {
+                Level::Whole(self.open_whole(entry).await?)
+            }
+            _ => {
+                let snap = self.open_snapshot(entry).await?;
+                tokio::spawn(refill(Arc::downgrade(&snap)));
+                Level::Pir(snap)
+            }
+        };
+        tracing::info!(snapshot = %id, whole = matches!(level, Level::Whole(_)), "private snapshot ready");
         self.snapshots
             .write()
             .expect("lock")
-            .insert(id.to_string(), snap.clone());
-        Ok(snap)
+            .insert(id.to_string(), level.clone());
+        Ok(level)
+    }
+
+    /// Downloads (or reads from the cache) a level's table, checked
+    /// against the digest its manifest lists.
+    async fn open_whole(&self, entry: CatalogEntry) -> Result<Arc<WholeLevel>, ReadError> {
+        let file = &entry.manifest.files[TABLE_FILE];
+        let cached = self.cache_dir.join(format!("{}.table", file.sha3_256));
+        let bytes = match tokio::fs::read(&cached).await {
+            Ok(b) if protocol::table::digest_hex(&b) == file.sha3_256 => b,
+            _ => {
+                let url = format!("{}/v1/snapshots/{}/table", self.base, entry.id);
+                let resp = self.http.get(&url).send().await.map_err(backend)?;
+                if resp.status() == reqwest::StatusCode::NOT_FOUND {
+                    return Err(ReadError::Retired(entry.id.clone()));
+                }
+                if !resp.status().is_success() {
+                    return Err(ReadError::Setup {
+                        snapshot: entry.id.clone(),
+                        reason: format!("table: HTTP {}", resp.status()),
+                    });
+                }
+                if resp.content_length().unwrap_or(0) > file.bytes {
+                    return Err(self.distrust(format!(
+                        "snapshot {}: table larger than its manifest says",
+                        entry.id
+                    )));
+                }
+                let b = resp.bytes().await.map_err(backend)?.to_vec();
+                self.count(0, b.len());
+                if protocol::table::digest_hex(&b) != file.sha3_256 {
+                    return Err(self.distrust(format!(
+                        "snapshot {}: downloaded table does not match its digest",
+                        entry.id
+                    )));
+                }
+                if let Err(e) = write_atomically(&self.cache_dir, &cached, &b).await {
+                    tracing::warn!(error = %e, "cannot cache a table");
+                }
+                b
+            }
+        };
+        let max_entries = self.limits.max_setup_bytes;
+        let table = protocol::table::Table::parse(bytes, max_entries)
+            .map_err(|e| self.distrust(format!("snapshot {}: table: {e}", entry.id)))?;
+        Ok(Arc::new(WholeLevel { entry, table }))
     }
 
     async fn open_snapshot(&self, entry: CatalogEntry) -> Result<Arc<SnapshotClient>, ReadError> {
@@ -574,12 +657,38 @@ impl PrivateReader {
             .chain(&fillers)
             .map(protocol::pir_key)
             .collect();
-        let mut bodies = Vec::with_capacity(view.levels.len());
-        let mut pendings = Vec::with_capacity(view.levels.len());
-        for snap in &view.levels {
+        // found[level][query]: the value each level holds, if any.
+        let mut found: Vec<Vec<Option<(U256, u64)>>> = vec![Vec::new(); view.levels.len()];
+        let mut pir: Vec<(usize, &Arc<SnapshotClient>)> = Vec::new();
+        for (i, level) in view.levels.iter().enumerate() {
+            match level {
+                Level::Whole(w) => found[i] = read_whole(w, &keys[..addresses.len()])?,
+                Level::Pir(snap) => pir.push((i, snap)),
+            }
+        }
+        if !pir.is_empty() {
+            for (i, values) in self.query_levels(&pir, &keys).await? {
+                found[i] = values;
+            }
+        }
+        Ok((0..addresses.len())
+            .map(|i| self.freshest(view, &found, i))
+            .collect())
+    }
+
+    /// One request with the same queries to every PIR level; each level's
+    /// decoded values.
+    async fn query_levels(
+        &self,
+        levels: &[(usize, &Arc<SnapshotClient>)],
+        keys: &[alloy_primitives::B256],
+    ) -> Result<Vec<(usize, Vec<Option<(U256, u64)>>)>, ReadError> {
+        let mut bodies = Vec::with_capacity(levels.len());
+        let mut pendings = Vec::with_capacity(levels.len());
+        for (_, snap) in levels {
             let mut queries = Vec::with_capacity(keys.len());
             let mut level_pendings = Vec::with_capacity(keys.len());
-            for key in &keys {
+            for key in keys {
                 let prepared = snap.take_prepared().await;
                 let (q, p) = snap
                     .client
@@ -591,33 +700,29 @@ impl PrivateReader {
             bodies.push(encode_queries(&queries));
             pendings.push(level_pendings);
         }
-        let parts: Vec<(&str, &[u8])> = view
-            .levels
+        let parts: Vec<(&str, &[u8])> = levels
             .iter()
             .zip(&bodies)
-            .map(|(s, b)| (s.entry.id.as_str(), b.as_slice()))
+            .map(|((_, s), b)| (s.entry.id.as_str(), b.as_slice()))
             .collect();
         let request = protocol::multi::encode_request(&parts);
         let body = self.post_query(request).await?;
         let answers = protocol::multi::decode_response(&body)
             .map_err(|e| ReadError::Unverifiable(format!("malformed response: {e}")))?;
-        if answers.len() != view.levels.len() {
+        if answers.len() != levels.len() {
             return Err(ReadError::Unverifiable(format!(
                 "{} answers for {} snapshots",
                 answers.len(),
-                view.levels.len()
+                levels.len()
             )));
         }
-        // found[level][query]: the value each level holds, if any.
-        let mut found = Vec::with_capacity(view.levels.len());
-        for ((snap, answer), level_pendings) in view.levels.iter().zip(&answers).zip(pendings) {
-            found.push(decode_level(snap, answer, level_pendings)?);
+        let mut out = Vec::with_capacity(levels.len());
+        for (((i, snap), answer), level_pendings) in levels.iter().zip(&answers).zip(pendings) {
+            out.push((*i, decode_level(snap, answer, level_pendings)?));
             // Answered: refill the pool now, off the request path.
             snap.wanted.notify_one();
         }
-        Ok((0..addresses.len())
-            .map(|i| self.freshest(view, &found, i))
-            .collect())
+        Ok(out)
     }
 
     /// POSTs a multi-snapshot request; the response body.
@@ -666,7 +771,7 @@ impl PrivateReader {
             .iter()
             .zip(found)
             .rev()
-            .find_map(|(snap, level)| level[i].map(|v| (snap, v)));
+            .find_map(|(level, values)| values[i].map(|v| (level, v)));
         let state = |snapshot: &str, (balance, nonce), absent| AccountState {
             balance,
             nonce,
@@ -675,14 +780,40 @@ impl PrivateReader {
             absent,
         };
         match hit {
-            Some((snap, value)) => Ok(state(&snap.entry.id, value, false)),
+            Some((level, value)) => Ok(state(&level.entry().id, value, false)),
             None if view.view.complete => Ok(state(view.top(), (U256::ZERO, 0), true)),
             None => Err(ReadError::NotInPrivateSet {
                 snapshot: view.top().to_string(),
-                kind: view.levels[0].entry.manifest.kind.name(),
+                kind: view.levels[0].entry().manifest.kind.name(),
             }),
         }
     }
+}
+
+/// The bytes of a delta's whole table, when it has one cheaper to
+/// download than its hint. Bases are always read by PIR (their tables,
+/// when small, serve other clients).
+fn whole_table_bytes(entry: &CatalogEntry) -> Option<u64> {
+    if !matches!(entry.manifest.kind, protocol::SnapshotKind::Delta { .. }) {
+        return None;
+    }
+    let bytes = entry.manifest.files.get(TABLE_FILE)?.bytes;
+    (bytes < entry.manifest.pir.hint_bytes).then_some(bytes)
+}
+
+/// Values of `keys` in a level held whole.
+fn read_whole(
+    level: &WholeLevel,
+    keys: &[alloy_primitives::B256],
+) -> Result<Vec<Option<(U256, u64)>>, ReadError> {
+    keys.iter()
+        .map(|k| match level.table.get(&k.0) {
+            Some(v) => protocol::decode_value(v)
+                .map(Some)
+                .map_err(|e| ReadError::Unverifiable(format!("{}: {e}", level.entry.id))),
+            None => Ok(None),
+        })
+        .collect()
 }
 
 /// Decodes one level's answers: the value each query found, or `None`.

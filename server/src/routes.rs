@@ -21,6 +21,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/snapshots", get(catalog))
         .route("/v1/snapshots/{id}/setup", get(setup))
+        .route("/v1/snapshots/{id}/table", get(table))
         .route("/v1/snapshots/{id}/query", post(query))
         .route("/v1/query", post(multi_query))
         .route("/healthz", get(healthz))
@@ -122,6 +123,48 @@ async fn setup(
             (header::CONTENT_TYPE, "application/octet-stream".to_string()),
         ],
         Bytes::copy_from_slice(snap.pir.setup_bytes()),
+    )
+        .into_response()
+}
+
+/// `GET /v1/snapshots/{id}/table`: a small level's entries, for clients
+/// that download it whole (everyone gets the same bytes). ETag: its digest.
+async fn table(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let found = state.get(&id).and_then(|snap| {
+        let digest = snap
+            .stored
+            .manifest
+            .files
+            .get(snapshot_store::TABLE_FILE)?
+            .sha3_256
+            .clone();
+        snap.table.is_some().then_some((snap, digest))
+    });
+    let Some((snap, digest)) = found else {
+        count(&state, "table", StatusCode::NOT_FOUND);
+        return error(
+            StatusCode::NOT_FOUND,
+            format!("no table for snapshot '{id}' (retired, or too large to download whole)"),
+        );
+    };
+    let etag = format!("\"{digest}\"");
+    if etag_matches(&headers, &etag) {
+        count(&state, "table", StatusCode::NOT_MODIFIED);
+        return (StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response();
+    }
+    count(&state, "table", StatusCode::OK);
+    let bytes = snap.table.as_deref().expect("checked above");
+    (
+        StatusCode::OK,
+        [
+            (header::ETAG, etag),
+            (header::CONTENT_TYPE, "application/octet-stream".to_string()),
+        ],
+        Bytes::copy_from_slice(bytes),
     )
         .into_response()
 }

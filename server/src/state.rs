@@ -18,13 +18,24 @@ pub struct LoadedSnapshot {
     pub pir: PirServer,
     /// `<chain>-<block>-<kind>`.
     pub url_id: String,
+    /// `table.bin` (digest-checked), when the snapshot has one.
+    pub table: Option<Vec<u8>>,
 }
 
 impl LoadedSnapshot {
     /// Reads, checks (digests, formats, setup digest) and loads a snapshot.
     pub fn load(store: &SnapshotStore, stored: StoredSnapshot) -> anyhow::Result<Self> {
         let pir = store.load_server(&stored)?;
+        let table = match stored
+            .manifest
+            .files
+            .contains_key(snapshot_store::TABLE_FILE)
+        {
+            true => Some(store.read_checked(&stored, snapshot_store::TABLE_FILE)?),
+            false => None,
+        };
         Ok(LoadedSnapshot {
+            table,
             url_id: stored.id.url_form(),
             stored,
             pir,

@@ -1,7 +1,8 @@
 //! The snapshot store: a directory `<root>/<chain id>/<block>-<kind>/`, one
 //! folder per snapshot, each with `manifest.json`, `records.bin`, `db.bin`
-//! (the encoded database) and `setup.bin` (filter parameters and hint, what
-//! clients download).
+//! (the encoded database), `setup.bin` (filter parameters and hint, what
+//! clients download) and, for small levels, `table.bin` (the entries, for
+//! clients that download such a level whole).
 //!
 //! Publishing is atomic: a snapshot is written under `<root>/.staging/`,
 //! every file and the folder are fsynced, and one `rename` makes it visible.
@@ -29,6 +30,9 @@ pub const MANIFEST_FILE: &str = "manifest.json";
 pub const RECORDS_FILE: &str = "records.bin";
 pub const DB_FILE: &str = "db.bin";
 pub const SETUP_FILE: &str = "setup.bin";
+/// A small level's entries, for clients that download it whole
+/// (`protocol::table`); absent from large snapshots.
+pub const TABLE_FILE: &str = "table.bin";
 const STAGING: &str = ".staging";
 const TRASH: &str = ".trash";
 

@@ -16,7 +16,12 @@ use crate::progress::{report, ProgressEvent, ProgressFn, Step};
 use crate::records::encode_records;
 use crate::store::{
     sha3_hex, SnapshotStore, StoreError, StoredSnapshot, DB_FILE, RECORDS_FILE, SETUP_FILE,
+    TABLE_FILE,
 };
+
+/// Snapshots of at most this many records also get a `table.bin`, so that
+/// clients may download them whole when that is cheaper than a hint.
+pub const WHOLE_MAX_RECORDS: usize = 1 << 20;
 
 /// Account state read from a source, ready to build.
 #[derive(Clone, Debug)]
@@ -249,6 +254,9 @@ fn write_phase(
     staged.write_file(RECORDS_FILE, &records_bytes)?;
     staged.write_file(DB_FILE, &encode_db(&hinted.db))?;
     staged.write_file(SETUP_FILE, &hinted.setup_bytes)?;
+    if let Some(table) = whole_table(state) {
+        staged.write_file(TABLE_FILE, &table)?;
+    }
     Ok(Written {
         staged,
         shape: hinted.db.shape().clone(),
@@ -260,6 +268,20 @@ fn write_phase(
         write_s: t.elapsed().as_secs_f64(),
         device: hinted.device,
     })
+}
+
+/// The level as a table for whole download, when it is small.
+fn whole_table(state: &ExportedState) -> Option<Vec<u8>> {
+    if state.records.len() > WHOLE_MAX_RECORDS {
+        return None;
+    }
+    let width = value_width(&state.records);
+    let entries: Vec<([u8; 32], Vec<u8>)> = state
+        .records
+        .iter()
+        .map(|r| (r.key.0, encode_value(r.balance, r.nonce, width)))
+        .collect();
+    protocol::table::encode_table(&entries, width)
 }
 
 fn manifest_for(state: &ExportedState, w: &Written) -> Manifest {

@@ -149,7 +149,10 @@ impl Chain {
                     (a, (U256::ZERO, 0))
                 } else {
                     let spent = balance / U256::from(rng.random_range(2u64..20));
-                    (a, (balance - spent + U256::from(rng.random::<u32>()), nonce + 1))
+                    (
+                        a,
+                        (balance - spent + U256::from(rng.random::<u32>()), nonce + 1),
+                    )
                 }
             } else {
                 let a = Address::from(rng.random::<[u8; 20]>());
@@ -161,7 +164,10 @@ impl Chain {
         touched
             .into_iter()
             .map(|(a, (balance, nonce))| {
-                self.history.entry(a).or_default().push((block, balance, nonce));
+                self.history
+                    .entry(a)
+                    .or_default()
+                    .push((block, balance, nonce));
                 AccountRecord::new(a, balance, nonce)
             })
             .collect()
@@ -177,7 +183,12 @@ fn cpu_seconds() -> f64 {
         .rsplit_once(')')
         .map(|(_, rest)| rest.split_whitespace().collect())
         .unwrap_or_default();
-    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
     // Fields after the command: state is 0, utime 11, stime 12 (clock ticks of 10 ms).
     (ticks(11) + ticks(12)) / 100.0
 }
@@ -243,9 +254,16 @@ async fn lookups(
         let mut s = stats.lock().expect("stats lock");
         match result {
             Ok(state) => {
-                let want = chain.read().expect("chain lock").truth(&address, base, state.block);
+                let want = chain
+                    .read()
+                    .expect("chain lock")
+                    .truth(&address, base, state.block);
                 if (state.balance, state.nonce) != want {
-                    s.wrong.push(format!("{address} at {}: {:?} vs {want:?}", state.block, (state.balance, state.nonce)));
+                    s.wrong.push(format!(
+                        "{address} at {}: {:?} vs {want:?}",
+                        state.block,
+                        (state.balance, state.nonce)
+                    ));
                 }
                 s.lags.push(at_head.saturating_sub(state.block));
                 s.latencies_ms.push(ms);
@@ -269,14 +287,24 @@ fn percentile<T: Copy + PartialOrd>(values: &[T], p: f64) -> Option<T> {
 
 /// `ethpir_answer_seconds_sum / _count` from the server's metrics.
 async fn answer_ms(http: &reqwest::Client, server: &str) -> Option<f64> {
-    let text = http.get(format!("{server}/metrics")).send().await.ok()?.text().await.ok()?;
+    let text = http
+        .get(format!("{server}/metrics"))
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
     let value = |name: &str| {
         text.lines()
             .find(|l| l.starts_with(name))
             .and_then(|l| l.split_whitespace().last())
             .and_then(|v| v.parse::<f64>().ok())
     };
-    let (sum, count) = (value("ethpir_answer_seconds_sum")?, value("ethpir_answer_seconds_count")?);
+    let (sum, count) = (
+        value("ethpir_answer_seconds_sum")?,
+        value("ethpir_answer_seconds_count")?,
+    );
     (count > 0.0).then(|| sum / count * 1e3)
 }
 
@@ -284,7 +312,11 @@ async fn answer_ms(http: &reqwest::Client, server: &str) -> Option<f64> {
 async fn served(reader: &PrivateReader, block: u64, limit: Duration) -> Option<f64> {
     let t = Instant::now();
     while t.elapsed() < limit {
-        if reader.views().iter().any(|v| v.block == block && v.complete) {
+        if reader
+            .views()
+            .iter()
+            .any(|v| v.block == block && v.complete)
+        {
             return Some(t.elapsed().as_secs_f64());
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -323,7 +355,12 @@ async fn main() -> Result<()> {
         keep_blocks: args.keep_blocks,
         ..Default::default()
     };
-    let levels = Arc::new(Levels::new(store.clone(), CHAIN_ID, policy, BuildOptions::default()));
+    let levels = Arc::new(Levels::new(
+        store.clone(),
+        CHAIN_ID,
+        policy,
+        BuildOptions::default(),
+    ));
 
     // The base.
     eprintln!("building the base of 2^{} accounts...", args.log2_accounts);
@@ -388,17 +425,20 @@ async fn main() -> Result<()> {
     let start = Instant::now();
     for block in 1..=args.blocks {
         tokio::time::sleep_until((start + block_time * (block as u32 - 1)).into()).await;
-        let records = chain
-            .write()
-            .expect("chain lock")
-            .next_block(block, args.changes_per_block, &mut rng);
+        let records =
+            chain
+                .write()
+                .expect("chain lock")
+                .next_block(block, args.changes_per_block, &mut rng);
         head.store(block, Ordering::SeqCst);
         let seen = Instant::now();
         let cpu = cpu_seconds();
         let l = levels.clone();
         tokio::task::spawn_blocking(move || l.publish(delta_state(block, records))).await??;
         cpu_per_block.push(cpu_seconds() - cpu);
-        let wait = block_time.saturating_sub(seen.elapsed()).max(Duration::from_secs(2));
+        let wait = block_time
+            .saturating_sub(seen.elapsed())
+            .max(Duration::from_secs(2));
         match served(&reader, block, wait).await {
             Some(_) => publish_s.push(seen.elapsed().as_secs_f64()),
             None => unserved += 1,

@@ -143,7 +143,7 @@ async fn main() -> Result<()> {
             let config = serve.config()?;
             config.check_transport()?;
             let reader = proxy::start_reader(&config).await?;
-            if reader.snapshots().is_empty() {
+            if reader.views().is_empty() {
                 bail!("no snapshots available from {}", config.pir_server);
             }
             let summary =
