@@ -337,7 +337,10 @@ impl PrivateReader {
 
     /// The catalog, or `None` when it has not changed since the last fetch.
     async fn fetch_catalog(&self) -> Result<Option<Catalog>, ReadError> {
-        let mut request = self.http.get(format!("{}/v1/snapshots", self.base));
+        let mut request = self
+            .http
+            .get(format!("{}/v1/snapshots", self.base))
+            .header(reqwest::header::ACCEPT_ENCODING, "gzip");
         let etag = self.catalog_etag.lock().expect("etag lock").clone();
         if let Some(etag) = &etag {
             request = request.header(reqwest::header::IF_NONE_MATCH, etag);
@@ -357,8 +360,16 @@ impl PrivateReader {
             .get(reqwest::header::ETAG)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
+        let zipped = resp
+            .headers()
+            .get(reqwest::header::CONTENT_ENCODING)
+            .is_some_and(|v| v.as_bytes() == b"gzip");
         let bytes = resp.bytes().await.map_err(backend)?;
         self.count(0, bytes.len());
+        let bytes = match zipped {
+            true => gunzip(&bytes, MAX_CATALOG_BYTES)?,
+            false => bytes.to_vec(),
+        };
         let catalog: Catalog = serde_json::from_slice(&bytes)
             .map_err(|e| ReadError::Backend(format!("catalog: {e}")))?;
         *self.catalog_etag.lock().expect("etag lock") = new_etag;
@@ -788,6 +799,25 @@ impl PrivateReader {
             }),
         }
     }
+}
+
+/// Largest catalog accepted (after decompression).
+const MAX_CATALOG_BYTES: u64 = 64 << 20;
+
+/// Decompresses a gzip body of at most `limit` bytes.
+fn gunzip(bytes: &[u8], limit: u64) -> Result<Vec<u8>, ReadError> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(bytes)
+        .take(limit + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| ReadError::Backend(format!("catalog: bad gzip: {e}")))?;
+    if out.len() as u64 > limit {
+        return Err(ReadError::Backend(format!(
+            "catalog: over {limit} bytes uncompressed"
+        )));
+    }
+    Ok(out)
 }
 
 /// The bytes of a delta's whole table, when it has one cheaper to

@@ -79,15 +79,42 @@ async fn catalog(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
         return (StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response();
     }
     count(&state, "catalog", StatusCode::OK);
-    (
+    let mut response = (
         StatusCode::OK,
         [
             (header::ETAG, etag),
             (header::CONTENT_TYPE, "application/json".to_string()),
+            (header::VARY, "accept-encoding".to_string()),
         ],
-        body,
     )
-        .into_response()
+        .into_response();
+    // Gzip when asked: a follower changes the catalog every block and
+    // always-on proxies fetch it each time (its JSON compresses ~5x).
+    if accepts_gzip(&headers) {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        let zipped = std::io::Write::write_all(&mut gz, &body).and_then(|()| gz.finish());
+        if let Ok(zipped) = zipped {
+            response.headers_mut().insert(
+                header::CONTENT_ENCODING,
+                header::HeaderValue::from_static("gzip"),
+            );
+            *response.body_mut() = axum::body::Body::from(zipped);
+            return response;
+        }
+    }
+    *response.body_mut() = axum::body::Body::from(body);
+    response
+}
+
+/// Whether `Accept-Encoding` allows gzip.
+fn accepts_gzip(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(',')
+                .any(|t| t.split(';').next().is_some_and(|e| e.trim() == "gzip"))
+        })
 }
 
 /// Whether `If-None-Match` names `etag` (or `*`).

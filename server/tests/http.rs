@@ -363,6 +363,18 @@ async fn one_request_queries_every_level_of_a_view() {
         .await
         .unwrap();
     assert_eq!(unchanged.status(), 304);
+    let zipped = http
+        .get(format!("{base}/v1/snapshots"))
+        .header("accept-encoding", "gzip")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(zipped.headers()["content-encoding"], "gzip");
+    let bytes = zipped.bytes().await.unwrap();
+    let mut json = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut json).unwrap();
+    assert!(bytes.len() < json.len());
+    assert_eq!(serde_json::from_slice::<Catalog>(&json).unwrap(), catalog);
 
     // Account 2 is in both levels: the delta holds its value at block 6.
     let key = snapshotter::pir_key(&state(6, 3).records[1].address.unwrap());

@@ -334,8 +334,9 @@ impl SnapshotStore {
     }
 
     /// Applies the retention policy to one chain: keeps the newest
-    /// `keep_latest` non-historical snapshots, every historical snapshot and
-    /// every snapshot at a pinned height. Returns what was removed.
+    /// `keep_latest` full and active snapshots, every historical snapshot,
+    /// every delta (the follower retires those, by the views they serve)
+    /// and every snapshot at a pinned height. Returns what was removed.
     pub fn apply_retention(
         &self,
         chain_id: u64,
@@ -347,7 +348,7 @@ impl SnapshotStore {
             .into_iter()
             .filter(|s| {
                 s.id.chain_id == chain_id
-                    && s.id.kind != KindTag::Historical
+                    && !matches!(s.id.kind, KindTag::Historical | KindTag::Delta)
                     && !pinned.contains(&s.id.block)
             })
             .collect();

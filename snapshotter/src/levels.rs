@@ -497,5 +497,19 @@ mod tests {
         assert!(err.to_string().contains(RECORDS_FILE), "{err}");
         assert_eq!(view_ids(&l), ["7-0-full"]);
         l.check_newest().unwrap();
+
+        // A byte flipped in a database file, same length: caught the same way.
+        l.publish(state(1, SnapshotKind::Delta { from: 0 }, vec![acct(1, 11)]))
+            .unwrap();
+        let db = l
+            .store()
+            .path_of(&"7/1-delta-0".parse().unwrap())
+            .join(crate::store::DB_FILE);
+        let mut bytes = std::fs::read(&db).unwrap();
+        bytes[100] ^= 1;
+        std::fs::write(&db, bytes).unwrap();
+        let err = l.check_newest().unwrap_err();
+        assert!(err.to_string().contains(crate::store::DB_FILE), "{err}");
+        assert_eq!(view_ids(&l), ["7-0-full"]);
     }
 }
