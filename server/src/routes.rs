@@ -117,6 +117,15 @@ fn accepts_gzip(headers: &HeaderMap) -> bool {
         })
 }
 
+/// The request's declared `Content-Length`, if any (bodies are refused by
+/// it before a byte is read).
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+}
+
 /// Whether `If-None-Match` names `etag` (or `*`).
 fn etag_matches(headers: &HeaderMap, etag: &str) -> bool {
     headers
@@ -271,11 +280,7 @@ async fn multi_query(
         count(&state, ROUTE, status);
         error(status, message)
     };
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if let Some(len) = declared.filter(|&len| len > state.body_limit as u64) {
+    if let Some(len) = declared_length(&headers).filter(|&len| len > state.body_limit as u64) {
         return refuse(
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("{len} bytes declared, at most {} allowed", state.body_limit),
@@ -383,11 +388,7 @@ async fn read_batch(
             ),
         )
     };
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if let Some(len) = declared.filter(|&len| len > largest as u64) {
+    if let Some(len) = declared_length(headers).filter(|&len| len > largest as u64) {
         return Err(too_large(format!("{len} bytes declared")));
     }
     axum::body::to_bytes(body, largest)

@@ -102,7 +102,9 @@ fn entries(store: &SnapshotStore, chain_id: u64) -> Result<Vec<StoredSnapshot>, 
         .collect())
 }
 
-fn as_entries(snaps: &[StoredSnapshot]) -> Vec<CatalogEntry> {
+/// The catalog entries of stored snapshots (what `protocol::view::views`
+/// reads).
+pub fn as_entries(snaps: &[StoredSnapshot]) -> Vec<CatalogEntry> {
     snaps
         .iter()
         .map(|s| CatalogEntry {

@@ -62,14 +62,7 @@ async fn genesis_anvil(dir: &std::path::Path) -> (Anvil, std::path::PathBuf) {
 /// records (what the PIR lookups return, without the PIR).
 fn view_state(store: &SnapshotStore) -> (u64, BTreeMap<B256, (U256, u64)>) {
     let snaps = store.list().unwrap();
-    let entries: Vec<protocol::CatalogEntry> = snaps
-        .iter()
-        .map(|s| protocol::CatalogEntry {
-            id: s.id.url_form(),
-            manifest: s.manifest.clone(),
-        })
-        .collect();
-    let views = protocol::view::views(&entries);
+    let views = protocol::view::views(&snapshotter::levels::as_entries(&snaps));
     let view = protocol::view::newest(&views, None).unwrap();
     assert!(view.complete);
     let mut state = BTreeMap::new();

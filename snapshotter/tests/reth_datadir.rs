@@ -204,13 +204,7 @@ fn check_views_at_every_block(reth: &RethDatadir, expected: &Value) {
             .unwrap();
     }
     let snaps = store.list().unwrap();
-    let entries: Vec<protocol::CatalogEntry> = snaps
-        .iter()
-        .map(|s| protocol::CatalogEntry {
-            id: s.id.url_form(),
-            manifest: s.manifest.clone(),
-        })
-        .collect();
+    let entries = snapshotter::levels::as_entries(&snaps);
     assert!(
         snaps
             .iter()
