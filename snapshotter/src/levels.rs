@@ -88,9 +88,9 @@ pub struct Levels {
     chain_id: u64,
     policy: LevelPolicy,
     build: BuildOptions,
-    /// Full snapshots whose files were checked once (they are large and
-    /// immutable); deltas are checked on every update.
-    checked_bases: std::sync::Mutex<BTreeSet<String>>,
+    /// Levels whose files were checked (id and content digest): published
+    /// snapshots never change, so each is hashed once per process.
+    checked: std::sync::Mutex<BTreeSet<(String, String)>>,
 }
 
 /// Catalog entries for a chain's snapshots in the store.
@@ -140,7 +140,7 @@ impl Levels {
             chain_id,
             policy,
             build,
-            checked_bases: Default::default(),
+            checked: Default::default(),
         }
     }
 
@@ -175,18 +175,18 @@ impl Levels {
         )
     }
 
-    /// Checks the files of the newest view's deltas (and, once per
-    /// process, its base) against their manifests. A damaged level is
-    /// removed with every level above it, so that the next delta rebuilds
-    /// those blocks from the node; the error says what was found.
+    /// Checks the files of the newest view's levels against their
+    /// manifests (each level once per process). A damaged level is removed
+    /// with every level above it, so that the next delta rebuilds those
+    /// blocks from the node; the error says what was found.
     pub fn check_newest(&self) -> Result<(), LevelsError> {
         let Some(view) = self.newest_view()? else {
             return Ok(());
         };
         for (i, level) in view.iter().enumerate() {
             let id = level.id.url_form();
-            let is_base = level.id.kind == KindTag::Full;
-            if is_base && self.checked_bases.lock().expect("lock").contains(&id) {
+            let seen = (id.clone(), level.manifest.content_digest.clone());
+            if self.checked.lock().expect("lock").contains(&seen) {
                 continue;
             }
             let damage = level
@@ -195,10 +195,9 @@ impl Levels {
                 .keys()
                 .find_map(|name| self.store.read_checked(level, name).err());
             match damage {
-                None if is_base => {
-                    self.checked_bases.lock().expect("lock").insert(id);
+                None => {
+                    self.checked.lock().expect("lock").insert(seen);
                 }
-                None => {}
                 Some(e) => {
                     for above in &view[i..] {
                         self.store.remove(&above.id)?;
