@@ -823,7 +823,7 @@ fn gunzip(bytes: &[u8], limit: u64) -> Result<Vec<u8>, ReadError> {
 /// The bytes of a delta's whole table, when it has one cheaper to
 /// download than its hint. Bases are always read by PIR (their tables,
 /// when small, serve other clients).
-fn whole_table_bytes(entry: &CatalogEntry) -> Option<u64> {
+pub fn whole_table_bytes(entry: &CatalogEntry) -> Option<u64> {
     if !matches!(entry.manifest.kind, protocol::SnapshotKind::Delta { .. }) {
         return None;
     }

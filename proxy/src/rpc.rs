@@ -164,6 +164,12 @@ impl RpcContext {
                     "block": m.block_number,
                     "records": m.record_count,
                     "setupBytes": m.pir.hint_bytes,
+                    // How the proxy reads it: downloaded whole (a small
+                    // delta, no query) or by PIR queries.
+                    "read": match crate::reader::whole_table_bytes(&e) {
+                        Some(_) => "whole",
+                        None => "pir",
+                    },
                 })
             })
             .collect();

@@ -233,6 +233,12 @@ async fn the_follower_keeps_views_complete_and_fresh_while_clients_read() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(lag <= 1, "latest lags the head by {lag} blocks");
+    // The base is read by PIR, small deltas whole.
+    let s = status(&http, &proxy).await;
+    let levels = s["levels"].as_array().unwrap();
+    assert_eq!(levels.last().unwrap()["kind"], "full", "{s}");
+    assert_eq!(levels.last().unwrap()["read"], "pir", "{s}");
+    assert!(levels.iter().any(|l| l["read"] == "whole"), "{s}");
 
     // Merges happened, and what retention removed left the server's
     // catalog and the proxy's views without a restart.
