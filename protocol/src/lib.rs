@@ -26,3 +26,13 @@ pub mod view;
 pub use account::{decode_value, encode_value, pir_key, AccountRecord};
 pub use api::{ApiError, Catalog, CatalogEntry};
 pub use manifest::{KindTag, Manifest, SnapshotId, SnapshotKind};
+
+/// Hex SHA3-256: how manifests name their files' contents, and the
+/// catalog's ETag. One definition for the store, the server and the proxy.
+pub fn sha3_hex(bytes: &[u8]) -> String {
+    use sha3::{Digest, Sha3_256};
+    Sha3_256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}

@@ -8,8 +8,6 @@
 //! key prefix, no prefix twice. Sixteen bytes of keccak256 keep a false
 //! match below 2^-100 per lookup even against 2^28 accounts.
 
-use sha3::{Digest, Sha3_256};
-
 pub const TABLE_MAGIC: &[u8; 4] = b"EPTB";
 /// Bytes of the PIR key kept per entry.
 pub const KEY_PREFIX: usize = 16;
@@ -57,14 +55,6 @@ pub fn encode_table(entries: &[([u8; 32], Vec<u8>)], width: usize) -> Option<Vec
         out.extend_from_slice(value);
     }
     Some(out)
-}
-
-/// SHA3-256 of a table's bytes, hex (as the manifest lists it).
-pub fn digest_hex(bytes: &[u8]) -> String {
-    Sha3_256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 impl Table {

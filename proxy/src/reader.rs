@@ -443,7 +443,7 @@ impl PrivateReader {
         let file = &entry.manifest.files[TABLE_FILE];
         let cached = self.cache_dir.join(format!("{}.table", file.sha3_256));
         let bytes = match tokio::fs::read(&cached).await {
-            Ok(b) if protocol::table::digest_hex(&b) == file.sha3_256 => b,
+            Ok(b) if protocol::sha3_hex(&b) == file.sha3_256 => b,
             _ => {
                 let url = format!("{}/v1/snapshots/{}/table", self.base, entry.id);
                 let resp = self.http.get(&url).send().await.map_err(backend)?;
@@ -464,7 +464,7 @@ impl PrivateReader {
                 }
                 let b = resp.bytes().await.map_err(backend)?.to_vec();
                 self.count(0, b.len());
-                if protocol::table::digest_hex(&b) != file.sha3_256 {
+                if protocol::sha3_hex(&b) != file.sha3_256 {
                     return Err(self.distrust(format!(
                         "snapshot {}: downloaded table does not match its digest",
                         entry.id

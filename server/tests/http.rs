@@ -433,7 +433,7 @@ async fn one_request_queries_every_level_of_a_view() {
         .unwrap();
     let etag = resp.headers()["etag"].to_str().unwrap().to_string();
     let bytes = resp.bytes().await.unwrap().to_vec();
-    assert_eq!(protocol::table::digest_hex(&bytes), file.sha3_256);
+    assert_eq!(protocol::sha3_hex(&bytes), file.sha3_256);
     let table = protocol::table::Table::parse(bytes, 10).unwrap();
     let v = table.get(&key.0).unwrap();
     assert_eq!(snapshotter::decode_value(v).unwrap(), (U256::from(2006), 2));

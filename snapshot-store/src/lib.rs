@@ -18,8 +18,6 @@ use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use sha3::{Digest, Sha3_256};
-
 use pir_core::wire::decode_db;
 use pir_core::PirServer;
 use protocol::manifest::{FileDigest, KindTag, Manifest, SnapshotId, MANIFEST_FORMAT};
@@ -62,10 +60,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
     }
 }
 
-/// Hex SHA3-256.
-pub fn sha3_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha3_256::digest(bytes))
-}
+pub use protocol::sha3_hex;
 
 /// A published snapshot found in the store.
 #[derive(Clone, Debug)]
