@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use alloy_primitives::{Address, U256};
-use pir_core::wire::{decode_responses, encode_queries, SetupData};
+use pir_core::wire::{decode_responses, encode_queries};
 use pir_core::{ClientError, Lookup, PirClient, PreparedQuery};
 use protocol::api::{ApiError, Catalog, CatalogEntry};
 use protocol::view::View;
@@ -78,6 +78,23 @@ impl ViewClient {
     /// The freshest level's id: names the view in logs and the replay.
     pub fn top(&self) -> &str {
         &self.levels.last().expect("a view has a level").entry().id
+    }
+}
+
+/// What [`PrivateReader::fetch_verified`] downloads: its route below
+/// `/v1/snapshots/{id}/` and its cache file's extension.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fetched {
+    Setup,
+    Table,
+}
+
+impl Fetched {
+    fn name(self) -> &'static str {
+        match self {
+            Fetched::Setup => "setup",
+            Fetched::Table => "table",
+        }
     }
 }
 
@@ -441,41 +458,9 @@ impl PrivateReader {
     /// against the digest its manifest lists.
     async fn open_whole(&self, entry: CatalogEntry) -> Result<Arc<WholeLevel>, ReadError> {
         let file = &entry.manifest.files[TABLE_FILE];
-        let cached = self.cache_dir.join(format!("{}.table", file.sha3_256));
-        let bytes = match tokio::fs::read(&cached).await {
-            Ok(b) if protocol::sha3_hex(&b) == file.sha3_256 => b,
-            _ => {
-                let url = format!("{}/v1/snapshots/{}/table", self.base, entry.id);
-                let resp = self.http.get(&url).send().await.map_err(backend)?;
-                if resp.status() == reqwest::StatusCode::NOT_FOUND {
-                    return Err(ReadError::Retired(entry.id.clone()));
-                }
-                if !resp.status().is_success() {
-                    return Err(ReadError::Setup {
-                        snapshot: entry.id.clone(),
-                        reason: format!("table: HTTP {}", resp.status()),
-                    });
-                }
-                if resp.content_length().unwrap_or(0) > file.bytes {
-                    return Err(self.distrust(format!(
-                        "snapshot {}: table larger than its manifest says",
-                        entry.id
-                    )));
-                }
-                let b = resp.bytes().await.map_err(backend)?.to_vec();
-                self.count(0, b.len());
-                if protocol::sha3_hex(&b) != file.sha3_256 {
-                    return Err(self.distrust(format!(
-                        "snapshot {}: downloaded table does not match its digest",
-                        entry.id
-                    )));
-                }
-                if let Err(e) = write_atomically(&self.cache_dir, &cached, &b).await {
-                    tracing::warn!(error = %e, "cannot cache a table");
-                }
-                b
-            }
-        };
+        let bytes = self
+            .fetch_verified(&entry, Fetched::Table, &file.sha3_256.clone(), file.bytes)
+            .await?;
         let max_entries = self.limits.max_setup_bytes;
         let table = protocol::table::Table::parse(bytes, max_entries)
             .map_err(|e| self.distrust(format!("snapshot {}: table: {e}", entry.id)))?;
@@ -483,50 +468,17 @@ impl PrivateReader {
     }
 
     async fn open_snapshot(&self, entry: CatalogEntry) -> Result<Arc<SnapshotClient>, ReadError> {
+        let announced = entry.manifest.pir.hint_bytes;
+        if announced > self.limits.max_setup_bytes {
+            return Err(self.distrust(format!(
+                "snapshot {} announces {announced} bytes of setup data, over the limit of {}",
+                entry.id, self.limits.max_setup_bytes
+            )));
+        }
         let digest = entry.manifest.pir.setup_digest.clone();
-        let setup_err = |reason: String| ReadError::Setup {
-            snapshot: entry.id.clone(),
-            reason,
-        };
-        let cached = self.cache_dir.join(format!("{digest}.setup"));
-        let bytes = match tokio::fs::read(&cached).await {
-            Ok(b) if hex::encode(SetupData::digest_of(&b)) == digest => b,
-            other => {
-                if other.is_ok() {
-                    tracing::warn!(file = %cached.display(), "cached setup does not match its digest; downloading again");
-                }
-                let announced = entry.manifest.pir.hint_bytes;
-                if announced > self.limits.max_setup_bytes {
-                    return Err(self.distrust(format!(
-                        "snapshot {} announces {announced} bytes of setup data, over the limit of {}",
-                        entry.id, self.limits.max_setup_bytes
-                    )));
-                }
-                let url = format!("{}/v1/snapshots/{}/setup", self.base, entry.id);
-                let resp = self.http.get(&url).send().await.map_err(backend)?;
-                if !resp.status().is_success() {
-                    return Err(setup_err(format!("HTTP {}", resp.status())));
-                }
-                if resp.content_length().unwrap_or(0) > self.limits.max_setup_bytes {
-                    return Err(self.distrust(format!(
-                        "snapshot {}: setup download over the limit of {} bytes",
-                        entry.id, self.limits.max_setup_bytes
-                    )));
-                }
-                let b = resp.bytes().await.map_err(backend)?.to_vec();
-                self.count(0, b.len());
-                if hex::encode(SetupData::digest_of(&b)) != digest {
-                    return Err(self.distrust(format!(
-                        "snapshot {}: downloaded setup does not match the catalog digest",
-                        entry.id
-                    )));
-                }
-                if let Err(e) = write_atomically(&self.cache_dir, &cached, &b).await {
-                    tracing::warn!(error = %e, "cannot cache setup data");
-                }
-                b
-            }
-        };
+        let bytes = self
+            .fetch_verified(&entry, Fetched::Setup, &digest, self.limits.max_setup_bytes)
+            .await?;
         let limits = self.limits;
         let client = tokio::task::spawn_blocking(move || {
             PirClient::from_setup_bytes_limited(&bytes, &limits)
@@ -541,6 +493,60 @@ impl PrivateReader {
             pool_size: self.pool_size,
             wanted: Arc::new(Notify::new()),
         }))
+    }
+
+    /// A snapshot's setup or table: from the cache when its SHA3-256 is
+    /// `digest`, else downloaded (at most `max_bytes`, else the server is
+    /// distrusted; a digest mismatch too), then cached.
+    async fn fetch_verified(
+        &self,
+        entry: &CatalogEntry,
+        what: Fetched,
+        digest: &str,
+        max_bytes: u64,
+    ) -> Result<Vec<u8>, ReadError> {
+        let name = what.name();
+        let cached = self.cache_dir.join(format!("{digest}.{name}"));
+        match tokio::fs::read(&cached).await {
+            Ok(b) if protocol::sha3_hex(&b) == digest => return Ok(b),
+            Ok(_) => {
+                tracing::warn!(file = %cached.display(), "cached {name} does not match its digest; downloading again")
+            }
+            Err(_) => {}
+        }
+        let url = format!("{}/v1/snapshots/{}/{name}", self.base, entry.id);
+        let resp = self.http.get(&url).send().await.map_err(backend)?;
+        let status = resp.status();
+        if status == reqwest::StatusCode::NOT_FOUND && what == Fetched::Table {
+            return Err(ReadError::Retired(entry.id.clone()));
+        }
+        if !status.is_success() {
+            return Err(ReadError::Setup {
+                snapshot: entry.id.clone(),
+                reason: match what {
+                    Fetched::Setup => format!("HTTP {status}"),
+                    Fetched::Table => format!("table: HTTP {status}"),
+                },
+            });
+        }
+        if resp.content_length().unwrap_or(0) > max_bytes {
+            return Err(self.distrust(format!(
+                "snapshot {}: {name} download over the limit of {max_bytes} bytes",
+                entry.id
+            )));
+        }
+        let b = resp.bytes().await.map_err(backend)?.to_vec();
+        self.count(0, b.len());
+        if protocol::sha3_hex(&b) != digest {
+            return Err(self.distrust(format!(
+                "snapshot {}: downloaded {name} does not match the catalog digest",
+                entry.id
+            )));
+        }
+        if let Err(e) = write_atomically(&self.cache_dir, &cached, &b).await {
+            tracing::warn!(error = %e, "cannot cache {name} data");
+        }
+        Ok(b)
     }
 
     /// The view a block selector names, every level loaded.
@@ -753,20 +759,16 @@ impl PrivateReader {
         self.count(0, body.len());
         self.lookup_down
             .fetch_add(body.len() as u64, Ordering::Relaxed);
-        let body = body.to_vec();
-        if status == reqwest::StatusCode::NOT_FOUND {
-            let reason = serde_json::from_slice::<ApiError>(&body)
-                .map(|e| e.error)
-                .unwrap_or_default();
-            return Err(ReadError::Retired(reason));
+        if status.is_success() {
+            return Ok(body.to_vec());
         }
-        if !status.is_success() {
-            let reason = serde_json::from_slice::<ApiError>(&body)
-                .map(|e| e.error)
-                .unwrap_or_default();
-            return Err(ReadError::Backend(format!("HTTP {status} {reason}")));
+        let reason = serde_json::from_slice::<ApiError>(&body)
+            .map(|e| e.error)
+            .unwrap_or_default();
+        match status {
+            reqwest::StatusCode::NOT_FOUND => Err(ReadError::Retired(reason)),
+            _ => Err(ReadError::Backend(format!("HTTP {status} {reason}"))),
         }
-        Ok(body)
     }
 
     /// The answer for query `i`: the freshest level holding the key; absent
