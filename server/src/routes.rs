@@ -146,19 +146,32 @@ async fn setup(
             format!("no snapshot '{id}' (it may have been retired)"),
         );
     };
-    let etag = format!("\"{}\"", snap.stored.manifest.pir.setup_digest);
-    if etag_matches(&headers, &etag) {
-        count(&state, "setup", StatusCode::NOT_MODIFIED);
+    let digest = &snap.stored.manifest.pir.setup_digest;
+    download(&state, "setup", &headers, digest, snap.pir.setup_bytes())
+}
+
+/// A binary download whose ETag is its digest; 304 when `If-None-Match`
+/// names it.
+fn download(
+    state: &AppState,
+    route: &str,
+    headers: &HeaderMap,
+    digest: &str,
+    bytes: &[u8],
+) -> Response {
+    let etag = format!("\"{digest}\"");
+    if etag_matches(headers, &etag) {
+        count(state, route, StatusCode::NOT_MODIFIED);
         return (StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response();
     }
-    count(&state, "setup", StatusCode::OK);
+    count(state, route, StatusCode::OK);
     (
         StatusCode::OK,
         [
             (header::ETAG, etag),
             (header::CONTENT_TYPE, "application/octet-stream".to_string()),
         ],
-        Bytes::copy_from_slice(snap.pir.setup_bytes()),
+        Bytes::copy_from_slice(bytes),
     )
         .into_response()
 }
@@ -170,39 +183,20 @@ async fn table(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let found = state.get(&id).and_then(|snap| {
-        let digest = snap
-            .stored
-            .manifest
-            .files
-            .get(snapshot_store::TABLE_FILE)?
-            .sha3_256
-            .clone();
-        snap.table.is_some().then_some((snap, digest))
+    // A loaded table was read against the manifest's digest of it.
+    let snap = state.get(&id);
+    let found = snap.as_ref().and_then(|snap| {
+        let file = snap.stored.manifest.files.get(snapshot_store::TABLE_FILE)?;
+        Some((file.sha3_256.as_str(), snap.table.as_deref()?))
     });
-    let Some((snap, digest)) = found else {
+    let Some((digest, bytes)) = found else {
         count(&state, "table", StatusCode::NOT_FOUND);
         return error(
             StatusCode::NOT_FOUND,
             format!("no table for snapshot '{id}' (retired, or too large to download whole)"),
         );
     };
-    let etag = format!("\"{digest}\"");
-    if etag_matches(&headers, &etag) {
-        count(&state, "table", StatusCode::NOT_MODIFIED);
-        return (StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response();
-    }
-    count(&state, "table", StatusCode::OK);
-    let bytes = snap.table.as_deref().expect("checked above");
-    (
-        StatusCode::OK,
-        [
-            (header::ETAG, etag),
-            (header::CONTENT_TYPE, "application/octet-stream".to_string()),
-        ],
-        Bytes::copy_from_slice(bytes),
-    )
-        .into_response()
+    download(&state, "table", &headers, digest, bytes)
 }
 
 /// `POST /v1/snapshots/{id}/query`: read the batch (bounded), wait for a
@@ -280,24 +274,17 @@ async fn multi_query(
         count(&state, ROUTE, status);
         error(status, message)
     };
-    if let Some(len) = declared_length(&headers).filter(|&len| len > state.body_limit as u64) {
-        return refuse(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("{len} bytes declared, at most {} allowed", state.body_limit),
-        );
-    }
-    let Ok(body) = axum::body::to_bytes(body, state.body_limit).await else {
-        return refuse(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body longer than allowed".into(),
-        );
+    let limit = state.body_limit;
+    let allowed = format!("at most {limit} bytes allowed");
+    let body = match read_bounded(&state, ROUTE, &headers, body, limit, &allowed).await {
+        Ok(b) => b,
+        Err(refused) => return refused,
     };
     let parts = match protocol::multi::decode_request(&body) {
         Ok(p) => p,
         Err(e) => return refuse(StatusCode::BAD_REQUEST, format!("malformed request: {e}")),
     };
-    let mut work: Vec<(Arc<LoadedSnapshot>, std::ops::Range<usize>)> = Vec::new();
-    let start = body.as_ptr() as usize;
+    let mut work: Vec<(Arc<LoadedSnapshot>, Bytes)> = Vec::new();
     for (id, part) in &parts {
         let Some(snap) = state.get(id) else {
             return refuse(
@@ -315,8 +302,7 @@ async fn multi_query(
                 ),
             );
         }
-        let at = part.as_ptr() as usize - start;
-        work.push((snap, at..at + part.len()));
+        work.push((snap, body.slice_ref(part)));
     }
     let (slot, permit) = match wait_for_worker(&state, ROUTE).await {
         Ok(turn) => turn,
@@ -328,9 +314,9 @@ async fn multi_query(
         let _permit = permit;
         worker_work
             .iter()
-            .map(|(snap, range)| {
+            .map(|(snap, part)| {
                 snap.pir
-                    .answer_bytes(&body[range.clone()])
+                    .answer_bytes(part)
                     .map_err(|e| (snap.url_id.clone(), e))
             })
             .collect::<Result<Vec<(Vec<u8>, usize)>, _>>()
@@ -378,20 +364,32 @@ async fn read_batch(
     body: axum::body::Body,
 ) -> Result<axum::body::Bytes, Response> {
     let largest = wire::query_bytes(snap.pir.db().shape().rows(), state.max_batch);
+    let explain = format!(
+        "a batch of at most {} queries takes at most {largest} bytes",
+        state.max_batch
+    );
+    read_bounded(state, "query", headers, body, largest, &explain).await
+}
+
+/// A request body of at most `limit` bytes: refused (413, `explain` says
+/// why) from its declared length before a byte is read, and never read
+/// past the limit.
+async fn read_bounded(
+    state: &AppState,
+    route: &str,
+    headers: &HeaderMap,
+    body: axum::body::Body,
+    limit: usize,
+    explain: &str,
+) -> Result<Bytes, Response> {
     let too_large = |what: String| {
-        count(state, "query", StatusCode::PAYLOAD_TOO_LARGE);
-        error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!(
-                "{what}: a batch of at most {} queries takes at most {largest} bytes",
-                state.max_batch
-            ),
-        )
+        count(state, route, StatusCode::PAYLOAD_TOO_LARGE);
+        error(StatusCode::PAYLOAD_TOO_LARGE, format!("{what}: {explain}"))
     };
-    if let Some(len) = declared_length(headers).filter(|&len| len > largest as u64) {
+    if let Some(len) = declared_length(headers).filter(|&len| len > limit as u64) {
         return Err(too_large(format!("{len} bytes declared")));
     }
-    axum::body::to_bytes(body, largest)
+    axum::body::to_bytes(body, limit)
         .await
         .map_err(|_| too_large("body longer than allowed".into()))
 }
