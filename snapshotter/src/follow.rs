@@ -26,7 +26,7 @@ use crate::levels::{LevelPolicy, Levels, LevelsError, UpdateReport};
 use crate::manifest::KindTag;
 use crate::pipeline::{build_and_publish, BuildOptions, ExportedState};
 use crate::sources::rpc::{RpcOptions, RpcSource, Traces};
-use crate::store::SnapshotStore;
+use crate::store::{SnapshotStore, StoredSnapshot};
 
 /// `configs/snapshotter.toml`; every field has a default, and the command
 /// line's `--store`, `--url`, `--genesis`, `--datadir` override it.
@@ -250,22 +250,32 @@ impl Follower {
     async fn try_step(&mut self) -> anyhow::Result<StepOutcome> {
         self.node().await?;
         let levels = self.levels();
-        match blocking(move || levels.check_newest()).await {
+        let checked = match blocking(move || levels.check_newest()).await {
+            Ok(view) => view,
             Err(LevelsError::Damaged { id, reason }) => {
                 tracing::error!(snapshot = %id, %reason, "damaged level removed; its blocks are rebuilt from the node");
+                self.levels().newest_view()?
             }
-            other => other?,
-        }
-        if self.levels().newest_view()?.is_none() {
-            self.build_base().await?;
-        }
-        self.undo_reorg().await?;
+            Err(e) => return Err(e.into()),
+        };
+        let view = match checked {
+            Some(view) => view,
+            None => {
+                self.build_base().await?;
+                self.levels()
+                    .newest_view()?
+                    .expect("the base was just published")
+            }
+        };
+        let view = match self.undo_reorg(&view).await? {
+            true => self.levels().newest_view()?.expect("the base is kept"),
+            false => view,
+        };
         let node = self.node.as_ref().expect("connected");
         let head = node
             .head()
             .await?
             .saturating_sub(self.config.follow.confirmations);
-        let view = self.levels().newest_view()?.expect("a base exists");
         let top = view.last().expect("a view has a level").id.block;
         if head <= top {
             return Ok(StepOutcome::UpToDate { block: top });
@@ -302,9 +312,9 @@ impl Follower {
     /// and full snapshot above that block, whatever view they belong to, so
     /// that no view mixes the orphaned blocks in. The next delta rebuilds
     /// them from the node.
-    async fn undo_reorg(&mut self) -> anyhow::Result<()> {
+    /// Returns whether anything was removed.
+    async fn undo_reorg(&self, view: &[StoredSnapshot]) -> anyhow::Result<bool> {
         let node = self.node.as_ref().expect("connected");
-        let view = self.levels().newest_view()?.expect("a base exists");
         let mut fork = None;
         for level in view.iter().rev() {
             let on_chain = match level.manifest.block_hash {
@@ -325,7 +335,7 @@ impl Follower {
             .into());
         };
         if fork == top {
-            return Ok(());
+            return Ok(false);
         }
         tracing::warn!(
             fork,
@@ -339,17 +349,14 @@ impl Follower {
                 tracing::info!(snapshot = %snap.id, "removed (orphaned by the reorg)");
             }
         }
-        Ok(())
+        Ok(true)
     }
 }
 
 /// Runs a blocking closure (a build) off the async threads.
 async fn blocking<T: Send + 'static, E: Send + 'static>(
     f: impl FnOnce() -> Result<T, E> + Send + 'static,
-) -> Result<T, E>
-where
-    anyhow::Error: From<E>,
-{
+) -> Result<T, E> {
     tokio::task::spawn_blocking(f)
         .await
         .expect("build task panicked")

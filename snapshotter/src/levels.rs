@@ -176,12 +176,13 @@ impl Levels {
     }
 
     /// Checks the files of the newest view's levels against their
-    /// manifests (each level once per process). A damaged level is removed
-    /// with every level above it, so that the next delta rebuilds those
-    /// blocks from the node; the error says what was found.
-    pub fn check_newest(&self) -> Result<(), LevelsError> {
+    /// manifests (each level once per process) and returns the view. A
+    /// damaged level is removed with every level above it, so that the next
+    /// delta rebuilds those blocks from the node; the error says what was
+    /// found.
+    pub fn check_newest(&self) -> Result<Option<Vec<StoredSnapshot>>, LevelsError> {
         let Some(view) = self.newest_view()? else {
-            return Ok(());
+            return Ok(None);
         };
         for (i, level) in view.iter().enumerate() {
             let id = level.id.url_form();
@@ -210,7 +211,7 @@ impl Levels {
                 }
             }
         }
-        Ok(())
+        Ok(Some(view))
     }
 
     /// Publishes a delta (or a base), then merges, rebases, pins and
