@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Keeps each binary's crate free of machinery it must not link: the user's
-# proxy links none of the operator's crates, and the server links neither
+# proxy and the client crate a wallet embeds link none of the operator's
+# crates, and the server links neither
 # the build pipeline nor the GPU stack. Called by scripts/test.sh; exits
 # non-zero and names the offender.
 set -euo pipefail
@@ -19,5 +20,7 @@ check() {
 }
 
 check proxy '^(server|snapshotter|snapshot-store|gpu-kernels|demo|cudarc|prometheus|indicatif|libmdbx) '
+# The client a wallet embeds: of our crates only pir-core and protocol.
+check ethpir-client '^(proxy|server|snapshotter|snapshot-store|gpu-kernels|demo|test-support|cudarc|prometheus|indicatif|libmdbx) '
 check server '^(snapshotter|gpu-kernels|demo|cudarc|indicatif|libmdbx) '
-echo "dependency check: the proxy links no operator crate; the server no pipeline or GPU crate"
+echo "dependency check: the proxy and the client link no operator crate; the server no pipeline or GPU crate"

@@ -20,14 +20,14 @@ use jsonrpsee::types::{Id, Request};
 use jsonrpsee::ResponsePayload;
 use serde_json::value::RawValue;
 
-use crate::block::BlockSelector;
 use crate::config::{UpstreamMethods, ADDRESS_READS};
-use crate::reader::PrivateReader;
 use crate::rpc::{
     private_params, rpc_error, Prefetched, INVALID_REQUEST, METHOD_NOT_FOUND, NOT_IN_PRIVATE_SET,
     NO_SNAPSHOT, PRIVATE_METHODS,
 };
 use crate::upstream::Upstream;
+use ethpir_client::BlockSelector;
+use ethpir_client::PrivateReader;
 
 /// Largest response the proxy sends (a forwarded `eth_getLogs` can be big).
 pub const MAX_RESPONSE_BYTES: usize = 64 << 20;

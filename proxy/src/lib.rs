@@ -5,16 +5,15 @@
 //! learns the address; other methods go to an upstream node of the user's
 //! choice or are refused. Also: the historical replay.
 //!
-//! This crate is what a wallet user runs: it links `pir-core` and
-//! `protocol`, never the operator's crates (snapshotter, server, GPU).
+//! This crate is what a wallet user runs: the private reads are
+//! `ethpir-client`'s; it links that, `pir-core` and `protocol`, never the
+//! operator's crates (snapshotter, server, GPU).
 
 #![forbid(unsafe_code)]
 
-pub mod block;
 pub mod config;
 pub mod envelope;
 pub mod forward;
-pub mod reader;
 pub mod replay;
 pub mod rpc;
 pub mod upstream;
@@ -27,63 +26,14 @@ use jsonrpsee::server::{BatchRequestConfig, Server, ServerConfig};
 
 pub use config::ProxyConfig;
 use envelope::{EnvelopeLayer, MAX_BODY};
+use ethpir_client::PrivateReader;
 use forward::{ForwardLayer, ForwardPolicy, MAX_RESPONSE_BYTES};
 use protocol::url::redact;
-use reader::PrivateReader;
 use rpc::RpcContext;
 use upstream::Upstream;
 
 /// Most calls in one JSON-RPC batch.
 pub const MAX_BATCH: u32 = 1024;
-
-/// Builds the reader and keeps its catalog fresh in the background.
-pub async fn start_reader(config: &ProxyConfig) -> anyhow::Result<Arc<PrivateReader>> {
-    let reader = Arc::new(PrivateReader::new(config)?);
-    match reader.refresh().await {
-        Ok(n) => {
-            tracing::info!(snapshots = n, server = %redact(&config.pir_server), "connected to the PIR server")
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, server = %redact(&config.pir_server), "PIR server not reachable yet; retrying in the background")
-        }
-    }
-    if config.cover_lookups_per_hour > 0.0 {
-        tokio::spawn(cover_traffic(
-            Arc::downgrade(&reader),
-            config.cover_lookups_per_hour,
-        ));
-    }
-    let every = config.refresh_interval();
-    let weak = Arc::downgrade(&reader);
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(every);
-        tick.tick().await;
-        loop {
-            tick.tick().await;
-            let Some(reader) = weak.upgrade() else { return };
-            if let Err(e) = reader.refresh().await {
-                tracing::warn!(error = %e, "catalog refresh failed");
-            }
-        }
-    });
-    Ok(reader)
-}
-
-/// Cover lookups at the times of a Poisson process of `per_hour`, until the
-/// reader is dropped.
-async fn cover_traffic(reader: std::sync::Weak<PrivateReader>, per_hour: f64) {
-    let mean_s = 3600.0 / per_hour;
-    loop {
-        // Exponential gaps: the times carry no pattern of their own.
-        let u: f64 = rand::random::<f64>().max(f64::MIN_POSITIVE);
-        let gap = (-u.ln() * mean_s).min(86_400.0);
-        tokio::time::sleep(std::time::Duration::from_secs_f64(gap)).await;
-        let Some(reader) = reader.upgrade() else {
-            return;
-        };
-        reader.cover_lookup().await;
-    }
-}
 
 /// Says at start which forwarded methods reveal addresses to the upstream.
 fn log_upstream_policy(config: &ProxyConfig) {
@@ -115,11 +65,11 @@ pub async fn serve_on(
 ) -> anyhow::Result<()> {
     config.check_transport()?;
     let upstream = match config.upstream.as_deref() {
-        Some(url) => Some(Arc::new(Upstream::new(url, config.timeout())?)),
+        Some(url) => Some(Arc::new(Upstream::new(url, config.timeouts())?)),
         None => None,
     };
     log_upstream_policy(&config);
-    let reader = start_reader(&config).await?;
+    let reader = PrivateReader::start(&config.client()).await?;
     let module = rpc::module(RpcContext {
         reader: reader.clone(),
         upstream: upstream.clone(),

@@ -9,10 +9,8 @@ use alloy_primitives::Address;
 use anyhow::{Context, Result};
 use serde_json::Value;
 
-use crate::block::parse_block;
-use crate::block::BlockSelector;
-use crate::reader::PrivateReader;
-use crate::rpc::parse_address;
+use ethpir_client::block::{parse_block, BlockSelector};
+use ethpir_client::{parse_address, PrivateReader};
 
 /// Totals of a replay.
 #[derive(Debug, Default, PartialEq, Eq)]

@@ -13,9 +13,9 @@ use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-use crate::block::{selector, BlockSelector};
-use crate::reader::{AccountState, PrivateReader, ReadError};
 use crate::upstream::Upstream;
+use ethpir_client::block::{selector, BlockSelector};
+use ethpir_client::{AccountState, PrivateReader, ReadError};
 
 pub const PARSE_ERROR: i64 = -32700;
 pub const INVALID_REQUEST: i64 = -32600;
@@ -166,7 +166,7 @@ impl RpcContext {
                     "setupBytes": m.pir.hint_bytes,
                     // How the proxy reads it: downloaded whole (a small
                     // delta, no query) or by PIR queries.
-                    "read": match crate::reader::whole_table_bytes(&e) {
+                    "read": match ethpir_client::levels::whole_table_bytes(&e) {
                         Some(_) => "whole",
                         None => "pir",
                     },
@@ -308,41 +308,4 @@ pub fn read_error(e: &ReadError) -> ErrorObjectOwned {
     }
 }
 
-/// A 20-byte hex address (any case; a mixed-case one must carry a valid checksum).
-pub fn parse_address(s: &str) -> Result<Address, String> {
-    let hex = s
-        .strip_prefix("0x")
-        .ok_or_else(|| format!("invalid address '{s}': missing 0x"))?;
-    if hex.len() != 40 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(format!("invalid address '{s}': need 40 hex digits"));
-    }
-    let address: Address = s.parse().map_err(|_| format!("invalid address '{s}'"))?;
-    let mixed =
-        hex.bytes().any(|b| b.is_ascii_lowercase()) && hex.bytes().any(|b| b.is_ascii_uppercase());
-    if mixed && address.to_checksum(None) != s {
-        return Err(format!("invalid address '{s}': bad EIP-55 checksum"));
-    }
-    Ok(address)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn addresses() {
-        assert!(parse_address("0x000d836201318ec6899a67540690382780743280").is_ok());
-        assert!(parse_address("0x000D836201318EC6899A67540690382780743280").is_ok());
-        assert!(parse_address("0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed").is_ok());
-        assert!(parse_address("0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAeD").is_err());
-        for bad in [
-            "",
-            "0x",
-            "000d836201318ec6899a67540690382780743280",
-            "0x000d83620131",
-            "0xzz0d836201318ec6899a67540690382780743280",
-        ] {
-            assert!(parse_address(bad).is_err(), "{bad}");
-        }
-    }
-}
+pub use ethpir_client::parse_address;

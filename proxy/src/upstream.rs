@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use ethpir_client::config::Timeouts;
+use ethpir_client::fetch::{fetch, Bounds, Size};
 use jsonrpsee::core::client::Subscription;
 use jsonrpsee::core::client::{ClientT, Error as ClientError, SubscriptionClientT};
 use jsonrpsee::core::traits::ToRpcParams;
@@ -16,6 +18,7 @@ use tokio::sync::Mutex;
 
 use protocol::url::redact;
 
+use crate::forward::MAX_RESPONSE_BYTES;
 use crate::rpc::{rpc_error, UPSTREAM_UNAVAILABLE};
 
 /// The raw params of a call, passed on untouched.
@@ -32,6 +35,7 @@ pub enum Upstream {
     Http {
         url: String,
         http: reqwest::Client,
+        timeouts: Timeouts,
     },
     Ws {
         url: String,
@@ -48,20 +52,21 @@ pub struct UpstreamUrlError(String);
 
 impl Upstream {
     /// An upstream from its URL.
-    pub fn new(url: &str, timeout: Duration) -> Result<Self, UpstreamUrlError> {
+    pub fn new(url: &str, timeouts: Timeouts) -> Result<Self, UpstreamUrlError> {
         if url.starts_with("ws://") {
             Ok(Upstream::Ws {
                 url: url.to_string(),
-                timeout,
+                timeout: timeouts.request,
                 client: Mutex::new(None),
             })
         } else if url.starts_with("http://") || url.starts_with("https://") {
             Ok(Upstream::Http {
                 url: url.to_string(),
                 http: reqwest::Client::builder()
-                    .timeout(timeout)
+                    .connect_timeout(timeouts.connect)
                     .build()
                     .map_err(|_| UpstreamUrlError(redact(url)))?,
+                timeouts,
             })
         } else {
             Err(UpstreamUrlError(redact(url)))
@@ -81,7 +86,11 @@ impl Upstream {
         params: Option<Box<RawValue>>,
     ) -> Result<Box<RawValue>, ErrorObjectOwned> {
         match self {
-            Upstream::Http { url, http } => http_call(http, url, method, params, true).await,
+            Upstream::Http {
+                url,
+                http,
+                timeouts,
+            } => http_call(http, url, *timeouts, method, params, true).await,
             Upstream::Ws { .. } => {
                 let client = self.ws_client().await?;
                 client
@@ -95,7 +104,11 @@ impl Upstream {
     /// Forwards a notification; nothing comes back.
     pub async fn notify(&self, method: &str, params: Option<Box<RawValue>>) {
         let sent = match self {
-            Upstream::Http { url, http } => http_call(http, url, method, params, false)
+            Upstream::Http {
+                url,
+                http,
+                timeouts,
+            } => http_call(http, url, *timeouts, method, params, false)
                 .await
                 .map(|_| ()),
             Upstream::Ws { .. } => match self.ws_client().await {
@@ -181,10 +194,12 @@ fn client_error(e: ClientError) -> ErrorObjectOwned {
     }
 }
 
-/// One JSON-RPC call over HTTP (`with_id`: a call; else a notification).
+/// One JSON-RPC call over HTTP (`with_id`: a call; else a notification),
+/// its answer read within the proxy's response limit and timeouts.
 async fn http_call(
     http: &reqwest::Client,
     url: &str,
+    timeouts: Timeouts,
     method: &str,
     params: Option<Box<RawValue>>,
     with_id: bool,
@@ -196,23 +211,25 @@ async fn http_call(
     if let Some(p) = params {
         body["params"] = serde_json::from_str(p.get()).unwrap_or(Value::Null);
     }
-    let sent = http
+    let request = http
         .post(url)
         .header(reqwest::header::CONTENT_TYPE, "application/json")
-        .body(body.to_string())
-        .send()
-        .await;
-    let bytes = match sent {
-        Ok(r) => r.bytes().await,
-        Err(e) => Err(e),
-    }
-    .map_err(|e| {
-        rpc_error(
-            UPSTREAM_UNAVAILABLE,
-            "upstream unavailable",
-            Some(json!(e.without_url().to_string())),
-        )
-    })?;
+        .body(body.to_string());
+    let bounds = Bounds {
+        size: Size::AtMost(MAX_RESPONSE_BYTES as u64),
+        first_byte: timeouts.first_byte,
+        whole: timeouts.request,
+    };
+    let bytes = fetch(request, "upstream", bounds, &|_| {})
+        .await
+        .map_err(|e| {
+            rpc_error(
+                UPSTREAM_UNAVAILABLE,
+                "upstream unavailable",
+                Some(json!(e.to_string())),
+            )
+        })?
+        .body;
     if !with_id {
         return Ok(RawValue::from_string("null".into()).expect("valid JSON"));
     }
@@ -244,7 +261,7 @@ mod tests {
 
     #[test]
     fn unsupported_schemes_are_refused_without_echoing_secrets() {
-        let e = Upstream::new("ftp://h/SECRET", Duration::from_secs(1))
+        let e = Upstream::new("ftp://h/SECRET", Timeouts::default())
             .err()
             .unwrap();
         assert!(!e.to_string().contains("SECRET"), "{e}");

@@ -241,26 +241,11 @@ async fn serves_private_queries_and_refuses_bad_ones() {
 
     // A new snapshot is picked up without a restart; a removed one retires.
     build_and_publish(&store, state(6, 200), &opts()).unwrap();
-    let mut found = false;
-    for _ in 0..50 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let c = fetch_catalog(&http, &base).await;
-        if c.snapshots.len() == 2 {
-            found = true;
-            break;
-        }
-    }
-    assert!(found, "new snapshot not picked up");
+    let both = || async { (fetch_catalog(&http, &base).await.snapshots.len() == 2).then_some(()) };
+    test_support::eventually("the new snapshot picked up", both).await;
     store.remove(&"31337/5-full".parse().unwrap()).unwrap();
-    let mut retired = false;
-    for _ in 0..50 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        if status(one.clone(), url.clone()).await == 404 {
-            retired = true;
-            break;
-        }
-    }
-    assert!(retired, "removed snapshot still served");
+    let retired = || async { (status(one.clone(), url.clone()).await == 404).then_some(()) };
+    test_support::eventually("the removed snapshot retired", retired).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -97,7 +97,19 @@ pub enum BuildError {
 
 /// Holds the store's build lock while alive.
 pub struct BuildLock {
-    _file: std::fs::File,
+    file: std::fs::File,
+}
+
+impl Drop for BuildLock {
+    /// Unlocks before the descriptor closes. An flock belongs to the open
+    /// file description, and a process spawned by another thread meanwhile
+    /// holds a copy of it until it execs: closing our copy alone would leave
+    /// the store locked for that moment, and the next build of this process
+    /// (a test's, the follower's) would fail with `Locked`. An explicit
+    /// unlock releases it for every copy at once.
+    fn drop(&mut self) {
+        let _ = self.file.unlock();
+    }
 }
 
 /// Takes the store's build lock (one build at a time across processes).
@@ -113,7 +125,7 @@ pub fn lock_store(store: &SnapshotStore) -> Result<BuildLock, BuildError> {
             source,
         })?;
     match file.try_lock() {
-        Ok(()) => Ok(BuildLock { _file: file }),
+        Ok(()) => Ok(BuildLock { file }),
         Err(_) => Err(BuildError::Locked(path)),
     }
 }
@@ -321,5 +333,26 @@ fn manifest_for(state: &ExportedState, w: &Written) -> Manifest {
             hint_device: w.device.clone(),
         },
         files: w.staged.file_digests().clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A copy of the lock's descriptor outliving the lock (what a process
+    /// spawned by another thread holds until it execs) does not keep the
+    /// store locked: the flake of the crash tests under load.
+    #[test]
+    fn a_released_lock_is_free_while_a_copy_of_its_descriptor_lives() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SnapshotStore::open(dir.path()).unwrap();
+        let lock = lock_store(&store).unwrap();
+        assert!(matches!(lock_store(&store), Err(BuildError::Locked(_))));
+        let child_copy = lock.file.try_clone().unwrap();
+        drop(lock);
+        let again = lock_store(&store);
+        assert!(again.is_ok(), "{:?}", again.err());
+        drop(child_copy);
     }
 }

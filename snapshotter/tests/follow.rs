@@ -221,16 +221,15 @@ async fn the_follower_rides_out_a_node_outage_and_stops_on_request() {
         .send(json!({"from": DEV_ACCOUNTS[0], "to": DEV_ACCOUNTS[3], "value": "0x5"}))
         .await;
     let store = SnapshotStore::open(&store_dir).unwrap();
-    for _ in 0..100 {
-        if store.list().unwrap().iter().any(|s| s.id.block == 1) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(
-        store.list().unwrap().iter().any(|s| s.id.block == 1),
-        "no delta for block 1"
-    );
+    let delta = || async {
+        store
+            .list()
+            .unwrap()
+            .iter()
+            .any(|s| s.id.block == 1)
+            .then_some(())
+    };
+    test_support::eventually("a delta for block 1", delta).await;
     anvil.stop().await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(

@@ -105,11 +105,12 @@ impl Anvil {
                 port,
                 http: reqwest::Client::new(),
             };
-            for _ in 0..100 {
-                if anvil.try_rpc("eth_chainId", json!([])).await.is_ok() {
-                    return anvil;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
+            let up = poll(PATIENCE, || async {
+                anvil.try_rpc("eth_chainId", json!([])).await.ok()
+            })
+            .await;
+            if up.is_some() {
+                return anvil;
             }
             last = format!("anvil on port {port} did not answer");
         }
@@ -130,14 +131,11 @@ impl Anvil {
     /// Sends a transaction from an unlocked dev account; returns its receipt.
     pub async fn send(&self, tx: Value) -> Value {
         let hash = self.rpc("eth_sendTransaction", json!([tx])).await;
-        for _ in 0..200 {
+        let mined = || async {
             let receipt = self.rpc("eth_getTransactionReceipt", json!([hash])).await;
-            if !receipt.is_null() {
-                return receipt;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        panic!("transaction {hash} never mined")
+            (!receipt.is_null()).then_some(receipt)
+        };
+        eventually(&format!("transaction {hash} mined"), mined).await
     }
 
     pub async fn head(&self) -> u64 {
@@ -361,4 +359,40 @@ pub const FORWARDER_INIT_CODE: &str = "0x600f600c600039600f6000f3600060006000600
 /// Calldata for the forwarder: send the call's value to `to`.
 pub fn forward_to(to: &str) -> String {
     format!("0x{:0>64}", to.trim_start_matches("0x"))
+}
+
+/// How long a test waits for something that must happen: generous enough
+/// for a loaded 2-core machine, finite so that a hung test still fails.
+pub const PATIENCE: Duration = Duration::from_secs(120);
+
+/// Polls `probe` every 50 ms until it yields a value, for at most `limit`;
+/// `None` if it never did. Tests wait this way, never by a fixed sleep.
+pub async fn poll<T, F, Fut>(limit: Duration, mut probe: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(v) = probe().await {
+            return Some(v);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Polls `probe` until it yields a value, for at most [`PATIENCE`];
+/// panics naming `what` if it never does.
+pub async fn eventually<T, F, Fut>(what: &str, probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    match poll(PATIENCE, probe).await {
+        Some(v) => v,
+        None => panic!("{what}: not within {} s", PATIENCE.as_secs()),
+    }
 }

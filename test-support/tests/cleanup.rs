@@ -1,18 +1,13 @@
 //! A node a test started never outlives it: dropped or stopped, anvil and
 //! anything it started are gone.
 
-use std::time::Duration;
-
 use test_support::{processes_on_port, Anvil};
 
 async fn gone(port: u16) -> bool {
-    for _ in 0..50 {
-        if processes_on_port(port).is_empty() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    false
+    let empty = || async { processes_on_port(port).is_empty().then_some(()) };
+    test_support::poll(test_support::PATIENCE, empty)
+        .await
+        .is_some()
 }
 
 #[tokio::test]

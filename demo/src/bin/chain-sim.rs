@@ -1,5 +1,5 @@
 //! `chain-sim`: a synthetic chain driven through the real snapshotter
-//! levels (delta builds, merges, retention), PIR server and proxy reader on
+//! levels (delta builds, merges, retention), PIR server and private reader on
 //! loopback. Prints one JSON line.
 //!
 //! The chain: a random base of 2^N accounts; every block changes
@@ -18,8 +18,7 @@ use std::time::{Duration, Instant};
 use alloy_primitives::{Address, U256};
 use anyhow::{Context, Result};
 use clap::Parser;
-use proxy::block::BlockSelector;
-use proxy::reader::PrivateReader;
+use ethpir_client::{BlockSelector, ClientConfig, PrivateReader};
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 use snapshotter::levels::{LevelPolicy, Levels};
@@ -30,7 +29,7 @@ use snapshotter::{AccountRecord, SnapshotKind, SnapshotStore};
 #[command(
     name = "chain-sim",
     about = "A synthetic chain through the real snapshotter, PIR server and proxy: freshness, bytes, CPU, wrong answers (JSON)",
-    long_about = "A synthetic chain through the real snapshotter levels, PIR server and proxy reader on loopback.\n\n\
+    long_about = "A synthetic chain through the real snapshotter levels, PIR server and private reader on loopback.\n\n\
 A random base of 2^N accounts is built as a full snapshot; then every block changes \
 --changes-per-block accounts (80% existing, skewed to a hot set, 20% new, some emptied) and is \
 published as a delta at once, merged and retired as the follower does. Lookups run concurrently \
@@ -380,7 +379,7 @@ async fn main() -> Result<()> {
     tokio::task::spawn_blocking(move || l.publish(base)).await??;
     let base_build_s = t.elapsed().as_secs_f64();
 
-    // The server and an always-on proxy reader, on loopback.
+    // The server and an always-on private reader, on loopback.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let server = format!("http://{}", listener.local_addr()?);
     let config = server::ServerConfig {
@@ -390,10 +389,10 @@ async fn main() -> Result<()> {
         ..Default::default()
     };
     tokio::spawn(server::serve_on(listener, config, std::future::pending()));
-    let reader = proxy::start_reader(&proxy::ProxyConfig {
+    let reader = PrivateReader::start(&ClientConfig {
         pir_server: server.clone(),
         cache_dir: args.dir.join("cache"),
-        refresh_secs: 0.25,
+        refresh: Duration::from_secs_f64(0.25),
         ..Default::default()
     })
     .await?;

@@ -142,7 +142,7 @@ async fn main() -> Result<()> {
         }) => {
             let config = serve.config()?;
             config.check_transport()?;
-            let reader = proxy::start_reader(&config).await?;
+            let reader = ethpir_client::PrivateReader::start(&config.client()).await?;
             if reader.views().is_empty() {
                 bail!("no snapshots available from {}", config.pir_server);
             }
@@ -162,24 +162,21 @@ async fn main() -> Result<()> {
     }
 }
 
-/// `trust-reset`: asks the running proxy to trust its PIR server again.
+/// `trust-reset`: asks the running proxy to trust its PIR server again
+/// (`ethpir_trustReset` over its WebSocket endpoint).
 async fn trust_reset(listen: SocketAddr) -> Result<()> {
-    let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "ethpir_trustReset"});
-    let bytes = reqwest::Client::new()
-        .post(format!("http://{listen}"))
-        .header(reqwest::header::CONTENT_TYPE, "application/json")
-        .body(body.to_string())
-        .send()
+    use jsonrpsee::core::client::ClientT;
+    let client = jsonrpsee::ws_client::WsClientBuilder::default()
+        .build(format!("ws://{listen}"))
         .await
-        .with_context(|| format!("no proxy answers on {listen}"))?
-        .bytes()
-        .await?;
-    let reply: serde_json::Value =
-        serde_json::from_slice(&bytes).context("the proxy's reply is not JSON")?;
-    match reply["result"]["wasDistrusted"].as_str() {
+        .with_context(|| format!("no proxy answers on {listen}"))?;
+    let reply: serde_json::Value = client
+        .request("ethpir_trustReset", jsonrpsee::rpc_params![])
+        .await
+        .context("the proxy refused")?;
+    match reply["wasDistrusted"].as_str() {
         Some(reason) => println!("private reads resumed (they had stopped: {reason})"),
-        None if reply.get("result").is_some() => println!("private reads were not stopped"),
-        None => bail!("the proxy refused: {reply}"),
+        None => println!("private reads were not stopped"),
     }
     Ok(())
 }

@@ -316,7 +316,7 @@ async fn private_answers_equal_anvil_at_every_snapshot_height() {
     }
     lines.push_str("0xnot-an-address,2\n0x00000000000000000000000000000000000000aa,1\n");
     std::fs::write(&input, lines).unwrap();
-    let reader = proxy::start_reader(&proxy::ProxyConfig {
+    let reader = ethpir_client::PrivateReader::start(&ethpir_client::ClientConfig {
         pir_server: server.clone(),
         cache_dir: dir.path().join("cache"),
         ..Default::default()

@@ -65,15 +65,12 @@ async fn all_pir_traffic_goes_through_the_socks_proxy() {
         .kill_on_drop(true)
         .spawn()
         .expect("microsocks (installed by scripts/install-test-deps.sh)");
-    for _ in 0..50 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", socks_port))
+    let listening = || async {
+        tokio::net::TcpStream::connect(("127.0.0.1", socks_port))
             .await
-            .is_ok()
-        {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+            .ok()
+    };
+    test_support::eventually("microsocks listens", listening).await;
 
     let cache = tempfile::tempdir().unwrap();
     let proxy = start_proxy_with(proxy::ProxyConfig {

@@ -13,7 +13,7 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -45,6 +45,7 @@ async fn client(
     anvil_url: String,
     addresses: Arc<RwLock<Vec<String>>>,
     stop: Arc<AtomicBool>,
+    progress: Arc<AtomicUsize>,
 ) -> Result<usize, String> {
     let http = reqwest::Client::new();
     let node = |method: &'static str, params: Value| {
@@ -60,6 +61,7 @@ async fn client(
             all[k % all.len()].clone()
         };
         k += 7;
+        progress.fetch_add(1, Ordering::SeqCst);
         let before = status(&http, &proxy).await["viewBlock"].as_u64().unwrap();
         if lookups % 5 == 4 {
             let got = rpc(&http, &proxy, "eth_getBalance", json!([address, "latest"])).await?;
@@ -161,12 +163,8 @@ async fn the_follower_keeps_views_complete_and_fresh_while_clients_read() {
     let cache = tempfile::tempdir().unwrap();
     let proxy = start_proxy(&server, Some(anvil.url.clone()), cache.path()).await;
     let http = reqwest::Client::new();
-    for _ in 0..200 {
-        if status(&http, &proxy).await["viewBlock"].is_u64() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let has_view = || async { status(&http, &proxy).await["viewBlock"].as_u64() };
+    test_support::eventually("the proxy has a view", has_view).await;
     assert_eq!(status(&http, &proxy).await["chainId"], 4242);
 
     // Who the clients read: idle genesis accounts, the dev accounts, the
@@ -177,6 +175,7 @@ async fn the_follower_keeps_views_complete_and_fresh_while_clients_read() {
     who.extend([fresh(0xbe), fresh(0xef)]);
     let addresses = Arc::new(RwLock::new(who));
     let stop = Arc::new(AtomicBool::new(false));
+    let progress = Arc::new(AtomicUsize::new(0));
     let clients: Vec<_> = (0..CLIENTS)
         .map(|i| {
             tokio::spawn(client(
@@ -185,6 +184,7 @@ async fn the_follower_keeps_views_complete_and_fresh_while_clients_read() {
                 anvil.url.clone(),
                 addresses.clone(),
                 stop.clone(),
+                progress.clone(),
             ))
         })
         .collect();
@@ -210,7 +210,17 @@ async fn the_follower_keeps_views_complete_and_fresh_while_clients_read() {
     }
     let head = anvil.head().await;
     assert_eq!(anvil.balance(&fresh(0x55), head).await, "0x777");
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Every client goes on reading until the view holds the last change
+    // (one confirmation behind the head) and then for five more lookups
+    // each on average.
+    let caught_up = || async {
+        let s = status(&http, &proxy).await;
+        (s["viewBlock"].as_u64()? + 1 >= head).then_some(())
+    };
+    test_support::eventually("the proxy's view reaches the head", caught_up).await;
+    let from = progress.load(Ordering::SeqCst);
+    let more = || async { (progress.load(Ordering::SeqCst) >= from + CLIENTS * 5).then_some(()) };
+    test_support::eventually("the clients read the newest view", more).await;
     stop.store(true, Ordering::SeqCst);
     let mut lookups = 0;
     for c in clients {
@@ -223,16 +233,12 @@ async fn the_follower_keeps_views_complete_and_fresh_while_clients_read() {
 
     // Caught up: `latest` is at most one block behind the head (the one
     // confirmation above).
-    let mut lag = u64::MAX;
-    for _ in 0..50 {
+    let lag = || async {
         let s = status(&http, &proxy).await;
-        lag = s["headBlock"].as_u64().unwrap() - s["viewBlock"].as_u64().unwrap();
-        if lag <= 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(lag <= 1, "latest lags the head by {lag} blocks");
+        let lag = s["headBlock"].as_u64().unwrap() - s["viewBlock"].as_u64().unwrap();
+        (lag <= 1).then_some(())
+    };
+    test_support::eventually("latest at most one block behind the head", lag).await;
     // The base is read by PIR, small deltas whole.
     let s = status(&http, &proxy).await;
     let levels = s["levels"].as_array().unwrap();
@@ -263,16 +269,14 @@ async fn the_follower_keeps_views_complete_and_fresh_while_clients_read() {
         c
     };
     let served: Arc<Mutex<BTreeSet<String>>> = Default::default();
-    let mut same = false;
-    for _ in 0..50 {
+    let same = || async {
         let c = catalog(http.clone(), server.clone()).await;
         *served.lock().unwrap() = c.snapshots.iter().map(|e| e.id.clone()).collect();
-        if *served.lock().unwrap() == listed() {
-            same = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        (*served.lock().unwrap() == listed()).then_some(())
+    };
+    let same = test_support::poll(test_support::PATIENCE, same)
+        .await
+        .is_some();
     let served = served.lock().unwrap().clone();
     assert!(same, "server {served:?} vs store {:?}", listed());
     assert!(

@@ -233,15 +233,11 @@ async fn a_tampering_server_is_caught_and_contained() {
         ..limits
     };
     let (proxy, saw) = tampered_proxy(&server, rewrite, cache.path(), small).await;
-    let mut v = Value::Null;
-    for _ in 0..50 {
-        v = balance(&proxy, &accounts[0].0).await;
-        if v["error"]["code"] == -32004 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    assert_eq!(v["error"]["code"], -32004, "{v}");
+    let refused = || async {
+        let v = balance(&proxy, &accounts[0].0).await;
+        (v["error"]["code"] == -32004).then_some(v)
+    };
+    let v = test_support::eventually("the oversized setup refused", refused).await;
     assert!(
         v["error"]["data"].as_str().unwrap_or("").contains("rows"),
         "the error says which limit: {v}"

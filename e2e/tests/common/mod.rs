@@ -133,36 +133,28 @@ pub fn passthrough() -> Rewrite {
 /// in the background).
 pub async fn wait_for_block(proxy: &str, block: &str) {
     let http = reqwest::Client::new();
-    for _ in 0..100 {
-        let body = format!(
-            r#"{{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0x0000000000000000000000000000000000000000","{block}"]}}"#
-        );
-        if let Ok(resp) = http.post(proxy).body(body).send().await {
-            let v: serde_json::Value =
-                serde_json::from_slice(&resp.bytes().await.unwrap_or_default()).unwrap_or_default();
-            let code = v.pointer("/error/code").and_then(|c| c.as_i64());
-            if v.get("result").is_some() || code == Some(-32002) {
-                return;
-            }
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    panic!("proxy never served block {block}");
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0x0000000000000000000000000000000000000000","{block}"]}}"#
+    );
+    let served = || async {
+        let resp = http.post(proxy).body(body.clone()).send().await.ok()?;
+        let v: serde_json::Value =
+            serde_json::from_slice(&resp.bytes().await.unwrap_or_default()).unwrap_or_default();
+        let code = v.pointer("/error/code").and_then(|c| c.as_i64());
+        (v.get("result").is_some() || code == Some(-32002)).then_some(())
+    };
+    test_support::eventually(&format!("the proxy serves block {block}"), served).await;
 }
 
 /// Polls until the proxy knows its chain (its snapshots are loaded).
 pub async fn wait_for_chain(proxy: &str) {
     let http = reqwest::Client::new();
-    for _ in 0..100 {
-        if test_support::rpc(&http, proxy, "eth_chainId", serde_json::json!([]))
+    let known = || async {
+        test_support::rpc(&http, proxy, "eth_chainId", serde_json::json!([]))
             .await
-            .is_ok()
-        {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    panic!("proxy never loaded its snapshots");
+            .ok()
+    };
+    test_support::eventually("the proxy loads its snapshots", known).await;
 }
 
 /// Every account of the bundled mainnet genesis: (address, balance as a

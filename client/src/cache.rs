@@ -1,0 +1,114 @@
+//! Verified downloads: a snapshot's setup data or whole table, read from
+//! the disk cache when its SHA3-256 matches the digest the manifest lists,
+//! else downloaded within its size bound, checked, and cached (written
+//! atomically). A download over its bound or off its digest is the
+//! server's verification failure.
+
+use std::path::{Path, PathBuf};
+
+use protocol::api::CatalogEntry;
+use reqwest::StatusCode;
+
+use crate::fetch::Size;
+use crate::link::{Duration, ServerLink};
+use crate::ReadError;
+
+/// What is downloaded: its route below `/v1/snapshots/{id}/` and its
+/// cache file's extension.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Artifact {
+    Setup,
+    Table,
+}
+
+impl Artifact {
+    pub fn name(self) -> &'static str {
+        match self {
+            Artifact::Setup => "setup",
+            Artifact::Table => "table",
+        }
+    }
+}
+
+/// The on-disk cache of downloads, by digest.
+#[derive(Clone, Debug)]
+pub struct DiskCache {
+    dir: PathBuf,
+}
+
+impl DiskCache {
+    pub fn new(dir: PathBuf) -> Self {
+        DiskCache { dir }
+    }
+
+    /// The bytes of `artifact` of `entry`, whose SHA3-256 is `digest`, at
+    /// most (or exactly) `size`.
+    pub async fn verified(
+        &self,
+        link: &ServerLink,
+        entry: &CatalogEntry,
+        artifact: Artifact,
+        digest: &str,
+        size: Size,
+    ) -> Result<Vec<u8>, ReadError> {
+        let name = artifact.name();
+        let cached = self.dir.join(format!("{digest}.{name}"));
+        match tokio::fs::read(&cached).await {
+            Ok(b) if protocol::sha3_hex(&b) == digest => return Ok(b),
+            Ok(_) => {
+                tracing::warn!(file = %cached.display(), "cached {name} does not match its digest; downloading again")
+            }
+            Err(_) => {}
+        }
+        let bytes = download(link, entry, artifact, size).await?;
+        if protocol::sha3_hex(&bytes) != digest {
+            return Err(link.distrust(format!(
+                "snapshot {}: downloaded {name} does not match the catalog digest",
+                entry.id
+            )));
+        }
+        if let Err(e) = write_atomically(&self.dir, &cached, &bytes).await {
+            tracing::warn!(error = %e, "cannot cache {name} data");
+        }
+        Ok(bytes)
+    }
+}
+
+/// Downloads `artifact` of `entry` within `size`: more (or other) than
+/// that is the server's verification failure; a missing table means the
+/// snapshot was retired.
+async fn download(
+    link: &ServerLink,
+    entry: &CatalogEntry,
+    artifact: Artifact,
+    size: Size,
+) -> Result<Vec<u8>, ReadError> {
+    let name = artifact.name();
+    let path = format!("/v1/snapshots/{}/{name}", entry.id);
+    let what = format!("snapshot {}: {name}", entry.id);
+    let resp = match link.get(&path, &what, &[], size, Duration::Long).await {
+        Ok(r) => r,
+        Err(e) if e.is_oversized() => return Err(link.distrust(e.to_string())),
+        Err(e) => return Err(e.into()),
+    };
+    if resp.status == StatusCode::NOT_FOUND && artifact == Artifact::Table {
+        return Err(ReadError::Retired(entry.id.clone()));
+    }
+    if !resp.status.is_success() {
+        return Err(ReadError::Setup {
+            snapshot: entry.id.clone(),
+            reason: match artifact {
+                Artifact::Setup => format!("HTTP {}", resp.status),
+                Artifact::Table => format!("table: HTTP {}", resp.status),
+            },
+        });
+    }
+    Ok(resp.body)
+}
+
+async fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    tokio::fs::create_dir_all(dir).await?;
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    tokio::fs::write(&tmp, bytes).await?;
+    tokio::fs::rename(&tmp, path).await
+}

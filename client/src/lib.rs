@@ -1,0 +1,52 @@
+//! # ethpir-client
+//!
+//! Private reads of Ethereum account state from an `ethpir-server`: the
+//! server answers ChalametPIR keyword-PIR queries and never learns which
+//! address was read. This crate is what a wallet embeds; `ethpir-proxy` is
+//! one user of it, a Rust wallet can be another (see [`provider`] with the
+//! `alloy` feature: an alloy provider whose `get_balance` and
+//! `get_transaction_count` are private).
+//!
+//! The parts, one concern each:
+//! - [`fetch`]: the one bounded reader of every byte a peer sends (size
+//!   limits counted as the body streams, connect, first-byte and
+//!   whole-body timeouts);
+//! - [`link`]: the connection to one server (client, timeouts, counters,
+//!   trust);
+//! - [`catalog`]: the server's snapshots and the views they form;
+//! - [`cache`]: setup and table downloads checked against their digests,
+//!   cached on disk;
+//! - [`pool`]: a snapshot's PIR client and its pool of prepared queries;
+//! - [`levels`]: how each level of a view is read and which level's
+//!   answer wins;
+//! - [`trust`]: fail closed after any verification failure;
+//! - [`traffic`]: bytes moved, lookups apart from background;
+//! - [`reader`]: [`PrivateReader`], which puts them together.
+//!
+//! It links `pir-core` (the math) and `protocol` (the wire) and none of
+//! the operator's crates.
+
+#![forbid(unsafe_code)]
+
+pub mod address;
+pub mod block;
+pub mod cache;
+pub mod catalog;
+pub mod config;
+pub mod error;
+pub mod fetch;
+pub mod levels;
+pub mod link;
+pub mod pool;
+#[cfg(feature = "alloy")]
+pub mod provider;
+pub mod reader;
+pub mod traffic;
+pub mod trust;
+
+pub use address::parse_address;
+pub use block::BlockSelector;
+pub use config::{ClientConfig, Limits, Timeouts};
+pub use error::ReadError;
+pub use levels::AccountState;
+pub use reader::PrivateReader;

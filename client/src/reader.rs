@@ -1,0 +1,506 @@
+//! [`PrivateReader`]: private reads of accounts at any block the server
+//! has a view of. It keeps the catalog fresh, loads the newest view's
+//! setups in the background (older views' when first read), and answers
+//! a lookup by asking every level of the view in one request, so that
+//! what the server sees never depends on the address or on the level that
+//! holds it.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock, Weak};
+
+use alloy_primitives::{Address, B256};
+use pir_core::wire::encode_queries;
+use pir_core::PirClient;
+use protocol::api::{ApiError, CatalogEntry};
+use protocol::view::View;
+use reqwest::StatusCode;
+
+use crate::block::BlockSelector;
+use crate::cache::{Artifact, DiskCache};
+use crate::catalog::Catalog;
+use crate::config::{ClientConfig, ConfigError};
+use crate::fetch::Size;
+use crate::levels::{decode_level, whole_table_bytes, Found, Level, ViewClient, WholeLevel};
+use crate::link::ServerLink;
+use crate::pool::{refill, SnapshotClient};
+use crate::{AccountState, ReadError};
+
+pub struct PrivateReader {
+    link: ServerLink,
+    catalog: Catalog,
+    cache: DiskCache,
+    pool_size: usize,
+    limits: pir_core::ClientLimits,
+    /// Queries per batch sent (1: as many as asked).
+    pad_to: usize,
+    /// Snapshots whose setup data (or whole table) is loaded.
+    snapshots: RwLock<BTreeMap<String, Level>>,
+    /// Held while a setup is fetched, so two lookups of a cold view do not
+    /// download it twice.
+    opening: tokio::sync::Mutex<()>,
+}
+
+/// Results, one per address, all the same error.
+fn all_failed<T>(n: usize, e: &ReadError) -> Vec<Result<T, ReadError>> {
+    (0..n).map(|_| Err(e.clone())).collect()
+}
+
+impl PrivateReader {
+    /// A reader of `config.pir_server`; nothing is fetched yet.
+    pub fn new(config: &ClientConfig) -> Result<Self, ConfigError> {
+        config.check_transport()?;
+        Ok(PrivateReader {
+            link: ServerLink::new(
+                config.pir_http_client()?,
+                &config.pir_server,
+                config.timeouts,
+            ),
+            catalog: Catalog::new(config.chain_id),
+            cache: DiskCache::new(config.cache_dir.clone()),
+            pool_size: config.prepared_pool,
+            limits: config.limits.client_limits(),
+            pad_to: config.pad_batches_to.max(1),
+            snapshots: RwLock::new(BTreeMap::new()),
+            opening: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// A reader that fetches the catalog now (a server not reachable yet
+    /// is retried in the background), keeps it fresh every
+    /// `config.refresh`, and sends cover lookups if configured, until the
+    /// reader is dropped.
+    pub async fn start(config: &ClientConfig) -> Result<Arc<Self>, ConfigError> {
+        let reader = Arc::new(PrivateReader::new(config)?);
+        let server = protocol::url::redact(&config.pir_server);
+        match reader.refresh().await {
+            Ok(n) => tracing::info!(snapshots = n, %server, "connected to the PIR server"),
+            Err(e) => {
+                tracing::warn!(error = %e, %server, "PIR server not reachable yet; retrying in the background")
+            }
+        }
+        if config.cover_lookups_per_hour > 0.0 {
+            tokio::spawn(cover_traffic(
+                Arc::downgrade(&reader),
+                config.cover_lookups_per_hour,
+            ));
+        }
+        tokio::spawn(keep_fresh(
+            Arc::downgrade(&reader),
+            config.refresh.max(std::time::Duration::from_millis(50)),
+        ));
+        Ok(reader)
+    }
+
+    /// Bytes sent to and received from the PIR server since start
+    /// (queries, responses, catalogs, setup downloads).
+    pub fn traffic(&self) -> (u64, u64) {
+        self.link.traffic.total()
+    }
+
+    /// The part of [`Self::traffic`] that lookups moved (the rest is
+    /// catalogs and setup downloads: background traffic).
+    pub fn lookup_traffic(&self) -> (u64, u64) {
+        self.link.traffic.lookups()
+    }
+
+    /// Why private reads are stopped, if they are.
+    pub fn distrusted(&self) -> Option<String> {
+        self.link.trust.stopped()
+    }
+
+    /// Trusts the server again (`ethpir_trustReset`); returns the reason
+    /// that had stopped private reads, if any.
+    pub fn trust_reset(&self) -> Option<String> {
+        self.link.trust.reset()
+    }
+
+    /// One lookup of a random address in the newest snapshot, sent exactly
+    /// like a real one (cover traffic).
+    pub async fn cover_lookup(&self) {
+        let address = Address::from(rand::random::<[u8; 20]>());
+        let _ = self.lookup(&BlockSelector::Newest, &[address]).await;
+    }
+
+    /// Snapshots whose setup data is loaded now.
+    pub fn snapshots(&self) -> Vec<Level> {
+        self.snapshots
+            .read()
+            .expect("lock")
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// The views of the chain read, oldest block first.
+    pub fn views(&self) -> Vec<View> {
+        self.catalog.views()
+    }
+
+    /// The catalog entry of a snapshot.
+    pub fn entry(&self, id: &str) -> Option<CatalogEntry> {
+        self.catalog.entry(id)
+    }
+
+    /// The chain read: configured, or the only one the server has.
+    pub fn chain_id(&self) -> Result<Option<u64>, ReadError> {
+        self.catalog.chain_id()
+    }
+
+    /// Fetches the catalog (a 304 when unchanged), drops clients of
+    /// vanished snapshots and loads the newest view's setups. Returns how
+    /// many snapshots the catalog lists.
+    pub async fn refresh(&self) -> Result<usize, ReadError> {
+        if let Some(body) = self.catalog.fetch(&self.link).await? {
+            let wanted = self.catalog.adopt(body);
+            self.snapshots.write().expect("lock").retain(|id, s| {
+                wanted
+                    .get(id)
+                    .is_some_and(|e| e.manifest == s.entry().manifest)
+            });
+        }
+        if let Some(view) = self.catalog.newest() {
+            if let Err(e) = self.open_view(view).await {
+                tracing::warn!(error = %e, "newest view not loaded");
+            }
+        }
+        Ok(self.catalog.len())
+    }
+
+    /// The view a block selector names, every level loaded.
+    pub async fn select(&self, sel: &BlockSelector) -> Result<ViewClient, ReadError> {
+        let view = self.catalog.view_for(sel)?;
+        self.open_view(view).await
+    }
+
+    /// Reads accounts at the block `sel` names: one result per address.
+    /// When a level of the view was retired in the meantime (a merge), the
+    /// catalog is fetched again and the lookup repeated once.
+    pub async fn lookup(
+        &self,
+        sel: &BlockSelector,
+        addresses: &[Address],
+    ) -> Vec<Result<AccountState, ReadError>> {
+        let mut attempt = 0;
+        loop {
+            let results = match self.select(sel).await {
+                Ok(view) => self.read(&view, addresses).await,
+                Err(e) => all_failed(addresses.len(), &e),
+            };
+            let retired = results
+                .iter()
+                .any(|r| matches!(r, Err(ReadError::Retired(_))));
+            if !retired || attempt == 1 {
+                return results;
+            }
+            attempt += 1;
+            tracing::debug!("a level was retired during a lookup; refreshing the catalog");
+            if let Err(e) = self.refresh().await {
+                return all_failed(addresses.len(), &e);
+            }
+        }
+    }
+
+    /// Reads accounts privately from every level of one view, in as few
+    /// requests as the server's batch limit allows. One result per address.
+    pub async fn read(
+        &self,
+        view: &ViewClient,
+        addresses: &[Address],
+    ) -> Vec<Result<AccountState, ReadError>> {
+        let max_batch = self.catalog.max_batch();
+        let per_batch = match self.pad_to > 1 {
+            true => self.pad_to.min(max_batch),
+            false => max_batch,
+        };
+        let mut out = Vec::with_capacity(addresses.len());
+        for chunk in addresses.chunks(per_batch) {
+            if let Some(reason) = self.distrusted() {
+                out.extend(all_failed(chunk.len(), &ReadError::Distrusted(reason)));
+                continue;
+            }
+            let results = match self.read_batch(view, chunk, per_batch).await {
+                Ok(results) => results,
+                Err(e) => all_failed(chunk.len(), &e),
+            };
+            // A failed verification anywhere fails the whole batch, and
+            // every read after it (fail closed).
+            let failed = results.iter().find_map(|r| match r {
+                Err(ReadError::Unverifiable(why)) => Some(why.clone()),
+                _ => None,
+            });
+            match failed {
+                Some(why) => out.extend(all_failed(chunk.len(), &self.link.distrust(why))),
+                None => out.extend(results),
+            }
+        }
+        out
+    }
+
+    /// One request: the same queries (the addresses, then random fillers up
+    /// to `pad_batches_to`) to every level of the view. What the server
+    /// sees never depends on the addresses or on the level that holds them.
+    async fn read_batch(
+        &self,
+        view: &ViewClient,
+        addresses: &[Address],
+        per_batch: usize,
+    ) -> Result<Vec<Result<AccountState, ReadError>>, ReadError> {
+        let padded = if self.pad_to > 1 { per_batch } else { 0 };
+        let fillers: Vec<Address> = (addresses.len()..padded)
+            .map(|_| Address::from(rand::random::<[u8; 20]>()))
+            .collect();
+        let keys: Vec<B256> = addresses
+            .iter()
+            .chain(&fillers)
+            .map(protocol::pir_key)
+            .collect();
+        // found[level][query]: the value each level holds, if any.
+        let mut found: Vec<Vec<Found>> = vec![Vec::new(); view.levels.len()];
+        let mut pir: Vec<(usize, &Arc<SnapshotClient>)> = Vec::new();
+        for (i, level) in view.levels.iter().enumerate() {
+            match level {
+                Level::Whole(w) => found[i] = w.read(&keys[..addresses.len()])?,
+                Level::Pir(snap) => pir.push((i, snap)),
+            }
+        }
+        if !pir.is_empty() {
+            for (i, values) in self.query_levels(&pir, &keys).await? {
+                found[i] = values;
+            }
+        }
+        Ok((0..addresses.len())
+            .map(|i| view.freshest(&found, i))
+            .collect())
+    }
+
+    /// One request with the same queries to every PIR level; each level's
+    /// decoded values.
+    async fn query_levels(
+        &self,
+        levels: &[(usize, &Arc<SnapshotClient>)],
+        keys: &[B256],
+    ) -> Result<Vec<(usize, Vec<Found>)>, ReadError> {
+        let mut bodies = Vec::with_capacity(levels.len());
+        let mut pendings = Vec::with_capacity(levels.len());
+        for (_, snap) in levels {
+            let mut queries = Vec::with_capacity(keys.len());
+            let mut level_pendings = Vec::with_capacity(keys.len());
+            for key in keys {
+                let prepared = snap.take_prepared().await?;
+                let (q, p) = snap
+                    .client
+                    .query(prepared, key.as_slice())
+                    .map_err(|e| ReadError::Unverifiable(e.to_string()))?;
+                queries.push(q);
+                level_pendings.push(p);
+            }
+            bodies.push(encode_queries(&queries));
+            pendings.push(level_pendings);
+        }
+        let parts: Vec<(&str, &[u8])> = levels
+            .iter()
+            .zip(&bodies)
+            .map(|((_, s), b)| (s.entry.id.as_str(), b.as_slice()))
+            .collect();
+        let request = protocol::multi::encode_request(&parts);
+        let expected =
+            multi_response_bytes(levels.iter().map(|(_, s)| s.response_bytes(keys.len())));
+        let body = self.post_query(request, expected).await?;
+        let answers = protocol::multi::decode_response(&body)
+            .map_err(|e| ReadError::Unverifiable(format!("malformed response: {e}")))?;
+        if answers.len() != levels.len() {
+            return Err(ReadError::Unverifiable(format!(
+                "{} answers for {} snapshots",
+                answers.len(),
+                levels.len()
+            )));
+        }
+        let mut out = Vec::with_capacity(levels.len());
+        for (((i, snap), answer), level_pendings) in levels.iter().zip(&answers).zip(pendings) {
+            out.push((*i, decode_level(snap, answer, level_pendings)?));
+            // Answered: refill the pool now, off the request path.
+            snap.want_more();
+        }
+        Ok(out)
+    }
+
+    /// POSTs a multi-snapshot request whose answer must be exactly
+    /// `expected` bytes; the response body.
+    async fn post_query(&self, request: Vec<u8>, expected: u64) -> Result<Vec<u8>, ReadError> {
+        let resp = self
+            .link
+            .post_lookup("/v1/query", "query", request, Size::Exactly(expected))
+            .await
+            .map_err(|e| match e.is_oversized() {
+                // An answer of another size than the setups fix is not an
+                // answer to these queries.
+                true => ReadError::Unverifiable(e.to_string()),
+                false => e.into(),
+            })?;
+        if resp.status.is_success() {
+            return Ok(resp.body);
+        }
+        let reason = serde_json::from_slice::<ApiError>(&resp.body)
+            .map(|e| e.error)
+            .unwrap_or_default();
+        match resp.status {
+            StatusCode::NOT_FOUND => Err(ReadError::Retired(reason)),
+            status => Err(ReadError::Backend(format!("HTTP {status} {reason}"))),
+        }
+    }
+
+    /// Clients for every level of `view`, loading setups not loaded yet.
+    async fn open_view(&self, view: View) -> Result<ViewClient, ReadError> {
+        let mut levels = Vec::with_capacity(view.snapshots.len());
+        for id in &view.snapshots {
+            levels.push(self.open(id).await?);
+        }
+        Ok(ViewClient { view, levels })
+    }
+
+    fn loaded(&self, id: &str) -> Option<Level> {
+        self.snapshots.read().expect("lock").get(id).cloned()
+    }
+
+    /// The client of one listed snapshot, its setup (or table) loaded if
+    /// need be.
+    async fn open(&self, id: &str) -> Result<Level, ReadError> {
+        if let Some(level) = self.loaded(id) {
+            return Ok(level);
+        }
+        let _one_at_a_time = self.opening.lock().await;
+        if let Some(level) = self.loaded(id) {
+            return Ok(level);
+        }
+        let entry = self
+            .catalog
+            .entry(id)
+            .ok_or_else(|| ReadError::Retired(id.to_string()))?;
+        let level = match whole_table_bytes(&entry) {
+            Some(bytes) if bytes <= self.limits.max_setup_bytes => {
+                Level::Whole(self.open_whole(entry, bytes).await?)
+            }
+            _ => {
+                let snap = self.open_snapshot(entry).await?;
+                tokio::spawn(refill(Arc::downgrade(&snap)));
+                Level::Pir(snap)
+            }
+        };
+        tracing::info!(snapshot = %id, whole = matches!(level, Level::Whole(_)), "private snapshot ready");
+        self.snapshots
+            .write()
+            .expect("lock")
+            .insert(id.to_string(), level.clone());
+        Ok(level)
+    }
+
+    /// Downloads (or reads from the cache) a level's table of exactly
+    /// `bytes`, checked against the digest its manifest lists.
+    async fn open_whole(
+        &self,
+        entry: CatalogEntry,
+        bytes: u64,
+    ) -> Result<Arc<WholeLevel>, ReadError> {
+        let digest = entry.manifest.files[crate::levels::TABLE_FILE]
+            .sha3_256
+            .clone();
+        let table_bytes = self
+            .cache
+            .verified(
+                &self.link,
+                &entry,
+                Artifact::Table,
+                &digest,
+                Size::Exactly(bytes),
+            )
+            .await?;
+        let max_entries = self.limits.max_setup_bytes;
+        let table = protocol::table::Table::parse(table_bytes, max_entries).map_err(|e| {
+            self.link
+                .distrust(format!("snapshot {}: table: {e}", entry.id))
+        })?;
+        Ok(Arc::new(WholeLevel { entry, table }))
+    }
+
+    async fn open_snapshot(&self, entry: CatalogEntry) -> Result<Arc<SnapshotClient>, ReadError> {
+        let announced = entry.manifest.pir.hint_bytes;
+        let limit = self.limits.max_setup_bytes;
+        if announced > limit {
+            return Err(self.link.distrust(format!(
+                "snapshot {} announces {announced} bytes of setup data, over the limit of {limit}",
+                entry.id
+            )));
+        }
+        let digest = entry.manifest.pir.setup_digest.clone();
+        let bytes = self
+            .cache
+            .verified(
+                &self.link,
+                &entry,
+                Artifact::Setup,
+                &digest,
+                Size::AtMost(limit),
+            )
+            .await?;
+        let limits = self.limits;
+        let client = tokio::task::spawn_blocking(move || {
+            PirClient::from_setup_bytes_limited(&bytes, &limits)
+        })
+        .await
+        .map_err(|e| ReadError::Backend(format!("loading a setup failed: {e}")))?
+        .map_err(|e| self.link.distrust(format!("snapshot {}: {e}", entry.id)))?;
+        Ok(Arc::new(SnapshotClient::new(entry, client, self.pool_size)))
+    }
+}
+
+/// The exact bytes of a multi-snapshot response with parts of these sizes
+/// (`protocol::multi`: magic, u16 count, then a u32 length per part).
+fn multi_response_bytes(parts: impl Iterator<Item = usize>) -> u64 {
+    6 + parts.map(|p| 4 + p as u64).sum::<u64>()
+}
+
+/// Fetches the catalog every `every` until the reader is dropped.
+async fn keep_fresh(reader: Weak<PrivateReader>, every: std::time::Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let Some(reader) = reader.upgrade() else {
+            return;
+        };
+        if let Err(e) = reader.refresh().await {
+            tracing::warn!(error = %e, "catalog refresh failed");
+        }
+    }
+}
+
+/// Cover lookups at the times of a Poisson process of `per_hour`, until the
+/// reader is dropped.
+async fn cover_traffic(reader: Weak<PrivateReader>, per_hour: f64) {
+    let mean_s = 3600.0 / per_hour;
+    loop {
+        // Exponential gaps: the times carry no pattern of their own.
+        let u: f64 = rand::random::<f64>().max(f64::MIN_POSITIVE);
+        let gap = (-u.ln() * mean_s).min(86_400.0);
+        tokio::time::sleep(std::time::Duration::from_secs_f64(gap)).await;
+        let Some(reader) = reader.upgrade() else {
+            return;
+        };
+        reader.cover_lookup().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multi_response_sizes_match_the_framing() {
+        let parts = [vec![1u8; 10], vec![2u8; 3]];
+        let encoded = protocol::multi::encode_response(&parts);
+        assert_eq!(
+            encoded.len() as u64,
+            multi_response_bytes(parts.iter().map(Vec::len))
+        );
+    }
+}
