@@ -95,15 +95,13 @@ async fn private_answers_equal_anvil_at_every_snapshot_height() {
         let at = format!("{:#x}", e.block_number);
         for r in &e.records {
             let a = format!("{:#x}", r.address.unwrap());
-            let balance = rpc(&http, &proxy, "eth_getBalance", json!([a, at]))
-                .await
-                .unwrap();
+            let balance = rpc(&proxy, "eth_getBalance", json!([a, at])).await.unwrap();
             assert_eq!(
                 balance.as_str().unwrap(),
                 anvil.balance(&a, e.block_number).await,
                 "balance {a} @ {at}"
             );
-            let nonce = rpc(&http, &proxy, "eth_getTransactionCount", json!([a, at]))
+            let nonce = rpc(&proxy, "eth_getTransactionCount", json!([a, at]))
                 .await
                 .unwrap();
             assert_eq!(
@@ -125,14 +123,9 @@ async fn private_answers_equal_anvil_at_every_snapshot_height() {
         json!({"blockHash": head_hash}),
         json!({"blockNumber": format!("{head:#x}")}),
     ] {
-        let got = rpc(
-            &http,
-            &proxy,
-            "eth_getBalance",
-            json!([DEV_ACCOUNTS[0], block]),
-        )
-        .await
-        .unwrap();
+        let got = rpc(&proxy, "eth_getBalance", json!([DEV_ACCOUNTS[0], block]))
+            .await
+            .unwrap();
         assert_eq!(
             got.as_str().unwrap(),
             anvil.balance(DEV_ACCOUNTS[0], head).await,
@@ -198,9 +191,7 @@ async fn private_answers_equal_anvil_at_every_snapshot_height() {
     assert_eq!(provider.get_chain_id().await.unwrap(), 31337);
 
     // ethpir_status: the view, the upstream's head, the snapshots, bytes.
-    let status = rpc(&http, &proxy, "ethpir_status", json!([]))
-        .await
-        .unwrap();
+    let status = rpc(&proxy, "ethpir_status", json!([])).await.unwrap();
     assert_eq!(status["chainId"], 31337, "{status}");
     assert_eq!(status["viewBlock"], head, "{status}");
     assert_eq!(status["headBlock"], head, "{status}");
@@ -217,9 +208,7 @@ async fn private_answers_equal_anvil_at_every_snapshot_height() {
     assert_eq!(status["privateReads"], "on");
 
     // Other methods go upstream; private ones never do.
-    let bn = rpc(&http, &proxy, "eth_blockNumber", json!([]))
-        .await
-        .unwrap();
+    let bn = rpc(&proxy, "eth_blockNumber", json!([])).await.unwrap();
     assert_eq!(test_support::quantity(&bn), head);
     let unknown = rpc_raw(&http, &proxy, r#"{"jsonrpc":"2.0","id":7,"method":"eth_getBalance","params":["0x00000000000000000000000000000000000000aa","latest"]}"#).await;
     assert_eq!(
@@ -276,21 +265,13 @@ async fn private_answers_equal_anvil_at_every_snapshot_height() {
             "{method}: {v}"
         );
     }
-    let bn = rpc(&http, &strict, "eth_blockNumber", json!([]))
+    let bn = rpc(&strict, "eth_blockNumber", json!([])).await.unwrap();
+    assert_eq!(test_support::quantity(&bn), head);
+    let block = rpc(&strict, "eth_getBlockByNumber", json!(["0x1", false]))
         .await
         .unwrap();
-    assert_eq!(test_support::quantity(&bn), head);
-    let block = rpc(
-        &http,
-        &strict,
-        "eth_getBlockByNumber",
-        json!(["0x1", false]),
-    )
-    .await
-    .unwrap();
     assert_eq!(block["number"], "0x1");
     let sent = rpc(
-        &http,
         &strict,
         "eth_sendTransaction",
         json!([{"from": DEV_ACCOUNTS[3], "to": DEV_ACCOUNTS[2], "value": "0x1"}]),

@@ -32,8 +32,8 @@ fn fresh(byte: u8) -> String {
     format!("0x{}", format!("{byte:02x}").repeat(20))
 }
 
-async fn status(http: &reqwest::Client, proxy: &str) -> Value {
-    rpc(http, proxy, "ethpir_status", json!([])).await.unwrap()
+async fn status(proxy: &str) -> Value {
+    rpc(proxy, "ethpir_status", json!([])).await.unwrap()
 }
 
 /// One client: looks up addresses round-robin at the view's block, and now
@@ -47,11 +47,9 @@ async fn client(
     stop: Arc<AtomicBool>,
     progress: Arc<AtomicUsize>,
 ) -> Result<usize, String> {
-    let http = reqwest::Client::new();
     let node = |method: &'static str, params: Value| {
-        let http = http.clone();
         let url = anvil_url.clone();
-        async move { rpc(&http, &url, method, params).await }
+        async move { rpc(&url, method, params).await }
     };
     let mut lookups = 0;
     let mut k = i;
@@ -62,10 +60,10 @@ async fn client(
         };
         k += 7;
         progress.fetch_add(1, Ordering::SeqCst);
-        let before = status(&http, &proxy).await["viewBlock"].as_u64().unwrap();
+        let before = status(&proxy).await["viewBlock"].as_u64().unwrap();
         if lookups % 5 == 4 {
-            let got = rpc(&http, &proxy, "eth_getBalance", json!([address, "latest"])).await?;
-            let after = status(&http, &proxy).await["viewBlock"].as_u64().unwrap();
+            let got = rpc(&proxy, "eth_getBalance", json!([address, "latest"])).await?;
+            let after = status(&proxy).await["viewBlock"].as_u64().unwrap();
             let mut matched = false;
             for b in before..=after {
                 matched |=
@@ -80,7 +78,7 @@ async fn client(
         } else {
             let at = format!("{before:#x}");
             for method in ["eth_getBalance", "eth_getTransactionCount"] {
-                let got = rpc(&http, &proxy, method, json!([address, at])).await;
+                let got = rpc(&proxy, method, json!([address, at])).await;
                 let want = node(method, json!([address, at])).await?;
                 if got.as_ref() != Ok(&want) {
                     let around = anvil_around(&node, method, &address, before, before).await?;
@@ -163,9 +161,9 @@ async fn the_follower_keeps_views_complete_and_fresh_while_clients_read() {
     let cache = tempfile::tempdir().unwrap();
     let proxy = start_proxy(&server, Some(anvil.url.clone()), cache.path()).await;
     let http = reqwest::Client::new();
-    let has_view = || async { status(&http, &proxy).await["viewBlock"].as_u64() };
+    let has_view = || async { status(&proxy).await["viewBlock"].as_u64() };
     test_support::eventually("the proxy has a view", has_view).await;
-    assert_eq!(status(&http, &proxy).await["chainId"], 4242);
+    assert_eq!(status(&proxy).await["chainId"], 4242);
 
     // Who the clients read: idle genesis accounts, the dev accounts, the
     // fee recipient, never-seen addresses; then whatever the chain creates.
@@ -214,7 +212,7 @@ async fn the_follower_keeps_views_complete_and_fresh_while_clients_read() {
     // (one confirmation behind the head) and then for five more lookups
     // each on average.
     let caught_up = || async {
-        let s = status(&http, &proxy).await;
+        let s = status(&proxy).await;
         (s["viewBlock"].as_u64()? + 1 >= head).then_some(())
     };
     test_support::eventually("the proxy's view reaches the head", caught_up).await;
@@ -234,13 +232,13 @@ async fn the_follower_keeps_views_complete_and_fresh_while_clients_read() {
     // Caught up: `latest` is at most one block behind the head (the one
     // confirmation above).
     let lag = || async {
-        let s = status(&http, &proxy).await;
+        let s = status(&proxy).await;
         let lag = s["headBlock"].as_u64().unwrap() - s["viewBlock"].as_u64().unwrap();
         (lag <= 1).then_some(())
     };
     test_support::eventually("latest at most one block behind the head", lag).await;
     // The base is read by PIR, small deltas whole.
-    let s = status(&http, &proxy).await;
+    let s = status(&proxy).await;
     let levels = s["levels"].as_array().unwrap();
     assert_eq!(levels.last().unwrap()["kind"], "full", "{s}");
     assert_eq!(levels.last().unwrap()["read"], "pir", "{s}");
@@ -304,7 +302,7 @@ async fn the_follower_keeps_views_complete_and_fresh_while_clients_read() {
     }
     // The proxy forgot the views of retired snapshots.
     let oldest_served = views.iter().map(|v| v.block).min().unwrap();
-    let s = status(&http, &proxy).await;
+    let s = status(&proxy).await;
     let oldest_known = s["viewBlocks"][0].as_u64().unwrap();
     assert!(oldest_known >= oldest_served, "{s} vs {views:?}");
 

@@ -23,13 +23,13 @@ async fn mainnet_genesis_through_the_demo_path() {
 
     for (a, wei) in all.iter().step_by(181) {
         for block in ["0x0", "latest", "earliest"] {
-            let got = rpc(&http, &proxy, "eth_getBalance", json!([a, block]))
+            let got = rpc(&proxy, "eth_getBalance", json!([a, block]))
                 .await
                 .unwrap();
             assert_eq!(got.as_str().unwrap(), wei, "{a} at {block}");
         }
         assert_eq!(
-            rpc(&http, &proxy, "eth_getTransactionCount", json!([a, "0x0"]))
+            rpc(&proxy, "eth_getTransactionCount", json!([a, "0x0"]))
                 .await
                 .unwrap(),
             "0x0"
@@ -37,7 +37,6 @@ async fn mainnet_genesis_through_the_demo_path() {
     }
     // Absent from a full snapshot: balance 0.
     let nobody = rpc(
-        &http,
         &proxy,
         "eth_getBalance",
         json!(["0x00000000000000000000000000000000000000aa", "latest"]),
@@ -48,28 +47,22 @@ async fn mainnet_genesis_through_the_demo_path() {
     let genesis_hash = "0xd4e56740f876aef8c010b86a40d5f56745a118d0906a34e69aec8c0db1cb8fa3";
     let (a, wei) = &all[0];
     assert_eq!(
-        rpc(&http, &proxy, "eth_getBalance", json!([a, genesis_hash]))
+        rpc(&proxy, "eth_getBalance", json!([a, genesis_hash]))
             .await
             .unwrap()
             .as_str()
             .unwrap(),
         wei
     );
-    assert_eq!(
-        rpc(&http, &proxy, "eth_chainId", json!([])).await.unwrap(),
-        "0x1"
-    );
-    assert_eq!(
-        rpc(&http, &proxy, "net_version", json!([])).await.unwrap(),
-        "1"
-    );
+    assert_eq!(rpc(&proxy, "eth_chainId", json!([])).await.unwrap(), "0x1");
+    assert_eq!(rpc(&proxy, "net_version", json!([])).await.unwrap(), "1");
 
     // Load: 2,000 calls, 32 at a time, every answer right.
     let all = Arc::new(all);
     let mut tasks = tokio::task::JoinSet::new();
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     for _ in 0..32 {
-        let (http, proxy, all, next) = (http.clone(), proxy.clone(), all.clone(), next.clone());
+        let (proxy, all, next) = (proxy.clone(), all.clone(), next.clone());
         tasks.spawn(async move {
             let mut done = 0;
             loop {
@@ -78,7 +71,7 @@ async fn mainnet_genesis_through_the_demo_path() {
                     return done;
                 }
                 let (a, wei) = &all[(i * 7919) % all.len()];
-                let got = rpc(&http, &proxy, "eth_getBalance", json!([a, "latest"]))
+                let got = rpc(&proxy, "eth_getBalance", json!([a, "latest"]))
                     .await
                     .unwrap();
                 assert_eq!(got.as_str().unwrap(), wei, "load call {i}");

@@ -263,8 +263,7 @@ async fn trust_reset_resumes_private_reads() {
         -32004
     );
     let sent = queries.load(Ordering::SeqCst);
-    let http = reqwest::Client::new();
-    let reset = test_support::rpc(&http, &proxy, "ethpir_trustReset", json!([]))
+    let reset = test_support::rpc(&proxy, "ethpir_trustReset", json!([]))
         .await
         .unwrap();
     assert!(reset["wasDistrusted"].is_string(), "{reset}");

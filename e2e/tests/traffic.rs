@@ -73,7 +73,7 @@ async fn padded_batches_and_cover_lookups() {
     let (proxy, sizes) = counted_proxy(&server, cache.path(), padded).await;
     let who = addresses(5);
     for a in &who[..2] {
-        let v = test_support::rpc(&http, &proxy, "eth_getBalance", json!([a, "latest"])).await;
+        let v = test_support::rpc(&proxy, "eth_getBalance", json!([a, "latest"])).await;
         assert!(v.is_ok(), "{v:?}");
     }
     for n in [5, 2] {

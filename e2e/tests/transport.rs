@@ -82,12 +82,11 @@ async fn all_pir_traffic_goes_through_the_socks_proxy() {
     })
     .await;
     wait_for_chain(&proxy).await;
-    let http = reqwest::Client::new();
     let before = peers.lock().unwrap().len();
     let lookups = 4;
     for i in 0..lookups {
         let who = format!("0x{:040x}", 0xabc + i);
-        let v = test_support::rpc(&http, &proxy, "eth_getBalance", json!([who, "0x0"])).await;
+        let v = test_support::rpc(&proxy, "eth_getBalance", json!([who, "0x0"])).await;
         assert_eq!(v.unwrap(), "0x0");
     }
     let seen = peers.lock().unwrap().clone();

@@ -15,9 +15,41 @@ pub fn redact(url: &str) -> String {
     }
 }
 
+/// `text` with every URL in it redacted: for error messages of libraries
+/// that quote the URL they failed on.
+pub fn redact_urls_in(text: &str) -> String {
+    text.split(' ')
+        .map(|word| match word.find("://") {
+            Some(_) => {
+                let start = word.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(0);
+                let end = word
+                    .rfind(|c: char| !matches!(c, '"' | '\'' | ')' | ']' | ',' | '.' | ':' | ';'))
+                    .map_or(word.len(), |i| i + 1);
+                format!(
+                    "{}{}{}",
+                    &word[..start],
+                    redact(&word[start..end]),
+                    &word[end..]
+                )
+            }
+            None => word.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn urls_inside_messages_are_redacted() {
+        assert_eq!(
+            redact_urls_in("error sending request for url (http://h:1/KEY123): refused"),
+            "error sending request for url (http://h:1/…): refused"
+        );
+        assert_eq!(redact_urls_in("no url here"), "no url here");
+    }
 
     #[test]
     fn only_scheme_and_host_remain() {

@@ -17,9 +17,9 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use jsonrpsee::server::{HttpBody, HttpRequest, HttpResponse};
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use crate::rpc::INVALID_REQUEST;
+use crate::error::ProxyError;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -52,8 +52,8 @@ enum Verdict {
     Answer(Value),
 }
 
-fn invalid(id: Value, message: &str) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "error": {"code": INVALID_REQUEST, "message": message}})
+fn invalid(message: &'static str) -> Value {
+    ProxyError::InvalidRequest(message).response_without_id()
 }
 
 fn id_ok(call: &serde_json::Map<String, Value>) -> bool {
@@ -69,10 +69,9 @@ fn judge(body: Vec<u8>) -> Verdict {
         return Verdict::Pass(body); // not JSON: jsonrpsee's -32700
     };
     match parsed {
-        Value::Object(call) if !id_ok(&call) => Verdict::Answer(invalid(
-            Value::Null,
-            "id must be a string, a number or null",
-        )),
+        Value::Object(call) if !id_ok(&call) => {
+            Verdict::Answer(invalid("id must be a string, a number or null"))
+        }
         Value::Object(_) => Verdict::Pass(body),
         Value::Array(calls)
             if calls
@@ -91,10 +90,7 @@ fn judge(body: Vec<u8>) -> Verdict {
             Verdict::Pass(Value::Array(calls).to_string().into_bytes())
         }
         Value::Array(_) => Verdict::Pass(body),
-        _ => Verdict::Answer(invalid(
-            Value::Null,
-            "a request must be an object or an array of them",
-        )),
+        _ => Verdict::Answer(invalid("a request must be an object or an array of them")),
     }
 }
 
@@ -109,7 +105,7 @@ fn json_response(status: http::StatusCode, body: Vec<u8>) -> HttpResponse {
 }
 
 fn too_large() -> HttpResponse {
-    let body = invalid(Value::Null, "request body too large").to_string();
+    let body = invalid("request body too large").to_string();
     json_response(http::StatusCode::PAYLOAD_TOO_LARGE, body.into_bytes())
 }
 
@@ -206,6 +202,7 @@ async fn notification_to_no_content(resp: HttpResponse) -> Result<HttpResponse, 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use jsonrpsee::types::error::INVALID_REQUEST_CODE as INVALID_REQUEST;
 
     fn answer(body: &str) -> Option<Value> {
         match judge(body.as_bytes().to_vec()) {

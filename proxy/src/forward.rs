@@ -3,11 +3,13 @@
 //! - a method the proxy does not answer goes to the upstream (or gets
 //!   -32601 when there is none);
 //! - the private calls of a batch are read together first, one PIR batch
-//!   per snapshot, and each call then finds its answer in its extensions;
+//!   per snapshot, a lone private call on its own; each call then finds its
+//!   answer in its extensions;
 //! - `params` that is neither an array nor an object is an invalid request
 //!   (jsonrpsee would pass it to the handler);
 //! - with `private_fallback_to_upstream`, a private call the snapshots
-//!   cannot answer goes upstream (this reveals the address: opt-in only).
+//!   cannot answer ([`ethpir_client::ReadError::is_unanswerable`]) goes
+//!   upstream (this reveals the address: opt-in only).
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -21,10 +23,8 @@ use jsonrpsee::ResponsePayload;
 use serde_json::value::RawValue;
 
 use crate::config::{UpstreamMethods, ADDRESS_READS};
-use crate::rpc::{
-    private_params, rpc_error, Prefetched, INVALID_REQUEST, METHOD_NOT_FOUND, NOT_IN_PRIVATE_SET,
-    NO_SNAPSHOT, PRIVATE_METHODS,
-};
+use crate::error::ProxyError;
+use crate::rpc::{private_params, Prefetched, PRIVATE_METHODS};
 use crate::upstream::Upstream;
 use ethpir_client::BlockSelector;
 use ethpir_client::PrivateReader;
@@ -45,14 +45,10 @@ pub struct ForwardPolicy {
 
 impl ForwardPolicy {
     /// Why `method` may not go upstream, if it may not.
-    fn refuses(&self, method: &str) -> Option<String> {
+    fn refuses(&self, method: &str) -> Option<ProxyError> {
         (self.upstream_methods == UpstreamMethods::NoAddressReads
             && ADDRESS_READS.contains(&method))
-        .then(|| {
-            format!(
-                "{method} is not forwarded: it names an address and upstream_methods = \"no-address-reads\""
-            )
-        })
+        .then(|| ProxyError::AddressReadRefused(method.to_string()))
     }
 }
 
@@ -102,53 +98,50 @@ impl<S> Forward<S>
 where
     S: RpcServiceT<MethodResponse = MethodResponse> + Send + Sync + Clone + 'static,
 {
-    async fn route(&self, req: Request<'_>) -> MethodResponse {
+    async fn route(&self, mut req: Request<'_>) -> MethodResponse {
         let copy = CallCopy::of(&req);
         if !params_shape_ok(copy.params.as_deref()) {
-            return MethodResponse::error(
-                copy.id,
-                rpc_error(
-                    INVALID_REQUEST,
-                    "params must be an array or an object",
-                    None,
-                ),
-            );
+            let e = ProxyError::InvalidRequest("params must be an array or an object");
+            return MethodResponse::error(copy.id, e);
         }
         if !self.policy.local.contains(copy.method.as_str()) {
             return self.forward(copy).await;
         }
-        let answer = self.inner.call(req).await;
-        let unanswerable = matches!(
-            answer.as_error_code().map(i64::from),
-            Some(NO_SNAPSHOT | NOT_IN_PRIVATE_SET)
-        );
-        if unanswerable
-            && self.policy.private_fallback
-            && self.policy.upstream.is_some()
-            && PRIVATE_METHODS.contains(&copy.method.as_str())
-        {
-            tracing::warn!(method = %copy.method, "private answer unavailable; forwarding upstream as configured (reveals the address)");
-            return self.forward(copy).await;
+        if PRIVATE_METHODS.contains(&copy.method.as_str()) {
+            if let Some(read) = self.read_ahead(&req).await {
+                let unanswerable = matches!(&read.0, Err(e) if e.is_unanswerable());
+                if unanswerable && self.policy.private_fallback && self.policy.upstream.is_some() {
+                    tracing::warn!(method = %copy.method, "private answer unavailable; forwarding upstream as configured (reveals the address)");
+                    return self.forward(copy).await;
+                }
+                req.extensions_mut().insert(read);
+            }
         }
-        answer
+        self.inner.call(req).await
+    }
+
+    /// The answer to a private call, read here so that the fallback is
+    /// decided on its typed error: the batch's read when there was one.
+    /// None leaves the call to its handler: malformed params (the handler
+    /// says why) or private reads stopped (the handler says so).
+    async fn read_ahead(&self, req: &Request<'_>) -> Option<Prefetched> {
+        if let Some(done) = req.extensions().get::<Prefetched>() {
+            return Some(done.clone());
+        }
+        if self.policy.reader.distrusted().is_some() {
+            return None;
+        }
+        let (address, selector) = private_params(&req.params()).ok()?;
+        let mut results = self.policy.reader.lookup(&selector, &[address]).await;
+        results.pop().map(Prefetched)
     }
 
     async fn forward(&self, call: CallCopy) -> MethodResponse {
         let Some(upstream) = &self.policy.upstream else {
-            return MethodResponse::error(
-                call.id,
-                rpc_error(
-                    METHOD_NOT_FOUND,
-                    format!(
-                        "method {} is not available (no upstream configured)",
-                        call.method
-                    ),
-                    None,
-                ),
-            );
+            return MethodResponse::error(call.id, ProxyError::NoUpstream(call.method));
         };
-        if let Some(why) = self.policy.refuses(&call.method) {
-            return MethodResponse::error(call.id, rpc_error(METHOD_NOT_FOUND, why, None));
+        if let Some(refused) = self.policy.refuses(&call.method) {
+            return MethodResponse::error(call.id, refused);
         }
         tracing::debug!(method = %call.method, "forwarding upstream");
         match upstream.call(&call.method, call.params).await {

@@ -11,8 +11,10 @@
 
 #![forbid(unsafe_code)]
 
+pub mod api;
 pub mod config;
 pub mod envelope;
+pub mod error;
 pub mod forward;
 pub mod replay;
 pub mod rpc;

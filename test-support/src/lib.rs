@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 /// The first funded dev accounts of anvil (unlocked: no keys needed).
@@ -61,7 +62,6 @@ pub struct Anvil {
     child: tokio::process::Child,
     pub url: String,
     pub port: u16,
-    http: reqwest::Client,
 }
 
 impl Anvil {
@@ -103,7 +103,6 @@ impl Anvil {
                 child,
                 url: format!("http://127.0.0.1:{port}"),
                 port,
-                http: reqwest::Client::new(),
             };
             let up = poll(PATIENCE, || async {
                 anvil.try_rpc("eth_chainId", json!([])).await.ok()
@@ -118,7 +117,7 @@ impl Anvil {
     }
 
     async fn try_rpc(&self, method: &str, params: Value) -> Result<Value, String> {
-        rpc(&self.http, &self.url, method, params).await
+        rpc(&self.url, method, params).await
     }
 
     /// A JSON-RPC call that must succeed.
@@ -228,25 +227,30 @@ async fn post_json(http: &reqwest::Client, url: &str, body: String) -> Result<Va
         .map_err(|e| e.to_string())
 }
 
-/// A JSON-RPC call over HTTP: the `result`, or the error as text.
-pub async fn rpc(
-    http: &reqwest::Client,
-    url: &str,
-    method: &str,
-    params: Value,
-) -> Result<Value, String> {
-    let v = post_json(
-        http,
-        url,
-        json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string(),
-    )
-    .await?;
-    match v.get("result") {
-        Some(r) => Ok(r.clone()),
-        None => Err(v
-            .get("error")
-            .map(|e| e.to_string())
-            .unwrap_or_else(|| v.to_string())),
+/// JSON params passed as they are (an array, an object or nothing).
+struct JsonParams(Value);
+
+impl jsonrpsee::core::traits::ToRpcParams for JsonParams {
+    fn to_rpc_params(self) -> Result<Option<Box<RawValue>>, serde_json::Error> {
+        match self.0 {
+            Value::Null => Ok(None),
+            v => serde_json::value::to_raw_value(&v).map(Some),
+        }
+    }
+}
+
+/// A JSON-RPC call over HTTP through jsonrpsee's client: the `result`, or
+/// the error object (or the transport failure) as text.
+pub async fn rpc(url: &str, method: &str, params: Value) -> Result<Value, String> {
+    use jsonrpsee::core::client::{ClientT, Error};
+    let client = jsonrpsee::http_client::HttpClient::builder()
+        .request_timeout(PATIENCE)
+        .build(url)
+        .map_err(|e| e.to_string())?;
+    match client.request(method, JsonParams(params)).await {
+        Ok(v) => Ok(v),
+        Err(Error::Call(e)) => Err(serde_json::to_string(&e).expect("an error object")),
+        Err(e) => Err(e.to_string()),
     }
 }
 

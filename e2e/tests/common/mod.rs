@@ -148,9 +148,8 @@ pub async fn wait_for_block(proxy: &str, block: &str) {
 
 /// Polls until the proxy knows its chain (its snapshots are loaded).
 pub async fn wait_for_chain(proxy: &str) {
-    let http = reqwest::Client::new();
     let known = || async {
-        test_support::rpc(&http, proxy, "eth_chainId", serde_json::json!([]))
+        test_support::rpc(proxy, "eth_chainId", serde_json::json!([]))
             .await
             .ok()
     };

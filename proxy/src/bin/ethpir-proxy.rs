@@ -165,16 +165,13 @@ async fn main() -> Result<()> {
 /// `trust-reset`: asks the running proxy to trust its PIR server again
 /// (`ethpir_trustReset` over its WebSocket endpoint).
 async fn trust_reset(listen: SocketAddr) -> Result<()> {
-    use jsonrpsee::core::client::ClientT;
+    use proxy::api::EthpirApiClient;
     let client = jsonrpsee::ws_client::WsClientBuilder::default()
         .build(format!("ws://{listen}"))
         .await
         .with_context(|| format!("no proxy answers on {listen}"))?;
-    let reply: serde_json::Value = client
-        .request("ethpir_trustReset", jsonrpsee::rpc_params![])
-        .await
-        .context("the proxy refused")?;
-    match reply["wasDistrusted"].as_str() {
+    let reply = client.trust_reset().await.context("the proxy refused")?;
+    match reply.was_distrusted {
         Some(reason) => println!("private reads resumed (they had stopped: {reason})"),
         None => println!("private reads were not stopped"),
     }

@@ -1,0 +1,148 @@
+//! The JSON-RPC methods the proxy answers itself, as typed jsonrpsee
+//! traits: what a wallet calls (the private reads and a few local ones) and
+//! the proxy's own `ethpir_` namespace, whose generated client the
+//! `trust-reset` command and the tests use. [`crate::rpc`] implements them.
+
+use alloy_eips::BlockId;
+use alloy_primitives::{Address, U256, U64};
+use jsonrpsee::core::SubscriptionResult;
+use jsonrpsee::proc_macros::rpc;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+
+use crate::error::ProxyError;
+
+/// The `eth_` methods the proxy answers: balances and nonces privately,
+/// the chain id from the snapshots, subscriptions piped to the upstream.
+#[rpc(server, namespace = "eth")]
+pub trait EthApi {
+    /// `eth_getBalance`, read by PIR.
+    #[method(name = "getBalance", with_extensions)]
+    async fn get_balance(
+        &self,
+        address: CheckedAddress,
+        block: Option<BlockId>,
+    ) -> Result<U256, ProxyError>;
+
+    /// `eth_getTransactionCount`, read by PIR.
+    #[method(name = "getTransactionCount", with_extensions)]
+    async fn get_transaction_count(
+        &self,
+        address: CheckedAddress,
+        block: Option<BlockId>,
+    ) -> Result<U64, ProxyError>;
+
+    /// `eth_chainId`, from the snapshots (no upstream needed).
+    #[method(name = "chainId")]
+    fn chain_id(&self) -> Result<U64, ProxyError>;
+
+    /// `eth_subscribe`: the same subscription opened upstream (WebSocket
+    /// only), its notifications relayed until either side closes.
+    #[subscription(name = "subscribe" => "subscription", unsubscribe = "unsubscribe", item = Box<serde_json::value::RawValue>)]
+    async fn subscribe(&self, kind: String, options: Option<Value>) -> SubscriptionResult;
+}
+
+/// `net_version` and `web3_clientVersion`, answered locally.
+#[rpc(server)]
+pub trait NodeInfoApi {
+    #[method(name = "net_version")]
+    fn net_version(&self) -> Result<String, ProxyError>;
+
+    #[method(name = "web3_clientVersion")]
+    fn client_version(&self) -> Result<String, ProxyError>;
+}
+
+/// The proxy's own methods.
+#[rpc(server, client, namespace = "ethpir")]
+pub trait EthpirApi {
+    /// What the proxy reads from and how fresh it is.
+    #[method(name = "status")]
+    async fn status(&self) -> Result<Status, ProxyError>;
+
+    /// Trusts the PIR server again after a verification failure.
+    #[method(name = "trustReset")]
+    fn trust_reset(&self) -> Result<TrustReset, ProxyError>;
+}
+
+/// An address parameter: 20 hex bytes in any case; a mixed-case one must
+/// carry a valid EIP-55 checksum (alloy's `Address` alone does not check it).
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct CheckedAddress(pub Address);
+
+impl<'de> Deserialize<'de> for CheckedAddress {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        ethpir_client::parse_address(&s)
+            .map(CheckedAddress)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// `ethpir_status`: the block `latest` answers from and the levels of that
+/// view, the blocks other views answer, the upstream's head, the bytes
+/// moved and whether private reads are on.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Status {
+    pub chain_id: Option<u64>,
+    pub view_block: Option<u64>,
+    pub complete: Option<bool>,
+    pub view_blocks: Vec<u64>,
+    pub head_block: Option<u64>,
+    pub levels: Vec<LevelStatus>,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+    pub private_reads: PrivateReads,
+}
+
+/// One level (snapshot) of the newest view.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct LevelStatus {
+    pub id: String,
+    pub kind: String,
+    pub block: u64,
+    pub records: u64,
+    pub setup_bytes: u64,
+    pub read: LevelRead,
+}
+
+/// How the proxy reads a level.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LevelRead {
+    /// Downloaded whole (a small delta; no query).
+    Whole,
+    /// By PIR queries.
+    Pir,
+}
+
+/// Whether private reads go out: `"on"`, or `{"stopped": reason}` after a
+/// verification failure.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum PrivateReads {
+    On,
+    Stopped(String),
+}
+
+/// `ethpir_trustReset`'s answer: why reads had stopped, if they had.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct TrustReset {
+    pub was_distrusted: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn private_reads_wire_form() {
+        assert_eq!(serde_json::to_value(PrivateReads::On).unwrap(), "on");
+        assert_eq!(
+            serde_json::to_value(PrivateReads::Stopped("bad".into())).unwrap(),
+            serde_json::json!({"stopped": "bad"})
+        );
+    }
+}

@@ -1,0 +1,163 @@
+//! Every error the proxy answers a wallet with, and its JSON-RPC code: the
+//! one place where a failure becomes an error object. The codes of JSON-RPC
+//! 2.0 itself are jsonrpsee's; the -3200x ones are the proxy's own
+//! (docs/protocol.md lists them).
+
+use ethpir_client::ReadError;
+use jsonrpsee::types::error::{INTERNAL_ERROR_CODE, INVALID_REQUEST_CODE, METHOD_NOT_FOUND_CODE};
+use jsonrpsee::types::{ErrorObject, ErrorObjectOwned, Id, Response, ResponsePayload};
+use serde_json::{json, Value};
+
+pub use jsonrpsee::types::error::{INVALID_PARAMS_CODE, PARSE_ERROR_CODE};
+
+/// No snapshot for the requested block.
+pub const NO_SNAPSHOT: i32 = -32001;
+/// The account is not in an active/historical snapshot.
+pub const NOT_IN_PRIVATE_SET: i32 = -32002;
+/// The PIR server could not be reached or refused.
+pub const PIR_UNAVAILABLE: i32 = -32003;
+/// A private answer did not verify (damaged or altered), now or earlier:
+/// private reads from that server are stopped (fail closed).
+pub const UNVERIFIABLE: i32 = -32004;
+/// The upstream node could not be reached.
+pub const UPSTREAM_UNAVAILABLE: i32 = -32005;
+
+/// Why the proxy did not answer a call.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// A private read failed.
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    /// No snapshot has been loaded, so the chain is unknown.
+    #[error("no snapshot loaded yet: chain unknown")]
+    ChainUnknown,
+    /// The upstream could not be asked (unreachable, too slow, too big, or
+    /// an unreadable reply); the detail is for the wallet's log.
+    #[error("upstream unavailable: {0}")]
+    UpstreamUnavailable(String),
+    /// The upstream answered with this error; it is passed on as sent.
+    #[error("upstream error {}: {}", .0.code(), .0.message())]
+    Upstream(ErrorObjectOwned),
+    /// A method the proxy does not answer, and there is no upstream.
+    #[error("method {0} is not available (no upstream configured)")]
+    NoUpstream(String),
+    /// A method that names an address, refused by `upstream_methods`.
+    #[error(
+        "{0} is not forwarded: it names an address and upstream_methods = \"no-address-reads\""
+    )]
+    AddressReadRefused(String),
+    /// `eth_subscribe` without a WebSocket upstream.
+    #[error(
+        "subscriptions need a WebSocket upstream (upstream = \"ws://...\"); none is configured"
+    )]
+    SubscriptionsNeedWebSocket,
+    /// A request that breaks JSON-RPC 2.0's envelope rules.
+    #[error("{0}")]
+    InvalidRequest(&'static str),
+}
+
+impl ProxyError {
+    /// The JSON-RPC code a wallet sees.
+    pub fn code(&self) -> i32 {
+        match self {
+            ProxyError::Read(e) => read_code(e),
+            ProxyError::ChainUnknown => PIR_UNAVAILABLE,
+            ProxyError::UpstreamUnavailable(_) => UPSTREAM_UNAVAILABLE,
+            ProxyError::Upstream(e) => e.code(),
+            ProxyError::NoUpstream(_)
+            | ProxyError::AddressReadRefused(_)
+            | ProxyError::SubscriptionsNeedWebSocket => METHOD_NOT_FOUND_CODE,
+            ProxyError::InvalidRequest(_) => INVALID_REQUEST_CODE,
+        }
+    }
+
+    /// A whole JSON-RPC response carrying this error, for answers made
+    /// before jsonrpsee has parsed the request (its id is unknown: null).
+    pub fn response_without_id(self) -> Value {
+        let response = Response::new(ResponsePayload::<()>::error(self), Id::Null);
+        serde_json::to_value(response).expect("a response serialises")
+    }
+}
+
+fn read_code(e: &ReadError) -> i32 {
+    match e {
+        ReadError::NoSnapshot { .. } => NO_SNAPSHOT,
+        ReadError::NotInPrivateSet { .. } => NOT_IN_PRIVATE_SET,
+        ReadError::Backend(_) | ReadError::Retired(_) | ReadError::Setup { .. } => PIR_UNAVAILABLE,
+        ReadError::Unverifiable(_) | ReadError::Distrusted(_) => UNVERIFIABLE,
+        ReadError::AmbiguousChain(_) => INTERNAL_ERROR_CODE,
+    }
+}
+
+/// The message and data of a failed private read: the message is short and
+/// stable (wallets show it), the data says what exactly.
+fn read_message(e: &ReadError) -> (String, Option<Value>) {
+    match e {
+        ReadError::NoSnapshot {
+            requested,
+            available,
+        } => (
+            format!("no private snapshot for {requested}"),
+            Some(json!({"available_blocks": available})),
+        ),
+        ReadError::NotInPrivateSet { snapshot, kind } => (
+            "account not in the private set".into(),
+            Some(json!({"snapshot": snapshot, "kind": kind})),
+        ),
+        ReadError::Backend(reason)
+        | ReadError::Retired(reason)
+        | ReadError::Setup { reason, .. } => ("PIR server unavailable".into(), Some(json!(reason))),
+        ReadError::Unverifiable(reason) => (
+            "private answer failed verification".into(),
+            Some(json!(reason)),
+        ),
+        ReadError::AmbiguousChain(chains) => (e.to_string(), Some(json!(chains))),
+        ReadError::Distrusted(reason) => (
+            "private reads stopped: the PIR server failed verification; restart the proxy or run `ethpir-proxy trust-reset` once you trust it again".into(),
+            Some(json!(reason)),
+        ),
+    }
+}
+
+impl From<ProxyError> for ErrorObjectOwned {
+    fn from(e: ProxyError) -> Self {
+        let code = e.code();
+        match e {
+            ProxyError::Read(read) => {
+                let (message, data) = read_message(&read);
+                ErrorObject::owned(code, message, data)
+            }
+            ProxyError::Upstream(sent) => sent,
+            ProxyError::UpstreamUnavailable(detail) => {
+                ErrorObject::owned(code, "upstream unavailable", Some(detail))
+            }
+            other => ErrorObject::owned(code, other.to_string(), None::<()>),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_and_messages() {
+        let e: ErrorObjectOwned = ProxyError::from(ReadError::NoSnapshot {
+            requested: "block 7".into(),
+            available: vec![5],
+        })
+        .into();
+        assert_eq!(e.code(), NO_SNAPSHOT);
+        assert_eq!(e.message(), "no private snapshot for block 7");
+        let e: ErrorObjectOwned = ProxyError::ChainUnknown.into();
+        assert_eq!(e.code(), PIR_UNAVAILABLE);
+        let sent = ErrorObject::owned(3, "execution reverted", Some("0x12"));
+        let e: ErrorObjectOwned = ProxyError::Upstream(sent.clone()).into();
+        assert_eq!(e, sent);
+        let v = ProxyError::InvalidRequest("params must be an array or an object")
+            .response_without_id();
+        assert_eq!(v["error"]["code"], INVALID_REQUEST_CODE);
+        assert_eq!(v["id"], Value::Null);
+        assert_eq!(v["jsonrpc"], "2.0");
+    }
+}
