@@ -4,7 +4,9 @@
 //!
 //! - `GET /v1/snapshots`: the catalog (JSON);
 //! - `GET /v1/snapshots/{id}/setup`: setup data (binary), ETag = setup digest;
-//! - `POST /v1/snapshots/{id}/query`: one query or a batch (binary);
+//! - `GET /v1/snapshots/{id}/table`: a small level's entries, ETag = digest;
+//! - `POST /v1/query`: batches of queries to one or several snapshots
+//!   (binary, framed by `protocol::multi`);
 //! - `GET /healthz`, `GET /metrics` (Prometheus text).
 //!
 //! New snapshots in the store are picked up by a periodic rescan; removed
@@ -14,11 +16,13 @@
 
 pub use protocol::api;
 pub mod config;
+mod error;
 mod metrics;
 mod routes;
 mod state;
 
 pub use config::ServerConfig;
+pub use error::RouteError;
 pub use routes::router;
 pub use state::{AppState, LoadedSnapshot};
 

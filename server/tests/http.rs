@@ -139,15 +139,21 @@ async fn serves_private_queries_and_refuses_bad_ones() {
         queries.push(q);
         pendings.push((r.clone(), p));
     }
-    let url = format!("{base}/v1/snapshots/{}/query", entry.id);
+    // Every query goes to `POST /v1/query`, framed by protocol::multi (a
+    // request naming one snapshot here).
+    let url = format!("{base}/v1/query");
+    let to = |id: &str, batch: &[u8]| protocol::multi::encode_request(&[(id, batch)]);
     let resp = http
         .post(&url)
-        .body(encode_queries(&queries))
+        .body(to(&entry.id, &encode_queries(&queries)))
         .send()
         .await
         .unwrap();
     assert_eq!(resp.status(), 200);
-    let responses = decode_responses(&resp.bytes().await.unwrap()).unwrap();
+    let body = resp.bytes().await.unwrap();
+    let parts = protocol::multi::decode_response(&body).unwrap();
+    assert_eq!(parts.len(), 1);
+    let responses = decode_responses(parts[0]).unwrap();
     for ((record, pending), response) in pendings.into_iter().zip(&responses) {
         let Lookup::Found(v) = client.decode(pending, response).unwrap() else {
             panic!("absent")
@@ -166,8 +172,8 @@ async fn serves_private_queries_and_refuses_bad_ones() {
         .pool_max_idle_per_host(0)
         .build()
         .unwrap();
-    let status = |body: Vec<u8>, url: String| {
-        let http = once.clone();
+    let status = |body: Vec<u8>| {
+        let (http, url) = (once.clone(), url.clone());
         async move {
             http.post(url)
                 .body(body)
@@ -178,35 +184,23 @@ async fn serves_private_queries_and_refuses_bad_ones() {
                 .as_u16()
         }
     };
-    assert_eq!(
-        status(one[..one.len() - 1].to_vec(), url.clone()).await,
-        400
-    );
-    assert_eq!(
-        status([one.clone(), vec![0]].concat(), url.clone()).await,
-        400
-    );
-    assert_eq!(status(vec![0xAB; 1000], url.clone()).await, 400);
-    assert_eq!(status(Vec::new(), url.clone()).await, 400);
-    assert_eq!(declared_length_status(&url, one.len() * 65).await, 413);
+    let id = entry.id.as_str();
+    assert_eq!(status(to(id, &one[..one.len() - 1])).await, 400);
+    assert_eq!(status(to(id, &[one.clone(), vec![0]].concat())).await, 400);
+    assert_eq!(status(vec![0xAB; 1000]).await, 400);
+    assert_eq!(status(Vec::new()).await, 400);
+    assert_eq!(status(to(id, &[])).await, 400);
+    // One query more than a batch may hold.
+    let too_many = encode_queries(&vec![queries[0].clone(); 65]);
+    assert_eq!(status(to(id, &too_many)).await, 413);
     // Far too large: refused from the declared length alone, before a byte
     // of the body is read (sending it would race the server's close).
     assert_eq!(declared_length_status(&url, 70 << 20).await, 413);
-    assert_eq!(
-        status(
-            one.clone(),
-            format!("{base}/v1/snapshots/31337-6-full/query")
-        )
-        .await,
-        404
-    );
-    assert_eq!(
-        status(one.clone(), format!("{base}/v1/snapshots/nonsense/query")).await,
-        404
-    );
+    assert_eq!(status(to("31337-6-full", &one)).await, 404);
+    assert_eq!(status(to("nonsense", &one)).await, 404);
     let mut wrong_setup = one.clone();
     wrong_setup[8] ^= 1;
-    assert_eq!(status(wrong_setup, url.clone()).await, 400);
+    assert_eq!(status(to(id, &wrong_setup)).await, 400);
     assert_eq!(
         http.get(format!("{base}/v1/snapshots/nope/setup"))
             .send()
@@ -244,7 +238,7 @@ async fn serves_private_queries_and_refuses_bad_ones() {
     let both = || async { (fetch_catalog(&http, &base).await.snapshots.len() == 2).then_some(()) };
     test_support::eventually("the new snapshot picked up", both).await;
     store.remove(&"31337/5-full".parse().unwrap()).unwrap();
-    let retired = || async { (status(one.clone(), url.clone()).await == 404).then_some(()) };
+    let retired = || async { (status(to(id, &one)).await == 404).then_some(()) };
     test_support::eventually("the removed snapshot retired", retired).await;
 }
 
@@ -278,8 +272,9 @@ async fn a_full_queue_answers_503_and_nothing_else_breaks() {
         .query(client.prepare(&mut rng), exported.records[0].key.as_slice())
         .unwrap()
         .0;
-    let body = encode_queries(&vec![query; 64]);
-    let url = format!("{base}/v1/snapshots/31337-1-full/query");
+    let body =
+        protocol::multi::encode_request(&[("31337-1-full", &encode_queries(&vec![query; 64]))]);
+    let url = format!("{base}/v1/query");
     let tasks: Vec<_> = (0..24)
         .map(|_| {
             let (http, url, body) = (http.clone(), url.clone(), body.clone());

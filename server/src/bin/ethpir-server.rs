@@ -17,7 +17,7 @@ use server::ServerConfig;
 The server answers private queries without learning which account was read. New snapshots in the \
 store are picked up without a restart (rescan), removed ones are retired once their in-flight \
 queries end.\n\n\
-API: GET /v1/snapshots, GET /v1/snapshots/{id}/setup, POST /v1/snapshots/{id}/query, GET /healthz, GET /metrics.\n\n\
+API: GET /v1/snapshots, GET /v1/snapshots/{id}/setup, GET /v1/snapshots/{id}/table, POST /v1/query, GET /healthz, GET /metrics (docs/protocol.md).\n\n\
 Settings come from --config (see configs/server.toml), then from these flags."
 )]
 struct Cli {
