@@ -4,9 +4,11 @@
 use std::path::Path;
 use std::time::Instant;
 
-use alloy_primitives::{keccak256, Address, B256, U256};
-use alloy_rlp::Encodable;
-use serde_json::Value;
+use alloy_consensus::{Header, EMPTY_OMMER_ROOT_HASH, EMPTY_ROOT_HASH};
+use alloy_genesis::Genesis;
+use alloy_primitives::{Bloom, B256, B64};
+use serde::de::IgnoredAny;
+use serde::Deserialize;
 
 use crate::account::AccountRecord;
 use crate::manifest::SnapshotKind;
@@ -24,95 +26,69 @@ pub enum GenesisError {
         #[source]
         source: std::io::Error,
     },
-    #[error("not JSON: {0}")]
+    #[error("not a genesis file: {0}")]
     Json(#[from] serde_json::Error),
     #[error("no `alloc` object: not a genesis file")]
     NoAlloc,
-    #[error("alloc entry '{entry}': {problem}")]
-    Entry { entry: String, problem: String },
     #[error("the genesis names no chain id (config.chainId): pass one")]
     NoChainId,
+    #[error("the file's stateRoot {file} is not the root of its alloc ({computed}): a damaged or edited genesis")]
+    StateRootMismatch { file: B256, computed: B256 },
 }
 
-fn number(v: &Value, what: &str, entry: &str) -> Result<U256, GenesisError> {
-    let bad = |problem: String| GenesisError::Entry {
-        entry: entry.to_string(),
-        problem,
-    };
-    match v {
-        Value::String(s) => {
-            let s = s.trim();
-            let parsed = if let Some(hex) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-                if hex.is_empty() {
-                    Ok(U256::ZERO)
-                } else {
-                    U256::from_str_radix(hex, 16)
-                }
-            } else {
-                U256::from_str_radix(s, 10)
-            };
-            parsed.map_err(|e| bad(format!("{what} '{s}': {e}")))
-        }
-        Value::Number(n) => n
-            .as_u64()
-            .map(U256::from)
-            .ok_or_else(|| bad(format!("{what} {n} is not a whole number"))),
-        other => Err(bad(format!("{what} is {other}, not a number"))),
-    }
+/// What alloy's `Genesis` does not keep, or keeps with a default where
+/// the file's silence matters: whether there is an `alloc` and a chain id,
+/// and the file's `stateRoot`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FileOnly {
+    alloc: Option<IgnoredAny>,
+    state_root: Option<B256>,
+    config: Option<ChainIdOnly>,
 }
 
-/// Parses a genesis file's text. `chain_id` overrides (or supplies) the
-/// chain id of `config.chainId`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ChainIdOnly {
+    chain_id: Option<u64>,
+}
+
+/// Parses a genesis file's text (alloy's `Genesis`). `chain_id` overrides
+/// (or supplies) the chain id of `config.chainId`. The state root is
+/// computed from the alloc and must equal the file's `stateRoot` where it
+/// has one.
 pub fn parse_genesis(
     text: &str,
     chain_id: Option<u64>,
     source: &str,
 ) -> Result<ExportedState, GenesisError> {
     let started = Instant::now();
-    let json: Value = serde_json::from_str(text)?;
-    let alloc = json
-        .get("alloc")
-        .and_then(Value::as_object)
-        .ok_or(GenesisError::NoAlloc)?;
-    let mut records = Vec::with_capacity(alloc.len());
-    for (entry, account) in alloc {
-        let hex = entry
-            .strip_prefix("0x")
-            .or_else(|| entry.strip_prefix("0X"))
-            .unwrap_or(entry);
-        let address: Address = hex.parse().map_err(|e| GenesisError::Entry {
-            entry: entry.clone(),
-            problem: format!("not an address: {e}"),
-        })?;
-        let balance = match account.get("balance") {
-            Some(v) => number(v, "balance", entry)?,
-            None => U256::ZERO,
-        };
-        let nonce = match account.get("nonce") {
-            Some(v) => {
-                let n = number(v, "nonce", entry)?;
-                u64::try_from(n).map_err(|_| GenesisError::Entry {
-                    entry: entry.clone(),
-                    problem: "nonce exceeds 64 bits".into(),
-                })?
-            }
-            None => 0,
-        };
-        records.push(AccountRecord::new(address, balance, nonce));
-    }
+    let file: FileOnly = serde_json::from_str(text)?;
+    file.alloc.ok_or(GenesisError::NoAlloc)?;
     let chain_id = chain_id
-        .or_else(|| json.pointer("/config/chainId").and_then(Value::as_u64))
+        .or_else(|| file.config.and_then(|c| c.chain_id))
         .ok_or(GenesisError::NoChainId)?;
-    let field = |name: &str| json.get(name).and_then(Value::as_str);
-    let state_root = field("stateRoot").and_then(|s| s.parse::<B256>().ok());
-    let block_time =
-        field("timestamp").and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok());
+    let genesis: Genesis = serde_json::from_str(text)?;
+    let state_root = alloy_trie::root::state_root_ref_unhashed(&genesis.alloc);
+    if let Some(stated) = file.state_root.filter(|&r| r != state_root) {
+        return Err(GenesisError::StateRootMismatch {
+            file: stated,
+            computed: state_root,
+        });
+    }
+    let records = genesis
+        .alloc
+        .iter()
+        .map(|(address, account)| {
+            AccountRecord::new(*address, account.balance, account.nonce.unwrap_or(0))
+        })
+        .collect();
     Ok(ExportedState {
         chain_id,
         block_number: 0,
-        block_hash: genesis_block_hash(&json),
-        state_root,
-        block_time,
+        block_hash: genesis_block_hash(&genesis, state_root),
+        state_root: Some(state_root),
+        block_time: Some(genesis.timestamp),
         kind: SnapshotKind::Full,
         source: source.to_string(),
         records,
@@ -135,73 +111,39 @@ pub fn mainnet() -> ExportedState {
         .expect("bundled genesis parses")
 }
 
-/// The hash of a pre-London genesis header (15 fields), computed from the
-/// file's fields; `None` when the file has London-or-later fields, whose
-/// header this does not rebuild.
-fn genesis_block_hash(json: &Value) -> Option<B256> {
-    if json.get("baseFeePerGas").is_some() {
+/// The hash of a pre-London genesis header (alloy's `Header`, 15 fields);
+/// `None` for a London-or-later genesis, whose header fields depend on
+/// the forks active at block 0 (a hash this got wrong would make every
+/// read by block hash fail, so none is claimed).
+fn genesis_block_hash(genesis: &Genesis, state_root: B256) -> Option<B256> {
+    if genesis.base_fee_per_gas.is_some() || genesis.config.is_london_active_at_block(0) {
         return None;
     }
-    let s = |name: &str| json.get(name).and_then(Value::as_str);
-    let bytes =
-        |name: &str| -> Option<Vec<u8>> { hex::decode(s(name)?.trim_start_matches("0x")).ok() };
-    let uint = |name: &str| -> Option<U256> {
-        U256::from_str_radix(s(name).unwrap_or("0x0").trim_start_matches("0x"), 16).ok()
+    let header = Header {
+        parent_hash: genesis.parent_hash.unwrap_or_default(),
+        ommers_hash: EMPTY_OMMER_ROOT_HASH,
+        beneficiary: genesis.coinbase,
+        state_root,
+        transactions_root: EMPTY_ROOT_HASH,
+        receipts_root: EMPTY_ROOT_HASH,
+        logs_bloom: Bloom::ZERO,
+        difficulty: genesis.difficulty,
+        number: genesis.number.unwrap_or(0),
+        gas_limit: genesis.gas_limit,
+        gas_used: 0,
+        timestamp: genesis.timestamp,
+        extra_data: genesis.extra_data.clone(),
+        mix_hash: genesis.mix_hash,
+        nonce: B64::from(genesis.nonce),
+        ..Default::default()
     };
-    let parent: B256 = s("parentHash")
-        .unwrap_or("0x0000000000000000000000000000000000000000000000000000000000000000")
-        .parse()
-        .ok()?;
-    let coinbase: Address = s("coinbase")
-        .unwrap_or("0x0000000000000000000000000000000000000000")
-        .parse()
-        .ok()?;
-    let state_root: B256 = s("stateRoot")?.parse().ok()?;
-    let mix: B256 = s("mixHash")
-        .unwrap_or("0x0000000000000000000000000000000000000000000000000000000000000000")
-        .parse()
-        .ok()?;
-    let nonce_u =
-        u64::from_str_radix(s("nonce").unwrap_or("0x0").trim_start_matches("0x"), 16).ok()?;
-    // keccak256(rlp([])) and the root of an empty trie.
-    let empty_list: B256 = "0x1dcc4de8dec75d7aab85b567b6ccd41ad312451b948a7413f0a142fd40d49347"
-        .parse()
-        .ok()?;
-    let empty_trie: B256 = "0x56e81f171bcc55a6ff8345e692c0f86e5b48e01b996cadc001622fb5e363b421"
-        .parse()
-        .ok()?;
-    let mut fields: Vec<u8> = Vec::new();
-    parent.encode(&mut fields);
-    empty_list.encode(&mut fields);
-    coinbase.encode(&mut fields);
-    state_root.encode(&mut fields);
-    empty_trie.encode(&mut fields);
-    empty_trie.encode(&mut fields);
-    alloy_primitives::Bloom::ZERO.encode(&mut fields);
-    uint("difficulty")?.encode(&mut fields);
-    uint("number")?.encode(&mut fields);
-    uint("gasLimit")?.encode(&mut fields);
-    uint("gasUsed")?.encode(&mut fields);
-    uint("timestamp")?.encode(&mut fields);
-    bytes("extraData")
-        .unwrap_or_default()
-        .as_slice()
-        .encode(&mut fields);
-    mix.encode(&mut fields);
-    alloy_primitives::B64::from(nonce_u.to_be_bytes()).encode(&mut fields);
-    let mut out = Vec::new();
-    alloy_rlp::Header {
-        list: true,
-        payload_length: fields.len(),
-    }
-    .encode(&mut out);
-    out.extend_from_slice(&fields);
-    Some(keccak256(&out))
+    Some(header.hash_slow())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloy_primitives::U256;
 
     #[test]
     fn mainnet_genesis_totals() {
@@ -222,6 +164,14 @@ mod tests {
             )
         );
         assert_eq!(state.chain_id, 1);
+        assert_eq!(
+            state.state_root,
+            Some(
+                "0xd7f8974fb5ac78d9ac099b9ad5018bedc2ce0a72dad1827a1709da30580f0544"
+                    .parse()
+                    .unwrap()
+            )
+        );
     }
 
     #[test]
@@ -244,13 +194,24 @@ mod tests {
         let bad_addr = r#"{"alloc":{"0xzz":{"balance":"1"}}}"#;
         assert!(matches!(
             parse_genesis(bad_addr, Some(1), "t"),
-            Err(GenesisError::Entry { .. })
+            Err(GenesisError::Json(_))
         ));
         let bad_bal =
             r#"{"alloc":{"0x0000000000000000000000000000000000000001":{"balance":"0xqq"}}}"#;
         assert!(matches!(
             parse_genesis(bad_bal, Some(1), "t"),
-            Err(GenesisError::Entry { .. })
+            Err(GenesisError::Json(_))
+        ));
+        let big_nonce = r#"{"alloc":{"0x0000000000000000000000000000000000000001":{"balance":"0x1","nonce":"0x10000000000000000"}}}"#;
+        assert!(matches!(
+            parse_genesis(big_nonce, Some(1), "t"),
+            Err(GenesisError::Json(_))
+        ));
+        let mut edited: serde_json::Value = serde_json::from_str(MAINNET_GENESIS).unwrap();
+        edited["alloc"]["000d836201318ec6899a67540690382780743280"]["balance"] = "0x1".into();
+        assert!(matches!(
+            parse_genesis(&edited.to_string(), Some(1), "t"),
+            Err(GenesisError::StateRootMismatch { .. })
         ));
         let no_chain = r#"{"alloc":{}}"#;
         assert!(matches!(
