@@ -48,6 +48,9 @@ async fn active_and_historical_snapshots_match_anvil() {
     let head = anvil.head().await;
     let node = RpcSource::connect(&anvil.url, opts()).await.unwrap();
     assert_eq!(node.chain_id, 31337);
+    // anvil answers trace_block, and its parity traces parse (typed): the
+    // active sets below are read with traces.
+    assert!(node.has_traces().await.unwrap());
 
     for (window, at) in [(3u64, head), (2, head - 2), (head, head)] {
         let state = node.export_active(window, Some(at)).await.unwrap();

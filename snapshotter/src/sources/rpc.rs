@@ -1,4 +1,7 @@
-//! The `rpc` source: any Ethereum JSON-RPC node, through alloy.
+//! The `rpc` source: any Ethereum JSON-RPC node, through alloy-provider
+//! (typed blocks, receipts and parity traces; `AnyNetwork`, so that a
+//! transaction type alloy does not know yet is still read for its sender
+//! and recipient).
 //!
 //! Active set: every account touched in a window of blocks (senders,
 //! recipients, created contracts, fee recipients, withdrawal recipients,
@@ -7,13 +10,19 @@
 //! requests, a bounded number in flight, retried with backoff.
 
 use std::collections::BTreeSet;
+use std::future::{Future, IntoFuture};
 use std::time::{Duration, Instant};
 
+use alloy_consensus::Transaction as _;
+use alloy_eips::{BlockId, BlockNumberOrTag};
 use alloy_primitives::{Address, B256, U256, U64};
+use alloy_provider::ext::TraceApi;
+use alloy_provider::network::{AnyNetwork, AnyRpcBlock, TransactionResponse as _};
+use alloy_provider::transport::{TransportError, TransportResult};
+use alloy_provider::{Provider, RootProvider};
 use alloy_rpc_client::{ClientBuilder, RpcClient};
-use alloy_transport::TransportError;
+use alloy_rpc_types_trace::parity::{Action, LocalizedTransactionTrace, TraceOutput};
 use futures_util::stream::{self, StreamExt, TryStreamExt};
-use serde_json::Value;
 
 use crate::account::AccountRecord;
 use crate::manifest::SnapshotKind;
@@ -100,6 +109,8 @@ impl Default for RpcOptions {
 
 /// A connected node.
 pub struct RpcSource {
+    provider: RootProvider<AnyNetwork>,
+    /// The provider's client, for batches of account reads.
     client: RpcClient,
     url: String,
     pub chain_id: u64,
@@ -120,10 +131,6 @@ fn is_pruned(message: &str) -> bool {
     .any(|p| m.contains(p))
 }
 
-fn hex_block(n: u64) -> String {
-    format!("{n:#x}")
-}
-
 impl RpcSource {
     /// A transport error's text with the node URL (which may carry an API
     /// key in its path) replaced by its redacted form.
@@ -138,33 +145,37 @@ impl RpcSource {
             .map_err(|_| RpcSourceError::Url(protocol::url::redact(url)))?;
         let client = ClientBuilder::default().http(parsed);
         let mut source = RpcSource {
+            provider: RootProvider::new(client.clone()),
             client,
             url: url.to_string(),
             chain_id: 0,
             options,
         };
-        let id: U64 = source.call("eth_chainId", (), None).await?;
-        source.chain_id = id.to::<u64>();
+        source.chain_id = source
+            .retry("eth_chainId", None, || source.provider.get_chain_id())
+            .await?;
         Ok(source)
     }
 
-    /// One request, retried with exponential backoff on transport errors.
-    async fn call<P, R>(
+    /// One request (`request` makes it afresh for each attempt), retried
+    /// with exponential backoff on transport errors; the node's own error
+    /// and a reply of the wrong shape are not retried.
+    async fn retry<R, F, Fut>(
         &self,
         method: &'static str,
-        params: P,
         block: Option<u64>,
+        mut request: F,
     ) -> Result<R, RpcSourceError>
     where
-        P: alloy_json_rpc::RpcSend + Clone,
-        R: alloy_json_rpc::RpcRecv,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = TransportResult<R>>,
     {
         let mut last = String::new();
         for attempt in 0..self.options.attempts.max(1) {
             if attempt > 0 {
                 tokio::time::sleep(backoff(attempt)).await;
             }
-            match self.client.request::<P, R>(method, params.clone()).await {
+            match request().await {
                 Ok(v) => return Ok(v),
                 Err(TransportError::ErrorResp(e)) => {
                     return Err(classify(method, block, e.message.to_string()))
@@ -190,102 +201,81 @@ impl RpcSource {
 
     /// The node's head block.
     pub async fn head(&self) -> Result<u64, RpcSourceError> {
-        let n: U64 = self.call("eth_blockNumber", (), None).await?;
-        Ok(n.to::<u64>())
+        self.retry("eth_blockNumber", None, || self.provider.get_block_number())
+            .await
     }
 
-    async fn block(&self, n: u64) -> Result<Value, RpcSourceError> {
-        let b: Value = self
-            .call("eth_getBlockByNumber", (hex_block(n), true), Some(n))
+    /// Block `n` with its transactions.
+    async fn block(&self, n: u64) -> Result<AnyRpcBlock, RpcSourceError> {
+        let number = BlockNumberOrTag::Number(n);
+        let block = self
+            .retry("eth_getBlockByNumber", Some(n), || {
+                self.provider
+                    .get_block_by_number(number)
+                    .full()
+                    .into_future()
+            })
             .await?;
-        if b.is_null() {
-            return Err(RpcSourceError::FutureBlock {
+        match block {
+            Some(b) => Ok(b),
+            None => Err(RpcSourceError::FutureBlock {
                 block: n,
                 head: self.head().await?,
-            });
+            }),
         }
-        Ok(b)
     }
 
     /// `(hash, state root, timestamp)` of a block.
     pub async fn block_header(&self, n: u64) -> Result<(B256, B256, u64), RpcSourceError> {
-        let b = self.block(n).await?;
-        let field = |k: &str| {
-            b.get(k)
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string()
-        };
-        let bad = |k: &str| RpcSourceError::Reply {
-            method: "eth_getBlockByNumber",
-            message: format!("block {n} has no valid {k}"),
-        };
-        let hash = field("hash").parse().map_err(|_| bad("hash"))?;
-        let root = field("stateRoot").parse().map_err(|_| bad("stateRoot"))?;
-        let time = u64::from_str_radix(field("timestamp").trim_start_matches("0x"), 16)
-            .map_err(|_| bad("timestamp"))?;
-        Ok((hash, root, time))
+        let header = self.block(n).await?.header.clone();
+        Ok((header.hash, header.state_root, header.timestamp))
     }
 
     /// Every account touched in blocks `from..=to`.
     pub async fn touched(&self, from: u64, to: u64) -> Result<BTreeSet<Address>, RpcSourceError> {
         let mut out = BTreeSet::new();
         let mut traces = self.options.traces;
-        let addr = |v: &Value| v.as_str().and_then(|s| s.parse::<Address>().ok());
         for n in from..=to {
-            let b = self.block(n).await?;
-            out.extend(b.get("miner").and_then(addr));
-            for tx in b
-                .get("transactions")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                out.extend(tx.get("from").and_then(addr));
-                out.extend(tx.get("to").and_then(addr));
+            let block = self.block(n).await?;
+            out.extend(block_participants(&block));
+            if block.transactions.is_empty() {
+                continue;
             }
-            for w in b
-                .get("withdrawals")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                out.extend(w.get("address").and_then(addr));
+            out.extend(self.created_contracts(n).await?);
+            if traces == Traces::Off {
+                continue;
             }
-            let has_txs = b
-                .get("transactions")
-                .and_then(Value::as_array)
-                .is_some_and(|t| !t.is_empty());
-            if has_txs {
-                let receipts: Value = self
-                    .call("eth_getBlockReceipts", (hex_block(n),), Some(n))
-                    .await?;
-                for r in receipts.as_array().into_iter().flatten() {
-                    out.extend(r.get("contractAddress").and_then(addr));
+            match self.traces(n).await {
+                Ok(t) => out.extend(t.iter().flat_map(trace_participants)),
+                Err(e) if traces == Traces::Auto => {
+                    tracing::info!(error = %e, "node offers no trace_block; using blocks and receipts only");
+                    traces = Traces::Off;
                 }
-            }
-            if has_txs && traces != Traces::Off {
-                match self
-                    .call::<_, Value>("trace_block", (hex_block(n),), Some(n))
-                    .await
-                {
-                    Ok(t) => {
-                        for tr in t.as_array().into_iter().flatten() {
-                            for k in ["from", "to", "address", "refundAddress"] {
-                                out.extend(tr.pointer(&format!("/action/{k}")).and_then(addr));
-                            }
-                            out.extend(tr.pointer("/result/address").and_then(addr));
-                        }
-                    }
-                    Err(e) if traces == Traces::Auto => {
-                        tracing::info!(error = %e, "node offers no trace_block; using blocks and receipts only");
-                        traces = Traces::Off;
-                    }
-                    Err(e) => return Err(e),
-                }
+                Err(e) => return Err(e),
             }
         }
         Ok(out)
+    }
+
+    /// The contracts that block `n`'s transactions created (its receipts).
+    async fn created_contracts(&self, n: u64) -> Result<Vec<Address>, RpcSourceError> {
+        let receipts = self
+            .retry("eth_getBlockReceipts", Some(n), || {
+                self.provider
+                    .get_block_receipts(BlockId::number(n))
+                    .into_future()
+            })
+            .await?
+            .unwrap_or_default();
+        Ok(receipts.iter().filter_map(|r| r.contract_address).collect())
+    }
+
+    /// Block `n`'s parity call traces.
+    async fn traces(&self, n: u64) -> Result<Vec<LocalizedTransactionTrace>, RpcSourceError> {
+        self.retry("trace_block", Some(n), || {
+            self.provider.trace_block(BlockId::number(n))
+        })
+        .await
     }
 
     /// Balances and nonces of `addresses` at block `at`.
@@ -298,20 +288,17 @@ impl RpcSource {
         let step = Step::ExportAccounts;
         let total = Some(addresses.len() as u64);
         report(progress, ProgressEvent::Begin { step, total });
-        let block = hex_block(at);
+        let block = BlockId::number(at);
         let chunks: Vec<Vec<Address>> = addresses
             .chunks(self.options.batch_size.max(1))
             .map(<[Address]>::to_vec)
             .collect();
         let results: Result<Vec<Vec<AccountRecord>>, RpcSourceError> =
-            stream::iter(chunks.into_iter().map(|chunk| {
-                let block = block.clone();
-                async move {
-                    let out = self.read_batch(&chunk, &block, at).await?;
-                    let by = chunk.len() as u64;
-                    report(progress, ProgressEvent::Advance { step, by });
-                    Ok::<_, RpcSourceError>(out)
-                }
+            stream::iter(chunks.into_iter().map(|chunk| async move {
+                let out = self.read_batch(&chunk, block, at).await?;
+                let by = chunk.len() as u64;
+                report(progress, ProgressEvent::Advance { step, by });
+                Ok::<_, RpcSourceError>(out)
             }))
             .buffered(self.options.concurrency.max(1))
             .try_collect()
@@ -324,7 +311,7 @@ impl RpcSource {
     async fn read_batch(
         &self,
         chunk: &[Address],
-        block: &str,
+        block: BlockId,
         at: u64,
     ) -> Result<Vec<AccountRecord>, RpcSourceError> {
         let mut last = String::new();
@@ -414,10 +401,7 @@ impl RpcSource {
     /// Whether the node answers `trace_block` (asked on its head block).
     pub async fn has_traces(&self) -> Result<bool, RpcSourceError> {
         let head = self.head().await?;
-        match self
-            .call::<_, Value>("trace_block", (hex_block(head),), Some(head))
-            .await
-        {
+        match self.traces(head).await {
             Ok(_) => Ok(true),
             Err(RpcSourceError::Node { .. } | RpcSourceError::Reply { .. }) => Ok(false),
             Err(e) => Err(e),
@@ -495,6 +479,35 @@ impl RpcSource {
             export_s,
         })
     }
+}
+
+/// Who block `block` names: its fee recipient, its transactions' senders
+/// and recipients, its withdrawals' recipients.
+fn block_participants(block: &AnyRpcBlock) -> Vec<Address> {
+    let mut out = vec![block.header.beneficiary];
+    for tx in block.transactions.txns() {
+        out.push(tx.from());
+        out.extend(tx.to());
+    }
+    let withdrawals = block.withdrawals.iter().flat_map(|w| w.iter());
+    out.extend(withdrawals.map(|w| w.address));
+    out
+}
+
+/// Who a call trace names: callers and callees, creators and what they
+/// created, self-destructed contracts and their beneficiaries, reward
+/// recipients (uncles' included).
+fn trace_participants(trace: &LocalizedTransactionTrace) -> Vec<Address> {
+    let mut out = match &trace.trace.action {
+        Action::Call(call) => vec![call.from, call.to],
+        Action::Create(create) => vec![create.from],
+        Action::Selfdestruct(destruct) => vec![destruct.address, destruct.refund_address],
+        Action::Reward(reward) => vec![reward.author],
+    };
+    if let Some(TraceOutput::Create(created)) = &trace.trace.result {
+        out.push(created.address);
+    }
+    out
 }
 
 fn classify(method: &'static str, block: Option<u64>, message: String) -> RpcSourceError {
