@@ -97,57 +97,65 @@ impl AppState {
         };
         let present: BTreeMap<String, StoredSnapshot> =
             listed.into_iter().map(|s| (s.id.url_form(), s)).collect();
-        let retired: Vec<String> = {
-            let mut map = self.snapshots.write().expect("lock");
-            let gone: Vec<String> = map
-                .iter()
-                .filter(|(id, loaded)| {
-                    present.get(*id).is_none_or(|s| {
-                        s.manifest.pir.setup_digest != loaded.stored.manifest.pir.setup_digest
-                    })
-                })
-                .map(|(id, _)| id.clone())
-                .collect();
-            for id in &gone {
-                map.remove(id);
-            }
-            gone
-        };
-        for id in retired {
+        for id in self.retire_vanished(&present) {
             tracing::info!(snapshot = %id, "retired (in-flight queries finish on it)");
         }
         for (id, stored) in present {
-            if self.get(&id).is_some() {
-                continue;
-            }
-            let key = format!("{id}:{}", stored.manifest.pir.setup_digest);
-            if self.failed.read().expect("lock").contains_key(&key) {
-                continue;
-            }
-            let store = self.store.clone();
-            let loaded =
-                tokio::task::spawn_blocking(move || LoadedSnapshot::load(&store, stored)).await;
-            match loaded {
-                Ok(Ok(snap)) => {
-                    tracing::info!(snapshot = %id, records = snap.stored.manifest.record_count, k = snap.stored.manifest.pir.partitions, "serving");
-                    self.snapshots
-                        .write()
-                        .expect("lock")
-                        .insert(id, Arc::new(snap));
-                }
-                Ok(Err(e)) => {
-                    tracing::error!(snapshot = %id, error = %e, "cannot load snapshot; skipping it");
-                    self.failed
-                        .write()
-                        .expect("lock")
-                        .insert(key, e.to_string());
-                }
-                Err(e) => tracing::error!(snapshot = %id, error = %e, "loader panicked"),
+            if self.get(&id).is_none() {
+                self.load(id, stored).await;
             }
         }
         self.metrics
             .snapshots
             .set(self.snapshots.read().expect("lock").len() as i64);
+    }
+
+    /// Drops the snapshots no longer in the store (or rebuilt with another
+    /// setup) from the served set; returns their ids.
+    fn retire_vanished(&self, present: &BTreeMap<String, StoredSnapshot>) -> Vec<String> {
+        let mut map = self.snapshots.write().expect("lock");
+        let gone: Vec<String> = map
+            .iter()
+            .filter(|(id, loaded)| {
+                present.get(*id).is_none_or(|s| {
+                    s.manifest.pir.setup_digest != loaded.stored.manifest.pir.setup_digest
+                })
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &gone {
+            map.remove(id);
+        }
+        gone
+    }
+
+    /// Loads one new snapshot off the async threads and serves it; one that
+    /// fails is logged once and skipped until its setup changes.
+    async fn load(&self, id: String, stored: StoredSnapshot) {
+        let key = format!("{id}:{}", stored.manifest.pir.setup_digest);
+        if self.failed.read().expect("lock").contains_key(&key) {
+            return;
+        }
+        let store = self.store.clone();
+        let loaded =
+            tokio::task::spawn_blocking(move || LoadedSnapshot::load(&store, stored)).await;
+        match loaded {
+            Ok(Ok(snap)) => {
+                tracing::info!(snapshot = %id, records = snap.stored.manifest.record_count, k = snap.stored.manifest.pir.partitions, "serving");
+                self.snapshots
+                    .write()
+                    .expect("lock")
+                    .insert(id, Arc::new(snap));
+            }
+            Ok(Err(e)) => {
+                tracing::error!(snapshot = %id, error = %e, "cannot load snapshot; skipping it");
+                self.failed
+                    .write()
+                    .expect("lock")
+                    .insert(key, e.to_string());
+            }
+            Err(e) => tracing::error!(snapshot = %id, error = %e, "loader panicked"),
+        }
     }
 
     /// Takes a queue slot, or `None` when the queue is full.
