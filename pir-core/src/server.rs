@@ -95,23 +95,40 @@ impl PirServer {
         Ok(self.answer_batch(std::slice::from_ref(query))?.remove(0))
     }
 
+    /// Whether `query` fits this database: made for this setup, one
+    /// element per row. A server that answers several clients' queries in
+    /// one pass checks each first, so that one bad query fails only its
+    /// own request.
+    pub fn check(&self, query: &Query) -> Result<(), AnswerError> {
+        if query.setup_id != self.id {
+            return Err(AnswerError::WrongSetup);
+        }
+        let rows = self.db.shape().rows();
+        if query.vector.len() != rows {
+            return Err(AnswerError::RowCount {
+                expected: rows,
+                got: query.vector.len(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Parses a query batch and checks every query (see [`Self::check`]).
+    pub fn checked_queries(&self, body: &[u8]) -> Result<Vec<Query>, ServeError> {
+        let queries = wire::decode_queries(body)?;
+        if queries.is_empty() {
+            return Err(AnswerError::EmptyBatch.into());
+        }
+        queries.iter().try_for_each(|q| self.check(q))?;
+        Ok(queries)
+    }
+
     /// Answers a batch in one pass over the database.
     pub fn answer_batch(&self, queries: &[Query]) -> Result<Vec<Response>, AnswerError> {
         if queries.is_empty() {
             return Err(AnswerError::EmptyBatch);
         }
-        let rows = self.db.shape().rows();
-        for q in queries {
-            if q.setup_id != self.id {
-                return Err(AnswerError::WrongSetup);
-            }
-            if q.vector.len() != rows {
-                return Err(AnswerError::RowCount {
-                    expected: rows,
-                    got: q.vector.len(),
-                });
-            }
-        }
+        queries.iter().try_for_each(|q| self.check(q))?;
         let sliced: Vec<SlicedVec> = queries.iter().map(|q| SlicedVec::new(&q.vector)).collect();
         let refs: Vec<&SlicedVec> = sliced.iter().collect();
         Ok(multiply(&self.db, &refs)

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::batch::BatchSettings;
+
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
@@ -24,6 +26,8 @@ pub struct ServerConfig {
     pub queue: usize,
     /// Largest request body accepted, bytes (larger: 413).
     pub max_body_bytes: usize,
+    /// Answers batched across requests.
+    pub batching: BatchSettings,
 }
 
 impl Default for ServerConfig {
@@ -36,6 +40,7 @@ impl Default for ServerConfig {
             workers: 2,
             queue: 64,
             max_body_bytes: 64 << 20,
+            batching: BatchSettings::default(),
         }
     }
 }

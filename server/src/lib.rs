@@ -15,12 +15,14 @@
 #![forbid(unsafe_code)]
 
 pub use protocol::api;
+mod batch;
 pub mod config;
 mod error;
 mod metrics;
 mod routes;
 mod state;
 
+pub use batch::BatchSettings;
 pub use config::ServerConfig;
 pub use error::RouteError;
 pub use routes::router;

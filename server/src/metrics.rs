@@ -1,5 +1,7 @@
 //! Prometheus metrics of the server.
 
+use std::time::Duration;
+
 use prometheus::{
     Encoder, Histogram, HistogramOpts, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
 };
@@ -9,6 +11,10 @@ pub struct Metrics {
     pub requests: IntCounterVec,
     pub queries: IntCounterVec,
     pub answer_seconds: Histogram,
+    /// Queries per pass over a database.
+    pub pass_queries: Histogram,
+    /// Requests (request parts) per pass.
+    pub pass_requests: Histogram,
     pub snapshots: IntGauge,
     pub queued: IntGauge,
 }
@@ -30,11 +36,27 @@ impl Metrics {
         )
         .expect("valid metric");
         let answer_seconds = Histogram::with_opts(
-            HistogramOpts::new("ethpir_answer_seconds", "Time to answer one query batch").buckets(
-                vec![
-                    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0,
-                ],
-            ),
+            HistogramOpts::new(
+                "ethpir_answer_seconds",
+                "Time of one pass over a database (one batch of queries)",
+            )
+            .buckets(vec![
+                0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0,
+            ]),
+        )
+        .expect("valid metric");
+        let sizes = || vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
+        let pass_queries = Histogram::with_opts(
+            HistogramOpts::new("ethpir_pass_queries", "Queries answered in one pass")
+                .buckets(sizes()),
+        )
+        .expect("valid metric");
+        let pass_requests = Histogram::with_opts(
+            HistogramOpts::new(
+                "ethpir_pass_requests",
+                "Requests answered together in one pass (batching across wallets)",
+            )
+            .buckets(sizes()),
         )
         .expect("valid metric");
         let snapshots =
@@ -48,6 +70,8 @@ impl Metrics {
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(queries.clone()),
             Box::new(answer_seconds.clone()),
+            Box::new(pass_queries.clone()),
+            Box::new(pass_requests.clone()),
             Box::new(snapshots.clone()),
             Box::new(queued.clone()),
         ] {
@@ -58,9 +82,29 @@ impl Metrics {
             requests,
             queries,
             answer_seconds,
+            pass_queries,
+            pass_requests,
             snapshots,
             queued,
         }
+    }
+
+    /// One pass over `snapshot`'s database: `requests` requests' parts,
+    /// `queries` queries in all.
+    pub fn observe_pass(&self, snapshot: &str, requests: usize, queries: usize, took: Duration) {
+        self.answer_seconds.observe(took.as_secs_f64());
+        self.pass_queries.observe(queries as f64);
+        self.pass_requests.observe(requests as f64);
+        self.queries
+            .with_label_values(&[snapshot])
+            .inc_by(queries as u64);
+        tracing::debug!(
+            snapshot,
+            requests,
+            queries,
+            ms = took.as_secs_f64() * 1e3,
+            "pass"
+        );
     }
 
     pub fn render(&self) -> String {

@@ -16,12 +16,13 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use pir_core::wire;
+use pir_core::wire::{self, Query};
 use tower_http::compression::predicate::{DefaultPredicate, NotForContentType, Predicate};
 use tower_http::compression::CompressionLayer;
 use tower_http::limit::RequestBodyLimitLayer;
 
 use crate::api::{Catalog, CatalogEntry};
+use crate::batch;
 use crate::error::RouteError;
 use crate::state::{AppState, LoadedSnapshot};
 
@@ -160,9 +161,10 @@ fn download(headers: &HeaderMap, digest: &str, bytes: &[u8]) -> Response {
 
 /// `POST /v1/query`: one request that queries one or several snapshots
 /// (every level of a view), framed by `protocol::multi`. Every part is
-/// checked (known snapshot, size within its largest batch) before any is
-/// answered; the parts are answered in order by one worker, off the async
-/// threads, after a place in the bounded queue.
+/// checked (known snapshot, size within its largest batch, every query
+/// made for that snapshot) before any is answered; then, with batching
+/// on, each part joins its snapshot's next pass (shared with other
+/// requests'), or, with it off, one worker answers the parts in order.
 async fn query(
     State(state): State<Arc<AppState>>,
     body: Result<Bytes, BytesRejection>,
@@ -173,22 +175,22 @@ async fn query(
         },
         _ => RouteError::BodyUnreadable(e.body_text()),
     })?;
-    let work = checked_parts(&state, &body)?;
-    let (slot, permit) = wait_for_worker(&state).await?;
-    let started = Instant::now();
-    let worker_work = work.clone();
-    let answers = tokio::task::spawn_blocking(move || {
-        let _permit = permit;
-        answer_parts(&worker_work)
-    })
-    .await
-    .map_err(|e| {
-        tracing::error!(error = %e, "answer task failed");
-        RouteError::Internal
-    });
-    drop(slot);
-    let answers = answers?.inspect_err(|e| tracing::info!(error = %e, "refused query"))?;
-    Ok(answered(&state, &work, answers, started))
+    let parts = checked_parts(&state, &body)?;
+    let _slot = state.enter_queue().ok_or(RouteError::QueueFull)?;
+    let work = tokio::task::spawn_blocking(move || decode_parts(parts))
+        .await
+        .map_err(|_| RouteError::Internal)?
+        .inspect_err(|e| tracing::info!(error = %e, "refused query"))?;
+    let answers = match state.batching.enabled {
+        true => answer_batched(&state, work).await?,
+        false => answer_alone(&state, work).await?,
+    };
+    let bodies: Vec<Vec<u8>> = answers.iter().map(|r| wire::encode_responses(r)).collect();
+    Ok((
+        [(header::CONTENT_TYPE, "application/octet-stream")],
+        protocol::multi::encode_response(&bodies),
+    )
+        .into_response())
 }
 
 /// The request's parts, each a known snapshot's batch of at most
@@ -216,63 +218,70 @@ fn checked_parts(
         .collect()
 }
 
-/// Each part's answer and its batch size, in order (on a worker thread).
-fn answer_parts(
-    work: &[(Arc<LoadedSnapshot>, Bytes)],
-) -> Result<Vec<(Vec<u8>, usize)>, RouteError> {
-    work.iter()
-        .map(|(snap, part)| {
-            snap.pir
-                .answer_bytes(part)
-                .map_err(|error| RouteError::Query {
-                    id: snap.url_id.clone(),
-                    error,
-                })
+/// Each part's queries, parsed and checked against its snapshot (off the
+/// async threads: a part can be megabytes).
+fn decode_parts(parts: Vec<(Arc<LoadedSnapshot>, Bytes)>) -> Result<Vec<Part>, RouteError> {
+    parts
+        .into_iter()
+        .map(|(snap, bytes)| match snap.pir.checked_queries(&bytes) {
+            Ok(queries) => Ok((snap, queries)),
+            Err(error) => Err(RouteError::Query {
+                id: snap.url_id.clone(),
+                error,
+            }),
         })
         .collect()
 }
 
-/// The response to answered parts, and the metrics of the answers.
-fn answered(
-    state: &AppState,
-    work: &[(Arc<LoadedSnapshot>, Bytes)],
-    answers: Vec<(Vec<u8>, usize)>,
-    started: Instant,
-) -> Response {
-    let elapsed = started.elapsed();
-    state.metrics.answer_seconds.observe(elapsed.as_secs_f64());
-    for ((snap, _), (_, batch)) in work.iter().zip(&answers) {
-        state
-            .metrics
-            .queries
-            .with_label_values(&[&snap.url_id])
-            .inc_by(*batch as u64);
+/// A snapshot and one request's checked queries to it.
+type Part = (Arc<LoadedSnapshot>, Vec<Query>);
+
+/// Every part queued at once (each in its snapshot's next pass), then
+/// their answers, in order.
+async fn answer_batched(
+    state: &Arc<AppState>,
+    work: Vec<Part>,
+) -> Result<Vec<Vec<wire::Response>>, RouteError> {
+    let waiting: Vec<batch::Answered> = work
+        .into_iter()
+        .map(|(snap, queries)| batch::submit(state, &snap, queries))
+        .collect();
+    let mut answers = Vec::with_capacity(waiting.len());
+    for answered in waiting {
+        answers.push(answered.wait().await?);
     }
-    tracing::info!(
-        parts = work.len(),
-        ms = elapsed.as_secs_f64() * 1e3,
-        "answered"
-    );
-    let bodies: Vec<Vec<u8>> = answers.into_iter().map(|(b, _)| b).collect();
-    (
-        [(header::CONTENT_TYPE, "application/octet-stream")],
-        protocol::multi::encode_response(&bodies),
-    )
-        .into_response()
+    Ok(answers)
 }
 
-/// A place in the bounded queue, then a worker; 503 when the queue is full.
-async fn wait_for_worker(
+/// Batching off: a worker, then the parts in order, each a pass of its own.
+async fn answer_alone(
     state: &Arc<AppState>,
-) -> Result<(crate::state::QueueSlot, tokio::sync::OwnedSemaphorePermit), RouteError> {
-    let slot = state.enter_queue().ok_or(RouteError::QueueFull)?;
+    work: Vec<Part>,
+) -> Result<Vec<Vec<wire::Response>>, RouteError> {
     let permit = state
         .workers
         .clone()
         .acquire_owned()
         .await
         .map_err(|_| RouteError::ShuttingDown)?;
-    Ok((slot, permit))
+    let pass_state = state.clone();
+    tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        work.iter()
+            .map(|(snap, queries)| {
+                let started = Instant::now();
+                let answers = snap.pir.answer_batch(queries);
+                let metrics = &pass_state.metrics;
+                metrics.observe_pass(&snap.url_id, 1, queries.len(), started.elapsed());
+                answers.map_err(|error| RouteError::Query {
+                    id: snap.url_id.clone(),
+                    error: error.into(),
+                })
+            })
+            .collect()
+    })
+    .await
+    .map_err(|_| RouteError::Internal)?
 }
 
 async fn healthz(State(state): State<Arc<AppState>>) -> Response {

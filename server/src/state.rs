@@ -9,6 +9,7 @@ use pir_core::PirServer;
 use snapshot_store::{SnapshotStore, StoredSnapshot};
 use tokio::sync::Semaphore;
 
+use crate::batch::{BatchSettings, Batcher};
 use crate::metrics::Metrics;
 use crate::ServerConfig;
 
@@ -20,6 +21,8 @@ pub struct LoadedSnapshot {
     pub url_id: String,
     /// `table.bin` (digest-checked), when the snapshot has one.
     pub table: Option<Vec<u8>>,
+    /// Its queue of lookups waiting for a pass.
+    pub batcher: Batcher,
 }
 
 impl LoadedSnapshot {
@@ -39,6 +42,7 @@ impl LoadedSnapshot {
             url_id: stored.id.url_form(),
             stored,
             pir,
+            batcher: Batcher::default(),
         })
     }
 }
@@ -53,6 +57,7 @@ pub struct AppState {
     pub queue_limit: usize,
     pub max_batch: usize,
     pub body_limit: usize,
+    pub batching: BatchSettings,
     pub metrics: Metrics,
     /// Store entries that failed to load, so each is logged once.
     failed: RwLock<BTreeMap<String, String>>,
@@ -68,6 +73,7 @@ impl AppState {
             queue_limit: config.queue.max(1),
             max_batch: config.max_batch.clamp(1, pir_core::wire::MAX_BATCH),
             body_limit: config.max_body_bytes,
+            batching: config.batching,
             metrics: Metrics::new(),
             failed: RwLock::new(BTreeMap::new()),
         })

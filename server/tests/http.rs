@@ -4,11 +4,13 @@
 
 use std::time::Duration;
 
+use rand::SeedableRng;
+
 use alloy_primitives::{Address, U256};
 use pir_core::wire::{decode_responses, encode_queries};
 use pir_core::{Lookup, PirClient};
 use server::api::Catalog;
-use server::ServerConfig;
+use server::{BatchSettings, ServerConfig};
 use snapshotter::pipeline::{build_and_publish, BuildOptions, ExportedState};
 use snapshotter::{AccountRecord, SnapshotKind, SnapshotStore};
 
@@ -68,6 +70,15 @@ fn opts() -> BuildOptions {
 }
 
 async fn start(store: &std::path::Path, workers: usize, queue: usize) -> String {
+    start_with(store, workers, queue, BatchSettings::default()).await
+}
+
+async fn start_with(
+    store: &std::path::Path,
+    workers: usize,
+    queue: usize,
+    batching: BatchSettings,
+) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let config = ServerConfig {
@@ -77,6 +88,7 @@ async fn start(store: &std::path::Path, workers: usize, queue: usize) -> String 
         workers,
         queue,
         max_batch: 64,
+        batching,
         ..Default::default()
     };
     tokio::spawn(server::serve_on(listener, config, std::future::pending()));
@@ -457,4 +469,165 @@ async fn one_request_queries_every_level_of_a_view() {
         declared_length_status(&format!("{base}/v1/query"), 1 << 30).await,
         413
     );
+}
+
+/// A metric's value in Prometheus text (`name` with its labels, if any).
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+}
+
+/// Many wallets at once, each reading its own accounts through every level
+/// of a view (base and delta), one of them with a query made for another
+/// snapshot: with batching on (passes capped at 4 queries, a 2-s window so
+/// that the requests surely meet) and off, every request gets exactly its
+/// own answers, the bad one alone is refused, and with batching on no pass
+/// holds more than the cap and fewer passes than requests are run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn answers_batched_across_requests_go_to_their_own_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path()).unwrap();
+    build_and_publish(&store, state(5, 300), &opts()).unwrap();
+    let mut delta = state(6, 40);
+    delta.kind = SnapshotKind::Delta { from: 5 };
+    build_and_publish(&store, delta, &opts()).unwrap();
+    let on = BatchSettings {
+        enabled: true,
+        window_ms: 2000.0,
+        max_queries: 4,
+    };
+    let off = BatchSettings {
+        enabled: false,
+        ..Default::default()
+    };
+    for batching in [on, off] {
+        let base = start_with(dir.path(), 2, 64, batching).await;
+        let http = reqwest::Client::new();
+        let ids = ["31337-5-full", "31337-6-delta-5"];
+        let mut clients = Vec::new();
+        for id in ids {
+            let setup = http
+                .get(format!("{base}/v1/snapshots/{id}/setup"))
+                .send()
+                .await
+                .unwrap()
+                .bytes()
+                .await
+                .unwrap();
+            clients.push(std::sync::Arc::new(
+                PirClient::from_setup_bytes(&setup).unwrap(),
+            ));
+        }
+        let wallets: Vec<_> = (0..12u64)
+            .map(|w| {
+                let (http, base, clients) = (http.clone(), base.clone(), clients.clone());
+                tokio::spawn(async move { wallet(&http, &base, &ids, &clients, w).await })
+            })
+            .collect();
+        for (w, task) in wallets.into_iter().enumerate() {
+            let w = w as u64;
+            let (status, values) = task.await.unwrap();
+            if w == 7 {
+                assert_eq!(
+                    status, 400,
+                    "wallet 7's query was made for another snapshot"
+                );
+                continue;
+            }
+            assert_eq!(status, 200, "wallet {w}");
+            // Accounts 1..=40 changed at block 6 (the delta holds them);
+            // the base holds every account at block 5.
+            let accounts = [w + 1, w + 100];
+            let expected: Vec<Option<(U256, u64)>> = accounts
+                .iter()
+                .flat_map(|&i| {
+                    let in_delta = (i <= 40).then(|| (U256::from(i * 1000 + 6), i));
+                    [Some((U256::from(i * 1000 + 5), i)), in_delta]
+                })
+                .collect();
+            assert_eq!(values, expected, "wallet {w}'s own accounts");
+        }
+        let text = http.get(format!("{base}/metrics")).send().await.unwrap();
+        let text = text.text().await.unwrap();
+        let passes = metric(&text, "ethpir_pass_requests_count");
+        let requests = metric(&text, "ethpir_pass_requests_sum");
+        assert_eq!(requests, 22.0, "11 good requests, 2 parts each");
+        if batching.enabled {
+            assert!(passes < requests, "{passes} passes for {requests} parts");
+            assert_eq!(
+                metric(&text, "ethpir_pass_queries_bucket{le=\"4\"}"),
+                passes,
+                "a pass above the cap of 4 queries"
+            );
+        } else {
+            assert_eq!(passes, requests);
+        }
+    }
+}
+
+/// One wallet: accounts `w + 1` and `w + 100`, one query each to both
+/// levels in one request; the HTTP status and, per account and level, the
+/// value found. Wallet 7 spoils its delta query's setup id.
+async fn wallet(
+    http: &reqwest::Client,
+    base: &str,
+    ids: &[&str; 2],
+    clients: &[std::sync::Arc<PirClient>],
+    w: u64,
+) -> (u16, Vec<Option<(U256, u64)>>) {
+    let records = state(6, 300).records;
+    let keys: Vec<_> = [w, w + 99]
+        .iter()
+        .map(|&i| snapshotter::pir_key(&records[i as usize].address.unwrap()))
+        .collect();
+    let mut bodies = Vec::new();
+    let mut pendings = Vec::new();
+    let mut rng = rand::rngs::StdRng::from_os_rng();
+    for (level, client) in clients.iter().enumerate() {
+        let mut queries = Vec::new();
+        for key in &keys {
+            let (q, p) = client
+                .query(client.prepare(&mut rng), key.as_slice())
+                .unwrap();
+            queries.push(q);
+            pendings.push((level, p));
+        }
+        if w == 7 && level == 1 {
+            queries[0].setup_id[0] ^= 1;
+        }
+        bodies.push(encode_queries(&queries));
+    }
+    let parts = [(ids[0], &bodies[0][..]), (ids[1], &bodies[1][..])];
+    let resp = http
+        .post(format!("{base}/v1/query"))
+        .body(protocol::multi::encode_request(&parts))
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    if status != 200 {
+        return (status, Vec::new());
+    }
+    let body = resp.bytes().await.unwrap();
+    let answers = protocol::multi::decode_response(&body).unwrap();
+    let responses: Vec<Vec<_>> = answers
+        .iter()
+        .map(|a| decode_responses(a).unwrap())
+        .collect();
+    // Per account: base then delta.
+    let mut by_level: Vec<std::vec::IntoIter<_>> =
+        responses.into_iter().map(Vec::into_iter).collect();
+    let mut found = vec![Vec::new(); 2];
+    for (level, pending) in pendings {
+        let response = by_level[level].next().unwrap();
+        found[level].push(match clients[level].decode(pending, &response).unwrap() {
+            Lookup::Found(v) => Some(snapshotter::decode_value(&v).unwrap()),
+            Lookup::Absent => None,
+        });
+    }
+    let values = (0..keys.len())
+        .flat_map(|k| [found[0][k], found[1][k]])
+        .collect();
+    (status, values)
 }
