@@ -12,6 +12,8 @@ use snapshotter::{SnapshotId, SnapshotKind, SnapshotStore};
 
 use proxy::ProxyConfig;
 
+pub mod synthetic;
+
 /// Settings of the demo.
 #[derive(Clone, Debug)]
 pub struct DemoConfig {

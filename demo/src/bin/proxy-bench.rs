@@ -9,13 +9,12 @@
 
 use std::time::{Duration, Instant};
 
-use alloy_primitives::{Address, U256};
+use alloy_primitives::Address;
 use anyhow::Result;
 use clap::Parser;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
-use snapshotter::pipeline::{build_and_publish, BuildOptions, ExportedState};
-use snapshotter::{AccountRecord, SnapshotKind, SnapshotStore};
+use snapshotter::AccountRecord;
 
 #[derive(Parser)]
 #[command(
@@ -117,45 +116,9 @@ async fn latencies(
 async fn main() -> Result<()> {
     let args = Args::parse();
     let store_dir = args.dir.join(format!("store-{}", args.log2_accounts));
-    let store = SnapshotStore::open(&store_dir)?;
+    let records = demo::synthetic::accounts(args.log2_accounts);
+    let (store, build_s) = demo::synthetic::ensure_store(&store_dir, &records).await?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(u64::from(args.log2_accounts));
-    let records: Vec<AccountRecord> = (0..1u64 << args.log2_accounts)
-        .map(|_| {
-            AccountRecord::new(
-                Address::from(rng.random::<[u8; 20]>()),
-                U256::from(rng.random::<u64>()) * U256::from(1_000_000u64),
-                rng.random_range(0..1000),
-            )
-        })
-        .collect();
-    let mut build_s = 0.0;
-    if store.list()?.is_empty() {
-        let t = Instant::now();
-        let state = ExportedState {
-            chain_id: 1,
-            block_number: 1,
-            block_hash: None,
-            state_root: None,
-            block_time: None,
-            kind: SnapshotKind::Full,
-            source: "proxy-bench".into(),
-            records: records.clone(),
-            export_s: 0.0,
-        };
-        let store2 = store.clone();
-        tokio::task::spawn_blocking(move || {
-            build_and_publish(
-                &store2,
-                state,
-                &BuildOptions {
-                    progress: None,
-                    ..Default::default()
-                },
-            )
-        })
-        .await??;
-        build_s = t.elapsed().as_secs_f64();
-    }
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let server = format!("http://{}", listener.local_addr()?);
     let config = server::ServerConfig {

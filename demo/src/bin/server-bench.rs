@@ -1,0 +1,308 @@
+//! `server-bench`: server throughput under concurrent wallets. W wallets
+//! each send single lookups (one query, one request) to `POST /v1/query`
+//! of a real `ethpir-server` on loopback, back to back, for a fixed time,
+//! with batching across requests on and off; one JSON line per run.
+//!
+//! The queries are prepared before the clock starts (preparation is the
+//! wallet's cost, not the server's): a few distinct ones, each checked once
+//! by decoding its answer, and every answer in the timed runs is checked
+//! to be byte-for-byte that answer (the server's answer is a deterministic
+//! function of the query).
+#![forbid(unsafe_code)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context, Result};
+use clap::{Parser, ValueEnum};
+use pir_core::{Lookup, PirClient};
+use rand::SeedableRng;
+use serde_json::json;
+use snapshotter::AccountRecord;
+
+#[derive(Parser)]
+#[command(
+    name = "server-bench",
+    about = "Lookups per second and latency of ethpir-server under W concurrent wallets, batching on and off",
+    long_about = "Builds (once) a store of 2^N random accounts, serves it with ethpir-server on loopback, \
+and lets W wallets send single lookups through the real HTTP route for --seconds, with batching across \
+requests on, off or both. Prints one JSON line per run: lookups/s, p50/p99 latency, a lone lookup's latency, \
+and the passes the server made."
+)]
+struct Args {
+    /// log2 of the number of accounts.
+    #[arg(long, default_value_t = 22)]
+    log2_accounts: u32,
+    /// Concurrent wallets.
+    #[arg(long, default_value_t = 64)]
+    wallets: usize,
+    /// Seconds of each timed run.
+    #[arg(long, default_value_t = 20.0)]
+    seconds: f64,
+    /// Batching across requests.
+    #[arg(long, value_enum, default_value_t = Batching::Both)]
+    batching: Batching,
+    /// The batching window, ms (server setting batching.window_ms).
+    #[arg(long, default_value_t = 0.0)]
+    window_ms: f64,
+    /// Most queries in one pass (server setting batching.max_queries).
+    #[arg(long, default_value_t = 256)]
+    max_queries: usize,
+    /// Distinct prepared queries the wallets share.
+    #[arg(long, default_value_t = 8)]
+    distinct_queries: usize,
+    /// Working directory (stores are kept and reused between runs).
+    #[arg(long, default_value = "./server-bench-data")]
+    dir: std::path::PathBuf,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Batching {
+    On,
+    Off,
+    Both,
+}
+
+/// A prepared lookup: the request body and the answer it must get.
+struct Lookup1 {
+    body: Vec<u8>,
+    answer: Vec<u8>,
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    let records = demo::synthetic::accounts(args.log2_accounts);
+    let store_dir = args.dir.join(format!("store-{}", args.log2_accounts));
+    let (_store, build_s) = demo::synthetic::ensure_store(&store_dir, &records).await?;
+    let modes = match args.batching {
+        Batching::On => vec![true],
+        Batching::Off => vec![false],
+        Batching::Both => vec![false, true],
+    };
+    for enabled in modes {
+        let settings = server::BatchSettings {
+            enabled,
+            window_ms: args.window_ms,
+            max_queries: args.max_queries,
+        };
+        let line = run(&args, &store_dir, &records, settings).await?;
+        let mut line = line;
+        line["build_s"] = json!(build_s);
+        println!("{line}");
+    }
+    Ok(())
+}
+
+/// One timed run against a fresh server with `batching`.
+async fn run(
+    args: &Args,
+    store_dir: &std::path::Path,
+    records: &[AccountRecord],
+    batching: server::BatchSettings,
+) -> Result<serde_json::Value> {
+    let base = start_server(store_dir, batching).await?;
+    let http = reqwest::Client::new();
+    let lookups = Arc::new(prepare(&http, &base, records, args.distinct_queries).await?);
+    let lone = lone_latency_ms(&http, &base, &lookups).await?;
+    let deadline = Instant::now() + Duration::from_secs_f64(args.seconds);
+    let started = Instant::now();
+    let wallets: Vec<_> = (0..args.wallets)
+        .map(|w| {
+            let (http, base, lookups) = (http.clone(), base.clone(), lookups.clone());
+            tokio::spawn(async move { wallet(&http, &base, &lookups, w, deadline).await })
+        })
+        .collect();
+    let mut ms = Vec::new();
+    for w in wallets {
+        ms.extend(w.await??);
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    ms.sort_by(f64::total_cmp);
+    let metrics = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await?
+        .text()
+        .await?;
+    let passes = metric(&metrics, "ethpir_pass_queries_count");
+    let queries = metric(&metrics, "ethpir_pass_queries_sum");
+    Ok(json!({
+        "bench": "server-throughput",
+        "log2_accounts": args.log2_accounts,
+        "wallets": args.wallets,
+        "batching": batching.enabled,
+        "window_ms": batching.window_ms,
+        "max_queries": batching.max_queries,
+        "seconds": elapsed,
+        "lookups": ms.len(),
+        "lookups_per_s": ms.len() as f64 / elapsed,
+        "p50_ms": percentile(&ms, 0.5),
+        "p99_ms": percentile(&ms, 0.99),
+        "lone_lookup_ms": lone,
+        "passes": passes,
+        "mean_queries_per_pass": queries / passes.max(1.0),
+        "cpu": cpu_model(),
+        "cores": std::thread::available_parallelism().map(usize::from).unwrap_or(1),
+        "kernel": pir_core::kernel::active().name(),
+    }))
+}
+
+/// A server over `store_dir` on a free loopback port, once it serves.
+async fn start_server(
+    store_dir: &std::path::Path,
+    batching: server::BatchSettings,
+) -> Result<String> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let config = server::ServerConfig {
+        store: store_dir.to_path_buf(),
+        listen: listener.local_addr()?,
+        queue: 4096,
+        batching,
+        ..Default::default()
+    };
+    let base = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(server::serve_on(listener, config, std::future::pending()));
+    let http = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let health = http.get(format!("{base}/healthz")).send().await;
+        let text = match health {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        if text.contains("\"snapshots\":1") {
+            return Ok(base);
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the server did not load the store"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `count` distinct lookups of random accounts, each answered once and
+/// decoded: the answer must be the account's record.
+async fn prepare(
+    http: &reqwest::Client,
+    base: &str,
+    records: &[AccountRecord],
+    count: usize,
+) -> Result<Vec<Lookup1>> {
+    let catalog: server::api::Catalog = http
+        .get(format!("{base}/v1/snapshots"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let id = catalog.snapshots[0].id.clone();
+    let setup = http
+        .get(format!("{base}/v1/snapshots/{id}/setup"))
+        .send()
+        .await?
+        .bytes()
+        .await?;
+    let client = PirClient::from_setup_bytes(&setup)?;
+    let mut rng = rand::rngs::StdRng::from_os_rng();
+    let mut out = Vec::with_capacity(count);
+    for i in 0..count.max(1) {
+        let record = &records[(i * 7919) % records.len()];
+        let key =
+            snapshotter::pir_key(&record.address.context("synthetic records have addresses")?);
+        let (query, pending) = client.query(client.prepare(&mut rng), key.as_slice())?;
+        let batch = pir_core::wire::encode_queries(&[query]);
+        let body = protocol::multi::encode_request(&[(id.as_str(), &batch[..])]);
+        let answer = post(http, base, &body).await?;
+        let parts = protocol::multi::decode_response(&answer)?;
+        let response = &pir_core::wire::decode_responses(parts[0])?[0];
+        let Lookup::Found(value) = client.decode(pending, response)? else {
+            anyhow::bail!("account {i} not found");
+        };
+        ensure!(
+            snapshotter::decode_value(&value)? == (record.balance, record.nonce),
+            "wrong answer for account {i}"
+        );
+        out.push(Lookup1 { body, answer });
+    }
+    Ok(out)
+}
+
+async fn post(http: &reqwest::Client, base: &str, body: &[u8]) -> Result<Vec<u8>> {
+    let resp = http
+        .post(format!("{base}/v1/query"))
+        .body(body.to_vec())
+        .send()
+        .await?;
+    ensure!(
+        resp.status().is_success(),
+        "query refused: {}",
+        resp.status()
+    );
+    Ok(resp.bytes().await?.to_vec())
+}
+
+/// The median latency of 20 lookups sent one at a time (no other load).
+async fn lone_latency_ms(http: &reqwest::Client, base: &str, lookups: &[Lookup1]) -> Result<f64> {
+    let mut ms = Vec::new();
+    for i in 0..20 {
+        let lookup = &lookups[i % lookups.len()];
+        let t = Instant::now();
+        ensure!(
+            post(http, base, &lookup.body).await? == lookup.answer,
+            "wrong answer"
+        );
+        ms.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    ms.sort_by(f64::total_cmp);
+    Ok(percentile(&ms, 0.5))
+}
+
+/// One wallet: lookups back to back until `deadline`; their latencies, ms.
+async fn wallet(
+    http: &reqwest::Client,
+    base: &str,
+    lookups: &[Lookup1],
+    w: usize,
+    deadline: Instant,
+) -> Result<Vec<f64>> {
+    let mut ms = Vec::new();
+    let mut i = w;
+    while Instant::now() < deadline {
+        let lookup = &lookups[i % lookups.len()];
+        let t = Instant::now();
+        let answer = post(http, base, &lookup.body).await?;
+        ms.push(t.elapsed().as_secs_f64() * 1e3);
+        ensure!(answer == lookup.answer, "wallet {w}: a wrong answer");
+        i += 1;
+    }
+    Ok(ms)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    match sorted.len() {
+        0 => f64::NAN,
+        n => sorted[((n as f64 - 1.0) * p).round() as usize],
+    }
+}
+
+/// A metric's value in Prometheus text.
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| {
+                l.strip_prefix("model name")?
+                    .split(':')
+                    .nth(1)
+                    .map(|m| m.trim().to_string())
+            })
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
