@@ -88,6 +88,16 @@ impl DbShape {
 pub enum Packing {
     /// Minimise query + response bytes while the hint stays within the budget.
     Auto { hint_budget_bytes: u64 },
+    /// As `Auto` with a budget of `hint_floor_bytes` while that keeps
+    /// query + response within `lookup_bytes`; past that (large bases,
+    /// where a fixed budget would make every lookup megabytes), the
+    /// smallest hint that meets the target, at most `hint_cap_bytes`, and
+    /// where even the cap cannot, the least query + response under it.
+    ForLookup {
+        lookup_bytes: u64,
+        hint_floor_bytes: u64,
+        hint_cap_bytes: u64,
+    },
     /// Exactly this many (1 = plain ChalametPIR).
     Fixed(u32),
 }
@@ -108,6 +118,73 @@ impl Packing {
                 )),
             },
         }
+    }
+}
+
+impl Packing {
+    /// The packing factor for `keys` records of `elems` elements.
+    pub fn partitions(&self, keys: usize, arity: Arity, elems: usize) -> u32 {
+        match *self {
+            Packing::Fixed(k) => k.clamp(1, MAX_PARTITIONS),
+            Packing::Auto { hint_budget_bytes } => {
+                choose_partitions(keys, arity, elems, hint_budget_bytes)
+            }
+            Packing::ForLookup {
+                lookup_bytes,
+                hint_floor_bytes,
+                hint_cap_bytes,
+            } => choose_for_lookup(
+                keys,
+                arity,
+                elems,
+                lookup_bytes,
+                hint_floor_bytes,
+                hint_cap_bytes,
+            ),
+        }
+    }
+}
+
+/// What a database of `keys` records of `value_bytes` bytes would be,
+/// estimated before building it (`ethpir-snapshot plan`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Plan {
+    pub partitions: u32,
+    pub rows: u64,
+    /// Elements per record.
+    pub elems: usize,
+    pub plaintext_bits: u32,
+    pub query_bytes: u64,
+    pub response_bytes: u64,
+    pub hint_bytes: u64,
+    /// The encoded database (one byte per element).
+    pub database_bytes: u64,
+}
+
+/// Estimates the database [`EncodedDb::encode`] would build, by the same
+/// choices (packing, then plaintext bits for the correctness bound).
+pub fn plan(keys: usize, value_bytes: usize, options: &EncodeOptions) -> Result<Plan, ParamError> {
+    let mut bits = crate::params::MAX_PLAINTEXT_BITS;
+    loop {
+        let elems = record_elems(value_bytes, bits);
+        let k = options.packing.partitions(keys, options.arity, elems);
+        let rows = estimated_rows(keys, options.arity, k).next_multiple_of(4);
+        let checked = k as u64 * elems as u64;
+        let lwe = LweParams::for_rows(rows, checked)?;
+        if lwe.plaintext_bits < bits {
+            bits = lwe.plaintext_bits;
+            continue;
+        }
+        return Ok(Plan {
+            partitions: k,
+            rows,
+            elems,
+            plaintext_bits: bits,
+            query_bytes: 4 * rows,
+            response_bytes: 4 * checked,
+            hint_bytes: 4 * LWE_DIMENSION as u64 * checked,
+            database_bytes: rows * checked,
+        });
     }
 }
 
@@ -138,12 +215,18 @@ impl Default for EncodeOptions {
     }
 }
 
+/// Rows of the fullest of `k` partitions of `keys` keys, estimated before
+/// the filters exist (the mean plus three standard deviations).
+fn estimated_rows(keys: usize, arity: Arity, k: u32) -> u64 {
+    let per = keys.div_ceil(k as usize);
+    let fullest = per + 3 * (per as f64).sqrt().ceil() as usize + 1;
+    FuseGeometry::for_keys(arity, fullest, 0).array_length() as u64
+}
+
 /// Query + response bytes and hint bytes of a packing choice, estimated
 /// before the filters exist.
 pub fn estimate_sizes(keys: usize, arity: Arity, elems: usize, k: u32) -> (u64, u64) {
-    let per = keys.div_ceil(k as usize);
-    let fullest = per + 3 * (per as f64).sqrt().ceil() as usize + 1;
-    let rows = FuseGeometry::for_keys(arity, fullest, 0).array_length() as u64;
+    let rows = estimated_rows(keys, arity, k);
     let traffic = 4 * rows + 4 * k as u64 * elems as u64;
     let hint = 4 * LWE_DIMENSION as u64 * k as u64 * elems as u64;
     (traffic, hint)
@@ -164,6 +247,35 @@ pub fn choose_partitions(keys: usize, arity: Arity, elems: usize, hint_budget_by
         }
     }
     best.1
+}
+
+/// Chooses the packing factor for a per-lookup target (see
+/// [`Packing::ForLookup`]). Query + response shrink with `k` until the
+/// response dominates, while the hint grows with `k`: past the floor, the
+/// first `k` that meets the target has the smallest hint that does.
+pub fn choose_for_lookup(
+    keys: usize,
+    arity: Arity,
+    elems: usize,
+    lookup_bytes: u64,
+    hint_floor_bytes: u64,
+    hint_cap_bytes: u64,
+) -> u32 {
+    let within_floor = choose_partitions(keys, arity, elems, hint_floor_bytes);
+    if estimate_sizes(keys, arity, elems, within_floor).0 <= lookup_bytes {
+        return within_floor;
+    }
+    let max_k = (keys.max(1) as u64).min(MAX_PARTITIONS as u64) as u32;
+    for k in within_floor..=max_k {
+        let (traffic, hint) = estimate_sizes(keys, arity, elems, k);
+        if hint > hint_cap_bytes && k > 1 {
+            break;
+        }
+        if traffic <= lookup_bytes {
+            return k;
+        }
+    }
+    choose_partitions(keys, arity, elems, hint_cap_bytes)
 }
 
 /// The encoded database a server answers from.
@@ -220,12 +332,9 @@ impl EncodedDb {
         let mut bits = crate::params::MAX_PLAINTEXT_BITS;
         loop {
             let elems = record_elems(value_bytes, bits);
-            let k = match options.packing {
-                Packing::Fixed(k) => k.clamp(1, MAX_PARTITIONS),
-                Packing::Auto { hint_budget_bytes } => {
-                    choose_partitions(records.len(), options.arity, elems, hint_budget_bytes)
-                }
-            };
+            let k = options
+                .packing
+                .partitions(records.len(), options.arity, elems);
             let mut members: Vec<Vec<u32>> = vec![Vec::new(); k as usize];
             for (i, d) in digests.iter().enumerate() {
                 members[d.partition(partition_seed, k) as usize].push(i as u32);
@@ -485,5 +594,35 @@ mod tests {
         assert!(hint <= 40 << 20);
         assert!(traffic <= 128 << 10, "traffic {traffic}");
         assert_eq!(choose_partitions(1, Arity::Three, 48, 1), 1);
+    }
+
+    #[test]
+    fn lookup_target_packing_takes_the_smallest_hint_that_meets_it() {
+        let (keys, elems) = (1 << 24, 48);
+        let target = 1536 << 10;
+        let floor = 32 << 20;
+        let k = choose_for_lookup(keys, Arity::Three, elems, target, floor, 512 << 20);
+        let (traffic, hint) = estimate_sizes(keys, Arity::Three, elems, k);
+        assert!(traffic <= target, "traffic {traffic}");
+        assert!(hint <= 512 << 20);
+        // 2^26 keys miss the target under the floor: the hint grew, and
+        // k - 1 would have missed it.
+        let big = choose_for_lookup(keys << 2, Arity::Three, elems, target, floor, 512 << 20);
+        let (traffic, hint) = estimate_sizes(keys << 2, Arity::Three, elems, big);
+        assert!(traffic <= target && hint > floor, "k = {big}");
+        let (smaller, _) = estimate_sizes(keys << 2, Arity::Three, elems, big - 1);
+        assert!(smaller > target, "k - 1 would have met the target");
+        // Small bases keep the floor's rule (least traffic under it).
+        let small = choose_for_lookup(1 << 20, Arity::Three, elems, target, floor, 512 << 20);
+        assert_eq!(
+            small,
+            choose_partitions(1 << 20, Arity::Three, elems, floor)
+        );
+        // A cap too small for the target: the least traffic under the cap.
+        let capped = choose_for_lookup(keys, Arity::Three, elems, 1024, 1 << 20, 8 << 20);
+        assert_eq!(
+            capped,
+            choose_partitions(keys, Arity::Three, elems, 8 << 20)
+        );
     }
 }

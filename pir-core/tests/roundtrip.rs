@@ -206,3 +206,39 @@ fn tampered_responses_never_decode_to_a_value() {
         }
     }
 }
+
+/// `plan` predicts what `encode` builds: the packing, the plaintext bits and
+/// (within the estimate's margin) the rows.
+#[test]
+fn the_plan_predicts_the_encoded_shape() {
+    let mut rng = ChaCha20Rng::seed_from_u64(5);
+    let records = random_db(&mut rng, 30_000, 20, 24);
+    for packing in [
+        Packing::Fixed(3),
+        Packing::Auto {
+            hint_budget_bytes: 4 << 20,
+        },
+        Packing::ForLookup {
+            lookup_bytes: 48 << 10,
+            hint_floor_bytes: 1 << 20,
+            hint_cap_bytes: 64 << 20,
+        },
+    ] {
+        let options = EncodeOptions {
+            arity: Arity::Three,
+            packing,
+        };
+        let plan = pir_core::db::plan(records.len(), 24, &options).unwrap();
+        let db = EncodedDb::encode(&records, 24, &options, &mut rng).unwrap();
+        let shape = db.shape();
+        assert_eq!(plan.partitions, shape.partitions, "{packing:?}");
+        assert_eq!(plan.plaintext_bits, shape.lwe.plaintext_bits, "{packing:?}");
+        assert_eq!(plan.elems, shape.record_elems(), "{packing:?}");
+        let rows = shape.rows() as f64;
+        assert!(
+            (plan.rows as f64) >= rows && (plan.rows as f64) < rows * 1.1,
+            "{packing:?}: planned {} rows, built {rows}",
+            plan.rows
+        );
+    }
+}

@@ -24,7 +24,9 @@ use serde::Deserialize;
 
 use crate::levels::{LevelPolicy, Levels, LevelsError, UpdateReport};
 use crate::manifest::KindTag;
-use crate::pipeline::{build_and_publish, BuildOptions, ExportedState};
+use crate::pipeline::{
+    build_and_publish, resolve_packing, BuildOptions, ExportedState, HintBudget,
+};
 use crate::sources::rpc::{RpcOptions, RpcSource, Traces};
 use crate::store::{SnapshotStore, StoredSnapshot};
 
@@ -95,7 +97,11 @@ pub struct BuildConfig {
     pub device: String,
     pub arity: u8,
     pub packing: String,
-    pub hint_budget_mib: u64,
+    pub hint_budget_mib: HintBudget,
+    /// With `hint_budget_mib = "auto"`: a base lookup's query + response
+    /// target, KiB, and the largest hint a base may have to meet it, MiB.
+    pub lookup_target_kib: u64,
+    pub hint_cap_mib: u64,
 }
 
 impl Default for BuildConfig {
@@ -104,18 +110,27 @@ impl Default for BuildConfig {
             device: "auto".into(),
             arity: 3,
             packing: "auto".into(),
-            hint_budget_mib: 32,
+            hint_budget_mib: HintBudget::Auto,
+            lookup_target_kib: 1536,
+            hint_cap_mib: 512,
         }
     }
 }
 
 impl BuildConfig {
     pub fn options(&self) -> anyhow::Result<BuildOptions> {
+        let (packing, base_packing) = resolve_packing(
+            &self.packing,
+            self.hint_budget_mib,
+            self.lookup_target_kib,
+            self.hint_cap_mib,
+        )
+        .map_err(|e| anyhow::anyhow!("build.packing: {e}"))?;
         Ok(BuildOptions {
             arity: pir_core::Arity::from_u8(self.arity)
                 .map_err(|e| anyhow::anyhow!("build.arity: {e}"))?,
-            packing: pir_core::Packing::parse(&self.packing, self.hint_budget_mib)
-                .map_err(|e| anyhow::anyhow!("build.packing: {e}"))?,
+            packing,
+            base_packing,
             device: self
                 .device
                 .parse()

@@ -48,7 +48,10 @@ impl ExportedState {
 #[derive(Clone)]
 pub struct BuildOptions {
     pub arity: Arity,
+    /// The packing of every level...
     pub packing: Packing,
+    /// ...but full snapshots (the bases), when set: see [`resolve_packing`].
+    pub base_packing: Option<Packing>,
     pub device: HintDevice,
     /// Where the encode and hint steps report progress (none: silent).
     pub progress: Option<ProgressFn>,
@@ -59,10 +62,86 @@ impl Default for BuildOptions {
         BuildOptions {
             arity: Arity::Three,
             packing: Packing::default(),
+            base_packing: None,
             device: HintDevice::Auto,
             progress: None,
         }
     }
+}
+
+impl BuildOptions {
+    /// The packing of a snapshot of `kind`.
+    pub fn packing_for(&self, kind: &SnapshotKind) -> Packing {
+        match (kind, self.base_packing) {
+            (SnapshotKind::Full, Some(base)) => base,
+            _ => self.packing,
+        }
+    }
+}
+
+/// The hint budget of automatic packing (`hint_budget_mib` in configs,
+/// `--hint-budget-mib` on the command line): `"auto"` or MiB.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HintBudget {
+    /// Every level: the least query + response under pir-core's default
+    /// budget (32 MiB); bases, where that misses the lookup target: the
+    /// smallest hint that meets it (up to the hint cap).
+    Auto,
+    Mib(u64),
+}
+
+impl std::str::FromStr for HintBudget {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "auto" => Ok(HintBudget::Auto),
+            n => n
+                .parse()
+                .map(HintBudget::Mib)
+                .map_err(|_| format!("hint budget '{n}': \"auto\" or a number of MiB")),
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for HintBudget {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(serde::Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Mib(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Mib(n) => Ok(HintBudget::Mib(n)),
+            Raw::Text(t) => t.parse().map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// The packings of a build from its settings: `packing` ("auto" or a
+/// partition count), the hint budget, and for an automatic budget the
+/// per-lookup target (KiB, query + response) and the hint cap (MiB) of
+/// the bases. Returns the packing of every level and that of the bases.
+pub fn resolve_packing(
+    packing: &str,
+    budget: HintBudget,
+    lookup_target_kib: u64,
+    hint_cap_mib: u64,
+) -> Result<(Packing, Option<Packing>), pir_core::ParamError> {
+    let budget_mib = match budget {
+        HintBudget::Mib(n) => n,
+        HintBudget::Auto => pir_core::db::DEFAULT_HINT_BUDGET >> 20,
+    };
+    let levels = Packing::parse(packing, budget_mib)?;
+    let base = match (levels, budget) {
+        (Packing::Auto { hint_budget_bytes }, HintBudget::Auto) => Some(Packing::ForLookup {
+            lookup_bytes: lookup_target_kib.saturating_mul(1 << 10),
+            hint_floor_bytes: hint_budget_bytes,
+            hint_cap_bytes: hint_cap_mib.saturating_mul(1 << 20),
+        }),
+        _ => None,
+    };
+    Ok((levels, base))
 }
 
 impl std::fmt::Debug for BuildOptions {
@@ -70,6 +149,7 @@ impl std::fmt::Debug for BuildOptions {
         f.debug_struct("BuildOptions")
             .field("arity", &self.arity)
             .field("packing", &self.packing)
+            .field("base_packing", &self.base_packing)
             .field("device", &self.device)
             .field("progress", &self.progress.is_some())
             .finish()
@@ -188,7 +268,7 @@ fn encode_phase(state: &ExportedState, opts: &BuildOptions) -> Result<Encoded, B
     report(&opts.progress, ProgressEvent::Begin { step, total: None });
     let options = EncodeOptions {
         arity: opts.arity,
-        packing: opts.packing,
+        packing: opts.packing_for(&state.kind),
     };
     let db = EncodedDb::encode(&kv, width, &options, &mut rand::rng());
     report(&opts.progress, ProgressEvent::End { step });
@@ -339,6 +419,52 @@ fn manifest_for(state: &ExportedState, w: &Written) -> Manifest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hint_budgets_parse_and_resolve() {
+        assert_eq!("auto".parse(), Ok(HintBudget::Auto));
+        assert_eq!("128".parse(), Ok(HintBudget::Mib(128)));
+        assert!("lots".parse::<HintBudget>().is_err());
+        let (levels, base) = resolve_packing("auto", HintBudget::Auto, 1536, 512).unwrap();
+        assert_eq!(levels, Packing::default());
+        assert_eq!(
+            base,
+            Some(Packing::ForLookup {
+                lookup_bytes: 1536 << 10,
+                hint_floor_bytes: 32 << 20,
+                hint_cap_bytes: 512 << 20,
+            })
+        );
+        let (levels, base) = resolve_packing("auto", HintBudget::Mib(64), 1536, 512).unwrap();
+        assert_eq!(
+            levels,
+            Packing::Auto {
+                hint_budget_bytes: 64 << 20
+            }
+        );
+        assert_eq!(base, None);
+        assert_eq!(
+            resolve_packing("9", HintBudget::Auto, 1536, 512).unwrap(),
+            (Packing::Fixed(9), None)
+        );
+        let options = BuildOptions {
+            base_packing: base,
+            ..Default::default()
+        };
+        assert_eq!(options.packing_for(&SnapshotKind::Full), Packing::default());
+    }
+
+    #[test]
+    fn the_example_config_parses() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/snapshotter.toml");
+        let config = crate::follow::FollowConfig::from_file(std::path::Path::new(path)).unwrap();
+        assert_eq!(config.build.hint_budget_mib, HintBudget::Auto);
+        let options = config.build.options().unwrap();
+        assert!(matches!(
+            options.base_packing,
+            Some(Packing::ForLookup { .. })
+        ));
+    }
 
     /// A copy of the lock's descriptor outliving the lock (what a process
     /// spawned by another thread holds until it execs) does not keep the

@@ -9,9 +9,13 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use gpu_kernels::HintDevice;
 use indicatif::{ProgressBar, ProgressStyle};
+use std::io::Write as _;
+
 use pir_core::{Arity, Packing};
 use snapshotter::follow::{self, FollowConfig};
-use snapshotter::pipeline::{build_and_publish, BuildError, BuildOptions, ExportedState};
+use snapshotter::pipeline::{
+    build_and_publish, resolve_packing, BuildError, BuildOptions, ExportedState, HintBudget,
+};
 use snapshotter::progress::{ProgressEvent, ProgressFn, Step};
 use snapshotter::sources::genesis;
 #[cfg(feature = "reth")]
@@ -93,6 +97,29 @@ ethpir-snapshot run --config configs/snapshotter.toml --once"
         /// Accounts looked up privately per snapshot (0: files and formats only).
         #[arg(long, default_value_t = 8)]
         lookups: usize,
+    },
+    /// What a database of N accounts would be with these layout settings
+    /// (no store needed): partitions, rows, query, response, hint and
+    /// database bytes, for a base and for the other levels.
+    #[command(
+        long_about = "Estimate the PIR database of N accounts before building it, with the same choices \
+a build makes (packing, then plaintext bits for the correctness bound): partitions k, rows, bytes per \
+lookup (query + response), hint and database bytes. One line for a base (a full snapshot) and one for \
+the other levels.\n\nExamples:\n  ethpir-snapshot plan --accounts 350000000\n  \
+ethpir-snapshot plan --accounts 16777216 --hint-budget-mib 32 --json"
+    )]
+    Plan {
+        /// Accounts (records) in the database.
+        #[arg(long)]
+        accounts: usize,
+        /// Value bytes per record: 24 (balances below 2^128) or 40.
+        #[arg(long, default_value_t = 24)]
+        value_bytes: usize,
+        #[command(flatten)]
+        layout: LayoutArgs,
+        /// JSON lines instead of a table.
+        #[arg(long)]
+        json: bool,
     },
     /// Apply the retention policy now.
     Prune {
@@ -226,20 +253,51 @@ struct BuildArgs {
     /// Where to build the hint: auto (GPU if usable, else CPU), cpu, cuda.
     #[arg(long, default_value = "auto")]
     device: HintDevice,
+    #[command(flatten)]
+    layout: LayoutArgs,
+    /// Do not draw progress bars.
+    #[arg(long)]
+    no_progress: bool,
+    #[command(flatten)]
+    retention: RetentionArgs,
+}
+
+/// How a database is laid out: filter arity and packing.
+#[derive(Args, Clone)]
+struct LayoutArgs {
     /// Binary fuse filter arity (3 or 4).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(3..=4))]
     arity: u8,
     /// Packing factor k: "auto" or a number (1 = plain ChalametPIR layout).
     #[arg(long, default_value = "auto")]
     packing: String,
-    /// Hint size budget for automatic packing, MiB.
-    #[arg(long, default_value_t = 32)]
-    hint_budget_mib: u64,
-    /// Do not draw progress bars.
-    #[arg(long)]
-    no_progress: bool,
-    #[command(flatten)]
-    retention: RetentionArgs,
+    /// Hint size budget for automatic packing: MiB, or "auto" (a full
+    /// snapshot gets the smallest hint that keeps a lookup under
+    /// --lookup-target-kib, up to --hint-cap-mib; other kinds 32 MiB).
+    #[arg(long, default_value = "auto")]
+    hint_budget_mib: HintBudget,
+    /// Query + response bytes per lookup a base aims at, KiB (with an
+    /// automatic hint budget).
+    #[arg(long, default_value_t = 1536)]
+    lookup_target_kib: u64,
+    /// Largest hint a base may get to meet the lookup target, MiB.
+    #[arg(long, default_value_t = 512)]
+    hint_cap_mib: u64,
+}
+
+impl LayoutArgs {
+    /// The arity, the packing of every level and that of the bases.
+    fn resolve(&self) -> Result<(Arity, Packing, Option<Packing>)> {
+        let (packing, base_packing) = resolve_packing(
+            &self.packing,
+            self.hint_budget_mib,
+            self.lookup_target_kib,
+            self.hint_cap_mib,
+        )
+        .context("--packing")?;
+        let arity = Arity::from_u8(self.arity).context("--arity")?;
+        Ok((arity, packing, base_packing))
+    }
 }
 
 #[derive(Args, Clone)]
@@ -254,9 +312,11 @@ struct RetentionArgs {
 
 impl BuildArgs {
     fn options(&self) -> Result<BuildOptions> {
+        let (arity, packing, base_packing) = self.layout.resolve()?;
         Ok(BuildOptions {
-            arity: Arity::from_u8(self.arity).context("--arity")?,
-            packing: Packing::parse(&self.packing, self.hint_budget_mib).context("--packing")?,
+            arity,
+            packing,
+            base_packing,
             device: self.device,
             progress: self.progress(),
         })
@@ -318,6 +378,12 @@ fn main() -> Result<()> {
         Command::Run(args) => run_follower(&cli.store, cli_store_given(), args),
         Command::Build { source } => build(&open_store()?, source),
         Command::List { json } => list(&open_store()?, *json),
+        Command::Plan {
+            accounts,
+            value_bytes,
+            layout,
+            json,
+        } => plan(*accounts, *value_bytes, layout, *json),
         Command::Verify { ids, lookups } => verify(&open_store()?, ids, *lookups),
         Command::Prune {
             chain_id,
@@ -444,6 +510,55 @@ fn export_rpc(args: &RpcArgs) -> Result<ExportedState> {
 }
 
 /// `list`: one line per snapshot, or the manifests as JSON lines.
+/// `plan`: the estimated database of a base and of a level.
+fn plan(accounts: usize, value_bytes: usize, layout: &LayoutArgs, json: bool) -> Result<()> {
+    let (arity, packing, base_packing) = layout.resolve()?;
+    let kinds = [
+        ("base", base_packing.unwrap_or(packing)),
+        ("level", packing),
+    ];
+    // Written, not printed: a closed pipe (`| head`) ends it with an error.
+    let mut out = std::io::stdout().lock();
+    if !json {
+        writeln!(out, "kind   packing  k      rows        query KiB  response KiB  lookup KiB  hint MiB  database MiB")?;
+    }
+    for (kind, packing) in kinds {
+        let options = pir_core::EncodeOptions { arity, packing };
+        let p = pir_core::db::plan(accounts, value_bytes, &options)
+            .with_context(|| format!("{accounts} accounts"))?;
+        let kib = |b: u64| b as f64 / 1024.0;
+        let mib = |b: u64| b as f64 / (1 << 20) as f64;
+        let lookup = p.query_bytes + p.response_bytes;
+        if json {
+            let line = serde_json::json!({
+                "accounts": accounts, "kind": kind, "packing": format!("{packing:?}"),
+                "partitions": p.partitions, "rows": p.rows, "plaintext_bits": p.plaintext_bits,
+                "query_bytes": p.query_bytes, "response_bytes": p.response_bytes,
+                "lookup_bytes": lookup, "hint_bytes": p.hint_bytes, "database_bytes": p.database_bytes,
+            });
+            writeln!(out, "{line}")?;
+            continue;
+        }
+        let name = match packing {
+            Packing::Fixed(_) => "fixed",
+            Packing::Auto { .. } => "budget",
+            Packing::ForLookup { .. } => "target",
+        };
+        writeln!(
+            out,
+            "{kind:<6} {name:<8} {:<6} {:<11} {:<10.1} {:<13.1} {:<11.1} {:<9.1} {:.1}",
+            p.partitions,
+            p.rows,
+            kib(p.query_bytes),
+            kib(p.response_bytes),
+            kib(lookup),
+            mib(p.hint_bytes),
+            mib(p.database_bytes)
+        )?;
+    }
+    Ok(())
+}
+
 fn list(store: &SnapshotStore, json: bool) -> Result<()> {
     for s in store.list()? {
         if json {
