@@ -27,6 +27,11 @@ use serde_json::{json, Map, Value};
                   prints one JSON line per implementation. Timings are medians over --reps runs."
 )]
 struct Args {
+    /// Only measure query preparation (`b0 = s.A + e`) for a database of
+    /// this many rows (393216: the 1.5 MiB mainnet shape), on one core,
+    /// with every kernel the CPU has (each expands `A` its own way).
+    #[arg(long)]
+    prepare_rows: Option<usize>,
     /// log2 of the number of keys.
     #[arg(long, default_value_t = 16)]
     log2_keys: u32,
@@ -83,6 +88,9 @@ fn time_ms<T>(f: impl FnOnce() -> T) -> (T, f64) {
 
 fn main() -> Result<()> {
     let args = Args::parse();
+    if let Some(rows) = args.prepare_rows {
+        return bench_prepare(rows, args.reps);
+    }
     ensure!(args.log2_keys <= 26, "--log2-keys at most 26");
     ensure!(
         args.reps >= 1 && args.batch >= 1,
@@ -263,6 +271,42 @@ fn bench_ours(
 
 /// Names the machine and, when asked, sets the scan against the memory read
 /// bandwidth measured now.
+/// `--prepare-rows`: one JSON line per kernel (median of `reps`
+/// preparations on a one-thread pool), then the speed-ups over the
+/// portable (scalar TurboSHAKE128) path.
+fn bench_prepare(rows: usize, reps: usize) -> Result<()> {
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build()?;
+    let n = pir_core::params::LWE_DIMENSION as usize;
+    let mut rng = ChaCha20Rng::seed_from_u64(7);
+    let seed: [u8; 32] = rng.random();
+    let mut portable_ms = None;
+    for kernel in Kernel::supported().into_iter().rev() {
+        kernel::select(kernel)?;
+        let times: Vec<f64> = (0..reps.max(1))
+            .map(|_| {
+                time_ms(|| pool.install(|| pir_core::client::prepare_b0(&seed, n, rows, &mut rng)))
+                    .1
+            })
+            .collect();
+        let ms = median(times);
+        let base = *portable_ms.get_or_insert(ms);
+        let mut line = Map::new();
+        line.insert("bench".into(), json!("prepare"));
+        line.insert("rows".into(), json!(rows));
+        line.insert("threads".into(), json!(1));
+        line.insert("kernel".into(), json!(kernel.name()));
+        line.insert("prepare_ms".into(), json!(ms));
+        line.insert("speedup_vs_portable".into(), json!(base / ms));
+        // About 2/3 of the n rows of A are expanded (s is 0 on the rest).
+        let expanded = (2 * n / 3 * rows * 4) as f64;
+        line.insert("expand_gb_per_s".into(), json!(expanded / ms / 1e6));
+        line.insert("reps".into(), json!(reps));
+        add_machine(&mut line, false);
+        println!("{}", Value::Object(line));
+    }
+    Ok(())
+}
+
 fn add_machine(m: &mut Map<String, Value>, memread: bool) {
     m.insert("cpu_model".into(), json!(machine::cpu_model()));
     m.insert("cpu_flags".into(), json!(machine::simd_flags()));

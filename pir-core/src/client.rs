@@ -11,6 +11,7 @@ use crate::db::DbShape;
 use crate::error::{DecodeError, WireError};
 use crate::keys::{record_tag, KeyDigest};
 use crate::matrix::expand_row_segment;
+use crate::params::SEED_BYTES;
 use crate::record::decode_record;
 use crate::wire::{Query, Response, SetupData, SetupId};
 
@@ -194,6 +195,60 @@ fn ternary(rng: &mut (impl Rng + ?Sized), out: &mut [i8]) {
 /// Public-matrix rows per task while preparing.
 const PREPARE_ROWS_PER_TASK: usize = 64;
 
+/// A ternary secret `s` of `n` entries and `b0 = s.A + e` over `rows`
+/// columns of the matrix of `seed`: the rows of `A` where `s` is 0 are
+/// never expanded, the others are added or subtracted (no
+/// multiplications), on all cores of the current rayon pool.
+pub fn prepare_b0(
+    seed: &[u8; SEED_BYTES],
+    n: usize,
+    rows: usize,
+    rng: &mut (impl CryptoRng + ?Sized),
+) -> (Vec<i8>, Vec<u32>) {
+    let mut secret = vec![0i8; n];
+    ternary(rng, &mut secret);
+    let mut error = vec![0i8; rows];
+    ternary(rng, &mut error);
+    let mut b0 = (0..n.div_ceil(PREPARE_ROWS_PER_TASK))
+        .into_par_iter()
+        .map(|task| {
+            let mut acc = vec![0u32; rows];
+            let mut row = vec![0u32; rows];
+            let first = task * PREPARE_ROWS_PER_TASK;
+            let last = (first + PREPARE_ROWS_PER_TASK).min(n);
+            for (i, &s) in secret.iter().enumerate().take(last).skip(first) {
+                if s == 0 {
+                    continue;
+                }
+                expand_row_segment(seed, i as u32, 0, &mut row);
+                if s > 0 {
+                    acc.iter_mut()
+                        .zip(&row)
+                        .for_each(|(a, &x)| *a = a.wrapping_add(x));
+                } else {
+                    acc.iter_mut()
+                        .zip(&row)
+                        .for_each(|(a, &x)| *a = a.wrapping_sub(x));
+                }
+            }
+            row.zeroize();
+            acc
+        })
+        .reduce_with(|mut a, mut b| {
+            a.iter_mut()
+                .zip(&b)
+                .for_each(|(x, &y)| *x = x.wrapping_add(y));
+            b.zeroize();
+            a
+        })
+        .unwrap_or_else(|| vec![0u32; rows]);
+    for (b, &e) in b0.iter_mut().zip(&error) {
+        *b = b.wrapping_add(e as i32 as u32);
+    }
+    error.zeroize();
+    (secret, b0)
+}
+
 impl PirClient {
     /// A client from parsed setup data.
     pub fn new(setup: SetupData) -> Self {
@@ -247,51 +302,7 @@ impl PirClient {
     pub fn prepare(&self, rng: &mut (impl CryptoRng + ?Sized)) -> PreparedQuery {
         let shape = &self.setup.shape;
         let n = shape.lwe.dimension as usize;
-        let rows = shape.rows();
-        let mut secret = vec![0i8; n];
-        ternary(rng, &mut secret);
-        let mut error = vec![0i8; rows];
-        ternary(rng, &mut error);
-        let seed = &self.setup.seed;
-        let mut b0 = (0..n.div_ceil(PREPARE_ROWS_PER_TASK))
-            .into_par_iter()
-            .map(|task| {
-                let mut acc = vec![0u32; rows];
-                let mut row = vec![0u32; rows];
-                let first = task * PREPARE_ROWS_PER_TASK;
-                let last = (first + PREPARE_ROWS_PER_TASK).min(n);
-                for (i, &s) in secret.iter().enumerate().take(last).skip(first) {
-                    match s {
-                        0 => continue,
-                        s => {
-                            expand_row_segment(seed, i as u32, 0, &mut row);
-                            if s > 0 {
-                                acc.iter_mut()
-                                    .zip(&row)
-                                    .for_each(|(a, &x)| *a = a.wrapping_add(x));
-                            } else {
-                                acc.iter_mut()
-                                    .zip(&row)
-                                    .for_each(|(a, &x)| *a = a.wrapping_sub(x));
-                            }
-                        }
-                    }
-                }
-                row.zeroize();
-                acc
-            })
-            .reduce_with(|mut a, mut b| {
-                a.iter_mut()
-                    .zip(&b)
-                    .for_each(|(x, &y)| *x = x.wrapping_add(y));
-                b.zeroize();
-                a
-            })
-            .unwrap_or_else(|| vec![0u32; rows]);
-        for (b, &e) in b0.iter_mut().zip(&error) {
-            *b = b.wrapping_add(e as i32 as u32);
-        }
-        error.zeroize();
+        let (secret, b0) = prepare_b0(&self.setup.seed, n, shape.rows(), rng);
         PreparedQuery {
             setup_id: self.id,
             secret,

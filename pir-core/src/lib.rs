@@ -24,6 +24,8 @@ pub mod db;
 pub mod error;
 pub mod fuse;
 #[allow(unsafe_code)]
+pub mod keccak_x4;
+#[allow(unsafe_code)]
 pub mod kernel;
 pub mod keys;
 pub mod matrix;

@@ -11,6 +11,7 @@
 use sha3::digest::{ExtendableOutput, Update, XofReader};
 use sha3::{TurboShake128, TurboShake128Core};
 
+use crate::kernel::{active, Kernel};
 use crate::params::SEED_BYTES;
 
 /// Columns of `A` per expansion block.
@@ -35,13 +36,83 @@ pub fn expand_block(seed: &[u8; SEED_BYTES], row: u32, block: u32, out: &mut [u3
     }
 }
 
+/// Whether `kernel` expands four blocks at once (the AVX2 TurboSHAKE128
+/// of [`crate::keccak_x4`]; the AVX-512 kernel's CPUs have AVX2 too).
+fn four_lanes(kernel: Kernel) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        matches!(kernel, Kernel::Avx2 | Kernel::Avx512Vnni) && is_x86_feature_detected!("avx2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = kernel;
+        false
+    }
+}
+
+/// Expands blocks: each item `(row, block, out)` gets the first
+/// `out.len()` entries of that block, four blocks at a time where `kernel`
+/// allows (the same numbers either way: the tests compare them).
+pub fn expand_blocks(
+    kernel: Kernel,
+    seed: &[u8; SEED_BYTES],
+    items: &mut [(u32, u32, &mut [u32])],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if four_lanes(kernel) {
+        for chunk in items.chunks_mut(4) {
+            if let [a, b, c, d] = chunk {
+                let padded = |row: u32, block: u32| {
+                    let mut message = [0u8; SEED_BYTES + 8];
+                    message[..SEED_BYTES].copy_from_slice(seed);
+                    message[SEED_BYTES..SEED_BYTES + 4].copy_from_slice(&row.to_le_bytes());
+                    message[SEED_BYTES + 4..].copy_from_slice(&block.to_le_bytes());
+                    crate::keccak_x4::padded_block(&message, DOMAIN_A)
+                };
+                let blocks = [
+                    padded(a.0, a.1),
+                    padded(b.0, b.1),
+                    padded(c.0, c.1),
+                    padded(d.0, d.1),
+                ];
+                let outs = [&mut *a.2, &mut *b.2, &mut *c.2, &mut *d.2];
+                debug_assert!(outs.iter().all(|o| o.len() <= BLOCK_COLS));
+                crate::keccak_x4::squeeze_x4(&blocks, outs);
+            } else {
+                for (row, block, out) in chunk.iter_mut() {
+                    expand_block(seed, *row, *block, out);
+                }
+            }
+        }
+        return;
+    }
+    let _ = kernel;
+    for (row, block, out) in items.iter_mut() {
+        expand_block(seed, *row, *block, out);
+    }
+}
+
 /// Fills `out` with columns `start .. start + out.len()` of row `row`.
 /// `start` must be a multiple of [`BLOCK_COLS`].
 pub fn expand_row_segment(seed: &[u8; SEED_BYTES], row: u32, start: usize, out: &mut [u32]) {
+    expand_row_segment_with(active(), seed, row, start, out);
+}
+
+/// [`expand_row_segment`] with a given kernel.
+pub fn expand_row_segment_with(
+    kernel: Kernel,
+    seed: &[u8; SEED_BYTES],
+    row: u32,
+    start: usize,
+    out: &mut [u32],
+) {
     debug_assert_eq!(start % BLOCK_COLS, 0);
-    for (i, chunk) in out.chunks_mut(BLOCK_COLS).enumerate() {
-        expand_block(seed, row, (start / BLOCK_COLS + i) as u32, chunk);
-    }
+    let mut items: Vec<(u32, u32, &mut [u32])> = out
+        .chunks_mut(BLOCK_COLS)
+        .enumerate()
+        .map(|(i, chunk)| (row, (start / BLOCK_COLS + i) as u32, chunk))
+        .collect();
+    expand_blocks(kernel, seed, &mut items);
 }
 
 #[cfg(test)]
@@ -63,6 +134,22 @@ mod tests {
         assert_eq!(&block[..4], &EXPECTED_R1773_B5);
         let sum = block.iter().fold(0u32, |a, &x| a.wrapping_add(x));
         assert_eq!(sum, EXPECTED_R1773_B5_SUM);
+    }
+
+    /// Every kernel the CPU has expands the same matrix, segments of any
+    /// length (whole groups of four blocks, a remainder, a partial block).
+    #[test]
+    fn every_kernel_expands_the_same_rows() {
+        let seed = test_seed();
+        for len in [100, BLOCK_COLS, 5 * BLOCK_COLS + 77, 8 * BLOCK_COLS] {
+            let mut reference = vec![0u32; len];
+            expand_row_segment_with(Kernel::Portable, &seed, 42, 0, &mut reference);
+            for kernel in Kernel::supported() {
+                let mut row = vec![0u32; len];
+                expand_row_segment_with(kernel, &seed, 42, 0, &mut row);
+                assert!(row == reference, "{kernel}, {len} columns");
+            }
+        }
     }
 
     #[test]

@@ -6,7 +6,7 @@ use rayon::prelude::*;
 
 use crate::db::EncodedDb;
 use crate::kernel::{accumulate_panel, active, Kernel, SlicedVec, TILE_GROUPS};
-use crate::matrix::{expand_block, BLOCK_COLS};
+use crate::matrix::{expand_blocks, BLOCK_COLS};
 use crate::params::SEED_BYTES;
 
 /// `v . D` for each vector (each of `db.rows()` entries, sliced, all for
@@ -100,13 +100,18 @@ pub fn hint_cpu_with(
             let first = task * HINT_ROWS_PER_TASK;
             let count = HINT_ROWS_PER_TASK.min(n - first);
             let mut out = vec![0u32; count * padded];
-            let mut block = vec![0u32; BLOCK_COLS];
+            let mut blocks = vec![vec![0u32; BLOCK_COLS]; count];
             let mut sliced: Vec<SlicedVec> = vec![SlicedVec::empty(kernel); count];
             for b in 0..rows.div_ceil(BLOCK_COLS) {
                 let start = b * BLOCK_COLS;
                 let len = BLOCK_COLS.min(rows - start);
-                for (q, s) in sliced.iter_mut().enumerate() {
-                    expand_block(seed, (first + q) as u32, b as u32, &mut block[..len]);
+                let mut items: Vec<(u32, u32, &mut [u32])> = blocks
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(q, block)| ((first + q) as u32, b as u32, &mut block[..len]))
+                    .collect();
+                expand_blocks(kernel, seed, &mut items);
+                for (s, block) in sliced.iter_mut().zip(&blocks) {
                     s.refill(&block[..len]);
                 }
                 let planes: Vec<&[[u32; 4]]> = sliced.iter().map(|s| s.planes()).collect();
