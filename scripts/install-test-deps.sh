@@ -7,7 +7,10 @@
 #   server for the proxy's transport test), from Debian;
 # - cargo-machete (unused-dependency check);
 # - Foundry's anvil and cast 1.7.1 (npm @foundry-rs/anvil, @foundry-rs/cast)
-#   into ./.tools, where the tests look for them.
+#   into ./.tools, where the tests look for them;
+# - NVRTC and ptxas 13.5 (NVIDIA's PyPI wheels nvidia-cuda-nvrtc and
+#   nvidia-cuda-nvcc, no GPU needed) into ./.tools/cuda: the tests compile
+#   the CUDA kernels for sm_80 and sm_90 with them on every machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +28,7 @@ dpkg -s pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
 dpkg -s libclang-dev >/dev/null 2>&1 || need_apt+=(libclang-dev)
 command -v microsocks >/dev/null 2>&1 || need_apt+=(microsocks)
+python3 -m pip --version >/dev/null 2>&1 || need_apt+=(python3-pip)
 if [ ${#need_apt[@]} -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -ne 0 ] && SUDO="sudo"
@@ -51,4 +55,14 @@ if ! .tools/node_modules/.bin/anvil --version 2>/dev/null | grep -q "$FOUNDRY_VE
         "@foundry-rs/anvil@$FOUNDRY_VERSION" "@foundry-rs/cast@$FOUNDRY_VERSION"
 fi
 .tools/node_modules/.bin/anvil --version | head -1
+
+CUDA_TOOLS_VERSION=13.5.37
+if ! .tools/cuda/nvidia/cu13/bin/ptxas --version 2>/dev/null | grep -q "V$CUDA_TOOLS_VERSION"; then
+    rm -rf .tools/cuda
+    # --target keeps them out of every Python environment; the wheels are
+    # plain files (a shared library, executables, headers).
+    python3 -m pip install --quiet --no-deps --no-warn-script-location --target .tools/cuda \
+        "nvidia-cuda-nvrtc==$CUDA_TOOLS_VERSION" "nvidia-cuda-nvcc==$CUDA_TOOLS_VERSION"
+fi
+.tools/cuda/nvidia/cu13/bin/ptxas --version | tail -1
 echo "test dependencies ready: $(cargo --version)"

@@ -18,6 +18,7 @@ std::barrier<>* emu_barrier = nullptr;
 }  // namespace
 
 #define __global__
+#define __launch_bounds__(threads)
 #define __device__
 #define __constant__ static const
 #define __forceinline__ inline

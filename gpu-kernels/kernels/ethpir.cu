@@ -19,7 +19,7 @@ typedef unsigned char u8;
 // Set from Rust (src/defines.rs), never here: NVRTC options and the
 // emulator's build pass them.
 #if !defined(ETHPIR_BLOCK_COLS) || !defined(ETHPIR_PANEL_COLS) || !defined(ETHPIR_TM) || \
-    !defined(ETHPIR_TK) || !defined(ETHPIR_GEMM_THREADS)
+    !defined(ETHPIR_TK) || !defined(ETHPIR_GEMM_THREADS) || !defined(ETHPIR_EXPAND_THREADS)
 #error "compile with the defines of gpu-kernels/src/defines.rs"
 #endif
 
@@ -79,7 +79,7 @@ __device__ __forceinline__ u64 ethpir_load_le64(const u8* p) {
 // Columns col0 .. col0 + ncols of every row 0 .. n of A, into `out`
 // (row-major, leading dimension ncols). col0 is a multiple of 2048. One
 // thread per (row, 2048-column block).
-extern "C" __global__ void ethpir_expand(const u8* seed, u32 n, u32 col0, u32 ncols, u32* out) {
+extern "C" __global__ void __launch_bounds__(ETHPIR_EXPAND_THREADS) ethpir_expand(const u8* seed, u32 n, u32 col0, u32 ncols, u32* out) {
     u32 blocks_per_row = (ncols + ETHPIR_BLOCK_COLS - 1) / ETHPIR_BLOCK_COLS;
     u64 item = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (item >= (u64)n * blocks_per_row) {
@@ -121,7 +121,7 @@ extern "C" __global__ void ethpir_expand(const u8* seed, u32 n, u32 col0, u32 nc
 // a: row-major, leading dimension a_ld. d: panel layout over krows rows
 // (krows a multiple of 4), cols_pad columns. Grid: (panels, ceil(n / 64)),
 // 256 threads; each thread owns a 4 x 4 block of the 64 x 64 output tile.
-extern "C" __global__ void ethpir_hint_gemm(const u32* a, u32 a_ld, u32 n, u32 krows, const i8* d,
+extern "C" __global__ void __launch_bounds__(ETHPIR_GEMM_THREADS) ethpir_hint_gemm(const u32* a, u32 a_ld, u32 n, u32 krows, const i8* d,
                                             u32 cols_pad, u32 cols, u32* m) {
     __shared__ u32 as[ETHPIR_TM][ETHPIR_TK + 1];
     __shared__ int ds[ETHPIR_TK][ETHPIR_PANEL_COLS];

@@ -38,6 +38,33 @@ pub fn probe() -> Result<(), GpuError> {
     }
 }
 
+/// Compiles `kernels/ethpir.cu` with NVRTC and the defines of
+/// [`crate::defines`], for `arch` (e.g. `compute_90`; NVRTC's default when
+/// `None`). Needs NVRTC only, no driver or device: the test command
+/// compiles it for sm_80 and sm_90 on every machine.
+pub fn compile_ptx(arch: Option<&'static str>) -> Result<cudarc::nvrtc::Ptx, GpuError> {
+    // SAFETY: only tries to dlopen the library.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(GpuError::NoNvrtc);
+    }
+    compile_ptx_with_opts(
+        KERNEL_SOURCE,
+        CompileOptions {
+            name: Some("ethpir.cu".into()),
+            arch,
+            options: std::iter::once("--std=c++17".to_string())
+                .chain(
+                    kernel_defines()
+                        .into_iter()
+                        .map(|(k, v)| format!("-D{k}={v}")),
+                )
+                .collect(),
+            ..Default::default()
+        },
+    )
+    .map_err(|e| GpuError::Compile(format!("{e:?}")))
+}
+
 /// A GPU with the kernels loaded.
 pub struct CudaHint {
     ctx: Arc<CudaContext>,
@@ -53,21 +80,7 @@ impl CudaHint {
         probe()?;
         let ctx = CudaContext::new(0).map_err(driver)?;
         let name = ctx.name().map_err(driver)?;
-        let ptx = compile_ptx_with_opts(
-            KERNEL_SOURCE,
-            CompileOptions {
-                name: Some("ethpir.cu".into()),
-                options: std::iter::once("--std=c++17".to_string())
-                    .chain(
-                        kernel_defines()
-                            .into_iter()
-                            .map(|(k, v)| format!("-D{k}={v}")),
-                    )
-                    .collect(),
-                ..Default::default()
-            },
-        )
-        .map_err(|e| GpuError::Compile(format!("{e:?}")))?;
+        let ptx = compile_ptx(None)?;
         let module = ctx.load_module(ptx).map_err(driver)?;
         let expand_fn = module.load_function("ethpir_expand").map_err(driver)?;
         let gemm_fn = module.load_function("ethpir_hint_gemm").map_err(driver)?;

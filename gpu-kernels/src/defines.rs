@@ -27,5 +27,6 @@ pub fn kernel_defines() -> Vec<(&'static str, String)> {
         ("ETHPIR_TM", format!("{GEMM_TM}u")),
         ("ETHPIR_TK", format!("{GEMM_TK}u")),
         ("ETHPIR_GEMM_THREADS", format!("{GEMM_THREADS}u")),
+        ("ETHPIR_EXPAND_THREADS", format!("{EXPAND_THREADS}u")),
     ]
 }
