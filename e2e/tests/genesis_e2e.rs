@@ -11,6 +11,60 @@ use common::*;
 use serde_json::{json, Value};
 use test_support::{rpc, rpc_raw};
 
+/// Requests the proxy must refuse, and the JSON-RPC code each gets.
+const BAD_INPUT: [(&str, i64); 17] = [
+    ("{not json", -32700),
+    ("", -32700),
+    ("42", -32600),
+    ("[]", -32600),
+    (r#"{"jsonrpc":"1.0","id":1,"method":"eth_chainId"}"#, -32600),
+    (r#"{"jsonrpc":"2.0","id":1}"#, -32600),
+    (
+        r#"{"jsonrpc":"2.0","id":{},"method":"eth_chainId"}"#,
+        -32600,
+    ),
+    (
+        r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":"x"}"#,
+        -32600,
+    ),
+    (
+        r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance"}"#,
+        -32602,
+    ),
+    (
+        r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0x1234","latest"]}"#,
+        -32602,
+    ),
+    (
+        r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0xZZ0d836201318ec6899a67540690382780743280","latest"]}"#,
+        -32602,
+    ),
+    (
+        r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0x000D836201318ec6899A67540690382780743280","latest"]}"#,
+        -32602,
+    ),
+    (
+        r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":[5,"latest"]}"#,
+        -32602,
+    ),
+    (
+        r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0x000d836201318ec6899a67540690382780743280","yesterday"]}"#,
+        -32602,
+    ),
+    (
+        r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0x000d836201318ec6899a67540690382780743280","0x10"]}"#,
+        -32001,
+    ),
+    (
+        r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":{"address":"0x0"}}"#,
+        -32602,
+    ),
+    (
+        r#"{"jsonrpc":"2.0","id":1,"method":"eth_sendRawTransaction","params":["0x00"]}"#,
+        -32601,
+    ),
+];
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mainnet_genesis_through_the_demo_path() {
     let dir = tempfile::tempdir().unwrap();
@@ -20,7 +74,18 @@ async fn mainnet_genesis_through_the_demo_path() {
     let http = reqwest::Client::new();
     let all = genesis_balances();
     assert_eq!(all.len(), 8893);
+    sampled_balances(&proxy, &all).await;
+    load(&proxy, &all).await;
+    bad_input(&http, &proxy).await;
+    batches(&http, &proxy, &all).await;
+    tampered_links(&http, &server, &all[10]).await;
+    dead_server(&http).await;
+}
 
+/// Sampled accounts at every block form; an absent account; the genesis
+/// hash as a block; the local methods.
+async fn sampled_balances(proxy: &str, all: &[(String, String)]) {
+    let proxy = proxy.to_string();
     for (a, wei) in all.iter().step_by(181) {
         for block in ["0x0", "latest", "earliest"] {
             let got = rpc(&proxy, "eth_getBalance", json!([a, block]))
@@ -56,9 +121,12 @@ async fn mainnet_genesis_through_the_demo_path() {
     );
     assert_eq!(rpc(&proxy, "eth_chainId", json!([])).await.unwrap(), "0x1");
     assert_eq!(rpc(&proxy, "net_version", json!([])).await.unwrap(), "1");
+}
 
-    // Load: 2,000 calls, 32 at a time, every answer right.
-    let all = Arc::new(all);
+/// 2,000 calls, 32 at a time, every answer right.
+async fn load(proxy: &str, all: &[(String, String)]) {
+    let proxy = proxy.to_string();
+    let all = Arc::new(all.to_vec());
     let mut tasks = tokio::task::JoinSet::new();
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     for _ in 0..32 {
@@ -84,67 +152,25 @@ async fn mainnet_genesis_through_the_demo_path() {
         total += n.unwrap();
     }
     assert_eq!(total, 2000);
+}
 
-    // Bad input: each gets a clear JSON-RPC error.
+/// Bad input: each gets a clear JSON-RPC error.
+async fn bad_input(http: &reqwest::Client, proxy: &str) {
+    let proxy = proxy.to_string();
     let code = |v: &Value| v["error"]["code"].as_i64();
-    let cases: Vec<(&str, i64)> = vec![
-        ("{not json", -32700),
-        ("", -32700),
-        ("42", -32600),
-        ("[]", -32600),
-        (r#"{"jsonrpc":"1.0","id":1,"method":"eth_chainId"}"#, -32600),
-        (r#"{"jsonrpc":"2.0","id":1}"#, -32600),
-        (
-            r#"{"jsonrpc":"2.0","id":{},"method":"eth_chainId"}"#,
-            -32600,
-        ),
-        (
-            r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":"x"}"#,
-            -32600,
-        ),
-        (
-            r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance"}"#,
-            -32602,
-        ),
-        (
-            r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0x1234","latest"]}"#,
-            -32602,
-        ),
-        (
-            r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0xZZ0d836201318ec6899a67540690382780743280","latest"]}"#,
-            -32602,
-        ),
-        (
-            r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0x000D836201318ec6899A67540690382780743280","latest"]}"#,
-            -32602,
-        ),
-        (
-            r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":[5,"latest"]}"#,
-            -32602,
-        ),
-        (
-            r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0x000d836201318ec6899a67540690382780743280","yesterday"]}"#,
-            -32602,
-        ),
-        (
-            r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0x000d836201318ec6899a67540690382780743280","0x10"]}"#,
-            -32001,
-        ),
-        (
-            r#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":{"address":"0x0"}}"#,
-            -32602,
-        ),
-        (
-            r#"{"jsonrpc":"2.0","id":1,"method":"eth_sendRawTransaction","params":["0x00"]}"#,
-            -32601,
-        ),
-    ];
-    for (body, expected) in cases {
+
+    for (body, expected) in BAD_INPUT {
         let v = rpc_raw(&http, &proxy, body).await;
         assert_eq!(code(&v), Some(expected), "{body} -> {v}");
         assert_eq!(v["jsonrpc"], "2.0");
     }
-    // Batches keep ids and order; notifications get no answer.
+}
+
+/// Batches keep ids and order (private calls as one PIR batch);
+/// notifications get no answer; an oversized body gets 413.
+async fn batches(http: &reqwest::Client, proxy: &str, all: &[(String, String)]) {
+    let proxy = proxy.to_string();
+    let code = |v: &Value| v["error"]["code"].as_i64();
     let batch = rpc_raw(
         &http,
         &proxy,
@@ -190,9 +216,12 @@ async fn mainnet_genesis_through_the_demo_path() {
         .await
         .unwrap();
     assert_eq!(huge.status(), 413);
+}
 
-    // Responses damaged or swapped in transit: an error, never a balance.
-    let target = &all[10];
+/// Responses damaged or swapped in transit: an error, never a balance.
+async fn tampered_links(http: &reqwest::Client, server: &str, target: &(String, String)) {
+    let server = server.to_string();
+    let code = |v: &Value| v["error"]["code"].as_i64();
     let flip: Rewrite = Arc::new(|path: &str, b: Bytes| {
         if path.ends_with("/query") && b.len() > 100 {
             let mut v = b.to_vec();
@@ -245,8 +274,11 @@ async fn mainnet_genesis_through_the_demo_path() {
             );
         }
     }
+}
 
-    // The PIR server down: a clear error.
+/// The PIR server down: a clear error.
+async fn dead_server(http: &reqwest::Client) {
+    let code = |v: &Value| v["error"]["code"].as_i64();
     let dead_port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
