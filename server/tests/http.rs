@@ -95,6 +95,30 @@ async fn start_with(
     format!("http://{addr}")
 }
 
+/// A view in a store at `dir`: a base of `accounts` at block 5 and a delta
+/// at block 6 of the first `changed` of them.
+fn publish_view(dir: &std::path::Path, accounts: u64, changed: u64) -> SnapshotStore {
+    let store = SnapshotStore::open(dir).unwrap();
+    build_and_publish(&store, state(5, accounts), &opts()).unwrap();
+    let mut delta = state(6, changed);
+    delta.kind = SnapshotKind::Delta { from: 5 };
+    build_and_publish(&store, delta, &opts()).unwrap();
+    store
+}
+
+/// A PIR client for snapshot `id`, from its setup over HTTP.
+async fn client_for(http: &reqwest::Client, base: &str, id: &str) -> PirClient {
+    let setup = http
+        .get(format!("{base}/v1/snapshots/{id}/setup"))
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    PirClient::from_setup_bytes(&setup).unwrap()
+}
+
 async fn fetch_catalog(http: &reqwest::Client, base: &str) -> Catalog {
     let bytes = http
         .get(format!("{base}/v1/snapshots"))
@@ -330,11 +354,7 @@ fn example_config_parses() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_request_queries_every_level_of_a_view() {
     let dir = tempfile::tempdir().unwrap();
-    let store = SnapshotStore::open(dir.path()).unwrap();
-    build_and_publish(&store, state(5, 200), &opts()).unwrap();
-    let mut delta = state(6, 3);
-    delta.kind = SnapshotKind::Delta { from: 5 };
-    build_and_publish(&store, delta, &opts()).unwrap();
+    publish_view(dir.path(), 200, 3);
     let base = start(dir.path(), 2, 16).await;
     let http = reqwest::Client::new();
 
@@ -374,15 +394,7 @@ async fn one_request_queries_every_level_of_a_view() {
     let mut clients = Vec::new();
     let mut bodies = Vec::new();
     for id in &top.snapshots {
-        let setup = http
-            .get(format!("{base}/v1/snapshots/{id}/setup"))
-            .send()
-            .await
-            .unwrap()
-            .bytes()
-            .await
-            .unwrap();
-        let client = PirClient::from_setup_bytes(&setup).unwrap();
+        let client = client_for(&http, &base, id).await;
         let (q, p) = client
             .query(client.prepare(&mut rng), key.as_slice())
             .unwrap();
@@ -487,11 +499,7 @@ fn metric(text: &str, name: &str) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn answers_batched_across_requests_go_to_their_own_requests() {
     let dir = tempfile::tempdir().unwrap();
-    let store = SnapshotStore::open(dir.path()).unwrap();
-    build_and_publish(&store, state(5, 300), &opts()).unwrap();
-    let mut delta = state(6, 40);
-    delta.kind = SnapshotKind::Delta { from: 5 };
-    build_and_publish(&store, delta, &opts()).unwrap();
+    publish_view(dir.path(), 300, 40);
     let on = BatchSettings {
         enabled: true,
         window_ms: 2000.0,
@@ -507,17 +515,7 @@ async fn answers_batched_across_requests_go_to_their_own_requests() {
         let ids = ["31337-5-full", "31337-6-delta-5"];
         let mut clients = Vec::new();
         for id in ids {
-            let setup = http
-                .get(format!("{base}/v1/snapshots/{id}/setup"))
-                .send()
-                .await
-                .unwrap()
-                .bytes()
-                .await
-                .unwrap();
-            clients.push(std::sync::Arc::new(
-                PirClient::from_setup_bytes(&setup).unwrap(),
-            ));
+            clients.push(std::sync::Arc::new(client_for(&http, &base, id).await));
         }
         let wallets: Vec<_> = (0..12u64)
             .map(|w| {
