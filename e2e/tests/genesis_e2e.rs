@@ -160,7 +160,7 @@ async fn bad_input(http: &reqwest::Client, proxy: &str) {
     let code = |v: &Value| v["error"]["code"].as_i64();
 
     for (body, expected) in BAD_INPUT {
-        let v = rpc_raw(&http, &proxy, body).await;
+        let v = rpc_raw(http, &proxy, body).await;
         assert_eq!(code(&v), Some(expected), "{body} -> {v}");
         assert_eq!(v["jsonrpc"], "2.0");
     }
@@ -172,7 +172,7 @@ async fn batches(http: &reqwest::Client, proxy: &str, all: &[(String, String)]) 
     let proxy = proxy.to_string();
     let code = |v: &Value| v["error"]["code"].as_i64();
     let batch = rpc_raw(
-        &http,
+        http,
         &proxy,
         r#"[{"jsonrpc":"2.0","id":"a","method":"eth_chainId"},{"jsonrpc":"2.0","id":2,"method":"nope"},{"jsonrpc":"2.0","method":"eth_chainId"},5]"#,
     )
@@ -193,7 +193,7 @@ async fn batches(http: &reqwest::Client, proxy: &str, all: &[(String, String)]) 
         .collect();
     calls.push(json!({"jsonrpc": "2.0", "id": "bad", "method": "eth_getBalance", "params": ["0x12", "0x0"]}));
     calls.push(json!({"jsonrpc": "2.0", "id": "nonce", "method": "eth_getTransactionCount", "params": [all[0].0, "latest"]}));
-    let answers = rpc_raw(&http, &proxy, &Value::Array(calls).to_string()).await;
+    let answers = rpc_raw(http, &proxy, &Value::Array(calls).to_string()).await;
     let answers = answers.as_array().unwrap();
     assert_eq!(answers.len(), 14);
     for (i, (_, wei)) in all.iter().take(12).enumerate() {
@@ -258,7 +258,7 @@ async fn tampered_links(http: &reqwest::Client, server: &str, target: &(String, 
         let tampered = start_proxy(&link, None, cache.path()).await;
         wait_for_chain(&tampered).await;
         for _ in 0..3 {
-            let v = rpc_raw(&http, &tampered, &json!({"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":[target.0, "latest"]}).to_string()).await;
+            let v = rpc_raw(http, &tampered, &json!({"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":[target.0, "latest"]}).to_string()).await;
             if name == "swap" && v.get("result").is_some() {
                 // The very first call has nothing to swap with.
                 assert_eq!(v["result"].as_str().unwrap(), target.1);
