@@ -12,7 +12,7 @@ use snapshotter::{SnapshotId, SnapshotKind, SnapshotStore};
 
 use proxy::ProxyConfig;
 
-pub mod synthetic;
+pub mod bench;
 
 /// Settings of the demo.
 #[derive(Clone, Debug)]

@@ -36,10 +36,6 @@ struct Args {
     dir: std::path::PathBuf,
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
 async fn call(http: &reqwest::Client, url: &str, address: &Address) -> Result<String> {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "eth_getBalance", "params": [format!("{address:#x}"), "latest"]});
     let v: serde_json::Value = serde_json::from_slice(
@@ -108,7 +104,7 @@ async fn latencies(
     }
     ms.sort_by(|a, b| a.partial_cmp(b).unwrap());
     Ok(
-        json!({"calls": calls, "gap_ms": gap.as_millis() as u64, "p50_ms": percentile(&ms, 0.5), "p99_ms": percentile(&ms, 0.99), "max_ms": ms[ms.len() - 1]}),
+        json!({"calls": calls, "gap_ms": gap.as_millis() as u64, "p50_ms": demo::bench::percentile(&ms, 0.5), "p99_ms": demo::bench::percentile(&ms, 0.99), "max_ms": ms[ms.len() - 1]}),
     )
 }
 
@@ -116,28 +112,15 @@ async fn latencies(
 async fn main() -> Result<()> {
     let args = Args::parse();
     let store_dir = args.dir.join(format!("store-{}", args.log2_accounts));
-    let records = demo::synthetic::accounts(args.log2_accounts);
-    let (store, build_s) = demo::synthetic::ensure_store(&store_dir, &records).await?;
+    let records = demo::bench::accounts(args.log2_accounts);
+    let (store, build_s) = demo::bench::ensure_store(&store_dir, &records).await?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(u64::from(args.log2_accounts));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let server = format!("http://{}", listener.local_addr()?);
-    let config = server::ServerConfig {
+    let server = demo::bench::serve_store(server::ServerConfig {
         store: store_dir.clone(),
-        listen: listener.local_addr()?,
         ..Default::default()
-    };
-    tokio::spawn(server::serve_on(listener, config, std::future::pending()));
+    })
+    .await?;
     let http = reqwest::Client::new();
-    // Wait for the server to load the store.
-    while !http
-        .get(format!("{server}/healthz"))
-        .send()
-        .await
-        .map(|r| r.status().is_success())
-        .unwrap_or(false)
-    {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 
     let cache = args.dir.join(format!("cache-{}", args.log2_accounts));
     let _ = std::fs::remove_dir_all(&cache);

@@ -72,9 +72,9 @@ struct Lookup1 {
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
-    let records = demo::synthetic::accounts(args.log2_accounts);
+    let records = demo::bench::accounts(args.log2_accounts);
     let store_dir = args.dir.join(format!("store-{}", args.log2_accounts));
-    let (_store, build_s) = demo::synthetic::ensure_store(&store_dir, &records).await?;
+    let (_store, build_s) = demo::bench::ensure_store(&store_dir, &records).await?;
     let modes = match args.batching {
         Batching::On => vec![true],
         Batching::Off => vec![false],
@@ -137,8 +137,8 @@ async fn run(
         "seconds": elapsed,
         "lookups": ms.len(),
         "lookups_per_s": ms.len() as f64 / elapsed,
-        "p50_ms": percentile(&ms, 0.5),
-        "p99_ms": percentile(&ms, 0.99),
+        "p50_ms": demo::bench::percentile(&ms, 0.5),
+        "p99_ms": demo::bench::percentile(&ms, 0.99),
         "lone_lookup_ms": lone,
         "passes": passes,
         "mean_queries_per_pass": queries / passes.max(1.0),
@@ -148,38 +148,18 @@ async fn run(
     }))
 }
 
-/// A server over `store_dir` on a free loopback port, once it serves.
+/// A server over `store_dir` with `batching`, once it serves.
 async fn start_server(
     store_dir: &std::path::Path,
     batching: server::BatchSettings,
 ) -> Result<String> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let config = server::ServerConfig {
+    demo::bench::serve_store(server::ServerConfig {
         store: store_dir.to_path_buf(),
-        listen: listener.local_addr()?,
         queue: 4096,
         batching,
         ..Default::default()
-    };
-    let base = format!("http://{}", listener.local_addr()?);
-    tokio::spawn(server::serve_on(listener, config, std::future::pending()));
-    let http = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(600);
-    loop {
-        let health = http.get(format!("{base}/healthz")).send().await;
-        let text = match health {
-            Ok(r) => r.text().await.unwrap_or_default(),
-            Err(_) => String::new(),
-        };
-        if text.contains("\"snapshots\":1") {
-            return Ok(base);
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "the server did not load the store"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await
 }
 
 /// `count` distinct lookups of random accounts, each answered once and
@@ -196,7 +176,12 @@ async fn prepare(
         .await?
         .json()
         .await?;
-    let id = catalog.snapshots[0].id.clone();
+    let id = catalog
+        .snapshots
+        .first()
+        .context("the server serves no snapshot (did the store load?)")?
+        .id
+        .clone();
     let setup = http
         .get(format!("{base}/v1/snapshots/{id}/setup"))
         .send()
@@ -255,7 +240,7 @@ async fn lone_latency_ms(http: &reqwest::Client, base: &str, lookups: &[Lookup1]
         ms.push(t.elapsed().as_secs_f64() * 1e3);
     }
     ms.sort_by(f64::total_cmp);
-    Ok(percentile(&ms, 0.5))
+    Ok(demo::bench::percentile(&ms, 0.5))
 }
 
 /// One wallet: lookups back to back until `deadline`; their latencies, ms.
@@ -277,13 +262,6 @@ async fn wallet(
         i += 1;
     }
     Ok(ms)
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    match sorted.len() {
-        0 => f64::NAN,
-        n => sorted[((n as f64 - 1.0) * p).round() as usize],
-    }
 }
 
 /// A metric's value in Prometheus text.

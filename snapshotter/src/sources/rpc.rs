@@ -205,15 +205,17 @@ impl RpcSource {
             .await
     }
 
-    /// Block `n` with its transactions.
-    async fn block(&self, n: u64) -> Result<AnyRpcBlock, RpcSourceError> {
+    /// Block `n` with its transactions (`full`) or only their hashes.
+    async fn block(&self, n: u64, full: bool) -> Result<AnyRpcBlock, RpcSourceError> {
         let number = BlockNumberOrTag::Number(n);
         let block = self
             .retry("eth_getBlockByNumber", Some(n), || {
-                self.provider
-                    .get_block_by_number(number)
-                    .full()
-                    .into_future()
+                let request = self.provider.get_block_by_number(number);
+                match full {
+                    true => request.full(),
+                    false => request.hashes(),
+                }
+                .into_future()
             })
             .await?;
         match block {
@@ -225,9 +227,10 @@ impl RpcSource {
         }
     }
 
-    /// `(hash, state root, timestamp)` of a block.
+    /// `(hash, state root, timestamp)` of a block (read without its
+    /// transactions: an export reads it twice, around the accounts).
     pub async fn block_header(&self, n: u64) -> Result<(B256, B256, u64), RpcSourceError> {
-        let header = self.block(n).await?.header.clone();
+        let header = self.block(n, false).await?.header.clone();
         Ok((header.hash, header.state_root, header.timestamp))
     }
 
@@ -236,7 +239,7 @@ impl RpcSource {
         let mut out = BTreeSet::new();
         let mut traces = self.options.traces;
         for n in from..=to {
-            let block = self.block(n).await?;
+            let block = self.block(n, true).await?;
             out.extend(block_participants(&block));
             if block.transactions.is_empty() {
                 continue;

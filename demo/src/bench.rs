@@ -1,12 +1,13 @@
-//! Synthetic stores for the benchmarks: 2^N random accounts (seeded, so
-//! that a store built by one run is read by the next), built once and
-//! reused.
+//! What the benchmark binaries share: synthetic stores of 2^N random
+//! accounts (seeded, so that a store built by one run is read by the
+//! next, built once and reused), a PIR server over one on loopback, and
+//! percentiles.
 
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use alloy_primitives::{Address, U256};
-use anyhow::Result;
+use anyhow::{ensure, Result};
 use rand::{Rng, SeedableRng};
 use snapshotter::pipeline::{build_and_publish, BuildOptions, ExportedState};
 use snapshotter::{AccountRecord, SnapshotKind, SnapshotStore};
@@ -54,4 +55,39 @@ pub async fn ensure_store(dir: &Path, records: &[AccountRecord]) -> Result<(Snap
     })
     .await??;
     Ok((store, started.elapsed().as_secs_f64()))
+}
+
+/// Serves `config.store` with `ethpir-server` on a free loopback port
+/// (`config.listen` is replaced) and returns its URL once it answers
+/// `/healthz` with the store loaded (it loads before it listens; at most
+/// 10 minutes).
+pub async fn serve_store(config: server::ServerConfig) -> Result<String> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    let config = server::ServerConfig {
+        listen: listener.local_addr()?,
+        ..config
+    };
+    tokio::spawn(server::serve_on(listener, config, std::future::pending()));
+    let http = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let health = http.get(format!("{base}/healthz")).send().await;
+        if health.is_ok_and(|r| r.status().is_success()) {
+            return Ok(base);
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the server did not load the store"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The `p` quantile (0..=1, nearest rank) of `sorted`; NaN when empty.
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    match sorted.len() {
+        0 => f64::NAN,
+        n => sorted[((n as f64 - 1.0) * p).round() as usize],
+    }
 }
