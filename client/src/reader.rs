@@ -19,7 +19,7 @@ use crate::block::BlockSelector;
 use crate::cache::{Artifact, DiskCache};
 use crate::catalog::Catalog;
 use crate::config::{ClientConfig, ConfigError};
-use crate::fetch::Size;
+use crate::fetch::{FetchError, Size};
 use crate::levels::{decode_level, whole_table_bytes, Found, Level, ViewClient, WholeLevel};
 use crate::link::ServerLink;
 use crate::pool::{refill, SnapshotClient};
@@ -303,8 +303,9 @@ impl PrivateReader {
             .map(|((_, s), b)| (s.entry.id.as_str(), b.as_slice()))
             .collect();
         let request = protocol::multi::encode_request(&parts);
-        let expected =
-            multi_response_bytes(levels.iter().map(|(_, s)| s.response_bytes(keys.len())));
+        let expected = protocol::multi::response_bytes(
+            levels.iter().map(|(_, s)| s.response_bytes(keys.len())),
+        );
         let body = self.post_query(request, expected).await?;
         let answers = protocol::multi::decode_response(&body)
             .map_err(|e| ReadError::Unverifiable(format!("malformed response: {e}")))?;
@@ -326,17 +327,40 @@ impl PrivateReader {
 
     /// POSTs a multi-snapshot request whose answer must be exactly
     /// `expected` bytes; the response body.
+    ///
+    /// A request that meets a broken connection or a 5xx (a replica dying
+    /// behind a load balancer, a shard missing behind a router) is sent
+    /// once more with the same bytes: the server sees nothing it has not
+    /// seen (docs/security.md, "Retries"). Nothing else is retried: not a
+    /// wrong-sized answer, and never a verification failure.
     async fn post_query(&self, request: Vec<u8>, expected: u64) -> Result<Vec<u8>, ReadError> {
-        let resp = self
-            .link
-            .post_lookup("/v1/query", "query", request, Size::Exactly(expected))
-            .await
-            .map_err(|e| match e.is_oversized() {
-                // An answer of another size than the setups fix is not an
-                // answer to these queries.
-                true => ReadError::Unverifiable(e.to_string()),
-                false => e.into(),
-            })?;
+        let mut attempt = 0;
+        let resp = loop {
+            let sent = self
+                .link
+                .post_lookup(
+                    "/v1/query",
+                    "query",
+                    request.clone(),
+                    Size::Exactly(expected),
+                )
+                .await;
+            let retry = match &sent {
+                Err(e) => matches!(e, FetchError::Transport { .. }),
+                Ok(resp) => resp.status.is_server_error(),
+            };
+            if !retry || attempt == 1 {
+                break sent;
+            }
+            attempt += 1;
+            tracing::debug!("query failed on the way; sending the same bytes once more");
+        }
+        .map_err(|e| match e.is_oversized() {
+            // An answer of another size than the setups fix is not an
+            // answer to these queries.
+            true => ReadError::Unverifiable(e.to_string()),
+            false => e.into(),
+        })?;
         if resp.status.is_success() {
             return Ok(resp.body);
         }
@@ -453,12 +477,6 @@ impl PrivateReader {
     }
 }
 
-/// The exact bytes of a multi-snapshot response with parts of these sizes
-/// (`protocol::multi`: magic, u16 count, then a u32 length per part).
-fn multi_response_bytes(parts: impl Iterator<Item = usize>) -> u64 {
-    6 + parts.map(|p| 4 + p as u64).sum::<u64>()
-}
-
 /// Fetches the catalog every `every` until the reader is dropped.
 async fn keep_fresh(reader: Weak<PrivateReader>, every: std::time::Duration) {
     let mut tick = tokio::time::interval(every);
@@ -487,20 +505,5 @@ async fn cover_traffic(reader: Weak<PrivateReader>, per_hour: f64) {
             return;
         };
         reader.cover_lookup().await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn multi_response_sizes_match_the_framing() {
-        let parts = [vec![1u8; 10], vec![2u8; 3]];
-        let encoded = protocol::multi::encode_response(&parts);
-        assert_eq!(
-            encoded.len() as u64,
-            multi_response_bytes(parts.iter().map(Vec::len))
-        );
     }
 }

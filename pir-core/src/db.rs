@@ -8,6 +8,8 @@
 //! contiguous. One 64-byte load then holds 4 rows x 16 columns, exactly the
 //! operand of an 8-bit dot-product instruction.
 
+use std::ops::Range;
+
 use rand::Rng;
 use rayon::prelude::*;
 
@@ -278,17 +280,49 @@ pub fn choose_for_lookup(
     choose_partitions(keys, arity, elems, hint_cap_bytes)
 }
 
-/// The encoded database a server answers from.
+/// Bytes that stay put while a database answers from them: a memory map
+/// of its file, shared by every worker through the page cache.
+pub type SharedBytes = std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>;
+
+/// Where a database's panel bytes live.
+enum DbBytes {
+    /// Built here, or read whole.
+    Owned(Vec<i8>),
+    /// `len` bytes at `offset` of a mapped file: only the pages of the rows
+    /// served are ever touched.
+    Shared {
+        bytes: SharedBytes,
+        offset: usize,
+        len: usize,
+    },
+}
+
+impl DbBytes {
+    fn as_slice(&self) -> &[i8] {
+        match self {
+            DbBytes::Owned(v) => v,
+            DbBytes::Shared { bytes, offset, len } => {
+                bytemuck::cast_slice(&(**bytes).as_ref()[*offset..*offset + *len])
+            }
+        }
+    }
+}
+
+/// The encoded database a server answers from: all its rows, or a shard's
+/// contiguous range of them ([`crate::shard::shard_rows`]).
 pub struct EncodedDb {
     shape: DbShape,
-    data: Vec<i8>,
+    data: DbBytes,
+    /// The rows answered from (all of them unless a shard).
+    served: Range<usize>,
 }
 
 impl std::fmt::Debug for EncodedDb {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EncodedDb")
             .field("shape", &self.shape)
-            .field("bytes", &self.data.len())
+            .field("bytes", &self.bytes())
+            .field("served", &self.served)
             .finish()
     }
 }
@@ -477,7 +511,16 @@ impl EncodedDb {
                 }
             }
         });
-        EncodedDb { shape, data }
+        EncodedDb::owned(shape, data)
+    }
+
+    fn owned(shape: DbShape, data: Vec<i8>) -> Self {
+        let served = 0..shape.rows();
+        EncodedDb {
+            shape,
+            data: DbBytes::Owned(data),
+            served,
+        }
     }
 
     /// Rebuilds a database from its shape and panel bytes (as stored on disk).
@@ -486,30 +529,88 @@ impl EncodedDb {
         if data.len() != shape.rows() * shape.padded_cols() {
             return Err(ParamError::Shape("database bytes do not match its shape"));
         }
-        let limit = 1i16 << (shape.lwe.plaintext_bits - 1);
-        if data
-            .iter()
-            .any(|&v| (v as i16) < -limit || v as i16 >= limit)
-        {
-            return Err(ParamError::Shape(
-                "database element outside the plaintext range",
-            ));
+        let db = EncodedDb::owned(shape, data);
+        db.check_range()?;
+        Ok(db)
+    }
+
+    /// A database whose panel bytes are `bytes[offset..]` of a shared
+    /// buffer (a memory-mapped `db.bin`), answering only the rows in
+    /// `served` (all of them, or a shard's [`crate::shard::shard_rows`]). Only the
+    /// served rows are read, here to check their range and later to
+    /// answer: a shard's memory holds its rows, not the file.
+    pub fn from_shared(
+        shape: DbShape,
+        bytes: SharedBytes,
+        offset: usize,
+        served: Range<usize>,
+    ) -> Result<Self, ParamError> {
+        shape.validate()?;
+        let len = shape.rows() * shape.padded_cols();
+        if (*bytes).as_ref().len().checked_sub(offset) != Some(len) {
+            return Err(ParamError::Shape("database bytes do not match its shape"));
         }
-        Ok(EncodedDb { shape, data })
+        if served.start >= served.end
+            || served.end > shape.rows()
+            || !served.start.is_multiple_of(4)
+            || !served.end.is_multiple_of(4)
+        {
+            return Err(ParamError::Shape("served rows outside the database"));
+        }
+        let db = EncodedDb {
+            shape,
+            data: DbBytes::Shared { bytes, offset, len },
+            served,
+        };
+        db.check_range()?;
+        Ok(db)
+    }
+
+    /// Every served element within the plaintext range (the kernels'
+    /// sums rely on it).
+    fn check_range(&self) -> Result<(), ParamError> {
+        let limit = 1i16 << (self.shape.lwe.plaintext_bits - 1);
+        let out_of_range = (0..self.panels()).into_par_iter().any(|p| {
+            self.served_panel_bytes(p)
+                .iter()
+                .any(|&v| (v as i16) < -limit || v as i16 >= limit)
+        });
+        match out_of_range {
+            true => Err(ParamError::Shape(
+                "database element outside the plaintext range",
+            )),
+            false => Ok(()),
+        }
+    }
+
+    /// The bytes of panel `p` that hold the served rows.
+    fn served_panel_bytes(&self, p: usize) -> &[i8] {
+        let group_bytes = panel_width(self.shape.padded_cols(), p) * 4;
+        &self.panel(p)[self.served.start / 4 * group_bytes..self.served.end / 4 * group_bytes]
     }
 
     pub fn shape(&self) -> &DbShape {
         &self.shape
     }
 
-    /// The panel-layout elements.
+    /// The rows answered from: all of them, or a shard's range.
+    pub fn served_rows(&self) -> Range<usize> {
+        self.served.clone()
+    }
+
+    /// Whether every row is served (not a shard).
+    pub fn is_whole(&self) -> bool {
+        self.served == (0..self.shape.rows())
+    }
+
+    /// The panel-layout elements (of every row, served or not).
     pub fn data(&self) -> &[i8] {
-        &self.data
+        self.data.as_slice()
     }
 
     /// Bytes of encoded database an answer scans.
     pub fn bytes(&self) -> usize {
-        self.data.len()
+        self.served.len() * self.shape.padded_cols()
     }
 
     /// Number of panels.
@@ -526,7 +627,7 @@ impl EncodedDb {
     pub fn panel(&self, p: usize) -> &[i8] {
         let rows = self.shape.rows();
         let start = p * PANEL_COLS * rows;
-        &self.data[start..start + panel_width(self.shape.padded_cols(), p) * rows]
+        &self.data()[start..start + panel_width(self.shape.padded_cols(), p) * rows]
     }
 
     /// Element `(row, col)` (centred), for tests and the GPU layout check.

@@ -33,6 +33,7 @@ pub mod params;
 pub mod product;
 pub mod record;
 pub mod server;
+pub mod shard;
 pub mod wire;
 
 pub use client::{
@@ -42,5 +43,5 @@ pub use db::{DbShape, EncodeOptions, EncodedDb, Packing};
 pub use error::{AnswerError, DecodeError, EncodeError, ParamError, WireError};
 pub use fuse::Arity;
 pub use params::LweParams;
-pub use server::{PirServer, ServeError};
+pub use server::{PirServer, PublishedSetup, ServeError};
 pub use wire::{Query, Response, SetupData};

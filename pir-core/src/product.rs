@@ -9,8 +9,9 @@ use crate::kernel::{accumulate_panel, active, Kernel, SlicedVec, TILE_GROUPS};
 use crate::matrix::{expand_blocks, BLOCK_COLS};
 use crate::params::SEED_BYTES;
 
-/// `v . D` for each vector (each of `db.rows()` entries, sliced, all for
-/// one kernel), in one pass over the database. Returns `cols` elements per
+/// `v . D` for each vector (one entry per served row, sliced, all for one
+/// kernel: a shard's vectors hold its rows only), in one pass over the
+/// served rows. Returns `cols` elements per
 /// vector.
 ///
 /// The work is cut into (panel, row range) items, at least two per core:
@@ -27,18 +28,25 @@ pub fn multiply(db: &EncodedDb, vecs: &[&SlicedVec]) -> Vec<Vec<u32>> {
         "all vectors of a product must be split for one kernel"
     );
     let shape = db.shape();
-    let groups = shape.rows() / 4;
+    // A shard serves a range of rows; its vectors hold those rows only.
+    let served = db.served_rows();
+    let (first_group, groups) = (served.start / 4, served.end / 4);
+    assert!(
+        vecs.iter()
+            .all(|v| v.planes().len() == groups - first_group),
+        "one sliced entry per served row group"
+    );
     let panels = db.panels();
     // Enough work items for every core: split rows too when panels are few.
     let threads = rayon::current_num_threads();
-    let tiles = groups.div_ceil(TILE_GROUPS).max(1);
+    let tiles = (groups - first_group).div_ceil(TILE_GROUPS).max(1);
     let splits = (2 * threads).div_ceil(panels).clamp(1, tiles);
-    let chunk = groups
+    let chunk = (groups - first_group)
         .div_ceil(splits)
         .next_multiple_of(TILE_GROUPS)
         .max(TILE_GROUPS);
     let items: Vec<(usize, usize)> = (0..panels)
-        .flat_map(|p| (0..groups).step_by(chunk).map(move |g| (p, g)))
+        .flat_map(|p| (first_group..groups).step_by(chunk).map(move |g| (p, g)))
         .collect();
     let partials: Vec<(usize, Vec<Vec<u32>>)> = items
         .into_par_iter()
@@ -46,7 +54,10 @@ pub fn multiply(db: &EncodedDb, vecs: &[&SlicedVec]) -> Vec<Vec<u32>> {
             let g1 = (g0 + chunk).min(groups);
             let (_, width) = db.panel_columns(p);
             let mut outs: Vec<Vec<u32>> = vec![vec![0u32; width]; vecs.len()];
-            let planes: Vec<&[[u32; 4]]> = vecs.iter().map(|v| &v.planes()[g0..g1]).collect();
+            let planes: Vec<&[[u32; 4]]> = vecs
+                .iter()
+                .map(|v| &v.planes()[g0 - first_group..g1 - first_group])
+                .collect();
             let mut out_refs: Vec<&mut [u32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
             accumulate_panel(kernel, db, p, g0..g1, &planes, &mut out_refs);
             (p, outs)
@@ -88,6 +99,7 @@ pub fn hint_cpu_with(
     seed: &[u8; SEED_BYTES],
     progress: &(dyn Fn(usize) + Sync),
 ) -> Vec<u32> {
+    assert!(db.is_whole(), "the hint is made from every row");
     let shape = db.shape();
     let n = shape.lwe.dimension as usize;
     let rows = shape.rows();

@@ -1,7 +1,7 @@
 //! The PIR server: an encoded database plus its setup data; answers one
 //! query or a batch in one pass over the database.
 
-use crate::db::EncodedDb;
+use crate::db::{DbShape, EncodedDb};
 use crate::error::{AnswerError, ParamError, WireError};
 use crate::kernel::SlicedVec;
 use crate::params::SEED_BYTES;
@@ -17,12 +17,86 @@ pub enum ServeError {
     Answer(#[from] AnswerError),
 }
 
-/// A database ready to answer.
-pub struct PirServer {
-    db: EncodedDb,
-    setup_bytes: Vec<u8>,
+/// Setup data as published: the bytes clients download, parsed once to
+/// check them and kept as they are (what clients get is exactly what was
+/// checked), with their digest and id. A router in front of row shards
+/// holds this alone; a [`PirServer`] holds it with its database.
+pub struct PublishedSetup {
+    bytes: Vec<u8>,
     digest: [u8; 32],
     id: SetupId,
+    shape: DbShape,
+}
+
+impl PublishedSetup {
+    /// Checks setup bytes (a snapshot's `setup.bin`) and keeps them.
+    pub fn from_bytes(bytes: Vec<u8>) -> Result<Self, WireError> {
+        let shape = SetupData::from_bytes(&bytes)?.shape;
+        let digest = SetupData::digest_of(&bytes);
+        Ok(PublishedSetup {
+            bytes,
+            digest,
+            id: SetupData::id_of(&digest),
+            shape,
+        })
+    }
+
+    /// The serialised setup data clients download.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// SHA3-256 of the setup data.
+    pub fn digest(&self) -> &[u8; 32] {
+        &self.digest
+    }
+
+    pub fn id(&self) -> SetupId {
+        self.id
+    }
+
+    pub fn shape(&self) -> &DbShape {
+        &self.shape
+    }
+
+    /// Whether `query` was made for this setup with `rows` elements (the
+    /// database's rows, or a shard's).
+    pub fn check(&self, query: &Query, rows: usize) -> Result<(), AnswerError> {
+        if query.setup_id != self.id {
+            return Err(AnswerError::WrongSetup);
+        }
+        if query.vector.len() != rows {
+            return Err(AnswerError::RowCount {
+                expected: rows,
+                got: query.vector.len(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Parses a query batch of whole-database queries and checks each.
+    pub fn checked_queries(&self, body: &[u8]) -> Result<Vec<Query>, ServeError> {
+        checked_batch(body, |q| self.check(q, self.shape.rows()))
+    }
+}
+
+/// Parses a query batch and checks every query with `check`.
+fn checked_batch(
+    body: &[u8],
+    check: impl Fn(&Query) -> Result<(), AnswerError>,
+) -> Result<Vec<Query>, ServeError> {
+    let queries = wire::decode_queries(body)?;
+    if queries.is_empty() {
+        return Err(AnswerError::EmptyBatch.into());
+    }
+    queries.iter().try_for_each(check)?;
+    Ok(queries)
+}
+
+/// A database (all rows, or a shard's) ready to answer.
+pub struct PirServer {
+    db: EncodedDb,
+    setup: PublishedSetup,
 }
 
 impl PirServer {
@@ -40,31 +114,25 @@ impl PirServer {
         hint: Vec<u32>,
     ) -> Result<Self, ParamError> {
         let setup_bytes = SetupData::for_db(&db, seed, hint)?.to_bytes();
-        Ok(Self::with_checked_setup(db, setup_bytes))
+        let setup = PublishedSetup::from_bytes(setup_bytes).expect("setup data just made");
+        Ok(PirServer { db, setup })
     }
 
     /// Assembles a server from a database and the setup bytes published
-    /// with it (a snapshot on disk). The bytes are parsed once to check
-    /// them, then kept as they are: what clients download is exactly what
-    /// was checked.
+    /// with it (a snapshot on disk).
     pub fn from_setup_bytes(db: EncodedDb, setup_bytes: Vec<u8>) -> Result<Self, WireError> {
-        let setup = SetupData::from_bytes(&setup_bytes)?;
-        if &setup.shape != db.shape() {
+        let setup = PublishedSetup::from_bytes(setup_bytes)?;
+        if setup.shape() != db.shape() {
             return Err(
                 ParamError::Shape("setup data and database describe different databases").into(),
             );
         }
-        Ok(Self::with_checked_setup(db, setup_bytes))
+        Ok(PirServer { db, setup })
     }
 
-    fn with_checked_setup(db: EncodedDb, setup_bytes: Vec<u8>) -> Self {
-        let digest = SetupData::digest_of(&setup_bytes);
-        PirServer {
-            db,
-            setup_bytes,
-            digest,
-            id: SetupData::id_of(&digest),
-        }
+    /// The published setup this database answers for.
+    pub fn setup(&self) -> &PublishedSetup {
+        &self.setup
     }
 
     pub fn db(&self) -> &EncodedDb {
@@ -73,21 +141,27 @@ impl PirServer {
 
     /// The serialised setup data clients download.
     pub fn setup_bytes(&self) -> &[u8] {
-        &self.setup_bytes
+        self.setup.bytes()
     }
 
     /// SHA3-256 of the setup data.
     pub fn setup_digest(&self) -> &[u8; 32] {
-        &self.digest
+        self.setup.digest()
     }
 
     pub fn setup_id(&self) -> SetupId {
-        self.id
+        self.setup.id()
+    }
+
+    /// Entries of a query to this server: the database's rows, or a
+    /// shard's.
+    pub fn query_rows(&self) -> usize {
+        self.db.served_rows().len()
     }
 
     /// Exact byte length of a batch of `count` queries.
     pub fn query_bytes(&self, count: usize) -> usize {
-        wire::query_bytes(self.db.shape().rows(), count)
+        wire::query_bytes(self.query_rows(), count)
     }
 
     /// Answers one query.
@@ -96,31 +170,16 @@ impl PirServer {
     }
 
     /// Whether `query` fits this database: made for this setup, one
-    /// element per row. A server that answers several clients' queries in
-    /// one pass checks each first, so that one bad query fails only its
-    /// own request.
+    /// element per served row. A server that answers several clients'
+    /// queries in one pass checks each first, so that one bad query fails
+    /// only its own request.
     pub fn check(&self, query: &Query) -> Result<(), AnswerError> {
-        if query.setup_id != self.id {
-            return Err(AnswerError::WrongSetup);
-        }
-        let rows = self.db.shape().rows();
-        if query.vector.len() != rows {
-            return Err(AnswerError::RowCount {
-                expected: rows,
-                got: query.vector.len(),
-            });
-        }
-        Ok(())
+        self.setup.check(query, self.query_rows())
     }
 
     /// Parses a query batch and checks every query (see [`Self::check`]).
     pub fn checked_queries(&self, body: &[u8]) -> Result<Vec<Query>, ServeError> {
-        let queries = wire::decode_queries(body)?;
-        if queries.is_empty() {
-            return Err(AnswerError::EmptyBatch.into());
-        }
-        queries.iter().try_for_each(|q| self.check(q))?;
-        Ok(queries)
+        checked_batch(body, |q| self.check(q))
     }
 
     /// Answers a batch in one pass over the database.

@@ -400,6 +400,15 @@ pub fn encode_db(db: &EncodedDb) -> Vec<u8> {
 
 /// Parses an encoded database written by [`encode_db`].
 pub fn decode_db(bytes: &[u8]) -> Result<EncodedDb, WireError> {
+    let (shape, offset) = decode_db_header(bytes)?;
+    let data: Vec<i8> = bytes[offset..].iter().map(|&b| b as i8).collect();
+    Ok(EncodedDb::from_parts(shape, data)?)
+}
+
+/// Parses the header of a database written by [`encode_db`] and checks
+/// that exactly its panel bytes follow; returns the shape and where the
+/// panel bytes start (a memory-mapped file is answered from in place).
+pub fn decode_db_header(bytes: &[u8]) -> Result<(DbShape, usize), WireError> {
     let mut r = Reader::open(bytes, Kind::Database)?;
     let shape = read_shape(&mut r)?;
     let len = r.u64()?;
@@ -410,6 +419,5 @@ pub fn decode_db(bytes: &[u8]) -> Result<EncodedDb, WireError> {
         )));
     }
     r.expect_exactly(len)?;
-    let data: Vec<i8> = r.take(len as usize)?.iter().map(|&b| b as i8).collect();
-    Ok(EncodedDb::from_parts(shape, data)?)
+    Ok((shape, bytes.len() - len as usize))
 }

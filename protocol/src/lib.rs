@@ -31,8 +31,29 @@ pub use manifest::{KindTag, Manifest, SnapshotId, SnapshotKind};
 /// catalog's ETag. One definition for the store, the server and the proxy.
 pub fn sha3_hex(bytes: &[u8]) -> String {
     use sha3::{Digest, Sha3_256};
-    Sha3_256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex_of(&Sha3_256::digest(bytes))
+}
+
+/// [`sha3_hex`] of everything `reader` yields, read in 1 MiB pieces (a
+/// file of gigabytes is hashed without being held), and its length.
+pub fn sha3_hex_of_reader(mut reader: impl std::io::Read) -> std::io::Result<(String, u64)> {
+    use sha3::{Digest, Sha3_256};
+    let mut hasher = Sha3_256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut total = 0u64;
+    loop {
+        match reader.read(&mut buf) {
+            Ok(0) => return Ok((hex_of(&hasher.finalize()), total)),
+            Ok(n) => {
+                hasher.update(&buf[..n]);
+                total += n as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn hex_of(digest: &[u8]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
 }

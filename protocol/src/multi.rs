@@ -126,6 +126,12 @@ pub fn decode_request(bytes: &[u8]) -> Result<Vec<(&str, &[u8])>, MultiError> {
     Ok(parts)
 }
 
+/// The exact bytes of a response with parts of these sizes (magic, u16
+/// count, then a u32 length before each part).
+pub fn response_bytes(parts: impl Iterator<Item = usize>) -> u64 {
+    6 + parts.map(|p| 4 + p as u64).sum::<u64>()
+}
+
 /// Encodes a response: one answer batch per request part, in order.
 pub fn encode_response(parts: &[Vec<u8>]) -> Vec<u8> {
     assert!((1..=MAX_PARTS).contains(&parts.len()), "part count");
@@ -166,6 +172,7 @@ mod tests {
             vec![("1-0-full", &b"abc"[..]), ("1-5-delta", &b""[..])]
         );
         let resp = encode_response(&[b"xy".to_vec(), vec![0; 9]]);
+        assert_eq!(resp.len() as u64, response_bytes([2, 9].into_iter()));
         let parts = decode_response(&resp).unwrap();
         assert_eq!(parts.len(), 2);
         assert_eq!(parts[1].len(), 9);

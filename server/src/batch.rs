@@ -174,7 +174,7 @@ fn run_pass(snap: &LoadedSnapshot, jobs: Vec<Job>) -> (usize, usize) {
         jobs.into_iter().map(|j| (j.queries, j.reply)).unzip();
     let all: Vec<Query> = queries.into_iter().flatten().collect();
     let total = all.len();
-    match snap.pir.answer_batch(&all) {
+    match snap.answer_batch(&all) {
         Ok(responses) => {
             let mut responses = responses.into_iter();
             for (reply, n) in replies.into_iter().zip(&sizes) {

@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use pir_core::shard::Shard;
 use serde::Deserialize;
 
 use crate::batch::BatchSettings;
@@ -28,6 +29,31 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// Answers batched across requests.
     pub batching: BatchSettings,
+    /// Serve only this row shard (`"i/S"`) of every snapshot: queries are
+    /// a router's slices of that many rows.
+    pub shard: Option<String>,
+    /// Route to row shards instead of answering (no database loaded).
+    pub router: RouterSettings,
+}
+
+/// A router in front of row shards (`[router]` in configs/server.toml).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RouterSettings {
+    /// Base URLs of the shard servers, shard 0 first (`--shard i/S` with
+    /// S the length of this list). Empty: not a router.
+    pub shards: Vec<String>,
+    /// Seconds a shard may take to answer one request.
+    pub timeout_secs: f64,
+}
+
+impl RouterSettings {
+    pub fn timeout(&self) -> Duration {
+        match self.timeout_secs > 0.0 {
+            true => Duration::from_secs_f64(self.timeout_secs),
+            false => Duration::from_secs(30),
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -41,6 +67,8 @@ impl Default for ServerConfig {
             queue: 64,
             max_body_bytes: 64 << 20,
             batching: BatchSettings::default(),
+            shard: None,
+            router: RouterSettings::default(),
         }
     }
 }
@@ -48,6 +76,15 @@ impl Default for ServerConfig {
 impl ServerConfig {
     pub fn rescan_interval(&self) -> Duration {
         Duration::from_secs_f64(self.rescan_secs.max(0.05))
+    }
+
+    /// The row shard this server answers, if it is one.
+    pub fn shard(&self) -> anyhow::Result<Option<Shard>> {
+        let shard = self.shard.as_deref().map(Shard::parse).transpose()?;
+        if shard.is_some() && !self.router.shards.is_empty() {
+            anyhow::bail!("a server is a row shard or a router in front of shards, not both");
+        }
+        Ok(shard)
     }
 
     /// Reads a TOML config file.

@@ -29,6 +29,8 @@ pub enum RouteError {
     Malformed(#[from] protocol::multi::MultiError),
     #[error("{id}: {error}")]
     Query { id: String, error: ServeError },
+    #[error("unavailable: row shard {shard}: {reason}")]
+    ShardUnavailable { shard: usize, reason: String },
     #[error("queue full, retry shortly")]
     QueueFull,
     #[error("shutting down")]
@@ -47,7 +49,9 @@ impl RouteError {
             RouteError::BodyUnreadable(_) | RouteError::Malformed(_) | RouteError::Query { .. } => {
                 StatusCode::BAD_REQUEST
             }
-            RouteError::QueueFull | RouteError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            RouteError::QueueFull
+            | RouteError::ShuttingDown
+            | RouteError::ShardUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             RouteError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

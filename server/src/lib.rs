@@ -9,6 +9,11 @@
 //!   (binary, framed by `protocol::multi`);
 //! - `GET /healthz`, `GET /metrics` (Prometheus text).
 //!
+//! One process serves a store whole, one row shard of it (`shard = "i/S"`:
+//! queries are slices of that shard's rows), or routes to the shards
+//! (`[router] shards = [...]`: it splits each query by rows, forwards the
+//! slices and adds the partial answers; docs/architecture.md).
+//!
 //! New snapshots in the store are picked up by a periodic rescan; removed
 //! ones leave the catalog at once but keep answering the queries already in
 //! flight (they hold an `Arc`). Query bytes are never logged.
@@ -20,13 +25,14 @@ pub mod config;
 mod error;
 mod metrics;
 mod routes;
+mod shards;
 mod state;
 
 pub use batch::BatchSettings;
 pub use config::ServerConfig;
 pub use error::RouteError;
 pub use routes::router;
-pub use state::{AppState, LoadedSnapshot};
+pub use state::{AppState, LoadedSnapshot, Role, Serving};
 
 use std::sync::Arc;
 
@@ -48,6 +54,10 @@ pub async fn serve_on(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let state = Arc::new(AppState::new(&config)?);
+    tracing::info!(role = %state.role, "serving the store");
+    if let Some(shards) = &state.shards {
+        shards.check_roles().await;
+    }
     state.rescan().await;
     let rescanner = {
         let state = state.clone();

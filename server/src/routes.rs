@@ -122,7 +122,7 @@ async fn setup(
 ) -> Result<Response, RouteError> {
     let snap = state.get(&id).ok_or(RouteError::UnknownSnapshot(id))?;
     let digest = &snap.stored.manifest.pir.setup_digest;
-    Ok(download(&headers, digest, snap.pir.setup_bytes()))
+    Ok(download(&headers, digest, snap.setup().bytes()))
 }
 
 /// `GET /v1/snapshots/{id}/table`: a small level's entries, for clients
@@ -181,9 +181,10 @@ async fn query(
         .await
         .map_err(|_| RouteError::Internal)?
         .inspect_err(|e| tracing::info!(error = %e, "refused query"))?;
-    let answers = match state.batching.enabled {
-        true => answer_batched(&state, work).await?,
-        false => answer_alone(&state, work).await?,
+    let answers = match (&state.shards, state.batching.enabled) {
+        (Some(shards), _) => shards.answer(work).await?,
+        (None, true) => answer_batched(&state, work).await?,
+        (None, false) => answer_alone(&state, work).await?,
     };
     let bodies: Vec<Vec<u8>> = answers.iter().map(|r| wire::encode_responses(r)).collect();
     Ok((
@@ -205,7 +206,7 @@ fn checked_parts(
             let snap = state
                 .get(id)
                 .ok_or_else(|| RouteError::UnknownSnapshot(id.to_string()))?;
-            let largest = wire::query_bytes(snap.pir.db().shape().rows(), state.max_batch);
+            let largest = wire::query_bytes(snap.query_rows(), state.max_batch);
             if part.len() > largest {
                 return Err(RouteError::PartTooLarge {
                     id: id.to_string(),
@@ -223,7 +224,7 @@ fn checked_parts(
 fn decode_parts(parts: Vec<(Arc<LoadedSnapshot>, Bytes)>) -> Result<Vec<Part>, RouteError> {
     parts
         .into_iter()
-        .map(|(snap, bytes)| match snap.pir.checked_queries(&bytes) {
+        .map(|(snap, bytes)| match snap.checked_queries(&bytes) {
             Ok(queries) => Ok((snap, queries)),
             Err(error) => Err(RouteError::Query {
                 id: snap.url_id.clone(),
@@ -234,7 +235,7 @@ fn decode_parts(parts: Vec<(Arc<LoadedSnapshot>, Bytes)>) -> Result<Vec<Part>, R
 }
 
 /// A snapshot and one request's checked queries to it.
-type Part = (Arc<LoadedSnapshot>, Vec<Query>);
+pub type Part = (Arc<LoadedSnapshot>, Vec<Query>);
 
 /// Every part queued at once (each in its snapshot's next pass), then
 /// their answers, in order.
@@ -270,7 +271,7 @@ async fn answer_alone(
         work.iter()
             .map(|(snap, queries)| {
                 let started = Instant::now();
-                let answers = snap.pir.answer_batch(queries);
+                let answers = snap.answer_batch(queries);
                 let metrics = &pass_state.metrics;
                 metrics.observe_pass(&snap.url_id, 1, queries.len(), started.elapsed());
                 answers.map_err(|error| RouteError::Query {
@@ -284,9 +285,12 @@ async fn answer_alone(
     .map_err(|_| RouteError::Internal)?
 }
 
+/// Liveness and what this process serves: `role` is `whole`, `shard i/S`
+/// or `router` (a router checks its shards' roles with this).
 async fn healthz(State(state): State<Arc<AppState>>) -> Response {
     let n = state.all().len();
-    Json(serde_json::json!({"status": "ok", "snapshots": n})).into_response()
+    Json(serde_json::json!({"status": "ok", "snapshots": n, "role": state.role.to_string()}))
+        .into_response()
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {

@@ -5,18 +5,31 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
-use pir_core::PirServer;
+use pir_core::error::AnswerError;
+use pir_core::server::ServeError;
+use pir_core::shard::Shard;
+use pir_core::wire::{Query, Response};
+use pir_core::{PirServer, PublishedSetup};
 use snapshot_store::{SnapshotStore, StoredSnapshot};
 use tokio::sync::Semaphore;
 
 use crate::batch::{BatchSettings, Batcher};
 use crate::metrics::Metrics;
+use crate::shards::ShardRouter;
 use crate::ServerConfig;
+
+/// How a snapshot's queries are answered here.
+pub enum Serving {
+    /// From its database (memory-mapped): all rows, or this shard's.
+    Local(PirServer),
+    /// By the row shards behind this router: only the setup is held.
+    Routed(PublishedSetup),
+}
 
 /// A snapshot ready to answer.
 pub struct LoadedSnapshot {
     pub stored: StoredSnapshot,
-    pub pir: PirServer,
+    pub serving: Serving,
     /// `<chain>-<block>-<kind>`.
     pub url_id: String,
     /// `table.bin` (digest-checked), when the snapshot has one.
@@ -26,9 +39,14 @@ pub struct LoadedSnapshot {
 }
 
 impl LoadedSnapshot {
-    /// Reads, checks (digests, formats, setup digest) and loads a snapshot.
-    pub fn load(store: &SnapshotStore, stored: StoredSnapshot) -> anyhow::Result<Self> {
-        let pir = store.load_server(&stored)?;
+    /// Reads, checks (digests, formats, setup digest) and loads a snapshot
+    /// the way this server serves it.
+    pub fn load(store: &SnapshotStore, stored: StoredSnapshot, role: Role) -> anyhow::Result<Self> {
+        let serving = match role {
+            Role::Whole => Serving::Local(store.load_server(&stored, None)?),
+            Role::Shard(shard) => Serving::Local(store.load_server(&stored, Some(shard))?),
+            Role::Router => Serving::Routed(store.load_setup(&stored)?),
+        };
         let table = match stored
             .manifest
             .files
@@ -41,9 +59,61 @@ impl LoadedSnapshot {
             table,
             url_id: stored.id.url_form(),
             stored,
-            pir,
+            serving,
             batcher: Batcher::default(),
         })
+    }
+
+    /// The setup clients download.
+    pub fn setup(&self) -> &PublishedSetup {
+        match &self.serving {
+            Serving::Local(pir) => pir.setup(),
+            Serving::Routed(setup) => setup,
+        }
+    }
+
+    /// Entries of one query sent here (a shard's are its rows only).
+    pub fn query_rows(&self) -> usize {
+        match &self.serving {
+            Serving::Local(pir) => pir.query_rows(),
+            Serving::Routed(setup) => setup.shape().rows(),
+        }
+    }
+
+    /// Parses a batch of queries to this snapshot and checks each.
+    pub fn checked_queries(&self, body: &[u8]) -> Result<Vec<Query>, ServeError> {
+        match &self.serving {
+            Serving::Local(pir) => pir.checked_queries(body),
+            Serving::Routed(setup) => setup.checked_queries(body),
+        }
+    }
+
+    /// Answers a batch from the database here, in one pass.
+    pub fn answer_batch(&self, queries: &[Query]) -> Result<Vec<Response>, AnswerError> {
+        match &self.serving {
+            Serving::Local(pir) => pir.answer_batch(queries),
+            // A router never answers itself (its query route forwards).
+            Serving::Routed(_) => Err(AnswerError::EmptyBatch),
+        }
+    }
+}
+
+/// What this process is: a whole server, a row shard, or a router in
+/// front of row shards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Whole,
+    Shard(Shard),
+    Router,
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Role::Whole => write!(f, "whole"),
+            Role::Shard(s) => write!(f, "shard {s}"),
+            Role::Router => write!(f, "router"),
+        }
     }
 }
 
@@ -59,13 +129,27 @@ pub struct AppState {
     pub body_limit: usize,
     pub batching: BatchSettings,
     pub metrics: Metrics,
+    pub role: Role,
+    /// The shards behind a router.
+    pub shards: Option<ShardRouter>,
     /// Store entries that failed to load, so each is logged once.
     failed: RwLock<BTreeMap<String, String>>,
 }
 
 impl AppState {
     pub fn new(config: &ServerConfig) -> anyhow::Result<Self> {
+        let shards = match config.router.shards.is_empty() {
+            true => None,
+            false => Some(ShardRouter::new(&config.router)?),
+        };
+        let role = match (config.shard()?, &shards) {
+            (Some(shard), _) => Role::Shard(shard),
+            (None, Some(_)) => Role::Router,
+            (None, None) => Role::Whole,
+        };
         Ok(AppState {
+            role,
+            shards,
             store: SnapshotStore::open(&config.store)?,
             snapshots: RwLock::new(BTreeMap::new()),
             workers: Arc::new(Semaphore::new(config.workers.max(1))),
@@ -143,11 +227,12 @@ impl AppState {
             return;
         }
         let store = self.store.clone();
+        let role = self.role;
         let loaded =
-            tokio::task::spawn_blocking(move || LoadedSnapshot::load(&store, stored)).await;
+            tokio::task::spawn_blocking(move || LoadedSnapshot::load(&store, stored, role)).await;
         match loaded {
             Ok(Ok(snap)) => {
-                tracing::info!(snapshot = %id, records = snap.stored.manifest.record_count, k = snap.stored.manifest.pir.partitions, "serving");
+                tracing::info!(snapshot = %id, records = snap.stored.manifest.record_count, k = snap.stored.manifest.pir.partitions, role = %self.role, "serving");
                 self.snapshots
                     .write()
                     .expect("lock")

@@ -12,17 +12,21 @@
 //!
 //! Its own crate so that the server reads the store without linking the
 //! build pipeline (sources, GPU, progress bars).
-#![forbid(unsafe_code)]
+// `unsafe` only in `mapped` (one memory map, with its `# Safety` contract).
+#![deny(unsafe_code)]
 
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use pir_core::wire::decode_db;
-use pir_core::PirServer;
+use pir_core::shard::Shard;
+use pir_core::wire::decode_db_header;
+use pir_core::{EncodedDb, PirServer, PublishedSetup};
 use protocol::manifest::{FileDigest, KindTag, Manifest, SnapshotId, MANIFEST_FORMAT};
 
 pub mod failpoint;
+#[allow(unsafe_code)]
+mod mapped;
 
 pub const MANIFEST_FILE: &str = "manifest.json";
 pub const RECORDS_FILE: &str = "records.bin";
@@ -296,23 +300,75 @@ impl SnapshotStore {
         Ok(bytes)
     }
 
-    /// Loads a snapshot to answer from: `db.bin` and `setup.bin` read with
-    /// their digests checked, the setup bytes parsed once and kept, and
-    /// their digest compared with the manifest's.
-    pub fn load_server(&self, snap: &StoredSnapshot) -> Result<PirServer, StoreError> {
+    /// Checks one file of a snapshot against the manifest, streaming it
+    /// (a database of gigabytes is never held to be hashed); its path.
+    pub fn check_file(&self, snap: &StoredSnapshot, name: &str) -> Result<PathBuf, StoreError> {
+        let path = snap.path.join(name);
+        let expected = snap
+            .manifest
+            .files
+            .get(name)
+            .ok_or_else(|| StoreError::Invalid {
+                id: snap.id.clone(),
+                problem: format!("manifest lists no {name}"),
+            })?;
+        let file = File::open(&path).map_err(io(&path))?;
+        let (digest, bytes) = protocol::sha3_hex_of_reader(file).map_err(io(&path))?;
+        if expected.bytes != bytes || expected.sha3_256 != digest {
+            return Err(StoreError::Invalid {
+                id: snap.id.clone(),
+                problem: format!("{name} does not match its digest in the manifest"),
+            });
+        }
+        Ok(path)
+    }
+
+    /// Loads a snapshot to answer from: `db.bin` checked against its
+    /// digest (streamed) and then memory-mapped, one copy in the page
+    /// cache shared by every worker and every process serving the store;
+    /// `setup.bin` read, checked and parsed once. A shard (`Some`) answers
+    /// only its rows, and only their pages are ever read after the check.
+    pub fn load_server(
+        &self,
+        snap: &StoredSnapshot,
+        shard: Option<Shard>,
+    ) -> Result<PirServer, StoreError> {
         let invalid = |problem: String| StoreError::Invalid {
             id: snap.id.clone(),
             problem,
         };
-        let db = decode_db(&self.read_checked(snap, DB_FILE)?)
+        let path = self.check_file(snap, DB_FILE)?;
+        let bytes = mapped::map_published(&path).map_err(io(&path))?;
+        let (shape, offset) =
+            decode_db_header((*bytes).as_ref()).map_err(|e| invalid(format!("{DB_FILE}: {e}")))?;
+        let served = match shard {
+            Some(shard) => shard
+                .rows(shape.rows())
+                .map_err(|e| invalid(format!("shard {shard}: {e}")))?,
+            None => 0..shape.rows(),
+        };
+        let db = EncodedDb::from_shared(shape, bytes, offset, served)
             .map_err(|e| invalid(format!("{DB_FILE}: {e}")))?;
-        let setup = self.read_checked(snap, SETUP_FILE)?;
-        let server = PirServer::from_setup_bytes(db, setup)
+        let setup = self.load_setup(snap)?;
+        let server = PirServer::from_setup_bytes(db, setup.bytes().to_vec())
             .map_err(|e| invalid(format!("{SETUP_FILE}: {e}")))?;
-        if hex::encode(server.setup_digest()) != snap.manifest.pir.setup_digest {
+        Ok(server)
+    }
+
+    /// A snapshot's setup data, checked against the manifest (file digest
+    /// and setup digest) and parsed once: what a router in front of row
+    /// shards serves without the database.
+    pub fn load_setup(&self, snap: &StoredSnapshot) -> Result<PublishedSetup, StoreError> {
+        let invalid = |problem: String| StoreError::Invalid {
+            id: snap.id.clone(),
+            problem,
+        };
+        let setup = PublishedSetup::from_bytes(self.read_checked(snap, SETUP_FILE)?)
+            .map_err(|e| invalid(format!("{SETUP_FILE}: {e}")))?;
+        if hex::encode(setup.digest()) != snap.manifest.pir.setup_digest {
             return Err(invalid("setup digest differs from the manifest".into()));
         }
-        Ok(server)
+        Ok(setup)
     }
 
     /// Removes a snapshot (rename into `.trash`, then delete).

@@ -33,7 +33,7 @@ pub fn verify(
         return Err(invalid(snap, "record count differs from the manifest"));
     }
     // Digests, formats, the setup matching the database and the manifest.
-    let server = store.load_server(snap)?;
+    let server = store.load_server(snap, None)?;
     if lookups == 0 {
         return Ok(());
     }

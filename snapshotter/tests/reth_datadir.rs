@@ -213,7 +213,7 @@ fn check_views_at_every_block(reth: &RethDatadir, expected: &Value) {
     );
     let mut loaded = BTreeMap::new();
     for s in &snaps {
-        let server = store.load_server(s).unwrap();
+        let server = store.load_server(s, None).unwrap();
         let client = pir_core::PirClient::from_setup_bytes(server.setup_bytes()).unwrap();
         loaded.insert(s.id.url_form(), (server, client));
     }

@@ -400,3 +400,75 @@ where
         None => panic!("{what}: not within {} s", PATIENCE.as_secs()),
     }
 }
+
+/// A program of ours (`ethpir-server`) run as a real process on a loopback
+/// port: started with `--listen 127.0.0.1:<port>` added to its arguments,
+/// killed with SIGKILL on [`Self::kill`] or drop, and started again on the
+/// same port by [`Self::restart`] (what a supervisor does after a crash).
+pub struct Process {
+    bin: PathBuf,
+    args: Vec<String>,
+    child: Option<tokio::process::Child>,
+    pub port: u16,
+    pub url: String,
+}
+
+impl Process {
+    /// Starts `bin args --listen 127.0.0.1:<free port>` and waits until
+    /// `GET /healthz` answers; a port taken meanwhile is tried again.
+    pub async fn start(bin: &std::path::Path, args: &[String]) -> Process {
+        for _ in 0..3 {
+            let port = free_port();
+            let mut p = Process {
+                bin: bin.to_path_buf(),
+                args: args.to_vec(),
+                child: None,
+                port,
+                url: format!("http://127.0.0.1:{port}"),
+            };
+            if p.spawn().await {
+                return p;
+            }
+        }
+        panic!("{} did not come up on three ports", bin.display());
+    }
+
+    /// Spawns the program on `self.port`; whether `/healthz` answered.
+    async fn spawn(&mut self) -> bool {
+        let child = tokio::process::Command::new(&self.bin)
+            .args(&self.args)
+            .args(["--listen", &format!("127.0.0.1:{}", self.port)])
+            .env("ETHPIR_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.bin.display()));
+        let child = std::sync::Mutex::new(child);
+        let http = reqwest::Client::new();
+        let health = format!("{}/healthz", self.url);
+        let up = poll(PATIENCE, || async {
+            if let Ok(Some(_)) = child.lock().expect("lock").try_wait() {
+                return Some(false); // exited: the port was taken
+            }
+            let ok = http.get(&health).send().await.ok()?.status().is_success();
+            ok.then_some(true)
+        })
+        .await;
+        self.child = Some(child.into_inner().expect("lock"));
+        up == Some(true)
+    }
+
+    /// SIGKILL, and waits for the process to be gone.
+    pub async fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill().await;
+        }
+    }
+
+    /// Starts the program again on the same port (after [`Self::kill`]).
+    pub async fn restart(&mut self) {
+        self.kill().await;
+        assert!(self.spawn().await, "{} did not come back", self.url);
+    }
+}

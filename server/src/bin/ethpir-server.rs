@@ -17,6 +17,8 @@ use server::ServerConfig;
 The server answers private queries without learning which account was read. New snapshots in the \
 store are picked up without a restart (rescan), removed ones are retired once their in-flight \
 queries end.\n\n\
+Past one box: run several processes behind nginx (replicas, configs/nginx-ethpir.conf), or split \
+a large base by rows: S processes with --shard i/S and a router with --route-to (docs/architecture.md).\n\n\
 API: GET /v1/snapshots, GET /v1/snapshots/{id}/setup, GET /v1/snapshots/{id}/table, POST /v1/query, GET /healthz, GET /metrics (docs/protocol.md).\n\n\
 Settings come from --config (see configs/server.toml), then from these flags."
 )]
@@ -39,6 +41,16 @@ struct Cli {
     /// Query batches allowed to wait; beyond that, 503.
     #[arg(long)]
     queue: Option<usize>,
+    /// Serve only row shard I of S of every snapshot ("I/S", I from 0):
+    /// the database is memory-mapped and only this shard's rows are read.
+    /// A router (--route-to) sends this process its slices of queries.
+    #[arg(long, value_name = "I/S")]
+    shard: Option<String>,
+    /// Be a router in front of row shards: no database is loaded, each
+    /// query is split by rows among these shard servers (shard 0 first,
+    /// comma-separated or repeated) and their partial answers added.
+    #[arg(long, value_name = "URL", value_delimiter = ',')]
+    route_to: Vec<String>,
     /// Log filter.
     #[arg(long, default_value = "info", env = "ETHPIR_LOG")]
     log: String,
@@ -69,6 +81,13 @@ async fn main() -> Result<()> {
     if let Some(v) = cli.queue {
         config.queue = v;
     }
+    if let Some(v) = cli.shard {
+        config.shard = Some(v);
+    }
+    if !cli.route_to.is_empty() {
+        config.router.shards = cli.route_to;
+    }
+    config.shard().context("--shard")?;
     server::serve(config, async {
         let _ = tokio::signal::ctrl_c().await;
         tracing::info!("shutting down");

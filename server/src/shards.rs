@@ -1,0 +1,228 @@
+//! The router in front of row shards. A query is cut by rows into one
+//! slice per shard ([`pir_core::shard`]); every shard gets, in one request,
+//! the slices of every part of the wallet's request; the partial answers
+//! are added (mod 2^32) into the answer over all rows, which the client
+//! checks exactly as a whole server's (a shard answering for other rows
+//! fails that check). A shard that cannot answer makes the request fail
+//! with 503 "unavailable", never with a partial sum.
+//!
+//! Every shard answer is read through the client crate's bounded fetch:
+//! exactly the bytes its queries fix, within the router's timeout.
+
+use std::time::Duration;
+
+use ethpir_client::fetch::{fetch, Bounds, FetchError, Size};
+use futures::future::try_join_all;
+use pir_core::shard::{combine_answers, shard_rows, slice_query};
+use pir_core::wire::{self, Response};
+use protocol::api::ApiError;
+
+use crate::config::RouterSettings;
+use crate::error::RouteError;
+use crate::routes::Part;
+
+/// The shard servers behind this router, shard 0 first.
+pub struct ShardRouter {
+    urls: Vec<String>,
+    http: reqwest::Client,
+    timeout: Duration,
+}
+
+/// One shard's request: its slices of every part, and the exact size of
+/// its answer.
+struct ShardRequest {
+    body: Vec<u8>,
+    response_bytes: u64,
+}
+
+impl ShardRouter {
+    pub fn new(settings: &RouterSettings) -> anyhow::Result<Self> {
+        let count = settings.shards.len();
+        if count > u16::MAX as usize {
+            anyhow::bail!("{count} shards: at most {}", u16::MAX);
+        }
+        for url in &settings.shards {
+            url::Url::parse(url).map_err(|e| anyhow::anyhow!("shard URL {url:?}: {e}"))?;
+        }
+        Ok(ShardRouter {
+            urls: settings
+                .shards
+                .iter()
+                .map(|u| u.trim_end_matches('/').to_string())
+                .collect(),
+            http: reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(5))
+                .build()?,
+            timeout: settings.timeout(),
+        })
+    }
+
+    pub fn count(&self) -> u32 {
+        self.urls.len() as u32
+    }
+
+    /// Answers a checked request through the shards: each part's answers,
+    /// in order.
+    pub async fn answer(&self, work: Vec<Part>) -> Result<Vec<Vec<Response>>, RouteError> {
+        let count = self.count();
+        let (requests, work) = tokio::task::spawn_blocking(move || {
+            let requests: Result<Vec<ShardRequest>, RouteError> =
+                (0..count).map(|i| shard_request(&work, i, count)).collect();
+            (requests, work)
+        })
+        .await
+        .map_err(|_| RouteError::Internal)?;
+        let requests = requests?;
+        let replies = try_join_all(
+            requests
+                .into_iter()
+                .enumerate()
+                .map(|(i, request)| self.ask(i, request, &work)),
+        )
+        .await?;
+        combine(&work, replies)
+    }
+
+    /// Sends one shard its slices; its answers, part by part.
+    async fn ask(
+        &self,
+        shard: usize,
+        request: ShardRequest,
+        work: &[Part],
+    ) -> Result<Vec<Vec<Response>>, RouteError> {
+        let unavailable = |reason: String| RouteError::ShardUnavailable { shard, reason };
+        let post = self
+            .http
+            .post(format!("{}/v1/query", self.urls[shard]))
+            .body(request.body);
+        let bounds = Bounds {
+            size: Size::Exactly(request.response_bytes),
+            first_byte: self.timeout,
+            whole: self.timeout,
+        };
+        let fetched = fetch(post, "shard answer", bounds, &|_| {})
+            .await
+            .map_err(|e: FetchError| unavailable(e.to_string()))?;
+        if !fetched.status.is_success() {
+            let reason = serde_json::from_slice::<ApiError>(&fetched.body)
+                .map(|e| e.error)
+                .unwrap_or_default();
+            // A shard that has not picked up a snapshot yet (or has retired
+            // it) says so as a whole server would: the client refreshes.
+            return Err(match fetched.status.as_u16() {
+                404 => RouteError::UnknownSnapshot(format!("shard {shard}: {reason}")),
+                status => unavailable(format!("HTTP {status} {reason}")),
+            });
+        }
+        let parts = protocol::multi::decode_response(&fetched.body)
+            .map_err(|e| unavailable(format!("malformed answer: {e}")))?;
+        if parts.len() != work.len() {
+            return Err(unavailable(format!(
+                "{} answers for {} parts",
+                parts.len(),
+                work.len()
+            )));
+        }
+        parts
+            .into_iter()
+            .zip(work)
+            .map(|(part, (snap, queries))| {
+                let responses = wire::decode_responses(part)
+                    .map_err(|e| unavailable(format!("malformed answer: {e}")))?;
+                let cols = snap.setup().shape().cols();
+                if responses.len() != queries.len()
+                    || responses.iter().any(|r| r.elems.len() != cols)
+                {
+                    return Err(unavailable(format!(
+                        "{}: answers of the wrong shape",
+                        snap.url_id
+                    )));
+                }
+                Ok(responses)
+            })
+            .collect()
+    }
+
+    /// Logs, once at start, whether each shard says it is the shard this
+    /// router takes it for (a misordered list would make every answer
+    /// fail the client's check).
+    pub async fn check_roles(&self) {
+        for (i, url) in self.urls.iter().enumerate() {
+            let expected = format!("shard {i}/{}", self.count());
+            let bounds = Bounds {
+                size: Size::AtMost(64 << 10),
+                first_byte: self.timeout,
+                whole: self.timeout,
+            };
+            let health = fetch(
+                self.http.get(format!("{url}/healthz")),
+                "healthz",
+                bounds,
+                &|_| {},
+            )
+            .await
+            .ok()
+            .and_then(|f| serde_json::from_slice::<serde_json::Value>(&f.body).ok());
+            let role = health.as_ref().and_then(|h| h["role"].as_str());
+            match role {
+                Some(role) if role == expected => tracing::info!(shard = i, "shard ready"),
+                Some(role) => {
+                    tracing::error!(shard = i, %role, %expected, "shard misplaced: it serves other rows (answers would fail the clients' checks)")
+                }
+                None => tracing::warn!(shard = i, "shard not reachable yet"),
+            }
+        }
+    }
+}
+
+/// Shard `index`'s request: the slice of its rows of every query of every
+/// part.
+fn shard_request(work: &[Part], index: u32, count: u32) -> Result<ShardRequest, RouteError> {
+    let mut bodies = Vec::with_capacity(work.len());
+    let mut response_parts = Vec::with_capacity(work.len());
+    for (snap, queries) in work {
+        let rows = shard_rows(snap.query_rows(), index, count).map_err(|e| {
+            RouteError::ShardUnavailable {
+                shard: index as usize,
+                reason: e.to_string(),
+            }
+        })?;
+        let sliced: Vec<_> = queries
+            .iter()
+            .map(|q| slice_query(q, rows.clone()))
+            .collect();
+        bodies.push(wire::encode_queries(&sliced));
+        let cols = snap.setup().shape().cols();
+        response_parts.push(wire::response_bytes(cols, queries.len()));
+    }
+    let parts: Vec<(&str, &[u8])> = work
+        .iter()
+        .zip(&bodies)
+        .map(|((snap, _), body)| (snap.url_id.as_str(), body.as_slice()))
+        .collect();
+    Ok(ShardRequest {
+        body: protocol::multi::encode_request(&parts),
+        response_bytes: protocol::multi::response_bytes(response_parts.into_iter()),
+    })
+}
+
+/// Every query's answer over all rows: the shards' partial answers added.
+fn combine(
+    work: &[Part],
+    replies: Vec<Vec<Vec<Response>>>,
+) -> Result<Vec<Vec<Response>>, RouteError> {
+    (0..work.len())
+        .map(|p| {
+            (0..work[p].1.len())
+                .map(|q| {
+                    let parts: Vec<Response> =
+                        replies.iter().map(|shard| shard[p][q].clone()).collect();
+                    combine_answers(&parts).map_err(|e| RouteError::ShardUnavailable {
+                        shard: 0,
+                        reason: format!("partial answers disagree: {e}"),
+                    })
+                })
+                .collect()
+        })
+        .collect()
+}
