@@ -18,99 +18,18 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use common::*;
-use serde_json::{json, Value};
+use serde_json::json;
 use snapshotter::follow::{self, BuildConfig, FollowConfig, SourceConfig, Timing};
 use snapshotter::levels::LevelPolicy;
 use test_support::{
-    forward_to, idle_genesis_accounts, quantity, rpc, write_genesis, Anvil, ALL_DEV_ACCOUNTS,
-    DEV_ACCOUNTS, FORWARDER_INIT_CODE,
+    checking_client as client, forward_to, idle_genesis_accounts, proxy_status as status, quantity,
+    write_genesis, Anvil, ALL_DEV_ACCOUNTS, DEV_ACCOUNTS, FORWARDER_INIT_CODE,
 };
 
 const CLIENTS: usize = 32;
 
 fn fresh(byte: u8) -> String {
     format!("0x{}", format!("{byte:02x}").repeat(20))
-}
-
-async fn status(proxy: &str) -> Value {
-    rpc(proxy, "ethpir_status", json!([])).await.unwrap()
-}
-
-/// One client: looks up addresses round-robin at the view's block, and now
-/// and then at `latest`, comparing with anvil; returns its lookup count or
-/// the first mismatch or failure.
-async fn client(
-    i: usize,
-    proxy: String,
-    anvil_url: String,
-    addresses: Arc<RwLock<Vec<String>>>,
-    stop: Arc<AtomicBool>,
-    progress: Arc<AtomicUsize>,
-) -> Result<usize, String> {
-    let node = |method: &'static str, params: Value| {
-        let url = anvil_url.clone();
-        async move { rpc(&url, method, params).await }
-    };
-    let mut lookups = 0;
-    let mut k = i;
-    while !stop.load(Ordering::SeqCst) {
-        let address = {
-            let all = addresses.read().unwrap();
-            all[k % all.len()].clone()
-        };
-        k += 7;
-        progress.fetch_add(1, Ordering::SeqCst);
-        let before = status(&proxy).await["viewBlock"].as_u64().unwrap();
-        if lookups % 5 == 4 {
-            let got = rpc(&proxy, "eth_getBalance", json!([address, "latest"])).await?;
-            let after = status(&proxy).await["viewBlock"].as_u64().unwrap();
-            let mut matched = false;
-            for b in before..=after {
-                matched |=
-                    node("eth_getBalance", json!([address, format!("{b:#x}")])).await? == got;
-            }
-            if !matched {
-                let around = anvil_around(&node, "eth_getBalance", &address, before, after).await?;
-                return Err(format!(
-                    "{address} at latest ({before}..={after}): {got}; anvil {around:?}"
-                ));
-            }
-        } else {
-            let at = format!("{before:#x}");
-            for method in ["eth_getBalance", "eth_getTransactionCount"] {
-                let got = rpc(&proxy, method, json!([address, at])).await;
-                let want = node(method, json!([address, at])).await?;
-                if got.as_ref() != Ok(&want) {
-                    let around = anvil_around(&node, method, &address, before, before).await?;
-                    return Err(format!(
-                        "{method} {address} at {before}: {got:?}, anvil {around:?}"
-                    ));
-                }
-            }
-        }
-        lookups += 1;
-    }
-    Ok(lookups)
-}
-
-/// anvil's answers from two blocks before `from` to two after `to`, for
-/// the message of a mismatch.
-async fn anvil_around<F, Fut>(
-    node: &F,
-    method: &'static str,
-    address: &str,
-    from: u64,
-    to: u64,
-) -> Result<Vec<(u64, Value)>, String>
-where
-    F: Fn(&'static str, Value) -> Fut,
-    Fut: std::future::Future<Output = Result<Value, String>>,
-{
-    let mut out = Vec::new();
-    for b in from.saturating_sub(2)..=to + 2 {
-        out.push((b, node(method, json!([address, format!("{b:#x}")])).await?));
-    }
-    Ok(out)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

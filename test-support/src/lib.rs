@@ -6,6 +6,8 @@
 
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use serde_json::value::RawValue;
@@ -48,7 +50,8 @@ fn native_foundry_binary(dir: &std::path::Path, name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-fn free_port() -> u16 {
+/// A loopback port free at the moment of the call.
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .expect("loopback port")
         .local_addr()
@@ -471,4 +474,104 @@ impl Process {
         self.kill().await;
         assert!(self.spawn().await, "{} did not come back", self.url);
     }
+}
+
+/// The proxy's `ethpir_status`.
+pub async fn proxy_status(proxy: &str) -> Value {
+    rpc(proxy, "ethpir_status", json!([])).await.unwrap()
+}
+
+/// A read of anvil at a block: while anvil mines under load its state
+/// lookups can briefly lag the block number it has announced ("block
+/// height is N but requested was N+1"); such a read is repeated until
+/// anvil's state has the block (within [`PATIENCE`]). Any other error is
+/// returned as it is.
+async fn node_read(url: &str, method: &str, params: Value) -> Result<Value, String> {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        match rpc(url, method, params.clone()).await {
+            Err(e) if e.contains("BlockOutOfRange") && tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// One wallet of a load test through a proxy: looks up addresses
+/// round-robin at the view's block (`ethpir_status`), and now and then at
+/// `latest`, comparing with anvil; counts its lookups in `progress` and
+/// returns their number, or the first mismatch or failure.
+pub async fn checking_client(
+    i: usize,
+    proxy: String,
+    anvil_url: String,
+    addresses: Arc<RwLock<Vec<String>>>,
+    stop: Arc<AtomicBool>,
+    progress: Arc<AtomicUsize>,
+) -> Result<usize, String> {
+    let node = |method: &'static str, params: Value| {
+        let url = anvil_url.clone();
+        async move { node_read(&url, method, params).await }
+    };
+    let mut lookups = 0;
+    let mut k = i;
+    while !stop.load(Ordering::SeqCst) {
+        let address = {
+            let all = addresses.read().unwrap();
+            all[k % all.len()].clone()
+        };
+        k += 7;
+        progress.fetch_add(1, Ordering::SeqCst);
+        let before = proxy_status(&proxy).await["viewBlock"].as_u64().unwrap();
+        if lookups % 5 == 4 {
+            let got = rpc(&proxy, "eth_getBalance", json!([address, "latest"])).await?;
+            let after = proxy_status(&proxy).await["viewBlock"].as_u64().unwrap();
+            let mut matched = false;
+            for b in before..=after {
+                matched |=
+                    node("eth_getBalance", json!([address, format!("{b:#x}")])).await? == got;
+            }
+            if !matched {
+                let around = anvil_around(&node, "eth_getBalance", &address, before, after).await?;
+                return Err(format!(
+                    "{address} at latest ({before}..={after}): {got}; anvil {around:?}"
+                ));
+            }
+        } else {
+            let at = format!("{before:#x}");
+            for method in ["eth_getBalance", "eth_getTransactionCount"] {
+                let got = rpc(&proxy, method, json!([address, at])).await;
+                let want = node(method, json!([address, at])).await?;
+                if got.as_ref() != Ok(&want) {
+                    let around = anvil_around(&node, method, &address, before, before).await?;
+                    return Err(format!(
+                        "{method} {address} at {before}: {got:?}, anvil {around:?}"
+                    ));
+                }
+            }
+        }
+        lookups += 1;
+    }
+    Ok(lookups)
+}
+
+/// anvil's answers from two blocks before `from` to two after `to`, for
+/// the message of a mismatch.
+async fn anvil_around<F, Fut>(
+    node: &F,
+    method: &'static str,
+    address: &str,
+    from: u64,
+    to: u64,
+) -> Result<Vec<(u64, Value)>, String>
+where
+    F: Fn(&'static str, Value) -> Fut,
+    Fut: std::future::Future<Output = Result<Value, String>>,
+{
+    let mut out = Vec::new();
+    for b in from.saturating_sub(2)..=to + 2 {
+        out.push((b, node(method, json!([address, format!("{b:#x}")])).await?));
+    }
+    Ok(out)
 }
