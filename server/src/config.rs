@@ -29,6 +29,9 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// Answers batched across requests.
     pub batching: BatchSettings,
+    /// Serve the store's files (`GET /v1/snapshots/{id}/files/{name}`) to
+    /// replicas that pull them (`ethpir-snapshot pull`).
+    pub export_files: bool,
     /// Serve only this row shard (`"i/S"`) of every snapshot: queries are
     /// a router's slices of that many rows.
     pub shard: Option<String>,
@@ -67,6 +70,7 @@ impl Default for ServerConfig {
             queue: 64,
             max_body_bytes: 64 << 20,
             batching: BatchSettings::default(),
+            export_files: false,
             shard: None,
             router: RouterSettings::default(),
         }

@@ -15,6 +15,10 @@ pub enum RouteError {
     UnknownSnapshot(String),
     #[error("no table for snapshot '{0}' (retired, or too large to download whole)")]
     NoTable(String),
+    #[error("this server does not export its store's files (export_files)")]
+    NotExported,
+    #[error("no file '{0}' in that snapshot")]
+    NoFile(String),
     #[error("body longer than allowed: at most {limit} bytes")]
     BodyTooLarge { limit: usize },
     #[error("{id}: {bytes} bytes, a batch takes at most {largest}")]
@@ -42,7 +46,10 @@ pub enum RouteError {
 impl RouteError {
     pub fn status(&self) -> StatusCode {
         match self {
-            RouteError::UnknownSnapshot(_) | RouteError::NoTable(_) => StatusCode::NOT_FOUND,
+            RouteError::UnknownSnapshot(_)
+            | RouteError::NoTable(_)
+            | RouteError::NotExported
+            | RouteError::NoFile(_) => StatusCode::NOT_FOUND,
             RouteError::BodyTooLarge { .. } | RouteError::PartTooLarge { .. } => {
                 StatusCode::PAYLOAD_TOO_LARGE
             }

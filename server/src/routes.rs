@@ -17,9 +17,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use pir_core::wire::{self, Query};
+use tower::ServiceExt;
 use tower_http::compression::predicate::{DefaultPredicate, NotForContentType, Predicate};
 use tower_http::compression::CompressionLayer;
 use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::services::ServeFile;
 
 use crate::api::{Catalog, CatalogEntry};
 use crate::batch;
@@ -34,6 +36,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/snapshots", get(catalog))
         .route("/v1/snapshots/{id}/setup", get(setup))
         .route("/v1/snapshots/{id}/table", get(table))
+        .route("/v1/snapshots/{id}/files/{name}", get(file))
         .route("/v1/query", post(query))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
@@ -66,6 +69,7 @@ fn route_name(path: Option<&MatchedPath>) -> &'static str {
         Some("/v1/snapshots") => "catalog",
         Some("/v1/snapshots/{id}/setup") => "setup",
         Some("/v1/snapshots/{id}/table") => "table",
+        Some("/v1/snapshots/{id}/files/{name}") => "file",
         Some("/v1/query") => "query",
         Some("/healthz") => "healthz",
         Some("/metrics") => "metrics",
@@ -140,6 +144,32 @@ async fn table(
     });
     let (digest, bytes) = found.ok_or(RouteError::NoTable(id))?;
     Ok(download(&headers, digest, bytes))
+}
+
+/// `GET /v1/snapshots/{id}/files/{name}` (with `export_files` on): one
+/// file of a served snapshot as it lies in the store (its manifest, or a
+/// file the manifest lists), for replicas that pull the store; ranges
+/// allowed, so that a broken download of a large database resumes.
+async fn file(
+    State(state): State<Arc<AppState>>,
+    Path((id, name)): Path<(String, String)>,
+    request: Request,
+) -> Result<Response, RouteError> {
+    if !state.export_files {
+        return Err(RouteError::NotExported);
+    }
+    let snap = state.get(&id).ok_or(RouteError::UnknownSnapshot(id))?;
+    let listed =
+        name == snapshot_store::MANIFEST_FILE || snap.stored.manifest.files.contains_key(&name);
+    if !listed {
+        return Err(RouteError::NoFile(name));
+    }
+    let path = snap.stored.path.join(&name);
+    let served = ServeFile::new(path)
+        .oneshot(request)
+        .await
+        .map_err(|_| RouteError::Internal)?;
+    Ok(served.map(axum::body::Body::new))
 }
 
 /// A binary download whose ETag is its digest; 304 when `If-None-Match`

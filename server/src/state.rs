@@ -128,6 +128,7 @@ pub struct AppState {
     pub max_batch: usize,
     pub body_limit: usize,
     pub batching: BatchSettings,
+    pub export_files: bool,
     pub metrics: Metrics,
     pub role: Role,
     /// The shards behind a router.
@@ -158,6 +159,7 @@ impl AppState {
             max_batch: config.max_batch.clamp(1, pir_core::wire::MAX_BATCH),
             body_limit: config.max_body_bytes,
             batching: config.batching,
+            export_files: config.export_files,
             metrics: Metrics::new(),
             failed: RwLock::new(BTreeMap::new()),
         })

@@ -17,6 +17,7 @@ pub mod follow;
 pub mod levels;
 pub mod pipeline;
 pub mod progress;
+pub mod pull;
 pub mod records;
 pub mod sources;
 pub mod verify;

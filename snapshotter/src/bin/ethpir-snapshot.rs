@@ -41,6 +41,7 @@ ethpir-snapshot --store ./store build rpc --url http://127.0.0.1:8545 --window 2
 ethpir-snapshot --store ./store build reth --datadir ~/.local/share/reth/mainnet --chain-id 1\n  \
 ethpir-snapshot --store ./store run --url http://127.0.0.1:8545 --genesis genesis.json\n  \
 ethpir-snapshot --store ./store list\n  \
+ethpir-snapshot --store ./replica pull --from http://primary:8546 --every 1\n  \
 ethpir-snapshot --store ./store verify --lookups 16"
 )]
 struct Cli {
@@ -84,6 +85,31 @@ ethpir-snapshot run --store ./store --url http://127.0.0.1:8545 --datadir ~/.loc
 ethpir-snapshot run --config configs/snapshotter.toml --once"
     )]
     Run(RunArgs),
+    /// Keep this store a copy of a primary's: fetch what its server lists
+    /// (every file checked against its manifest's digest before an atomic
+    /// publish), remove what it retired; once, or every --every seconds.
+    #[command(
+        long_about = "Keep this store a copy of a primary's, for replicas and shards on other machines.\n\n\
+The follower publishes once, on the primary, whose ethpir-server runs with export_files = true. \
+Every other machine runs `pull`: it fetches the snapshots the primary's server lists that this store \
+lacks (files streamed to disk, refused past their manifest's size, checked against its digests, then \
+published with the same atomic rename as a build) and removes those the primary no longer lists. \
+The local ethpir-server picks them up on its next rescan.\n\nExamples:\n  \
+ethpir-snapshot --store /var/lib/ethpir/store pull --from http://primary.internal:8546\n  \
+ethpir-snapshot --store /var/lib/ethpir/store pull --from http://primary.internal:8546 --every 1"
+    )]
+    Pull {
+        /// Base URL of the primary's ethpir-server (export_files = true).
+        #[arg(long)]
+        from: String,
+        /// Pull again every this many seconds (fractions allowed) until
+        /// Ctrl-C; without it, pull once and exit.
+        #[arg(long)]
+        every: Option<f64>,
+        /// Longest one file may take to download, seconds.
+        #[arg(long, default_value_t = 3600)]
+        file_timeout_secs: u64,
+    },
     /// List the snapshots in the store.
     List {
         /// Print the manifests as JSON lines.
@@ -378,6 +404,11 @@ fn main() -> Result<()> {
         Command::Run(args) => run_follower(&cli.store, cli_store_given(), args),
         Command::Build { source } => build(&open_store()?, source),
         Command::List { json } => list(&open_store()?, *json),
+        Command::Pull {
+            from,
+            every,
+            file_timeout_secs,
+        } => pull(&open_store()?, from, *every, *file_timeout_secs),
         Command::Plan {
             accounts,
             value_bytes,
@@ -428,6 +459,39 @@ fn run_follower(store: &std::path::Path, store_given: bool, args: &RunArgs) -> R
                 let _ = tokio::signal::ctrl_c().await;
             })
             .await
+        }
+    })
+}
+
+/// `pull`: once, or every `every` seconds until Ctrl-C (a failed pass is
+/// logged and tried again).
+fn pull(store: &SnapshotStore, from: &str, every: Option<f64>, file_timeout: u64) -> Result<()> {
+    let puller =
+        snapshotter::pull::Puller::new(from, std::time::Duration::from_secs(file_timeout))?;
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async {
+        let Some(every) = every else {
+            let report = puller.pull_once(store).await?;
+            println!(
+                "pulled {} snapshot(s) ({} bytes), removed {}",
+                report.fetched.len(),
+                report.bytes,
+                report.removed.len()
+            );
+            return Ok(());
+        };
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs_f64(every.max(0.1)));
+        let stop = tokio::signal::ctrl_c();
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                _ = &mut stop => return Ok(()),
+                _ = tick.tick() => {
+                    if let Err(e) = puller.pull_once(store).await {
+                        tracing::warn!(error = %e, "pull failed; trying again");
+                    }
+                }
+            }
         }
     })
 }

@@ -1,0 +1,220 @@
+//! `ethpir-snapshot pull`: keeps a replica's store a copy of a primary's.
+//! The follower publishes once, on the primary; every other machine pulls
+//! what the primary's server lists (`GET /v1/snapshots`, whose entries
+//! carry the manifests) through its read-only file export
+//! (`export_files = true`: `GET /v1/snapshots/{id}/files/{name}`). Each
+//! file is streamed to the replica's staging folder, never held whole,
+//! refused past the size its manifest gives, and checked against the
+//! manifest's digest before the snapshot is published with the same
+//! atomic rename as a build. Snapshots the primary no longer lists are
+//! removed, as its retention removed them.
+
+use std::io::Write;
+use std::time::Duration;
+
+use protocol::api::{Catalog, CatalogEntry};
+use protocol::manifest::FileDigest;
+use snapshot_store::{SnapshotStore, StoreError};
+
+/// Largest catalog read from the primary.
+const MAX_CATALOG_BYTES: u64 = 64 << 20;
+
+/// Why a pull failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PullError {
+    #[error("{what}: {reason}")]
+    Http { what: String, reason: String },
+    #[error("{what}: {got} bytes, the manifest says {expected}")]
+    Size {
+        what: String,
+        got: u64,
+        expected: u64,
+    },
+    #[error("{0}: does not match its digest in the manifest (nothing published)")]
+    Digest(String),
+    #[error("the primary's catalog: {0}")]
+    Catalog(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+/// What one pull did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct PullReport {
+    /// Snapshots fetched and published, oldest first.
+    pub fetched: Vec<String>,
+    /// Snapshots removed because the primary no longer lists them.
+    pub removed: Vec<String>,
+    pub bytes: u64,
+}
+
+/// Pulls from a primary's server into a store.
+pub struct Puller {
+    http: reqwest::Client,
+    from: String,
+    /// Longest a single file may take to download.
+    file_timeout: Duration,
+}
+
+impl Puller {
+    pub fn new(from: &str, file_timeout: Duration) -> Result<Self, PullError> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| PullError::Http {
+                what: "HTTP client".into(),
+                reason: e.to_string(),
+            })?;
+        Ok(Puller {
+            http,
+            from: from.trim_end_matches('/').to_string(),
+            file_timeout,
+        })
+    }
+
+    /// One pass: fetches every listed snapshot the store lacks, then
+    /// removes those of the listed chains that the primary no longer has.
+    pub async fn pull_once(&self, store: &SnapshotStore) -> Result<PullReport, PullError> {
+        let catalog = self.catalog().await?;
+        let mut report = PullReport::default();
+        for entry in &catalog.snapshots {
+            let id = entry.manifest.id();
+            match store.get(&id) {
+                Ok(_) => continue,
+                Err(StoreError::NotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+            report.bytes += self.fetch_snapshot(store, entry).await?;
+            tracing::info!(snapshot = %entry.id, "pulled and published");
+            report.fetched.push(entry.id.clone());
+        }
+        let listed: std::collections::BTreeSet<_> =
+            catalog.snapshots.iter().map(|e| e.manifest.id()).collect();
+        let chains: std::collections::BTreeSet<u64> = listed.iter().map(|id| id.chain_id).collect();
+        for local in store.list()? {
+            if chains.contains(&local.id.chain_id) && !listed.contains(&local.id) {
+                store.remove(&local.id)?;
+                tracing::info!(snapshot = %local.id.url_form(), "removed (the primary retired it)");
+                report.removed.push(local.id.url_form());
+            }
+        }
+        Ok(report)
+    }
+
+    async fn catalog(&self) -> Result<Catalog, PullError> {
+        let what = "catalog".to_string();
+        let resp = self
+            .http
+            .get(format!("{}/v1/snapshots", self.from))
+            .timeout(Duration::from_secs(60))
+            .send()
+            .await
+            .map_err(|e| PullError::Http {
+                what: what.clone(),
+                reason: e.to_string(),
+            })?;
+        let mut body = Vec::new();
+        self.stream(resp, &what, MAX_CATALOG_BYTES, |chunk| {
+            body.extend_from_slice(chunk);
+            Ok(())
+        })
+        .await?;
+        serde_json::from_slice(&body).map_err(|e| PullError::Catalog(e.to_string()))
+    }
+
+    /// Downloads one snapshot's files into staging, checks them and
+    /// publishes; the bytes downloaded.
+    async fn fetch_snapshot(
+        &self,
+        store: &SnapshotStore,
+        entry: &CatalogEntry,
+    ) -> Result<u64, PullError> {
+        let staged = store.stage(&entry.manifest.id())?;
+        let mut total = 0;
+        for (name, digest) in &entry.manifest.files {
+            let path = staged.dir().join(name);
+            total += self.fetch_file(&entry.id, name, digest, &path).await?;
+        }
+        store.publish(staged, &entry.manifest)?;
+        Ok(total)
+    }
+
+    /// Streams one file to `path` (fsynced), at most its manifest's size,
+    /// and checks its digest.
+    async fn fetch_file(
+        &self,
+        id: &str,
+        name: &str,
+        expected: &FileDigest,
+        path: &std::path::Path,
+    ) -> Result<u64, PullError> {
+        let what = format!("{id}/{name}");
+        let io = |source| PullError::Io {
+            path: path.display().to_string(),
+            source,
+        };
+        let resp = self
+            .http
+            .get(format!("{}/v1/snapshots/{id}/files/{name}", self.from))
+            .timeout(self.file_timeout)
+            .send()
+            .await
+            .map_err(|e| PullError::Http {
+                what: what.clone(),
+                reason: e.to_string(),
+            })?;
+        let mut file = std::fs::File::create(path).map_err(io)?;
+        let got = self
+            .stream(resp, &what, expected.bytes, |chunk| file.write_all(chunk))
+            .await?;
+        file.sync_all().map_err(io)?;
+        if got != expected.bytes {
+            return Err(PullError::Size {
+                what,
+                got,
+                expected: expected.bytes,
+            });
+        }
+        let reader = std::fs::File::open(path).map_err(io)?;
+        let (digest, _) = protocol::sha3_hex_of_reader(reader).map_err(io)?;
+        if digest != expected.sha3_256 {
+            return Err(PullError::Digest(what));
+        }
+        Ok(got)
+    }
+
+    /// Reads a successful response chunk by chunk into `sink`, refusing it
+    /// once it passes `limit` bytes; the bytes read.
+    async fn stream(
+        &self,
+        mut resp: reqwest::Response,
+        what: &str,
+        limit: u64,
+        mut sink: impl FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> Result<u64, PullError> {
+        let http = |reason: String| PullError::Http {
+            what: what.to_string(),
+            reason,
+        };
+        if !resp.status().is_success() {
+            return Err(http(format!("HTTP {}", resp.status())));
+        }
+        let mut got = 0u64;
+        while let Some(chunk) = resp.chunk().await.map_err(|e| http(e.to_string()))? {
+            got += chunk.len() as u64;
+            if got > limit {
+                return Err(http(format!("more than the {limit} bytes expected")));
+            }
+            sink(&chunk).map_err(|e| PullError::Io {
+                path: what.to_string(),
+                source: e,
+            })?;
+        }
+        Ok(got)
+    }
+}
