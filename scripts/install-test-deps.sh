@@ -9,6 +9,8 @@
 # - cargo-machete (unused-dependency check);
 # - Foundry's anvil and cast 1.7.1 (npm @foundry-rs/anvil, @foundry-rs/cast)
 #   into ./.tools, where the tests look for them;
+# - kubernetes-validate 1.37 (PyPI) into ./.tools/kv, which checks the
+#   Kubernetes manifests against the API's schemas;
 # - NVRTC and ptxas 13.5 (NVIDIA's PyPI wheels nvidia-cuda-nvrtc and
 #   nvidia-cuda-nvcc, no GPU needed) into ./.tools/cuda: the tests compile
 #   the CUDA kernels for sm_80 and sm_90 with them on every machine.
@@ -57,6 +59,15 @@ if ! .tools/node_modules/.bin/anvil --version 2>/dev/null | grep -q "$FOUNDRY_VE
         "@foundry-rs/anvil@$FOUNDRY_VERSION" "@foundry-rs/cast@$FOUNDRY_VERSION"
 fi
 .tools/node_modules/.bin/anvil --version | head -1
+
+# kubernetes-validate (with the Kubernetes JSON schemas it ships): the
+# test command's check of deploy/kubernetes (scripts/check-deploy.sh).
+KV_VERSION=1.37.0
+if ! ls .tools/kv/kubernetes_validate-$KV_VERSION.dist-info >/dev/null 2>&1; then
+    rm -rf .tools/kv
+    python3 -m pip install --quiet --root-user-action=ignore --no-warn-script-location --target .tools/kv \
+        "kubernetes-validate==$KV_VERSION"
+fi
 
 CUDA_TOOLS_VERSION=13.5.37
 if ! .tools/cuda/nvidia/cu13/bin/ptxas --version 2>/dev/null | grep -q "V$CUDA_TOOLS_VERSION"; then
