@@ -11,7 +11,9 @@ use snapshotter::follow::FollowConfig;
 fn block(yaml: &str, key: &str) -> String {
     let head = format!("{key}: |");
     let mut lines = yaml.lines().skip_while(|l| l.trim() != head);
-    let marker = lines.next().unwrap_or_else(|| panic!("no {key} in the ConfigMap"));
+    let marker = lines
+        .next()
+        .unwrap_or_else(|| panic!("no {key} in the ConfigMap"));
     let indent = marker.len() - marker.trim_start().len() + 2;
     lines
         .take_while(|l| l.trim().is_empty() || l.len() - l.trim_start().len() >= indent)
@@ -34,5 +36,8 @@ fn the_configmap_settings_are_read_by_the_programs() {
     let path = dir.path().join("follow.toml");
     std::fs::write(&path, block(yaml, "follow.toml")).unwrap();
     let follow = FollowConfig::from_file(&path).unwrap();
-    assert_eq!(follow.store.as_deref(), Some(std::path::Path::new("/store")));
+    assert_eq!(
+        follow.store.as_deref(),
+        Some(std::path::Path::new("/store"))
+    );
 }

@@ -51,6 +51,19 @@ struct Args {
     /// Distinct prepared queries the wallets share.
     #[arg(long, default_value_t = 8)]
     distinct_queries: usize,
+    /// Measure servers already running at this URL (replicas behind nginx,
+    /// a router in front of row shards) instead of starting one; they must
+    /// serve the store this command builds under --dir. One run, with the
+    /// servers' own batching settings.
+    #[arg(long)]
+    url: Option<String>,
+    /// A name for what --url measures, copied into the JSON line.
+    #[arg(long, default_value = "")]
+    setup: String,
+    /// Build the store under --dir, print its path and exit (to start the
+    /// servers that --url measures).
+    #[arg(long)]
+    build_only: bool,
     /// Working directory (stores are kept and reused between runs).
     #[arg(long, default_value = "./server-bench-data")]
     dir: std::path::PathBuf,
@@ -75,6 +88,17 @@ async fn main() -> Result<()> {
     let records = demo::bench::accounts(args.log2_accounts);
     let store_dir = args.dir.join(format!("store-{}", args.log2_accounts));
     let (_store, build_s) = demo::bench::ensure_store(&store_dir, &records).await?;
+    if args.build_only {
+        println!("{}", store_dir.display());
+        return Ok(());
+    }
+    if let Some(url) = &args.url {
+        let mut line = measure(&args, url, &records).await?;
+        line["setup"] = json!(args.setup);
+        line["batching"] = json!("as the servers are set");
+        println!("{line}");
+        return Ok(());
+    }
     let modes = match args.batching {
         Batching::On => vec![true],
         Batching::Off => vec![false],
@@ -102,6 +126,16 @@ async fn run(
     batching: server::BatchSettings,
 ) -> Result<serde_json::Value> {
     let base = start_server(store_dir, batching).await?;
+    let mut line = measure(args, &base, records).await?;
+    line["batching"] = json!(batching.enabled);
+    line["window_ms"] = json!(batching.window_ms);
+    line["max_queries"] = json!(batching.max_queries);
+    Ok(line)
+}
+
+/// W wallets against the server at `base` for `args.seconds`.
+async fn measure(args: &Args, base: &str, records: &[AccountRecord]) -> Result<serde_json::Value> {
+    let base = base.trim_end_matches('/').to_string();
     let http = reqwest::Client::new();
     let lookups = Arc::new(prepare(&http, &base, records, args.distinct_queries).await?);
     let lone = lone_latency_ms(&http, &base, &lookups).await?;
@@ -131,9 +165,6 @@ async fn run(
         "bench": "server-throughput",
         "log2_accounts": args.log2_accounts,
         "wallets": args.wallets,
-        "batching": batching.enabled,
-        "window_ms": batching.window_ms,
-        "max_queries": batching.max_queries,
         "seconds": elapsed,
         "lookups": ms.len(),
         "lookups_per_s": ms.len() as f64 / elapsed,
