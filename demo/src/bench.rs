@@ -91,3 +91,18 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
         n => sorted[((n as f64 - 1.0) * p).round() as usize],
     }
 }
+
+/// The CPU's model name (`/proc/cpuinfo`), for benchmark lines.
+pub fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| {
+                l.strip_prefix("model name")?
+                    .split(':')
+                    .nth(1)
+                    .map(|m| m.trim().to_string())
+            })
+        })
+        .unwrap_or_else(|| "unknown".into())
+}

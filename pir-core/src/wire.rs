@@ -388,14 +388,20 @@ pub fn decode_responses(bytes: &[u8]) -> Result<Vec<Response>, WireError> {
 
 /// Serialises an encoded database (shape and panel bytes) for disk.
 pub fn encode_db(db: &EncodedDb) -> Vec<u8> {
-    let mut out = header(
-        Kind::Database,
-        64 + 8 * db.shape().filter_seeds.len() + db.bytes(),
-    );
-    put_shape(&mut out, db.shape());
-    out.extend_from_slice(&(db.bytes() as u64).to_le_bytes());
-    out.extend(db.data().iter().map(|&v| v as u8));
+    let mut out = Vec::with_capacity(64 + 8 * db.shape().filter_seeds.len() + db.data().len());
+    write_db(db, &mut out).expect("writing to memory");
     out
+}
+
+/// Writes what [`encode_db`] makes to `w`, the panel bytes as they lie (a
+/// database of gigabytes is written without a second copy).
+pub fn write_db(db: &EncodedDb, w: &mut (impl std::io::Write + ?Sized)) -> std::io::Result<()> {
+    assert!(db.is_whole(), "a shard's rows are not a database file");
+    let mut head = header(Kind::Database, 64 + 8 * db.shape().filter_seeds.len());
+    put_shape(&mut head, db.shape());
+    head.extend_from_slice(&(db.data().len() as u64).to_le_bytes());
+    w.write_all(&head)?;
+    w.write_all(bytemuck::cast_slice::<i8, u8>(db.data()))
 }
 
 /// Parses an encoded database written by [`encode_db`].

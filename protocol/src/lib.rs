@@ -54,6 +54,45 @@ pub fn sha3_hex_of_reader(mut reader: impl std::io::Read) -> std::io::Result<(St
     }
 }
 
+/// A writer that hashes (SHA3-256) and counts what passes through it: a
+/// file of gigabytes gets its digest as it is written, never held whole.
+pub struct Sha3Writer<W> {
+    inner: W,
+    hasher: sha3::Sha3_256,
+    bytes: u64,
+}
+
+impl<W: std::io::Write> Sha3Writer<W> {
+    pub fn new(inner: W) -> Self {
+        use sha3::Digest;
+        Sha3Writer {
+            inner,
+            hasher: sha3::Sha3_256::new(),
+            bytes: 0,
+        }
+    }
+
+    /// The inner writer, the hex digest and the byte count.
+    pub fn finish(self) -> (W, String, u64) {
+        use sha3::Digest;
+        (self.inner, hex_of(&self.hasher.finalize()), self.bytes)
+    }
+}
+
+impl<W: std::io::Write> std::io::Write for Sha3Writer<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        use sha3::Digest;
+        let n = self.inner.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.bytes += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
 fn hex_of(digest: &[u8]) -> String {
     digest.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -88,18 +88,31 @@ impl StagedSnapshot {
 
     /// Writes and fsyncs one file, recording its digest.
     pub fn write_file(&mut self, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
-        let path = self.dir.join(name);
-        let mut f = File::create(&path).map_err(io(&path))?;
-        f.write_all(bytes).map_err(io(&path))?;
-        f.sync_all().map_err(io(&path))?;
-        self.files.insert(
-            name.to_string(),
-            FileDigest {
-                bytes: bytes.len() as u64,
-                sha3_256: sha3_hex(bytes),
-            },
-        );
+        self.write_file_with(name, |w| w.write_all(bytes))?;
         Ok(())
+    }
+
+    /// Writes one file by streaming it through `write` (hashed as it
+    /// goes, buffered, never held whole), fsyncs it and records its
+    /// digest, which it returns.
+    pub fn write_file_with(
+        &mut self,
+        name: &str,
+        write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+    ) -> Result<FileDigest, StoreError> {
+        let path = self.dir.join(name);
+        let file = File::create(&path).map_err(io(&path))?;
+        let mut hashed =
+            protocol::Sha3Writer::new(std::io::BufWriter::with_capacity(8 << 20, file));
+        write(&mut hashed).map_err(io(&path))?;
+        let (buffered, sha3_256, bytes) = hashed.finish();
+        let file = buffered
+            .into_inner()
+            .map_err(|e| io(&path)(e.into_error()))?;
+        file.sync_all().map_err(io(&path))?;
+        let digest = FileDigest { bytes, sha3_256 };
+        self.files.insert(name.to_string(), digest.clone());
+        Ok(digest)
     }
 
     /// Digests of the files written so far (for the manifest).

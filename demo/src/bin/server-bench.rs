@@ -173,7 +173,7 @@ async fn measure(args: &Args, base: &str, records: &[AccountRecord]) -> Result<s
         "lone_lookup_ms": lone,
         "passes": passes,
         "mean_queries_per_pass": queries / passes.max(1.0),
-        "cpu": cpu_model(),
+        "cpu": demo::bench::cpu_model(),
         "cores": std::thread::available_parallelism().map(usize::from).unwrap_or(1),
         "kernel": pir_core::kernel::active().name(),
     }))
@@ -300,18 +300,4 @@ fn metric(text: &str, name: &str) -> f64 {
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
         .unwrap_or(0.0)
-}
-
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines().find_map(|l| {
-                l.strip_prefix("model name")?
-                    .split(':')
-                    .nth(1)
-                    .map(|m| m.trim().to_string())
-            })
-        })
-        .unwrap_or_else(|| "unknown".into())
 }
