@@ -88,9 +88,16 @@ impl Catalog {
     }
 
     /// Adopts a fetched catalog: its entries of the chain read and the
-    /// views they form. Returns the entries.
-    pub fn adopt(&self, catalog: CatalogBody) -> BTreeMap<String, CatalogEntry> {
-        *self.max_batch.write().expect("lock") = catalog.max_batch.max(1);
+    /// views they form. Returns the entries, or `None` when the catalog is
+    /// behind the one adopted (its newest view older) and `force` is off:
+    /// behind a load balancer a replica that has not yet picked up the
+    /// newest snapshot must not take back a view already shown. A lookup
+    /// that finds its view retired forces it (a reorg removes levels).
+    pub fn adopt(
+        &self,
+        catalog: CatalogBody,
+        force: bool,
+    ) -> Option<BTreeMap<String, CatalogEntry>> {
         let wanted: BTreeMap<String, CatalogEntry> = catalog
             .snapshots
             .into_iter()
@@ -98,9 +105,18 @@ impl Catalog {
             .map(|e| (e.id.clone(), e))
             .collect();
         let entries: Vec<CatalogEntry> = wanted.values().cloned().collect();
-        *self.views.write().expect("lock") = protocol::view::views(&entries);
+        let views = protocol::view::views(&entries);
+        let newest = |views: &[View]| views.iter().map(|v| v.block).max();
+        if !force && newest(&views) < newest(&self.views.read().expect("lock")) {
+            tracing::debug!(
+                "catalog behind the one adopted (a replica catching up); kept the newer"
+            );
+            return None;
+        }
+        *self.max_batch.write().expect("lock") = catalog.max_batch.max(1);
+        *self.views.write().expect("lock") = views;
         *self.entries.write().expect("lock") = wanted.clone();
-        wanted
+        Some(wanted)
     }
 
     /// Snapshots listed.

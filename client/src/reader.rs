@@ -40,6 +40,9 @@ pub struct PrivateReader {
     opening: tokio::sync::Mutex<()>,
 }
 
+/// Catalog fetches a lookup may make for a view it did not find.
+const CATALOG_RETRIES: usize = 5;
+
 /// Results, one per address, all the same error.
 fn all_failed<T>(n: usize, e: &ReadError) -> Vec<Result<T, ReadError>> {
     (0..n).map(|_| Err(e.clone())).collect()
@@ -150,8 +153,14 @@ impl PrivateReader {
     /// vanished snapshots and loads the newest view's setups. Returns how
     /// many snapshots the catalog lists.
     pub async fn refresh(&self) -> Result<usize, ReadError> {
-        if let Some(body) = self.catalog.fetch(&self.link).await? {
-            let wanted = self.catalog.adopt(body);
+        self.refresh_with(false).await
+    }
+
+    /// [`Self::refresh`]; `force` adopts a catalog even if it is behind
+    /// the one adopted (see [`Catalog::adopt`]).
+    async fn refresh_with(&self, force: bool) -> Result<usize, ReadError> {
+        let fetched = self.catalog.fetch(&self.link).await?;
+        if let Some(wanted) = fetched.and_then(|body| self.catalog.adopt(body, force)) {
             self.snapshots.write().expect("lock").retain(|id, s| {
                 wanted
                     .get(id)
@@ -173,8 +182,14 @@ impl PrivateReader {
     }
 
     /// Reads accounts at the block `sel` names: one result per address.
-    /// When a level of the view was retired in the meantime (a merge), the
-    /// catalog is fetched again and the lookup repeated once.
+    ///
+    /// When a level of the view was retired in the meantime (a merge, a
+    /// reorg), or the block asked for is newer than the catalog's newest
+    /// (behind a load balancer, a replica still picking up a snapshot
+    /// another replica already listed), the catalog is fetched again and
+    /// the lookup repeated: at most [`CATALOG_RETRIES`] times, a little
+    /// longer apart each time (1.5 s in all), since replicas pick up a
+    /// snapshot within their rescan interval.
     pub async fn lookup(
         &self,
         sel: &BlockSelector,
@@ -189,14 +204,38 @@ impl PrivateReader {
             let retired = results
                 .iter()
                 .any(|r| matches!(r, Err(ReadError::Retired(_))));
-            if !retired || attempt == 1 {
+            let ahead = results.iter().any(|r| self.ahead_of_catalog(sel, r));
+            if !(retired || ahead) || attempt == CATALOG_RETRIES {
                 return results;
             }
             attempt += 1;
-            tracing::debug!("a level was retired during a lookup; refreshing the catalog");
-            if let Err(e) = self.refresh().await {
+            tracing::debug!(
+                retired,
+                ahead,
+                "view not in this catalog; fetching it again"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100 * attempt as u64)).await;
+            // A retired level is first retried on the catalog as it is
+            // (a lagging replica catches up within its rescan); only then
+            // is an older catalog forced on (a reorg removed levels).
+            if let Err(e) = self.refresh_with(retired && attempt >= 3).await {
                 return all_failed(addresses.len(), &e);
             }
+        }
+    }
+
+    /// Whether `result` is "no snapshot" for a block newer than every view
+    /// of the catalog (one the server may be about to list).
+    fn ahead_of_catalog(
+        &self,
+        sel: &BlockSelector,
+        result: &Result<AccountState, ReadError>,
+    ) -> bool {
+        match (sel, result) {
+            (BlockSelector::Number(n), Err(ReadError::NoSnapshot { available, .. })) => {
+                available.iter().max().is_some_and(|newest| n > newest)
+            }
+            _ => false,
         }
     }
 
