@@ -66,6 +66,34 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
 
 pub use protocol::sha3_hex;
 
+/// What the manifest says of one of the snapshot's files.
+fn listed<'a>(snap: &'a StoredSnapshot, name: &str) -> Result<&'a FileDigest, StoreError> {
+    snap.manifest
+        .files
+        .get(name)
+        .ok_or_else(|| StoreError::Invalid {
+            id: snap.id.clone(),
+            problem: format!("manifest lists no {name}"),
+        })
+}
+
+/// A file's length and digest against what its manifest says.
+fn check_digest(
+    snap: &StoredSnapshot,
+    name: &str,
+    expected: &FileDigest,
+    bytes: u64,
+    digest: &str,
+) -> Result<(), StoreError> {
+    if expected.bytes != bytes || expected.sha3_256 != digest {
+        return Err(StoreError::Invalid {
+            id: snap.id.clone(),
+            problem: format!("{name} does not match its digest in the manifest"),
+        });
+    }
+    Ok(())
+}
+
 /// A published snapshot found in the store.
 #[derive(Clone, Debug)]
 pub struct StoredSnapshot {
@@ -294,45 +322,21 @@ impl SnapshotStore {
 
     /// Reads one file of a snapshot and checks it against the manifest.
     pub fn read_checked(&self, snap: &StoredSnapshot, name: &str) -> Result<Vec<u8>, StoreError> {
+        let expected = listed(snap, name)?;
         let path = snap.path.join(name);
         let bytes = fs::read(&path).map_err(io(&path))?;
-        let expected = snap
-            .manifest
-            .files
-            .get(name)
-            .ok_or_else(|| StoreError::Invalid {
-                id: snap.id.clone(),
-                problem: format!("manifest lists no {name}"),
-            })?;
-        if expected.bytes != bytes.len() as u64 || expected.sha3_256 != sha3_hex(&bytes) {
-            return Err(StoreError::Invalid {
-                id: snap.id.clone(),
-                problem: format!("{name} does not match its digest in the manifest"),
-            });
-        }
+        check_digest(snap, name, expected, bytes.len() as u64, &sha3_hex(&bytes))?;
         Ok(bytes)
     }
 
     /// Checks one file of a snapshot against the manifest, streaming it
     /// (a database of gigabytes is never held to be hashed); its path.
     pub fn check_file(&self, snap: &StoredSnapshot, name: &str) -> Result<PathBuf, StoreError> {
+        let expected = listed(snap, name)?;
         let path = snap.path.join(name);
-        let expected = snap
-            .manifest
-            .files
-            .get(name)
-            .ok_or_else(|| StoreError::Invalid {
-                id: snap.id.clone(),
-                problem: format!("manifest lists no {name}"),
-            })?;
         let file = File::open(&path).map_err(io(&path))?;
         let (digest, bytes) = protocol::sha3_hex_of_reader(file).map_err(io(&path))?;
-        if expected.bytes != bytes || expected.sha3_256 != digest {
-            return Err(StoreError::Invalid {
-                id: snap.id.clone(),
-                problem: format!("{name} does not match its digest in the manifest"),
-            });
-        }
+        check_digest(snap, name, expected, bytes, &digest)?;
         Ok(path)
     }
 

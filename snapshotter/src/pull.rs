@@ -109,15 +109,8 @@ impl Puller {
     async fn catalog(&self) -> Result<Catalog, PullError> {
         let what = "catalog".to_string();
         let resp = self
-            .http
-            .get(format!("{}/v1/snapshots", self.from))
-            .timeout(Duration::from_secs(60))
-            .send()
-            .await
-            .map_err(|e| PullError::Http {
-                what: what.clone(),
-                reason: e.to_string(),
-            })?;
+            .get("/v1/snapshots", Duration::from_secs(60), &what)
+            .await?;
         let mut body = Vec::new();
         self.stream(resp, &what, MAX_CATALOG_BYTES, |chunk| {
             body.extend_from_slice(chunk);
@@ -159,15 +152,12 @@ impl Puller {
             source,
         };
         let resp = self
-            .http
-            .get(format!("{}/v1/snapshots/{id}/files/{name}", self.from))
-            .timeout(self.file_timeout)
-            .send()
-            .await
-            .map_err(|e| PullError::Http {
-                what: what.clone(),
-                reason: e.to_string(),
-            })?;
+            .get(
+                &format!("/v1/snapshots/{id}/files/{name}"),
+                self.file_timeout,
+                &what,
+            )
+            .await?;
         let mut file = std::fs::File::create(path).map_err(io)?;
         let got = self
             .stream(resp, &what, expected.bytes, |chunk| file.write_all(chunk))
@@ -186,6 +176,24 @@ impl Puller {
             return Err(PullError::Digest(what));
         }
         Ok(got)
+    }
+
+    /// `GET {from}{path}` within `timeout`: the response, its body unread.
+    async fn get(
+        &self,
+        path: &str,
+        timeout: Duration,
+        what: &str,
+    ) -> Result<reqwest::Response, PullError> {
+        self.http
+            .get(format!("{}{path}", self.from))
+            .timeout(timeout)
+            .send()
+            .await
+            .map_err(|e| PullError::Http {
+                what: what.to_string(),
+                reason: e.to_string(),
+            })
     }
 
     /// Reads a successful response chunk by chunk into `sink`, refusing it
