@@ -477,40 +477,40 @@ impl EncodedDb {
                     partition_seed,
                     filter_seeds,
                 };
-                return Ok(Self::from_partition_columns(shape, &columns));
+                return Ok(Self::from_partition_columns(shape, columns));
             }
         }
         Err(EncodeError::FilterConstruction(4 * SEEDS_PER_GEOMETRY))
     }
 
     /// Lays out per-partition cell arrays (`cells x w` elements mod p each)
-    /// into the panel layout, centring every element.
-    fn from_partition_columns(shape: DbShape, columns: &[Vec<u8>]) -> Self {
+    /// into the panel layout, centring every element. Panels are filled a
+    /// few at a time (all cores on each batch), and a partition's cell
+    /// array is freed as soon as its columns are laid out: the database's
+    /// pages are touched as the arrays are let go, so the build holds
+    /// about one copy of the database, not two.
+    fn from_partition_columns(shape: DbShape, mut columns: Vec<Vec<u8>>) -> Self {
         let rows = shape.rows();
-        let cells = shape.geometry.array_length() as usize;
         let elems = shape.record_elems();
         let cols = shape.cols();
         let padded = shape.padded_cols();
-        let modulus = 1i16 << shape.lwe.plaintext_bits;
-        let half = modulus / 2;
         let mut data = vec![0i8; rows * padded];
-        let panels: Vec<(usize, &mut [i8])> = split_panels(&mut data, rows, padded);
-        panels.into_par_iter().for_each(|(p, panel)| {
-            let width = panel_width(padded, p);
-            for jj in 0..width {
-                let j = p * PANEL_COLS + jj;
-                if j >= cols {
-                    break;
-                }
-                let (part, e) = (j / elems, j % elems);
-                let src = &columns[part];
-                for r in 0..cells {
-                    let v = src[r * elems + e] as i16;
-                    let centred = if v >= half { v - modulus } else { v };
-                    panel[(r / 4) * width * 4 + jj * 4 + r % 4] = centred as i8;
-                }
+        let mut panels = split_panels(&mut data, rows, padded).into_iter();
+        let batch = 2 * rayon::current_num_threads();
+        loop {
+            let chunk: Vec<(usize, &mut [i8])> = panels.by_ref().take(batch).collect();
+            let Some(&(last, _)) = chunk.last() else {
+                break;
+            };
+            chunk
+                .into_par_iter()
+                .for_each(|(p, panel)| fill_panel(&shape, &columns, p, panel));
+            // Partitions whose every column lies in the panels done.
+            let laid_out = ((last * PANEL_COLS + panel_width(padded, last)).min(cols)) / elems;
+            for column in columns.iter_mut().take(laid_out) {
+                *column = Vec::new();
             }
-        });
+        }
         EncodedDb::owned(shape, data)
     }
 
@@ -635,6 +635,29 @@ impl EncodedDb {
         let (p, jj) = (col / PANEL_COLS, col % PANEL_COLS);
         let width = panel_width(self.shape.padded_cols(), p);
         self.panel(p)[(row / 4) * width * 4 + jj * 4 + row % 4]
+    }
+}
+
+/// Fills panel `p` from the partitions' cell arrays (centred elements).
+fn fill_panel(shape: &DbShape, columns: &[Vec<u8>], p: usize, panel: &mut [i8]) {
+    let cells = shape.geometry.array_length() as usize;
+    let elems = shape.record_elems();
+    let cols = shape.cols();
+    let width = panel_width(shape.padded_cols(), p);
+    let modulus = 1i16 << shape.lwe.plaintext_bits;
+    let half = modulus / 2;
+    for jj in 0..width {
+        let j = p * PANEL_COLS + jj;
+        if j >= cols {
+            break;
+        }
+        let (part, e) = (j / elems, j % elems);
+        let src = &columns[part];
+        for r in 0..cells {
+            let v = src[r * elems + e] as i16;
+            let centred = if v >= half { v - modulus } else { v };
+            panel[(r / 4) * width * 4 + jj * 4 + r % 4] = centred as i8;
+        }
     }
 }
 
