@@ -10,7 +10,9 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use clap::Parser;
 use serde_json::json;
-use snapshotter::pipeline::{build_and_publish, peak_rss_bytes, BuildOptions, ExportedState};
+use snapshotter::pipeline::{
+    build_and_publish, peak_rss_bytes, resolve_packing, BuildOptions, ExportedState, HintBudget,
+};
 use snapshotter::{SnapshotKind, SnapshotStore};
 
 #[derive(Parser)]
@@ -57,7 +59,15 @@ fn main() -> Result<()> {
         export_s: made_s,
     };
     let built = Instant::now();
-    let snap = build_and_publish(&store, state, &BuildOptions::default())?;
+    // The packing `ethpir-snapshot build` gives a base by default
+    // (hint_budget_mib = "auto": the per-lookup target of 1.5 MiB).
+    let (packing, base_packing) = resolve_packing("auto", HintBudget::Auto, 1536, 512)?;
+    let options = BuildOptions {
+        packing,
+        base_packing,
+        ..Default::default()
+    };
+    let snap = build_and_publish(&store, state, &options)?;
     let build_s = built.elapsed().as_secs_f64();
     let m = &snap.manifest;
     let file = |name: &str| m.files.get(name).map_or(0, |f| f.bytes);
