@@ -71,12 +71,13 @@ impl ServerLink {
         fetch(request, what, self.bounds(size, duration), &count).await
     }
 
-    /// `POST {base}{path}` of a lookup's `body`; the answer within `size`.
+    /// `POST {base}{path}` of a lookup's `body` (shared bytes: a resend
+    /// copies nothing); the answer within `size`.
     pub async fn post_lookup(
         &self,
         path: &str,
         what: &str,
-        body: Vec<u8>,
+        body: bytes::Bytes,
         size: Size,
     ) -> Result<Fetched, FetchError> {
         self.traffic.sent(Kind::Lookup, body.len() as u64);

@@ -43,6 +43,17 @@ pub struct PrivateReader {
 /// Catalog fetches a lookup may make for a view it did not find.
 const CATALOG_RETRIES: usize = 5;
 
+/// Whether `result` is "no snapshot" for a block newer than every view
+/// of the catalog (one the server may be about to list).
+fn ahead_of_catalog(sel: &BlockSelector, result: &Result<AccountState, ReadError>) -> bool {
+    match (sel, result) {
+        (BlockSelector::Number(n), Err(ReadError::NoSnapshot { available, .. })) => {
+            available.iter().max().is_some_and(|newest| n > newest)
+        }
+        _ => false,
+    }
+}
+
 /// Results, one per address, all the same error.
 fn all_failed<T>(n: usize, e: &ReadError) -> Vec<Result<T, ReadError>> {
     (0..n).map(|_| Err(e.clone())).collect()
@@ -204,7 +215,7 @@ impl PrivateReader {
             let retired = results
                 .iter()
                 .any(|r| matches!(r, Err(ReadError::Retired(_))));
-            let ahead = results.iter().any(|r| self.ahead_of_catalog(sel, r));
+            let ahead = results.iter().any(|r| ahead_of_catalog(sel, r));
             if !(retired || ahead) || attempt == CATALOG_RETRIES {
                 return results;
             }
@@ -221,21 +232,6 @@ impl PrivateReader {
             if let Err(e) = self.refresh_with(retired && attempt >= 3).await {
                 return all_failed(addresses.len(), &e);
             }
-        }
-    }
-
-    /// Whether `result` is "no snapshot" for a block newer than every view
-    /// of the catalog (one the server may be about to list).
-    fn ahead_of_catalog(
-        &self,
-        sel: &BlockSelector,
-        result: &Result<AccountState, ReadError>,
-    ) -> bool {
-        match (sel, result) {
-            (BlockSelector::Number(n), Err(ReadError::NoSnapshot { available, .. })) => {
-                available.iter().max().is_some_and(|newest| n > newest)
-            }
-            _ => false,
         }
     }
 
@@ -373,6 +369,7 @@ impl PrivateReader {
     /// seen (docs/security.md, "Retries"). Nothing else is retried: not a
     /// wrong-sized answer, and never a verification failure.
     async fn post_query(&self, request: Vec<u8>, expected: u64) -> Result<Vec<u8>, ReadError> {
+        let request = bytes::Bytes::from(request);
         let mut attempt = 0;
         let resp = loop {
             let sent = self

@@ -26,6 +26,22 @@ pub fn accounts(log2: u32) -> Vec<AccountRecord> {
         .collect()
 }
 
+/// A base (full snapshot, chain 1, block 1) of synthetic `records`, made
+/// in `made_s` seconds.
+pub fn synthetic_base(records: Vec<AccountRecord>, made_s: f64) -> ExportedState {
+    ExportedState {
+        chain_id: 1,
+        block_number: 1,
+        block_hash: None,
+        state_root: None,
+        block_time: None,
+        kind: SnapshotKind::Full,
+        source: "synthetic".into(),
+        records,
+        export_s: made_s,
+    }
+}
+
 /// A store at `dir` holding a full snapshot (chain 1, block 1) of
 /// `records`, built unless it is there; the build's seconds (0 if reused).
 pub async fn ensure_store(dir: &Path, records: &[AccountRecord]) -> Result<(SnapshotStore, f64)> {
@@ -34,17 +50,7 @@ pub async fn ensure_store(dir: &Path, records: &[AccountRecord]) -> Result<(Snap
         return Ok((store, 0.0));
     }
     let started = Instant::now();
-    let state = ExportedState {
-        chain_id: 1,
-        block_number: 1,
-        block_hash: None,
-        state_root: None,
-        block_time: None,
-        kind: SnapshotKind::Full,
-        source: "synthetic".into(),
-        records: records.to_vec(),
-        export_s: 0.0,
-    };
+    let state = synthetic_base(records.to_vec(), 0.0);
     let building = store.clone();
     tokio::task::spawn_blocking(move || {
         let options = BuildOptions {

@@ -77,19 +77,26 @@ pub fn combine_answers(parts: &[Response]) -> Result<Response, AnswerError> {
     let Some(first) = parts.first() else {
         return Err(AnswerError::EmptyBatch);
     };
-    let mut elems = first.elems.clone();
+    let mut sum = first.clone();
     for part in &parts[1..] {
-        if part.elems.len() != elems.len() {
-            return Err(AnswerError::RowCount {
-                expected: elems.len(),
-                got: part.elems.len(),
-            });
-        }
-        for (e, &x) in elems.iter_mut().zip(&part.elems) {
-            *e = e.wrapping_add(x);
-        }
+        add_answer(&mut sum, part)?;
     }
-    Ok(Response { elems })
+    Ok(sum)
+}
+
+/// Adds one shard's partial answer into a running sum (mod 2^32); one of
+/// another length is refused.
+pub fn add_answer(sum: &mut Response, part: &Response) -> Result<(), AnswerError> {
+    if part.elems.len() != sum.elems.len() {
+        return Err(AnswerError::RowCount {
+            expected: sum.elems.len(),
+            got: part.elems.len(),
+        });
+    }
+    for (e, &x) in sum.elems.iter_mut().zip(&part.elems) {
+        *e = e.wrapping_add(x);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

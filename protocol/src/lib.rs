@@ -36,22 +36,14 @@ pub fn sha3_hex(bytes: &[u8]) -> String {
 
 /// [`sha3_hex`] of everything `reader` yields, read in 1 MiB pieces (a
 /// file of gigabytes is hashed without being held), and its length.
-pub fn sha3_hex_of_reader(mut reader: impl std::io::Read) -> std::io::Result<(String, u64)> {
-    use sha3::{Digest, Sha3_256};
-    let mut hasher = Sha3_256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut total = 0u64;
-    loop {
-        match reader.read(&mut buf) {
-            Ok(0) => return Ok((hex_of(&hasher.finalize()), total)),
-            Ok(n) => {
-                hasher.update(&buf[..n]);
-                total += n as u64;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
+pub fn sha3_hex_of_reader(reader: impl std::io::Read) -> std::io::Result<(String, u64)> {
+    let mut hashed = Sha3Writer::new(std::io::sink());
+    std::io::copy(
+        &mut std::io::BufReader::with_capacity(1 << 20, reader),
+        &mut hashed,
+    )?;
+    let (_, digest, bytes) = hashed.finish();
+    Ok((digest, bytes))
 }
 
 /// A writer that hashes (SHA3-256) and counts what passes through it: a

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use ethpir_client::fetch::{fetch, Bounds, FetchError, Size};
 use futures::future::try_join_all;
-use pir_core::shard::{combine_answers, shard_rows, slice_query};
+use pir_core::shard::{add_answer, shard_rows, slice_query};
 use pir_core::wire::{self, Response};
 use protocol::api::ApiError;
 
@@ -80,7 +80,7 @@ impl ShardRouter {
                 .map(|(i, request)| self.ask(i, request, &work)),
         )
         .await?;
-        combine(&work, replies)
+        combine(replies)
     }
 
     /// Sends one shard its slices; its answers, part by part.
@@ -206,23 +206,21 @@ fn shard_request(work: &[Part], index: u32, count: u32) -> Result<ShardRequest, 
     })
 }
 
-/// Every query's answer over all rows: the shards' partial answers added.
-fn combine(
-    work: &[Part],
-    replies: Vec<Vec<Vec<Response>>>,
-) -> Result<Vec<Vec<Response>>, RouteError> {
-    (0..work.len())
-        .map(|p| {
-            (0..work[p].1.len())
-                .map(|q| {
-                    let parts: Vec<Response> =
-                        replies.iter().map(|shard| shard[p][q].clone()).collect();
-                    combine_answers(&parts).map_err(|e| RouteError::ShardUnavailable {
-                        shard: 0,
-                        reason: format!("partial answers disagree: {e}"),
-                    })
-                })
-                .collect()
-        })
-        .collect()
+/// Every query's answer over all rows: the other shards' partial answers
+/// added into shard 0's, in place (each shard's answers were checked for
+/// their shape when read).
+fn combine(replies: Vec<Vec<Vec<Response>>>) -> Result<Vec<Vec<Response>>, RouteError> {
+    let mut replies = replies.into_iter().enumerate();
+    let (_, mut sums) = replies.next().ok_or(RouteError::Internal)?;
+    for (shard, reply) in replies {
+        for (sum_part, part) in sums.iter_mut().zip(&reply) {
+            for (sum, answer) in sum_part.iter_mut().zip(part) {
+                add_answer(sum, answer).map_err(|e| RouteError::ShardUnavailable {
+                    shard,
+                    reason: format!("partial answers disagree: {e}"),
+                })?;
+            }
+        }
+    }
+    Ok(sums)
 }

@@ -158,10 +158,12 @@ impl Puller {
                 &what,
             )
             .await?;
-        let mut file = std::fs::File::create(path).map_err(io)?;
+        // Hashed as it is written: the file is not read back.
+        let mut file = protocol::Sha3Writer::new(std::fs::File::create(path).map_err(io)?);
         let got = self
             .stream(resp, &what, expected.bytes, |chunk| file.write_all(chunk))
             .await?;
+        let (file, digest, _) = file.finish();
         file.sync_all().map_err(io)?;
         if got != expected.bytes {
             return Err(PullError::Size {
@@ -170,8 +172,6 @@ impl Puller {
                 expected: expected.bytes,
             });
         }
-        let reader = std::fs::File::open(path).map_err(io)?;
-        let (digest, _) = protocol::sha3_hex_of_reader(reader).map_err(io)?;
         if digest != expected.sha3_256 {
             return Err(PullError::Digest(what));
         }

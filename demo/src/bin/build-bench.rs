@@ -11,9 +11,9 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use serde_json::json;
 use snapshotter::pipeline::{
-    build_and_publish, peak_rss_bytes, resolve_packing, BuildOptions, ExportedState, HintBudget,
+    build_and_publish, peak_rss_bytes, resolve_packing, BuildOptions, HintBudget,
 };
-use snapshotter::{SnapshotKind, SnapshotStore};
+use snapshotter::SnapshotStore;
 
 #[derive(Parser)]
 #[command(
@@ -47,17 +47,7 @@ fn main() -> Result<()> {
     let started = Instant::now();
     let records = demo::bench::accounts(args.log2_accounts);
     let made_s = started.elapsed().as_secs_f64();
-    let state = ExportedState {
-        chain_id: 1,
-        block_number: 1,
-        block_hash: None,
-        state_root: None,
-        block_time: None,
-        kind: SnapshotKind::Full,
-        source: "synthetic".into(),
-        records,
-        export_s: made_s,
-    };
+    let state = demo::bench::synthetic_base(records, made_s);
     let built = Instant::now();
     // The packing `ethpir-snapshot build` gives a base by default
     // (hint_budget_mib = "auto": the per-lookup target of 1.5 MiB).
