@@ -57,11 +57,11 @@ static void emu_launch(EmuDim3 grid, unsigned threads, Kernel kernel) {
     }
 }
 
-extern "C" void ethpir_emu_expand(const u8* seed, u32 n, u32 col0, u32 ncols, u32* out) {
+extern "C" void ethpir_emu_expand(const u8* key, u32 mode, u32 n, u32 col0, u32 ncols, u32* out) {
     u64 items = (u64)n * ((ncols + ETHPIR_BLOCK_COLS - 1) / ETHPIR_BLOCK_COLS);
     unsigned threads = 64;
     EmuDim3 grid{(unsigned)((items + threads - 1) / threads), 1, 1};
-    emu_launch(grid, threads, [=] { ethpir_expand(seed, n, col0, ncols, out); });
+    emu_launch(grid, threads, [=] { ethpir_expand(key, mode, n, col0, ncols, out); });
 }
 
 extern "C" void ethpir_emu_hint_gemm(const u32* a, u32 a_ld, u32 n, u32 krows, const i8* d, u32 cols_pad,

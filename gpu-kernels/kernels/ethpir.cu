@@ -5,9 +5,13 @@
 // the qualifiers, blockIdx/threadIdx/blockDim, __shared__ and __syncthreads.
 //
 // Both kernels make exactly the numbers pir-core makes on the CPU:
-//   ethpir_expand    - block (row, block) of the public matrix A, TurboSHAKE128
-//                      (Keccak-p[1600,12], domain byte 0x0A) of
-//                      seed || row (u32 LE) || block (u32 LE), read as u32 LE;
+//   ethpir_expand    - the public matrix A in the setup's expansion (`mode`,
+//                      pir-core's Expansion::code): 0 = block (row, block)
+//                      is TurboSHAKE128 (Keccak-p[1600,12], domain byte 0x0A)
+//                      of seed || row (u32 LE) || block (u32 LE); 1 = entries
+//                      4c .. 4c+4 of a row are AES-128 (key: the first 16
+//                      bytes of `key`, derived from the seed by pir-core) of
+//                      row (u32 LE) || c (u32 LE) || 0 (u64); read as u32 LE;
 //   ethpir_hint_gemm - M += A_tile . D_tile over Z_2^32, D in pir-core's panel
 //                      layout (columns in panels of <= 64, rows in quads).
 
@@ -76,10 +80,114 @@ __device__ __forceinline__ u64 ethpir_load_le64(const u8* p) {
     return v;
 }
 
+// The AES S-box (FIPS-197, figure 7).
+__constant__ u8 ETHPIR_SBOX[256] = {
+    0x63, 0x7c, 0x77, 0x7b, 0xf2, 0x6b, 0x6f, 0xc5, 0x30, 0x01, 0x67, 0x2b, 0xfe, 0xd7, 0xab, 0x76,
+    0xca, 0x82, 0xc9, 0x7d, 0xfa, 0x59, 0x47, 0xf0, 0xad, 0xd4, 0xa2, 0xaf, 0x9c, 0xa4, 0x72, 0xc0,
+    0xb7, 0xfd, 0x93, 0x26, 0x36, 0x3f, 0xf7, 0xcc, 0x34, 0xa5, 0xe5, 0xf1, 0x71, 0xd8, 0x31, 0x15,
+    0x04, 0xc7, 0x23, 0xc3, 0x18, 0x96, 0x05, 0x9a, 0x07, 0x12, 0x80, 0xe2, 0xeb, 0x27, 0xb2, 0x75,
+    0x09, 0x83, 0x2c, 0x1a, 0x1b, 0x6e, 0x5a, 0xa0, 0x52, 0x3b, 0xd6, 0xb3, 0x29, 0xe3, 0x2f, 0x84,
+    0x53, 0xd1, 0x00, 0xed, 0x20, 0xfc, 0xb1, 0x5b, 0x6a, 0xcb, 0xbe, 0x39, 0x4a, 0x4c, 0x58, 0xcf,
+    0xd0, 0xef, 0xaa, 0xfb, 0x43, 0x4d, 0x33, 0x85, 0x45, 0xf9, 0x02, 0x7f, 0x50, 0x3c, 0x9f, 0xa8,
+    0x51, 0xa3, 0x40, 0x8f, 0x92, 0x9d, 0x38, 0xf5, 0xbc, 0xb6, 0xda, 0x21, 0x10, 0xff, 0xf3, 0xd2,
+    0xcd, 0x0c, 0x13, 0xec, 0x5f, 0x97, 0x44, 0x17, 0xc4, 0xa7, 0x7e, 0x3d, 0x64, 0x5d, 0x19, 0x73,
+    0x60, 0x81, 0x4f, 0xdc, 0x22, 0x2a, 0x90, 0x88, 0x46, 0xee, 0xb8, 0x14, 0xde, 0x5e, 0x0b, 0xdb,
+    0xe0, 0x32, 0x3a, 0x0a, 0x49, 0x06, 0x24, 0x5c, 0xc2, 0xd3, 0xac, 0x62, 0x91, 0x95, 0xe4, 0x79,
+    0xe7, 0xc8, 0x37, 0x6d, 0x8d, 0xd5, 0x4e, 0xa9, 0x6c, 0x56, 0xf4, 0xea, 0x65, 0x7a, 0xae, 0x08,
+    0xba, 0x78, 0x25, 0x2e, 0x1c, 0xa6, 0xb4, 0xc6, 0xe8, 0xdd, 0x74, 0x1f, 0x4b, 0xbd, 0x8b, 0x8a,
+    0x70, 0x3e, 0xb5, 0x66, 0x48, 0x03, 0xf6, 0x0e, 0x61, 0x35, 0x57, 0xb9, 0x86, 0xc1, 0x1d, 0x9e,
+    0xe1, 0xf8, 0x98, 0x11, 0x69, 0xd9, 0x8e, 0x94, 0x9b, 0x1e, 0x87, 0xe9, 0xce, 0x55, 0x28, 0xdf,
+    0x8c, 0xa1, 0x89, 0x0d, 0xbf, 0xe6, 0x42, 0x68, 0x41, 0x99, 0x2d, 0x0f, 0xb0, 0x54, 0xbb, 0x16,
+};
+
+__device__ __forceinline__ u8 ethpir_xtime(u8 x) {
+    return (u8)((x << 1) ^ ((x >> 7) * 0x1b));
+}
+
+// AES-128 key expansion (FIPS-197, 5.2): 11 round keys of 16 bytes.
+__device__ void ethpir_aes128_schedule(const u8* key, u8 rk[176]) {
+    for (int i = 0; i < 16; ++i) {
+        rk[i] = key[i];
+    }
+    u8 rcon = 1;
+    for (int i = 16; i < 176; i += 4) {
+        u8 t0 = rk[i - 4], t1 = rk[i - 3], t2 = rk[i - 2], t3 = rk[i - 1];
+        if (i % 16 == 0) {
+            u8 first = t0;
+            t0 = (u8)(ETHPIR_SBOX[t1] ^ rcon);
+            t1 = ETHPIR_SBOX[t2];
+            t2 = ETHPIR_SBOX[t3];
+            t3 = ETHPIR_SBOX[first];
+            rcon = ethpir_xtime(rcon);
+        }
+        rk[i] = rk[i - 16] ^ t0;
+        rk[i + 1] = rk[i - 15] ^ t1;
+        rk[i + 2] = rk[i - 14] ^ t2;
+        rk[i + 3] = rk[i - 13] ^ t3;
+    }
+}
+
+// Encrypts one block in place; the state is column-major (byte r + 4c is
+// row r of column c), as FIPS-197 lays the input bytes out.
+__device__ void ethpir_aes128_encrypt(const u8 rk[176], u8 st[16]) {
+    for (int i = 0; i < 16; ++i) {
+        st[i] ^= rk[i];
+    }
+    for (int round = 1; round <= 10; ++round) {
+        u8 t[16];
+        for (int c = 0; c < 4; ++c) {
+            for (int r = 0; r < 4; ++r) {
+                // SubBytes, then ShiftRows: row r moves left by r columns.
+                t[r + 4 * c] = ETHPIR_SBOX[st[r + 4 * ((c + r) % 4)]];
+            }
+        }
+        if (round < 10) {
+            for (int c = 0; c < 4; ++c) {
+                u8 a0 = t[4 * c], a1 = t[4 * c + 1], a2 = t[4 * c + 2], a3 = t[4 * c + 3];
+                u8 all = a0 ^ a1 ^ a2 ^ a3;
+                t[4 * c] = a0 ^ all ^ ethpir_xtime(a0 ^ a1);
+                t[4 * c + 1] = a1 ^ all ^ ethpir_xtime(a1 ^ a2);
+                t[4 * c + 2] = a2 ^ all ^ ethpir_xtime(a2 ^ a3);
+                t[4 * c + 3] = a3 ^ all ^ ethpir_xtime(a3 ^ a0);
+            }
+        }
+        for (int i = 0; i < 16; ++i) {
+            st[i] = t[i] ^ rk[16 * round + i];
+        }
+    }
+}
+
+__device__ __forceinline__ void ethpir_store_le32(u8* p, u32 v) {
+    for (int i = 0; i < 4; ++i) {
+        p[i] = (u8)(v >> (8 * i));
+    }
+}
+
+// `count` entries of row `row` from column `col` (a multiple of 4) on, in
+// AES-128 counter mode.
+__device__ void ethpir_expand_aes(const u8* key, u32 row, u32 col, u32 count, u32* dst) {
+    u8 rk[176];
+    ethpir_aes128_schedule(key, rk);
+    for (u32 done = 0; done < count; done += 4) {
+        u8 st[16];
+        ethpir_store_le32(st, row);
+        ethpir_store_le32(st + 4, (col + done) / 4);
+        for (int i = 8; i < 16; ++i) {
+            st[i] = 0;
+        }
+        ethpir_aes128_encrypt(rk, st);
+        for (u32 e = 0; e < 4 && done + e < count; ++e) {
+            const u8* p = st + 4 * e;
+            dst[done + e] = (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24);
+        }
+    }
+}
+
 // Columns col0 .. col0 + ncols of every row 0 .. n of A, into `out`
 // (row-major, leading dimension ncols). col0 is a multiple of 2048. One
-// thread per (row, 2048-column block).
-extern "C" __global__ void __launch_bounds__(ETHPIR_EXPAND_THREADS) ethpir_expand(const u8* seed, u32 n, u32 col0, u32 ncols, u32* out) {
+// thread per (row, 2048-column block). `key`: the seed (mode 0) or the AES
+// key (mode 1), 32 bytes.
+extern "C" __global__ void __launch_bounds__(ETHPIR_EXPAND_THREADS) ethpir_expand(const u8* key, u32 mode, u32 n, u32 col0, u32 ncols, u32* out) {
     u32 blocks_per_row = (ncols + ETHPIR_BLOCK_COLS - 1) / ETHPIR_BLOCK_COLS;
     u64 item = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (item >= (u64)n * blocks_per_row) {
@@ -87,21 +195,25 @@ extern "C" __global__ void __launch_bounds__(ETHPIR_EXPAND_THREADS) ethpir_expan
     }
     u32 row = (u32)(item / blocks_per_row);
     u32 blk = (u32)(item % blocks_per_row);
+    u32 start = blk * ETHPIR_BLOCK_COLS;
+    u32 count = ncols - start < ETHPIR_BLOCK_COLS ? ncols - start : ETHPIR_BLOCK_COLS;
+    u32* dst = out + (u64)row * ncols + start;
+    if (mode == 1) {
+        ethpir_expand_aes(key, row, col0 + start, count, dst);
+        return;
+    }
     u64 st[25];
     for (int i = 0; i < 25; ++i) {
         st[i] = 0;
     }
     for (int i = 0; i < 4; ++i) {
-        st[i] = ethpir_load_le64(seed + 8 * i);
+        st[i] = ethpir_load_le64(key + 8 * i);
     }
     u32 global_block = col0 / ETHPIR_BLOCK_COLS + blk;
     st[4] = (u64)row | ((u64)global_block << 32);
     st[5] ^= 0x0AULL;                  // domain byte after the 40-byte input
     st[20] ^= 0x8000000000000000ULL;   // final bit of the 168-byte rate
     ethpir_keccak_p12(st);
-    u32 start = blk * ETHPIR_BLOCK_COLS;
-    u32 count = ncols - start < ETHPIR_BLOCK_COLS ? ncols - start : ETHPIR_BLOCK_COLS;
-    u32* dst = out + (u64)row * ncols + start;
     u32 produced = 0;
     for (;;) {
         for (int lane = 0; lane < 21 && produced < count; ++lane) {

@@ -6,6 +6,7 @@ use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
 };
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+use pir_core::matrix::{Expansion, PublicMatrix};
 use pir_core::params::SEED_BYTES;
 use pir_core::EncodedDb;
 
@@ -108,23 +109,23 @@ impl CudaHint {
     pub fn build(
         &self,
         db: &EncodedDb,
-        seed: &[u8; SEED_BYTES],
+        matrix: &PublicMatrix,
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<Vec<u32>, GpuError> {
         let (free, _) = self.memory()?;
         let tile_rows = plan_tile_rows(db, free)?;
-        self.build_tiled(db, seed, tile_rows, progress)
+        self.build_tiled(db, matrix, tile_rows, progress)
     }
 
     /// Builds the hint with a given tile height (tests force several tiles).
     pub fn build_tiled(
         &self,
         db: &EncodedDb,
-        seed: &[u8; SEED_BYTES],
+        matrix: &PublicMatrix,
         tile_rows: usize,
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<Vec<u32>, GpuError> {
-        let hint = run_tiled(self, db, seed, tile_rows, progress)?;
+        let hint = run_tiled(self, db, matrix, tile_rows, progress)?;
         self.stream.synchronize().map_err(driver)?;
         Ok(hint)
     }
@@ -132,14 +133,14 @@ impl CudaHint {
     /// Expands columns `col0 .. col0 + ncols` of rows `0 .. n` on the GPU.
     pub fn expand_to_host(
         &self,
-        seed: &[u8; SEED_BYTES],
+        matrix: &PublicMatrix,
         n: u32,
         col0: u32,
         ncols: u32,
     ) -> Result<Vec<u32>, GpuError> {
-        let seed_buf = self.upload_seed(seed)?;
+        let key = self.upload_key(&matrix.kernel_key())?;
         let mut out = self.alloc_u32(n as usize * ncols as usize)?;
-        expand(self, &seed_buf, n, col0, ncols, &mut out)?;
+        expand(self, &key, matrix.expansion(), n, col0, ncols, &mut out)?;
         self.download(&out, n as usize * ncols as usize)
     }
 }
@@ -147,7 +148,7 @@ impl CudaHint {
 impl HintBackend for CudaHint {
     type U32Buf = CudaSlice<u32>;
     type I8Buf = CudaSlice<i8>;
-    type SeedBuf = CudaSlice<u8>;
+    type KeyBuf = CudaSlice<u8>;
 
     fn alloc_u32(&self, len: usize) -> Result<CudaSlice<u32>, GpuError> {
         self.stream.alloc_zeros::<u32>(len.max(1)).map_err(driver)
@@ -157,8 +158,8 @@ impl HintBackend for CudaHint {
         self.stream.alloc_zeros::<i8>(len.max(1)).map_err(driver)
     }
 
-    fn upload_seed(&self, seed: &[u8; SEED_BYTES]) -> Result<CudaSlice<u8>, GpuError> {
-        self.stream.clone_htod(&seed[..]).map_err(driver)
+    fn upload_key(&self, key: &[u8; SEED_BYTES]) -> Result<CudaSlice<u8>, GpuError> {
+        self.stream.clone_htod(&key[..]).map_err(driver)
     }
 
     fn upload_i8(
@@ -184,7 +185,8 @@ impl HintBackend for CudaHint {
 
     unsafe fn expand_unchecked(
         &self,
-        seed: &CudaSlice<u8>,
+        key: &CudaSlice<u8>,
+        expansion: Expansion,
         n: u32,
         col0: u32,
         ncols: u32,
@@ -197,9 +199,15 @@ impl HintBackend for CudaHint {
             shared_mem_bytes: 0,
         };
         let mut args = self.stream.launch_builder(&self.expand_fn);
-        args.arg(seed).arg(&n).arg(&col0).arg(&ncols).arg(out);
+        let mode = expansion.code() as u32;
+        args.arg(key)
+            .arg(&mode)
+            .arg(&n)
+            .arg(&col0)
+            .arg(&ncols)
+            .arg(out);
         // SAFETY: the kernel writes n x ncols entries of `out`, which the
-        // caller guarantees it holds; the seed buffer is 32 bytes.
+        // caller guarantees it holds; the key buffer is 32 bytes.
         unsafe { args.launch(cfg) }.map(|_| ()).map_err(driver)
     }
 

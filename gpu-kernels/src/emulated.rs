@@ -2,6 +2,7 @@
 //! `host-emulator`): same source, same tiling driver, no GPU. Slow; for
 //! tests.
 
+use pir_core::matrix::{Expansion, PublicMatrix};
 use pir_core::params::SEED_BYTES;
 use pir_core::EncodedDb;
 
@@ -9,7 +10,7 @@ use crate::tiling::{expand as checked_expand, run_tiled, GemmShape, HintBackend}
 use crate::GpuError;
 
 extern "C" {
-    fn ethpir_emu_expand(seed: *const u8, n: u32, col0: u32, ncols: u32, out: *mut u32);
+    fn ethpir_emu_expand(key: *const u8, mode: u32, n: u32, col0: u32, ncols: u32, out: *mut u32);
     fn ethpir_emu_hint_gemm(
         a: *const u32,
         a_ld: u32,
@@ -28,7 +29,7 @@ pub struct Emulator;
 impl HintBackend for Emulator {
     type U32Buf = Vec<u32>;
     type I8Buf = Vec<i8>;
-    type SeedBuf = [u8; SEED_BYTES];
+    type KeyBuf = [u8; SEED_BYTES];
 
     fn alloc_u32(&self, len: usize) -> Result<Vec<u32>, GpuError> {
         Ok(vec![0; len])
@@ -38,8 +39,8 @@ impl HintBackend for Emulator {
         Ok(vec![0; len])
     }
 
-    fn upload_seed(&self, seed: &[u8; SEED_BYTES]) -> Result<[u8; SEED_BYTES], GpuError> {
-        Ok(*seed)
+    fn upload_key(&self, key: &[u8; SEED_BYTES]) -> Result<[u8; SEED_BYTES], GpuError> {
+        Ok(*key)
     }
 
     fn upload_i8(&self, dst: &mut Vec<i8>, offset: usize, src: &[i8]) -> Result<(), GpuError> {
@@ -57,15 +58,17 @@ impl HintBackend for Emulator {
 
     unsafe fn expand_unchecked(
         &self,
-        seed: &[u8; SEED_BYTES],
+        key: &[u8; SEED_BYTES],
+        expansion: Expansion,
         n: u32,
         col0: u32,
         ncols: u32,
         out: &mut Vec<u32>,
     ) -> Result<(), GpuError> {
+        let mode = expansion.code() as u32;
         // SAFETY: the caller guarantees `out` holds n x ncols entries; the
-        // seed is 32 bytes by type.
-        unsafe { ethpir_emu_expand(seed.as_ptr(), n, col0, ncols, out.as_mut_ptr()) };
+        // key is 32 bytes by type.
+        unsafe { ethpir_emu_expand(key.as_ptr(), mode, n, col0, ncols, out.as_mut_ptr()) };
         Ok(())
     }
 
@@ -99,13 +102,23 @@ impl HintBackend for Emulator {
 }
 
 /// Expands columns `col0 .. col0 + ncols` of rows `0 .. n` with the kernel.
-pub fn expand(seed: &[u8; SEED_BYTES], n: u32, col0: u32, ncols: u32) -> Vec<u32> {
+pub fn expand(matrix: &PublicMatrix, n: u32, col0: u32, ncols: u32) -> Vec<u32> {
     let mut out = vec![0u32; n as usize * ncols as usize];
-    checked_expand(&Emulator, seed, n, col0, ncols, &mut out).expect("host memory");
+    let key = matrix.kernel_key();
+    checked_expand(
+        &Emulator,
+        &key,
+        matrix.expansion(),
+        n,
+        col0,
+        ncols,
+        &mut out,
+    )
+    .expect("host memory");
     out
 }
 
 /// The hint built by the emulated kernels, `tile_rows` rows at a time.
-pub fn hint(db: &EncodedDb, seed: &[u8; SEED_BYTES], tile_rows: usize) -> Vec<u32> {
-    run_tiled(&Emulator, db, seed, tile_rows, &|_| {}).expect("host memory")
+pub fn hint(db: &EncodedDb, matrix: &PublicMatrix, tile_rows: usize) -> Vec<u32> {
+    run_tiled(&Emulator, db, matrix, tile_rows, &|_| {}).expect("host memory")
 }

@@ -18,8 +18,8 @@
 use std::fmt;
 use std::str::FromStr;
 
-use pir_core::params::SEED_BYTES;
 use pir_core::EncodedDb;
+use pir_core::PublicMatrix;
 
 #[cfg(feature = "cuda")]
 #[allow(unsafe_code)]
@@ -104,22 +104,22 @@ pub struct HintReport {
 /// failure instead.
 pub fn build_hint(
     db: &EncodedDb,
-    seed: &[u8; SEED_BYTES],
+    matrix: &PublicMatrix,
     device: HintDevice,
 ) -> Result<(Vec<u32>, HintReport), GpuError> {
-    build_hint_with_progress(db, seed, device, &|_| {})
+    build_hint_with_progress(db, matrix, device, &|_| {})
 }
 
 /// [`build_hint`] with a progress callback (public-matrix rows done on the
 /// CPU path, row tiles of the database on the GPU path).
 pub fn build_hint_with_progress(
     db: &EncodedDb,
-    seed: &[u8; SEED_BYTES],
+    matrix: &PublicMatrix,
     device: HintDevice,
     progress: &(dyn Fn(usize) + Sync),
 ) -> Result<(Vec<u32>, HintReport), GpuError> {
     let cpu = |detail: String| {
-        let hint = pir_core::product::hint_cpu(db, seed, progress);
+        let hint = pir_core::product::hint_cpu(db, matrix, progress);
         (
             hint,
             HintReport {
@@ -134,8 +134,8 @@ pub fn build_hint_with_progress(
             pir_core::kernel::kernel_name(),
             rayon_threads()
         ))),
-        HintDevice::Cuda => gpu_hint(db, seed, progress),
-        HintDevice::Auto => match gpu_hint(db, seed, progress) {
+        HintDevice::Cuda => gpu_hint(db, matrix, progress),
+        HintDevice::Auto => match gpu_hint(db, matrix, progress) {
             Ok(done) => {
                 tracing::info!(gpu = %done.1.detail, "hint built on the GPU");
                 Ok(done)
@@ -155,11 +155,11 @@ fn rayon_threads() -> usize {
 #[cfg(feature = "cuda")]
 fn gpu_hint(
     db: &EncodedDb,
-    seed: &[u8; SEED_BYTES],
+    matrix: &PublicMatrix,
     progress: &(dyn Fn(usize) + Sync),
 ) -> Result<(Vec<u32>, HintReport), GpuError> {
     let gpu = cuda::CudaHint::new()?;
-    let hint = gpu.build(db, seed, progress)?;
+    let hint = gpu.build(db, matrix, progress)?;
     Ok((
         hint,
         HintReport {
@@ -172,7 +172,7 @@ fn gpu_hint(
 #[cfg(not(feature = "cuda"))]
 fn gpu_hint(
     _: &EncodedDb,
-    _: &[u8; SEED_BYTES],
+    _: &PublicMatrix,
     _: &(dyn Fn(usize) + Sync),
 ) -> Result<(Vec<u32>, HintReport), GpuError> {
     Err(GpuError::NotBuilt)

@@ -3,7 +3,7 @@
 //! the device, upload the tile of `D` (panel by panel), multiply-accumulate.
 
 use pir_core::db::PANEL_COLS;
-use pir_core::matrix::BLOCK_COLS;
+use pir_core::matrix::{Expansion, PublicMatrix, BLOCK_COLS};
 use pir_core::params::SEED_BYTES;
 use pir_core::EncodedDb;
 
@@ -26,24 +26,27 @@ pub struct GemmShape {
 pub trait HintBackend {
     type U32Buf;
     type I8Buf;
-    type SeedBuf;
+    /// The public matrix's key on the device ([`PublicMatrix::kernel_key`]).
+    type KeyBuf;
     fn alloc_u32(&self, len: usize) -> Result<Self::U32Buf, GpuError>;
     fn alloc_i8(&self, len: usize) -> Result<Self::I8Buf, GpuError>;
-    fn upload_seed(&self, seed: &[u8; SEED_BYTES]) -> Result<Self::SeedBuf, GpuError>;
+    fn upload_key(&self, key: &[u8; SEED_BYTES]) -> Result<Self::KeyBuf, GpuError>;
     /// Copies `src` into `dst` at `offset` (bounds-checked: panics past the end).
     fn upload_i8(&self, dst: &mut Self::I8Buf, offset: usize, src: &[i8]) -> Result<(), GpuError>;
     /// Elements a buffer holds.
     fn u32_len(buf: &Self::U32Buf) -> usize;
     /// Elements a buffer holds.
     fn i8_len(buf: &Self::I8Buf) -> usize;
-    /// Columns `col0 .. col0 + ncols` of all `n` rows of `A` into `out`.
+    /// Columns `col0 .. col0 + ncols` of all `n` rows of `A` into `out`,
+    /// expanded from `key` the way `expansion` says.
     ///
     /// # Safety
     ///
     /// `out` holds at least `n * ncols` elements.
     unsafe fn expand_unchecked(
         &self,
-        seed: &Self::SeedBuf,
+        key: &Self::KeyBuf,
+        expansion: Expansion,
         n: u32,
         col0: u32,
         ncols: u32,
@@ -70,7 +73,8 @@ pub trait HintBackend {
 /// `out`, after checking that it is large enough.
 pub fn expand<B: HintBackend>(
     backend: &B,
-    seed: &B::SeedBuf,
+    key: &B::KeyBuf,
+    expansion: Expansion,
     n: u32,
     col0: u32,
     ncols: u32,
@@ -82,7 +86,7 @@ pub fn expand<B: HintBackend>(
         B::u32_len(out)
     );
     // SAFETY: the output length was asserted just above.
-    unsafe { backend.expand_unchecked(seed, n, col0, ncols, out) }
+    unsafe { backend.expand_unchecked(key, expansion, n, col0, ncols, out) }
 }
 
 /// `m += a . d` for one tile, after checking every buffer against `shape`.
@@ -151,7 +155,7 @@ pub fn plan_tile_rows(db: &EncodedDb, free: u64) -> Result<usize, GpuError> {
 pub fn run_tiled<B: HintBackend>(
     backend: &B,
     db: &EncodedDb,
-    seed: &[u8; SEED_BYTES],
+    matrix: &PublicMatrix,
     tile_rows: usize,
     progress: &(dyn Fn(usize) + Sync),
 ) -> Result<Vec<u32>, GpuError> {
@@ -165,7 +169,7 @@ pub fn run_tiled<B: HintBackend>(
     let cols = shape.cols();
     let cols_pad = shape.padded_cols();
     let tile_rows = tile_rows.min(rows.next_multiple_of(BLOCK_COLS));
-    let seed_buf = backend.upload_seed(seed)?;
+    let key = backend.upload_key(&matrix.kernel_key())?;
     let mut m = backend.alloc_u32(n as usize * cols)?;
     let mut a = backend.alloc_u32(n as usize * tile_rows)?;
     let mut d = backend.alloc_i8(tile_rows * cols_pad)?;
@@ -176,7 +180,15 @@ pub fn run_tiled<B: HintBackend>(
             let src = &db.panel(p)[(t0 / 4) * width * 4..((t0 + krows) / 4) * width * 4];
             backend.upload_i8(&mut d, p * PANEL_COLS * krows, src)?;
         }
-        expand(backend, &seed_buf, n, t0 as u32, krows as u32, &mut a)?;
+        expand(
+            backend,
+            &key,
+            matrix.expansion(),
+            n,
+            t0 as u32,
+            krows as u32,
+            &mut a,
+        )?;
         let shape = GemmShape {
             a_ld: krows as u32,
             n,

@@ -4,39 +4,57 @@
 #![cfg(feature = "host-emulator")]
 
 use gpu_kernels::emulated;
-use pir_core::matrix::{expand_block, BLOCK_COLS};
+use pir_core::matrix::{Expansion, PublicMatrix, BLOCK_COLS};
 use pir_core::{Arity, EncodeOptions, EncodedDb, Packing};
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 
+/// Both expansions: the emulated kernel against pir-core's CPU expansion,
+/// whole and partial blocks, and against the pinned test vectors (the
+/// numbers of docs/protocol.md, repeated here on purpose).
 #[test]
-fn expansion_matches_test_vector_and_cpu() {
+fn expansion_matches_test_vectors_and_cpu() {
     let seed: [u8; 32] = std::array::from_fn(|i| i as u8);
-    // Columns 2 * 2048 .. 2 * 2048 + 3000 (one whole block and a partial one) of 1774 rows.
-    let out = emulated::expand(&seed, 1774, 2 * BLOCK_COLS as u32, 3000);
-    let mut block = vec![0u32; BLOCK_COLS];
-    expand_block(&seed, 0, 0, &mut block);
-    for row in [0usize, 1, 77, 1773] {
-        expand_block(&seed, row as u32, 2, &mut block);
-        assert_eq!(
-            &out[row * 3000..row * 3000 + BLOCK_COLS],
-            &block[..],
-            "row {row}"
-        );
-        expand_block(&seed, row as u32, 3, &mut block[..952]);
-        assert_eq!(
-            &out[row * 3000 + BLOCK_COLS..(row + 1) * 3000],
-            &block[..952],
-            "row {row} partial block"
-        );
+    let vectors = [
+        (
+            Expansion::TurboShake128,
+            [3479173850, 2091432971, 797953290, 1503660024],
+            [3054147123, 3791263922, 3479251513, 3959923927],
+        ),
+        (
+            Expansion::Aes128Ctr,
+            [326635339, 705127538, 334691788, 3444527338],
+            [2675786743, 2591749239, 3741962800, 4152148088],
+        ),
+    ];
+    for (expansion, r0_b0, r1773_b5) in vectors {
+        let matrix = PublicMatrix::new(expansion, seed);
+        // Columns 2 * 2048 .. 2 * 2048 + 3000 (one whole block and a partial one) of 1774 rows.
+        let out = emulated::expand(&matrix, 1774, 2 * BLOCK_COLS as u32, 3000);
+        let mut block = vec![0u32; BLOCK_COLS];
+        for row in [0usize, 1, 77, 1773] {
+            matrix.expand_block(row as u32, 2, &mut block);
+            assert_eq!(
+                &out[row * 3000..row * 3000 + BLOCK_COLS],
+                &block[..],
+                "{expansion} row {row}"
+            );
+            matrix.expand_block(row as u32, 3, &mut block[..952]);
+            assert_eq!(
+                &out[row * 3000 + BLOCK_COLS..(row + 1) * 3000],
+                &block[..952],
+                "{expansion} row {row} partial block"
+            );
+        }
+        let vector = emulated::expand(&matrix, 1774, 5 * BLOCK_COLS as u32, 4);
+        assert_eq!(vector[1773 * 4..1774 * 4], r1773_b5, "{expansion}");
+        let first = emulated::expand(&matrix, 1, 0, 4);
+        assert_eq!(first, r0_b0, "{expansion}");
+        // A width that is not whole AES blocks.
+        let odd = emulated::expand(&matrix, 3, 0, 6);
+        matrix.expand_block(2, 0, &mut block[..6]);
+        assert_eq!(odd[12..18], block[..6], "{expansion} 6 columns");
     }
-    let vector = emulated::expand(&seed, 1774, 5 * BLOCK_COLS as u32, 4);
-    assert_eq!(
-        &vector[1773 * 4..1774 * 4],
-        &[3054147123, 3791263922, 3479251513, 3959923927]
-    );
-    let first = emulated::expand(&seed, 1, 0, 4);
-    assert_eq!(first, [3479173850, 2091432971, 797953290, 1503660024]);
 }
 
 fn random_db(
@@ -83,13 +101,15 @@ fn emulated_hint_equals_cpu_hint() {
     ];
     for (n, value_bytes, arity, packing, tile) in cases {
         let db = random_db(n, value_bytes, arity, packing, &mut rng);
-        let seed: [u8; 32] = rng.random();
-        let cpu = pir_core::product::hint_cpu(&db, &seed, &|_| {});
-        let emu = emulated::hint(&db, &seed, tile);
-        assert!(
-            cpu == emu,
-            "hint differs for n={n} value_bytes={value_bytes} {arity:?} {packing:?}"
-        );
+        for expansion in Expansion::ALL {
+            let matrix = PublicMatrix::new(expansion, rng.random());
+            let cpu = pir_core::product::hint_cpu(&db, &matrix, &|_| {});
+            let emu = emulated::hint(&db, &matrix, tile);
+            assert!(
+                cpu == emu,
+                "{expansion} hint differs for n={n} value_bytes={value_bytes} {arity:?} {packing:?}"
+            );
+        }
     }
 }
 
@@ -99,12 +119,12 @@ fn emulated_hint_equals_cpu_hint() {
 fn undersized_buffers_are_refused_before_launch() {
     use gpu_kernels::emulated::Emulator;
     use gpu_kernels::{expand, gemm, GemmShape};
-    let seed = [7u8; 32];
+    let key = [7u8; 32];
     let refused =
         |f: &mut dyn FnMut()| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err();
     assert!(refused(&mut || {
         let mut out = vec![0u32; 10];
-        let _ = expand(&Emulator, &seed, 4, 0, 100, &mut out);
+        let _ = expand(&Emulator, &key, Expansion::Aes128Ctr, 4, 0, 100, &mut out);
     }));
     let shape = GemmShape {
         a_ld: 64,

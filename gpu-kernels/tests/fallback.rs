@@ -3,7 +3,7 @@
 //! clear error, never a panic.
 
 use gpu_kernels::{build_hint, HintDevice};
-use pir_core::{EncodeOptions, EncodedDb};
+use pir_core::{EncodeOptions, EncodedDb, Expansion, PublicMatrix};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 
@@ -14,17 +14,17 @@ fn auto_and_cpu_agree_and_cuda_fails_cleanly_without_gpu() {
         .map(|i| (i.to_le_bytes(), [i as u8; 16]))
         .collect();
     let db = EncodedDb::encode(&records, 16, &EncodeOptions::default(), &mut rng).unwrap();
-    let seed = [7u8; 32];
-    let (cpu, report) = build_hint(&db, &seed, HintDevice::Cpu).unwrap();
+    let matrix = PublicMatrix::new(Expansion::default(), [7u8; 32]);
+    let (cpu, report) = build_hint(&db, &matrix, HintDevice::Cpu).unwrap();
     assert_eq!(report.device, HintDevice::Cpu);
-    assert_eq!(cpu, pir_core::product::hint_cpu(&db, &seed, &|_| {}));
-    let (auto, report) = build_hint(&db, &seed, HintDevice::Auto).unwrap();
+    assert_eq!(cpu, pir_core::product::hint_cpu(&db, &matrix, &|_| {}));
+    let (auto, report) = build_hint(&db, &matrix, HintDevice::Auto).unwrap();
     assert_eq!(
         auto, cpu,
         "auto must give the same hint on {}",
         report.device
     );
-    match build_hint(&db, &seed, HintDevice::Cuda) {
+    match build_hint(&db, &matrix, HintDevice::Cuda) {
         Ok((hint, report)) => {
             assert_eq!(report.device, HintDevice::Cuda);
             assert_eq!(hint, cpu, "GPU hint differs from the CPU hint");
@@ -58,14 +58,14 @@ fn real_gpu_hint_equals_cpu_over_several_tiles() {
             packing: pir_core::Packing::Fixed(k),
         };
         let db = EncodedDb::encode(&records, 40, &opts, &mut rng).unwrap();
-        let seed = [n as u8; 32];
-        let cpu = pir_core::product::hint_cpu(&db, &seed, &|_| {});
+        let matrix = PublicMatrix::new(Expansion::ALL[k as usize % 2], [n as u8; 32]);
+        let cpu = pir_core::product::hint_cpu(&db, &matrix, &|_| {});
         assert!(
-            gpu.build(&db, &seed, &|_| {}).unwrap() == cpu,
+            gpu.build(&db, &matrix, &|_| {}).unwrap() == cpu,
             "one tile, n={n}"
         );
         assert!(
-            gpu.build_tiled(&db, &seed, 2048, &|_| {}).unwrap() == cpu,
+            gpu.build_tiled(&db, &matrix, 2048, &|_| {}).unwrap() == cpu,
             "2048-row tiles, n={n}"
         );
     }

@@ -28,8 +28,9 @@ use serde_json::{json, Map, Value};
 )]
 struct Args {
     /// Only measure query preparation (`b0 = s.A + e`) for a database of
-    /// this many rows (393216: the 1.5 MiB mainnet shape), on one core,
-    /// with every kernel the CPU has (each expands `A` its own way).
+    /// this many rows (393216: the 1.5 MiB mainnet shape), on one core:
+    /// TurboSHAKE128 with every kernel the CPU has (each expands `A` its own
+    /// way), then AES-128 in counter mode.
     #[arg(long)]
     prepare_rows: Option<usize>,
     /// log2 of the number of keys.
@@ -53,6 +54,9 @@ struct Args {
     /// Hint budget for automatic packing, MiB.
     #[arg(long, default_value_t = 32)]
     hint_budget_mib: u64,
+    /// Public-matrix expansion of the measured setup: aes128-ctr or turboshake128.
+    #[arg(long, default_value_t = pir_core::Expansion::default())]
+    expansion: pir_core::Expansion,
     /// Hint builder: cpu, cuda (an NVIDIA GPU, with its name in the output) or auto.
     #[arg(long, default_value = "cpu")]
     device: gpu_kernels::HintDevice,
@@ -165,14 +169,14 @@ fn bench_ours(
         )
     });
     let db = db?;
-    let seed: [u8; 32] = rng.random();
+    let matrix = pir_core::PublicMatrix::new(args.expansion, rng.random());
     let db_bytes = db.bytes();
     let shape = db.shape().clone();
     let hint_start = Instant::now();
-    let (hint, report) = gpu_kernels::build_hint(&db, &seed, args.device)
+    let (hint, report) = gpu_kernels::build_hint(&db, &matrix, args.device)
         .map_err(|e| anyhow::anyhow!("hint on {}: {e}", args.device))?;
     let hint_ms = hint_start.elapsed().as_secs_f64() * 1e3;
-    let server = PirServer::from_parts(db, seed, hint)?;
+    let server = PirServer::from_parts(db, matrix, hint)?;
 
     let (client, client_setup_ms) = time_ms(|| PirClient::from_setup_bytes(server.setup_bytes()));
     let client = client?;
@@ -271,21 +275,32 @@ fn bench_ours(
 
 /// Names the machine and, when asked, sets the scan against the memory read
 /// bandwidth measured now.
-/// `--prepare-rows`: one JSON line per kernel (median of `reps`
-/// preparations on a one-thread pool), then the speed-ups over the
-/// portable (scalar TurboSHAKE128) path.
+/// `--prepare-rows`: one JSON line per (expansion, kernel) (median of
+/// `reps` preparations on a one-thread pool), with the speed-up over the
+/// portable (scalar TurboSHAKE128) path measured first in the same run.
+/// AES-128 runs once: the `aes` crate picks AES-NI (or the ARMv8
+/// instructions) itself, whichever product kernel is selected.
 fn bench_prepare(rows: usize, reps: usize) -> Result<()> {
+    use pir_core::{Expansion, PublicMatrix};
     let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build()?;
     let n = pir_core::params::LWE_DIMENSION as usize;
     let mut rng = ChaCha20Rng::seed_from_u64(7);
     let seed: [u8; 32] = rng.random();
     let mut portable_ms = None;
-    for kernel in Kernel::supported().into_iter().rev() {
+    let runs = Kernel::supported()
+        .into_iter()
+        .rev()
+        .map(|kernel| (Expansion::TurboShake128, kernel))
+        .chain([(Expansion::Aes128Ctr, kernel::Kernel::best())]);
+    for (expansion, kernel) in runs {
         kernel::select(kernel)?;
+        let matrix = PublicMatrix::new(expansion, seed);
         let times: Vec<f64> = (0..reps.max(1))
             .map(|_| {
-                time_ms(|| pool.install(|| pir_core::client::prepare_b0(&seed, n, rows, &mut rng)))
-                    .1
+                time_ms(|| {
+                    pool.install(|| pir_core::client::prepare_b0(&matrix, n, rows, &mut rng))
+                })
+                .1
             })
             .collect();
         let ms = median(times);
@@ -294,6 +309,7 @@ fn bench_prepare(rows: usize, reps: usize) -> Result<()> {
         line.insert("bench".into(), json!("prepare"));
         line.insert("rows".into(), json!(rows));
         line.insert("threads".into(), json!(1));
+        line.insert("expansion".into(), json!(expansion.name()));
         line.insert("kernel".into(), json!(kernel.name()));
         line.insert("prepare_ms".into(), json!(ms));
         line.insert("speedup_vs_portable".into(), json!(base / ms));

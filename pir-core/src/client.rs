@@ -10,8 +10,8 @@ use zeroize::Zeroize;
 use crate::db::DbShape;
 use crate::error::{DecodeError, WireError};
 use crate::keys::{record_tag, KeyDigest};
-use crate::matrix::expand_row_segment;
-use crate::params::SEED_BYTES;
+use crate::matrix::PublicMatrix;
+
 use crate::record::decode_record;
 use crate::wire::{Query, Response, SetupData, SetupId};
 
@@ -194,13 +194,17 @@ fn ternary(rng: &mut (impl Rng + ?Sized), out: &mut [i8]) {
 
 /// Public-matrix rows per task while preparing.
 const PREPARE_ROWS_PER_TASK: usize = 64;
+/// Columns of `b0` accumulated at a time: the accumulator's tile and one
+/// expanded row's tile stay in the core's L1/L2 cache instead of streaming
+/// a whole row of `A` through memory per secret entry.
+const PREPARE_TILE_COLS: usize = 4 * crate::matrix::BLOCK_COLS;
 
 /// A ternary secret `s` of `n` entries and `b0 = s.A + e` over `rows`
-/// columns of the matrix of `seed`: the rows of `A` where `s` is 0 are
-/// never expanded, the others are added or subtracted (no
-/// multiplications), on all cores of the current rayon pool.
+/// columns of `matrix`: the rows of `A` where `s` is 0 are never expanded,
+/// the others are added or subtracted (no multiplications), on all cores of
+/// the current rayon pool.
 pub fn prepare_b0(
-    seed: &[u8; SEED_BYTES],
+    matrix: &PublicMatrix,
     n: usize,
     rows: usize,
     rng: &mut (impl CryptoRng + ?Sized),
@@ -212,26 +216,10 @@ pub fn prepare_b0(
     let mut b0 = (0..n.div_ceil(PREPARE_ROWS_PER_TASK))
         .into_par_iter()
         .map(|task| {
-            let mut acc = vec![0u32; rows];
-            let mut row = vec![0u32; rows];
             let first = task * PREPARE_ROWS_PER_TASK;
             let last = (first + PREPARE_ROWS_PER_TASK).min(n);
-            for (i, &s) in secret.iter().enumerate().take(last).skip(first) {
-                if s == 0 {
-                    continue;
-                }
-                expand_row_segment(seed, i as u32, 0, &mut row);
-                if s > 0 {
-                    acc.iter_mut()
-                        .zip(&row)
-                        .for_each(|(a, &x)| *a = a.wrapping_add(x));
-                } else {
-                    acc.iter_mut()
-                        .zip(&row)
-                        .for_each(|(a, &x)| *a = a.wrapping_sub(x));
-                }
-            }
-            row.zeroize();
+            let mut acc = vec![0u32; rows];
+            accumulate_rows(matrix, &secret[first..last], first, &mut acc);
             acc
         })
         .reduce_with(|mut a, mut b| {
@@ -247,6 +235,32 @@ pub fn prepare_b0(
     }
     error.zeroize();
     (secret, b0)
+}
+
+/// `acc += sum_i secret[i] . A[first + i]`, one column tile at a time.
+fn accumulate_rows(matrix: &PublicMatrix, secret: &[i8], first: usize, acc: &mut [u32]) {
+    let mut row = vec![0u32; PREPARE_TILE_COLS.min(acc.len())];
+    for (t, acc_tile) in acc.chunks_mut(PREPARE_TILE_COLS).enumerate() {
+        let row = &mut row[..acc_tile.len()];
+        for (i, &s) in secret.iter().enumerate() {
+            if s == 0 {
+                continue;
+            }
+            matrix.expand_row_segment((first + i) as u32, t * PREPARE_TILE_COLS, row);
+            if s > 0 {
+                acc_tile
+                    .iter_mut()
+                    .zip(&*row)
+                    .for_each(|(a, &x)| *a = a.wrapping_add(x));
+            } else {
+                acc_tile
+                    .iter_mut()
+                    .zip(&*row)
+                    .for_each(|(a, &x)| *a = a.wrapping_sub(x));
+            }
+        }
+    }
+    row.zeroize();
 }
 
 impl PirClient {
@@ -302,7 +316,7 @@ impl PirClient {
     pub fn prepare(&self, rng: &mut (impl CryptoRng + ?Sized)) -> PreparedQuery {
         let shape = &self.setup.shape;
         let n = shape.lwe.dimension as usize;
-        let (secret, b0) = prepare_b0(&self.setup.seed, n, shape.rows(), rng);
+        let (secret, b0) = prepare_b0(&self.setup.matrix, n, shape.rows(), rng);
         PreparedQuery {
             setup_id: self.id,
             secret,

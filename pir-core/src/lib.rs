@@ -42,6 +42,7 @@ pub use client::{
 pub use db::{DbShape, EncodeOptions, EncodedDb, Packing};
 pub use error::{AnswerError, DecodeError, EncodeError, ParamError, WireError};
 pub use fuse::Arity;
+pub use matrix::{Expansion, PublicMatrix};
 pub use params::LweParams;
 pub use server::{PirServer, PublishedSetup, ServeError};
 pub use wire::{Query, Response, SetupData};

@@ -6,8 +6,7 @@ use rayon::prelude::*;
 
 use crate::db::EncodedDb;
 use crate::kernel::{accumulate_panel, active, Kernel, SlicedVec, TILE_GROUPS};
-use crate::matrix::{expand_blocks, BLOCK_COLS};
-use crate::params::SEED_BYTES;
+use crate::matrix::{PublicMatrix, BLOCK_COLS};
 
 /// `v . D` for each vector (one entry per served row, sliced, all for one
 /// kernel: a shard's vectors hold its rows only), in one pass over the
@@ -86,17 +85,17 @@ const HINT_ROWS_PER_TASK: usize = 16;
 /// memory stays at the database plus the hint.
 pub fn hint_cpu(
     db: &EncodedDb,
-    seed: &[u8; SEED_BYTES],
+    matrix: &PublicMatrix,
     progress: &(dyn Fn(usize) + Sync),
 ) -> Vec<u32> {
-    hint_cpu_with(active(), db, seed, progress)
+    hint_cpu_with(active(), db, matrix, progress)
 }
 
 /// [`hint_cpu`] with a given kernel (tests check every kernel the CPU has).
 pub fn hint_cpu_with(
     kernel: Kernel,
     db: &EncodedDb,
-    seed: &[u8; SEED_BYTES],
+    matrix: &PublicMatrix,
     progress: &(dyn Fn(usize) + Sync),
 ) -> Vec<u32> {
     assert!(db.is_whole(), "the hint is made from every row");
@@ -122,7 +121,7 @@ pub fn hint_cpu_with(
                     .enumerate()
                     .map(|(q, block)| ((first + q) as u32, b as u32, &mut block[..len]))
                     .collect();
-                expand_blocks(kernel, seed, &mut items);
+                matrix.expand_blocks(kernel, &mut items);
                 for (s, block) in sliced.iter_mut().zip(&blocks) {
                     s.refill(&block[..len]);
                 }

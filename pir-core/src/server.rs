@@ -4,7 +4,7 @@
 use crate::db::{DbShape, EncodedDb};
 use crate::error::{AnswerError, ParamError, WireError};
 use crate::kernel::SlicedVec;
-use crate::params::SEED_BYTES;
+use crate::matrix::PublicMatrix;
 use crate::product::{hint_cpu, multiply};
 use crate::wire::{self, Query, Response, SetupData, SetupId};
 
@@ -101,19 +101,19 @@ pub struct PirServer {
 
 impl PirServer {
     /// Builds the hint on all CPU cores and assembles the server.
-    pub fn build_cpu(db: EncodedDb, seed: [u8; SEED_BYTES]) -> Self {
-        let hint = hint_cpu(&db, &seed, &|_| {});
-        Self::from_parts(db, seed, hint).expect("hint built for this database")
+    pub fn build_cpu(db: EncodedDb, matrix: PublicMatrix) -> Self {
+        let hint = hint_cpu(&db, &matrix, &|_| {});
+        Self::from_parts(db, matrix, hint).expect("hint built for this database")
     }
 
     /// Assembles a server from a database and a hint made elsewhere (the
     /// GPU builder).
     pub fn from_parts(
         db: EncodedDb,
-        seed: [u8; SEED_BYTES],
+        matrix: PublicMatrix,
         hint: Vec<u32>,
     ) -> Result<Self, ParamError> {
-        let setup_bytes = SetupData::for_db(&db, seed, hint)?.to_bytes();
+        let setup_bytes = SetupData::for_db(&db, matrix, hint)?.to_bytes();
         let setup = PublishedSetup::from_bytes(setup_bytes).expect("setup data just made");
         Ok(PirServer { db, setup })
     }

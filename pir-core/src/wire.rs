@@ -8,10 +8,16 @@ use sha3::{Digest, Sha3_256};
 use crate::db::{DbShape, EncodedDb};
 use crate::error::{ParamError, WireError};
 use crate::fuse::{Arity, FuseGeometry};
+use crate::matrix::{Expansion, PublicMatrix};
 use crate::params::{LweParams, SEED_BYTES};
 
 pub const MAGIC: [u8; 4] = *b"EPIR";
-pub const VERSION: u8 = 1;
+/// The format version every message is written with. Version 2 added the
+/// public-matrix expansion to the setup; the other kinds are unchanged.
+pub const VERSION: u8 = 2;
+/// The oldest version still read: a version-1 setup has no expansion field
+/// and its matrix is TurboSHAKE128.
+pub const OLDEST_VERSION: u8 = 1;
 pub const HEADER_BYTES: usize = 8;
 /// Most queries in one batch.
 pub const MAX_BATCH: usize = 256;
@@ -50,8 +56,8 @@ pub type SetupId = [u8; 8];
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SetupData {
     pub shape: DbShape,
-    /// Seed of the public matrix.
-    pub seed: [u8; SEED_BYTES],
+    /// The public matrix: its seed and its expansion.
+    pub matrix: PublicMatrix,
     /// `M = A . D`: `n` rows of `shape.cols()` elements, row-major.
     pub hint: Vec<u32>,
 }
@@ -86,6 +92,8 @@ fn put_u32s(out: &mut Vec<u8>, values: &[u32]) {
 struct Reader<'a> {
     bytes: &'a [u8],
     what: &'static str,
+    /// The message's format version (checked to be one we read).
+    version: u8,
 }
 
 impl<'a> Reader<'a> {
@@ -93,14 +101,16 @@ impl<'a> Reader<'a> {
         let mut r = Reader {
             bytes,
             what: kind.name(),
+            version: VERSION,
         };
         let head = r.take(HEADER_BYTES)?;
         if head[..4] != MAGIC {
             return Err(WireError::BadMagic);
         }
-        if head[4] != VERSION {
+        if !(OLDEST_VERSION..=VERSION).contains(&head[4]) {
             return Err(WireError::Version(head[4]));
         }
+        r.version = head[4];
         if head[5] != kind as u8 {
             return Err(WireError::Kind {
                 expected: kind.name(),
@@ -250,14 +260,18 @@ impl SetupData {
     /// elements).
     pub fn for_db(
         db: &EncodedDb,
-        seed: [u8; SEED_BYTES],
+        matrix: PublicMatrix,
         hint: Vec<u32>,
     ) -> Result<Self, ParamError> {
         let shape = db.shape().clone();
         if hint.len() != shape.lwe.dimension as usize * shape.cols() {
             return Err(ParamError::Shape("hint does not match the database"));
         }
-        Ok(SetupData { shape, seed, hint })
+        Ok(SetupData {
+            shape,
+            matrix,
+            hint,
+        })
     }
 
     /// Serialises the setup blob.
@@ -265,10 +279,11 @@ impl SetupData {
         let s = &self.shape;
         let mut out = header(
             Kind::Setup,
-            72 + 8 * s.filter_seeds.len() + 4 * self.hint.len(),
+            76 + 8 * s.filter_seeds.len() + 4 * self.hint.len(),
         );
         put_shape(&mut out, s);
-        out.extend_from_slice(&self.seed);
+        out.extend_from_slice(&[self.matrix.expansion().code(), 0, 0, 0]);
+        out.extend_from_slice(self.matrix.seed());
         put_u32s(&mut out, &self.hint);
         out
     }
@@ -277,11 +292,25 @@ impl SetupData {
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, WireError> {
         let mut r = Reader::open(bytes, Kind::Setup)?;
         let shape = read_shape(&mut r)?;
+        let expansion = if r.version == 1 {
+            Expansion::TurboShake128
+        } else {
+            let field = r.take(4)?;
+            if field[1..] != [0, 0, 0] {
+                return Err(WireError::Version(r.version));
+            }
+            Expansion::from_code(field[0])?
+        };
         let seed: [u8; SEED_BYTES] = r.take(SEED_BYTES)?.try_into().unwrap();
+        let matrix = PublicMatrix::new(expansion, seed);
         let hint_elems = shape.lwe.dimension as usize * shape.cols();
         r.expect_exactly(4 * hint_elems as u64)?;
         let hint = r.u32s(hint_elems)?;
-        Ok(SetupData { shape, seed, hint })
+        Ok(SetupData {
+            shape,
+            matrix,
+            hint,
+        })
     }
 
     /// SHA3-256 of the serialised setup (an ETag, and the cache key).

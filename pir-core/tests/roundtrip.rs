@@ -4,7 +4,9 @@
 use pir_core::kernel::{reference_product, Kernel, SlicedVec};
 use pir_core::product::{hint_cpu_with, multiply};
 use pir_core::wire::{decode_queries, decode_responses, encode_queries, encode_responses};
-use pir_core::{Arity, EncodeOptions, EncodedDb, Lookup, Packing, PirClient, PirServer};
+use pir_core::{
+    Arity, EncodeOptions, EncodedDb, Expansion, Lookup, Packing, PirClient, PirServer, PublicMatrix,
+};
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 
@@ -38,9 +40,12 @@ fn check(n: usize, value_bytes: usize, arity: Arity, packing: Packing, probes: u
     if let Packing::Fixed(k) = packing {
         assert_eq!(db.shape().partitions, k.min(n as u32).max(1));
     }
-    let server = PirServer::build_cpu(db, rng.random());
+    // Both expansions of the public matrix, alternating over the shapes.
+    let expansion = Expansion::ALL[n % 2];
+    let server = PirServer::build_cpu(db, PublicMatrix::new(expansion, rng.random()));
     let client = PirClient::from_setup_bytes(server.setup_bytes()).unwrap();
     assert_eq!(client.setup_id(), server.setup_id());
+    assert_eq!(client.setup().matrix.expansion(), expansion);
 
     // Present keys, one at a time through the wire formats.
     for (key, value) in records.iter().take(probes) {
@@ -158,10 +163,10 @@ fn every_kernel_builds_the_same_hint() {
             packing: Packing::Fixed(k),
         };
         let db = EncodedDb::encode(&records, 40, &options, &mut rng).unwrap();
-        let seed: [u8; 32] = rng.random();
+        let matrix = PublicMatrix::new(Expansion::ALL[k as usize % 2], rng.random());
         let hints: Vec<(Kernel, Vec<u32>)> = Kernel::supported()
             .into_iter()
-            .map(|kernel| (kernel, hint_cpu_with(kernel, &db, &seed, &|_| {})))
+            .map(|kernel| (kernel, hint_cpu_with(kernel, &db, &matrix, &|_| {})))
             .collect();
         for (kernel, hint) in &hints[1..] {
             assert!(
@@ -178,7 +183,7 @@ fn tampered_responses_never_decode_to_a_value() {
     let mut rng = ChaCha20Rng::seed_from_u64(99);
     let records = random_db(&mut rng, 500, 20, 40);
     let db = EncodedDb::encode(&records, 40, &EncodeOptions::default(), &mut rng).unwrap();
-    let server = PirServer::build_cpu(db, rng.random());
+    let server = PirServer::build_cpu(db, PublicMatrix::new(Expansion::default(), rng.random()));
     let client = PirClient::from_setup_bytes(server.setup_bytes()).unwrap();
     let delta = client.setup().shape.lwe.delta();
     for trial in 0..40u32 {

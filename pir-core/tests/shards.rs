@@ -8,7 +8,8 @@ use std::sync::Arc;
 use pir_core::shard::{combine_answers, shard_rows, slice_query, Shard};
 use pir_core::wire::{decode_db_header, encode_db};
 use pir_core::{
-    AnswerError, ClientError, EncodeOptions, EncodedDb, Lookup, PirClient, PirServer, Query,
+    AnswerError, ClientError, EncodeOptions, EncodedDb, Expansion, Lookup, PirClient, PirServer,
+    PublicMatrix, Query,
 };
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
@@ -32,7 +33,7 @@ fn fixture(n: usize) -> Fixture {
         .collect();
     let db = EncodedDb::encode(&records, 24, &EncodeOptions::default(), &mut rng).unwrap();
     let file = Arc::new(encode_db(&db));
-    let whole = PirServer::build_cpu(db, rng.random());
+    let whole = PirServer::build_cpu(db, PublicMatrix::new(Expansion::default(), rng.random()));
     Fixture {
         records,
         whole,

@@ -5,7 +5,9 @@ use pir_core::wire::{
     decode_db, decode_queries, decode_responses, encode_db, encode_queries, encode_responses,
     SetupData,
 };
-use pir_core::{EncodeOptions, EncodedDb, PirServer, Query, Response, WireError};
+use pir_core::{
+    EncodeOptions, EncodedDb, Expansion, PirServer, PublicMatrix, Query, Response, WireError,
+};
 use proptest::prelude::*;
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
@@ -19,7 +21,9 @@ fn setup_bytes() -> &'static [u8] {
             .map(|i| (i.to_le_bytes(), [i as u8; 12]))
             .collect();
         let db = EncodedDb::encode(&records, 12, &EncodeOptions::default(), &mut rng).unwrap();
-        PirServer::build_cpu(db, [9; 32]).setup_bytes().to_vec()
+        PirServer::build_cpu(db, PublicMatrix::new(Expansion::Aes128Ctr, [9; 32]))
+            .setup_bytes()
+            .to_vec()
     })
 }
 
@@ -83,11 +87,48 @@ fn every_truncation_and_extension_of_setup_is_refused() {
     ));
 }
 
+/// Offset of the setup's expansion field: header, shape (32 bytes and a
+/// filter seed per partition).
+fn expansion_offset(setup: &SetupData) -> usize {
+    8 + 32 + 8 * setup.shape.filter_seeds.len()
+}
+
+/// A version-1 setup (no expansion field) still reads, as TurboSHAKE128;
+/// an unknown expansion or a non-zero reserved byte is refused.
+#[test]
+fn version_one_setups_read_as_turboshake() {
+    let v2 = setup_bytes();
+    let setup = SetupData::from_bytes(v2).unwrap();
+    assert_eq!(setup.matrix.expansion(), Expansion::Aes128Ctr);
+    let at = expansion_offset(&setup);
+    assert_eq!(v2[at..at + 4], [1, 0, 0, 0]);
+    let mut v1 = v2[..at].to_vec();
+    v1.extend_from_slice(&v2[at + 4..]);
+    v1[4] = 1;
+    let old = SetupData::from_bytes(&v1).unwrap();
+    assert_eq!(old.matrix.expansion(), Expansion::TurboShake128);
+    assert_eq!(old.matrix.seed(), setup.matrix.seed());
+    assert_eq!(old.hint, setup.hint);
+    for (offset, byte) in [(0, 2), (1, 1), (3, 9)] {
+        let mut bad = v2.to_vec();
+        bad[at + offset] = byte;
+        assert!(
+            SetupData::from_bytes(&bad).is_err(),
+            "byte {offset} = {byte}"
+        );
+    }
+}
+
 #[test]
 fn wrong_version_magic_and_kind_are_refused() {
-    let mut bytes = setup_bytes().to_vec();
-    bytes[4] = 2;
-    assert_eq!(SetupData::from_bytes(&bytes), Err(WireError::Version(2)));
+    for version in [0, 3] {
+        let mut bytes = setup_bytes().to_vec();
+        bytes[4] = version;
+        assert_eq!(
+            SetupData::from_bytes(&bytes),
+            Err(WireError::Version(version))
+        );
+    }
     let mut bytes = setup_bytes().to_vec();
     bytes[0] = b'X';
     assert_eq!(SetupData::from_bytes(&bytes), Err(WireError::BadMagic));

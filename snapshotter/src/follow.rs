@@ -95,6 +95,8 @@ impl Default for Timing {
 #[serde(deny_unknown_fields, default)]
 pub struct BuildConfig {
     pub device: String,
+    /// The public matrix's expansion: "aes128-ctr" or "turboshake128".
+    pub matrix_expansion: String,
     pub arity: u8,
     pub packing: String,
     pub hint_budget_mib: HintBudget,
@@ -108,6 +110,7 @@ impl Default for BuildConfig {
     fn default() -> Self {
         BuildConfig {
             device: "auto".into(),
+            matrix_expansion: pir_core::Expansion::default().name().into(),
             arity: 3,
             packing: "auto".into(),
             hint_budget_mib: HintBudget::Auto,
@@ -135,6 +138,10 @@ impl BuildConfig {
                 .device
                 .parse()
                 .map_err(|e: String| anyhow::anyhow!(e))?,
+            expansion: self
+                .matrix_expansion
+                .parse()
+                .map_err(|e: String| anyhow::anyhow!("build.matrix_expansion: {e}"))?,
             progress: None,
         })
     }

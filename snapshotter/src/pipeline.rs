@@ -6,7 +6,7 @@ use alloy_primitives::B256;
 use gpu_kernels::HintDevice;
 use pir_core::wire::SetupData;
 use pir_core::wire::{query_bytes, response_bytes, write_db};
-use pir_core::{Arity, EncodeOptions, EncodedDb, Packing};
+use pir_core::{Arity, EncodeOptions, EncodedDb, Expansion, Packing, PublicMatrix};
 use rand::Rng;
 
 use crate::account::{encode_value, value_width, AccountRecord};
@@ -52,6 +52,10 @@ pub struct BuildOptions {
     /// ...but full snapshots (the bases), when set: see [`resolve_packing`].
     pub base_packing: Option<Packing>,
     pub device: HintDevice,
+    /// How the public matrix of every new snapshot is expanded (a field of
+    /// its setup; AES-128 by default, TurboSHAKE128 for clients without
+    /// AES instructions).
+    pub expansion: Expansion,
     /// Where the encode and hint steps report progress (none: silent).
     pub progress: Option<ProgressFn>,
 }
@@ -63,6 +67,7 @@ impl Default for BuildOptions {
             packing: Packing::default(),
             base_packing: None,
             device: HintDevice::Auto,
+            expansion: Expansion::default(),
             progress: None,
         }
     }
@@ -150,6 +155,7 @@ impl std::fmt::Debug for BuildOptions {
             .field("packing", &self.packing)
             .field("base_packing", &self.base_packing)
             .field("device", &self.device)
+            .field("expansion", &self.expansion)
             .field("progress", &self.progress.is_some())
             .finish()
     }
@@ -318,8 +324,8 @@ fn hint_phase(encoded: Encoded, opts: &BuildOptions) -> Result<Hinted, BuildErro
     let step = Step::BuildHint;
     let total = Some(db.shape().lwe.dimension as u64);
     report(&opts.progress, ProgressEvent::Begin { step, total });
-    let seed: [u8; 32] = rand::rng().random();
-    let built = gpu_kernels::build_hint_with_progress(&db, &seed, opts.device, &|done| {
+    let matrix = PublicMatrix::new(opts.expansion, rand::rng().random());
+    let built = gpu_kernels::build_hint_with_progress(&db, &matrix, opts.device, &|done| {
         report(
             &opts.progress,
             ProgressEvent::Advance {
@@ -331,9 +337,9 @@ fn hint_phase(encoded: Encoded, opts: &BuildOptions) -> Result<Hinted, BuildErro
     report(&opts.progress, ProgressEvent::End { step });
     let (hint, hint_report) = built?;
     let hint_s = t.elapsed().as_secs_f64();
-    tracing::info!(device = %hint_report.device, detail = %hint_report.detail, hint_s, "hint built");
+    tracing::info!(device = %hint_report.device, detail = %hint_report.detail, expansion = %opts.expansion, hint_s, "hint built");
     // Serialised straight from the hint: no server is needed to publish.
-    let setup_bytes = SetupData::for_db(&db, seed, hint)?.to_bytes();
+    let setup_bytes = SetupData::for_db(&db, matrix, hint)?.to_bytes();
     Ok(Hinted {
         db,
         setup_bytes,

@@ -26,7 +26,22 @@ fn example_config_parses() {
     .unwrap();
     assert_eq!(c.levels.fanout, 8);
     assert!(c.source.url.is_some());
-    c.build.options().unwrap();
+    let options = c.build.options().unwrap();
+    assert_eq!(options.expansion, pir_core::Expansion::Aes128Ctr);
+    let older = BuildConfig {
+        matrix_expansion: "turboshake128".into(),
+        ..Default::default()
+    };
+    assert_eq!(
+        older.options().unwrap().expansion,
+        pir_core::Expansion::TurboShake128
+    );
+    let wrong = BuildConfig {
+        matrix_expansion: "aes".into(),
+        ..Default::default()
+    };
+    let why = wrong.options().unwrap_err().to_string();
+    assert!(why.contains("build.matrix_expansion"), "{why}");
 }
 
 fn config(store: &std::path::Path, url: &str, genesis: Option<&std::path::Path>) -> FollowConfig {

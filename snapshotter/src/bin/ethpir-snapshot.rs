@@ -11,7 +11,7 @@ use gpu_kernels::HintDevice;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::Write as _;
 
-use pir_core::{Arity, Packing};
+use pir_core::{Arity, Expansion, Packing};
 use snapshotter::follow::{self, FollowConfig};
 use snapshotter::pipeline::{
     build_and_publish, resolve_packing, BuildError, BuildOptions, ExportedState, HintBudget,
@@ -279,6 +279,11 @@ struct BuildArgs {
     /// Where to build the hint: auto (GPU if usable, else CPU), cpu, cuda.
     #[arg(long, default_value = "auto")]
     device: HintDevice,
+    /// How the public matrix is expanded from its seed: aes128-ctr (fast
+    /// wherever the CPU has AES instructions: x86-64, ARMv8) or
+    /// turboshake128 (for wallets on CPUs without them).
+    #[arg(long, default_value_t = Expansion::default())]
+    matrix_expansion: Expansion,
     #[command(flatten)]
     layout: LayoutArgs,
     /// Do not draw progress bars.
@@ -344,6 +349,7 @@ impl BuildArgs {
             packing,
             base_packing,
             device: self.device,
+            expansion: self.matrix_expansion,
             progress: self.progress(),
         })
     }
