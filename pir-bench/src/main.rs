@@ -54,6 +54,15 @@ struct Args {
     /// Hint budget for automatic packing, MiB.
     #[arg(long, default_value_t = 32)]
     hint_budget_mib: u64,
+    /// Pack as a base is packed: the smallest hint (at least
+    /// --hint-budget-mib, at most --hint-cap-mib) that keeps a lookup's
+    /// query + response under this many KiB (the snapshotter's default for
+    /// bases: 1536). Overrides --packing.
+    #[arg(long)]
+    lookup_target_kib: Option<u64>,
+    /// The largest hint --lookup-target-kib may choose, MiB.
+    #[arg(long, default_value_t = 512)]
+    hint_cap_mib: u64,
     /// Public-matrix expansion of the measured setup: aes128-ctr or turboshake128.
     #[arg(long, default_value_t = pir_core::Expansion::default())]
     expansion: pir_core::Expansion,
@@ -157,7 +166,14 @@ fn bench_ours(
     records: &[(Vec<u8>, Vec<u8>)],
     probes: &[usize],
 ) -> Result<Map<String, Value>> {
-    let packing = Packing::parse(&args.packing, args.hint_budget_mib).context("--packing")?;
+    let packing = match args.lookup_target_kib {
+        Some(kib) => Packing::ForLookup {
+            lookup_bytes: kib << 10,
+            hint_floor_bytes: args.hint_budget_mib << 20,
+            hint_cap_bytes: args.hint_cap_mib << 20,
+        },
+        None => Packing::parse(&args.packing, args.hint_budget_mib).context("--packing")?,
+    };
     let arity = Arity::from_u8(args.arity).context("--arity")?;
     let mut rng = ChaCha20Rng::seed_from_u64(args.seed ^ 0x5eed);
     let (db, encode_ms) = time_ms(|| {
@@ -246,6 +262,7 @@ fn bench_ours(
     m.insert("cols".into(), json!(shape.cols()));
     m.insert("plaintext_bits".into(), json!(shape.lwe.plaintext_bits));
     m.insert("kernel".into(), json!(pir_core::kernel::kernel_name()));
+    m.insert("expansion".into(), json!(args.expansion.name()));
     m.insert("device".into(), json!(report.device.to_string()));
     if report.device == gpu_kernels::HintDevice::Cuda {
         m.insert("gpu".into(), json!(report.detail));

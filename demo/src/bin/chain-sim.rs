@@ -21,8 +21,9 @@ use clap::Parser;
 use ethpir_client::{BlockSelector, ClientConfig, PrivateReader};
 use rand::{Rng, SeedableRng};
 use serde_json::json;
+use snapshotter::follow::BuildConfig;
 use snapshotter::levels::{LevelPolicy, Levels};
-use snapshotter::pipeline::{BuildOptions, ExportedState};
+use snapshotter::pipeline::ExportedState;
 use snapshotter::{AccountRecord, SnapshotKind, SnapshotStore};
 
 #[derive(Parser)]
@@ -354,12 +355,11 @@ async fn main() -> Result<()> {
         keep_blocks: args.keep_blocks,
         ..Default::default()
     };
-    let levels = Arc::new(Levels::new(
-        store.clone(),
-        CHAIN_ID,
-        policy,
-        BuildOptions::default(),
-    ));
+    // The follower's shipped defaults: a base packed for a 1.5 MiB lookup
+    // (hint 32..512 MiB), the levels under a 32 MiB hint, AES expansion.
+    let build = BuildConfig::default().options()?;
+    let expansion = build.expansion;
+    let levels = Arc::new(Levels::new(store.clone(), CHAIN_ID, policy, build));
 
     // The base.
     eprintln!("building the base of 2^{} accounts...", args.log2_accounts);
@@ -464,6 +464,10 @@ async fn main() -> Result<()> {
         "fanout": args.fanout,
         "keep_blocks": args.keep_blocks,
         "base_build_s": base_build_s,
+        // What the reader fetched before the run: the base's setup (hint)
+        // and the first catalog.
+        "initial_download_bytes": down0,
+        "expansion": expansion.name(),
         "lag_blocks_p50": percentile(&stats.lags, 0.5),
         "lag_blocks_max": stats.lags.iter().max(),
         "lookup_bytes_up": (lup - lup0) as f64 / n,
