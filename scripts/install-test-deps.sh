@@ -9,6 +9,8 @@
 # - cargo-machete (unused-dependency check);
 # - Foundry's anvil and cast 1.7.1 (npm @foundry-rs/anvil, @foundry-rs/cast)
 #   into ./.tools, where the tests look for them;
+# - OpenZeppelin Contracts 4.9.6 (npm), whose compiled artifacts give the
+#   token tests a real ERC-20 to deploy on anvil;
 # - kubernetes-validate 1.37 (PyPI) into ./.tools/kv, which checks the
 #   Kubernetes manifests against the API's schemas;
 # - NVRTC and ptxas 13.5 (NVIDIA's PyPI wheels nvidia-cuda-nvrtc and
@@ -59,6 +61,13 @@ if ! .tools/node_modules/.bin/anvil --version 2>/dev/null | grep -q "$FOUNDRY_VE
         "@foundry-rs/anvil@$FOUNDRY_VERSION" "@foundry-rs/cast@$FOUNDRY_VERSION"
 fi
 .tools/node_modules/.bin/anvil --version | head -1
+
+OPENZEPPELIN_VERSION=4.9.6
+if ! grep -q "\"version\": \"$OPENZEPPELIN_VERSION\"" \
+    .tools/node_modules/@openzeppelin/contracts/package.json 2>/dev/null; then
+    npm install --silent --no-audit --no-fund --prefix .tools \
+        "@openzeppelin/contracts@$OPENZEPPELIN_VERSION"
+fi
 
 # kubernetes-validate (with the Kubernetes JSON schemas it ships): the
 # test command's check of deploy/kubernetes (scripts/check-deploy.sh).

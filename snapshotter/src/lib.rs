@@ -20,6 +20,7 @@ pub mod progress;
 pub mod pull;
 pub mod records;
 pub mod sources;
+pub mod tokens;
 pub mod verify;
 
 pub use account::{decode_value, encode_value, pir_key, AccountRecord};

@@ -22,7 +22,7 @@ use snapshotter::sources::genesis;
 use snapshotter::sources::reth::{RethDatadir, RethMode};
 use snapshotter::sources::rpc::{self, RpcOptions, RpcSource, Traces};
 use snapshotter::store::{SnapshotStore, StoreError};
-use snapshotter::SnapshotId;
+use snapshotter::{tokens, SnapshotId};
 
 #[derive(Parser)]
 #[command(
@@ -42,7 +42,8 @@ ethpir-snapshot --store ./store build reth --datadir ~/.local/share/reth/mainnet
 ethpir-snapshot --store ./store run --url http://127.0.0.1:8545 --genesis genesis.json\n  \
 ethpir-snapshot --store ./store list\n  \
 ethpir-snapshot --store ./replica pull --from http://primary:8546 --every 1\n  \
-ethpir-snapshot --store ./store verify --lookups 16"
+ethpir-snapshot --store ./store verify --lookups 16\n  \
+ethpir-snapshot tokens detect --url http://127.0.0.1:8545 --token 0x..."
 )]
 struct Cli {
     /// The snapshot store directory.
@@ -147,6 +148,12 @@ ethpir-snapshot plan --accounts 16777216 --hint-budget-mib 32 --json"
         #[arg(long)]
         json: bool,
     },
+    /// ERC-20 tokens: where a token keeps its balances (for the token list
+    /// that makes its balanceOf private).
+    Tokens {
+        #[command(subcommand)]
+        command: TokensCommand,
+    },
     /// Apply the retention policy now.
     Prune {
         #[arg(long)]
@@ -154,6 +161,49 @@ ethpir-snapshot plan --accounts 16777216 --hint-budget-mib 32 --json"
         #[command(flatten)]
         retention: RetentionArgs,
     },
+}
+
+#[derive(Subcommand)]
+enum TokensCommand {
+    /// Find the storage mapping that holds a token's balances, by comparing
+    /// balanceOf of holders with every candidate slot, and print the token
+    /// list entry (TOML). Exit status 2 when the token is not a plain
+    /// mapping (rebasing tokens, packed balances, other layouts).
+    #[command(
+        long_about = "Find where an ERC-20 keeps its balances, so that its balanceOf can be read privately.\n\n\
+At the node's head, balanceOf of up to three holders with a balance (given with --holder, else \
+recipients of the token's Transfer events in the last --log-window blocks) is compared with every \
+candidate storage entry: mapping slot indices 0..=--max-index in Solidity's and Vyper's layouts and \
+OpenZeppelin's ERC-7201 ERC-20 namespace. If exactly one candidate matches every holder, the token \
+list entry is printed (append it to your list); if none does, the token is non-standard (rebasing, \
+balances packed with flags, kept in another contract) and the exit status is 2.\n\nExamples:\n  \
+ethpir-snapshot tokens detect --url http://127.0.0.1:8545 --token 0xdAC17F958D2ee523a2206206994597C13D831ec7\n  \
+ethpir-snapshot tokens detect --url $RPC --token 0x... --holder 0xab...,0xcd... --symbol USDT >> tokens.toml"
+    )]
+    Detect(DetectArgs),
+}
+
+#[derive(Args)]
+struct DetectArgs {
+    /// Node URL (http or https).
+    #[arg(long, env = "ETHPIR_RPC_URL")]
+    url: String,
+    /// The token contract.
+    #[arg(long)]
+    token: alloy_primitives::Address,
+    /// Holders to check (comma-separated or repeated); default: recent
+    /// Transfer recipients.
+    #[arg(long = "holder", value_delimiter = ',')]
+    holders: Vec<alloy_primitives::Address>,
+    /// The token's symbol, copied into the entry for readers of the list.
+    #[arg(long, default_value = "")]
+    symbol: String,
+    /// Blocks of Transfer events searched for holders.
+    #[arg(long, default_value_t = 10_000)]
+    log_window: u64,
+    /// Highest plain mapping slot index tried.
+    #[arg(long, default_value_t = 255)]
+    max_index: u64,
 }
 
 #[derive(Args)]
@@ -426,6 +476,43 @@ fn main() -> Result<()> {
             chain_id,
             retention,
         } => prune(&open_store()?, *chain_id, retention),
+        Command::Tokens {
+            command: TokensCommand::Detect(args),
+        } => detect_token(args),
+    }
+}
+
+/// `tokens detect`: prints the list entry, or says why there is none.
+fn detect_token(args: &DetectArgs) -> Result<()> {
+    let runtime = tokio::runtime::Runtime::new()?;
+    let (chain_id, detection) = runtime.block_on(async {
+        let source = RpcSource::connect(&args.url, RpcOptions::default()).await?;
+        let options = tokens::DetectOptions {
+            holders: args.holders.clone(),
+            log_window: args.log_window,
+            max_index: args.max_index,
+            ..Default::default()
+        };
+        let detection = tokens::detect(&source, args.token, &options).await?;
+        anyhow::Ok((source.chain_id, detection))
+    })?;
+    match detection.entry(chain_id, args.token, &args.symbol) {
+        Some(entry) => {
+            let list = protocol::tokens::TokenList {
+                tokens: vec![entry],
+            };
+            print!("{}", list.to_toml());
+            Ok(())
+        }
+        None => {
+            if let tokens::Detection::NonStandard { reason, block } = &detection {
+                println!(
+                    "# {} is non-standard at block {block}: {reason}",
+                    args.token
+                );
+            }
+            std::process::exit(2);
+        }
     }
 }
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use alloy_consensus::Transaction as _;
 use alloy_eips::{BlockId, BlockNumberOrTag};
-use alloy_primitives::{Address, B256, U256, U64};
+use alloy_primitives::{Address, Bytes, B256, U256, U64};
 use alloy_provider::ext::TraceApi;
 use alloy_provider::network::{AnyNetwork, AnyRpcBlock, TransactionResponse as _};
 use alloy_provider::transport::{TransportError, TransportResult};
@@ -401,6 +401,97 @@ impl RpcSource {
         .await
     }
 
+    /// `eth_call` of `data` to `to` at block `at`: what the contract
+    /// returns.
+    pub async fn call(&self, to: Address, data: Bytes, at: u64) -> Result<Bytes, RpcSourceError> {
+        let request = CallRequest { to, data };
+        let block = BlockId::number(at);
+        self.retry("eth_call", Some(at), || {
+            self.client
+                .request::<_, Bytes>("eth_call", (&request, block))
+                .into_future()
+        })
+        .await
+    }
+
+    /// The bytecode size of `address` at block `at` (0: not a contract).
+    pub async fn code_size(&self, address: Address, at: u64) -> Result<usize, RpcSourceError> {
+        let block = BlockId::number(at);
+        let code = self
+            .retry("eth_getCode", Some(at), || {
+                self.provider
+                    .get_code_at(address)
+                    .block_id(block)
+                    .into_future()
+            })
+            .await?;
+        Ok(code.len())
+    }
+
+    /// Storage words of `address` at block `at`, one per slot, in batches
+    /// of the source's batch size.
+    pub async fn storage(
+        &self,
+        address: Address,
+        slots: &[B256],
+        at: u64,
+    ) -> Result<Vec<B256>, RpcSourceError> {
+        let block = BlockId::number(at);
+        let mut out = Vec::with_capacity(slots.len());
+        for chunk in slots.chunks(self.options.batch_size.max(1)) {
+            let words = self
+                .retry("eth_getStorageAt", Some(at), || async {
+                    let mut batch = self.client.new_batch();
+                    let waiters = chunk
+                        .iter()
+                        .map(|slot| {
+                            batch.add_call::<_, B256>("eth_getStorageAt", &(address, slot, block))
+                        })
+                        .collect::<TransportResult<Vec<_>>>()?;
+                    batch.send().await?;
+                    let mut words = Vec::with_capacity(waiters.len());
+                    for waiter in waiters {
+                        words.push(waiter.await?);
+                    }
+                    Ok(words)
+                })
+                .await?;
+            out.extend(words);
+        }
+        Ok(out)
+    }
+
+    /// The recipients of `token`'s ERC-20 `Transfer` events in blocks
+    /// `from..=to`, first seen first, each once.
+    pub async fn transfer_recipients(
+        &self,
+        token: Address,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<Address>, RpcSourceError> {
+        use alloy_sol_types::SolEvent;
+        let filter = LogFilter {
+            address: token,
+            topics: [protocol::tokens::IERC20::Transfer::SIGNATURE_HASH],
+            from_block: U64::from(from),
+            to_block: U64::from(to),
+        };
+        let logs = self
+            .retry("eth_getLogs", Some(to), || {
+                self.client
+                    .request::<_, Vec<LogTopics>>("eth_getLogs", (&filter,))
+                    .into_future()
+            })
+            .await?;
+        let mut seen = BTreeSet::new();
+        Ok(logs
+            .iter()
+            .filter_map(|log| log.topics.get(2))
+            .map(|topic| Address::from_word(*topic))
+            .filter(|a| seen.insert(*a))
+            .collect())
+    }
+
     /// Whether the node answers `trace_block` (asked on its head block).
     pub async fn has_traces(&self) -> Result<bool, RpcSourceError> {
         let head = self.head().await?;
@@ -495,6 +586,30 @@ fn block_participants(block: &AnyRpcBlock) -> Vec<Address> {
     let withdrawals = block.withdrawals.iter().flat_map(|w| w.iter());
     out.extend(withdrawals.map(|w| w.address));
     out
+}
+
+/// `eth_call`'s transaction object: the two fields a read needs (`data`,
+/// which every node reads; newer ones also take `input`).
+#[derive(Clone, Debug, serde::Serialize)]
+struct CallRequest {
+    to: Address,
+    data: Bytes,
+}
+
+/// `eth_getLogs`'s filter: one contract, one event.
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct LogFilter {
+    address: Address,
+    topics: [B256; 1],
+    from_block: U64,
+    to_block: U64,
+}
+
+/// The part of a log that `transfer_recipients` reads.
+#[derive(Debug, serde::Deserialize)]
+struct LogTopics {
+    topics: Vec<B256>,
 }
 
 /// Who a call trace names: callers and callees, creators and what they

@@ -1,0 +1,260 @@
+//! ERC-20 tokens whose balances can be read from storage: the `balanceOf`
+//! ABI (alloy's `sol!`), where a compiler puts a holder's entry of a
+//! `mapping(address => uint256)`, and the token list (which contracts, and
+//! at which mapping their balances live) that the snapshotter exports and
+//! the proxy answers from. One home for all three: the snapshotter's
+//! `tokens detect` writes list entries, every other program reads them.
+
+use std::path::Path;
+
+use alloy_primitives::{keccak256, Address, B256, U256};
+use serde::{Deserialize, Serialize};
+
+alloy_sol_types::sol! {
+    /// The part of ERC-20 that balance reads use.
+    interface IERC20 {
+        function balanceOf(address holder) external view returns (uint256);
+        event Transfer(address indexed from, address indexed to, uint256 value);
+    }
+}
+
+/// How a compiler lays out the entry of `key` in a mapping whose slot
+/// index is `index`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MappingLayout {
+    /// Solidity: `keccak256(pad32(key) || index)`.
+    Solidity,
+    /// Vyper: `keccak256(index || pad32(key))`.
+    Vyper,
+}
+
+impl MappingLayout {
+    pub const ALL: [MappingLayout; 2] = [MappingLayout::Solidity, MappingLayout::Vyper];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            MappingLayout::Solidity => "solidity",
+            MappingLayout::Vyper => "vyper",
+        }
+    }
+
+    /// The storage slot of `holder`'s entry in the mapping at `index`.
+    pub fn slot(self, holder: &Address, index: &SlotIndex) -> B256 {
+        let mut input = [0u8; 64];
+        let (key_at, index_at) = match self {
+            MappingLayout::Solidity => (0, 32),
+            MappingLayout::Vyper => (32, 0),
+        };
+        input[key_at + 12..key_at + 32].copy_from_slice(holder.as_slice());
+        input[index_at..index_at + 32].copy_from_slice(index.word().as_slice());
+        keccak256(input)
+    }
+}
+
+/// The slot index of a mapping: a small number (a plain state variable's
+/// position) or a 32-byte word (a namespaced layout's base, ERC-7201).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SlotIndex {
+    Position(u64),
+    Word(B256),
+}
+
+impl SlotIndex {
+    /// The index as the 32-byte word the slot hash takes.
+    pub fn word(&self) -> B256 {
+        match self {
+            SlotIndex::Position(p) => B256::from(U256::from(*p)),
+            SlotIndex::Word(w) => *w,
+        }
+    }
+}
+
+impl std::fmt::Display for SlotIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SlotIndex::Position(p) => write!(f, "{p}"),
+            SlotIndex::Word(w) => write!(f, "{w}"),
+        }
+    }
+}
+
+/// The base slot of an ERC-7201 namespace:
+/// `keccak256(keccak256(id) - 1) & ~0xff`.
+pub fn erc7201_base(id: &str) -> B256 {
+    let inner = U256::from_be_bytes(keccak256(id.as_bytes()).0) - U256::from(1u8);
+    let mut base = keccak256(inner.to_be_bytes::<32>());
+    base.0[31] = 0;
+    base
+}
+
+/// OpenZeppelin's upgradeable ERC-20 (v5) keeps its balances mapping first
+/// in this namespace.
+pub const OPENZEPPELIN_ERC20_NAMESPACE: &str = "openzeppelin.storage.ERC20";
+
+/// One token of the list.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenEntry {
+    pub chain_id: u64,
+    pub address: Address,
+    /// Its symbol, for people reading the list (not checked).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub symbol: String,
+    /// Where `balanceOf` comes from: the balances mapping's slot index...
+    pub balance_slot: SlotIndex,
+    /// ...and its layout.
+    pub layout: MappingLayout,
+    /// How the slot was established (a `tokens detect` run, a verified
+    /// source's storage layout).
+    pub source: String,
+}
+
+impl TokenEntry {
+    /// The storage slot holding `holder`'s balance.
+    pub fn balance_slot_of(&self, holder: &Address) -> B256 {
+        self.layout.slot(holder, &self.balance_slot)
+    }
+}
+
+/// A token list file: `[[token]]` tables.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenList {
+    #[serde(default, rename = "token")]
+    pub tokens: Vec<TokenEntry>,
+}
+
+/// A token list that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenListError {
+    #[error(transparent)]
+    Load(#[from] crate::config::ConfigError),
+    #[error("token {address} on chain {chain_id} is listed twice")]
+    Duplicate { chain_id: u64, address: Address },
+}
+
+impl TokenList {
+    /// Reads a list, refusing unknown fields and a token listed twice.
+    pub fn from_file(path: &Path) -> Result<Self, TokenListError> {
+        let list: TokenList = crate::config::load_toml(path)?;
+        list.check()?;
+        Ok(list)
+    }
+
+    fn check(&self) -> Result<(), TokenListError> {
+        let mut seen = std::collections::BTreeSet::new();
+        for t in &self.tokens {
+            if !seen.insert((t.chain_id, t.address)) {
+                return Err(TokenListError::Duplicate {
+                    chain_id: t.chain_id,
+                    address: t.address,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The list's entry for `address` on `chain_id`.
+    pub fn get(&self, chain_id: u64, address: &Address) -> Option<&TokenEntry> {
+        self.tokens
+            .iter()
+            .find(|t| t.chain_id == chain_id && &t.address == address)
+    }
+
+    /// The list as TOML (what `tokens detect` prints one entry of).
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("a token list serialises")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloy_primitives::{address, b256};
+    use alloy_sol_types::SolCall;
+
+    #[test]
+    fn balance_of_calldata_is_the_erc20_selector() {
+        let holder = address!("00000000000000000000000000000000000000aa");
+        let data = IERC20::balanceOfCall { holder }.abi_encode();
+        assert_eq!(data[..4], [0x70, 0xa0, 0x82, 0x31]);
+        assert_eq!(data.len(), 36);
+        assert_eq!(data[16..36], holder.0);
+    }
+
+    /// Slots against the layout rules written out by hand.
+    #[test]
+    fn mapping_slots_follow_each_compiler() {
+        let holder = address!("1111111111111111111111111111111111111111");
+        let mut solidity = [0u8; 64];
+        solidity[12..32].copy_from_slice(holder.as_slice());
+        solidity[63] = 3;
+        assert_eq!(
+            MappingLayout::Solidity.slot(&holder, &SlotIndex::Position(3)),
+            keccak256(solidity)
+        );
+        let mut vyper = [0u8; 64];
+        vyper[31] = 3;
+        vyper[44..64].copy_from_slice(holder.as_slice());
+        assert_eq!(
+            MappingLayout::Vyper.slot(&holder, &SlotIndex::Position(3)),
+            keccak256(vyper)
+        );
+    }
+
+    /// ERC-7201's own example and OpenZeppelin's published ERC-20 location.
+    #[test]
+    fn erc7201_bases_match_the_published_ones() {
+        assert_eq!(
+            erc7201_base("example.main"),
+            b256!("183a6125c38840424c4a85fa12bab2ab606c4b6d0e7cc73c0c06ba5300eab500")
+        );
+        assert_eq!(
+            erc7201_base(OPENZEPPELIN_ERC20_NAMESPACE),
+            b256!("52c63247e1f47db19d5ce0460030c497f067ca4cebf71ba98eeadabe20bace00")
+        );
+    }
+
+    #[test]
+    fn lists_round_trip_and_refuse_duplicates_and_unknown_fields() {
+        let entry = TokenEntry {
+            chain_id: 1,
+            address: address!("c02aaa39b223fe8d0a0e5c4f27ead9083c756cc2"),
+            symbol: "WETH".into(),
+            balance_slot: SlotIndex::Position(3),
+            layout: MappingLayout::Solidity,
+            source: "test".into(),
+        };
+        let namespaced = TokenEntry {
+            address: Address::repeat_byte(7),
+            balance_slot: SlotIndex::Word(erc7201_base(OPENZEPPELIN_ERC20_NAMESPACE)),
+            ..entry.clone()
+        };
+        let list = TokenList {
+            tokens: vec![entry.clone(), namespaced],
+        };
+        let text = list.to_toml();
+        let back: TokenList = toml::from_str(&text).unwrap();
+        assert_eq!(back, list);
+        assert!(back.get(1, &entry.address).is_some());
+        assert!(back.get(5, &entry.address).is_none());
+
+        let dir = std::env::temp_dir().join(format!("ethpir-tokens-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let twice = dir.join("twice.toml");
+        let doubled = TokenList {
+            tokens: vec![entry.clone(), entry.clone()],
+        };
+        std::fs::write(&twice, doubled.to_toml()).unwrap();
+        assert!(matches!(
+            TokenList::from_file(&twice),
+            Err(TokenListError::Duplicate { chain_id: 1, .. })
+        ));
+        let unknown = dir.join("unknown.toml");
+        std::fs::write(&unknown, text.replace("layout", "layuot")).unwrap();
+        assert!(TokenList::from_file(&unknown).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
