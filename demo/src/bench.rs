@@ -42,17 +42,23 @@ pub fn synthetic_base(records: Vec<AccountRecord>, made_s: f64) -> ExportedState
     }
 }
 
-/// A store at `dir` holding a full snapshot (chain 1, block 1) of
-/// `records`, built unless it is there; the build's seconds (0 if reused).
-pub async fn ensure_store(dir: &Path, records: &[AccountRecord]) -> Result<(SnapshotStore, f64)> {
+/// A store at `dir` holding a full snapshot (chain 1, block 1) of the
+/// records `make` returns, built unless it is there; the build's seconds
+/// (0 if reused). The records are made for the build and moved into it:
+/// a caller that needs them too makes its own afterwards, so that a base
+/// of 2^26 accounts is never held twice during its build.
+pub async fn ensure_store(
+    dir: &Path,
+    make: impl FnOnce() -> Vec<AccountRecord> + Send + 'static,
+) -> Result<(SnapshotStore, f64)> {
     let store = SnapshotStore::open(dir)?;
     if !store.list()?.is_empty() {
         return Ok((store, 0.0));
     }
     let started = Instant::now();
-    let state = synthetic_base(records.to_vec(), 0.0);
     let building = store.clone();
     tokio::task::spawn_blocking(move || {
+        let state = synthetic_base(make(), 0.0);
         let options = BuildOptions {
             progress: None,
             ..Default::default()

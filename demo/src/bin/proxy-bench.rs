@@ -112,8 +112,10 @@ async fn latencies(
 async fn main() -> Result<()> {
     let args = Args::parse();
     let store_dir = args.dir.join(format!("store-{}", args.log2_accounts));
+    let log2 = args.log2_accounts;
+    let (store, build_s) =
+        demo::bench::ensure_store(&store_dir, move || demo::bench::accounts(log2)).await?;
     let records = demo::bench::accounts(args.log2_accounts);
-    let (store, build_s) = demo::bench::ensure_store(&store_dir, &records).await?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(u64::from(args.log2_accounts));
     let server = demo::bench::serve_store(server::ServerConfig {
         store: store_dir.clone(),

@@ -85,9 +85,11 @@ struct Lookup1 {
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
-    let records = demo::bench::accounts(args.log2_accounts);
     let store_dir = args.dir.join(format!("store-{}", args.log2_accounts));
-    let (_store, build_s) = demo::bench::ensure_store(&store_dir, &records).await?;
+    let log2 = args.log2_accounts;
+    let (_store, build_s) =
+        demo::bench::ensure_store(&store_dir, move || demo::bench::accounts(log2)).await?;
+    let records = demo::bench::accounts(args.log2_accounts);
     if args.build_only {
         println!("{}", store_dir.display());
         return Ok(());
