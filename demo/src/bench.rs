@@ -37,6 +37,8 @@ pub fn synthetic_base(records: Vec<AccountRecord>, made_s: f64) -> ExportedState
         block_time: None,
         kind: SnapshotKind::Full,
         source: "synthetic".into(),
+        storage: Vec::new(),
+        listed: Default::default(),
         records,
         export_s: made_s,
     }

@@ -5,7 +5,8 @@
 //! ([`api`]), snapshot manifests and kinds ([`manifest`]), and the account
 //! record encoding with its PIR key ([`account`]), how snapshots chain
 //! into views ([`view`]), small levels published whole ([`table`]) and the framing of a query to several snapshots
-//! ([`multi`]), ERC-20 balance slots and the token list ([`tokens`]); and the small policies
+//! ([`multi`]), ERC-20 balance slots and the token list ([`tokens`]),
+//! storage records of listed contracts beside the accounts ([`storage`]); and the small policies
 //! every program shares, each in one place: config loading ([`config`]),
 //! URL redaction ([`url`]), retry backoff ([`retry`]), logging set-up
 //! ([`logging`]). No networking and no
@@ -19,6 +20,7 @@ pub mod logging;
 pub mod manifest;
 pub mod multi;
 pub mod retry;
+pub mod storage;
 pub mod table;
 pub mod tokens;
 pub mod url;

@@ -217,7 +217,17 @@ pub struct Manifest {
     pub kind: SnapshotKind,
     /// Where the state came from (`genesis:...`, `rpc:...`, `reth:...`).
     pub source: String,
+    /// Records of the database: accounts and storage slots together.
     pub record_count: u64,
+    /// Of `record_count`, the storage slots.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub storage_records: u64,
+    /// The contracts whose storage the snapshot holds (empty: none).
+    #[serde(
+        default,
+        skip_serializing_if = "crate::storage::PrivateStorage::is_empty"
+    )]
+    pub storage: crate::storage::PrivateStorage,
     /// SHA3-256 of the sorted records (`records.bin`), hex.
     pub content_digest: String,
     /// RFC 3339.
@@ -228,6 +238,10 @@ pub struct Manifest {
 }
 
 pub const MANIFEST_FORMAT: u32 = 1;
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
 
 impl Manifest {
     pub fn id(&self) -> SnapshotId {

@@ -107,6 +107,8 @@ mod tests {
             kind,
             source: String::new(),
             record_count: 1,
+            storage_records: 0,
+            storage: Default::default(),
             content_digest: String::new(),
             created_at: String::new(),
             pir: PirParams {

@@ -23,6 +23,8 @@ fn state(block: u64, n: u64) -> ExportedState {
         block_time: None,
         kind: SnapshotKind::Full,
         source: "test".into(),
+        storage: Vec::new(),
+        listed: Default::default(),
         records: (1..=n)
             .map(|i| {
                 AccountRecord::new(

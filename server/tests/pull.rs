@@ -22,6 +22,8 @@ fn state(block: u64, kind: SnapshotKind, n: u64) -> ExportedState {
         block_time: None,
         kind,
         source: "test".into(),
+        storage: Vec::new(),
+        listed: Default::default(),
         records: (1..=n)
             .map(|i| {
                 let mut a = [0u8; 20];

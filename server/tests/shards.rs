@@ -43,6 +43,8 @@ fn publish_base(store: &Path) {
         block_time: None,
         kind: SnapshotKind::Full,
         source: "test".into(),
+        storage: Vec::new(),
+        listed: Default::default(),
         records: (0..ACCOUNTS)
             .map(|i| AccountRecord::new(address(i), balance(i), i % 97))
             .collect(),

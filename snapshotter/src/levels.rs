@@ -27,7 +27,7 @@ use serde::Deserialize;
 use crate::account::AccountRecord;
 use crate::manifest::{KindTag, SnapshotKind};
 use crate::pipeline::{build_and_publish, BuildError, BuildOptions, ExportedState};
-use crate::records::decode_records;
+use crate::records::{decode_records, Records};
 use crate::store::{SnapshotStore, StoreError, StoredSnapshot, RECORDS_FILE};
 
 /// How deltas are merged and kept: `[levels]` in the follower's config.
@@ -270,8 +270,8 @@ impl Levels {
         Ok(None)
     }
 
-    /// Reads a level's records (digest-checked).
-    fn records(&self, snap: &StoredSnapshot) -> Result<Vec<AccountRecord>, LevelsError> {
+    /// Reads a level's records and slots (digest-checked).
+    fn records(&self, snap: &StoredSnapshot) -> Result<Records, LevelsError> {
         let bytes = self.store.read_checked(snap, RECORDS_FILE)?;
         decode_records(&bytes).map_err(|e| LevelsError::Damaged {
             id: snap.id.url_form(),
@@ -280,24 +280,30 @@ impl Levels {
     }
 
     /// The records of `levels` (oldest first) overlaid: the newest value
-    /// of each account.
-    fn overlay(&self, levels: &[StoredSnapshot]) -> Result<Vec<AccountRecord>, LevelsError> {
-        let mut by_key: BTreeMap<alloy_primitives::B256, AccountRecord> = BTreeMap::new();
+    /// of each account and of each slot.
+    fn overlay(&self, levels: &[StoredSnapshot]) -> Result<Records, LevelsError> {
+        let mut accounts: BTreeMap<alloy_primitives::B256, AccountRecord> = BTreeMap::new();
+        let mut slots = BTreeMap::new();
         for level in levels {
-            for r in self.records(level)? {
-                by_key.insert(r.key, r);
-            }
+            let records = self.records(level)?;
+            accounts.extend(records.accounts.into_iter().map(|r| (r.key, r)));
+            slots.extend(records.storage.into_iter().map(|s| (s.key, s)));
         }
-        Ok(by_key.into_values().collect())
+        Ok(Records {
+            accounts: accounts.into_values().collect(),
+            storage: slots.into_values().collect(),
+        })
     }
 
-    /// A state like `top`'s (block, hash, root, time) with other records.
+    /// A state like `top`'s (block, hash, root, time) with other records;
+    /// the listed contracts are the base's (`levels[0]`).
     fn like(
-        top: &StoredSnapshot,
+        levels: &[StoredSnapshot],
         kind: SnapshotKind,
         source: String,
-        records: Vec<AccountRecord>,
+        records: Records,
     ) -> ExportedState {
+        let top = levels.last().expect("a level");
         let m = &top.manifest;
         ExportedState {
             chain_id: m.chain_id,
@@ -307,7 +313,9 @@ impl Levels {
             block_time: m.block_time,
             kind,
             source,
-            records,
+            records: records.accounts,
+            storage: records.storage,
+            listed: levels[0].manifest.storage.clone(),
             export_s: 0.0,
         }
     }
@@ -324,28 +332,34 @@ impl Levels {
             from,
             to = top.id.block,
             deltas = deltas.len(),
-            records = records.len(),
+            records = records.accounts.len(),
+            slots = records.storage.len(),
             "merging deltas"
         );
-        let state = Self::like(top, SnapshotKind::Delta { from }, source, records);
+        let state = Self::like(deltas, SnapshotKind::Delta { from }, source, records);
         let published = build_and_publish(&self.store, state, &self.build)?;
         Ok(published.id.url_form())
     }
 
     /// Folds a whole view into a full snapshot at its block (accounts
-    /// emptied to 0/0 dropped: absent means 0 in a full snapshot).
+    /// emptied to 0/0 and slots cleared to 0 dropped: absent means 0 in a
+    /// full snapshot).
     fn fold(&self, view: &[StoredSnapshot], why: &str) -> Result<String, LevelsError> {
         let top = view.last().expect("a view has a level");
         let mut records = self.overlay(view)?;
-        records.retain(|r| !(r.balance.is_zero() && r.nonce == 0));
+        records
+            .accounts
+            .retain(|r| !(r.balance.is_zero() && r.nonce == 0));
+        records.storage.retain(|s| !s.value.is_zero());
         tracing::info!(
             block = top.id.block,
-            records = records.len(),
+            records = records.accounts.len(),
+            slots = records.storage.len(),
             why,
             "folding the view into a full snapshot"
         );
         let source = format!("fold:{}..{}", view[0].id, top.id);
-        let state = Self::like(top, SnapshotKind::Full, source, records);
+        let state = Self::like(view, SnapshotKind::Full, source, records);
         let published = build_and_publish(&self.store, state, &self.build)?;
         Ok(published.id.url_form())
     }
@@ -381,7 +395,7 @@ impl Levels {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use alloy_primitives::{Address, U256};
+    use alloy_primitives::{Address, B256, U256};
 
     fn state(block: u64, kind: SnapshotKind, records: Vec<AccountRecord>) -> ExportedState {
         ExportedState {
@@ -393,6 +407,8 @@ mod tests {
             kind,
             source: "test".into(),
             records,
+            storage: Vec::new(),
+            listed: Default::default(),
             export_s: 0.0,
         }
     }
@@ -440,7 +456,7 @@ mod tests {
         assert_eq!(view_ids(&l), ["7-0-full", "7-4-delta-0"]);
         let top = l.newest_view().unwrap().unwrap().pop().unwrap();
         assert_eq!(top.manifest.kind, SnapshotKind::Delta { from: 0 });
-        let merged = l.records(&top).unwrap();
+        let merged = l.records(&top).unwrap().accounts;
         assert_eq!(merged.len(), 5, "account 1 and one new account per block");
         let one = merged
             .iter()
@@ -477,6 +493,93 @@ mod tests {
         assert_eq!(view_ids(&l), ["7-5-full"]);
         let full = l.newest_view().unwrap().unwrap().pop().unwrap();
         assert_eq!(full.manifest.record_count, 5, "6 accounts, one emptied");
+    }
+
+    #[test]
+    fn storage_slots_merge_and_fold_like_accounts() {
+        use protocol::storage::{PrivateStorage, StorageRecord};
+        let dir = tempfile::tempdir().unwrap();
+        let policy = LevelPolicy {
+            fanout: 2,
+            pinned: vec![2],
+            ..Default::default()
+        };
+        let l = levels(dir.path(), policy);
+        let token = Address::repeat_byte(0xee);
+        let listed = PrivateStorage {
+            contracts: vec![token],
+            ..Default::default()
+        };
+        let slot =
+            |i: u8, v: u64| StorageRecord::new(token, B256::with_last_byte(i), U256::from(v));
+        let with_slots = |mut st: ExportedState, slots: Vec<StorageRecord>| {
+            st.storage = slots;
+            st.listed = listed.clone();
+            st
+        };
+        let base = state(0, SnapshotKind::Full, vec![acct(1, 10)]);
+        l.publish(with_slots(base, vec![slot(1, 5), slot(2, 6)]))
+            .unwrap();
+        let full = l.newest_view().unwrap().unwrap().pop().unwrap();
+        assert_eq!(full.manifest.record_count, 3);
+        assert_eq!(full.manifest.storage_records, 2);
+        assert_eq!(full.manifest.storage, listed);
+        crate::verify::verify(l.store(), &full, 4).unwrap();
+        // Block 1 changes slot 1 and clears slot 2; block 2 writes slot 3.
+        // The delta's own list is ignored in favour of the base's.
+        let d1 = state(1, SnapshotKind::Delta { from: 0 }, vec![acct(1, 11)]);
+        l.publish(with_slots(d1, vec![slot(1, 7), slot(2, 0)]))
+            .unwrap();
+        let mut d2 = with_slots(
+            state(2, SnapshotKind::Delta { from: 1 }, vec![acct(1, 12)]),
+            vec![slot(3, 9)],
+        );
+        d2.listed = PrivateStorage::default();
+        d2.listed.contracts.push(token);
+        l.publish(d2).unwrap();
+        // Fanout 2 merged the two deltas, then the pinned height folded
+        // the view: slot 2 (cleared) leaves, slots 1 and 3 have their
+        // newest words.
+        assert_eq!(view_ids(&l), ["7-2-full"]);
+        let folded = l.newest_view().unwrap().unwrap().pop().unwrap();
+        let records = l.records(&folded).unwrap();
+        let words: Vec<(B256, U256)> = records
+            .storage
+            .iter()
+            .map(|s| (s.hashed_slot, s.value))
+            .collect();
+        let mut want = vec![
+            (
+                alloy_primitives::keccak256(B256::with_last_byte(1)),
+                U256::from(7),
+            ),
+            (
+                alloy_primitives::keccak256(B256::with_last_byte(3)),
+                U256::from(9),
+            ),
+        ];
+        want.sort();
+        let mut got = words;
+        got.sort();
+        assert_eq!(got, want);
+        assert_eq!(folded.manifest.storage, listed);
+        crate::verify::verify(l.store(), &folded, 4).unwrap();
+    }
+
+    #[test]
+    fn storage_of_an_unlisted_contract_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = levels(dir.path(), LevelPolicy::default());
+        let mut st = state(0, SnapshotKind::Full, vec![acct(1, 10)]);
+        st.storage = vec![protocol::storage::StorageRecord::new(
+            Address::repeat_byte(3),
+            B256::ZERO,
+            U256::from(1),
+        )];
+        assert!(matches!(
+            l.publish(st),
+            Err(LevelsError::Build(BuildError::UnlistedStorage(_)))
+        ));
     }
 
     #[test]

@@ -9,6 +9,8 @@ use pir_core::wire::{query_bytes, response_bytes, write_db};
 use pir_core::{Arity, EncodeOptions, EncodedDb, Expansion, Packing, PublicMatrix};
 use rand::Rng;
 
+use protocol::storage::{encode_word, PrivateStorage, StorageRecord};
+
 use crate::account::{encode_value, value_width, AccountRecord};
 use crate::failpoint;
 use crate::manifest::{BuildStats, Manifest, PirParams, SnapshotId, SnapshotKind, MANIFEST_FORMAT};
@@ -22,7 +24,8 @@ use crate::store::{
 /// clients may download them whole when that is cheaper than a hint.
 pub const WHOLE_MAX_RECORDS: usize = 1 << 20;
 
-/// Account state read from a source, ready to build.
+/// Account state (and the storage of listed contracts) read from a
+/// source, ready to build.
 #[derive(Clone, Debug)]
 pub struct ExportedState {
     pub chain_id: u64,
@@ -33,6 +36,12 @@ pub struct ExportedState {
     pub kind: SnapshotKind,
     pub source: String,
     pub records: Vec<AccountRecord>,
+    /// Storage slots of the listed contracts (in the same database as the
+    /// accounts: a lookup never says which kind it reads).
+    pub storage: Vec<StorageRecord>,
+    /// The contracts whose storage this snapshot holds: in a full
+    /// snapshot every slot of each, in a delta the slots that changed.
+    pub listed: PrivateStorage,
     /// Seconds the export took.
     pub export_s: f64,
 }
@@ -166,6 +175,8 @@ impl std::fmt::Debug for BuildOptions {
 pub enum BuildError {
     #[error("nothing to build: the export holds no accounts")]
     Empty,
+    #[error("storage slot {0} belongs to no listed contract")]
+    UnlistedStorage(B256),
     #[error("two records share the key {0} (the export repeats an account)")]
     Duplicate(B256),
     #[error("encoding failed: {0}")]
@@ -258,16 +269,61 @@ pub fn peak_rss_bytes() -> Option<u64> {
     Some(kib << 10)
 }
 
-/// Sorts the records by key and refuses an empty or repeating export.
+/// Sorts the records and slots by key and refuses an empty or repeating
+/// export, and slots of contracts the export does not list.
 fn check_records(state: &mut ExportedState) -> Result<(), BuildError> {
     if state.records.is_empty() {
         return Err(BuildError::Empty);
     }
     state.records.sort_unstable_by_key(|r| r.key);
+    state.storage.sort_unstable_by_key(|s| s.key);
     if let Some(pair) = state.records.windows(2).find(|w| w[0].key == w[1].key) {
         return Err(BuildError::Duplicate(pair[0].key));
     }
+    if let Some(pair) = state.storage.windows(2).find(|w| w[0].key == w[1].key) {
+        return Err(BuildError::Duplicate(pair[0].key));
+    }
+    if !state.storage.is_empty() {
+        let listed: std::collections::HashSet<B256> = state
+            .listed
+            .all_contracts()
+            .iter()
+            .map(alloy_primitives::keccak256)
+            .collect();
+        if let Some(stray) = state
+            .storage
+            .iter()
+            .find(|s| !listed.contains(&s.hashed_contract))
+        {
+            return Err(BuildError::UnlistedStorage(stray.key));
+        }
+        // Keys of both kinds share one database: one set must not meet
+        // the other (keccak256 of 20 and of 64 bytes never do, short of a
+        // collision; checked all the same).
+        let accounts: std::collections::HashSet<&B256> =
+            state.records.iter().map(|r| &r.key).collect();
+        if let Some(both) = state.storage.iter().find(|s| accounts.contains(&s.key)) {
+            return Err(BuildError::Duplicate(both.key));
+        }
+    }
     Ok(())
+}
+
+/// Every record's PIR value in `width` bytes, in one flat buffer (accounts,
+/// then slots), and the keys in the same order.
+fn pir_values(state: &ExportedState, width: usize) -> (Vec<u8>, Vec<&[u8; 32]>) {
+    let count = state.records.len() + state.storage.len();
+    let mut values = Vec::with_capacity(count * width);
+    let mut keys = Vec::with_capacity(count);
+    for r in &state.records {
+        values.extend_from_slice(&encode_value(r.balance, r.nonce, width));
+        keys.push(&r.key.0);
+    }
+    for s in &state.storage {
+        values.extend_from_slice(&encode_word(s.value, width).expect("an account value width"));
+        keys.push(&s.key.0);
+    }
+    (values, keys)
 }
 
 /// The encoded database and how long it took.
@@ -282,16 +338,8 @@ fn encode_phase(state: &ExportedState, opts: &BuildOptions) -> Result<Encoded, B
     // Values in one flat buffer and keys borrowed from the records: 40
     // bytes a record here, not a vector each (a base of 2^26 accounts
     // saves ~4 GB).
-    let mut values = Vec::with_capacity(state.records.len() * width);
-    for r in &state.records {
-        values.extend_from_slice(&encode_value(r.balance, r.nonce, width));
-    }
-    let kv: Vec<(&[u8; 32], &[u8])> = state
-        .records
-        .iter()
-        .zip(values.chunks_exact(width))
-        .map(|(r, v)| (&r.key.0, v))
-        .collect();
+    let (values, keys) = pir_values(state, width);
+    let kv: Vec<(&[u8; 32], &[u8])> = keys.into_iter().zip(values.chunks_exact(width)).collect();
     let t = Instant::now();
     let step = Step::EncodeFilters;
     report(&opts.progress, ProgressEvent::Begin { step, total: None });
@@ -372,7 +420,9 @@ fn write_phase(
     let t = Instant::now();
     let mut staged = store.stage(id)?;
     // Both large files are streamed to disk, hashed as they go.
-    let records = staged.write_file_with(RECORDS_FILE, |w| write_records(&state.records, w))?;
+    let records = staged.write_file_with(RECORDS_FILE, |w| {
+        write_records(&state.records, &state.storage, w)
+    })?;
     staged.write_file_with(DB_FILE, |w| write_db(&hinted.db, w))?;
     staged.write_file(SETUP_FILE, &hinted.setup_bytes)?;
     if let Some(table) = whole_table(state) {
@@ -393,15 +443,17 @@ fn write_phase(
 
 /// The level as a table for whole download, when it is small.
 fn whole_table(state: &ExportedState) -> Option<Vec<u8>> {
-    if state.records.len() > WHOLE_MAX_RECORDS {
+    if state.records.len() + state.storage.len() > WHOLE_MAX_RECORDS {
         return None;
     }
     let width = value_width(&state.records);
-    let entries: Vec<([u8; 32], Vec<u8>)> = state
-        .records
-        .iter()
-        .map(|r| (r.key.0, encode_value(r.balance, r.nonce, width)))
+    let (values, keys) = pir_values(state, width);
+    let mut entries: Vec<([u8; 32], Vec<u8>)> = keys
+        .into_iter()
+        .zip(values.chunks_exact(width))
+        .map(|(k, v)| (*k, v.to_vec()))
         .collect();
+    entries.sort_unstable_by_key(|e| e.0);
     protocol::table::encode_table(&entries, width)
 }
 
@@ -416,7 +468,9 @@ fn manifest_for(state: &ExportedState, w: &Written) -> Manifest {
         block_time: state.block_time,
         kind: state.kind,
         source: state.source.clone(),
-        record_count: state.records.len() as u64,
+        record_count: (state.records.len() + state.storage.len()) as u64,
+        storage_records: state.storage.len() as u64,
+        storage: state.listed.clone(),
         content_digest: w.content_digest.clone(),
         created_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
         pir: PirParams {

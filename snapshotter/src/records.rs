@@ -1,15 +1,23 @@
-//! `records.bin`: the exported accounts of a snapshot, sorted by PIR key.
+//! `records.bin`: the exported accounts of a snapshot, sorted by PIR key,
+//! then its storage slots, sorted by theirs.
 //!
-//! Header `"EPRC"`, version 1, 3 zero bytes, record count (u64 LE), then
-//! 93 bytes per record: flags (bit 0: address known), address (20), key
-//! (32), balance (32, big-endian), nonce (u64 LE).
+//! Header `"EPRC"`, version (1 or 2), 3 zero bytes, account count (u64
+//! LE), then 93 bytes per account: flags (bit 0: address known), address
+//! (20), key (32), balance (32, big-endian), nonce (u64 LE). Version 2
+//! (written when there are storage slots; version 1 otherwise, byte for
+//! byte what it always was) goes on with the slot count (u64 LE) and 117
+//! bytes per slot: flags (bit 0: contract known), contract (20),
+//! keccak256(contract) (32), keccak256(slot) (32), word (32, big-endian).
+//! A slot's PIR key is derived from its two hashes, not stored.
 
 use alloy_primitives::{Address, B256, U256};
+use protocol::storage::StorageRecord;
 
 use crate::account::AccountRecord;
 
 const MAGIC: &[u8; 4] = b"EPRC";
 const RECORD_BYTES: usize = 93;
+const SLOT_BYTES: usize = 117;
 const HEADER_BYTES: usize = 16;
 
 /// Malformed `records.bin`.
@@ -23,12 +31,25 @@ pub enum RecordsError {
     Order(usize),
     #[error("record {0} has a key that is not keccak256 of its address")]
     Key(usize),
+    #[error("storage slot {0} has a contract hash that is not keccak256 of its contract")]
+    ContractHash(usize),
+    #[error("storage slots are not sorted by key, or a key repeats, at slot {0}")]
+    SlotOrder(usize),
 }
 
-/// Serialises records (which must be sorted by key).
-pub fn encode_records(records: &[AccountRecord]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(HEADER_BYTES + RECORD_BYTES * records.len());
-    write_records(records, &mut out).expect("writing to memory");
+/// What a `records.bin` holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Records {
+    pub accounts: Vec<AccountRecord>,
+    pub storage: Vec<StorageRecord>,
+}
+
+/// Serialises records (each part sorted by key).
+pub fn encode_records(records: &[AccountRecord], storage: &[StorageRecord]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(
+        HEADER_BYTES + RECORD_BYTES * records.len() + 8 + SLOT_BYTES * storage.len(),
+    );
+    write_records(records, storage, &mut out).expect("writing to memory");
     out
 }
 
@@ -36,10 +57,12 @@ pub fn encode_records(records: &[AccountRecord]) -> Vec<u8> {
 /// of 10^8 accounts is ~9 GB: never held a second time).
 pub fn write_records(
     records: &[AccountRecord],
+    storage: &[StorageRecord],
     w: &mut (impl std::io::Write + ?Sized),
 ) -> std::io::Result<()> {
+    let version = if storage.is_empty() { 1 } else { 2 };
     w.write_all(MAGIC)?;
-    w.write_all(&[1, 0, 0, 0])?;
+    w.write_all(&[version, 0, 0, 0])?;
     w.write_all(&(records.len() as u64).to_le_bytes())?;
     let mut one = [0u8; RECORD_BYTES];
     for r in records {
@@ -50,24 +73,75 @@ pub fn write_records(
         one[85..93].copy_from_slice(&r.nonce.to_le_bytes());
         w.write_all(&one)?;
     }
+    if storage.is_empty() {
+        return Ok(());
+    }
+    w.write_all(&(storage.len() as u64).to_le_bytes())?;
+    let mut one = [0u8; SLOT_BYTES];
+    for s in storage {
+        one[0] = s.contract.is_some() as u8;
+        one[1..21].copy_from_slice(s.contract.unwrap_or_default().as_slice());
+        one[21..53].copy_from_slice(s.hashed_contract.as_slice());
+        one[53..85].copy_from_slice(s.hashed_slot.as_slice());
+        one[85..117].copy_from_slice(&s.value.to_be_bytes::<32>());
+        w.write_all(&one)?;
+    }
     Ok(())
 }
 
-/// Parses and checks `records.bin`.
-pub fn decode_records(bytes: &[u8]) -> Result<Vec<AccountRecord>, RecordsError> {
-    if bytes.len() < HEADER_BYTES || &bytes[..4] != MAGIC || bytes[4..8] != [1, 0, 0, 0] {
-        return Err(RecordsError::Header);
-    }
-    let count = u64::from_le_bytes(bytes[8..16].try_into().unwrap());
-    let expected = (HEADER_BYTES as u64).saturating_add(count.saturating_mul(RECORD_BYTES as u64));
+/// The length a part of `count` items of `size` bytes must have after
+/// `prefix` bytes, checked against the bytes there are.
+fn expect_length(bytes: &[u8], prefix: usize, count: u64, size: usize) -> Result<(), RecordsError> {
+    let expected = (prefix as u64).saturating_add(count.saturating_mul(size as u64));
     if bytes.len() as u64 != expected {
         return Err(RecordsError::Length {
             expected,
             got: bytes.len() as u64,
         });
     }
+    Ok(())
+}
+
+/// Parses and checks `records.bin` (either version).
+pub fn decode_records(bytes: &[u8]) -> Result<Records, RecordsError> {
+    if bytes.len() < HEADER_BYTES || &bytes[..4] != MAGIC || bytes[5..8] != [0, 0, 0] {
+        return Err(RecordsError::Header);
+    }
+    let version = bytes[4];
+    let count = u64::from_le_bytes(bytes[8..16].try_into().unwrap());
+    let accounts_end =
+        (HEADER_BYTES as u64).saturating_add(count.saturating_mul(RECORD_BYTES as u64));
+    let storage_count = match version {
+        1 => {
+            expect_length(bytes, HEADER_BYTES, count, RECORD_BYTES)?;
+            0
+        }
+        2 => {
+            let at = usize::try_from(accounts_end).unwrap_or(usize::MAX);
+            let Some(field) = bytes.get(at..at.saturating_add(8)) else {
+                return Err(RecordsError::Length {
+                    expected: accounts_end.saturating_add(8),
+                    got: bytes.len() as u64,
+                });
+            };
+            let slots = u64::from_le_bytes(field.try_into().unwrap());
+            expect_length(bytes, at + 8, slots, SLOT_BYTES)?;
+            slots
+        }
+        _ => return Err(RecordsError::Header),
+    };
+    let accounts_end = accounts_end as usize;
+    let accounts = decode_accounts(&bytes[HEADER_BYTES..accounts_end], count)?;
+    let storage = match storage_count {
+        0 => Vec::new(),
+        n => decode_storage(&bytes[accounts_end + 8..], n)?,
+    };
+    Ok(Records { accounts, storage })
+}
+
+fn decode_accounts(bytes: &[u8], count: u64) -> Result<Vec<AccountRecord>, RecordsError> {
     let mut out: Vec<AccountRecord> = Vec::with_capacity(count as usize);
-    for (i, chunk) in bytes[HEADER_BYTES..].chunks_exact(RECORD_BYTES).enumerate() {
+    for (i, chunk) in bytes.chunks_exact(RECORD_BYTES).enumerate() {
         let address = (chunk[0] & 1 == 1).then(|| Address::from_slice(&chunk[1..21]));
         let key = B256::from_slice(&chunk[21..53]);
         let balance = U256::from_be_slice(&chunk[53..85]);
@@ -90,6 +164,26 @@ pub fn decode_records(bytes: &[u8]) -> Result<Vec<AccountRecord>, RecordsError> 
     Ok(out)
 }
 
+fn decode_storage(bytes: &[u8], count: u64) -> Result<Vec<StorageRecord>, RecordsError> {
+    let mut out: Vec<StorageRecord> = Vec::with_capacity(count as usize);
+    for (i, chunk) in bytes.chunks_exact(SLOT_BYTES).enumerate() {
+        let contract = (chunk[0] & 1 == 1).then(|| Address::from_slice(&chunk[1..21]));
+        let hashed_contract = B256::from_slice(&chunk[21..53]);
+        let hashed_slot = B256::from_slice(&chunk[53..85]);
+        let value = U256::from_be_slice(&chunk[85..117]);
+        if contract.is_some_and(|c| alloy_primitives::keccak256(c) != hashed_contract) {
+            return Err(RecordsError::ContractHash(i));
+        }
+        let mut record = StorageRecord::from_hashed(hashed_contract, hashed_slot, value);
+        record.contract = contract;
+        if out.last().is_some_and(|prev| prev.key >= record.key) {
+            return Err(RecordsError::SlotOrder(i));
+        }
+        out.push(record);
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,15 +199,62 @@ mod tests {
             1,
         ));
         recs.sort_by_key(|r| r.key);
-        let bytes = encode_records(&recs);
-        assert_eq!(decode_records(&bytes).unwrap(), recs);
+        let bytes = encode_records(&recs, &[]);
+        assert_eq!(bytes[4], 1, "no storage: version 1 as before");
+        assert_eq!(decode_records(&bytes).unwrap().accounts, recs);
         assert!(decode_records(&bytes[..bytes.len() - 1]).is_err());
         assert_eq!(decode_records(b"nope"), Err(RecordsError::Header));
         let mut swapped = recs.clone();
         swapped.swap(0, 1);
         assert!(matches!(
-            decode_records(&encode_records(&swapped)),
+            decode_records(&encode_records(&swapped, &[])),
             Err(RecordsError::Order(1))
         ));
+    }
+
+    #[test]
+    fn storage_slots_round_trip_and_damage() {
+        let accounts = vec![AccountRecord::new(
+            Address::repeat_byte(1),
+            U256::from(1),
+            1,
+        )];
+        let contract = Address::repeat_byte(0xc0);
+        let mut slots: Vec<StorageRecord> = (0u8..4)
+            .map(|i| StorageRecord::new(contract, B256::with_last_byte(i), U256::from(i) << 200))
+            .collect();
+        slots.push(StorageRecord::from_hashed(
+            B256::repeat_byte(7),
+            B256::repeat_byte(8),
+            U256::MAX,
+        ));
+        slots.sort_by_key(|s| s.key);
+        let bytes = encode_records(&accounts, &slots);
+        assert_eq!(bytes[4], 2);
+        let back = decode_records(&bytes).unwrap();
+        assert_eq!(back.accounts, accounts);
+        assert_eq!(back.storage, slots);
+        for cut in [1, SLOT_BYTES, SLOT_BYTES * slots.len() + 4] {
+            assert!(matches!(
+                decode_records(&bytes[..bytes.len() - cut]),
+                Err(RecordsError::Length { .. })
+            ));
+        }
+        let mut swapped = slots.clone();
+        swapped.swap(0, 1);
+        assert_eq!(
+            decode_records(&encode_records(&accounts, &swapped)),
+            Err(RecordsError::SlotOrder(1))
+        );
+        let mut lying = slots.clone();
+        let known = lying.iter().position(|s| s.contract.is_some()).unwrap();
+        lying[known].contract = Some(Address::repeat_byte(0xc1));
+        assert_eq!(
+            decode_records(&encode_records(&accounts, &lying)),
+            Err(RecordsError::ContractHash(known))
+        );
+        let mut unknown_version = bytes.clone();
+        unknown_version[4] = 3;
+        assert_eq!(decode_records(&unknown_version), Err(RecordsError::Header));
     }
 }

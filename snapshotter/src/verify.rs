@@ -7,6 +7,7 @@ use rand::seq::IndexedRandom;
 use crate::account::{decode_value, encode_value};
 use crate::records::decode_records;
 use crate::store::{SnapshotStore, StoreError, StoredSnapshot, RECORDS_FILE};
+use protocol::storage::encode_word;
 
 /// Problems found in a snapshot.
 fn invalid(snap: &StoredSnapshot, problem: impl Into<String>) -> StoreError {
@@ -17,7 +18,8 @@ fn invalid(snap: &StoredSnapshot, problem: impl Into<String>) -> StoreError {
 }
 
 /// Verifies one snapshot; with `lookups > 0`, also answers that many
-/// sampled accounts (and as many absent keys) through PIR and checks them.
+/// sampled accounts, as many sampled storage slots (and a few absent
+/// keys) through PIR and checks them.
 pub fn verify(
     store: &SnapshotStore,
     snap: &StoredSnapshot,
@@ -29,7 +31,10 @@ pub fn verify(
     }
     let records =
         decode_records(&records_bytes).map_err(|e| invalid(snap, format!("records.bin: {e}")))?;
-    if records.len() as u64 != snap.manifest.record_count {
+    let total = records.accounts.len() + records.storage.len();
+    if total as u64 != snap.manifest.record_count
+        || records.storage.len() as u64 != snap.manifest.storage_records
+    {
         return Err(invalid(snap, "record count differs from the manifest"));
     }
     // Digests, formats, the setup matching the database and the manifest.
@@ -41,9 +46,19 @@ pub fn verify(
         .map_err(|e| invalid(snap, e.to_string()))?;
     let mut rng = rand::rng();
     let width = snap.manifest.pir.value_bytes as usize;
-    for r in records.choose_multiple(&mut rng, lookups) {
+    // Sampled accounts and sampled slots, each with the value it must have.
+    let mut expected: Vec<(alloy_primitives::B256, Vec<u8>)> = records
+        .accounts
+        .choose_multiple(&mut rng, lookups)
+        .map(|r| (r.key, encode_value(r.balance, r.nonce, width)))
+        .collect();
+    for s in records.storage.choose_multiple(&mut rng, lookups) {
+        let value = encode_word(s.value, width).map_err(|e| invalid(snap, e.to_string()))?;
+        expected.push((s.key, value));
+    }
+    for (key, value) in expected {
         let (query, pending) = client
-            .query(client.prepare(&mut rng), r.key.as_slice())
+            .query(client.prepare(&mut rng), key.as_slice())
             .map_err(|e| invalid(snap, e.to_string()))?;
         let response = server
             .answer(&query)
@@ -52,12 +67,11 @@ pub fn verify(
             .decode(pending, &response)
             .map_err(|e| invalid(snap, e.to_string()))?
         {
-            Lookup::Found(v)
-                if v == encode_value(r.balance, r.nonce, width) && decode_value(&v).is_ok() => {}
+            Lookup::Found(v) if v == value && decode_value(&v).is_ok() => {}
             other => {
                 return Err(invalid(
                     snap,
-                    format!("private lookup of {} gave {other:?}", r.key),
+                    format!("private lookup of {key} gave {other:?}"),
                 ))
             }
         }

@@ -130,6 +130,8 @@ fn retention_keeps_the_newest_and_the_pinned() {
             block_time: None,
             kind,
             source: "test".into(),
+            storage: Vec::new(),
+            listed: Default::default(),
             records: vec![AccountRecord::new(
                 Address::with_last_byte(block as u8),
                 U256::from(block),

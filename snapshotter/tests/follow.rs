@@ -84,7 +84,10 @@ fn view_state(store: &SnapshotStore) -> (u64, BTreeMap<B256, (U256, u64)>) {
     for id in &view.snapshots {
         let snap = snaps.iter().find(|s| &s.id.url_form() == id).unwrap();
         let bytes = store.read_checked(snap, RECORDS_FILE).unwrap();
-        for r in snapshotter::records::decode_records(&bytes).unwrap() {
+        for r in snapshotter::records::decode_records(&bytes)
+            .unwrap()
+            .accounts
+        {
             state.insert(r.key, (r.balance, r.nonce));
         }
     }

@@ -202,6 +202,8 @@ fn delta_state(block: u64, records: Vec<AccountRecord>) -> ExportedState {
         block_time: None,
         kind: SnapshotKind::Delta { from: block - 1 },
         source: "chain-sim".into(),
+        storage: Vec::new(),
+        listed: Default::default(),
         records,
         export_s: 0.0,
     }
@@ -372,6 +374,8 @@ async fn main() -> Result<()> {
         block_time: None,
         kind: SnapshotKind::Full,
         source: "chain-sim".into(),
+        storage: Vec::new(),
+        listed: Default::default(),
         records: chain.base_records(),
         export_s: 0.0,
     };

@@ -10,6 +10,8 @@ use alloy_primitives::{Bloom, B256, B64};
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 
+use protocol::storage::{PrivateStorage, StorageRecord};
+
 use crate::account::AccountRecord;
 use crate::manifest::SnapshotKind;
 use crate::pipeline::ExportedState;
@@ -62,6 +64,18 @@ pub fn parse_genesis(
     chain_id: Option<u64>,
     source: &str,
 ) -> Result<ExportedState, GenesisError> {
+    parse_genesis_listed(text, chain_id, source, &PrivateStorage::default())
+}
+
+/// [`parse_genesis`], with every storage slot the alloc gives the
+/// `listed` contracts (a listed contract the alloc leaves out, or a slot
+/// it does not set, holds 0).
+pub fn parse_genesis_listed(
+    text: &str,
+    chain_id: Option<u64>,
+    source: &str,
+    listed: &PrivateStorage,
+) -> Result<ExportedState, GenesisError> {
     let started = Instant::now();
     let file: FileOnly = serde_json::from_str(text)?;
     file.alloc.ok_or(GenesisError::NoAlloc)?;
@@ -83,6 +97,17 @@ pub fn parse_genesis(
             AccountRecord::new(*address, account.balance, account.nonce.unwrap_or(0))
         })
         .collect();
+    let storage = listed
+        .all_contracts()
+        .iter()
+        .filter_map(|c| Some((*c, genesis.alloc.get(c)?.storage.as_ref()?)))
+        .flat_map(|(c, slots)| {
+            slots
+                .iter()
+                .filter(|(_, word)| !word.is_zero())
+                .map(move |(slot, word)| StorageRecord::new(c, *slot, (*word).into()))
+        })
+        .collect();
     Ok(ExportedState {
         chain_id,
         block_number: 0,
@@ -92,17 +117,29 @@ pub fn parse_genesis(
         kind: SnapshotKind::Full,
         source: source.to_string(),
         records,
+        storage,
+        listed: listed.clone(),
         export_s: started.elapsed().as_secs_f64(),
     })
 }
 
 /// Reads and parses a genesis file.
 pub fn read_genesis(path: &Path, chain_id: Option<u64>) -> Result<ExportedState, GenesisError> {
+    read_genesis_listed(path, chain_id, &PrivateStorage::default())
+}
+
+/// Reads and parses a genesis file, with the storage of `listed`.
+pub fn read_genesis_listed(
+    path: &Path,
+    chain_id: Option<u64>,
+    listed: &PrivateStorage,
+) -> Result<ExportedState, GenesisError> {
     let text = std::fs::read_to_string(path).map_err(|source| GenesisError::Read {
         path: path.display().to_string(),
         source,
     })?;
-    parse_genesis(&text, chain_id, &format!("genesis:{}", path.display()))
+    let source = format!("genesis:{}", path.display());
+    parse_genesis_listed(&text, chain_id, &source, listed)
 }
 
 /// The bundled mainnet genesis (chain id 1).
@@ -182,6 +219,36 @@ mod tests {
     }
 
     #[test]
+    fn listed_contracts_storage_comes_from_the_alloc() {
+        let token = "0x00000000000000000000000000000000000000aa";
+        let other = "0x00000000000000000000000000000000000000bb";
+        let text = format!(
+            r#"{{"config":{{"chainId":5}},"alloc":{{
+                "{token}":{{"balance":"0x0","code":"0x00","storage":{{
+                    "0x01":"0x05","0x02":"0x00","0x03":"0x{wide}"}}}},
+                "{other}":{{"balance":"0x1","code":"0x00","storage":{{"0x01":"0x07"}}}}}}}}"#,
+            wide = "ff".repeat(32)
+        );
+        let listed = PrivateStorage {
+            contracts: vec![token.parse().unwrap()],
+            ..Default::default()
+        };
+        let state = parse_genesis_listed(&text, None, "t", &listed).unwrap();
+        assert_eq!(state.records.len(), 2);
+        let token: alloy_primitives::Address = token.parse().unwrap();
+        let mut want = vec![
+            StorageRecord::new(token, B256::with_last_byte(1), U256::from(5)),
+            StorageRecord::new(token, B256::with_last_byte(3), U256::MAX),
+        ];
+        let mut got = state.storage.clone();
+        got.sort_by_key(|s| s.key);
+        want.sort_by_key(|s| s.key);
+        assert_eq!(got, want, "zero words and unlisted contracts left out");
+        assert_eq!(state.listed, listed);
+        assert!(parse_genesis(&text, None, "t").unwrap().storage.is_empty());
+    }
+
+    #[test]
     fn malformed_genesis_is_a_clear_error() {
         assert!(matches!(
             parse_genesis("{", Some(1), "t"),
@@ -214,6 +281,10 @@ mod tests {
             Err(GenesisError::StateRootMismatch { .. })
         ));
         let no_chain = r#"{"alloc":{}}"#;
+        assert!(parse_genesis(no_chain, Some(1), "t")
+            .unwrap()
+            .storage
+            .is_empty());
         assert!(matches!(
             parse_genesis(no_chain, None, "t"),
             Err(GenesisError::NoChainId)

@@ -505,6 +505,8 @@ impl RethDatadir {
             block_time: header.map(|h| h.1),
             kind,
             source: format!("reth:{}", self.path.display()),
+            storage: Vec::new(),
+            listed: Default::default(),
             records,
             export_s,
         })

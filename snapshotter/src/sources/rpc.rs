@@ -570,6 +570,8 @@ impl RpcSource {
             kind,
             source: format!("rpc:{}", protocol::url::redact(&self.url)),
             records,
+            storage: Vec::new(),
+            listed: Default::default(),
             export_s,
         })
     }

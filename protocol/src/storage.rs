@@ -1,0 +1,259 @@
+//! Storage records: one storage slot of a listed contract, and its PIR
+//! encoding beside the accounts (the same database, the same value width,
+//! so that a lookup never says which kind it reads).
+//!
+//! PIR key: `keccak256(keccak256(contract) || keccak256(slot))`. Both
+//! halves are what reth's hashed tables hold (`HashedStorages` is keyed by
+//! the hashed address and the hashed slot), its plain tables and a genesis
+//! file give the preimages, and the proxy computes both from the contract
+//! and the slot it is asked about. A 64-byte preimage cannot give an
+//! account's key (keccak256 of a 20-byte address) short of a collision.
+//!
+//! PIR value, in the snapshot's value width `w` (24 or 40 bytes, the
+//! accounts' width): a flag byte, then the word little-endian in the
+//! remaining `w - 1` bytes (at most 32 of them used, the rest zero). Flag
+//! 0: the word is stored. Flag 1 (24-byte values only): the word needs
+//! more than 23 bytes and is not stored (an infinite allowance, a hash):
+//! the reader must not answer it from the snapshot. Every balance
+//! fits (`2^184` is far beyond any token's supply), so a token's
+//! `balanceOf` is always answered; widening every value of the database to
+//! 32 bytes for the rare wide word would cost the accounts a third more.
+
+use alloy_primitives::{keccak256, Address, B256, U256};
+use serde::{Deserialize, Serialize};
+
+use crate::tokens::TokenEntry;
+
+/// The contracts whose storage a snapshot holds (every slot of each), as
+/// its manifest lists them: the tokens, whose `balanceOf` the proxy answers
+/// from their balances mapping, and other contracts, whose slots it
+/// answers to `eth_getStorageAt`. Every level of a view lists what its
+/// base lists: a contract enters a chain's private set with a new base,
+/// which holds all of its storage.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrivateStorage {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tokens: Vec<TokenEntry>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub contracts: Vec<Address>,
+}
+
+impl PrivateStorage {
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty() && self.contracts.is_empty()
+    }
+
+    /// Whether every slot of `contract` is held.
+    pub fn holds(&self, contract: &Address) -> bool {
+        self.token(contract).is_some() || self.contracts.contains(contract)
+    }
+
+    /// The token entry of `contract`, if it is a listed token.
+    pub fn token(&self, contract: &Address) -> Option<&TokenEntry> {
+        self.tokens.iter().find(|t| &t.address == contract)
+    }
+
+    /// Every contract held, tokens first, each once.
+    pub fn all_contracts(&self) -> Vec<Address> {
+        let mut out: Vec<Address> = self.tokens.iter().map(|t| t.address).collect();
+        for c in &self.contracts {
+            if !out.contains(c) {
+                out.push(*c);
+            }
+        }
+        out
+    }
+}
+
+/// A storage slot's content as exported.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StorageRecord {
+    /// The contract, when the source knows it (reth's hashed layout does not).
+    pub contract: Option<Address>,
+    /// keccak256(contract).
+    pub hashed_contract: B256,
+    /// keccak256(slot).
+    pub hashed_slot: B256,
+    /// The PIR key ([`storage_key`]).
+    pub key: B256,
+    pub value: U256,
+}
+
+impl StorageRecord {
+    /// A slot known by its contract and slot number.
+    pub fn new(contract: Address, slot: B256, value: U256) -> Self {
+        Self::from_hashed(keccak256(contract), keccak256(slot), value).with_contract(contract)
+    }
+
+    /// A slot known only by the hashes (reth's hashed tables).
+    pub fn from_hashed(hashed_contract: B256, hashed_slot: B256, value: U256) -> Self {
+        StorageRecord {
+            contract: None,
+            hashed_contract,
+            hashed_slot,
+            key: storage_key(&hashed_contract, &hashed_slot),
+            value,
+        }
+    }
+
+    fn with_contract(mut self, contract: Address) -> Self {
+        self.contract = Some(contract);
+        self
+    }
+}
+
+/// The PIR key of a slot from its two hashes.
+pub fn storage_key(hashed_contract: &B256, hashed_slot: &B256) -> B256 {
+    let mut input = [0u8; 64];
+    input[..32].copy_from_slice(hashed_contract.as_slice());
+    input[32..].copy_from_slice(hashed_slot.as_slice());
+    keccak256(input)
+}
+
+/// The PIR key of `slot` of `contract`: what the proxy computes.
+pub fn storage_key_of(contract: &Address, slot: &B256) -> B256 {
+    storage_key(&keccak256(contract), &keccak256(slot))
+}
+
+/// A stored word.
+const STORED: u8 = 0;
+/// A word too wide for the snapshot's values, not stored.
+const TOO_WIDE: u8 = 1;
+
+/// What a storage value says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoredWord {
+    Word(U256),
+    /// The word is wider than the snapshot's values hold: ask elsewhere.
+    TooWide,
+}
+
+/// Why bytes are not a storage value.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum StorageValueError {
+    #[error("a storage value has 24 or 40 bytes, not {0}")]
+    Width(usize),
+    #[error("unknown storage value flag {0}")]
+    Flag(u8),
+    #[error("a too-wide marker carries a word")]
+    MarkerWithWord,
+    #[error("a stored word has non-zero bytes past its 32")]
+    Padding,
+}
+
+fn check_width(width: usize) -> Result<(), StorageValueError> {
+    match width {
+        crate::account::COMPACT_VALUE_BYTES | crate::account::WIDE_VALUE_BYTES => Ok(()),
+        other => Err(StorageValueError::Width(other)),
+    }
+}
+
+/// Encodes a word in `width` bytes (24 or 40): stored when it fits in
+/// `width - 1` bytes, else the too-wide marker.
+pub fn encode_word(value: U256, width: usize) -> Result<Vec<u8>, StorageValueError> {
+    check_width(width)?;
+    let mut out = vec![0u8; width];
+    if value.byte_len() > width - 1 {
+        out[0] = TOO_WIDE;
+        return Ok(out);
+    }
+    out[0] = STORED;
+    let le: [u8; 32] = value.to_le_bytes();
+    let used = (width - 1).min(32);
+    out[1..1 + used].copy_from_slice(&le[..used]);
+    Ok(out)
+}
+
+/// Decodes what [`encode_word`] made.
+pub fn decode_word(bytes: &[u8]) -> Result<StoredWord, StorageValueError> {
+    check_width(bytes.len())?;
+    match bytes[0] {
+        STORED => {
+            // A 40-byte value has 39 bytes for a 32-byte word: the rest is 0.
+            let (word, rest) = bytes[1..].split_at((bytes.len() - 1).min(32));
+            if rest.iter().any(|&b| b != 0) {
+                return Err(StorageValueError::Padding);
+            }
+            let mut le = [0u8; 32];
+            le[..word.len()].copy_from_slice(word);
+            Ok(StoredWord::Word(U256::from_le_bytes(le)))
+        }
+        TOO_WIDE if bytes[1..].iter().all(|&b| b == 0) => Ok(StoredWord::TooWide),
+        TOO_WIDE => Err(StorageValueError::MarkerWithWord),
+        flag => Err(StorageValueError::Flag(flag)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::account::{pir_key, COMPACT_VALUE_BYTES, WIDE_VALUE_BYTES};
+
+    #[test]
+    fn keys_from_preimages_and_from_hashes_agree() {
+        let contract = Address::repeat_byte(0x11);
+        let slot = B256::with_last_byte(3);
+        let plain = StorageRecord::new(contract, slot, U256::from(5u8));
+        let hashed =
+            StorageRecord::from_hashed(keccak256(contract), keccak256(slot), U256::from(5u8));
+        assert_eq!(plain.key, hashed.key);
+        assert_eq!(plain.key, storage_key_of(&contract, &slot));
+        assert_eq!(plain.contract, Some(contract));
+        assert_eq!(hashed.contract, None);
+        // Another slot, another contract, and the contract's account key
+        // all differ.
+        assert_ne!(
+            plain.key,
+            storage_key_of(&contract, &B256::with_last_byte(4))
+        );
+        assert_ne!(
+            plain.key,
+            storage_key_of(&Address::repeat_byte(0x12), &slot)
+        );
+        assert_ne!(plain.key, pir_key(&contract));
+    }
+
+    #[test]
+    fn words_round_trip_or_are_marked_too_wide() {
+        // The widest word a 24-byte value stores: 23 bytes.
+        let fits = (U256::from(1u8) << (8 * (COMPACT_VALUE_BYTES - 1))) - U256::from(1u8);
+        for width in [COMPACT_VALUE_BYTES, WIDE_VALUE_BYTES] {
+            for word in [U256::ZERO, U256::from(10u64).pow(U256::from(24u8)), fits] {
+                let bytes = encode_word(word, width).unwrap();
+                assert_eq!(bytes.len(), width);
+                assert_eq!(decode_word(&bytes), Ok(StoredWord::Word(word)), "{word}");
+            }
+        }
+        let wide = fits + U256::from(1u8);
+        let bytes = encode_word(wide, COMPACT_VALUE_BYTES).unwrap();
+        assert_eq!(decode_word(&bytes), Ok(StoredWord::TooWide));
+        // Every word fits the wide width (39 bytes hold 256 bits).
+        assert_eq!(
+            decode_word(&encode_word(U256::MAX, WIDE_VALUE_BYTES).unwrap()),
+            Ok(StoredWord::Word(U256::MAX))
+        );
+        assert_eq!(
+            decode_word(&encode_word(U256::MAX, COMPACT_VALUE_BYTES).unwrap()),
+            Ok(StoredWord::TooWide)
+        );
+    }
+
+    #[test]
+    fn malformed_values_are_refused() {
+        assert_eq!(
+            encode_word(U256::ZERO, 32),
+            Err(StorageValueError::Width(32))
+        );
+        assert_eq!(decode_word(&[0; 10]), Err(StorageValueError::Width(10)));
+        let mut bad = vec![0u8; COMPACT_VALUE_BYTES];
+        bad[0] = 7;
+        assert_eq!(decode_word(&bad), Err(StorageValueError::Flag(7)));
+        bad[0] = TOO_WIDE;
+        bad[5] = 1;
+        assert_eq!(decode_word(&bad), Err(StorageValueError::MarkerWithWord));
+        let mut padded = encode_word(U256::MAX, WIDE_VALUE_BYTES).unwrap();
+        padded[WIDE_VALUE_BYTES - 1] = 1;
+        assert_eq!(decode_word(&padded), Err(StorageValueError::Padding));
+    }
+}
