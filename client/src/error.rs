@@ -13,6 +13,18 @@ pub enum ReadError {
         snapshot: String,
         kind: &'static str,
     },
+    #[error("the storage of {contract} is not in the private set of snapshot {snapshot}")]
+    NotListed {
+        contract: alloy_primitives::Address,
+        snapshot: String,
+    },
+    /// A slot's word is wider than the snapshot's values hold (24-byte
+    /// values keep 23 bytes of a word): marked, not stored.
+    #[error("a storage word of {contract} is too wide for snapshot {snapshot}")]
+    TooWide {
+        contract: alloy_primitives::Address,
+        snapshot: String,
+    },
     #[error("PIR server unavailable: {0}")]
     Backend(String),
     /// A snapshot of the view left the server between catalog and query
@@ -32,13 +44,17 @@ pub enum ReadError {
 
 impl ReadError {
     /// Whether the snapshots cannot answer this call at all (no view at
-    /// that block, or an incomplete view without the account), as opposed
-    /// to a failure of the server: the only case an opted-in fallback to
-    /// the upstream may take.
+    /// that block, an incomplete view without the account, a contract the
+    /// view does not hold, a word too wide for it), as opposed to a
+    /// failure of the server: the only case an opted-in fallback to the
+    /// upstream may take.
     pub fn is_unanswerable(&self) -> bool {
         matches!(
             self,
-            ReadError::NoSnapshot { .. } | ReadError::NotInPrivateSet { .. }
+            ReadError::NoSnapshot { .. }
+                | ReadError::NotInPrivateSet { .. }
+                | ReadError::NotListed { .. }
+                | ReadError::TooWide { .. }
         )
     }
 }

@@ -1,13 +1,15 @@
 //! The levels of a view (a base and the deltas above it) and how each is
 //! read: by PIR queries, or downloaded whole when it is small. A lookup
 //! asks every level; the freshest level holding the key wins, and absent
-//! from every level of a complete view is balance 0, nonce 0.
+//! from every level of a complete view is balance 0, nonce 0 (an account)
+//! or the word 0 (a slot of a contract the view holds).
 
 use std::sync::Arc;
 
-use alloy_primitives::{B256, U256};
+use alloy_primitives::{Address, B256, U256};
 use pir_core::{ClientError, Lookup};
 use protocol::api::CatalogEntry;
+use protocol::storage::{decode_word, StoredWord};
 use protocol::view::View;
 
 use crate::pool::SnapshotClient;
@@ -30,8 +32,100 @@ pub struct AccountState {
     pub absent: bool,
 }
 
-/// What one level holds for a key: (balance, nonce), or nothing.
-pub type Found = Option<(U256, u64)>;
+/// A privately read storage slot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlotState {
+    pub word: U256,
+    /// Id of the level it was found in (the view's top when absent).
+    pub snapshot: String,
+    /// The block of the view it was read from.
+    pub block: u64,
+    /// Absent from every level of a complete view that holds the
+    /// contract: the word is 0 (never written, or cleared).
+    pub absent: bool,
+}
+
+/// What one level holds for a key: its value's bytes, or nothing.
+pub type Found = Option<Vec<u8>>;
+
+/// What a key is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReadKey {
+    /// An account's balance and nonce.
+    Account(Address),
+    /// A storage slot of a contract.
+    Slot { contract: Address, slot: B256 },
+}
+
+impl ReadKey {
+    /// The PIR key.
+    pub fn pir_key(&self) -> B256 {
+        match self {
+            ReadKey::Account(a) => protocol::pir_key(a),
+            ReadKey::Slot { contract, slot } => protocol::storage::storage_key_of(contract, slot),
+        }
+    }
+}
+
+/// A key's read, by kind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeyState {
+    Account(AccountState),
+    Slot(SlotState),
+}
+
+/// The freshest level's value of a key: its bytes (`None`: absent from a
+/// complete view), the level and the view's block.
+pub struct Hit {
+    pub value: Option<Vec<u8>>,
+    pub snapshot: String,
+    pub block: u64,
+}
+
+impl Hit {
+    /// Decoded as `key`'s kind; a value that is not one is a failed
+    /// verification.
+    pub fn decode(self, key: &ReadKey) -> Result<KeyState, ReadError> {
+        let absent = self.value.is_none();
+        let unverifiable =
+            |e: &dyn std::fmt::Display| ReadError::Unverifiable(format!("{}: {e}", self.snapshot));
+        match key {
+            ReadKey::Account(_) => {
+                let (balance, nonce) = match &self.value {
+                    Some(v) => protocol::decode_value(v).map_err(|e| unverifiable(&e))?,
+                    None => (U256::ZERO, 0),
+                };
+                Ok(KeyState::Account(AccountState {
+                    balance,
+                    nonce,
+                    snapshot: self.snapshot,
+                    block: self.block,
+                    absent,
+                }))
+            }
+            ReadKey::Slot { contract, .. } => {
+                let word = match &self.value {
+                    Some(v) => match decode_word(v).map_err(|e| unverifiable(&e))? {
+                        StoredWord::Word(w) => w,
+                        StoredWord::TooWide => {
+                            return Err(ReadError::TooWide {
+                                contract: *contract,
+                                snapshot: self.snapshot,
+                            })
+                        }
+                    },
+                    None => U256::ZERO,
+                };
+                Ok(KeyState::Slot(SlotState {
+                    word,
+                    snapshot: self.snapshot,
+                    block: self.block,
+                    absent,
+                }))
+            }
+        }
+    }
+}
 
 /// How one level of a view is read.
 #[derive(Clone)]
@@ -60,14 +154,9 @@ pub struct WholeLevel {
 
 impl WholeLevel {
     /// Values of `keys` in this level.
-    pub fn read(&self, keys: &[B256]) -> Result<Vec<Found>, ReadError> {
+    pub fn read(&self, keys: &[B256]) -> Vec<Found> {
         keys.iter()
-            .map(|k| match self.table.get(&k.0) {
-                Some(v) => protocol::decode_value(v)
-                    .map(Some)
-                    .map_err(|e| ReadError::Unverifiable(format!("{}: {e}", self.entry.id))),
-                None => Ok(None),
-            })
+            .map(|k| self.table.get(&k.0).map(<[u8]>::to_vec))
             .collect()
     }
 }
@@ -84,31 +173,59 @@ impl ViewClient {
         &self.levels.last().expect("a view has a level").entry().id
     }
 
-    /// The answer for query `i` given what each level found
+    /// The contracts whose storage the view holds: its base's list.
+    pub fn storage(&self) -> &protocol::storage::PrivateStorage {
+        &self.levels[0].entry().manifest.storage
+    }
+
+    /// Whether the view can answer `key` at all: an account, or a slot
+    /// of a contract whose storage it holds.
+    pub fn holds(&self, key: &ReadKey) -> Result<(), ReadError> {
+        match key {
+            ReadKey::Slot { contract, .. } if !self.storage().holds(contract) => {
+                Err(ReadError::NotListed {
+                    contract: *contract,
+                    snapshot: self.top().to_string(),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The answer for query `i` (of `key`) given what each level found
     /// (`found[level][query]`): the freshest level holding the key; absent
-    /// from every level of a complete view is 0/0.
-    pub fn freshest(&self, found: &[Vec<Found>], i: usize) -> Result<AccountState, ReadError> {
+    /// from every level of a complete view is 0.
+    pub fn freshest(
+        &self,
+        found: &[Vec<Found>],
+        i: usize,
+        key: &ReadKey,
+    ) -> Result<KeyState, ReadError> {
         let hit = self
             .levels
             .iter()
             .zip(found)
             .rev()
-            .find_map(|(level, values)| values[i].map(|v| (level, v)));
-        let state = |snapshot: &str, (balance, nonce), absent| AccountState {
-            balance,
-            nonce,
-            snapshot: snapshot.to_string(),
-            block: self.view.block,
-            absent,
-        };
-        match hit {
-            Some((level, value)) => Ok(state(&level.entry().id, value, false)),
-            None if self.view.complete => Ok(state(self.top(), (U256::ZERO, 0), true)),
-            None => Err(ReadError::NotInPrivateSet {
+            .find_map(|(level, values)| values[i].as_ref().map(|v| (level, v)));
+        let hit = match hit {
+            Some((level, value)) => Hit {
+                value: Some(value.clone()),
+                snapshot: level.entry().id.clone(),
+                block: self.view.block,
+            },
+            None if self.view.complete => Hit {
+                value: None,
                 snapshot: self.top().to_string(),
-                kind: self.levels[0].entry().manifest.kind.name(),
-            }),
-        }
+                block: self.view.block,
+            },
+            None => {
+                return Err(ReadError::NotInPrivateSet {
+                    snapshot: self.top().to_string(),
+                    kind: self.levels[0].entry().manifest.kind.name(),
+                })
+            }
+        };
+        hit.decode(key)
     }
 }
 
@@ -147,9 +264,7 @@ pub fn decode_level(
         .zip(&responses)
         .map(
             |(pending, response)| match snap.client.decode(pending, response) {
-                Ok(Lookup::Found(v)) => protocol::decode_value(&v)
-                    .map(Some)
-                    .map_err(|e| ReadError::Unverifiable(e.to_string())),
+                Ok(Lookup::Found(v)) => Ok(Some(v)),
                 Ok(Lookup::Absent) => Ok(None),
                 Err(
                     e @ (ClientError::Corrupted | ClientError::Decode(_) | ClientError::WrongSetup),

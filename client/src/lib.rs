@@ -48,5 +48,5 @@ pub use address::parse_address;
 pub use block::BlockSelector;
 pub use config::{ClientConfig, Limits, Timeouts};
 pub use error::ReadError;
-pub use levels::AccountState;
+pub use levels::{AccountState, KeyState, ReadKey, SlotState};
 pub use reader::PrivateReader;

@@ -20,7 +20,10 @@ use crate::cache::{Artifact, DiskCache};
 use crate::catalog::Catalog;
 use crate::config::{ClientConfig, ConfigError};
 use crate::fetch::{FetchError, Size};
-use crate::levels::{decode_level, whole_table_bytes, Found, Level, ViewClient, WholeLevel};
+use crate::levels::{
+    decode_level, whole_table_bytes, Found, KeyState, Level, ReadKey, SlotState, ViewClient,
+    WholeLevel,
+};
 use crate::link::ServerLink;
 use crate::pool::{refill, SnapshotClient};
 use crate::{AccountState, ReadError};
@@ -45,7 +48,7 @@ const CATALOG_RETRIES: usize = 5;
 
 /// Whether `result` is "no snapshot" for a block newer than every view
 /// of the catalog (one the server may be about to list).
-fn ahead_of_catalog(sel: &BlockSelector, result: &Result<AccountState, ReadError>) -> bool {
+fn ahead_of_catalog(sel: &BlockSelector, result: &Result<KeyState, ReadError>) -> bool {
     match (sel, result) {
         (BlockSelector::Number(n), Err(ReadError::NoSnapshot { available, .. })) => {
             available.iter().max().is_some_and(|newest| n > newest)
@@ -155,6 +158,17 @@ impl PrivateReader {
         self.catalog.entry(id)
     }
 
+    /// The contracts whose storage the view at `sel` holds (its base's
+    /// list), as the catalog says: which storage reads can be private.
+    pub fn private_storage(
+        &self,
+        sel: &BlockSelector,
+    ) -> Option<protocol::storage::PrivateStorage> {
+        let view = self.catalog.view_for(sel).ok()?;
+        let base = self.catalog.entry(view.snapshots.first()?)?;
+        Some(base.manifest.storage)
+    }
+
     /// The chain read: configured, or the only one the server has.
     pub fn chain_id(&self) -> Result<Option<u64>, ReadError> {
         self.catalog.chain_id()
@@ -193,6 +207,53 @@ impl PrivateReader {
     }
 
     /// Reads accounts at the block `sel` names: one result per address.
+    pub async fn lookup(
+        &self,
+        sel: &BlockSelector,
+        addresses: &[Address],
+    ) -> Vec<Result<AccountState, ReadError>> {
+        let keys: Vec<ReadKey> = addresses.iter().map(|a| ReadKey::Account(*a)).collect();
+        self.lookup_keys(sel, &keys)
+            .await
+            .into_iter()
+            .map(|r| {
+                r.map(|state| match state {
+                    KeyState::Account(a) => a,
+                    KeyState::Slot(_) => unreachable!("an account key reads an account"),
+                })
+            })
+            .collect()
+    }
+
+    /// Reads storage slots `(contract, slot)` at the block `sel` names:
+    /// one result per slot. A contract whose storage the view does not
+    /// hold is [`ReadError::NotListed`] (nothing about it is sent).
+    pub async fn lookup_slots(
+        &self,
+        sel: &BlockSelector,
+        slots: &[(Address, B256)],
+    ) -> Vec<Result<SlotState, ReadError>> {
+        let keys: Vec<ReadKey> = slots
+            .iter()
+            .map(|(contract, slot)| ReadKey::Slot {
+                contract: *contract,
+                slot: *slot,
+            })
+            .collect();
+        self.lookup_keys(sel, &keys)
+            .await
+            .into_iter()
+            .map(|r| {
+                r.map(|state| match state {
+                    KeyState::Slot(s) => s,
+                    KeyState::Account(_) => unreachable!("a slot key reads a slot"),
+                })
+            })
+            .collect()
+    }
+
+    /// Reads accounts and slots at the block `sel` names, together (one
+    /// request per batch): one result per key.
     ///
     /// When a level of the view was retired in the meantime (a merge, a
     /// reorg), or the block asked for is newer than the catalog's newest
@@ -201,16 +262,16 @@ impl PrivateReader {
     /// the lookup repeated: at most [`CATALOG_RETRIES`] times, a little
     /// longer apart each time (1.5 s in all), since replicas pick up a
     /// snapshot within their rescan interval.
-    pub async fn lookup(
+    pub async fn lookup_keys(
         &self,
         sel: &BlockSelector,
-        addresses: &[Address],
-    ) -> Vec<Result<AccountState, ReadError>> {
+        keys: &[ReadKey],
+    ) -> Vec<Result<KeyState, ReadError>> {
         let mut attempt = 0;
         loop {
             let results = match self.select(sel).await {
-                Ok(view) => self.read(&view, addresses).await,
-                Err(e) => all_failed(addresses.len(), &e),
+                Ok(view) => self.read(&view, keys).await,
+                Err(e) => all_failed(keys.len(), &e),
             };
             let retired = results
                 .iter()
@@ -230,25 +291,25 @@ impl PrivateReader {
             // (a lagging replica catches up within its rescan); only then
             // is an older catalog forced on (a reorg removed levels).
             if let Err(e) = self.refresh_with(retired && attempt >= 3).await {
-                return all_failed(addresses.len(), &e);
+                return all_failed(keys.len(), &e);
             }
         }
     }
 
-    /// Reads accounts privately from every level of one view, in as few
-    /// requests as the server's batch limit allows. One result per address.
+    /// Reads keys privately from every level of one view, in as few
+    /// requests as the server's batch limit allows. One result per key.
     pub async fn read(
         &self,
         view: &ViewClient,
-        addresses: &[Address],
-    ) -> Vec<Result<AccountState, ReadError>> {
+        keys: &[ReadKey],
+    ) -> Vec<Result<KeyState, ReadError>> {
         let max_batch = self.catalog.max_batch();
         let per_batch = match self.pad_to > 1 {
             true => self.pad_to.min(max_batch),
             false => max_batch,
         };
-        let mut out = Vec::with_capacity(addresses.len());
-        for chunk in addresses.chunks(per_batch) {
+        let mut out = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(per_batch) {
             if let Some(reason) = self.distrusted() {
                 out.extend(all_failed(chunk.len(), &ReadError::Distrusted(reason)));
                 continue;
@@ -271,30 +332,33 @@ impl PrivateReader {
         out
     }
 
-    /// One request: the same queries (the addresses, then random fillers up
-    /// to `pad_batches_to`) to every level of the view. What the server
-    /// sees never depends on the addresses or on the level that holds them.
+    /// One request: the same queries (the keys, then random fillers up to
+    /// `pad_batches_to`) to every level of the view. What the server sees
+    /// never depends on the keys, their kind or the level that holds them.
+    /// A key the view cannot hold (a slot of a contract it does not list)
+    /// is replaced by a random one, and answered with why.
     async fn read_batch(
         &self,
         view: &ViewClient,
-        addresses: &[Address],
+        asked: &[ReadKey],
         per_batch: usize,
-    ) -> Result<Vec<Result<AccountState, ReadError>>, ReadError> {
+    ) -> Result<Vec<Result<KeyState, ReadError>>, ReadError> {
         let padded = if self.pad_to > 1 { per_batch } else { 0 };
-        let fillers: Vec<Address> = (addresses.len()..padded)
-            .map(|_| Address::from(rand::random::<[u8; 20]>()))
-            .collect();
-        let keys: Vec<B256> = addresses
+        let random_key = || B256::from(rand::random::<[u8; 32]>());
+        let keys: Vec<B256> = asked
             .iter()
-            .chain(&fillers)
-            .map(protocol::pir_key)
+            .map(|k| match view.holds(k) {
+                Ok(()) => k.pir_key(),
+                Err(_) => random_key(),
+            })
+            .chain((asked.len()..padded).map(|_| random_key()))
             .collect();
         // found[level][query]: the value each level holds, if any.
         let mut found: Vec<Vec<Found>> = vec![Vec::new(); view.levels.len()];
         let mut pir: Vec<(usize, &Arc<SnapshotClient>)> = Vec::new();
         for (i, level) in view.levels.iter().enumerate() {
             match level {
-                Level::Whole(w) => found[i] = w.read(&keys[..addresses.len()])?,
+                Level::Whole(w) => found[i] = w.read(&keys[..asked.len()]),
                 Level::Pir(snap) => pir.push((i, snap)),
             }
         }
@@ -303,8 +367,13 @@ impl PrivateReader {
                 found[i] = values;
             }
         }
-        Ok((0..addresses.len())
-            .map(|i| view.freshest(&found, i))
+        Ok(asked
+            .iter()
+            .enumerate()
+            .map(|(i, key)| {
+                view.holds(key)?;
+                view.freshest(&found, i, key)
+            })
             .collect())
     }
 

@@ -18,6 +18,32 @@ alloy_sol_types::sol! {
     }
 }
 
+alloy_sol_types::sol! {
+    /// Multicall3's batching calls that wallets send balance reads through.
+    interface IMulticall3 {
+        struct Call {
+            address target;
+            bytes callData;
+        }
+        struct Call3 {
+            address target;
+            bool allowFailure;
+            bytes callData;
+        }
+        struct Result {
+            bool success;
+            bytes returnData;
+        }
+        function aggregate3(Call3[] calldata calls) external payable returns (Result[] memory returnData);
+        function tryAggregate(bool requireSuccess, Call[] calldata calls) external payable returns (Result[] memory returnData);
+    }
+}
+
+/// Where Multicall3 lives on every chain it is deployed on (the same
+/// address everywhere, from a presigned deployment).
+pub const MULTICALL3: Address =
+    alloy_primitives::address!("0xcA11bde05977b3631167028862bE2a173976CA11");
+
 /// How a compiler lays out the entry of `key` in a mapping whose slot
 /// index is `index`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -82,7 +82,9 @@ impl ProxyError {
 fn read_code(e: &ReadError) -> i32 {
     match e {
         ReadError::NoSnapshot { .. } => NO_SNAPSHOT,
-        ReadError::NotInPrivateSet { .. } => NOT_IN_PRIVATE_SET,
+        ReadError::NotInPrivateSet { .. }
+        | ReadError::NotListed { .. }
+        | ReadError::TooWide { .. } => NOT_IN_PRIVATE_SET,
         ReadError::Backend(_) | ReadError::Retired(_) | ReadError::Setup { .. } => PIR_UNAVAILABLE,
         ReadError::Unverifiable(_) | ReadError::Distrusted(_) => UNVERIFIABLE,
         ReadError::AmbiguousChain(_) => INTERNAL_ERROR_CODE,
@@ -103,6 +105,14 @@ fn read_message(e: &ReadError) -> (String, Option<Value>) {
         ReadError::NotInPrivateSet { snapshot, kind } => (
             "account not in the private set".into(),
             Some(json!({"snapshot": snapshot, "kind": kind})),
+        ),
+        ReadError::NotListed { contract, snapshot } => (
+            "contract storage not in the private set".into(),
+            Some(json!({"snapshot": snapshot, "contract": contract})),
+        ),
+        ReadError::TooWide { contract, snapshot } => (
+            "storage word too wide for the private snapshot".into(),
+            Some(json!({"snapshot": snapshot, "contract": contract})),
         ),
         ReadError::Backend(reason)
         | ReadError::Retired(reason)

@@ -25,9 +25,10 @@ use serde_json::value::RawValue;
 use crate::config::{UpstreamMethods, ADDRESS_READS};
 use crate::error::ProxyError;
 use crate::rpc::{private_params, Prefetched, PRIVATE_METHODS};
+use crate::storage;
 use crate::upstream::Upstream;
-use ethpir_client::BlockSelector;
 use ethpir_client::PrivateReader;
+use ethpir_client::{BlockSelector, ReadError};
 
 /// Largest response the proxy sends (a forwarded `eth_getLogs` can be big).
 pub const MAX_RESPONSE_BYTES: usize = 64 << 20;
@@ -104,6 +105,10 @@ where
             let e = ProxyError::InvalidRequest("params must be an array or an object");
             return MethodResponse::error(copy.id, e);
         }
+        let listed = |sel: &BlockSelector| self.policy.reader.private_storage(sel);
+        if let Some(read) = storage::plan(&copy.method, copy.params.as_deref(), listed) {
+            return self.answer_storage(copy, read).await;
+        }
         if !self.policy.local.contains(copy.method.as_str()) {
             return self.forward(copy).await;
         }
@@ -134,6 +139,40 @@ where
         let (address, selector) = private_params(&req.params()).ok()?;
         let mut results = self.policy.reader.lookup(&selector, &[address]).await;
         results.pop().map(Prefetched)
+    }
+
+    /// A storage read of a listed contract, answered by PIR: fail closed
+    /// while private reads are stopped; what the snapshots cannot answer
+    /// (a word too wide for them, no view at the block) goes upstream only
+    /// with `private_fallback_to_upstream`.
+    async fn answer_storage(&self, call: CallCopy, read: storage::StorageRead) -> MethodResponse {
+        let reader = &self.policy.reader;
+        if let Some(reason) = reader.distrusted() {
+            return MethodResponse::error(call.id, ProxyError::from(ReadError::Distrusted(reason)));
+        }
+        match storage::read_words(reader, &read).await {
+            Ok((words, states)) => {
+                let snapshot = states.last().map(|s| s.snapshot.as_str()).unwrap_or("");
+                tracing::info!(method = %call.method, slots = words.len(), snapshot, "answered privately");
+                MethodResponse::response(
+                    call.id,
+                    ResponsePayload::success(storage::answer(&read, &words)),
+                    MAX_RESPONSE_BYTES,
+                )
+            }
+            Err(e)
+                if e.is_unanswerable()
+                    && self.policy.private_fallback
+                    && self.policy.upstream.is_some() =>
+            {
+                tracing::warn!(method = %call.method, error = %e, "private answer unavailable; forwarding upstream as configured (reveals the read)");
+                self.forward(call).await
+            }
+            Err(e) => {
+                tracing::info!(method = %call.method, error = %e, "private read failed");
+                MethodResponse::error(call.id, ProxyError::from(e))
+            }
+        }
     }
 
     async fn forward(&self, call: CallCopy) -> MethodResponse {

@@ -18,6 +18,7 @@ pub mod error;
 pub mod forward;
 pub mod replay;
 pub mod rpc;
+pub mod storage;
 pub mod upstream;
 
 use std::sync::Arc;

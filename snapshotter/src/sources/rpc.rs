@@ -9,7 +9,7 @@
 //! one block with batched `eth_getBalance` / `eth_getTransactionCount`
 //! requests, a bounded number in flight, retried with backoff.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::{Future, IntoFuture};
 use std::time::{Duration, Instant};
 
@@ -23,6 +23,8 @@ use alloy_provider::{Provider, RootProvider};
 use alloy_rpc_client::{ClientBuilder, RpcClient};
 use alloy_rpc_types_trace::parity::{Action, LocalizedTransactionTrace, TraceOutput};
 use futures_util::stream::{self, StreamExt, TryStreamExt};
+
+use protocol::storage::{PrivateStorage, StorageRecord};
 
 use crate::account::AccountRecord;
 use crate::manifest::SnapshotKind;
@@ -492,6 +494,84 @@ impl RpcSource {
             .collect())
     }
 
+    /// The slots of `contracts` that blocks `from..=to` wrote (the
+    /// `stateDiff` of `trace_replayBlockTransactions`, which every slot a
+    /// transaction changed appears in, a selfdestruct's included).
+    pub async fn written_slots(
+        &self,
+        contracts: &[Address],
+        from: u64,
+        to: u64,
+    ) -> Result<BTreeMap<Address, BTreeSet<B256>>, RpcSourceError> {
+        let mut out: BTreeMap<Address, BTreeSet<B256>> = BTreeMap::new();
+        if contracts.is_empty() {
+            return Ok(out);
+        }
+        for n in from..=to {
+            let replays = self
+                .retry("trace_replayBlockTransactions", Some(n), || {
+                    self.provider
+                        .trace_replay_block_transactions(BlockId::number(n))
+                        .state_diff()
+                        .into_future()
+                })
+                .await?;
+            for replay in replays {
+                let Some(diff) = replay.full_trace.state_diff else {
+                    continue;
+                };
+                for contract in contracts {
+                    if let Some(account) = diff.get(contract) {
+                        out.entry(*contract)
+                            .or_default()
+                            .extend(account.storage.keys().copied());
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The words of `slots` at block `at`, as storage records.
+    async fn read_slots(
+        &self,
+        slots: &BTreeMap<Address, BTreeSet<B256>>,
+        at: u64,
+    ) -> Result<Vec<StorageRecord>, RpcSourceError> {
+        let mut out = Vec::new();
+        for (contract, written) in slots {
+            let written: Vec<B256> = written.iter().copied().collect();
+            let words = self.storage(*contract, &written, at).await?;
+            out.extend(
+                written
+                    .iter()
+                    .zip(words)
+                    .map(|(slot, word)| StorageRecord::new(*contract, *slot, word.into())),
+            );
+        }
+        Ok(out)
+    }
+
+    /// Whether the node answers `trace_replayBlockTransactions` with state
+    /// diffs (asked on its head block): what following listed contracts'
+    /// storage takes.
+    pub async fn has_state_diffs(&self) -> Result<bool, RpcSourceError> {
+        let head = self.head().await?;
+        let asked = self
+            .provider
+            .trace_replay_block_transactions(BlockId::number(head))
+            .state_diff()
+            .await;
+        match asked {
+            Ok(_) => Ok(true),
+            Err(TransportError::ErrorResp(_)) => Ok(false),
+            Err(e) => Err(RpcSourceError::Reply {
+                method: "trace_replayBlockTransactions",
+                message: self.scrub(e.to_string()),
+            }),
+        }
+    }
+
     /// Whether the node answers `trace_block` (asked on its head block).
     pub async fn has_traces(&self) -> Result<bool, RpcSourceError> {
         let head = self.head().await?;
@@ -502,24 +582,36 @@ impl RpcSource {
         }
     }
 
-    /// A delta: every account touched in blocks `(from, to]`, read at `to`
-    /// (accounts emptied or destroyed read as 0/0). The block's hash is
-    /// read before and after, so that a reorg in between is caught rather
-    /// than mixing two chains.
-    pub async fn export_delta(&self, from: u64, to: u64) -> Result<ExportedState, RpcSourceError> {
+    /// A delta: every account touched in blocks `(from, to]`, and every
+    /// slot of the `listed` contracts written in them, read at `to`
+    /// (accounts emptied or destroyed read as 0/0, cleared slots as 0).
+    /// The block's hash is read before and after, so that a reorg in
+    /// between is caught rather than mixing two chains.
+    pub async fn export_delta(
+        &self,
+        from: u64,
+        to: u64,
+        listed: &PrivateStorage,
+    ) -> Result<ExportedState, RpcSourceError> {
         let started = Instant::now();
         let (hash, _, _) = self.block_header(to).await?;
         let addresses: Vec<Address> = self.touched(from + 1, to).await?.into_iter().collect();
+        let written = self
+            .written_slots(&listed.all_contracts(), from + 1, to)
+            .await?;
         tracing::debug!(
             from,
             to,
             accounts = addresses.len(),
-            "changed accounts collected"
+            contracts = written.len(),
+            "changed accounts and slots collected"
         );
-        let state = self
+        let mut state = self
             .export(addresses, to, SnapshotKind::Delta { from }, started)
             .await?;
-        if state.block_hash != Some(hash) {
+        state.storage = self.read_slots(&written, to).await?;
+        state.listed = listed.clone();
+        if self.block_header(to).await?.0 != hash || state.block_hash != Some(hash) {
             return Err(RpcSourceError::Reorged { block: to });
         }
         Ok(state)
