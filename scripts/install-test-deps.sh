@@ -11,6 +11,8 @@
 #   into ./.tools, where the tests look for them;
 # - OpenZeppelin Contracts 4.9.6 (npm), whose compiled artifacts give the
 #   token tests a real ERC-20 to deploy on anvil;
+# - viem 2.57.20 (npm): the wallet library of the token test (readContract,
+#   multicall through the proxy), and Multicall3's compiled bytecode;
 # - kubernetes-validate 1.37 (PyPI) into ./.tools/kv, which checks the
 #   Kubernetes manifests against the API's schemas;
 # - NVRTC and ptxas 13.5 (NVIDIA's PyPI wheels nvidia-cuda-nvrtc and
@@ -67,6 +69,12 @@ if ! grep -q "\"version\": \"$OPENZEPPELIN_VERSION\"" \
     .tools/node_modules/@openzeppelin/contracts/package.json 2>/dev/null; then
     npm install --silent --no-audit --no-fund --prefix .tools \
         "@openzeppelin/contracts@$OPENZEPPELIN_VERSION"
+fi
+
+VIEM_VERSION=2.57.20
+if ! grep -q "\"version\": \"$VIEM_VERSION\"" \
+    .tools/node_modules/viem/package.json 2>/dev/null; then
+    npm install --silent --no-audit --no-fund --prefix .tools "viem@$VIEM_VERSION"
 fi
 
 # kubernetes-validate (with the Kubernetes JSON schemas it ships): the

@@ -9,7 +9,7 @@
 use alloy_primitives::{Address, B256, U256};
 use alloy_sol_types::{SolCall, SolValue};
 use protocol::tokens::{MappingLayout, SlotIndex, TokenList};
-use serde_json::{json, Value};
+use serde_json::json;
 use snapshotter::sources::rpc::{RpcOptions, RpcSource};
 use snapshotter::tokens::{self, DetectError, DetectOptions, Detection};
 use test_support::{Anvil, DEV_ACCOUNTS};
@@ -25,17 +25,6 @@ alloy_sol_types::sol! {
 /// `PUSH1 42 PUSH1 0 MSTORE PUSH1 32 PUSH1 0 RETURN`, behind an init code
 /// that copies it out.
 const CONSTANT_42: &str = "0x600a600c600039600a6000f3602a60005260206000f3";
-
-fn artifact_bytecode(name: &str) -> Vec<u8> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
-        "../.tools/node_modules/@openzeppelin/contracts/build/contracts/{name}.json"
-    ));
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (run scripts/install-test-deps.sh)", path.display()));
-    let artifact: Value = serde_json::from_str(&text).unwrap();
-    let hex = artifact["bytecode"].as_str().unwrap();
-    alloy_primitives::hex::decode(hex).unwrap()
-}
 
 async fn deploy(anvil: &Anvil, init_code: &[u8]) -> Address {
     let receipt = anvil
@@ -72,7 +61,7 @@ fn dev(i: usize) -> Address {
 /// An OpenZeppelin ERC-20 with three holders of different balances, the
 /// second and third reached by transfers.
 async fn token_with_holders(anvil: &Anvil) -> Address {
-    let mut init = artifact_bytecode("ERC20PresetMinterPauser");
+    let mut init = test_support::openzeppelin_bytecode("ERC20PresetMinterPauser");
     init.extend(("Test Token".to_string(), "TT".to_string()).abi_encode_params());
     let token = deploy(anvil, &init).await;
     let mint = |to: Address, amount: u64| {

@@ -50,6 +50,45 @@ fn native_foundry_binary(dir: &std::path::Path, name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// The project's `.tools/node_modules` (npm packages the install script
+/// puts there).
+pub fn node_modules() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.tools/node_modules")
+}
+
+/// The creation bytecode of an OpenZeppelin Contracts 4.9.6 contract, from
+/// the compiled artifact the npm package ships.
+pub fn openzeppelin_bytecode(name: &str) -> Vec<u8> {
+    let path = node_modules().join(format!(
+        "@openzeppelin/contracts/build/contracts/{name}.json"
+    ));
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (run scripts/install-test-deps.sh)", path.display()));
+    let artifact: Value = serde_json::from_str(&text).expect("an artifact is JSON");
+    hex_bytes(artifact["bytecode"].as_str().expect("a bytecode field"))
+}
+
+/// Multicall3's creation bytecode as viem ships it (for its deployless
+/// multicall), read from viem's compiled constants.
+pub fn multicall3_bytecode() -> Vec<u8> {
+    let path = node_modules().join("viem/_esm/constants/contracts.js");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (run scripts/install-test-deps.sh)", path.display()));
+    let marker = "multicall3Bytecode = '";
+    let start = text.find(marker).expect("viem's multicall3Bytecode") + marker.len();
+    let end = start + text[start..].find('\'').expect("a closing quote");
+    hex_bytes(&text[start..end])
+}
+
+fn hex_bytes(hex: &str) -> Vec<u8> {
+    let digits = hex.trim_start_matches("0x").as_bytes();
+    assert!(digits.len().is_multiple_of(2), "odd hex");
+    digits
+        .chunks(2)
+        .map(|pair| u8::from_str_radix(std::str::from_utf8(pair).unwrap(), 16).expect("hex"))
+        .collect()
+}
+
 /// A loopback port free at the moment of the call.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -1,0 +1,344 @@
+//! Token balances read privately, end to end: anvil started from a genesis
+//! file holding a listed contract's storage (one slot too wide for the
+//! snapshots), Multicall3 at its canonical address (viem's compiled
+//! bytecode), two listed OpenZeppelin ERC-20s and an unlisted one deployed,
+//! minted and transferred between holders over many blocks while the
+//! follower publishes a delta per block. Then viem, as a wallet uses it,
+//! reads every holder's balances through the proxy (`readContract` one by
+//! one, and one `multicall`) at the block `ethpir_status` reports: each
+//! equals anvil's at that block, and a counting relay in front of anvil
+//! sees no `eth_call` and no `eth_getStorageAt`. `eth_getStorageAt` of a
+//! listed contract is private (a never-written slot reads 0, a too-wide
+//! word is refused, not answered); the unlisted token's `balanceOf` goes
+//! upstream.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use alloy_primitives::{Address, B256, U256};
+use alloy_sol_types::{SolCall, SolValue};
+use common::*;
+use protocol::tokens::{MappingLayout, SlotIndex, TokenEntry, TokenList, IERC20, MULTICALL3};
+use serde_json::{json, Value};
+use snapshotter::follow::{self, BuildConfig, FollowConfig, SourceConfig, Timing};
+use snapshotter::levels::LevelPolicy;
+use test_support::{proxy_status as status, write_genesis, Anvil, DEV_ACCOUNTS};
+
+alloy_sol_types::sol! {
+    interface IPresetToken {
+        function mint(address to, uint256 amount);
+        function transfer(address to, uint256 amount) returns (bool);
+    }
+}
+
+/// A contract of the genesis whose storage is listed: slot 1 holds 5,
+/// slot 2 a word of 26 bytes (wider than 24-byte values hold).
+const STORE: &str = "0x00000000000000000000000000000000000057a1";
+
+fn wide_word() -> U256 {
+    U256::from(1u8) << 200
+}
+
+/// The test's genesis: test-support's, plus the listed contract.
+fn write_genesis_with_store(path: &Path) {
+    write_genesis(path);
+    let mut genesis: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    genesis["alloc"][STORE] = json!({
+        "balance": "0x0",
+        "code": "0x00",
+        "storage": {
+            "0x01": format!("{:#066x}", 5),
+            "0x02": format!("{:#066x}", wide_word()),
+        },
+    });
+    std::fs::write(path, serde_json::to_vec_pretty(&genesis).unwrap()).unwrap();
+}
+
+fn dev(i: usize) -> Address {
+    DEV_ACCOUNTS[i].parse().unwrap()
+}
+
+async fn send(anvil: &Anvil, from: usize, to: Option<Address>, data: Vec<u8>) -> Value {
+    let mut tx = json!({
+        "from": DEV_ACCOUNTS[from],
+        "data": alloy_primitives::hex::encode_prefixed(data),
+        "gas": "0x4c4b40",
+    });
+    if let Some(to) = to {
+        tx["to"] = json!(to);
+    }
+    let receipt = anvil.send(tx).await;
+    assert_eq!(receipt["status"], "0x1", "transaction failed: {receipt}");
+    receipt
+}
+
+/// Multicall3 at its canonical address: viem's creation code deployed,
+/// its runtime code set there.
+async fn install_multicall3(anvil: &Anvil) {
+    let receipt = send(anvil, 3, None, test_support::multicall3_bytecode()).await;
+    let deployed = receipt["contractAddress"].clone();
+    let code = anvil.rpc("eth_getCode", json!([deployed, "latest"])).await;
+    anvil.rpc("anvil_setCode", json!([MULTICALL3, code])).await;
+}
+
+/// An OpenZeppelin ERC-20 (the preset with mint) deployed by dev account 0.
+async fn deploy_token(anvil: &Anvil, symbol: &str) -> Address {
+    let mut init = test_support::openzeppelin_bytecode("ERC20PresetMinterPauser");
+    init.extend((format!("{symbol} token"), symbol.to_string()).abi_encode_params());
+    let receipt = send(anvil, 0, None, init).await;
+    receipt["contractAddress"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// The token list naming `tokens` (OpenZeppelin 4.9's preset keeps its
+/// balances at slot 2, as `tokens detect` finds).
+fn write_token_list(path: &Path, tokens: &[Address]) {
+    let list = TokenList {
+        tokens: tokens
+            .iter()
+            .map(|&address| TokenEntry {
+                chain_id: test_support::GENESIS_CHAIN_ID,
+                address,
+                symbol: String::new(),
+                balance_slot: SlotIndex::Position(2),
+                layout: MappingLayout::Solidity,
+                source: "test: OpenZeppelin 4.9.6 ERC20PresetMinterPauser".into(),
+            })
+            .collect(),
+    };
+    std::fs::write(path, list.to_toml()).unwrap();
+}
+
+/// `balanceOf(holder)` of `token` at `block`, asked of `url`.
+async fn balance_of(
+    url: &str,
+    token: Address,
+    holder: Address,
+    block: u64,
+) -> Result<U256, String> {
+    let data = IERC20::balanceOfCall { holder }.abi_encode();
+    let call = json!({"to": token, "data": alloy_primitives::hex::encode_prefixed(data)});
+    let out = test_support::rpc(url, "eth_call", json!([call, format!("{block:#x}")])).await?;
+    let bytes = alloy_primitives::hex::decode(out.as_str().unwrap()).unwrap();
+    Ok(IERC20::balanceOfCall::abi_decode_returns(&bytes).unwrap())
+}
+
+/// What viem reads through `url`: (token, holder, balance) one by one,
+/// and the multicall's balances in the order tokens x holders.
+fn viem_balances(url: &str, block: u64, tokens: &[Address], holders: &[Address]) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("js/viem-balances.cjs");
+    let spec = json!({"block": block, "tokens": tokens, "holders": holders});
+    let out = std::process::Command::new("node")
+        .arg(&script)
+        .arg(url)
+        .arg(spec.to_string())
+        .env("VIEM", test_support::node_modules().join("viem"))
+        .output()
+        .expect("node runs (install Node.js)");
+    assert!(
+        out.status.success(),
+        "viem failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn wallets_read_token_balances_privately_through_viem() {
+    let dir = tempfile::tempdir().unwrap();
+    let genesis = dir.path().join("genesis.json");
+    write_genesis_with_store(&genesis);
+    let anvil =
+        Anvil::start_with(&["--init", genesis.to_str().unwrap(), "--chain-id", "4242"]).await;
+    install_multicall3(&anvil).await;
+
+    // The listed tokens are the next two contracts dev account 0 creates.
+    let nonce = test_support::quantity(
+        &anvil
+            .rpc(
+                "eth_getTransactionCount",
+                json!([DEV_ACCOUNTS[0], "latest"]),
+            )
+            .await,
+    );
+    let listed = [dev(0).create(nonce), dev(0).create(nonce + 1)];
+    let tokens_file = dir.path().join("tokens.toml");
+    write_token_list(&tokens_file, &listed);
+
+    let store = dir.path().join("store");
+    let config = FollowConfig {
+        store: Some(store.clone()),
+        source: SourceConfig {
+            url: Some(anvil.url.clone()),
+            genesis: Some(genesis.clone()),
+            tokens: Some(tokens_file),
+            contracts: vec![STORE.parse().unwrap()],
+            ..Default::default()
+        },
+        follow: Timing {
+            poll_ms: 100,
+            confirmations: 0,
+        },
+        levels: LevelPolicy {
+            fanout: 4,
+            keep_blocks: 16,
+            ..Default::default()
+        },
+        build: BuildConfig {
+            device: "cpu".into(),
+            ..Default::default()
+        },
+    };
+    let (stop_follower, stopped) = tokio::sync::oneshot::channel::<()>();
+    let follower = tokio::spawn(follow::run(config, async move {
+        let _ = stopped.await;
+    }));
+    let server = start_server(&store).await;
+    let (upstream, upstream_saw) = start_relay(&anvil.url, passthrough()).await;
+    let cache = tempfile::tempdir().unwrap();
+    let proxy = start_proxy(&server, Some(upstream), cache.path()).await;
+    let has_view = || async { status(&proxy).await["viewBlock"].as_u64() };
+    test_support::eventually("the proxy has a view", has_view).await;
+
+    // Two listed tokens and an unlisted one; mints, then transfers between
+    // holders, a block each.
+    assert_eq!(deploy_token(&anvil, "AAA").await, listed[0]);
+    assert_eq!(deploy_token(&anvil, "BBB").await, listed[1]);
+    let unlisted = deploy_token(&anvil, "ZZZ").await;
+    let holders: Vec<Address> = (0..4)
+        .map(dev)
+        .chain((1..=4u8).map(Address::repeat_byte))
+        .collect();
+    for (i, holder) in holders.iter().enumerate() {
+        for (t, token) in listed.iter().chain([&unlisted]).enumerate() {
+            let amount = U256::from(1_000_000u64 * (i as u64 + 1) + t as u64);
+            let mint = IPresetToken::mintCall {
+                to: *holder,
+                amount,
+            }
+            .abi_encode();
+            send(&anvil, 0, Some(*token), mint).await;
+        }
+    }
+    for k in 0..6usize {
+        let (from, to) = (k % 4, (k + 1) % 4);
+        let amount = U256::from(12_345u64 * (k as u64 + 1));
+        let transfer = IPresetToken::transferCall {
+            to: holders[4 + k % 4],
+            amount,
+        }
+        .abi_encode();
+        send(&anvil, from, Some(listed[k % 2]), transfer).await;
+        let back = IPresetToken::transferCall {
+            to: dev(to),
+            amount: U256::from(7u8),
+        }
+        .abi_encode();
+        send(&anvil, from, Some(listed[(k + 1) % 2]), back).await;
+    }
+    let head = anvil.head().await;
+    let caught_up =
+        || async { (status(&proxy).await["viewBlock"].as_u64()? >= head).then_some(()) };
+    test_support::eventually("the proxy's view reaches the head", caught_up).await;
+    let block = status(&proxy).await["viewBlock"].as_u64().unwrap();
+    upstream_saw.lock().unwrap().clear();
+
+    // viem through the proxy, against anvil at the same block.
+    let mut asked = holders.clone();
+    asked.push(Address::repeat_byte(0x77)); // never held a token
+    let got = viem_balances(&proxy, block, &listed, &asked);
+    let mut want = Vec::new();
+    for token in &listed {
+        for holder in &asked {
+            want.push(
+                balance_of(&anvil.url, *token, *holder, block)
+                    .await
+                    .unwrap()
+                    .to_string(),
+            );
+        }
+    }
+    let read: Vec<String> = got["read"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r[2].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(read, want, "readContract through the proxy");
+    let multicall: Vec<String> = serde_json::from_value(got["multicall"].clone()).unwrap();
+    assert_eq!(multicall, want, "multicall through the proxy");
+    assert!(want.iter().any(|w| w != "0"), "the holders hold tokens");
+    assert_eq!(want[asked.len() - 1], "0");
+
+    // Storage reads of listed contracts are private too.
+    let storage_at = |contract: String, slot: B256| {
+        let proxy = proxy.clone();
+        async move {
+            test_support::rpc(
+                &proxy,
+                "eth_getStorageAt",
+                json!([contract, slot, format!("{block:#x}")]),
+            )
+            .await
+        }
+    };
+    let word = |v: Value| U256::from_be_bytes(v.as_str().unwrap().parse::<B256>().unwrap().0);
+    assert_eq!(
+        word(
+            storage_at(STORE.into(), B256::with_last_byte(1))
+                .await
+                .unwrap()
+        ),
+        U256::from(5)
+    );
+    assert_eq!(
+        word(
+            storage_at(STORE.into(), B256::with_last_byte(9))
+                .await
+                .unwrap()
+        ),
+        U256::ZERO
+    );
+    let too_wide = storage_at(STORE.into(), B256::with_last_byte(2))
+        .await
+        .unwrap_err();
+    assert!(too_wide.contains("too wide"), "{too_wide}");
+    let slot = MappingLayout::Solidity.slot(&holders[5], &SlotIndex::Position(2));
+    let private = storage_at(format!("{:#x}", listed[0]), slot).await.unwrap();
+    let node = anvil
+        .rpc(
+            "eth_getStorageAt",
+            json!([listed[0], slot, format!("{block:#x}")]),
+        )
+        .await;
+    assert_eq!(private, node);
+    let saw = upstream_saw.lock().unwrap().clone();
+    assert!(
+        !saw.iter()
+            .any(|m| m == "eth_call" || m == "eth_getStorageAt"),
+        "the upstream saw {saw:?}"
+    );
+
+    // The unlisted token goes upstream, as configured, and is right.
+    let holder = holders[2];
+    let via_proxy = balance_of(&proxy, unlisted, holder, block).await.unwrap();
+    assert_eq!(
+        via_proxy,
+        balance_of(&anvil.url, unlisted, holder, block)
+            .await
+            .unwrap()
+    );
+    assert!(upstream_saw.lock().unwrap().iter().any(|m| m == "eth_call"));
+
+    stop_follower.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(60), follower)
+        .await
+        .expect("the follower stops")
+        .unwrap()
+        .unwrap();
+}
