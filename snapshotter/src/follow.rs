@@ -474,10 +474,7 @@ async fn datadir_base(
     use crate::sources::reth::{RethDatadir, RethMode};
     let reth = RethDatadir::open(dir)?;
     let mut state = reth.export(RethMode::Full, node.chain_id)?;
-    if !listed.is_empty() {
-        // Storage from a datadir comes in a later change (issue 19).
-        anyhow::bail!("the storage of listed contracts is not read from a reth datadir yet: start from a genesis file");
-    }
+    state.storage = reth.storage(&listed.all_contracts())?;
     state.listed = listed.clone();
     let (hash, _, _) = node.block_header(state.block_number).await?;
     if state.block_hash != Some(hash) {

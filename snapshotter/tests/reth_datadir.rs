@@ -1,5 +1,7 @@
 //! The `reth` source against real reth 2.5.1 datadirs (v1 and v2 layouts),
-//! checked against the node's own answers recorded before it stopped.
+//! checked against the node's own answers recorded before it stopped; and
+//! the storage of a contract, from a table the test adds to them in reth's
+//! encoding (the fixtures' chains wrote no storage).
 #![cfg(feature = "reth")]
 
 use std::collections::BTreeMap;
@@ -261,9 +263,126 @@ fn check_views_at_every_block(reth: &RethDatadir, expected: &Value) {
     }
 }
 
+/// The contract whose storage [`write_storage`] adds, its slots and words
+/// (one zero word, as reth never stores, one too wide for 24-byte values),
+/// and a neighbour whose entries the walk must not take.
+const CONTRACT: Address = alloy_primitives::address!("0x00000000000000000000000000000000c0ffee00");
+const NEIGHBOUR: Address = alloy_primitives::address!("0x00000000000000000000000000000000c0ffee01");
+
+fn contract_slots() -> Vec<(B256, U256)> {
+    vec![
+        (B256::with_last_byte(0), U256::from(7u8)),
+        (
+            B256::with_last_byte(1),
+            U256::from(10u64).pow(U256::from(24u8)),
+        ),
+        (B256::with_last_byte(2), U256::from(1u8) << 200),
+        (B256::repeat_byte(0x5e), U256::from(0xabcdefu64)),
+    ]
+}
+
+/// The fixtures' chains wrote no storage (no contract of theirs has any),
+/// so the test adds a storage table in reth's own encoding to the real
+/// datadir: `PlainStorageState` (v1: address -> `slot || word`) or
+/// `HashedStorages` (v2: keccak256(address) -> `keccak256(slot) || word`),
+/// both DUP_SORT, words big-endian without leading zeros (reth's
+/// `StorageEntry` in `Compact`).
+fn write_storage(datadir: &Path, layout: Layout) {
+    use libmdbx::{Database, DatabaseOptions, Mode, NoWriteMap, TableFlags, WriteFlags};
+    let options = DatabaseOptions {
+        mode: Mode::ReadWrite(Default::default()),
+        max_tables: Some(256),
+        ..Default::default()
+    };
+    let db = Database::<NoWriteMap>::open_with_options(datadir.join("db"), options).unwrap();
+    let txn = db.begin_rw_txn().unwrap();
+    let (name, hashed) = match layout {
+        Layout::V1 => ("PlainStorageState", false),
+        Layout::V2 => ("HashedStorages", true),
+    };
+    let table = txn.create_table(Some(name), TableFlags::DUP_SORT).unwrap();
+    let neighbour = [(B256::with_last_byte(0), U256::from(99u8))];
+    for (contract, slots) in [
+        (CONTRACT, contract_slots()),
+        (NEIGHBOUR, neighbour.to_vec()),
+    ] {
+        let key = match hashed {
+            false => contract.to_vec(),
+            true => alloy_primitives::keccak256(contract).to_vec(),
+        };
+        for (slot, word) in slots {
+            let mut value = match hashed {
+                false => slot.to_vec(),
+                true => alloy_primitives::keccak256(slot).to_vec(),
+            };
+            let be = word.to_be_bytes::<32>();
+            value.extend_from_slice(&be[32 - word.byte_len()..]);
+            txn.put(&table, &key, &value, WriteFlags::empty()).unwrap();
+        }
+    }
+    txn.commit().unwrap();
+}
+
+/// The added storage read back from the datadir, and privately through a
+/// full snapshot listing the contract: every word (the too-wide one as its
+/// marker), a never-written slot absent (i.e. 0); the neighbour's entries
+/// stay out; an unlisted contract has none.
+fn check_storage(reth: &RethDatadir) {
+    let slots = reth.storage(&[CONTRACT]).unwrap();
+    let want: BTreeMap<B256, U256> = contract_slots()
+        .into_iter()
+        .map(|(slot, word)| (protocol::storage::storage_key_of(&CONTRACT, &slot), word))
+        .collect();
+    let got: BTreeMap<B256, U256> = slots.iter().map(|s| (s.key, s.value)).collect();
+    assert_eq!(got, want, "the contract's storage");
+    assert!(slots.iter().all(|s| s.contract == Some(CONTRACT)));
+    assert!(reth
+        .storage(&[Address::repeat_byte(0x42)])
+        .unwrap()
+        .is_empty());
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path()).unwrap();
+    let opts = BuildOptions {
+        device: gpu_kernels::HintDevice::Cpu,
+        ..Default::default()
+    };
+    let mut state = reth.export(RethMode::Full, 1337).unwrap();
+    state.storage = slots;
+    state.listed.contracts = vec![CONTRACT];
+    let published = build_and_publish(&store, state, &opts).unwrap();
+    assert_eq!(published.manifest.storage_records, want.len() as u64);
+    let server = store.load_server(&published, None).unwrap();
+    let client = pir_core::PirClient::from_setup_bytes(server.setup_bytes()).unwrap();
+    let mut rng = rand::rng();
+    let mut read = |key: &B256| {
+        let (query, pending) = client
+            .query(client.prepare(&mut rng), key.as_slice())
+            .unwrap();
+        match client
+            .decode(pending, &server.answer(&query).unwrap())
+            .unwrap()
+        {
+            pir_core::Lookup::Found(v) => Some(protocol::storage::decode_word(&v).unwrap()),
+            pir_core::Lookup::Absent => None,
+        }
+    };
+    let fits = published.manifest.pir.value_bytes as usize - 1;
+    for (key, word) in &want {
+        let expect = match word.byte_len() > fits {
+            true => protocol::storage::StoredWord::TooWide,
+            false => protocol::storage::StoredWord::Word(*word),
+        };
+        assert_eq!(read(key), Some(expect), "slot of key {key}");
+    }
+    let unwritten = protocol::storage::storage_key_of(&CONTRACT, &B256::with_last_byte(9));
+    assert_eq!(read(&unwritten), None);
+}
+
 #[test]
 fn v1_datadir_matches_the_node() {
     let (_tmp, datadir) = unpack("v1");
+    write_storage(&datadir, Layout::V1);
     let reth = RethDatadir::open(&datadir).unwrap();
     assert_eq!(reth.layout, Layout::V1);
     // Full state at the head == `reth db list PlainAccountState`.
@@ -277,11 +396,13 @@ fn v1_datadir_matches_the_node() {
     check_history_and_active_sets(&reth, &json("expected-v1.json"));
     check_builds(&reth, 1337);
     check_views_at_every_block(&reth, &json("expected-v1.json"));
+    check_storage(&reth);
 }
 
 #[test]
 fn v2_datadir_matches_the_node() {
     let (_tmp, datadir) = unpack("v2");
+    write_storage(&datadir, Layout::V2);
     let reth = RethDatadir::open(&datadir).unwrap();
     assert_eq!(reth.layout, Layout::V2);
     // Full state at the head == `reth db list HashedAccounts` (keyed by keccak256(address)).
@@ -313,6 +434,7 @@ fn v2_datadir_matches_the_node() {
     check_history_and_active_sets(&reth, &expected);
     check_builds(&reth, 1337);
     check_views_at_every_block(&reth, &expected);
+    check_storage(&reth);
 }
 
 #[test]

@@ -26,6 +26,8 @@ use alloy_primitives::{Address, B256, U256};
 use libmdbx::{Database, DatabaseOptions, Mode, NoWriteMap};
 use reth_codecs::Compact;
 
+use protocol::storage::StorageRecord;
+
 use crate::account::AccountRecord;
 use crate::manifest::SnapshotKind;
 use crate::pipeline::ExportedState;
@@ -70,6 +72,18 @@ pub enum RethMode {
 type RawEntries = Vec<(Vec<u8>, Vec<u8>)>;
 /// `(nonce, balance)` of an account.
 type AccountState = (u64, U256);
+/// A storage table's entry (reth's `StorageEntry` in `Compact`): the slot
+/// (or its hash), then the word big-endian without its leading zeros.
+fn decode_storage_entry(bytes: &[u8]) -> Result<(B256, U256), String> {
+    if bytes.len() < 32 || bytes.len() > 64 {
+        return Err(format!("storage entry of {} bytes", bytes.len()));
+    }
+    Ok((
+        B256::from_slice(&bytes[..32]),
+        U256::from_be_slice(&bytes[32..]),
+    ))
+}
+
 /// One v1 change-set entry: block, address, account before the block.
 type Change = (u64, Address, Option<AccountState>);
 
@@ -288,6 +302,54 @@ impl RethDatadir {
                 })
                 .collect(),
         }
+    }
+
+    /// Every non-zero storage slot of `contracts` at the head: v1 from
+    /// `PlainStorageState` (by address, entries `slot || word`), v2 from
+    /// `HashedStorages` (by keccak256(address), entries `keccak256(slot) ||
+    /// word`); either way the same PIR keys. Each contract is one cursor
+    /// walk over its own entries (a mainnet table is never read whole).
+    pub fn storage(&self, contracts: &[Address]) -> Result<Vec<StorageRecord>, RethError> {
+        let table = match self.layout {
+            Layout::V1 => "PlainStorageState",
+            Layout::V2 => "HashedStorages",
+        };
+        let txn = self.db.begin_ro_txn().map_err(read_err(table))?;
+        let t = match txn.open_table(Some(table)) {
+            Ok(t) => t,
+            Err(libmdbx::Error::NotFound) => return Ok(Vec::new()),
+            Err(e) => return Err(read_err(table)(e)),
+        };
+        let mut out = Vec::new();
+        for contract in contracts {
+            let hashed = alloy_primitives::keccak256(contract);
+            let key: &[u8] = match self.layout {
+                Layout::V1 => contract.as_slice(),
+                Layout::V2 => hashed.as_slice(),
+            };
+            let mut cursor = txn.cursor(&t).map_err(read_err(table))?;
+            let mut entry = cursor
+                .set_key::<Vec<u8>, Vec<u8>>(key)
+                .map_err(read_err(table))?;
+            while let Some((_, value)) = entry {
+                let (slot, word) = decode_storage_entry(&value)
+                    .map_err(|reason| RethError::Malformed { table, reason })?;
+                if !word.is_zero() {
+                    out.push(match self.layout {
+                        Layout::V1 => StorageRecord::new(*contract, slot, word),
+                        Layout::V2 => {
+                            let mut r = StorageRecord::from_hashed(hashed, slot, word);
+                            r.contract = Some(*contract);
+                            r
+                        }
+                    });
+                }
+                entry = cursor
+                    .next_dup::<Vec<u8>, Vec<u8>>()
+                    .map_err(read_err(table))?;
+            }
+        }
+        Ok(out)
     }
 
     fn plain_state(&self) -> Result<BTreeMap<Address, (u64, U256)>, RethError> {
