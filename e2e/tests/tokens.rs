@@ -20,7 +20,9 @@ use std::time::Duration;
 use alloy_primitives::{Address, B256, U256};
 use alloy_sol_types::{SolCall, SolValue};
 use common::*;
-use protocol::tokens::{MappingLayout, SlotIndex, TokenEntry, TokenList, IERC20, MULTICALL3};
+use protocol::tokens::{
+    IMulticall3, MappingLayout, SlotIndex, TokenEntry, TokenList, IERC20, MULTICALL3,
+};
 use serde_json::{json, Value};
 use snapshotter::follow::{self, BuildConfig, FollowConfig, SourceConfig, Timing};
 use snapshotter::levels::LevelPolicy;
@@ -126,6 +128,26 @@ async fn balance_of(
     let out = test_support::rpc(url, "eth_call", json!([call, format!("{block:#x}")])).await?;
     let bytes = alloy_primitives::hex::decode(out.as_str().unwrap()).unwrap();
     Ok(IERC20::balanceOfCall::abi_decode_returns(&bytes).unwrap())
+}
+
+/// How many `POST /v1/query` requests the server has answered.
+async fn queries_served(server: &str) -> u64 {
+    let text = reqwest::Client::new()
+        .get(format!("{server}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|l| {
+            l.starts_with("ethpir_http_requests_total")
+                && l.contains("route=\"query\"")
+                && l.contains("\"200\"")
+        })
+        .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+        .sum()
 }
 
 /// What viem reads through `url`: (token, holder, balance) one by one,
@@ -317,6 +339,61 @@ async fn wallets_read_token_balances_privately_through_viem() {
         )
         .await;
     assert_eq!(private, node);
+    // One aggregate3 of every balance, and a JSON-RPC batch of balanceOf
+    // calls (what batching providers send): each one PIR request.
+    let calls = listed
+        .iter()
+        .flat_map(|t| asked.iter().map(move |h| (*t, *h)))
+        .map(|(target, holder)| IMulticall3::Call3 {
+            target,
+            allowFailure: false,
+            callData: IERC20::balanceOfCall { holder }.abi_encode().into(),
+        })
+        .collect();
+    let data = IMulticall3::aggregate3Call { calls }.abi_encode();
+    let call = json!({"to": MULTICALL3, "data": alloy_primitives::hex::encode_prefixed(data)});
+    let before = queries_served(&server).await;
+    let out = test_support::rpc(&proxy, "eth_call", json!([call, format!("{block:#x}")]))
+        .await
+        .unwrap();
+    assert_eq!(queries_served(&server).await, before + 1, "one PIR request");
+    let bytes = alloy_primitives::hex::decode(out.as_str().unwrap()).unwrap();
+    let results = IMulticall3::aggregate3Call::abi_decode_returns(&bytes).unwrap();
+    let balances: Vec<String> = results
+        .iter()
+        .map(|r| {
+            assert!(r.success);
+            IERC20::balanceOfCall::abi_decode_returns(&r.returnData)
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(balances, want, "aggregate3 through the proxy");
+    let batch: Vec<Value> = asked
+        .iter()
+        .enumerate()
+        .map(|(i, holder)| {
+            let data = IERC20::balanceOfCall { holder: *holder }.abi_encode();
+            let call = json!({"to": listed[1], "data": alloy_primitives::hex::encode_prefixed(data)});
+            json!({"jsonrpc": "2.0", "id": i, "method": "eth_call", "params": [call, format!("{block:#x}")]})
+        })
+        .collect();
+    let before = queries_served(&server).await;
+    let http = reqwest::Client::new();
+    let answers = test_support::rpc_raw(&http, &proxy, &Value::from(batch).to_string()).await;
+    assert_eq!(queries_served(&server).await, before + 1, "one PIR request");
+    let mut answers = answers.as_array().unwrap().clone();
+    answers.sort_by_key(|a| a["id"].as_u64());
+    for (i, a) in answers.iter().enumerate() {
+        let bytes = alloy_primitives::hex::decode(a["result"].as_str().unwrap()).unwrap();
+        let balance = IERC20::balanceOfCall::abi_decode_returns(&bytes).unwrap();
+        assert_eq!(
+            balance.to_string(),
+            want[asked.len() + i],
+            "batch entry {i}"
+        );
+    }
+
     let saw = upstream_saw.lock().unwrap().clone();
     assert!(
         !saw.iter()

@@ -107,7 +107,8 @@ where
         }
         let listed = |sel: &BlockSelector| self.policy.reader.private_storage(sel);
         if let Some(read) = storage::plan(&copy.method, copy.params.as_deref(), listed) {
-            return self.answer_storage(copy, read).await;
+            let ahead = req.extensions().get::<storage::PrefetchedSlots>().cloned();
+            return self.answer_storage(copy, read, ahead).await;
         }
         if !self.policy.local.contains(copy.method.as_str()) {
             return self.forward(copy).await;
@@ -145,12 +146,17 @@ where
     /// while private reads are stopped; what the snapshots cannot answer
     /// (a word too wide for them, no view at the block) goes upstream only
     /// with `private_fallback_to_upstream`.
-    async fn answer_storage(&self, call: CallCopy, read: storage::StorageRead) -> MethodResponse {
+    async fn answer_storage(
+        &self,
+        call: CallCopy,
+        read: storage::StorageRead,
+        ahead: Option<storage::PrefetchedSlots>,
+    ) -> MethodResponse {
         let reader = &self.policy.reader;
         if let Some(reason) = reader.distrusted() {
             return MethodResponse::error(call.id, ProxyError::from(ReadError::Distrusted(reason)));
         }
-        match storage::read_words(reader, &read).await {
+        match storage::read_words(reader, &read, ahead).await {
             Ok((words, states)) => {
                 let snapshot = states.last().map(|s| s.snapshot.as_str()).unwrap_or("");
                 tracing::info!(method = %call.method, slots = words.len(), snapshot, "answered privately");
@@ -216,6 +222,42 @@ where
             let results = self.policy.reader.lookup(&selector, &addresses).await;
             for ((i, _), result) in members.iter().zip(results) {
                 read.insert(*i, Prefetched(result));
+            }
+        }
+        for (i, entry) in batch.iter_mut().enumerate() {
+            if let (Ok(BatchEntry::Call(req)), Some(answer)) = (entry, read.remove(&i)) {
+                req.extensions_mut().insert(answer);
+            }
+        }
+        self.prefetch_storage(batch).await;
+    }
+
+    /// Reads the private storage reads of a batch together: one PIR
+    /// request per block asked about, when a block has several.
+    async fn prefetch_storage(&self, batch: &mut Batch<'_>) {
+        if self.policy.reader.distrusted().is_some() {
+            return;
+        }
+        let listed = |sel: &BlockSelector| self.policy.reader.private_storage(sel);
+        let mut groups: HashMap<BlockSelector, Vec<(usize, storage::StorageRead)>> = HashMap::new();
+        for (i, entry) in batch.iter().enumerate() {
+            let Ok(BatchEntry::Call(req)) = entry else {
+                continue;
+            };
+            let params = req.params.as_ref().map(|p| p.as_ref());
+            if let Some(read) = storage::plan(&req.method, params, listed) {
+                groups
+                    .entry(read.block.clone())
+                    .or_default()
+                    .push((i, read));
+            }
+        }
+        let mut read: HashMap<usize, storage::PrefetchedSlots> = HashMap::new();
+        for (block, members) in groups.into_iter().filter(|g| g.1.len() > 1) {
+            let reads: Vec<&storage::StorageRead> = members.iter().map(|(_, r)| r).collect();
+            let results = storage::read_together(&self.policy.reader, &block, &reads).await;
+            for ((i, _), result) in members.iter().zip(results) {
+                read.insert(*i, result);
             }
         }
         for (i, entry) in batch.iter_mut().enumerate() {

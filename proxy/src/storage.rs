@@ -224,15 +224,39 @@ pub fn answer(read: &StorageRead, words: &[U256]) -> Value {
     serde_json::to_value(bytes).expect("hex")
 }
 
-/// Reads the slots of `read` privately (one PIR batch): the words, or the
-/// first failure.
+/// The slots of a storage read, read ahead with the other storage reads
+/// of the same block in a JSON-RPC batch (one PIR request for them all),
+/// carried in the call's extensions.
+#[derive(Clone, Debug)]
+pub struct PrefetchedSlots(pub Vec<Result<SlotState, ReadError>>);
+
+/// Reads the slots of several storage reads of one block in one PIR batch:
+/// each read's results, in order.
+pub async fn read_together(
+    reader: &PrivateReader,
+    block: &BlockSelector,
+    reads: &[&StorageRead],
+) -> Vec<PrefetchedSlots> {
+    let slots: Vec<(Address, B256)> = reads.iter().flat_map(|r| r.slots.clone()).collect();
+    let mut results = reader.lookup_slots(block, &slots).await.into_iter();
+    reads
+        .iter()
+        .map(|r| PrefetchedSlots(results.by_ref().take(r.slots.len()).collect()))
+        .collect()
+}
+
+/// The words of `read`, read privately (one PIR batch) unless `ahead`
+/// holds them already; or the first failure.
 pub async fn read_words(
     reader: &PrivateReader,
     read: &StorageRead,
+    ahead: Option<PrefetchedSlots>,
 ) -> Result<(Vec<U256>, Vec<SlotState>), ReadError> {
-    let states = reader
-        .lookup_slots(&read.block, &read.slots)
-        .await
+    let results = match ahead {
+        Some(PrefetchedSlots(results)) => results,
+        None => reader.lookup_slots(&read.block, &read.slots).await,
+    };
+    let states = results
         .into_iter()
         .collect::<Result<Vec<SlotState>, ReadError>>()?;
     Ok((states.iter().map(|s| s.word).collect(), states))
