@@ -8,6 +8,11 @@
 //! is published as a delta the moment it is "seen"; lookups run
 //! concurrently at random times (a Poisson process), each checked against
 //! the simulator's own state at the block the proxy answered from.
+//!
+//! With `--log2-slots S`, a listed token's balances are in the snapshots
+//! too: 2^S holders in the base, `--slot-changes-per-block` balance slots
+//! changed per block, and half the lookups are a wallet's 20-balance view
+//! (20 slots read in one request, as the proxy reads one `aggregate3`).
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
@@ -19,6 +24,8 @@ use alloy_primitives::{Address, U256};
 use anyhow::{Context, Result};
 use clap::Parser;
 use ethpir_client::{BlockSelector, ClientConfig, PrivateReader};
+use protocol::storage::{PrivateStorage, StorageRecord};
+use protocol::tokens::{MappingLayout, SlotIndex, TokenEntry};
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 use snapshotter::follow::BuildConfig;
@@ -66,6 +73,34 @@ struct Args {
     dir: std::path::PathBuf,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// log2 of the token's holders in the base (0: no token slots).
+    #[arg(long, default_value_t = 0)]
+    log2_slots: u32,
+    /// Token balance slots changed per block.
+    #[arg(long, default_value_t = 0)]
+    slot_changes_per_block: usize,
+}
+
+/// Balances a wallet's token view reads at once (one `aggregate3`).
+const TOKEN_VIEW: usize = 20;
+
+/// The simulated token: a plain balances mapping at slot 0.
+fn token_entry() -> TokenEntry {
+    TokenEntry {
+        chain_id: CHAIN_ID,
+        address: Address::repeat_byte(0x70),
+        symbol: "SIM".into(),
+        balance_slot: SlotIndex::Position(0),
+        layout: MappingLayout::Solidity,
+        source: "chain-sim".into(),
+    }
+}
+
+fn listed(with_token: bool) -> PrivateStorage {
+    PrivateStorage {
+        tokens: with_token.then(token_entry).into_iter().collect(),
+        contracts: Vec::new(),
+    }
 }
 
 const CHAIN_ID: u64 = 1;
@@ -86,6 +121,10 @@ struct Chain {
     history: HashMap<Address, Vec<(u64, U256, u64)>>,
     /// Addresses created after the base (targets of later changes).
     created: Vec<Address>,
+    /// Token holders in the base: accounts 0..slot_base_len.
+    slot_base_len: usize,
+    /// Token balance changes per holder (account index): (block, word).
+    slot_history: HashMap<usize, Vec<(u64, U256)>>,
 }
 
 impl Chain {
@@ -110,6 +149,70 @@ impl Chain {
             .map(|i| {
                 let (balance, nonce) = self.base_value(i);
                 AccountRecord::new(self.base_address(i), balance, nonce)
+            })
+            .collect()
+    }
+
+    /// A base holder's token balance.
+    fn base_word(&self, i: usize) -> U256 {
+        match i < self.slot_base_len {
+            true => U256::from(splitmix(self.seed.wrapping_add(0x70c) ^ i as u64) >> 8),
+            false => U256::ZERO,
+        }
+    }
+
+    /// The token balance slot of account `i`.
+    fn slot_of(&self, i: usize) -> StorageRecord {
+        let holder = self.base_address(i);
+        let slot = token_entry().balance_slot_of(&holder);
+        StorageRecord::new(token_entry().address, slot, U256::ZERO)
+    }
+
+    fn base_slots(&self) -> Vec<StorageRecord> {
+        (0..self.slot_base_len)
+            .map(|i| StorageRecord {
+                value: self.base_word(i),
+                ..self.slot_of(i)
+            })
+            .collect()
+    }
+
+    /// Account `i`'s token balance at `block`.
+    fn slot_truth(&self, i: usize, block: u64) -> U256 {
+        let changed = self
+            .slot_history
+            .get(&i)
+            .and_then(|h| h.iter().rev().find(|(b, _)| *b <= block));
+        changed.map_or_else(|| self.base_word(i), |&(_, w)| w)
+    }
+
+    /// A skewed pick of a holder (a few new ones beyond the base's).
+    fn pick_holder(&self, rng: &mut impl Rng) -> usize {
+        let u: f64 = rng.random();
+        let i = (self.slot_base_len as f64 * 1.05 * u * u * u) as usize;
+        i.min(self.base_len - 1)
+    }
+
+    /// The token balances `block` changes, recorded; its storage records.
+    fn next_slots(&mut self, block: u64, changes: usize, rng: &mut impl Rng) -> Vec<StorageRecord> {
+        let mut touched: HashMap<usize, U256> = HashMap::new();
+        for _ in 0..changes {
+            let i = self.pick_holder(rng);
+            let old = self.slot_truth(i, block);
+            let word = match rng.random_bool(0.05) {
+                true => U256::ZERO,
+                false => old / U256::from(2u8) + U256::from(rng.random::<u32>()),
+            };
+            touched.insert(i, word);
+        }
+        touched
+            .into_iter()
+            .map(|(i, word)| {
+                self.slot_history.entry(i).or_default().push((block, word));
+                StorageRecord {
+                    value: word,
+                    ..self.slot_of(i)
+                }
             })
             .collect()
     }
@@ -193,7 +296,12 @@ fn cpu_seconds() -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
-fn delta_state(block: u64, records: Vec<AccountRecord>) -> ExportedState {
+fn delta_state(
+    block: u64,
+    records: Vec<AccountRecord>,
+    storage: Vec<StorageRecord>,
+    with_token: bool,
+) -> ExportedState {
     ExportedState {
         chain_id: CHAIN_ID,
         block_number: block,
@@ -202,8 +310,8 @@ fn delta_state(block: u64, records: Vec<AccountRecord>) -> ExportedState {
         block_time: None,
         kind: SnapshotKind::Delta { from: block - 1 },
         source: "chain-sim".into(),
-        storage: Vec::new(),
-        listed: Default::default(),
+        storage,
+        listed: listed(with_token),
         records,
         export_s: 0.0,
     }
@@ -217,6 +325,9 @@ struct LookupStats {
     levels: Vec<usize>,
     wrong: Vec<String>,
     failed: Vec<String>,
+    /// Token views: latency and bytes (up + down) of each.
+    view_ms: Vec<f64>,
+    view_bytes: Vec<(u64, u64)>,
 }
 
 /// Looks up random accounts at random times until `stop`, checking each
@@ -231,9 +342,14 @@ async fn lookups(
     seed: u64,
 ) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let with_token = chain.read().expect("chain lock").slot_base_len > 0;
     while !stop.load(Ordering::SeqCst) {
         let u: f64 = rng.random::<f64>().max(1e-9);
         tokio::time::sleep(mean_gap.mul_f64(-u.ln()).min(mean_gap * 10)).await;
+        if with_token && rng.random_bool(0.5) {
+            token_view(&reader, &chain, &stats, &mut rng).await;
+            continue;
+        }
         let (address, base) = {
             let c = chain.read().expect("chain lock");
             match rng.random_range(0..10) {
@@ -279,6 +395,52 @@ async fn lookups(
             Err(e) => s.failed.push(e.to_string()),
         }
     }
+}
+
+/// A wallet's token view: `TOKEN_VIEW` balances in one request, each
+/// checked against the chain at the view's block.
+async fn token_view(
+    reader: &PrivateReader,
+    chain: &RwLock<Chain>,
+    stats: &Mutex<LookupStats>,
+    rng: &mut impl Rng,
+) {
+    let (holders, slots): (Vec<usize>, Vec<(Address, alloy_primitives::B256)>) = {
+        let c = chain.read().expect("chain lock");
+        (0..TOKEN_VIEW)
+            .map(|_| {
+                let i = c.pick_holder(rng);
+                let holder = c.base_address(i);
+                let entry = token_entry();
+                (i, (entry.address, entry.balance_slot_of(&holder)))
+            })
+            .unzip()
+    };
+    let (up0, down0) = reader.lookup_traffic();
+    let started = Instant::now();
+    let results = reader.lookup_slots(&BlockSelector::Newest, &slots).await;
+    let ms = started.elapsed().as_secs_f64() * 1e3;
+    let (up, down) = reader.lookup_traffic();
+    let mut s = stats.lock().expect("stats lock");
+    for (i, result) in holders.iter().zip(results) {
+        match result {
+            Ok(state) => {
+                let want = chain
+                    .read()
+                    .expect("chain lock")
+                    .slot_truth(*i, state.block);
+                if state.word != want {
+                    s.wrong.push(format!(
+                        "token balance of account {i} at {}: {} vs {want}",
+                        state.block, state.word
+                    ));
+                }
+            }
+            Err(e) => s.failed.push(e.to_string()),
+        }
+    }
+    s.view_ms.push(ms);
+    s.view_bytes.push((up - up0, down - down0));
 }
 
 fn percentile<T: Copy + PartialOrd>(values: &[T], p: f64) -> Option<T> {
@@ -351,7 +513,13 @@ async fn main() -> Result<()> {
         base_len: 1usize << args.log2_accounts,
         history: HashMap::new(),
         created: Vec::new(),
+        slot_base_len: match args.log2_slots {
+            0 => 0,
+            s => (1usize << s).min(1usize << args.log2_accounts),
+        },
+        slot_history: HashMap::new(),
     };
+    let with_token = chain.slot_base_len > 0;
     let policy = LevelPolicy {
         fanout: args.fanout,
         keep_blocks: args.keep_blocks,
@@ -374,8 +542,8 @@ async fn main() -> Result<()> {
         block_time: None,
         kind: SnapshotKind::Full,
         source: "chain-sim".into(),
-        storage: Vec::new(),
-        listed: Default::default(),
+        storage: chain.base_slots(),
+        listed: listed(with_token),
         records: chain.base_records(),
         export_s: 0.0,
     };
@@ -428,16 +596,21 @@ async fn main() -> Result<()> {
     let start = Instant::now();
     for block in 1..=args.blocks {
         tokio::time::sleep_until((start + block_time * (block as u32 - 1)).into()).await;
-        let records =
-            chain
-                .write()
-                .expect("chain lock")
-                .next_block(block, args.changes_per_block, &mut rng);
+        let (records, slots) = {
+            let mut c = chain.write().expect("chain lock");
+            let records = c.next_block(block, args.changes_per_block, &mut rng);
+            let slots = match with_token {
+                true => c.next_slots(block, args.slot_changes_per_block, &mut rng),
+                false => Vec::new(),
+            };
+            (records, slots)
+        };
         head.store(block, Ordering::SeqCst);
         let seen = Instant::now();
         let cpu = cpu_seconds();
         let l = levels.clone();
-        tokio::task::spawn_blocking(move || l.publish(delta_state(block, records))).await??;
+        let delta = delta_state(block, records, slots, with_token);
+        tokio::task::spawn_blocking(move || l.publish(delta)).await??;
         cpu_per_block.push(cpu_seconds() - cpu);
         let wait = block_time
             .saturating_sub(seen.elapsed())
@@ -459,6 +632,8 @@ async fn main() -> Result<()> {
     let answer_ms = answer_ms(&http, &server).await;
     let stats = std::mem::take(&mut *stats.lock().expect("stats lock"));
     let n = stats.latencies_ms.len().max(1) as f64;
+    let view_up: u64 = stats.view_bytes.iter().map(|b| b.0).sum();
+    let view_down: u64 = stats.view_bytes.iter().map(|b| b.1).sum();
     let out = json!({
         "bench": "chain-sim",
         "log2_accounts": args.log2_accounts,
@@ -474,8 +649,8 @@ async fn main() -> Result<()> {
         "expansion": expansion.name(),
         "lag_blocks_p50": percentile(&stats.lags, 0.5),
         "lag_blocks_max": stats.lags.iter().max(),
-        "lookup_bytes_up": (lup - lup0) as f64 / n,
-        "lookup_bytes_down": (ldown - ldown0) as f64 / n,
+        "lookup_bytes_up": (lup - lup0 - view_up) as f64 / n,
+        "lookup_bytes_down": (ldown - ldown0 - view_down) as f64 / n,
         "background_bytes_per_300_blocks": background as f64 * 300.0 / args.blocks as f64,
         "server_cpu_s_per_block": cpu_per_block.iter().sum::<f64>() / args.blocks as f64,
         "server_cpu_s_per_block_max": cpu_per_block.iter().cloned().fold(0.0, f64::max),
@@ -489,6 +664,13 @@ async fn main() -> Result<()> {
         "lookups": stats.latencies_ms.len(),
         "failed_lookups": stats.failed.len(),
         "wrong_answers": stats.wrong.len(),
+        "log2_slots": args.log2_slots,
+        "slot_changes_per_block": args.slot_changes_per_block,
+        "token_views": stats.view_ms.len(),
+        "token_view_balances": TOKEN_VIEW,
+        "token_view_ms_p50": percentile(&stats.view_ms, 0.5),
+        "token_view_ms_p99": percentile(&stats.view_ms, 0.99),
+        "token_view_bytes": (view_up + view_down) as f64 / stats.view_ms.len().max(1) as f64,
         "kernel": kernel.name(),
         "cpu_model": cpu_model(),
         "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
