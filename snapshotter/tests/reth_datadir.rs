@@ -320,8 +320,29 @@ fn write_storage(datadir: &Path, layout: Layout) {
             txn.put(&table, &key, &value, WriteFlags::empty()).unwrap();
         }
     }
+    if layout == Layout::V1 {
+        // The words before blocks 3, 5 and 6 changed them (v1 change sets:
+        // block (u64 BE) || address -> slot || word before the block).
+        let changes = txn
+            .create_table(Some("StorageChangeSets"), TableFlags::DUP_SORT)
+            .unwrap();
+        for (block, slot, before) in STORAGE_CHANGES {
+            let mut key = block.to_be_bytes().to_vec();
+            key.extend_from_slice(CONTRACT.as_slice());
+            let mut value = B256::with_last_byte(slot).to_vec();
+            let word = U256::from(before);
+            value.extend_from_slice(&word.to_be_bytes::<32>()[32 - word.byte_len()..]);
+            txn.put(&changes, &key, &value, WriteFlags::empty())
+                .unwrap();
+        }
+    }
     txn.commit().unwrap();
 }
+
+/// (block, slot, word before the block) of [`CONTRACT`]: slot 0 was 1
+/// until block 3 and 3 until block 6 (7 at the head); slot 1 was unset
+/// until block 5.
+const STORAGE_CHANGES: [(u64, u8, u64); 3] = [(3, 0, 1), (6, 0, 3), (5, 1, 0)];
 
 /// The added storage read back from the datadir, and privately through a
 /// full snapshot listing the contract: every word (the too-wide one as its
@@ -377,6 +398,32 @@ fn check_storage(reth: &RethDatadir) {
     }
     let unwritten = protocol::storage::storage_key_of(&CONTRACT, &B256::with_last_byte(9));
     assert_eq!(read(&unwritten), None);
+
+    // At older blocks (v1: change sets undone; v2: refused).
+    let at = |block: u64| -> BTreeMap<B256, U256> {
+        reth.storage_at(block, &[CONTRACT])
+            .unwrap()
+            .into_iter()
+            .map(|s| (s.key, s.value))
+            .collect()
+    };
+    let key = |slot: u8| protocol::storage::storage_key_of(&CONTRACT, &B256::with_last_byte(slot));
+    match reth.layout {
+        Layout::V1 => {
+            let (at2, at4) = (at(2), at(4));
+            assert_eq!(at2[&key(0)], U256::from(1u8));
+            assert_eq!(at4[&key(0)], U256::from(3u8));
+            assert!(!at2.contains_key(&key(1)) && !at4.contains_key(&key(1)));
+            assert_eq!(at(5)[&key(1)], want[&key(1)]);
+            assert_eq!(at(6)[&key(0)], U256::from(7u8));
+            assert_eq!(at2[&key(2)], want[&key(2)], "a slot no change touched");
+        }
+        Layout::V2 => assert!(matches!(
+            reth.storage_at(2, &[CONTRACT]),
+            Err(RethError::Unsupported(_))
+        )),
+    }
+    assert_eq!(at(reth.head().unwrap()), want);
 }
 
 #[test]

@@ -204,3 +204,58 @@ async fn the_cli_prints_an_entry_or_exits_2() {
     let said = String::from_utf8(odd.stdout).unwrap();
     assert!(said.contains("non-standard"), "{said}");
 }
+
+/// `build genesis --tokens FILE --contract ADDR`: the listed contracts'
+/// storage from the file's alloc, in a snapshot whose manifest lists them;
+/// every slot answers by PIR.
+#[test]
+fn one_shot_builds_take_the_token_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = "0x00000000000000000000000000000000000000aa";
+    let other = "0x00000000000000000000000000000000000000bb";
+    let genesis = dir.path().join("genesis.json");
+    let alloc = json!({
+        token: {"balance": "0x0", "code": "0x00", "storage": {"0x01": "0x05", "0x02": "0x06"}},
+        other: {"balance": "0x1", "code": "0x00", "storage": {"0x01": "0x07"}},
+        "0x00000000000000000000000000000000000000cc": {"balance": "0x2", "code": "0x00", "storage": {"0x01": "0x08"}},
+    });
+    let text = json!({"config": {"chainId": 7}, "alloc": alloc}).to_string();
+    std::fs::write(&genesis, text).unwrap();
+    let list = TokenList {
+        tokens: vec![protocol::tokens::TokenEntry {
+            chain_id: 7,
+            address: token.parse().unwrap(),
+            symbol: "AA".into(),
+            balance_slot: SlotIndex::Position(0),
+            layout: MappingLayout::Solidity,
+            source: "test".into(),
+        }],
+    };
+    let tokens_file = dir.path().join("tokens.toml");
+    std::fs::write(&tokens_file, list.to_toml()).unwrap();
+    let store_dir = dir.path().join("store");
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_ethpir-snapshot"))
+        .arg("--store")
+        .arg(&store_dir)
+        .args(["--log", "warn", "build", "genesis", "--file"])
+        .arg(&genesis)
+        .arg("--tokens")
+        .arg(&tokens_file)
+        .args(["--contract", other, "--no-progress", "--device", "cpu"])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let store = snapshotter::SnapshotStore::open(&store_dir).unwrap();
+    let snap = store.list().unwrap().pop().unwrap();
+    assert_eq!(
+        snap.manifest.storage_records, 3,
+        "aa's two slots and bb's one"
+    );
+    assert_eq!(snap.manifest.storage.tokens, list.tokens);
+    assert_eq!(
+        snap.manifest.storage.contracts,
+        vec![other.parse::<Address>().unwrap()]
+    );
+    snapshotter::verify::verify(&store, &snap, 8).unwrap();
+}

@@ -12,6 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::io::Write as _;
 
 use pir_core::{Arity, Expansion, Packing};
+use protocol::storage::PrivateStorage;
 use snapshotter::follow::{self, FollowConfig};
 use snapshotter::pipeline::{
     build_and_publish, resolve_packing, BuildError, BuildOptions, ExportedState, HintBudget,
@@ -256,7 +257,36 @@ struct GenesisArgs {
     #[arg(long)]
     chain_id: Option<u64>,
     #[command(flatten)]
+    storage: StorageArgs,
+    #[command(flatten)]
     build: BuildArgs,
+}
+
+/// Contracts whose storage goes into a full snapshot beside the accounts.
+#[derive(Args, Clone, Default)]
+struct StorageArgs {
+    /// A token list (`[[token]]` entries, as `tokens detect` prints and
+    /// configs/tokens-mainnet.toml ships): every storage slot of the
+    /// chain's tokens is exported, so that the proxy answers their
+    /// balanceOf privately.
+    #[arg(long)]
+    tokens: Option<PathBuf>,
+    /// Another contract whose every storage slot is exported (repeat for
+    /// more; answered to eth_getStorageAt).
+    #[arg(long = "contract")]
+    contracts: Vec<alloy_primitives::Address>,
+}
+
+impl StorageArgs {
+    /// The contracts of `chain_id` to export.
+    fn listed(&self, chain_id: u64) -> Result<PrivateStorage> {
+        let source = snapshotter::follow::SourceConfig {
+            tokens: self.tokens.clone(),
+            contracts: self.contracts.clone(),
+            ..Default::default()
+        };
+        source.private_storage(chain_id)
+    }
 }
 
 #[derive(Args)]
@@ -310,6 +340,8 @@ struct RethArgs {
     /// The full state at this older block (a full snapshot: absent = 0).
     #[arg(long)]
     block: Option<u64>,
+    #[command(flatten)]
+    storage: StorageArgs,
     #[command(flatten)]
     build: BuildArgs,
 }
@@ -611,9 +643,26 @@ fn build(store: &SnapshotStore, source: &Source) -> Result<()> {
 
 fn export_genesis(args: &GenesisArgs) -> Result<ExportedState> {
     match (&args.file, args.mainnet) {
-        (_, true) => Ok(genesis::mainnet()),
-        (Some(f), false) => genesis::read_genesis(f, args.chain_id)
-            .with_context(|| format!("reading genesis {}", f.display())),
+        (_, true) => {
+            let listed = args.storage.listed(1)?;
+            let mut state = genesis::mainnet();
+            // Mainnet's genesis has no contracts: listing one only records
+            // that its storage (empty) is held.
+            state.listed = listed;
+            Ok(state)
+        }
+        (Some(f), false) => {
+            let chain_id = match args.chain_id {
+                Some(c) => c,
+                None => {
+                    genesis::read_genesis(f, None)
+                        .with_context(|| format!("reading genesis {}", f.display()))?
+                        .chain_id
+                }
+            };
+            genesis::read_genesis_listed(f, Some(chain_id), &args.storage.listed(chain_id)?)
+                .with_context(|| format!("reading genesis {}", f.display()))
+        }
         (None, false) => bail!("--file or --mainnet"),
     }
 }
@@ -626,7 +675,20 @@ fn export_reth(args: &RethArgs) -> Result<ExportedState> {
         (None, Some(block)) => RethMode::FullAt { block },
         (None, None) => RethMode::Full,
     };
-    Ok(reth.export(mode, args.chain_id)?)
+    let listed = args.storage.listed(args.chain_id)?;
+    let mut state = reth.export(mode, args.chain_id)?;
+    if !listed.is_empty() {
+        let contracts = listed.all_contracts();
+        state.storage = match mode {
+            RethMode::Full => reth.storage(&contracts)?,
+            RethMode::FullAt { block } => reth.storage_at(block, &contracts)?,
+            RethMode::Active { .. } => {
+                bail!("--tokens/--contract go with full snapshots: drop --window")
+            }
+        };
+        state.listed = listed;
+    }
+    Ok(state)
 }
 
 #[cfg(not(feature = "reth"))]

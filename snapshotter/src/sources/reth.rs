@@ -54,6 +54,8 @@ pub enum RethError {
     FutureBlock { block: u64, head: u64 },
     #[error("the datadir holds no headers")]
     Empty,
+    #[error("not supported yet: {0}")]
+    Unsupported(&'static str),
 }
 
 /// What to export.
@@ -350,6 +352,80 @@ impl RethDatadir {
             }
         }
         Ok(out)
+    }
+
+    /// [`Self::storage`] at an older `block`: the head's words with every
+    /// change after `block` undone (v1 `StorageChangeSets`: block and
+    /// address, then each slot's word before that block). The v2 layout
+    /// keeps storage change sets in static files this reader does not
+    /// parse yet: refused.
+    pub fn storage_at(
+        &self,
+        block: u64,
+        contracts: &[Address],
+    ) -> Result<Vec<StorageRecord>, RethError> {
+        const TABLE: &str = "StorageChangeSets";
+        let head = self.head()?;
+        if block > head {
+            return Err(RethError::FutureBlock { block, head });
+        }
+        if block == head || contracts.is_empty() {
+            return self.storage(contracts);
+        }
+        if self.layout == Layout::V2 {
+            return Err(RethError::Unsupported(
+                "storage at an older block of a v2 datadir (its storage change sets are static files)",
+            ));
+        }
+        let mut words: BTreeMap<(Address, B256), U256> = self
+            .storage(contracts)?
+            .into_iter()
+            .map(|r| {
+                (
+                    (r.contract.expect("v1 knows the contract"), r.hashed_slot),
+                    r.value,
+                )
+            })
+            .collect();
+        let mut changes = Vec::new();
+        for (k, v) in self.entries(TABLE)? {
+            if k.len() != 28 {
+                return Err(RethError::Malformed {
+                    table: TABLE,
+                    reason: format!("key of {} bytes", k.len()),
+                });
+            }
+            let changed_in = u64::from_be_bytes(k[..8].try_into().expect("8 bytes"));
+            let contract = Address::from_slice(&k[8..]);
+            if changed_in <= block || !contracts.contains(&contract) {
+                continue;
+            }
+            let (slot, before) =
+                decode_storage_entry(&v).map_err(|reason| RethError::Malformed {
+                    table: TABLE,
+                    reason,
+                })?;
+            changes.push((changed_in, contract, slot, before));
+        }
+        // Newest first: the last word put back is the one from before the
+        // first change after `block`, i.e. the word at `block`.
+        changes.sort_by_key(|c| std::cmp::Reverse(c.0));
+        for (_, contract, slot, before) in changes {
+            words.insert((contract, alloy_primitives::keccak256(slot)), before);
+        }
+        Ok(words
+            .into_iter()
+            .filter(|(_, w)| !w.is_zero())
+            .map(|((contract, hashed_slot), word)| {
+                let mut r = StorageRecord::from_hashed(
+                    alloy_primitives::keccak256(contract),
+                    hashed_slot,
+                    word,
+                );
+                r.contract = Some(contract);
+                r
+            })
+            .collect())
     }
 
     fn plain_state(&self) -> Result<BTreeMap<Address, (u64, U256)>, RethError> {
