@@ -15,12 +15,9 @@ mod common;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
 
 use common::*;
 use serde_json::json;
-use snapshotter::follow::{self, BuildConfig, FollowConfig, SourceConfig, Timing};
-use snapshotter::levels::LevelPolicy;
 use test_support::{
     checking_client as client, forward_to, idle_genesis_accounts, proxy_status as status, quantity,
     write_genesis, Anvil, ALL_DEV_ACCOUNTS, DEV_ACCOUNTS, FORWARDER_INIT_CODE,
@@ -47,35 +44,11 @@ async fn the_follower_keeps_views_complete_and_fresh_while_clients_read() {
     ])
     .await;
     let store = dir.path().join("store");
-    let config = FollowConfig {
-        store: Some(store.clone()),
-        source: SourceConfig {
-            url: Some(anvil.url.clone()),
-            genesis: Some(genesis.clone()),
-            ..Default::default()
-        },
-        // One confirmation: anvil answers for its head block from its live
-        // state, which it is already changing while it mines the next block
-        // (a rare read of the head's state then sees the next block's
-        // transactions). Reth and geth serve a mined block's state as is.
-        follow: Timing {
-            poll_ms: 100,
-            confirmations: 1,
-        },
-        levels: LevelPolicy {
-            fanout: 4,
-            keep_blocks: 6,
-            ..Default::default()
-        },
-        build: BuildConfig {
-            device: "cpu".into(),
-            ..Default::default()
-        },
-    };
-    let (stop_follower, stopped) = tokio::sync::oneshot::channel::<()>();
-    let follower = tokio::spawn(follow::run(config, async move {
-        let _ = stopped.await;
-    }));
+    // One confirmation: anvil answers for its head block from its live
+    // state, which it is already changing while it mines the next block
+    // (a rare read of the head's state then sees the next block's
+    // transactions). Reth and geth serve a mined block's state as is.
+    let follower = Follower::start(follow_config(&store, &anvil.url, &genesis, 1, 4, 6));
     let server = start_server(&store).await;
     let cache = tempfile::tempdir().unwrap();
     let proxy = start_proxy(&server, Some(anvil.url.clone()), cache.path()).await;
@@ -225,10 +198,5 @@ async fn the_follower_keeps_views_complete_and_fresh_while_clients_read() {
     let oldest_known = s["viewBlocks"][0].as_u64().unwrap();
     assert!(oldest_known >= oldest_served, "{s} vs {views:?}");
 
-    stop_follower.send(()).unwrap();
-    tokio::time::timeout(Duration::from_secs(30), follower)
-        .await
-        .expect("the follower stops")
-        .unwrap()
-        .unwrap();
+    follower.stop().await;
 }

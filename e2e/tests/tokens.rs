@@ -15,7 +15,6 @@
 mod common;
 
 use std::path::Path;
-use std::time::Duration;
 
 use alloy_primitives::{Address, B256, U256};
 use alloy_sol_types::{SolCall, SolValue};
@@ -24,8 +23,6 @@ use protocol::tokens::{
     IMulticall3, MappingLayout, SlotIndex, TokenEntry, TokenList, IERC20, MULTICALL3,
 };
 use serde_json::{json, Value};
-use snapshotter::follow::{self, BuildConfig, FollowConfig, SourceConfig, Timing};
-use snapshotter::levels::LevelPolicy;
 use test_support::{proxy_status as status, write_genesis, Anvil, DEV_ACCOUNTS};
 
 alloy_sol_types::sol! {
@@ -193,33 +190,10 @@ async fn wallets_read_token_balances_privately_through_viem() {
     write_token_list(&tokens_file, &listed);
 
     let store = dir.path().join("store");
-    let config = FollowConfig {
-        store: Some(store.clone()),
-        source: SourceConfig {
-            url: Some(anvil.url.clone()),
-            genesis: Some(genesis.clone()),
-            tokens: Some(tokens_file),
-            contracts: vec![STORE.parse().unwrap()],
-            ..Default::default()
-        },
-        follow: Timing {
-            poll_ms: 100,
-            confirmations: 0,
-        },
-        levels: LevelPolicy {
-            fanout: 4,
-            keep_blocks: 16,
-            ..Default::default()
-        },
-        build: BuildConfig {
-            device: "cpu".into(),
-            ..Default::default()
-        },
-    };
-    let (stop_follower, stopped) = tokio::sync::oneshot::channel::<()>();
-    let follower = tokio::spawn(follow::run(config, async move {
-        let _ = stopped.await;
-    }));
+    let mut config = follow_config(&store, &anvil.url, &genesis, 0, 4, 16);
+    config.source.tokens = Some(tokens_file);
+    config.source.contracts = vec![STORE.parse().unwrap()];
+    let follower = Follower::start(config);
     let server = start_server(&store).await;
     let (upstream, upstream_saw) = start_relay(&anvil.url, passthrough()).await;
     let cache = tempfile::tempdir().unwrap();
@@ -412,10 +386,5 @@ async fn wallets_read_token_balances_privately_through_viem() {
     );
     assert!(upstream_saw.lock().unwrap().iter().any(|m| m == "eth_call"));
 
-    stop_follower.send(()).unwrap();
-    tokio::time::timeout(Duration::from_secs(60), follower)
-        .await
-        .expect("the follower stops")
-        .unwrap()
-        .unwrap();
+    follower.stop().await;
 }

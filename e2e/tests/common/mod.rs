@@ -64,6 +64,68 @@ pub async fn start_proxy_with(config: ProxyConfig) -> String {
     format!("http://{addr}")
 }
 
+/// A follower's configuration for a test: `anvil_url` followed from the
+/// `genesis` file into `store`, polled every 100 ms, `confirmations`
+/// behind the head, deltas merged by `fanout` and kept `keep_blocks`
+/// blocks, hints on the CPU.
+pub fn follow_config(
+    store: &std::path::Path,
+    anvil_url: &str,
+    genesis: &std::path::Path,
+    confirmations: u64,
+    fanout: u64,
+    keep_blocks: u64,
+) -> snapshotter::follow::FollowConfig {
+    use snapshotter::follow::{BuildConfig, FollowConfig, SourceConfig, Timing};
+    FollowConfig {
+        store: Some(store.to_path_buf()),
+        source: SourceConfig {
+            url: Some(anvil_url.to_string()),
+            genesis: Some(genesis.to_path_buf()),
+            ..Default::default()
+        },
+        follow: Timing {
+            poll_ms: 100,
+            confirmations,
+        },
+        levels: snapshotter::levels::LevelPolicy {
+            fanout,
+            keep_blocks,
+            ..Default::default()
+        },
+        build: BuildConfig {
+            device: "cpu".into(),
+            ..Default::default()
+        },
+    }
+}
+
+/// A follower running `config` until [`Follower::stop`].
+pub struct Follower {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Follower {
+    pub fn start(config: snapshotter::follow::FollowConfig) -> Follower {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(snapshotter::follow::run(config, async move {
+            let _ = stopped.await;
+        }));
+        Follower { stop, task }
+    }
+
+    /// Stops it, and fails if it had failed or does not stop in 60 s.
+    pub async fn stop(self) {
+        self.stop.send(()).unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(60), self.task)
+            .await
+            .expect("the follower stops")
+            .unwrap()
+            .unwrap();
+    }
+}
+
 /// What a middleman does to the bytes it relays.
 pub type Rewrite = Arc<dyn Fn(&str, Bytes) -> Bytes + Send + Sync>;
 
