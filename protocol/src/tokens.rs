@@ -202,10 +202,16 @@ mod tests {
 
     #[test]
     fn the_shipped_mainnet_list_loads() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/tokens-mainnet.toml");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../configs/tokens-mainnet.toml"
+        );
         let list = TokenList::from_file(Path::new(path)).unwrap();
         assert!(list.tokens.len() >= 3);
-        assert!(list.tokens.iter().all(|t| t.chain_id == 1 && !t.source.is_empty()));
+        assert!(list
+            .tokens
+            .iter()
+            .all(|t| t.chain_id == 1 && !t.source.is_empty()));
         let weth = list
             .get(1, &address!("0xC02aaA39b223FE8D0A0e5C4F27eAD9083C756Cc2"))
             .unwrap();
