@@ -566,6 +566,7 @@ pub async fn checking_client(
         if lookups % 5 == 4 {
             let got = rpc(&proxy, "eth_getBalance", json!([address, "latest"])).await?;
             let after = proxy_status(&proxy).await["viewBlock"].as_u64().unwrap();
+            below_head(&anvil_url, after).await?;
             let mut matched = false;
             for b in before..=after {
                 matched |=
@@ -578,6 +579,7 @@ pub async fn checking_client(
                 ));
             }
         } else {
+            below_head(&anvil_url, before).await?;
             let at = format!("{before:#x}");
             for method in ["eth_getBalance", "eth_getTransactionCount"] {
                 let got = rpc(&proxy, method, json!([address, at])).await;
@@ -593,6 +595,23 @@ pub async fn checking_client(
         lookups += 1;
     }
     Ok(lookups)
+}
+
+/// Waits (within [`PATIENCE`]) until anvil's head is past `block`. With
+/// `--block-time`, anvil answers for its head block from the state it is
+/// already changing while it mines the next one, so a read at the head can
+/// see the next block's transactions; every block below the head is
+/// settled. The follower keeps its deltas a confirmation behind, but a
+/// genesis base is at block 0 from the start, while block 0 may still be
+/// the head: compare nothing at a block until anvil has moved past it.
+async fn below_head(anvil_url: &str, block: u64) -> Result<(), String> {
+    let past = || async {
+        let head = rpc(anvil_url, "eth_blockNumber", json!([])).await.ok()?;
+        (quantity(&head) > block).then_some(())
+    };
+    poll(PATIENCE, past)
+        .await
+        .ok_or_else(|| format!("anvil's head did not pass block {block}"))
 }
 
 /// anvil's answers from two blocks before `from` to two after `to`, for
