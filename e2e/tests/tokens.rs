@@ -186,12 +186,12 @@ async fn wallets_read_token_balances_privately_through_viem() {
             .await,
     );
     let listed = [dev(0).create(nonce), dev(0).create(nonce + 1)];
-    let tokens_file = dir.path().join("tokens.toml");
-    write_token_list(&tokens_file, &listed);
+    let tokens_path = dir.path().join("tokens.toml");
+    write_token_list(&tokens_path, &listed);
 
     let store = dir.path().join("store");
     let mut config = follow_config(&store, &anvil.url, &genesis, 0, 4, 16);
-    config.source.tokens = Some(tokens_file);
+    config.source.tokens = Some(tokens_path.clone());
     config.source.contracts = vec![STORE.parse().unwrap()];
     let follower = Follower::start(config);
     let server = start_server(&store).await;
@@ -385,6 +385,44 @@ async fn wallets_read_token_balances_privately_through_viem() {
             .unwrap()
     );
     assert!(upstream_saw.lock().unwrap().iter().any(|m| m == "eth_call"));
+
+    // A proxy with a token list of its own answers privately only the
+    // tokens the catalog agrees on: here the list names another balances
+    // slot for the second token, so its balanceOf goes upstream (and is
+    // right), while the first's stays private.
+    let pinned = dir.path().join("pinned.toml");
+    let mut list = TokenList::from_file(&tokens_path).unwrap();
+    list.tokens[1].balance_slot = SlotIndex::Position(7);
+    std::fs::write(&pinned, list.to_toml()).unwrap();
+    let (upstream2, upstream2_saw) = start_relay(&anvil.url, passthrough()).await;
+    let cache2 = tempfile::tempdir().unwrap();
+    let checking = start_proxy_with(proxy::ProxyConfig {
+        pir_server: server.clone(),
+        upstream: Some(upstream2),
+        cache_dir: cache2.path().to_path_buf(),
+        tokens: Some(pinned),
+        ..Default::default()
+    })
+    .await;
+    wait_for_chain(&checking).await;
+    let first = balance_of(&checking, listed[0], holders[1], block)
+        .await
+        .unwrap();
+    assert_eq!(first.to_string(), want[1]);
+    assert!(!upstream2_saw
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|m| m == "eth_call"));
+    let second = balance_of(&checking, listed[1], holders[1], block)
+        .await
+        .unwrap();
+    assert_eq!(second.to_string(), want[asked.len() + 1]);
+    assert!(upstream2_saw
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|m| m == "eth_call"));
 
     follower.stop().await;
 }

@@ -58,6 +58,12 @@ pub struct ProxyConfig {
     /// Open a new connection to the PIR server for every request, so that
     /// lookups cannot be linked by their connection.
     pub fresh_connection_per_lookup: bool,
+    /// A token list (`[[token]]` entries) to check the server's against:
+    /// a token's balanceOf is answered privately only when the catalog's
+    /// entry for it (chain, address, balances slot, layout) is the same as
+    /// this file's, so that a server naming another slot cannot make the
+    /// proxy read the wrong word. Unset: the catalog's list is taken as is.
+    pub tokens: Option<PathBuf>,
 }
 
 /// Which methods may go to the upstream node.
@@ -109,6 +115,7 @@ impl Default for ProxyConfig {
             cover_lookups_per_hour: 0.0,
             pir_proxy: None,
             fresh_connection_per_lookup: false,
+            tokens: None,
         }
     }
 }
@@ -150,6 +157,14 @@ impl ProxyConfig {
             first_byte: request,
             request,
             download: Duration::from_secs(self.download_timeout_secs.max(1)),
+        }
+    }
+
+    /// The token list to check the catalog's against, if one is set.
+    pub fn pinned_tokens(&self) -> anyhow::Result<Option<protocol::tokens::TokenList>> {
+        match &self.tokens {
+            Some(path) => Ok(Some(protocol::tokens::TokenList::from_file(path)?)),
+            None => Ok(None),
         }
     }
 

@@ -42,9 +42,18 @@ pub struct ForwardPolicy {
     pub private_fallback: bool,
     /// Which methods may go upstream.
     pub upstream_methods: UpstreamMethods,
+    /// The user's token list, which the catalog's must agree with.
+    pub pinned_tokens: Option<protocol::tokens::TokenList>,
 }
 
 impl ForwardPolicy {
+    /// The contracts whose storage the view at `sel` holds, as far as
+    /// this proxy trusts it (see [`storage::checked_list`]).
+    fn private_storage(&self, sel: &BlockSelector) -> Option<protocol::storage::PrivateStorage> {
+        let catalog = self.reader.private_storage(sel)?;
+        Some(storage::checked_list(catalog, self.pinned_tokens.as_ref()))
+    }
+
     /// Why `method` may not go upstream, if it may not.
     fn refuses(&self, method: &str) -> Option<ProxyError> {
         (self.upstream_methods == UpstreamMethods::NoAddressReads
@@ -105,7 +114,7 @@ where
             let e = ProxyError::InvalidRequest("params must be an array or an object");
             return MethodResponse::error(copy.id, e);
         }
-        let listed = |sel: &BlockSelector| self.policy.reader.private_storage(sel);
+        let listed = |sel: &BlockSelector| self.policy.private_storage(sel);
         if let Some(read) = storage::plan(&copy.method, copy.params.as_deref(), listed) {
             let ahead = req.extensions().get::<storage::PrefetchedSlots>().cloned();
             return self.answer_storage(copy, read, ahead).await;
@@ -238,7 +247,7 @@ where
         if self.policy.reader.distrusted().is_some() {
             return;
         }
-        let listed = |sel: &BlockSelector| self.policy.reader.private_storage(sel);
+        let listed = |sel: &BlockSelector| self.policy.private_storage(sel);
         let mut groups: HashMap<BlockSelector, Vec<(usize, storage::StorageRead)>> = HashMap::new();
         for (i, entry) in batch.iter().enumerate() {
             let Ok(BatchEntry::Call(req)) = entry else {

@@ -83,6 +83,7 @@ pub async fn serve_on(
         local: module.method_names().collect(),
         private_fallback: config.private_fallback_to_upstream,
         upstream_methods: config.upstream_methods,
+        pinned_tokens: config.pinned_tokens()?,
     });
     let limits = ServerConfig::builder()
         .max_request_body_size(MAX_BODY as u32)

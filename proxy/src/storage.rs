@@ -23,6 +23,30 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+/// The catalog's list for a view, less the tokens whose entry differs
+/// from the pinned list's (when there is one): those are read as any
+/// unlisted contract's calls.
+pub fn checked_list(
+    catalog: PrivateStorage,
+    pinned: Option<&protocol::tokens::TokenList>,
+) -> PrivateStorage {
+    let Some(pinned) = pinned else {
+        return catalog;
+    };
+    let (kept, dropped): (Vec<_>, Vec<_>) = catalog.tokens.into_iter().partition(|t| {
+        pinned
+            .get(t.chain_id, &t.address)
+            .is_some_and(|p| p.balance_slot == t.balance_slot && p.layout == t.layout)
+    });
+    for t in &dropped {
+        tracing::debug!(token = %t.address, "the catalog's entry differs from the pinned list's (or is not in it): not read privately");
+    }
+    PrivateStorage {
+        tokens: kept,
+        contracts: catalog.contracts,
+    }
+}
+
 /// How the words read become the answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Shape {
@@ -295,6 +319,28 @@ mod tests {
 
     fn balance_of(holder: Address) -> Bytes {
         IERC20::balanceOfCall { holder }.abi_encode().into()
+    }
+
+    #[test]
+    fn a_pinned_list_keeps_only_the_tokens_it_agrees_with() {
+        let catalog = listed();
+        assert_eq!(checked_list(catalog.clone(), None), catalog);
+        let mut moved = token(0xbb);
+        moved.balance_slot = SlotIndex::Position(9);
+        let pinned = protocol::tokens::TokenList {
+            tokens: vec![token(0xaa), moved],
+        };
+        let checked = checked_list(catalog.clone(), Some(&pinned));
+        assert_eq!(checked.tokens, vec![token(0xaa)], "0xbb names another slot");
+        assert_eq!(checked.contracts, catalog.contracts);
+        let holder = Address::repeat_byte(0x11);
+        let call =
+            serde_json::json!([{"to": Address::repeat_byte(0xbb), "data": balance_of(holder)}]);
+        let planned = plan("eth_call", Some(&raw(call)), |_| Some(checked.clone()));
+        assert!(
+            planned.is_none(),
+            "a dropped token's balanceOf is not private"
+        );
     }
 
     #[test]
