@@ -223,6 +223,9 @@ pub struct Follower {
     build: BuildOptions,
     node: Option<RpcSource>,
     levels: Option<std::sync::Arc<Levels>>,
+    /// The contracts a new base holds: the config's tokens and contracts
+    /// of the node's chain, read once per connection.
+    configured: PrivateStorage,
 }
 
 impl Follower {
@@ -240,6 +243,7 @@ impl Follower {
             build,
             node: None,
             levels: None,
+            configured: PrivateStorage::default(),
             config,
         })
     }
@@ -272,19 +276,29 @@ impl Follower {
                 }
                 tracing::warn!("following without call traces (--allow-incomplete): internal transfers, selfdestruct beneficiaries and contracts created by contracts are missed, so those accounts can read stale values");
             }
-            let listed = s.private_storage(node.chain_id)?;
-            if !listed.is_empty() && !node.has_state_diffs().await? {
+            let configured = s.private_storage(node.chain_id)?;
+            let levels = std::sync::Arc::new(Levels::new(
+                self.store.clone(),
+                node.chain_id,
+                self.config.levels.clone(),
+                self.build.clone(),
+            ));
+            // Deltas follow the base's contracts, whatever the config says
+            // now (a delta must hold every change of what its view answers
+            // for); the config's list is for a new base.
+            let based = levels.newest_view()?.map(|v| v[0].clone());
+            if let Some(base) = based.as_ref().filter(|b| b.manifest.storage != configured) {
+                tracing::warn!(base = %base.id, "the configured tokens and contracts differ from the base's; they take effect with the next base");
+            }
+            let followed = based.as_ref().map_or(&configured, |b| &b.manifest.storage);
+            if !followed.is_empty() && !node.has_state_diffs().await? {
                 return Err(Refusal::NoStateDiffs {
                     url: protocol::url::redact(&self.url),
                 }
                 .into());
             }
-            self.levels = Some(std::sync::Arc::new(Levels::new(
-                self.store.clone(),
-                node.chain_id,
-                self.config.levels.clone(),
-                self.build.clone(),
-            )));
+            self.configured = configured;
+            self.levels = Some(levels);
             self.node = Some(node);
         }
         Ok(self.node.as_ref().expect("just connected"))
@@ -340,14 +354,10 @@ impl Follower {
         if head <= top {
             return Ok(StepOutcome::UpToDate { block: top });
         }
-        // The base's contracts, whatever the config says now: a delta
-        // must hold every change of what its view answers for.
-        let listed = view[0].manifest.storage.clone();
-        let configured = self.config.source.private_storage(node.chain_id)?;
-        if configured != listed {
-            tracing::warn!(base = %view[0].id, "the configured tokens and contracts differ from the base's; they take effect with the next base");
-        }
-        let delta = node.export_delta(top, head, &listed).await?;
+        // The base's contracts (see `node`).
+        let delta = node
+            .export_delta(top, head, &view[0].manifest.storage)
+            .await?;
         let records = delta.records.len() + delta.storage.len();
         let levels = self.levels();
         let report = blocking(move || levels.publish(delta)).await?;
@@ -362,10 +372,10 @@ impl Follower {
     async fn build_base(&mut self) -> anyhow::Result<()> {
         let node = self.node.as_ref().expect("connected");
         let chain_id = node.chain_id;
-        let listed = self.config.source.private_storage(chain_id)?;
+        let listed = &self.configured;
         let base = match (&self.config.source.genesis, &self.config.source.datadir) {
-            (Some(file), _) => genesis_base(node, file, &listed).await?,
-            (None, Some(dir)) => datadir_base(node, dir, &listed).await?,
+            (Some(file), _) => genesis_base(node, file, listed).await?,
+            (None, Some(dir)) => datadir_base(node, dir, listed).await?,
             (None, None) => return Err(Refusal::NoBase { chain_id }.into()),
         };
         tracing::info!(block = base.block_number, accounts = base.records.len(), slots = base.storage.len(), contracts = listed.all_contracts().len(), source = %base.source, "building the base");

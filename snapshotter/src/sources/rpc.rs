@@ -21,7 +21,9 @@ use alloy_provider::network::{AnyNetwork, AnyRpcBlock, TransactionResponse as _}
 use alloy_provider::transport::{TransportError, TransportResult};
 use alloy_provider::{Provider, RootProvider};
 use alloy_rpc_client::{ClientBuilder, RpcClient};
-use alloy_rpc_types_trace::parity::{Action, LocalizedTransactionTrace, TraceOutput};
+use alloy_rpc_types_trace::parity::{
+    Action, LocalizedTransactionTrace, TraceOutput, TraceResultsWithTransactionHash,
+};
 use futures_util::stream::{self, StreamExt, TryStreamExt};
 
 use protocol::storage::{PrivateStorage, StorageRecord};
@@ -508,15 +510,7 @@ impl RpcSource {
             return Ok(out);
         }
         for n in from..=to {
-            let replays = self
-                .retry("trace_replayBlockTransactions", Some(n), || {
-                    self.provider
-                        .trace_replay_block_transactions(BlockId::number(n))
-                        .state_diff()
-                        .into_future()
-                })
-                .await?;
-            for replay in replays {
+            for replay in self.state_diffs(n).await? {
                 let Some(diff) = replay.full_trace.state_diff else {
                     continue;
                 };
@@ -557,19 +551,25 @@ impl RpcSource {
     /// storage takes.
     pub async fn has_state_diffs(&self) -> Result<bool, RpcSourceError> {
         let head = self.head().await?;
-        let asked = self
-            .provider
-            .trace_replay_block_transactions(BlockId::number(head))
-            .state_diff()
-            .await;
-        match asked {
+        match self.state_diffs(head).await {
             Ok(_) => Ok(true),
-            Err(TransportError::ErrorResp(_)) => Ok(false),
-            Err(e) => Err(RpcSourceError::Reply {
-                method: "trace_replayBlockTransactions",
-                message: self.scrub(e.to_string()),
-            }),
+            Err(RpcSourceError::Node { .. } | RpcSourceError::Reply { .. }) => Ok(false),
+            Err(e) => Err(e),
         }
+    }
+
+    /// Block `n`'s transactions replayed with their state diffs.
+    async fn state_diffs(
+        &self,
+        n: u64,
+    ) -> Result<Vec<TraceResultsWithTransactionHash>, RpcSourceError> {
+        self.retry("trace_replayBlockTransactions", Some(n), || {
+            self.provider
+                .trace_replay_block_transactions(BlockId::number(n))
+                .state_diff()
+                .into_future()
+        })
+        .await
     }
 
     /// Whether the node answers `trace_block` (asked on its head block).
