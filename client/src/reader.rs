@@ -345,9 +345,11 @@ impl PrivateReader {
     ) -> Result<Vec<Result<KeyState, ReadError>>, ReadError> {
         let padded = if self.pad_to > 1 { per_batch } else { 0 };
         let random_key = || B256::from(rand::random::<[u8; 32]>());
+        let held: Vec<Result<(), ReadError>> = asked.iter().map(|k| view.holds(k)).collect();
         let keys: Vec<B256> = asked
             .iter()
-            .map(|k| match view.holds(k) {
+            .zip(&held)
+            .map(|(k, held)| match held {
                 Ok(()) => k.pir_key(),
                 Err(_) => random_key(),
             })
@@ -369,9 +371,10 @@ impl PrivateReader {
         }
         Ok(asked
             .iter()
+            .zip(held)
             .enumerate()
-            .map(|(i, key)| {
-                view.holds(key)?;
+            .map(|(i, (key, held))| {
+                held?;
                 view.freshest(&found, i, key)
             })
             .collect())

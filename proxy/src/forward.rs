@@ -114,9 +114,14 @@ where
             let e = ProxyError::InvalidRequest("params must be an array or an object");
             return MethodResponse::error(copy.id, e);
         }
-        let listed = |sel: &BlockSelector| self.policy.private_storage(sel);
-        if let Some(read) = storage::plan(&copy.method, copy.params.as_deref(), listed) {
-            let ahead = req.extensions().get::<storage::PrefetchedSlots>().cloned();
+        let planned = match req.extensions_mut().remove::<storage::PrefetchedSlots>() {
+            Some(ahead) => Some((ahead.read, Some(ahead.results))),
+            None => {
+                let listed = |sel: &BlockSelector| self.policy.private_storage(sel);
+                storage::plan(&copy.method, copy.params.as_deref(), listed).map(|r| (r, None))
+            }
+        };
+        if let Some((read, ahead)) = planned {
             return self.answer_storage(copy, read, ahead).await;
         }
         if !self.policy.local.contains(copy.method.as_str()) {
@@ -159,7 +164,7 @@ where
         &self,
         call: CallCopy,
         read: storage::StorageRead,
-        ahead: Option<storage::PrefetchedSlots>,
+        ahead: Option<Vec<Result<ethpir_client::SlotState, ReadError>>>,
     ) -> MethodResponse {
         let reader = &self.policy.reader;
         if let Some(reason) = reader.distrusted() {
@@ -233,11 +238,7 @@ where
                 read.insert(*i, Prefetched(result));
             }
         }
-        for (i, entry) in batch.iter_mut().enumerate() {
-            if let (Ok(BatchEntry::Call(req)), Some(answer)) = (entry, read.remove(&i)) {
-                req.extensions_mut().insert(answer);
-            }
-        }
+        attach(batch, read);
         self.prefetch_storage(batch).await;
     }
 
@@ -263,16 +264,21 @@ where
         }
         let mut read: HashMap<usize, storage::PrefetchedSlots> = HashMap::new();
         for (block, members) in groups.into_iter().filter(|g| g.1.len() > 1) {
-            let reads: Vec<&storage::StorageRead> = members.iter().map(|(_, r)| r).collect();
-            let results = storage::read_together(&self.policy.reader, &block, &reads).await;
-            for ((i, _), result) in members.iter().zip(results) {
-                read.insert(*i, result);
-            }
+            let (entries, reads): (Vec<usize>, Vec<storage::StorageRead>) =
+                members.into_iter().unzip();
+            let results = storage::read_together(&self.policy.reader, &block, reads).await;
+            read.extend(entries.into_iter().zip(results));
         }
-        for (i, entry) in batch.iter_mut().enumerate() {
-            if let (Ok(BatchEntry::Call(req)), Some(answer)) = (entry, read.remove(&i)) {
-                req.extensions_mut().insert(answer);
-            }
+        attach(batch, read);
+    }
+}
+
+/// Puts each answer read ahead into the extensions of the batch call it
+/// belongs to (by position in the batch), where its handler finds it.
+fn attach<T: Clone + Send + Sync + 'static>(batch: &mut Batch<'_>, mut answers: HashMap<usize, T>) {
+    for (i, entry) in batch.iter_mut().enumerate() {
+        if let (Ok(BatchEntry::Call(req)), Some(answer)) = (entry, answers.remove(&i)) {
+            req.extensions_mut().insert(answer);
         }
     }
 }

@@ -248,36 +248,43 @@ pub fn answer(read: &StorageRead, words: &[U256]) -> Value {
     serde_json::to_value(bytes).expect("hex")
 }
 
-/// The slots of a storage read, read ahead with the other storage reads
-/// of the same block in a JSON-RPC batch (one PIR request for them all),
-/// carried in the call's extensions.
+/// A storage read, planned and read ahead with the other storage reads of
+/// the same block in a JSON-RPC batch (one PIR request for them all),
+/// carried in the call's extensions: its handler neither plans nor reads
+/// it again.
 #[derive(Clone, Debug)]
-pub struct PrefetchedSlots(pub Vec<Result<SlotState, ReadError>>);
+pub struct PrefetchedSlots {
+    pub read: StorageRead,
+    pub results: Vec<Result<SlotState, ReadError>>,
+}
 
 /// Reads the slots of several storage reads of one block in one PIR batch:
-/// each read's results, in order.
+/// each read with its results, in order.
 pub async fn read_together(
     reader: &PrivateReader,
     block: &BlockSelector,
-    reads: &[&StorageRead],
+    reads: Vec<StorageRead>,
 ) -> Vec<PrefetchedSlots> {
     let slots: Vec<(Address, B256)> = reads.iter().flat_map(|r| r.slots.clone()).collect();
     let mut results = reader.lookup_slots(block, &slots).await.into_iter();
     reads
-        .iter()
-        .map(|r| PrefetchedSlots(results.by_ref().take(r.slots.len()).collect()))
+        .into_iter()
+        .map(|read| {
+            let results = results.by_ref().take(read.slots.len()).collect();
+            PrefetchedSlots { read, results }
+        })
         .collect()
 }
 
 /// The words of `read`, read privately (one PIR batch) unless `ahead`
-/// holds them already; or the first failure.
+/// holds its results already; or the first failure.
 pub async fn read_words(
     reader: &PrivateReader,
     read: &StorageRead,
-    ahead: Option<PrefetchedSlots>,
+    ahead: Option<Vec<Result<SlotState, ReadError>>>,
 ) -> Result<(Vec<U256>, Vec<SlotState>), ReadError> {
     let results = match ahead {
-        Some(PrefetchedSlots(results)) => results,
+        Some(results) => results,
         None => reader.lookup_slots(&read.block, &read.slots).await,
     };
     let states = results
