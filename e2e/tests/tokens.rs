@@ -59,25 +59,19 @@ fn dev(i: usize) -> Address {
     DEV_ACCOUNTS[i].parse().unwrap()
 }
 
-async fn send(anvil: &Anvil, from: usize, to: Option<Address>, data: Vec<u8>) -> Value {
-    let mut tx = json!({
-        "from": DEV_ACCOUNTS[from],
-        "data": alloy_primitives::hex::encode_prefixed(data),
-        "gas": "0x4c4b40",
-    });
-    if let Some(to) = to {
-        tx["to"] = json!(to);
-    }
-    let receipt = anvil.send(tx).await;
-    assert_eq!(receipt["status"], "0x1", "transaction failed: {receipt}");
-    receipt
+/// A call from dev account `from` to `to` that must succeed.
+async fn send(anvil: &Anvil, from: usize, to: Address, data: Vec<u8>) {
+    anvil
+        .transact(DEV_ACCOUNTS[from], Some(&to.to_string()), &data)
+        .await;
 }
 
 /// Multicall3 at its canonical address: viem's creation code deployed,
 /// its runtime code set there.
 async fn install_multicall3(anvil: &Anvil) {
-    let receipt = send(anvil, 3, None, test_support::multicall3_bytecode()).await;
-    let deployed = receipt["contractAddress"].clone();
+    let deployed = anvil
+        .deploy(DEV_ACCOUNTS[3], &test_support::multicall3_bytecode())
+        .await;
     let code = anvil.rpc("eth_getCode", json!([deployed, "latest"])).await;
     anvil.rpc("anvil_setCode", json!([MULTICALL3, code])).await;
 }
@@ -86,12 +80,7 @@ async fn install_multicall3(anvil: &Anvil) {
 async fn deploy_token(anvil: &Anvil, symbol: &str) -> Address {
     let mut init = test_support::openzeppelin_bytecode("ERC20PresetMinterPauser");
     init.extend((format!("{symbol} token"), symbol.to_string()).abi_encode_params());
-    let receipt = send(anvil, 0, None, init).await;
-    receipt["contractAddress"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap()
+    anvil.deploy(DEV_ACCOUNTS[0], &init).await.parse().unwrap()
 }
 
 /// The token list naming `tokens` (OpenZeppelin 4.9's preset keeps its
@@ -218,7 +207,7 @@ async fn wallets_read_token_balances_privately_through_viem() {
                 amount,
             }
             .abi_encode();
-            send(&anvil, 0, Some(*token), mint).await;
+            send(&anvil, 0, *token, mint).await;
         }
     }
     for k in 0..6usize {
@@ -229,13 +218,13 @@ async fn wallets_read_token_balances_privately_through_viem() {
             amount,
         }
         .abi_encode();
-        send(&anvil, from, Some(listed[k % 2]), transfer).await;
+        send(&anvil, from, listed[k % 2], transfer).await;
         let back = IPresetToken::transferCall {
             to: dev(to),
             amount: U256::from(7u8),
         }
         .abi_encode();
-        send(&anvil, from, Some(listed[(k + 1) % 2]), back).await;
+        send(&anvil, from, listed[(k + 1) % 2], back).await;
     }
     let head = anvil.head().await;
     let caught_up =

@@ -27,31 +27,15 @@ alloy_sol_types::sol! {
 const CONSTANT_42: &str = "0x600a600c600039600a6000f3602a60005260206000f3";
 
 async fn deploy(anvil: &Anvil, init_code: &[u8]) -> Address {
-    let receipt = anvil
-        .send(json!({
-            "from": DEV_ACCOUNTS[0],
-            "data": alloy_primitives::hex::encode_prefixed(init_code),
-            "gas": "0x4c4b40",
-        }))
-        .await;
-    assert_eq!(receipt["status"], "0x1", "deployment failed: {receipt}");
-    receipt["contractAddress"]
-        .as_str()
-        .unwrap()
+    anvil
+        .deploy(DEV_ACCOUNTS[0], init_code)
+        .await
         .parse()
         .unwrap()
 }
 
 async fn call(anvil: &Anvil, from: &str, to: Address, data: Vec<u8>) {
-    let receipt = anvil
-        .send(json!({
-            "from": from,
-            "to": to,
-            "data": alloy_primitives::hex::encode_prefixed(data),
-            "gas": "0x200000",
-        }))
-        .await;
-    assert_eq!(receipt["status"], "0x1", "call failed: {receipt}");
+    anvil.transact(from, Some(&to.to_string()), &data).await;
 }
 
 fn dev(i: usize) -> Address {

@@ -179,6 +179,29 @@ impl Anvil {
         eventually(&format!("transaction {hash} mined"), mined).await
     }
 
+    /// Sends `data` from the unlocked dev account `from`, to `to` or as a
+    /// contract creation, with gas enough for a contract deployment; the
+    /// receipt, which must say the transaction succeeded.
+    pub async fn transact(&self, from: &str, to: Option<&str>, data: &[u8]) -> Value {
+        let hex: String = data.iter().map(|b| format!("{b:02x}")).collect();
+        let mut tx = json!({"from": from, "data": format!("0x{hex}"), "gas": "0x4c4b40"});
+        if let Some(to) = to {
+            tx["to"] = json!(to);
+        }
+        let receipt = self.send(tx).await;
+        assert_eq!(receipt["status"], "0x1", "transaction failed: {receipt}");
+        receipt
+    }
+
+    /// Deploys `init_code` from `from`: the new contract's address.
+    pub async fn deploy(&self, from: &str, init_code: &[u8]) -> String {
+        let receipt = self.transact(from, None, init_code).await;
+        receipt["contractAddress"]
+            .as_str()
+            .expect("a creation's receipt names the contract")
+            .to_string()
+    }
+
     pub async fn head(&self) -> u64 {
         quantity(&self.rpc("eth_blockNumber", json!([])).await)
     }
