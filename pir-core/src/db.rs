@@ -13,11 +13,11 @@ use std::ops::Range;
 use rand::Rng;
 use rayon::prelude::*;
 
+use crate::encode::{encode_into, SliceSource, VecSink};
 use crate::error::{EncodeError, ParamError};
-use crate::fuse::{peel, Arity, FuseGeometry};
-use crate::keys::{mix64, record_tag, KeyDigest};
+use crate::fuse::{Arity, FuseGeometry};
 use crate::params::{LweParams, LWE_DIMENSION};
-use crate::record::{encode_record, record_elems};
+use crate::record::record_elems;
 
 /// Columns per panel.
 pub const PANEL_COLS: usize = 64;
@@ -27,8 +27,6 @@ pub const LANE_COLS: usize = 16;
 pub const MAX_PARTITIONS: u32 = 1 << 16;
 /// Largest value we store.
 pub const MAX_VALUE_BYTES: u32 = 1 << 16;
-/// Seeds tried per partition before the filter is made larger.
-const SEEDS_PER_GEOMETRY: u32 = 64;
 
 /// Everything a client needs to know about a database besides the hint.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -328,7 +326,9 @@ impl std::fmt::Debug for EncodedDb {
 }
 
 impl EncodedDb {
-    /// Encodes `records` (`key`, `value` of exactly `value_bytes` bytes).
+    /// Encodes `records` (`key`, `value` of exactly `value_bytes` bytes)
+    /// in memory, in one group ([`crate::encode::encode_into`] builds
+    /// large databases within a memory budget).
     pub fn encode<K, V>(
         records: &[(K, V)],
         value_bytes: usize,
@@ -339,179 +339,10 @@ impl EncodedDb {
         K: AsRef<[u8]> + Sync,
         V: AsRef<[u8]> + Sync,
     {
-        if records.is_empty() {
-            return Err(EncodeError::Empty);
-        }
-        if value_bytes > MAX_VALUE_BYTES as usize {
-            return Err(ParamError::Shape("values too large").into());
-        }
-        if let Some(index) = records
-            .iter()
-            .position(|(_, v)| v.as_ref().len() != value_bytes)
-        {
-            return Err(EncodeError::ValueLength {
-                index,
-                expected: value_bytes,
-                got: records[index].1.as_ref().len(),
-            });
-        }
-        let digests: Vec<KeyDigest> = records
-            .par_iter()
-            .map(|(k, _)| KeyDigest::of(k.as_ref()))
-            .collect();
-        check_unique(&digests)?;
-
-        let partition_seed: u64 = rng.random();
-        let filter_base: u64 = rng.random();
-        let mut bits = crate::params::MAX_PLAINTEXT_BITS;
-        loop {
-            let elems = record_elems(value_bytes, bits);
-            let k = options
-                .packing
-                .partitions(records.len(), options.arity, elems);
-            let mut members: Vec<Vec<u32>> = vec![Vec::new(); k as usize];
-            for (i, d) in digests.iter().enumerate() {
-                members[d.partition(partition_seed, k) as usize].push(i as u32);
-            }
-            let fullest = members.iter().map(Vec::len).max().unwrap_or(0);
-            let geometry = FuseGeometry::for_keys(options.arity, fullest, 0);
-            // The client checks the noise of every element of a response
-            // (k x w of them), so the bound counts them all.
-            let checked = k as u64 * elems as u64;
-            let rows = geometry.array_length() as u64;
-            let lwe = LweParams::for_rows(rows, checked)?;
-            if lwe.plaintext_bits < bits {
-                bits = lwe.plaintext_bits;
-                continue;
-            }
-            let db = Self::fill(
-                records,
-                &digests,
-                members,
-                geometry,
-                lwe,
-                value_bytes,
-                partition_seed,
-                filter_base,
-            )?;
-            // The filters may have grown while being built: the bound must
-            // hold for the final row count too.
-            let final_rows = db.shape().rows() as u64;
-            let lwe = LweParams::for_rows(final_rows, checked)?;
-            if lwe.plaintext_bits < bits {
-                bits = lwe.plaintext_bits;
-                continue;
-            }
-            return Ok(db);
-        }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn fill<K, V>(
-        records: &[(K, V)],
-        digests: &[KeyDigest],
-        members: Vec<Vec<u32>>,
-        mut geometry: FuseGeometry,
-        lwe: LweParams,
-        value_bytes: usize,
-        partition_seed: u64,
-        filter_base: u64,
-    ) -> Result<Self, EncodeError>
-    where
-        K: AsRef<[u8]> + Sync,
-        V: AsRef<[u8]> + Sync,
-    {
-        let bits = lwe.plaintext_bits;
-        let modulus = 1u16 << bits;
-        let elems = record_elems(value_bytes, bits);
-        for extra in 0..4u32 {
-            if extra > 0 {
-                geometry.segment_count += 1;
-            }
-            let cells = geometry.array_length() as usize;
-            let built: Vec<Option<(u64, Vec<u8>)>> = members
-                .par_iter()
-                .enumerate()
-                .map(|(p, keys)| {
-                    (0..SEEDS_PER_GEOMETRY).find_map(|attempt| {
-                        let seed = mix64(
-                            filter_base
-                                ^ mix64(
-                                    ((p as u64) << 32) | attempt as u64 | ((extra as u64) << 24),
-                                ),
-                        );
-                        let hashes: Vec<u64> = keys
-                            .iter()
-                            .map(|&i| digests[i as usize].filter_hash(seed))
-                            .collect();
-                        let order = peel(&geometry, &hashes)?;
-                        let mut column = vec![0u8; cells * elems];
-                        let mut record = vec![0u8; elems];
-                        for &(local, cell) in order.iter().rev() {
-                            let idx = keys[local as usize] as usize;
-                            let (key, value) = (records[idx].0.as_ref(), records[idx].1.as_ref());
-                            encode_record(record_tag(key, value), value, bits, &mut record);
-                            let positions = geometry.positions(hashes[local as usize]);
-                            for e in 0..elems {
-                                let mut v = record[e] as u16;
-                                for &pos in &positions[..geometry.arity.get()] {
-                                    if pos != cell {
-                                        v = v + modulus - column[pos as usize * elems + e] as u16;
-                                    }
-                                }
-                                column[cell as usize * elems + e] = (v % modulus) as u8;
-                            }
-                        }
-                        Some((seed, column))
-                    })
-                })
-                .collect();
-            if built.iter().all(Option::is_some) {
-                let (filter_seeds, columns): (Vec<u64>, Vec<Vec<u8>>) =
-                    built.into_iter().map(Option::unwrap).unzip();
-                let shape = DbShape {
-                    lwe,
-                    geometry,
-                    partitions: members.len() as u32,
-                    value_bytes: value_bytes as u32,
-                    partition_seed,
-                    filter_seeds,
-                };
-                return Ok(Self::from_partition_columns(shape, columns));
-            }
-        }
-        Err(EncodeError::FilterConstruction(4 * SEEDS_PER_GEOMETRY))
-    }
-
-    /// Lays out per-partition cell arrays (`cells x w` elements mod p each)
-    /// into the panel layout, centring every element. Panels are filled a
-    /// few at a time (all cores on each batch), and a partition's cell
-    /// array is freed as soon as its columns are laid out: the database's
-    /// pages are touched as the arrays are let go, so the build holds
-    /// about one copy of the database, not two.
-    fn from_partition_columns(shape: DbShape, mut columns: Vec<Vec<u8>>) -> Self {
-        let rows = shape.rows();
-        let elems = shape.record_elems();
-        let cols = shape.cols();
-        let padded = shape.padded_cols();
-        let mut data = vec![0i8; rows * padded];
-        let mut panels = split_panels(&mut data, rows, padded).into_iter();
-        let batch = 2 * rayon::current_num_threads();
-        loop {
-            let chunk: Vec<(usize, &mut [i8])> = panels.by_ref().take(batch).collect();
-            let Some(&(last, _)) = chunk.last() else {
-                break;
-            };
-            chunk
-                .into_par_iter()
-                .for_each(|(p, panel)| fill_panel(&shape, &columns, p, panel));
-            // Partitions whose every column lies in the panels done.
-            let laid_out = ((last * PANEL_COLS + panel_width(padded, last)).min(cols)) / elems;
-            for column in columns.iter_mut().take(laid_out) {
-                *column = Vec::new();
-            }
-        }
-        EncodedDb::owned(shape, data)
+        let source = SliceSource::new(records, value_bytes)?;
+        let mut sink = VecSink::default();
+        let shape = encode_into(&source, options, usize::MAX, rng, &mut sink)?;
+        Ok(EncodedDb::owned(shape, sink.0))
     }
 
     fn owned(shape: DbShape, data: Vec<i8>) -> Self {
@@ -638,58 +469,9 @@ impl EncodedDb {
     }
 }
 
-/// Fills panel `p` from the partitions' cell arrays (centred elements).
-fn fill_panel(shape: &DbShape, columns: &[Vec<u8>], p: usize, panel: &mut [i8]) {
-    let cells = shape.geometry.array_length() as usize;
-    let elems = shape.record_elems();
-    let cols = shape.cols();
-    let width = panel_width(shape.padded_cols(), p);
-    let modulus = 1i16 << shape.lwe.plaintext_bits;
-    let half = modulus / 2;
-    for jj in 0..width {
-        let j = p * PANEL_COLS + jj;
-        if j >= cols {
-            break;
-        }
-        let (part, e) = (j / elems, j % elems);
-        let src = &columns[part];
-        for r in 0..cells {
-            let v = src[r * elems + e] as i16;
-            let centred = if v >= half { v - modulus } else { v };
-            panel[(r / 4) * width * 4 + jj * 4 + r % 4] = centred as i8;
-        }
-    }
-}
-
 /// Width of panel `p` in a database of `padded` columns.
 pub fn panel_width(padded: usize, p: usize) -> usize {
     (padded - p * PANEL_COLS).min(PANEL_COLS)
-}
-
-fn split_panels(data: &mut [i8], rows: usize, padded: usize) -> Vec<(usize, &mut [i8])> {
-    let mut out = Vec::new();
-    let mut rest = data;
-    let mut p = 0;
-    while !rest.is_empty() {
-        let (head, tail) = rest.split_at_mut(panel_width(padded, p) * rows);
-        out.push((p, head));
-        rest = tail;
-        p += 1;
-    }
-    out
-}
-
-fn check_unique(digests: &[KeyDigest]) -> Result<(), EncodeError> {
-    let mut order: Vec<u32> = (0..digests.len() as u32).collect();
-    order.par_sort_unstable_by_key(|&i| digests[i as usize].base);
-    for pair in order.windows(2) {
-        if digests[pair[0] as usize].base == digests[pair[1] as usize].base {
-            return Err(EncodeError::DuplicateKey {
-                index: pair[0].max(pair[1]) as usize,
-            });
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -34,6 +34,8 @@ pub enum EncodeError {
     FilterConstruction(u32),
     #[error(transparent)]
     Params(#[from] ParamError),
+    #[error("writing the database: {0}")]
+    Output(#[from] std::io::Error),
 }
 
 /// Malformed bytes in a setup blob, query or response.

@@ -21,6 +21,7 @@
 
 pub mod client;
 pub mod db;
+pub mod encode;
 pub mod error;
 pub mod fuse;
 #[allow(unsafe_code)]

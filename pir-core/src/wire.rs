@@ -426,11 +426,19 @@ pub fn encode_db(db: &EncodedDb) -> Vec<u8> {
 /// database of gigabytes is written without a second copy).
 pub fn write_db(db: &EncodedDb, w: &mut (impl std::io::Write + ?Sized)) -> std::io::Result<()> {
     assert!(db.is_whole(), "a shard's rows are not a database file");
-    let mut head = header(Kind::Database, 64 + 8 * db.shape().filter_seeds.len());
-    put_shape(&mut head, db.shape());
-    head.extend_from_slice(&(db.data().len() as u64).to_le_bytes());
-    w.write_all(&head)?;
+    w.write_all(&db_header(db.shape()))?;
     w.write_all(bytemuck::cast_slice::<i8, u8>(db.data()))
+}
+
+/// What precedes the panel bytes of a database of `shape` on disk; its
+/// length depends only on the partition count (a file laid out in place
+/// reserves it before the filter seeds are known).
+pub fn db_header(shape: &DbShape) -> Vec<u8> {
+    let mut head = header(Kind::Database, 64 + 8 * shape.filter_seeds.len());
+    put_shape(&mut head, shape);
+    let len = shape.rows() as u64 * shape.padded_cols() as u64;
+    head.extend_from_slice(&len.to_le_bytes());
+    head
 }
 
 /// Parses an encoded database written by [`encode_db`].
