@@ -14,8 +14,13 @@ use snapshotter::{AccountRecord, SnapshotKind, SnapshotStore};
 
 /// 2^`log2` random accounts, the same for the same `log2`.
 pub fn accounts(log2: u32) -> Vec<AccountRecord> {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(u64::from(log2));
-    (0..1u64 << log2)
+    random_accounts(1 << log2, u64::from(log2))
+}
+
+/// `count` random accounts drawn from `seed`.
+pub fn random_accounts(count: u64, seed: u64) -> Vec<AccountRecord> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    (0..count)
         .map(|_| {
             AccountRecord::new(
                 Address::from(rng.random::<[u8; 20]>()),
@@ -24,6 +29,28 @@ pub fn accounts(log2: u32) -> Vec<AccountRecord> {
             )
         })
         .collect()
+}
+
+/// `count` random accounts in key order with only their key known, as
+/// reth's hashed accounts table hands them over: the keys spread evenly
+/// over the key space (a strictly increasing top 8 bytes, the rest
+/// random), balances and nonces as [`accounts`] makes them. Made one at a
+/// time, so that a mainnet-sized base is never held.
+pub fn hashed_accounts_in_order(count: u64) -> impl Iterator<Item = AccountRecord> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(count);
+    let gap = (u64::MAX / count.max(1)).max(1);
+    (0..count).map(move |i| {
+        let mut key = [0u8; 32];
+        rng.fill(&mut key[8..]);
+        let top = i * gap + rng.random_range(0..gap);
+        key[..8].copy_from_slice(&top.to_be_bytes());
+        AccountRecord {
+            address: None,
+            key: key.into(),
+            balance: U256::from(rng.random::<u64>()) * U256::from(1_000_000u64),
+            nonce: rng.random_range(0..1000),
+        }
+    })
 }
 
 /// A base (full snapshot, chain 1, block 1) of synthetic `records`, made

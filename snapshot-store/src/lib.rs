@@ -19,8 +19,10 @@ use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use pir_core::db::{DbShape, SharedBytes};
+use pir_core::encode::PanelSink;
 use pir_core::shard::Shard;
-use pir_core::wire::decode_db_header;
+use pir_core::wire::{db_header, decode_db_header};
 use pir_core::{EncodedDb, PirServer, PublishedSetup};
 use protocol::manifest::{FileDigest, KindTag, Manifest, SnapshotId, MANIFEST_FORMAT};
 
@@ -146,6 +148,89 @@ impl StagedSnapshot {
     /// Digests of the files written so far (for the manifest).
     pub fn file_digests(&self) -> &std::collections::BTreeMap<String, FileDigest> {
         &self.files
+    }
+
+    /// A file written by [`StagedSnapshot::write_file_with`], mapped
+    /// read-only (the encoder reads `records.bin` from the page cache,
+    /// never whole into memory).
+    pub fn map_file(&self, name: &str) -> Result<SharedBytes, StoreError> {
+        let path = self.dir.join(name);
+        assert!(
+            self.files.contains_key(name),
+            "only files written whole are mapped"
+        );
+        mapped::map_staged(&path).map_err(io(&path))
+    }
+
+    /// `db.bin`, to be laid out in place by the encoder
+    /// ([`pir_core::encode::encode_into`]) and then [`StagedDb::finish`]ed.
+    pub fn db_in_place(&mut self) -> StagedDb<'_> {
+        StagedDb {
+            path: self.dir.join(DB_FILE),
+            staged: self,
+            header_len: 0,
+            map: None,
+        }
+    }
+}
+
+/// A staged `db.bin` whose panels the encoder writes through a memory
+/// map: the database lives in the page cache (written back as it is
+/// made), never whole in the process's own memory.
+pub struct StagedDb<'s> {
+    staged: &'s mut StagedSnapshot,
+    path: PathBuf,
+    header_len: usize,
+    map: Option<(File, memmap2::MmapMut)>,
+}
+
+impl PanelSink for StagedDb<'_> {
+    fn panels(&mut self, shape: &DbShape) -> std::io::Result<&mut [i8]> {
+        self.map = None;
+        let header_len = db_header(shape).len();
+        let len = header_len as u64 + shape.rows() as u64 * shape.padded_cols() as u64;
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&self.path)?;
+        file.set_len(len)?;
+        let map = mapped::map_staged_mut(&file, &self.path, len)?;
+        self.header_len = header_len;
+        let (_, map) = self.map.insert((file, map));
+        Ok(bytemuck::cast_slice_mut(&mut map[header_len..]))
+    }
+}
+
+impl StagedDb<'_> {
+    /// Writes the header of the database the encoder made (`shape`),
+    /// fsyncs the file and records its digest; the database, answered
+    /// from the file.
+    pub fn finish(self, shape: &DbShape) -> Result<EncodedDb, StoreError> {
+        let path = self.path;
+        let Some((file, mut map)) = self.map else {
+            return Err(io(&path)(std::io::Error::other(
+                "the encoder wrote no database",
+            )));
+        };
+        let head = db_header(shape);
+        assert_eq!(
+            head.len(),
+            self.header_len,
+            "the header reserved for this shape"
+        );
+        map[..head.len()].copy_from_slice(&head);
+        map.flush().map_err(io(&path))?;
+        file.sync_all().map_err(io(&path))?;
+        let digest = FileDigest {
+            bytes: map.len() as u64,
+            sha3_256: sha3_hex(&map),
+        };
+        self.staged.files.insert(DB_FILE.to_string(), digest);
+        let bytes: SharedBytes = std::sync::Arc::new(map.make_read_only().map_err(io(&path))?);
+        EncodedDb::from_shared(shape.clone(), bytes, head.len(), 0..shape.rows())
+            .map_err(|e| io(&path)(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
     }
 }
 

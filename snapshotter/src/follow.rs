@@ -114,6 +114,8 @@ pub struct BuildConfig {
     /// target, KiB, and the largest hint a base may have to meet it, MiB.
     pub lookup_target_kib: u64,
     pub hint_cap_mib: u64,
+    /// The encoder's working memory, MiB (see `BuildOptions`).
+    pub encode_memory_mib: u64,
 }
 
 impl Default for BuildConfig {
@@ -126,6 +128,7 @@ impl Default for BuildConfig {
             hint_budget_mib: HintBudget::Auto,
             lookup_target_kib: 1536,
             hint_cap_mib: 512,
+            encode_memory_mib: 1024,
         }
     }
 }
@@ -153,6 +156,9 @@ impl BuildConfig {
                 .parse()
                 .map_err(|e: String| anyhow::anyhow!("build.matrix_expansion: {e}"))?,
             progress: None,
+            encode_memory_bytes: usize::try_from(self.encode_memory_mib.saturating_mul(1 << 20))
+                .unwrap_or(usize::MAX)
+                .max(1),
         })
     }
 }

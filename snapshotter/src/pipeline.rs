@@ -4,8 +4,9 @@ use std::time::Instant;
 
 use alloy_primitives::B256;
 use gpu_kernels::HintDevice;
+use pir_core::encode::{encode_into, RecordSource};
 use pir_core::wire::SetupData;
-use pir_core::wire::{query_bytes, response_bytes, write_db};
+use pir_core::wire::{query_bytes, response_bytes};
 use pir_core::{Arity, EncodeOptions, EncodedDb, Expansion, Packing, PublicMatrix};
 use rand::Rng;
 
@@ -15,9 +16,9 @@ use crate::account::{encode_value, value_width, AccountRecord};
 use crate::failpoint;
 use crate::manifest::{BuildStats, Manifest, PirParams, SnapshotId, SnapshotKind, MANIFEST_FORMAT};
 use crate::progress::{report, ProgressEvent, ProgressFn, Step};
-use crate::records::write_records;
+use crate::records::{write_records, RecordsView};
 use crate::store::{
-    SnapshotStore, StoreError, StoredSnapshot, DB_FILE, RECORDS_FILE, SETUP_FILE, TABLE_FILE,
+    SnapshotStore, StoreError, StoredSnapshot, RECORDS_FILE, SETUP_FILE, TABLE_FILE,
 };
 
 /// Snapshots of at most this many records also get a `table.bin`, so that
@@ -67,7 +68,15 @@ pub struct BuildOptions {
     pub expansion: Expansion,
     /// Where the encode and hint steps report progress (none: silent).
     pub progress: Option<ProgressFn>,
+    /// Working memory of the encoder: it builds the filters of as many
+    /// partitions at a time as fit (records are read again for each such
+    /// group; the database itself is written to its file as it is made).
+    pub encode_memory_bytes: usize,
 }
+
+/// The encoder's default working memory: 1 GiB (a base of 2^26 accounts
+/// in about three groups).
+pub const DEFAULT_ENCODE_MEMORY: usize = 1 << 30;
 
 impl Default for BuildOptions {
     fn default() -> Self {
@@ -78,6 +87,7 @@ impl Default for BuildOptions {
             device: HintDevice::Auto,
             expansion: Expansion::default(),
             progress: None,
+            encode_memory_bytes: DEFAULT_ENCODE_MEMORY,
         }
     }
 }
@@ -181,6 +191,8 @@ pub enum BuildError {
     Duplicate(B256),
     #[error("encoding failed: {0}")]
     Encode(#[from] pir_core::EncodeError),
+    #[error("the staged records.bin: {0}")]
+    Records(#[from] crate::records::RecordsError),
     #[error("hint: {0}")]
     Hint(#[from] gpu_kernels::GpuError),
     #[error("the hint does not fit the database: {0}")]
@@ -227,14 +239,58 @@ pub fn lock_store(store: &SnapshotStore) -> Result<BuildLock, BuildError> {
 }
 
 /// Builds a snapshot from `state` and publishes it atomically: check the
-/// records, encode, build the hint, write the files to a staging folder,
-/// publish with one rename.
+/// records, write `records.bin` to a staging folder (the records are let
+/// go then), encode from that file into `db.bin` laid out in place, build
+/// the hint from it, write the setup, publish with one rename.
 pub fn build_and_publish(
     store: &SnapshotStore,
     mut state: ExportedState,
     opts: &BuildOptions,
 ) -> Result<StoredSnapshot, BuildError> {
-    let _lock = lock_store(store)?;
+    let lock = prepare(store, &state)?;
+    check_records(&mut state)?;
+    let table = whole_table(&state);
+    let records = std::mem::take(&mut state.records);
+    let storage = std::mem::take(&mut state.storage);
+    let summary = RecordsSummary {
+        accounts: records.len() as u64,
+        slots: storage.len() as u64,
+        width: value_width(&records),
+    };
+    build_staged(store, lock, &state, table, opts, move |w| {
+        write_records(&records, &storage, w)?;
+        Ok(summary)
+    })
+}
+
+/// What the writer of a `records.bin` tells the build about it.
+#[derive(Clone, Copy, Debug)]
+pub struct RecordsSummary {
+    pub accounts: u64,
+    pub slots: u64,
+    /// Bytes of every PIR value (24, or 40 for balances over 2^128).
+    pub width: usize,
+}
+
+/// Builds and publishes a base too large to hold in memory: `write`
+/// streams its `records.bin` (sorted by key, e.g. with
+/// [`crate::records::write_account_stream`]) into the staging folder, and
+/// every later phase reads that file in place. `meta` says which snapshot
+/// it is (its records and storage are not read: leave them empty).
+pub fn build_and_publish_streamed(
+    store: &SnapshotStore,
+    meta: &ExportedState,
+    opts: &BuildOptions,
+    write: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<RecordsSummary>,
+) -> Result<StoredSnapshot, BuildError> {
+    let lock = prepare(store, meta)?;
+    build_staged(store, lock, meta, None, opts, write)
+}
+
+/// Takes the build lock, removes what interrupted builds left, and
+/// refuses a snapshot already published.
+fn prepare(store: &SnapshotStore, state: &ExportedState) -> Result<BuildLock, BuildError> {
+    let lock = lock_store(store)?;
     let leftovers = store.clean_leftovers()?;
     if leftovers > 0 {
         tracing::warn!(leftovers, "removed folders left by interrupted builds");
@@ -243,11 +299,33 @@ pub fn build_and_publish(
     if store.path_of(&id).exists() {
         return Err(StoreError::Exists(id).into());
     }
-    check_records(&mut state)?;
-    let encoded = encode_phase(&state, opts)?;
+    Ok(lock)
+}
+
+/// The phases after the records are known: stage and write
+/// `records.bin`, encode, hint, write the rest, publish.
+fn build_staged(
+    store: &SnapshotStore,
+    _lock: BuildLock,
+    meta: &ExportedState,
+    table: Option<Vec<u8>>,
+    opts: &BuildOptions,
+    write: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<RecordsSummary>,
+) -> Result<StoredSnapshot, BuildError> {
+    let id = meta.id();
+    let t = Instant::now();
+    let mut staged = store.stage(&id)?;
+    let mut summary = None;
+    let records = staged.write_file_with(RECORDS_FILE, |w| {
+        summary = Some(write(w)?);
+        Ok(())
+    })?;
+    let summary = summary.expect("the records were written");
+    let records_s = t.elapsed().as_secs_f64();
+    let encoded = encode_phase(&mut staged, &summary, &meta.kind, opts)?;
     let hinted = hint_phase(encoded, opts)?;
-    let written = write_phase(store, &id, &state, hinted)?;
-    let manifest = manifest_for(&state, &written);
+    let written = write_phase(staged, hinted, table, records.sha3_256, records_s)?;
+    let manifest = manifest_for(meta, &summary, &written);
     let published = store.publish(written.staged, &manifest)?;
     let peak_rss_mib = peak_rss_bytes().map(|b| b >> 20);
     tracing::info!(snapshot = %id, path = %published.path.display(), records = manifest.record_count, ?peak_rss_mib, "published");
@@ -326,33 +404,52 @@ fn pir_values(state: &ExportedState, width: usize) -> (Vec<u8>, Vec<&[u8; 32]>) 
     (values, keys)
 }
 
-/// The encoded database and how long it took.
+/// The encoded database (answered from its staged file) and how long it
+/// took.
 struct Encoded {
     db: EncodedDb,
     encode_s: f64,
 }
 
-fn encode_phase(state: &ExportedState, opts: &BuildOptions) -> Result<Encoded, BuildError> {
+/// Encodes the staged `records.bin` (read in place) into `db.bin` (laid
+/// out in place), a group of partitions at a time within the options'
+/// memory budget.
+fn encode_phase(
+    staged: &mut crate::store::StagedSnapshot,
+    summary: &RecordsSummary,
+    kind: &SnapshotKind,
+    opts: &BuildOptions,
+) -> Result<Encoded, BuildError> {
     failpoint::hit("encode");
-    let width = value_width(&state.records);
-    // Values in one flat buffer and keys borrowed from the records: 40
-    // bytes a record here, not a vector each (a base of 2^26 accounts
-    // saves ~4 GB).
-    let (values, keys) = pir_values(state, width);
-    let kv: Vec<(&[u8; 32], &[u8])> = keys.into_iter().zip(values.chunks_exact(width)).collect();
     let t = Instant::now();
+    let records = staged.map_file(RECORDS_FILE)?;
+    let source = RecordsView::new((*records).as_ref(), summary.width)?;
     let step = Step::EncodeFilters;
     report(&opts.progress, ProgressEvent::Begin { step, total: None });
     let options = EncodeOptions {
         arity: opts.arity,
-        packing: opts.packing_for(&state.kind),
+        packing: opts.packing_for(kind),
     };
-    let db = EncodedDb::encode(&kv, width, &options, &mut rand::rng());
+    let mut sink = staged.db_in_place();
+    let shape = encode_into(
+        &source,
+        &options,
+        opts.encode_memory_bytes,
+        &mut rand::rng(),
+        &mut sink,
+    );
     report(&opts.progress, ProgressEvent::End { step });
-    let db = db?;
+    let db = sink.finish(&shape?)?;
     let encode_s = t.elapsed().as_secs_f64();
     let shape = db.shape();
-    tracing::info!(snapshot = %state.id(), records = kv.len(), k = shape.partitions, rows = shape.rows(), cols = shape.cols(), encode_s, "encoded");
+    tracing::info!(
+        records = source.len(),
+        k = shape.partitions,
+        rows = shape.rows(),
+        cols = shape.cols(),
+        encode_s,
+        "encoded"
+    );
     Ok(Encoded { db, encode_s })
 }
 
@@ -410,22 +507,19 @@ struct Written {
     device: String,
 }
 
+/// Writes the setup (and a small level's table); `records_s` is what
+/// writing `records.bin` took (`db.bin` is written as it is encoded).
 fn write_phase(
-    store: &SnapshotStore,
-    id: &SnapshotId,
-    state: &ExportedState,
+    mut staged: crate::store::StagedSnapshot,
     hinted: Hinted,
+    table: Option<Vec<u8>>,
+    content_digest: String,
+    records_s: f64,
 ) -> Result<Written, BuildError> {
     failpoint::hit("write");
     let t = Instant::now();
-    let mut staged = store.stage(id)?;
-    // Both large files are streamed to disk, hashed as they go.
-    let records = staged.write_file_with(RECORDS_FILE, |w| {
-        write_records(&state.records, &state.storage, w)
-    })?;
-    staged.write_file_with(DB_FILE, |w| write_db(&hinted.db, w))?;
     staged.write_file(SETUP_FILE, &hinted.setup_bytes)?;
-    if let Some(table) = whole_table(state) {
+    if let Some(table) = table {
         staged.write_file(TABLE_FILE, &table)?;
     }
     Ok(Written {
@@ -433,10 +527,10 @@ fn write_phase(
         shape: hinted.db.shape().clone(),
         setup_digest: SetupData::digest_of(&hinted.setup_bytes),
         setup_len: hinted.setup_bytes.len(),
-        content_digest: records.sha3_256,
+        content_digest,
         encode_s: hinted.encode_s,
         hint_s: hinted.hint_s,
-        write_s: t.elapsed().as_secs_f64(),
+        write_s: records_s + t.elapsed().as_secs_f64(),
         device: hinted.device,
     })
 }
@@ -457,7 +551,7 @@ fn whole_table(state: &ExportedState) -> Option<Vec<u8>> {
     protocol::table::encode_table(&entries, width)
 }
 
-fn manifest_for(state: &ExportedState, w: &Written) -> Manifest {
+fn manifest_for(state: &ExportedState, summary: &RecordsSummary, w: &Written) -> Manifest {
     let shape = &w.shape;
     Manifest {
         format: MANIFEST_FORMAT,
@@ -468,8 +562,8 @@ fn manifest_for(state: &ExportedState, w: &Written) -> Manifest {
         block_time: state.block_time,
         kind: state.kind,
         source: state.source.clone(),
-        record_count: (state.records.len() + state.storage.len()) as u64,
-        storage_records: state.storage.len() as u64,
+        record_count: summary.accounts + summary.slots,
+        storage_records: summary.slots,
         storage: state.listed.clone(),
         content_digest: w.content_digest.clone(),
         created_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),

@@ -11,9 +11,10 @@
 //! A slot's PIR key is derived from its two hashes, not stored.
 
 use alloy_primitives::{Address, B256, U256};
-use protocol::storage::StorageRecord;
+use pir_core::encode::RecordSource;
+use protocol::storage::{encode_word, StorageRecord};
 
-use crate::account::AccountRecord;
+use crate::account::{encode_value, AccountRecord};
 
 const MAGIC: &[u8; 4] = b"EPRC";
 const RECORD_BYTES: usize = 93;
@@ -64,14 +65,8 @@ pub fn write_records(
     w.write_all(MAGIC)?;
     w.write_all(&[version, 0, 0, 0])?;
     w.write_all(&(records.len() as u64).to_le_bytes())?;
-    let mut one = [0u8; RECORD_BYTES];
     for r in records {
-        one[0] = r.address.is_some() as u8;
-        one[1..21].copy_from_slice(r.address.unwrap_or_default().as_slice());
-        one[21..53].copy_from_slice(r.key.as_slice());
-        one[53..85].copy_from_slice(&r.balance.to_be_bytes::<32>());
-        one[85..93].copy_from_slice(&r.nonce.to_le_bytes());
-        w.write_all(&one)?;
+        w.write_all(&account_bytes(r))?;
     }
     if storage.is_empty() {
         return Ok(());
@@ -89,6 +84,51 @@ pub fn write_records(
     Ok(())
 }
 
+fn account_bytes(r: &AccountRecord) -> [u8; RECORD_BYTES] {
+    let mut one = [0u8; RECORD_BYTES];
+    one[0] = r.address.is_some() as u8;
+    one[1..21].copy_from_slice(r.address.unwrap_or_default().as_slice());
+    one[21..53].copy_from_slice(r.key.as_slice());
+    one[53..85].copy_from_slice(&r.balance.to_be_bytes::<32>());
+    one[85..93].copy_from_slice(&r.nonce.to_le_bytes());
+    one
+}
+
+/// Writes a version-1 `records.bin` (accounts only) of exactly `count`
+/// accounts handed over one at a time in key order, as an export too
+/// large to hold makes them (reth's hashed accounts come in this order);
+/// refuses another count or order. Returns the value width they need.
+pub fn write_account_stream(
+    count: u64,
+    accounts: impl Iterator<Item = AccountRecord>,
+    w: &mut (impl std::io::Write + ?Sized),
+) -> std::io::Result<usize> {
+    let refuse = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, what);
+    w.write_all(MAGIC)?;
+    w.write_all(&[1, 0, 0, 0])?;
+    w.write_all(&count.to_le_bytes())?;
+    let (mut written, mut last, mut wide) = (0u64, None::<B256>, false);
+    for r in accounts {
+        if last.is_some_and(|k| k >= r.key) {
+            return Err(refuse(format!("account {written} is out of key order")));
+        }
+        if written == count {
+            return Err(refuse(format!("more than the {count} accounts promised")));
+        }
+        wide |= r.balance.bit_len() > 128;
+        last = Some(r.key);
+        w.write_all(&account_bytes(&r))?;
+        written += 1;
+    }
+    if written != count {
+        return Err(refuse(format!("{written} accounts, {count} promised")));
+    }
+    Ok(match wide {
+        true => protocol::account::WIDE_VALUE_BYTES,
+        false => protocol::account::COMPACT_VALUE_BYTES,
+    })
+}
+
 /// The length a part of `count` items of `size` bytes must have after
 /// `prefix` bytes, checked against the bytes there are.
 fn expect_length(bytes: &[u8], prefix: usize, count: u64, size: usize) -> Result<(), RecordsError> {
@@ -102,86 +142,169 @@ fn expect_length(bytes: &[u8], prefix: usize, count: u64, size: usize) -> Result
     Ok(())
 }
 
+/// Where the two parts of a `records.bin` lie, its header and length
+/// checked (not its records).
+struct Layout {
+    accounts: usize,
+    slots: usize,
+    /// Where the slot count is (the end of the accounts).
+    accounts_end: usize,
+}
+
+impl Layout {
+    fn of(bytes: &[u8]) -> Result<Layout, RecordsError> {
+        if bytes.len() < HEADER_BYTES || &bytes[..4] != MAGIC || bytes[5..8] != [0, 0, 0] {
+            return Err(RecordsError::Header);
+        }
+        let version = bytes[4];
+        let count = u64::from_le_bytes(bytes[8..16].try_into().unwrap());
+        let accounts_end =
+            (HEADER_BYTES as u64).saturating_add(count.saturating_mul(RECORD_BYTES as u64));
+        let slots = match version {
+            1 => {
+                expect_length(bytes, HEADER_BYTES, count, RECORD_BYTES)?;
+                0
+            }
+            2 => {
+                let at = usize::try_from(accounts_end).unwrap_or(usize::MAX);
+                let Some(field) = bytes.get(at..at.saturating_add(8)) else {
+                    return Err(RecordsError::Length {
+                        expected: accounts_end.saturating_add(8),
+                        got: bytes.len() as u64,
+                    });
+                };
+                let slots = u64::from_le_bytes(field.try_into().unwrap());
+                expect_length(bytes, at + 8, slots, SLOT_BYTES)?;
+                slots
+            }
+            _ => return Err(RecordsError::Header),
+        };
+        // The lengths matched the bytes there are: the counts fit in usize.
+        Ok(Layout {
+            accounts: count as usize,
+            slots: slots as usize,
+            accounts_end: accounts_end as usize,
+        })
+    }
+
+    fn account<'a>(&self, bytes: &'a [u8], i: usize) -> &'a [u8] {
+        &bytes[HEADER_BYTES + i * RECORD_BYTES..][..RECORD_BYTES]
+    }
+
+    fn slot<'a>(&self, bytes: &'a [u8], i: usize) -> &'a [u8] {
+        &bytes[self.accounts_end + 8 + i * SLOT_BYTES..][..SLOT_BYTES]
+    }
+}
+
 /// Parses and checks `records.bin` (either version).
 pub fn decode_records(bytes: &[u8]) -> Result<Records, RecordsError> {
-    if bytes.len() < HEADER_BYTES || &bytes[..4] != MAGIC || bytes[5..8] != [0, 0, 0] {
-        return Err(RecordsError::Header);
-    }
-    let version = bytes[4];
-    let count = u64::from_le_bytes(bytes[8..16].try_into().unwrap());
-    let accounts_end =
-        (HEADER_BYTES as u64).saturating_add(count.saturating_mul(RECORD_BYTES as u64));
-    let storage_count = match version {
-        1 => {
-            expect_length(bytes, HEADER_BYTES, count, RECORD_BYTES)?;
-            0
-        }
-        2 => {
-            let at = usize::try_from(accounts_end).unwrap_or(usize::MAX);
-            let Some(field) = bytes.get(at..at.saturating_add(8)) else {
-                return Err(RecordsError::Length {
-                    expected: accounts_end.saturating_add(8),
-                    got: bytes.len() as u64,
-                });
-            };
-            let slots = u64::from_le_bytes(field.try_into().unwrap());
-            expect_length(bytes, at + 8, slots, SLOT_BYTES)?;
-            slots
-        }
-        _ => return Err(RecordsError::Header),
-    };
-    let accounts_end = accounts_end as usize;
-    let accounts = decode_accounts(&bytes[HEADER_BYTES..accounts_end], count)?;
-    let storage = match storage_count {
+    let layout = Layout::of(bytes)?;
+    let accounts = decode_accounts(&bytes[HEADER_BYTES..layout.accounts_end])?;
+    let storage = match layout.slots {
         0 => Vec::new(),
-        n => decode_storage(&bytes[accounts_end + 8..], n)?,
+        _ => decode_storage(&bytes[layout.accounts_end + 8..])?,
     };
     Ok(Records { accounts, storage })
 }
 
-fn decode_accounts(bytes: &[u8], count: u64) -> Result<Vec<AccountRecord>, RecordsError> {
-    let mut out: Vec<AccountRecord> = Vec::with_capacity(count as usize);
+/// One account of `records.bin` (its key not checked).
+fn parse_account(chunk: &[u8]) -> AccountRecord {
+    AccountRecord {
+        address: (chunk[0] & 1 == 1).then(|| Address::from_slice(&chunk[1..21])),
+        key: B256::from_slice(&chunk[21..53]),
+        balance: U256::from_be_slice(&chunk[53..85]),
+        nonce: u64::from_le_bytes(chunk[85..93].try_into().unwrap()),
+    }
+}
+
+/// One storage slot of `records.bin` (its contract hash not checked).
+fn parse_slot(chunk: &[u8]) -> StorageRecord {
+    let hashed_contract = B256::from_slice(&chunk[21..53]);
+    let hashed_slot = B256::from_slice(&chunk[53..85]);
+    let value = U256::from_be_slice(&chunk[85..117]);
+    let mut record = StorageRecord::from_hashed(hashed_contract, hashed_slot, value);
+    record.contract = (chunk[0] & 1 == 1).then(|| Address::from_slice(&chunk[1..21]));
+    record
+}
+
+fn decode_accounts(bytes: &[u8]) -> Result<Vec<AccountRecord>, RecordsError> {
+    let mut out: Vec<AccountRecord> = Vec::with_capacity(bytes.len() / RECORD_BYTES);
     for (i, chunk) in bytes.chunks_exact(RECORD_BYTES).enumerate() {
-        let address = (chunk[0] & 1 == 1).then(|| Address::from_slice(&chunk[1..21]));
-        let key = B256::from_slice(&chunk[21..53]);
-        let balance = U256::from_be_slice(&chunk[53..85]);
-        let nonce = u64::from_le_bytes(chunk[85..93].try_into().unwrap());
-        if let Some(a) = address {
-            if crate::account::pir_key(&a) != key {
+        let record = parse_account(chunk);
+        if let Some(a) = record.address {
+            if crate::account::pir_key(&a) != record.key {
                 return Err(RecordsError::Key(i));
             }
         }
-        if out.last().is_some_and(|prev| prev.key >= key) {
+        if out.last().is_some_and(|prev| prev.key >= record.key) {
             return Err(RecordsError::Order(i));
         }
-        out.push(AccountRecord {
-            address,
-            key,
-            balance,
-            nonce,
-        });
+        out.push(record);
     }
     Ok(out)
 }
 
-fn decode_storage(bytes: &[u8], count: u64) -> Result<Vec<StorageRecord>, RecordsError> {
-    let mut out: Vec<StorageRecord> = Vec::with_capacity(count as usize);
+fn decode_storage(bytes: &[u8]) -> Result<Vec<StorageRecord>, RecordsError> {
+    let mut out: Vec<StorageRecord> = Vec::with_capacity(bytes.len() / SLOT_BYTES);
     for (i, chunk) in bytes.chunks_exact(SLOT_BYTES).enumerate() {
-        let contract = (chunk[0] & 1 == 1).then(|| Address::from_slice(&chunk[1..21]));
-        let hashed_contract = B256::from_slice(&chunk[21..53]);
-        let hashed_slot = B256::from_slice(&chunk[53..85]);
-        let value = U256::from_be_slice(&chunk[85..117]);
-        if contract.is_some_and(|c| alloy_primitives::keccak256(c) != hashed_contract) {
+        let record = parse_slot(chunk);
+        if record
+            .contract
+            .is_some_and(|c| alloy_primitives::keccak256(c) != record.hashed_contract)
+        {
             return Err(RecordsError::ContractHash(i));
         }
-        let mut record = StorageRecord::from_hashed(hashed_contract, hashed_slot, value);
-        record.contract = contract;
         if out.last().is_some_and(|prev| prev.key >= record.key) {
             return Err(RecordsError::SlotOrder(i));
         }
         out.push(record);
     }
     Ok(out)
+}
+
+/// A `records.bin` read in place (a memory-mapped file the pipeline has
+/// just written and checked): the encoder's source of PIR keys and
+/// values, accounts then slots, each value in `width` bytes.
+pub struct RecordsView<'a> {
+    bytes: &'a [u8],
+    layout: Layout,
+    width: usize,
+}
+
+impl<'a> RecordsView<'a> {
+    /// Checks the header and length (the records were checked as they
+    /// were written).
+    pub fn new(bytes: &'a [u8], width: usize) -> Result<Self, RecordsError> {
+        Ok(RecordsView {
+            layout: Layout::of(bytes)?,
+            bytes,
+            width,
+        })
+    }
+}
+
+impl RecordSource for RecordsView<'_> {
+    fn len(&self) -> usize {
+        self.layout.accounts + self.layout.slots
+    }
+
+    fn value_bytes(&self) -> usize {
+        self.width
+    }
+
+    fn read(&self, i: usize, key: &mut Vec<u8>, value: &mut [u8]) {
+        key.clear();
+        if i < self.layout.accounts {
+            let a = parse_account(self.layout.account(self.bytes, i));
+            key.extend_from_slice(a.key.as_slice());
+            value.copy_from_slice(&encode_value(a.balance, a.nonce, self.width));
+        } else {
+            let s = parse_slot(self.layout.slot(self.bytes, i - self.layout.accounts));
+            key.extend_from_slice(s.key.as_slice());
+            let word = encode_word(s.value, self.width).expect("an account value width");
+            value.copy_from_slice(&word);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,33 +1,53 @@
-//! `build-bench`: one base build of 2^N random accounts through the real
-//! pipeline (encode, hint on all cores or the GPU, files streamed to disk,
-//! atomic publish), with its phases' seconds and the process's peak
-//! resident memory; one JSON line. The accounts are made in memory first
-//! (as an export would hand them over), so the peak includes them.
+//! `build-bench`: one base build of random accounts through the real
+//! pipeline (records.bin written, encoded from it into db.bin laid out in
+//! place, hint on all cores or the GPU, atomic publish), with its phases'
+//! seconds and the process's peak memory; one JSON line. By default the
+//! accounts are made in memory first (as an export of a JSON-RPC node or
+//! a plain-state datadir hands them over), so the peak includes them;
+//! `--streamed` makes them one at a time in key order straight into
+//! records.bin, as a hashed-state export can.
 #![forbid(unsafe_code)]
 
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Parser;
 use serde_json::json;
 use snapshotter::pipeline::{
-    build_and_publish, peak_rss_bytes, resolve_packing, BuildOptions, HintBudget,
+    build_and_publish, build_and_publish_streamed, peak_rss_bytes, resolve_packing, BuildOptions,
+    HintBudget, RecordsSummary,
 };
+use snapshotter::records::write_account_stream;
 use snapshotter::SnapshotStore;
 
 #[derive(Parser)]
 #[command(
     name = "build-bench",
-    about = "Time a base build of 2^N random accounts and measure its peak memory",
-    long_about = "Builds one full snapshot of 2^N random accounts into a fresh store under --dir with \
+    about = "Time a base build of random accounts and measure its peak memory",
+    long_about = "Builds one full snapshot of random accounts into a fresh store under --dir with \
 the same pipeline as `ethpir-snapshot build` (hint on the GPU when there is one, else all cores), and \
-prints one JSON line: seconds per phase, peak resident memory (VmHWM, accounts included), file sizes \
-and the PIR shape. The store is removed afterwards unless --keep."
+prints one JSON line: seconds per phase, peak resident memory (VmHWM: every page the process had \
+mapped at once, the page cache of records.bin and db.bin included) and peak anonymous memory \
+(RssAnon sampled every 50 ms: what the build itself holds), file sizes and the PIR shape. The \
+store is removed afterwards unless --keep."
 )]
 struct Args {
     /// log2 of the number of accounts.
     #[arg(long, default_value_t = 24)]
     log2_accounts: u32,
+    /// The number of accounts (instead of 2^--log2-accounts), e.g.
+    /// 350000000 for mainnet's order.
+    #[arg(long)]
+    accounts: Option<u64>,
+    /// Make the accounts one at a time in key order straight into
+    /// records.bin (a hashed-state export), instead of all in memory first.
+    #[arg(long)]
+    streamed: bool,
+    /// The encoder's working memory, MiB.
+    #[arg(long, default_value_t = 1024)]
+    encode_memory_mib: u64,
     /// Where the store is built.
     #[arg(long, default_value = "./build-bench-data")]
     dir: std::path::PathBuf,
@@ -36,37 +56,104 @@ struct Args {
     keep: bool,
 }
 
+/// The process's resident anonymous memory (Linux `RssAnon`).
+fn anon_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib << 10)
+}
+
+/// Samples `RssAnon` until dropped; the largest value seen.
+struct AnonPeak {
+    peak: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+}
+
+impl AnonPeak {
+    fn start() -> Self {
+        let (peak, stop) = (
+            Arc::new(AtomicU64::new(0)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let (p, s) = (peak.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                p.fetch_max(anon_rss_bytes().unwrap_or(0), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        AnonPeak { peak, stop }
+    }
+
+    fn mib(&self) -> u64 {
+        self.peak
+            .load(Ordering::Relaxed)
+            .max(anon_rss_bytes().unwrap_or(0))
+            >> 20
+    }
+}
+
+impl Drop for AnonPeak {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
 fn main() -> Result<()> {
     let args = Args::parse();
     protocol::logging::init("warn")?;
-    let dir = args.dir.join(format!("store-{}", args.log2_accounts));
+    let count = args.accounts.unwrap_or(1 << args.log2_accounts);
+    let dir = args.dir.join(format!("store-{count}"));
     if dir.exists() {
         std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
     }
     let store = SnapshotStore::open(&dir)?;
-    let started = Instant::now();
-    let records = demo::bench::accounts(args.log2_accounts);
-    let made_s = started.elapsed().as_secs_f64();
-    let state = demo::bench::synthetic_base(records, made_s);
-    let built = Instant::now();
+    let anon = AnonPeak::start();
     // The packing `ethpir-snapshot build` gives a base by default
     // (hint_budget_mib = "auto": the per-lookup target of 1.5 MiB).
     let (packing, base_packing) = resolve_packing("auto", HintBudget::Auto, 1536, 512)?;
     let options = BuildOptions {
         packing,
         base_packing,
+        encode_memory_bytes: usize::try_from(args.encode_memory_mib << 20)?,
         ..Default::default()
     };
-    let snap = build_and_publish(&store, state, &options)?;
-    let build_s = built.elapsed().as_secs_f64();
+    let started = Instant::now();
+    let (snap, made_s) = if args.streamed {
+        let meta = demo::bench::synthetic_base(Vec::new(), 0.0);
+        let snap = build_and_publish_streamed(&store, &meta, &options, |w| {
+            let accounts = demo::bench::hashed_accounts_in_order(count);
+            let width = write_account_stream(count, accounts, w)?;
+            Ok(RecordsSummary {
+                accounts: count,
+                slots: 0,
+                width,
+            })
+        })?;
+        (snap, 0.0)
+    } else {
+        let records = demo::bench::random_accounts(count, count);
+        let made_s = started.elapsed().as_secs_f64();
+        let state = demo::bench::synthetic_base(records, made_s);
+        (build_and_publish(&store, state, &options)?, made_s)
+    };
+    let build_s = started.elapsed().as_secs_f64() - made_s;
     let m = &snap.manifest;
     let file = |name: &str| m.files.get(name).map_or(0, |f| f.bytes);
     println!(
         "{}",
         json!({
             "bench": "base-build",
-            "log2_accounts": args.log2_accounts,
             "records": m.record_count,
+            "streamed": args.streamed,
+            "encode_memory_mib": args.encode_memory_mib,
             "accounts_made_s": made_s,
             "build_s": build_s,
             "encode_s": m.build.encode_s,
@@ -74,10 +161,13 @@ fn main() -> Result<()> {
             "write_s": m.build.write_s,
             "hint_device": m.build.hint_device,
             "peak_rss_mib": peak_rss_bytes().map(|b| b >> 20),
+            "peak_anon_mib": anon.mib(),
             "k": m.pir.partitions,
+            "rows": m.pir.rows,
             "db_mib": file(snapshotter::store::DB_FILE) >> 20,
             "records_mib": file(snapshotter::store::RECORDS_FILE) >> 20,
             "setup_mib": file(snapshotter::store::SETUP_FILE) >> 20,
+            "query_plus_response_kib": (m.pir.query_bytes + m.pir.response_bytes) >> 10,
             "cpu": demo::bench::cpu_model(),
             "cores": std::thread::available_parallelism().map(usize::from).unwrap_or(1),
             "kernel": pir_core::kernel::active().name(),

@@ -368,6 +368,11 @@ struct BuildArgs {
     matrix_expansion: Expansion,
     #[command(flatten)]
     layout: LayoutArgs,
+    /// Working memory of the encoder, MiB: it builds as many partitions'
+    /// filters at a time as fit and reads records.bin again for each such
+    /// group (the database is written to its file as it is made).
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..))]
+    encode_memory_mib: u64,
     /// Do not draw progress bars.
     #[arg(long)]
     no_progress: bool,
@@ -423,6 +428,11 @@ struct RetentionArgs {
     pinned: Vec<u64>,
 }
 
+/// `mib` MiB in bytes (saturating).
+fn mib_bytes(mib: u64) -> usize {
+    usize::try_from(mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX)
+}
+
 impl BuildArgs {
     fn options(&self) -> Result<BuildOptions> {
         let (arity, packing, base_packing) = self.layout.resolve()?;
@@ -433,6 +443,7 @@ impl BuildArgs {
             device: self.device,
             expansion: self.matrix_expansion,
             progress: self.progress(),
+            encode_memory_bytes: mib_bytes(self.encode_memory_mib),
         })
     }
 
