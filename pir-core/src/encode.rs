@@ -18,7 +18,7 @@ use std::ops::Range;
 use rand::Rng;
 use rayon::prelude::*;
 
-use crate::db::{panel_width, DbShape, EncodeOptions, MAX_VALUE_BYTES, PANEL_COLS};
+use crate::db::{panel_width, DbShape, EncodeOptions, MAX_PARTITIONS, MAX_VALUE_BYTES, PANEL_COLS};
 use crate::error::{EncodeError, ParamError};
 use crate::fuse::{peel, FuseGeometry};
 use crate::keys::{mix64, record_tag, KeyDigest};
@@ -120,16 +120,18 @@ impl PanelSink for VecSink {
     }
 }
 
-/// Bytes of working memory a record of a group costs (its digest, index
-/// and encoded elements, and its share of the filter cells and of the
-/// peeling's hashes and order while its partition is built).
+/// Bytes of working memory a record of a group costs: its index, digest
+/// and encoded elements while gathered, and its share of the group's
+/// filter cells (at most 1.25 cells a key) until they are laid out. (The
+/// peeling's hashes and order live only while one partition is built.)
 fn group_bytes_per_record(elems: usize) -> usize {
-    16 + 4 + elems + 2 * elems + 16
+    4 + 16 + elems + (5 * elems).div_ceil(4)
 }
 
 /// Encodes every record of `source` into the panel bytes `sink` gives,
 /// using at most about `memory_budget` bytes for the records of one group
-/// of partitions; returns the database's shape.
+/// of partitions (plus 2 bytes a record: each one's partition); returns
+/// the database's shape.
 pub fn encode_into(
     source: &dyn RecordSource,
     options: &EncodeOptions,
@@ -150,17 +152,18 @@ pub fn encode_into(
     let partition_seed: u64 = rng.random();
     let filter_base: u64 = rng.random();
     let mut bits = crate::params::MAX_PLAINTEXT_BITS;
-    let mut counted: Option<(u32, Vec<u32>)> = None;
+    let mut partitioned: Option<Partitioned> = None;
     loop {
         let elems = record_elems(value_bytes, bits);
         let k = options
             .packing
             .partitions(source.len(), options.arity, elems);
-        if counted.as_ref().is_none_or(|(ck, _)| *ck != k) {
-            counted = Some((k, count_partitions(source, partition_seed, k)));
+        if partitioned.as_ref().is_none_or(|p| p.k != k) {
+            partitioned.take();
+            partitioned = Some(Partitioned::new(source, partition_seed, k));
         }
-        let counts = &counted.as_ref().expect("counted above").1;
-        let fullest = counts.iter().copied().max().unwrap_or(0) as usize;
+        let partitioned = partitioned.as_ref().expect("partitioned above");
+        let fullest = partitioned.counts.iter().copied().max().unwrap_or(0) as usize;
         let geometry = FuseGeometry::for_keys(options.arity, fullest, 0);
         // The client checks the noise of every element of a response
         // (k x w of them), so the bound counts them all.
@@ -172,7 +175,8 @@ pub fn encode_into(
         }
         let plan = Plan {
             source,
-            counts,
+            counts: &partitioned.counts,
+            of_record: &partitioned.of_record,
             elems,
             lwe,
             value_bytes,
@@ -192,35 +196,52 @@ pub fn encode_into(
     }
 }
 
-/// Keys per partition under `seed` (one pass over the source).
-fn count_partitions(source: &dyn RecordSource, seed: u64, k: u32) -> Vec<u32> {
-    let chunks = source.len().div_ceil(CHUNK_RECORDS);
-    (0..chunks)
-        .into_par_iter()
-        .fold(
-            || {
-                (
-                    vec![0u32; k as usize],
-                    Vec::new(),
-                    vec![0u8; source.value_bytes()],
-                )
-            },
-            |(mut counts, mut key, mut value), c| {
-                for i in chunk_range(source, c) {
-                    source.read(i, &mut key, &mut value);
-                    counts[KeyDigest::of(&key).partition(seed, k) as usize] += 1;
-                }
-                (counts, key, value)
-            },
-        )
-        .map(|(counts, _, _)| counts)
-        .reduce(
-            || vec![0u32; k as usize],
-            |mut a, b| {
-                a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
-                a
-            },
-        )
+/// Where the keys fall under one partition seed and count: each record's
+/// partition (2 bytes a record: `k` is at most 2^16) and each partition's
+/// number of keys.
+struct Partitioned {
+    k: u32,
+    of_record: Vec<u16>,
+    counts: Vec<u32>,
+}
+
+impl Partitioned {
+    /// One pass over the source: every key hashed once. The gathering
+    /// passes read only their group's records after this.
+    fn new(source: &dyn RecordSource, seed: u64, k: u32) -> Self {
+        assert!(
+            k as usize <= MAX_PARTITIONS as usize,
+            "partitions fit 16 bits"
+        );
+        let chunks = source.len().div_ceil(CHUNK_RECORDS);
+        let of_chunk: Vec<Vec<u16>> = (0..chunks)
+            .into_par_iter()
+            .map_init(
+                || (Vec::new(), vec![0u8; source.value_bytes()]),
+                |(key, value), c| {
+                    chunk_range(source, c)
+                        .map(|i| {
+                            source.read(i, key, value);
+                            KeyDigest::of(key).partition(seed, k) as u16
+                        })
+                        .collect()
+                },
+            )
+            .collect();
+        let mut of_record = Vec::with_capacity(source.len());
+        let mut counts = vec![0u32; k as usize];
+        for chunk in of_chunk {
+            for &p in &chunk {
+                counts[p as usize] += 1;
+            }
+            of_record.extend_from_slice(&chunk);
+        }
+        Partitioned {
+            k,
+            of_record,
+            counts,
+        }
+    }
 }
 
 fn chunk_range(source: &dyn RecordSource, chunk: usize) -> Range<usize> {
@@ -255,6 +276,8 @@ struct Found {
 struct Plan<'a> {
     source: &'a dyn RecordSource,
     counts: &'a [u32],
+    /// Each record's partition.
+    of_record: &'a [u16],
     elems: usize,
     lwe: LweParams,
     value_bytes: usize,
@@ -372,7 +395,7 @@ impl Plan<'_> {
     /// The group's keys, partition by partition, each in the source's
     /// order (one pass over the source).
     fn gather(&self, group: Range<u32>) -> Vec<Members> {
-        let (k, elems, bits) = (self.partitions(), self.elems, self.lwe.plaintext_bits);
+        let (elems, bits) = (self.elems, self.lwe.plaintext_bits);
         let mut members: Vec<Members> = self.counts[group.start as usize..group.end as usize]
             .iter()
             .map(|&n| Members {
@@ -389,10 +412,10 @@ impl Plan<'_> {
                     let (mut key, mut value) = (Vec::new(), vec![0u8; self.value_bytes]);
                     let (mut keys, mut records) = (Vec::new(), Vec::new());
                     for i in chunk_range(self.source, c) {
-                        self.source.read(i, &mut key, &mut value);
-                        let digest = KeyDigest::of(&key);
-                        let p = digest.partition(self.partition_seed, k);
+                        let p = self.of_record[i] as u32;
                         if group.contains(&p) {
+                            self.source.read(i, &mut key, &mut value);
+                            let digest = KeyDigest::of(&key);
                             let at = records.len();
                             records.resize(at + elems, 0);
                             encode_record(
