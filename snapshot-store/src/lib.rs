@@ -425,6 +425,18 @@ impl SnapshotStore {
         Ok(path)
     }
 
+    /// One file of a snapshot checked against the manifest (streamed) and
+    /// memory-mapped: read in place, from the page cache, never held
+    /// whole (`verify` samples a mainnet base's `records.bin` this way).
+    pub fn map_checked(
+        &self,
+        snap: &StoredSnapshot,
+        name: &str,
+    ) -> Result<SharedBytes, StoreError> {
+        let path = self.check_file(snap, name)?;
+        mapped::map_published(&path).map_err(io(&path))
+    }
+
     /// Loads a snapshot to answer from: `db.bin` checked against its
     /// digest (streamed) and then memory-mapped, one copy in the page
     /// cache shared by every worker and every process serving the store;
@@ -439,8 +451,7 @@ impl SnapshotStore {
             id: snap.id.clone(),
             problem,
         };
-        let path = self.check_file(snap, DB_FILE)?;
-        let bytes = mapped::map_published(&path).map_err(io(&path))?;
+        let bytes = self.map_checked(snap, DB_FILE)?;
         let (shape, offset) =
             decode_db_header((*bytes).as_ref()).map_err(|e| invalid(format!("{DB_FILE}: {e}")))?;
         let served = match shard {

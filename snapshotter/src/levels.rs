@@ -26,9 +26,56 @@ use serde::Deserialize;
 
 use crate::account::AccountRecord;
 use crate::manifest::{KindTag, SnapshotKind};
-use crate::pipeline::{build_and_publish, BuildError, BuildOptions, ExportedState};
-use crate::records::{decode_records, Records};
+use crate::pipeline::{
+    build_and_publish, build_and_publish_streamed, BuildError, BuildOptions, ExportedState,
+    RecordsSummary,
+};
+use crate::records::{decode_records, write_record_stream, Records, RecordsFile};
 use crate::store::{SnapshotStore, StoreError, StoredSnapshot, RECORDS_FILE};
+use protocol::storage::StorageRecord;
+
+/// A base's records (read in place) with newer ones laid over them: the
+/// records of a fold, in key order, emptied accounts and cleared slots
+/// left out.
+struct Folded<'a> {
+    base: &'a RecordsFile<'a>,
+    newer: &'a Records,
+}
+
+impl Folded<'_> {
+    fn accounts(&self) -> impl Iterator<Item = AccountRecord> + '_ {
+        let base = (0..self.base.accounts()).map(|i| self.base.account(i));
+        newest_of(base, self.newer.accounts.iter().cloned(), |r| r.key)
+            .filter(|r| !(r.balance.is_zero() && r.nonce == 0))
+    }
+
+    fn slots(&self) -> impl Iterator<Item = StorageRecord> + '_ {
+        let base = (0..self.base.slots()).map(|i| self.base.slot(i));
+        newest_of(base, self.newer.storage.iter().cloned(), |s| s.key)
+            .filter(|s| !s.value.is_zero())
+    }
+}
+
+/// Two runs sorted by key merged into one: a key in both takes `newer`'s.
+fn newest_of<T>(
+    older: impl Iterator<Item = T>,
+    newer: impl Iterator<Item = T>,
+    key: impl Fn(&T) -> alloy_primitives::B256,
+) -> impl Iterator<Item = T> {
+    let (mut older, mut newer) = (older.peekable(), newer.peekable());
+    std::iter::from_fn(move || match (older.peek(), newer.peek()) {
+        (Some(o), Some(n)) => match key(o).cmp(&key(n)) {
+            std::cmp::Ordering::Less => older.next(),
+            std::cmp::Ordering::Greater => newer.next(),
+            std::cmp::Ordering::Equal => {
+                older.next();
+                newer.next()
+            }
+        },
+        (Some(_), None) => older.next(),
+        (None, _) => newer.next(),
+    })
+}
 
 /// How deltas are merged and kept: `[levels]` in the follower's config.
 #[derive(Clone, Debug, Deserialize)]
@@ -194,7 +241,7 @@ impl Levels {
                 .manifest
                 .files
                 .keys()
-                .find_map(|name| self.store.read_checked(level, name).err());
+                .find_map(|name| self.store.check_file(level, name).err());
             match damage {
                 None => {
                     self.checked.lock().expect("lock").insert(seen);
@@ -343,24 +390,46 @@ impl Levels {
 
     /// Folds a whole view into a full snapshot at its block (accounts
     /// emptied to 0/0 and slots cleared to 0 dropped: absent means 0 in a
-    /// full snapshot).
+    /// full snapshot). The base's `records.bin` is read in place and merged
+    /// in key order with the deltas' records (small, overlaid in memory)
+    /// and streamed into the new base's `records.bin`: a mainnet base is
+    /// never held.
     fn fold(&self, view: &[StoredSnapshot], why: &str) -> Result<String, LevelsError> {
         let top = view.last().expect("a view has a level");
-        let mut records = self.overlay(view)?;
-        records
-            .accounts
-            .retain(|r| !(r.balance.is_zero() && r.nonce == 0));
-        records.storage.retain(|s| !s.value.is_zero());
+        let newer = self.overlay(&view[1..])?;
+        let mapped = self.store.map_checked(&view[0], RECORDS_FILE)?;
+        let base = RecordsFile::new((*mapped).as_ref()).map_err(|e| LevelsError::Damaged {
+            id: view[0].id.url_form(),
+            reason: format!("{RECORDS_FILE}: {e}"),
+        })?;
+        let folded = Folded {
+            base: &base,
+            newer: &newer,
+        };
+        let (accounts, slots) = (folded.accounts().count(), folded.slots().count());
         tracing::info!(
             block = top.id.block,
-            records = records.accounts.len(),
-            slots = records.storage.len(),
+            records = accounts,
+            slots,
             why,
             "folding the view into a full snapshot"
         );
         let source = format!("fold:{}..{}", view[0].id, top.id);
-        let state = Self::like(view, SnapshotKind::Full, source, records);
-        let published = build_and_publish(&self.store, state, &self.build)?;
+        let meta = Self::like(view, SnapshotKind::Full, source, Records::default());
+        let published = build_and_publish_streamed(&self.store, &meta, &self.build, |w| {
+            let width = write_record_stream(
+                accounts as u64,
+                folded.accounts(),
+                slots as u64,
+                folded.slots(),
+                w,
+            )?;
+            Ok(RecordsSummary {
+                accounts: accounts as u64,
+                slots: slots as u64,
+                width,
+            })
+        })?;
         Ok(published.id.url_form())
     }
 
@@ -415,6 +484,60 @@ mod tests {
 
     fn acct(i: u8, balance: u64) -> AccountRecord {
         AccountRecord::new(Address::repeat_byte(i), U256::from(balance), 1)
+    }
+
+    /// The streamed fold's merge writes exactly the records.bin the
+    /// in-memory overlay (newest value of each key, emptied accounts and
+    /// cleared slots left out) would.
+    #[test]
+    fn a_streamed_fold_writes_what_the_overlay_would() {
+        let contract = Address::repeat_byte(0xcc);
+        let slot =
+            |i: u8, v: u64| StorageRecord::new(contract, B256::repeat_byte(i), U256::from(v));
+        let sorted = |mut r: Records| {
+            r.accounts.sort_unstable_by_key(|a| a.key);
+            r.storage.sort_unstable_by_key(|s| s.key);
+            r
+        };
+        let base = sorted(Records {
+            accounts: (0..60u8).map(|i| acct(i, 1_000 + i as u64)).collect(),
+            storage: (0..30u8).map(|i| slot(i, 7 + i as u64)).collect(),
+        });
+        // Changed, emptied and new accounts; changed, cleared, new slots.
+        let mut emptied = acct(3, 0);
+        emptied.nonce = 0;
+        let newer = sorted(Records {
+            accounts: vec![acct(1, 5), emptied, acct(200, 9), acct(59, 1 << 40)],
+            storage: vec![slot(2, 99), slot(4, 0), slot(250, 1)],
+        });
+        let mut accounts: BTreeMap<B256, AccountRecord> =
+            base.accounts.iter().map(|r| (r.key, r.clone())).collect();
+        accounts.extend(newer.accounts.iter().map(|r| (r.key, r.clone())));
+        let mut slots: BTreeMap<B256, StorageRecord> =
+            base.storage.iter().map(|s| (s.key, s.clone())).collect();
+        slots.extend(newer.storage.iter().map(|s| (s.key, s.clone())));
+        let expected_accounts: Vec<AccountRecord> = accounts
+            .into_values()
+            .filter(|r| !(r.balance.is_zero() && r.nonce == 0))
+            .collect();
+        let expected_slots: Vec<StorageRecord> =
+            slots.into_values().filter(|s| !s.value.is_zero()).collect();
+        let expected = crate::records::encode_records(&expected_accounts, &expected_slots);
+
+        let base_bytes = crate::records::encode_records(&base.accounts, &base.storage);
+        let file = RecordsFile::new(&base_bytes).unwrap();
+        let folded = Folded {
+            base: &file,
+            newer: &newer,
+        };
+        let (a, s) = (
+            folded.accounts().count() as u64,
+            folded.slots().count() as u64,
+        );
+        assert_eq!((a, s), (60, 30));
+        let mut streamed = Vec::new();
+        write_record_stream(a, folded.accounts(), s, folded.slots(), &mut streamed).unwrap();
+        assert!(streamed == expected, "the streamed fold differs");
     }
 
     fn levels(dir: &std::path::Path, policy: LevelPolicy) -> Levels {

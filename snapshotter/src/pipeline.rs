@@ -10,9 +10,9 @@ use pir_core::wire::{query_bytes, response_bytes};
 use pir_core::{Arity, EncodeOptions, EncodedDb, Expansion, Packing, PublicMatrix};
 use rand::Rng;
 
-use protocol::storage::{encode_word, PrivateStorage, StorageRecord};
+use protocol::storage::{PrivateStorage, StorageRecord};
 
-use crate::account::{encode_value, value_width, AccountRecord};
+use crate::account::{value_width, AccountRecord};
 use crate::failpoint;
 use crate::manifest::{BuildStats, Manifest, PirParams, SnapshotId, SnapshotKind, MANIFEST_FORMAT};
 use crate::progress::{report, ProgressEvent, ProgressFn, Step};
@@ -249,7 +249,6 @@ pub fn build_and_publish(
 ) -> Result<StoredSnapshot, BuildError> {
     let lock = prepare(store, &state)?;
     check_records(&mut state)?;
-    let table = whole_table(&state);
     let records = std::mem::take(&mut state.records);
     let storage = std::mem::take(&mut state.storage);
     let summary = RecordsSummary {
@@ -257,7 +256,7 @@ pub fn build_and_publish(
         slots: storage.len() as u64,
         width: value_width(&records),
     };
-    build_staged(store, lock, &state, table, opts, move |w| {
+    build_staged(store, lock, &state, opts, move |w| {
         write_records(&records, &storage, w)?;
         Ok(summary)
     })
@@ -284,7 +283,7 @@ pub fn build_and_publish_streamed(
     write: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<RecordsSummary>,
 ) -> Result<StoredSnapshot, BuildError> {
     let lock = prepare(store, meta)?;
-    build_staged(store, lock, meta, None, opts, write)
+    build_staged(store, lock, meta, opts, write)
 }
 
 /// Takes the build lock, removes what interrupted builds left, and
@@ -308,7 +307,6 @@ fn build_staged(
     store: &SnapshotStore,
     _lock: BuildLock,
     meta: &ExportedState,
-    table: Option<Vec<u8>>,
     opts: &BuildOptions,
     write: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<RecordsSummary>,
 ) -> Result<StoredSnapshot, BuildError> {
@@ -322,7 +320,10 @@ fn build_staged(
     })?;
     let summary = summary.expect("the records were written");
     let records_s = t.elapsed().as_secs_f64();
-    let encoded = encode_phase(&mut staged, &summary, &meta.kind, opts)?;
+    let mapped = staged.map_file(RECORDS_FILE)?;
+    let view = RecordsView::new((*mapped).as_ref(), summary.width)?;
+    let table = whole_table(&view);
+    let encoded = encode_phase(&mut staged, &view, &meta.kind, opts)?;
     let hinted = hint_phase(encoded, opts)?;
     let written = write_phase(staged, hinted, table, records.sha3_256, records_s)?;
     let manifest = manifest_for(meta, &summary, &written);
@@ -387,23 +388,6 @@ fn check_records(state: &mut ExportedState) -> Result<(), BuildError> {
     Ok(())
 }
 
-/// Every record's PIR value in `width` bytes, in one flat buffer (accounts,
-/// then slots), and the keys in the same order.
-fn pir_values(state: &ExportedState, width: usize) -> (Vec<u8>, Vec<&[u8; 32]>) {
-    let count = state.records.len() + state.storage.len();
-    let mut values = Vec::with_capacity(count * width);
-    let mut keys = Vec::with_capacity(count);
-    for r in &state.records {
-        values.extend_from_slice(&encode_value(r.balance, r.nonce, width));
-        keys.push(&r.key.0);
-    }
-    for s in &state.storage {
-        values.extend_from_slice(&encode_word(s.value, width).expect("an account value width"));
-        keys.push(&s.key.0);
-    }
-    (values, keys)
-}
-
 /// The encoded database (answered from its staged file) and how long it
 /// took.
 struct Encoded {
@@ -416,14 +400,12 @@ struct Encoded {
 /// memory budget.
 fn encode_phase(
     staged: &mut crate::store::StagedSnapshot,
-    summary: &RecordsSummary,
+    source: &RecordsView,
     kind: &SnapshotKind,
     opts: &BuildOptions,
 ) -> Result<Encoded, BuildError> {
     failpoint::hit("encode");
     let t = Instant::now();
-    let records = staged.map_file(RECORDS_FILE)?;
-    let source = RecordsView::new((*records).as_ref(), summary.width)?;
     let step = Step::EncodeFilters;
     report(&opts.progress, ProgressEvent::Begin { step, total: None });
     let options = EncodeOptions {
@@ -432,7 +414,7 @@ fn encode_phase(
     };
     let mut sink = staged.db_in_place();
     let shape = encode_into(
-        &source,
+        source,
         &options,
         opts.encode_memory_bytes,
         &mut rand::rng(),
@@ -535,20 +517,22 @@ fn write_phase(
     })
 }
 
-/// The level as a table for whole download, when it is small.
-fn whole_table(state: &ExportedState) -> Option<Vec<u8>> {
-    if state.records.len() + state.storage.len() > WHOLE_MAX_RECORDS {
+/// The level as a table for whole download, when it is small: every
+/// record's key and PIR value, read from the staged `records.bin`.
+fn whole_table(records: &RecordsView) -> Option<Vec<u8>> {
+    if records.len() > WHOLE_MAX_RECORDS {
         return None;
     }
-    let width = value_width(&state.records);
-    let (values, keys) = pir_values(state, width);
-    let mut entries: Vec<([u8; 32], Vec<u8>)> = keys
-        .into_iter()
-        .zip(values.chunks_exact(width))
-        .map(|(k, v)| (*k, v.to_vec()))
+    let mut key = Vec::new();
+    let mut entries: Vec<([u8; 32], Vec<u8>)> = (0..records.len())
+        .map(|i| {
+            let mut value = vec![0u8; records.value_bytes()];
+            records.read(i, &mut key, &mut value);
+            (key.as_slice().try_into().expect("32-byte keys"), value)
+        })
         .collect();
     entries.sort_unstable_by_key(|e| e.0);
-    protocol::table::encode_table(&entries, width)
+    protocol::table::encode_table(&entries, records.value_bytes())
 }
 
 fn manifest_for(state: &ExportedState, summary: &RecordsSummary, w: &Written) -> Manifest {

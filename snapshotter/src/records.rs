@@ -72,14 +72,8 @@ pub fn write_records(
         return Ok(());
     }
     w.write_all(&(storage.len() as u64).to_le_bytes())?;
-    let mut one = [0u8; SLOT_BYTES];
     for s in storage {
-        one[0] = s.contract.is_some() as u8;
-        one[1..21].copy_from_slice(s.contract.unwrap_or_default().as_slice());
-        one[21..53].copy_from_slice(s.hashed_contract.as_slice());
-        one[53..85].copy_from_slice(s.hashed_slot.as_slice());
-        one[85..117].copy_from_slice(&s.value.to_be_bytes::<32>());
-        w.write_all(&one)?;
+        w.write_all(&slot_bytes(s))?;
     }
     Ok(())
 }
@@ -94,6 +88,16 @@ fn account_bytes(r: &AccountRecord) -> [u8; RECORD_BYTES] {
     one
 }
 
+fn slot_bytes(s: &StorageRecord) -> [u8; SLOT_BYTES] {
+    let mut one = [0u8; SLOT_BYTES];
+    one[0] = s.contract.is_some() as u8;
+    one[1..21].copy_from_slice(s.contract.unwrap_or_default().as_slice());
+    one[21..53].copy_from_slice(s.hashed_contract.as_slice());
+    one[53..85].copy_from_slice(s.hashed_slot.as_slice());
+    one[85..117].copy_from_slice(&s.value.to_be_bytes::<32>());
+    one
+}
+
 /// Writes a version-1 `records.bin` (accounts only) of exactly `count`
 /// accounts handed over one at a time in key order, as an export too
 /// large to hold makes them (reth's hashed accounts come in this order);
@@ -103,30 +107,78 @@ pub fn write_account_stream(
     accounts: impl Iterator<Item = AccountRecord>,
     w: &mut (impl std::io::Write + ?Sized),
 ) -> std::io::Result<usize> {
-    let refuse = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, what);
+    write_record_stream(count, accounts, 0, std::iter::empty(), w)
+}
+
+/// Writes a `records.bin` of exactly `accounts` accounts and `slots`
+/// storage slots, each part handed over one at a time in key order (what
+/// [`write_records`] writes, never held: a fold of a mainnet base);
+/// refuses other counts or orders. Returns the value width the accounts
+/// need.
+pub fn write_record_stream(
+    accounts: u64,
+    account_records: impl Iterator<Item = AccountRecord>,
+    slots: u64,
+    slot_records: impl Iterator<Item = StorageRecord>,
+    w: &mut (impl std::io::Write + ?Sized),
+) -> std::io::Result<usize> {
+    let version = if slots == 0 { 1 } else { 2 };
     w.write_all(MAGIC)?;
-    w.write_all(&[1, 0, 0, 0])?;
-    w.write_all(&count.to_le_bytes())?;
-    let (mut written, mut last, mut wide) = (0u64, None::<B256>, false);
-    for r in accounts {
-        if last.is_some_and(|k| k >= r.key) {
-            return Err(refuse(format!("account {written} is out of key order")));
-        }
-        if written == count {
-            return Err(refuse(format!("more than the {count} accounts promised")));
-        }
-        wide |= r.balance.bit_len() > 128;
-        last = Some(r.key);
-        w.write_all(&account_bytes(&r))?;
-        written += 1;
+    w.write_all(&[version, 0, 0, 0])?;
+    w.write_all(&accounts.to_le_bytes())?;
+    let mut wide = false;
+    write_in_order(
+        accounts,
+        account_records,
+        "account",
+        |r| r.key,
+        |r| {
+            wide |= r.balance.bit_len() > 128;
+            w.write_all(&account_bytes(r))
+        },
+    )?;
+    if version == 2 {
+        w.write_all(&slots.to_le_bytes())?;
     }
-    if written != count {
-        return Err(refuse(format!("{written} accounts, {count} promised")));
-    }
+    write_in_order(
+        slots,
+        slot_records,
+        "storage slot",
+        |s| s.key,
+        |s| w.write_all(&slot_bytes(s)),
+    )?;
     Ok(match wide {
         true => protocol::account::WIDE_VALUE_BYTES,
         false => protocol::account::COMPACT_VALUE_BYTES,
     })
+}
+
+/// Hands `items` to `write` one at a time, refusing any out of key order
+/// and any count but `count`.
+fn write_in_order<T>(
+    count: u64,
+    items: impl Iterator<Item = T>,
+    what: &str,
+    key: impl Fn(&T) -> B256,
+    mut write: impl FnMut(&T) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let refuse = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, why);
+    let (mut written, mut last) = (0u64, None::<B256>);
+    for item in items {
+        let k = key(&item);
+        if last.is_some_and(|l| l >= k) {
+            return Err(refuse(format!("{what} {written} is out of key order")));
+        }
+        if written == count {
+            return Err(refuse(format!("more than the {count} {what}s promised")));
+        }
+        write(&item)?;
+        (written, last) = (written + 1, Some(k));
+    }
+    if written != count {
+        return Err(refuse(format!("{written} {what}s, {count} promised")));
+    }
+    Ok(())
 }
 
 /// The length a part of `count` items of `size` bytes must have after
@@ -198,13 +250,91 @@ impl Layout {
 
 /// Parses and checks `records.bin` (either version).
 pub fn decode_records(bytes: &[u8]) -> Result<Records, RecordsError> {
-    let layout = Layout::of(bytes)?;
-    let accounts = decode_accounts(&bytes[HEADER_BYTES..layout.accounts_end])?;
-    let storage = match layout.slots {
-        0 => Vec::new(),
-        _ => decode_storage(&bytes[layout.accounts_end + 8..])?,
-    };
+    let file = RecordsFile::new(bytes)?;
+    let mut accounts = Vec::with_capacity(file.accounts());
+    let mut storage = Vec::with_capacity(file.slots());
+    file.for_each_checked(|a| accounts.push(a), |s| storage.push(s))?;
     Ok(Records { accounts, storage })
+}
+
+/// A `records.bin` read in place (a memory map): its header and length
+/// checked on opening, its records parsed one at a time, so that a base
+/// of 10^8 accounts is checked and sampled without being held.
+pub struct RecordsFile<'a> {
+    bytes: &'a [u8],
+    layout: Layout,
+}
+
+impl<'a> RecordsFile<'a> {
+    pub fn new(bytes: &'a [u8]) -> Result<Self, RecordsError> {
+        Ok(RecordsFile {
+            layout: Layout::of(bytes)?,
+            bytes,
+        })
+    }
+
+    pub fn accounts(&self) -> usize {
+        self.layout.accounts
+    }
+
+    pub fn slots(&self) -> usize {
+        self.layout.slots
+    }
+
+    /// Account `i` (< [`RecordsFile::accounts`]), as stored.
+    pub fn account(&self, i: usize) -> AccountRecord {
+        parse_account(self.layout.account(self.bytes, i))
+    }
+
+    /// Storage slot `i` (< [`RecordsFile::slots`]), as stored.
+    pub fn slot(&self, i: usize) -> StorageRecord {
+        parse_slot(self.layout.slot(self.bytes, i))
+    }
+
+    /// Checks every record as [`decode_records`] does (key order, keys
+    /// that are the hash of a known address, contract hashes), one at a
+    /// time.
+    pub fn check(&self) -> Result<(), RecordsError> {
+        self.for_each_checked(|_| {}, |_| {})
+    }
+
+    fn for_each_checked(
+        &self,
+        mut account: impl FnMut(AccountRecord),
+        mut slot: impl FnMut(StorageRecord),
+    ) -> Result<(), RecordsError> {
+        let mut last = None;
+        for i in 0..self.accounts() {
+            let record = self.account(i);
+            if record
+                .address
+                .is_some_and(|a| crate::account::pir_key(&a) != record.key)
+            {
+                return Err(RecordsError::Key(i));
+            }
+            if last.is_some_and(|k| k >= record.key) {
+                return Err(RecordsError::Order(i));
+            }
+            last = Some(record.key);
+            account(record);
+        }
+        let mut last = None;
+        for i in 0..self.slots() {
+            let record = self.slot(i);
+            if record
+                .contract
+                .is_some_and(|c| alloy_primitives::keccak256(c) != record.hashed_contract)
+            {
+                return Err(RecordsError::ContractHash(i));
+            }
+            if last.is_some_and(|k| k >= record.key) {
+                return Err(RecordsError::SlotOrder(i));
+            }
+            last = Some(record.key);
+            slot(record);
+        }
+        Ok(())
+    }
 }
 
 /// One account of `records.bin` (its key not checked).
@@ -227,47 +357,11 @@ fn parse_slot(chunk: &[u8]) -> StorageRecord {
     record
 }
 
-fn decode_accounts(bytes: &[u8]) -> Result<Vec<AccountRecord>, RecordsError> {
-    let mut out: Vec<AccountRecord> = Vec::with_capacity(bytes.len() / RECORD_BYTES);
-    for (i, chunk) in bytes.chunks_exact(RECORD_BYTES).enumerate() {
-        let record = parse_account(chunk);
-        if let Some(a) = record.address {
-            if crate::account::pir_key(&a) != record.key {
-                return Err(RecordsError::Key(i));
-            }
-        }
-        if out.last().is_some_and(|prev| prev.key >= record.key) {
-            return Err(RecordsError::Order(i));
-        }
-        out.push(record);
-    }
-    Ok(out)
-}
-
-fn decode_storage(bytes: &[u8]) -> Result<Vec<StorageRecord>, RecordsError> {
-    let mut out: Vec<StorageRecord> = Vec::with_capacity(bytes.len() / SLOT_BYTES);
-    for (i, chunk) in bytes.chunks_exact(SLOT_BYTES).enumerate() {
-        let record = parse_slot(chunk);
-        if record
-            .contract
-            .is_some_and(|c| alloy_primitives::keccak256(c) != record.hashed_contract)
-        {
-            return Err(RecordsError::ContractHash(i));
-        }
-        if out.last().is_some_and(|prev| prev.key >= record.key) {
-            return Err(RecordsError::SlotOrder(i));
-        }
-        out.push(record);
-    }
-    Ok(out)
-}
-
-/// A `records.bin` read in place (a memory-mapped file the pipeline has
-/// just written and checked): the encoder's source of PIR keys and
-/// values, accounts then slots, each value in `width` bytes.
+/// A `records.bin` read in place as the encoder's source of PIR keys and
+/// values (accounts, then slots, each value in `width` bytes): a memory
+/// map of the file the pipeline has just written.
 pub struct RecordsView<'a> {
-    bytes: &'a [u8],
-    layout: Layout,
+    file: RecordsFile<'a>,
     width: usize,
 }
 
@@ -276,8 +370,7 @@ impl<'a> RecordsView<'a> {
     /// were written).
     pub fn new(bytes: &'a [u8], width: usize) -> Result<Self, RecordsError> {
         Ok(RecordsView {
-            layout: Layout::of(bytes)?,
-            bytes,
+            file: RecordsFile::new(bytes)?,
             width,
         })
     }
@@ -285,7 +378,7 @@ impl<'a> RecordsView<'a> {
 
 impl RecordSource for RecordsView<'_> {
     fn len(&self) -> usize {
-        self.layout.accounts + self.layout.slots
+        self.file.accounts() + self.file.slots()
     }
 
     fn value_bytes(&self) -> usize {
@@ -294,12 +387,12 @@ impl RecordSource for RecordsView<'_> {
 
     fn read(&self, i: usize, key: &mut Vec<u8>, value: &mut [u8]) {
         key.clear();
-        if i < self.layout.accounts {
-            let a = parse_account(self.layout.account(self.bytes, i));
+        if i < self.file.accounts() {
+            let a = self.file.account(i);
             key.extend_from_slice(a.key.as_slice());
             value.copy_from_slice(&encode_value(a.balance, a.nonce, self.width));
         } else {
-            let s = parse_slot(self.layout.slot(self.bytes, i - self.layout.accounts));
+            let s = self.file.slot(i - self.file.accounts());
             key.extend_from_slice(s.key.as_slice());
             let word = encode_word(s.value, self.width).expect("an account value width");
             value.copy_from_slice(&word);

@@ -2,10 +2,10 @@
 //! private lookups of sampled accounts through the real PIR path.
 
 use pir_core::{Lookup, PirClient};
-use rand::seq::IndexedRandom;
+use rand::seq::index::sample;
 
 use crate::account::{decode_value, encode_value};
-use crate::records::decode_records;
+use crate::records::RecordsFile;
 use crate::store::{SnapshotStore, StoreError, StoredSnapshot, RECORDS_FILE};
 use protocol::storage::encode_word;
 
@@ -25,15 +25,19 @@ pub fn verify(
     snap: &StoredSnapshot,
     lookups: usize,
 ) -> Result<(), StoreError> {
-    let records_bytes = store.read_checked(snap, RECORDS_FILE)?;
-    if crate::store::sha3_hex(&records_bytes) != snap.manifest.content_digest {
+    // The file against its digest, streamed, then read in place.
+    let mapped = store.map_checked(snap, RECORDS_FILE)?;
+    if snap.manifest.files.get(RECORDS_FILE).map(|f| &f.sha3_256)
+        != Some(&snap.manifest.content_digest)
+    {
         return Err(invalid(snap, "content digest does not match records.bin"));
     }
-    let records =
-        decode_records(&records_bytes).map_err(|e| invalid(snap, format!("records.bin: {e}")))?;
-    let total = records.accounts.len() + records.storage.len();
+    let records = RecordsFile::new((*mapped).as_ref())
+        .and_then(|f| f.check().map(|()| f))
+        .map_err(|e| invalid(snap, format!("records.bin: {e}")))?;
+    let total = records.accounts() + records.slots();
     if total as u64 != snap.manifest.record_count
-        || records.storage.len() as u64 != snap.manifest.storage_records
+        || records.slots() as u64 != snap.manifest.storage_records
     {
         return Err(invalid(snap, "record count differs from the manifest"));
     }
@@ -47,12 +51,17 @@ pub fn verify(
     let mut rng = rand::rng();
     let width = snap.manifest.pir.value_bytes as usize;
     // Sampled accounts and sampled slots, each with the value it must have.
-    let mut expected: Vec<(alloy_primitives::B256, Vec<u8>)> = records
-        .accounts
-        .choose_multiple(&mut rng, lookups)
-        .map(|r| (r.key, encode_value(r.balance, r.nonce, width)))
-        .collect();
-    for s in records.storage.choose_multiple(&mut rng, lookups) {
+    let mut expected: Vec<(alloy_primitives::B256, Vec<u8>)> = Vec::new();
+    for i in sample(
+        &mut rng,
+        records.accounts(),
+        lookups.min(records.accounts()),
+    ) {
+        let r = records.account(i);
+        expected.push((r.key, encode_value(r.balance, r.nonce, width)));
+    }
+    for i in sample(&mut rng, records.slots(), lookups.min(records.slots())) {
+        let s = records.slot(i);
         let value = encode_word(s.value, width).map_err(|e| invalid(snap, e.to_string()))?;
         expected.push((s.key, value));
     }
