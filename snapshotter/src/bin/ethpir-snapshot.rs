@@ -635,14 +635,24 @@ fn pull(store: &SnapshotStore, from: &str, every: Option<f64>, file_timeout: u64
 /// `build`: export from the source, build, publish, apply retention.
 fn build(store: &SnapshotStore, source: &Source) -> Result<()> {
     let build = source.build_args();
-    let state = match source {
-        Source::Genesis(args) => export_genesis(args)?,
-        Source::Rpc(args) => export_rpc(args)?,
-        Source::Reth(args) => export_reth(args)?,
+    let options = build.options()?;
+    let streamed = match source {
+        Source::Reth(args) => build_reth_streamed(store, args, &options)?,
+        _ => None,
     };
-    snapshotter::failpoint::hit("export");
-    let chain_id = state.chain_id;
-    match build_and_publish(store, state, &build.options()?) {
+    let (chain_id, published) = match streamed {
+        Some(done) => done,
+        None => {
+            let state = match source {
+                Source::Genesis(args) => export_genesis(args)?,
+                Source::Rpc(args) => export_rpc(args)?,
+                Source::Reth(args) => export_reth(args)?,
+            };
+            snapshotter::failpoint::hit("export");
+            (state.chain_id, build_and_publish(store, state, &options))
+        }
+    };
+    match published {
         Ok(snap) => println!("{}", snap.path.display()),
         Err(BuildError::Store(StoreError::Exists(id))) => {
             tracing::info!(snapshot = %id, "already published; nothing to do");
@@ -700,6 +710,50 @@ fn export_reth(args: &RethArgs) -> Result<ExportedState> {
         state.listed = listed;
     }
     Ok(state)
+}
+
+/// The head state of a v2 datadir, streamed from its hashed accounts
+/// table into `records.bin` (a mainnet base is never held); `None` where
+/// that does not apply (a v1 datadir, an older block, an active set).
+#[cfg(feature = "reth")]
+fn build_reth_streamed(
+    store: &SnapshotStore,
+    args: &RethArgs,
+    options: &snapshotter::BuildOptions,
+) -> Result<Option<(u64, Result<snapshotter::StoredSnapshot, BuildError>)>> {
+    if args.window.is_some() || args.block.is_some() {
+        return Ok(None);
+    }
+    let reth = RethDatadir::open(&args.datadir)?;
+    if !reth.streams_full_state() {
+        return Ok(None);
+    }
+    let listed = args.storage.listed(args.chain_id)?;
+    let storage = match listed.is_empty() {
+        true => Vec::new(),
+        false => reth.storage(&listed.all_contracts())?,
+    };
+    let mut meta = reth.head_metadata(args.chain_id)?;
+    meta.listed = listed;
+    snapshotter::failpoint::hit("export");
+    tracing::info!(
+        block = meta.block_number,
+        slots = storage.len(),
+        "streaming the head state from the reth datadir (v2)"
+    );
+    let published = snapshotter::pipeline::build_and_publish_streamed(store, &meta, options, |w| {
+        reth.write_full_state(storage, w)
+    });
+    Ok(Some((args.chain_id, published)))
+}
+
+#[cfg(not(feature = "reth"))]
+fn build_reth_streamed(
+    _: &SnapshotStore,
+    _: &RethArgs,
+    _: &snapshotter::BuildOptions,
+) -> Result<Option<(u64, Result<snapshotter::StoredSnapshot, BuildError>)>> {
+    Ok(None)
 }
 
 #[cfg(not(feature = "reth"))]

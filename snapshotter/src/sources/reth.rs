@@ -30,7 +30,8 @@ use protocol::storage::StorageRecord;
 
 use crate::account::AccountRecord;
 use crate::manifest::SnapshotKind;
-use crate::pipeline::ExportedState;
+use crate::pipeline::{ExportedState, RecordsSummary};
+use crate::records::write_record_stream;
 
 /// Storage layout of a datadir.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -165,6 +166,26 @@ fn read_offsets(data_path: &str) -> Result<Vec<usize>, RethError> {
         .collect())
 }
 
+/// reth's v2 table of accounts by keccak256(address).
+const HASHED_ACCOUNTS: &str = "HashedAccounts";
+
+/// One `HashedAccounts` entry as an account known by its key only.
+fn hashed_account(key: &[u8], value: &[u8]) -> Result<AccountRecord, RethError> {
+    let malformed = |reason| RethError::Malformed {
+        table: HASHED_ACCOUNTS,
+        reason,
+    };
+    if key.len() != 32 {
+        return Err(malformed(format!("key of {} bytes", key.len())));
+    }
+    let (nonce, balance) = decode_account(value).map_err(malformed)?;
+    Ok(AccountRecord::from_hashed(
+        B256::from_slice(key),
+        balance,
+        nonce,
+    ))
+}
+
 impl RethDatadir {
     /// Opens `<datadir>/db` read-only. Nothing is ever written to the
     /// node's files (MDBX only maintains its reader lock file).
@@ -282,28 +303,81 @@ impl RethDatadir {
                 .map(|(a, (n, b))| AccountRecord::new(a, b, n))
                 .collect()),
             Layout::V2 => self
-                .entries("HashedAccounts")?
+                .entries(HASHED_ACCOUNTS)?
                 .into_iter()
-                .map(|(k, v)| {
-                    if k.len() != 32 {
-                        return Err(RethError::Malformed {
-                            table: "HashedAccounts",
-                            reason: format!("key of {} bytes", k.len()),
-                        });
-                    }
-                    let (nonce, balance) =
-                        decode_account(&v).map_err(|reason| RethError::Malformed {
-                            table: "HashedAccounts",
-                            reason,
-                        })?;
-                    Ok(AccountRecord::from_hashed(
-                        B256::from_slice(&k),
-                        balance,
-                        nonce,
-                    ))
-                })
+                .map(|(k, v)| hashed_account(&k, &v))
                 .collect(),
         }
+    }
+
+    /// Whether [`RethDatadir::write_full_state`] streams this datadir's
+    /// head state: v2 keys `HashedAccounts` by keccak256(address), the PIR
+    /// key, so one cursor walk hands the accounts over in key order (v1's
+    /// plain state is in address order: it is exported whole and sorted).
+    pub fn streams_full_state(&self) -> bool {
+        self.layout == Layout::V2
+    }
+
+    /// The head's block, hash, root and time, without its accounts (a base
+    /// whose accounts [`RethDatadir::write_full_state`] streams).
+    pub fn head_metadata(&self, chain_id: u64) -> Result<ExportedState, RethError> {
+        let head = self.head()?;
+        self.exported(
+            head,
+            SnapshotKind::Full,
+            Vec::new(),
+            chain_id,
+            Instant::now(),
+        )
+    }
+
+    /// Writes the head state as `records.bin` into `w`: every account of
+    /// `HashedAccounts` from one cursor walk in one read transaction (its
+    /// entry count, from the same transaction, goes in the header), then
+    /// `storage` sorted by key. The accounts are never held: a mainnet
+    /// base is written as it is read. v2 datadirs only
+    /// ([`RethDatadir::streams_full_state`]).
+    pub fn write_full_state(
+        &self,
+        mut storage: Vec<StorageRecord>,
+        w: &mut dyn std::io::Write,
+    ) -> std::io::Result<RecordsSummary> {
+        let fail = std::io::Error::other;
+        if !self.streams_full_state() {
+            return Err(fail(RethError::Unsupported(
+                "streaming the head state of a v1 (plain state) datadir",
+            )));
+        }
+        let read = |e| fail(read_err(HASHED_ACCOUNTS)(e));
+        let txn = self.db.begin_ro_txn().map_err(read)?;
+        let table = txn.open_table(Some(HASHED_ACCOUNTS)).map_err(read)?;
+        let accounts = txn.table_stat(&table).map_err(read)?.entries() as u64;
+        let mut cursor = txn.cursor(&table).map_err(read)?;
+        let mut stopped = None;
+        let walk = std::iter::from_fn(|| {
+            let entry = cursor
+                .next::<Vec<u8>, Vec<u8>>()
+                .map_err(read_err(HASHED_ACCOUNTS));
+            match entry.and_then(|e| e.map(|(k, v)| hashed_account(&k, &v)).transpose()) {
+                Ok(account) => account,
+                Err(e) => {
+                    stopped = Some(e);
+                    None
+                }
+            }
+        });
+        storage.sort_unstable_by_key(|s| s.key);
+        let slots = storage.len() as u64;
+        let written = write_record_stream(accounts, walk, slots, storage.into_iter(), w);
+        // A walk stopped by an error would otherwise read as a short count.
+        if let Some(e) = stopped {
+            return Err(fail(e));
+        }
+        Ok(RecordsSummary {
+            accounts,
+            slots,
+            width: written?,
+        })
     }
 
     /// Every non-zero storage slot of `contracts` at the head: v1 from
