@@ -26,11 +26,22 @@ pub(crate) fn map_published(path: &Path) -> std::io::Result<SharedBytes> {
             .any(|c| c.as_os_str() == ".staging" || c.as_os_str() == ".trash"),
         "only published snapshot files are mapped"
     );
+    // SAFETY: see the contract above; the file is read-only to this
+    // process and never written in place by the store.
+    unsafe { map_whole(path) }
+}
+
+/// Maps the whole of the regular file at `path` read-only.
+///
+/// # Safety
+///
+/// The caller guarantees that nothing changes the file while it is
+/// mapped (each caller above states why).
+unsafe fn map_whole(path: &Path) -> std::io::Result<SharedBytes> {
     let file = File::open(path)?;
     let meta = file.metadata()?;
     assert!(meta.is_file(), "only regular files are mapped");
-    // SAFETY: see the contract above; the file is read-only to this
-    // process and never written in place by the store.
+    // SAFETY: the caller's contract.
     let map = unsafe { memmap2::MmapOptions::new().map(&file)? };
     assert_eq!(map.len() as u64, meta.len(), "the whole file is mapped");
     Ok(Arc::new(map))
@@ -82,11 +93,6 @@ pub(crate) fn map_staged_mut(
 /// longer changes.
 pub(crate) fn map_staged(path: &Path) -> std::io::Result<SharedBytes> {
     assert_staged(path);
-    let file = File::open(path)?;
-    let meta = file.metadata()?;
-    assert!(meta.is_file(), "only regular files are mapped");
     // SAFETY: see the contract above.
-    let map = unsafe { memmap2::MmapOptions::new().map(&file)? };
-    assert_eq!(map.len() as u64, meta.len(), "the whole file is mapped");
-    Ok(Arc::new(map))
+    unsafe { map_whole(path) }
 }

@@ -334,12 +334,18 @@ fn build_staged(
 }
 
 /// The process's peak resident memory so far (Linux `VmHWM`): what a
-/// build needed at most, export included.
+/// build needed at most, export included (mapped file pages count too).
 pub fn peak_rss_bytes() -> Option<u64> {
+    proc_status_bytes("VmHWM")
+}
+
+/// A memory figure of `/proc/self/status` (`VmHWM`, `RssAnon`, ...) in
+/// bytes, on Linux.
+pub fn proc_status_bytes(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let kib: u64 = status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?
         .trim()
         .strip_suffix("kB")?
         .trim()

@@ -16,8 +16,8 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use serde_json::json;
 use snapshotter::pipeline::{
-    build_and_publish, build_and_publish_streamed, peak_rss_bytes, resolve_packing, BuildOptions,
-    HintBudget, RecordsSummary,
+    build_and_publish, build_and_publish_streamed, peak_rss_bytes, proc_status_bytes,
+    resolve_packing, BuildOptions, HintBudget, RecordsSummary,
 };
 use snapshotter::records::write_account_stream;
 use snapshotter::SnapshotStore;
@@ -58,16 +58,7 @@ struct Args {
 
 /// The process's resident anonymous memory (Linux `RssAnon`).
 fn anon_rss_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("RssAnon:"))?
-        .trim()
-        .strip_suffix("kB")?
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kib << 10)
+    proc_status_bytes("RssAnon")
 }
 
 /// Samples `RssAnon` until dropped; the largest value seen.
