@@ -380,14 +380,15 @@ impl Follower {
         let chain_id = node.chain_id;
         let listed = &self.configured;
         let base = match (&self.config.source.genesis, &self.config.source.datadir) {
-            (Some(file), _) => genesis_base(node, file, listed).await?,
+            (Some(file), _) => Base::Held(genesis_base(node, file, listed).await?),
             (None, Some(dir)) => datadir_base(node, dir, listed).await?,
             (None, None) => return Err(Refusal::NoBase { chain_id }.into()),
         };
-        tracing::info!(block = base.block_number, accounts = base.records.len(), slots = base.storage.len(), contracts = listed.all_contracts().len(), source = %base.source, "building the base");
+        let meta = base.meta();
+        tracing::info!(block = meta.block_number, accounts = meta.records.len(), slots = meta.storage.len(), streamed = !matches!(base, Base::Held(_)), contracts = listed.all_contracts().len(), source = %meta.source, "building the base");
         let store = self.store.clone();
         let opts = self.build.clone();
-        blocking(move || build_and_publish(&store, base, &opts)).await?;
+        blocking(move || base.publish(&store, &opts)).await?;
         Ok(())
     }
 
@@ -480,35 +481,89 @@ async fn genesis_base(
     Ok(state)
 }
 
-/// The reth datadir's full state at its head, checked against the node.
+/// A base to build: its state held in memory, or (a v2 reth datadir) its
+/// accounts streamed from the datadir as `records.bin` is written, so that
+/// a mainnet base is never held.
+enum Base {
+    Held(ExportedState),
+    #[cfg(feature = "reth")]
+    Streamed {
+        /// The head's metadata and listed contracts; no records.
+        meta: ExportedState,
+        reth: crate::sources::reth::RethDatadir,
+        storage: Vec<protocol::storage::StorageRecord>,
+    },
+}
+
+impl Base {
+    /// Which snapshot it is (and, when held, its records).
+    fn meta(&self) -> &ExportedState {
+        match self {
+            Base::Held(state) => state,
+            #[cfg(feature = "reth")]
+            Base::Streamed { meta, .. } => meta,
+        }
+    }
+
+    fn publish(
+        self,
+        store: &SnapshotStore,
+        opts: &BuildOptions,
+    ) -> Result<StoredSnapshot, crate::pipeline::BuildError> {
+        match self {
+            Base::Held(state) => build_and_publish(store, state, opts),
+            #[cfg(feature = "reth")]
+            Base::Streamed {
+                meta,
+                reth,
+                storage,
+            } => crate::pipeline::build_and_publish_streamed(store, &meta, opts, |w| {
+                reth.write_full_state(storage, w)
+            }),
+        }
+    }
+}
+
+/// The reth datadir's full state at its head, checked against the node;
+/// streamed when the datadir allows it (v2).
 #[cfg(feature = "reth")]
 async fn datadir_base(
     node: &RpcSource,
     dir: &Path,
     listed: &PrivateStorage,
-) -> anyhow::Result<ExportedState> {
+) -> anyhow::Result<Base> {
     use crate::sources::reth::{RethDatadir, RethMode};
     let reth = RethDatadir::open(dir)?;
-    let mut state = reth.export(RethMode::Full, node.chain_id)?;
-    state.storage = reth.storage(&listed.all_contracts())?;
-    state.listed = listed.clone();
-    let (hash, _, _) = node.block_header(state.block_number).await?;
-    if state.block_hash != Some(hash) {
+    let storage = reth.storage(&listed.all_contracts())?;
+    let (base, block, block_hash) = if reth.streams_full_state() {
+        let mut meta = reth.head_metadata(node.chain_id)?;
+        meta.listed = listed.clone();
+        let (block, hash) = (meta.block_number, meta.block_hash);
+        let base = Base::Streamed {
+            meta,
+            reth,
+            storage,
+        };
+        (base, block, hash)
+    } else {
+        let mut state = reth.export(RethMode::Full, node.chain_id)?;
+        state.storage = storage;
+        state.listed = listed.clone();
+        let (block, hash) = (state.block_number, state.block_hash);
+        (Base::Held(state), block, hash)
+    };
+    let (hash, _, _) = node.block_header(block).await?;
+    if block_hash != Some(hash) {
         return Err(Refusal::Mismatch(format!(
-            "the datadir's block {} is not on the node's chain",
-            state.block_number
+            "the datadir's block {block} is not on the node's chain"
         ))
         .into());
     }
-    Ok(state)
+    Ok(base)
 }
 
 #[cfg(not(feature = "reth"))]
-async fn datadir_base(
-    _: &RpcSource,
-    _: &Path,
-    _: &PrivateStorage,
-) -> anyhow::Result<ExportedState> {
+async fn datadir_base(_: &RpcSource, _: &Path, _: &PrivateStorage) -> anyhow::Result<Base> {
     Err(Refusal::NoReth.into())
 }
 
