@@ -24,7 +24,8 @@ use snapshotter::AccountRecord;
 #[command(
     name = "server-bench",
     about = "Lookups per second and latency of ethpir-server under W concurrent wallets, batching on and off",
-    long_about = "Builds (once) a store of 2^N random accounts, serves it with ethpir-server on loopback, \
+    long_about = "Builds (once) a store of 2^N random accounts, or takes an existing one (--store), serves it \
+with ethpir-server on loopback, \
 and lets W wallets send single lookups through the real HTTP route for --seconds, with batching across \
 requests on, off or both. Prints one JSON line per run: lookups/s, p50/p99 latency, a lone lookup's latency, \
 and the passes the server made."
@@ -67,6 +68,12 @@ struct Args {
     /// Working directory (stores are kept and reused between runs).
     #[arg(long, default_value = "./server-bench-data")]
     dir: std::path::PathBuf,
+    /// Serve this existing store instead of building 2^N accounts (e.g. a
+    /// mainnet-sized base that `build-bench --accounts 350000000 --streamed
+    /// --keep` made); the lookups are accounts sampled from its newest
+    /// snapshot's records.bin, read in place.
+    #[arg(long, conflicts_with_all = ["url", "build_only"])]
+    store: Option<std::path::PathBuf>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -85,11 +92,24 @@ struct Lookup1 {
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
-    let store_dir = args.dir.join(format!("store-{}", args.log2_accounts));
-    let log2 = args.log2_accounts;
-    let (_store, build_s) =
-        demo::bench::ensure_store(&store_dir, move || demo::bench::accounts(log2)).await?;
-    let records = demo::bench::accounts(args.log2_accounts);
+    let (store_dir, build_s, records) = match &args.store {
+        Some(dir) => (
+            dir.clone(),
+            0.0,
+            sampled_accounts(dir, args.distinct_queries)?,
+        ),
+        None => {
+            let store_dir = args.dir.join(format!("store-{}", args.log2_accounts));
+            let log2 = args.log2_accounts;
+            let (_store, build_s) =
+                demo::bench::ensure_store(&store_dir, move || demo::bench::accounts(log2)).await?;
+            let accounts = demo::bench::accounts(args.log2_accounts);
+            let samples = spread(accounts.len(), args.distinct_queries)
+                .map(|i| accounts[i].clone())
+                .collect();
+            (store_dir, build_s, samples)
+        }
+    };
     if args.build_only {
         println!("{}", store_dir.display());
         return Ok(());
@@ -139,7 +159,7 @@ async fn run(
 async fn measure(args: &Args, base: &str, records: &[AccountRecord]) -> Result<serde_json::Value> {
     let base = base.trim_end_matches('/').to_string();
     let http = reqwest::Client::new();
-    let lookups = Arc::new(prepare(&http, &base, records, args.distinct_queries).await?);
+    let lookups = Arc::new(prepare(&http, &base, records).await?);
     let lone = lone_latency_ms(&http, &base, &lookups).await?;
     let deadline = Instant::now() + Duration::from_secs_f64(args.seconds);
     let started = Instant::now();
@@ -165,7 +185,7 @@ async fn measure(args: &Args, base: &str, records: &[AccountRecord]) -> Result<s
     let queries = metric(&metrics, "ethpir_pass_queries_sum");
     Ok(json!({
         "bench": "server-throughput",
-        "log2_accounts": args.log2_accounts,
+        "accounts": catalog_accounts(&http, &base).await?,
         "wallets": args.wallets,
         "seconds": elapsed,
         "lookups": ms.len(),
@@ -195,21 +215,15 @@ async fn start_server(
     .await
 }
 
-/// `count` distinct lookups of random accounts, each answered once and
-/// decoded: the answer must be the account's record.
+/// A lookup of each of `records`, each answered once and decoded: the
+/// answer must be the account's record.
 async fn prepare(
     http: &reqwest::Client,
     base: &str,
     records: &[AccountRecord],
-    count: usize,
 ) -> Result<Vec<Lookup1>> {
-    let catalog: server::api::Catalog = http
-        .get(format!("{base}/v1/snapshots"))
-        .send()
+    let id = catalog(http, base)
         .await?
-        .json()
-        .await?;
-    let id = catalog
         .snapshots
         .first()
         .context("the server serves no snapshot (did the store load?)")?
@@ -223,12 +237,9 @@ async fn prepare(
         .await?;
     let client = PirClient::from_setup_bytes(&setup)?;
     let mut rng = rand::rngs::StdRng::from_os_rng();
-    let mut out = Vec::with_capacity(count);
-    for i in 0..count.max(1) {
-        let record = &records[(i * 7919) % records.len()];
-        let key =
-            snapshotter::pir_key(&record.address.context("synthetic records have addresses")?);
-        let (query, pending) = client.query(client.prepare(&mut rng), key.as_slice())?;
+    let mut out = Vec::with_capacity(records.len());
+    for (i, record) in records.iter().enumerate() {
+        let (query, pending) = client.query(client.prepare(&mut rng), record.key.as_slice())?;
         let batch = pir_core::wire::encode_queries(&[query]);
         let body = protocol::multi::encode_request(&[(id.as_str(), &batch[..])]);
         let answer = post(http, base, &body).await?;
@@ -295,6 +306,48 @@ async fn wallet(
         i += 1;
     }
     Ok(ms)
+}
+
+/// `count` accounts spread over the newest snapshot of the store at
+/// `dir`: its records.bin checked against its digest and read in place.
+fn sampled_accounts(dir: &std::path::Path, count: usize) -> Result<Vec<AccountRecord>> {
+    ensure!(dir.is_dir(), "{} is not a store's directory", dir.display());
+    let store = snapshotter::SnapshotStore::open(dir)?;
+    let snap = store
+        .list()?
+        .pop()
+        .with_context(|| format!("{} holds no snapshot", dir.display()))?;
+    let mapped = store.map_checked(&snap, snapshotter::store::RECORDS_FILE)?;
+    let records = snapshotter::records::RecordsFile::new((*mapped).as_ref())?;
+    let total = records.accounts();
+    ensure!(total > 0, "the snapshot holds no accounts");
+    Ok(spread(total, count).map(|i| records.account(i)).collect())
+}
+
+/// `count` (at least 1, at most `total`) indices spread evenly over
+/// `0..total`.
+fn spread(total: usize, count: usize) -> impl Iterator<Item = usize> {
+    let count = count.clamp(1, total.max(1));
+    (0..count).map(move |i| i * (total / count) + total / (2 * count))
+}
+
+/// The server's catalog.
+async fn catalog(http: &reqwest::Client, base: &str) -> Result<server::api::Catalog> {
+    Ok(http
+        .get(format!("{base}/v1/snapshots"))
+        .send()
+        .await?
+        .json()
+        .await?)
+}
+
+/// The records of the snapshot the server serves (from its catalog).
+async fn catalog_accounts(http: &reqwest::Client, base: &str) -> Result<u64> {
+    Ok(catalog(http, base)
+        .await?
+        .snapshots
+        .first()
+        .map_or(0, |s| s.manifest.record_count))
 }
 
 /// A metric's value in Prometheus text.
