@@ -148,6 +148,12 @@ impl AppState {
             (None, Some(_)) => Role::Router,
             (None, None) => Role::Whole,
         };
+        if !config.store.exists() {
+            // Created so that a server may start before the snapshotter
+            // publishes there; said aloud because a mistyped path does the
+            // same and then serves an empty catalog.
+            tracing::warn!(store = %config.store.display(), "the store directory did not exist: created empty, serving nothing until a snapshot is published there");
+        }
         Ok(AppState {
             role,
             shards,
