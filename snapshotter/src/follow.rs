@@ -487,12 +487,7 @@ async fn genesis_base(
 enum Base {
     Held(ExportedState),
     #[cfg(feature = "reth")]
-    Streamed {
-        /// The head's metadata and listed contracts; no records.
-        meta: ExportedState,
-        reth: crate::sources::reth::RethDatadir,
-        storage: Vec<protocol::storage::StorageRecord>,
-    },
+    Streamed(crate::sources::reth::StreamedHead),
 }
 
 impl Base {
@@ -501,7 +496,7 @@ impl Base {
         match self {
             Base::Held(state) => state,
             #[cfg(feature = "reth")]
-            Base::Streamed { meta, .. } => meta,
+            Base::Streamed(head) => &head.meta,
         }
     }
 
@@ -513,13 +508,7 @@ impl Base {
         match self {
             Base::Held(state) => build_and_publish(store, state, opts),
             #[cfg(feature = "reth")]
-            Base::Streamed {
-                meta,
-                reth,
-                storage,
-            } => crate::pipeline::build_and_publish_streamed(store, &meta, opts, |w| {
-                reth.write_full_state(storage, w)
-            }),
+            Base::Streamed(head) => head.publish(store, opts),
         }
     }
 }
@@ -532,30 +521,22 @@ async fn datadir_base(
     dir: &Path,
     listed: &PrivateStorage,
 ) -> anyhow::Result<Base> {
-    use crate::sources::reth::{RethDatadir, RethMode};
+    use crate::sources::reth::{RethDatadir, RethMode, StreamedHead};
     let reth = RethDatadir::open(dir)?;
-    let storage = reth.storage(&listed.all_contracts())?;
-    let (base, block, block_hash) = if reth.streams_full_state() {
-        let mut meta = reth.head_metadata(node.chain_id)?;
-        meta.listed = listed.clone();
-        let (block, hash) = (meta.block_number, meta.block_hash);
-        let base = Base::Streamed {
-            meta,
-            reth,
-            storage,
-        };
-        (base, block, hash)
+    let base = if reth.streams_full_state() {
+        Base::Streamed(StreamedHead::new(reth, node.chain_id, listed.clone())?)
     } else {
         let mut state = reth.export(RethMode::Full, node.chain_id)?;
-        state.storage = storage;
+        state.storage = reth.storage(&listed.all_contracts())?;
         state.listed = listed.clone();
-        let (block, hash) = (state.block_number, state.block_hash);
-        (Base::Held(state), block, hash)
+        Base::Held(state)
     };
-    let (hash, _, _) = node.block_header(block).await?;
-    if block_hash != Some(hash) {
+    let meta = base.meta();
+    let (hash, _, _) = node.block_header(meta.block_number).await?;
+    if meta.block_hash != Some(hash) {
         return Err(Refusal::Mismatch(format!(
-            "the datadir's block {block} is not on the node's chain"
+            "the datadir's block {} is not on the node's chain",
+            meta.block_number
         ))
         .into());
     }

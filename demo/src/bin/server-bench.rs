@@ -92,28 +92,21 @@ struct Lookup1 {
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
-    let (store_dir, build_s, records) = match &args.store {
-        Some(dir) => (
-            dir.clone(),
-            0.0,
-            sampled_accounts(dir, args.distinct_queries)?,
-        ),
+    let (store_dir, build_s) = match &args.store {
+        Some(dir) => (dir.clone(), 0.0),
         None => {
             let store_dir = args.dir.join(format!("store-{}", args.log2_accounts));
             let log2 = args.log2_accounts;
             let (_store, build_s) =
                 demo::bench::ensure_store(&store_dir, move || demo::bench::accounts(log2)).await?;
-            let accounts = demo::bench::accounts(args.log2_accounts);
-            let samples = spread(accounts.len(), args.distinct_queries)
-                .map(|i| accounts[i].clone())
-                .collect();
-            (store_dir, build_s, samples)
+            (store_dir, build_s)
         }
     };
     if args.build_only {
         println!("{}", store_dir.display());
         return Ok(());
     }
+    let records = sampled_accounts(&store_dir, args.distinct_queries)?;
     if let Some(url) = &args.url {
         let mut line = measure(&args, url, &records).await?;
         line["setup"] = json!(args.setup);
@@ -309,7 +302,9 @@ async fn wallet(
 }
 
 /// `count` accounts spread over the newest snapshot of the store at
-/// `dir`: its records.bin checked against its digest and read in place.
+/// `dir` (built here or given with --store): its records.bin checked
+/// against its digest and read in place, so that the accounts are never
+/// made or held again.
 fn sampled_accounts(dir: &std::path::Path, count: usize) -> Result<Vec<AccountRecord>> {
     ensure!(dir.is_dir(), "{} is not a store's directory", dir.display());
     let store = snapshotter::SnapshotStore::open(dir)?;
@@ -321,14 +316,11 @@ fn sampled_accounts(dir: &std::path::Path, count: usize) -> Result<Vec<AccountRe
     let records = snapshotter::records::RecordsFile::new((*mapped).as_ref())?;
     let total = records.accounts();
     ensure!(total > 0, "the snapshot holds no accounts");
-    Ok(spread(total, count).map(|i| records.account(i)).collect())
-}
-
-/// `count` (at least 1, at most `total`) indices spread evenly over
-/// `0..total`.
-fn spread(total: usize, count: usize) -> impl Iterator<Item = usize> {
-    let count = count.clamp(1, total.max(1));
-    (0..count).map(move |i| i * (total / count) + total / (2 * count))
+    // Spread evenly over the accounts (in key order), at least one.
+    let count = count.clamp(1, total);
+    Ok((0..count)
+        .map(|i| records.account(i * (total / count) + total / (2 * count)))
+        .collect())
 }
 
 /// The server's catalog.

@@ -20,7 +20,7 @@ use snapshotter::pipeline::{
 use snapshotter::progress::{ProgressEvent, ProgressFn, Step};
 use snapshotter::sources::genesis;
 #[cfg(feature = "reth")]
-use snapshotter::sources::reth::{RethDatadir, RethMode};
+use snapshotter::sources::reth::{RethDatadir, RethMode, StreamedHead};
 use snapshotter::sources::rpc::{self, RpcOptions, RpcSource, Traces};
 use snapshotter::store::{SnapshotStore, StoreError};
 use snapshotter::{tokens, SnapshotId};
@@ -728,23 +728,14 @@ fn build_reth_streamed(
     if !reth.streams_full_state() {
         return Ok(None);
     }
-    let listed = args.storage.listed(args.chain_id)?;
-    let storage = match listed.is_empty() {
-        true => Vec::new(),
-        false => reth.storage(&listed.all_contracts())?,
-    };
-    let mut meta = reth.head_metadata(args.chain_id)?;
-    meta.listed = listed;
+    let head = StreamedHead::new(reth, args.chain_id, args.storage.listed(args.chain_id)?)?;
     snapshotter::failpoint::hit("export");
     tracing::info!(
-        block = meta.block_number,
-        slots = storage.len(),
+        block = head.meta.block_number,
+        slots = head.slots(),
         "streaming the head state from the reth datadir (v2)"
     );
-    let published = snapshotter::pipeline::build_and_publish_streamed(store, &meta, options, |w| {
-        reth.write_full_state(storage, w)
-    });
-    Ok(Some((args.chain_id, published)))
+    Ok(Some((args.chain_id, head.publish(store, options))))
 }
 
 #[cfg(not(feature = "reth"))]

@@ -26,12 +26,15 @@ use alloy_primitives::{Address, B256, U256};
 use libmdbx::{Database, DatabaseOptions, Mode, NoWriteMap};
 use reth_codecs::Compact;
 
-use protocol::storage::StorageRecord;
+use protocol::storage::{PrivateStorage, StorageRecord};
 
 use crate::account::AccountRecord;
 use crate::manifest::SnapshotKind;
-use crate::pipeline::{ExportedState, RecordsSummary};
+use crate::pipeline::{
+    build_and_publish_streamed, BuildError, BuildOptions, ExportedState, RecordsSummary,
+};
 use crate::records::write_record_stream;
+use crate::store::{SnapshotStore, StoredSnapshot};
 
 /// Storage layout of a datadir.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -722,6 +725,63 @@ impl RethDatadir {
             records,
             export_s,
         })
+    }
+}
+
+/// A v2 datadir's head as a base whose accounts are streamed into
+/// `records.bin` as it is written ([`RethDatadir::write_full_state`]), so
+/// that a mainnet base is never held: what `build reth` and the follower
+/// publish at a v2 datadir's head.
+pub struct StreamedHead {
+    /// The head's block, hash, root, time and listed contracts; no records.
+    pub meta: ExportedState,
+    reth: RethDatadir,
+    storage: Vec<StorageRecord>,
+}
+
+impl StreamedHead {
+    /// The head of `reth` with the slots of the `listed` contracts; `reth`
+    /// must stream ([`RethDatadir::streams_full_state`]).
+    pub fn new(
+        reth: RethDatadir,
+        chain_id: u64,
+        listed: PrivateStorage,
+    ) -> Result<Self, RethError> {
+        if !reth.streams_full_state() {
+            return Err(RethError::Unsupported(
+                "streaming the head state of a v1 (plain state) datadir",
+            ));
+        }
+        let storage = match listed.is_empty() {
+            true => Vec::new(),
+            false => reth.storage(&listed.all_contracts())?,
+        };
+        let mut meta = reth.head_metadata(chain_id)?;
+        meta.listed = listed;
+        Ok(StreamedHead {
+            meta,
+            reth,
+            storage,
+        })
+    }
+
+    /// The listed contracts' slots (held: they are few).
+    pub fn slots(&self) -> usize {
+        self.storage.len()
+    }
+
+    /// Builds and publishes the base, streaming the accounts.
+    pub fn publish(
+        self,
+        store: &SnapshotStore,
+        options: &BuildOptions,
+    ) -> Result<StoredSnapshot, BuildError> {
+        let StreamedHead {
+            meta,
+            reth,
+            storage,
+        } = self;
+        build_and_publish_streamed(store, &meta, options, |w| reth.write_full_state(storage, w))
     }
 }
 
