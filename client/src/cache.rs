@@ -41,6 +41,33 @@ impl DiskCache {
         DiskCache { dir }
     }
 
+    fn path(&self, artifact: Artifact, digest: &str) -> PathBuf {
+        self.dir.join(format!("{digest}.{}", artifact.name()))
+    }
+
+    /// The cached bytes of `artifact` whose SHA3-256 is `digest`, if they
+    /// are here and match it.
+    pub async fn cached(&self, artifact: Artifact, digest: &str) -> Option<Vec<u8>> {
+        let cached = self.path(artifact, digest);
+        match tokio::fs::read(&cached).await {
+            Ok(b) if protocol::sha3_hex(&b) == digest => Some(b),
+            Ok(_) => {
+                tracing::warn!(file = %cached.display(), "cached {} does not match its digest", artifact.name());
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// Caches `bytes` of `artifact`, already checked against `digest`
+    /// (written atomically; a failure is only logged).
+    pub async fn keep(&self, artifact: Artifact, digest: &str, bytes: &[u8]) {
+        let path = self.path(artifact, digest);
+        if let Err(e) = write_atomically(&self.dir, &path, bytes).await {
+            tracing::warn!(error = %e, "cannot cache {} data", artifact.name());
+        }
+    }
+
     /// The bytes of `artifact` of `entry`, whose SHA3-256 is `digest`, at
     /// most (or exactly) `size`.
     pub async fn verified(
@@ -51,25 +78,18 @@ impl DiskCache {
         digest: &str,
         size: Size,
     ) -> Result<Vec<u8>, ReadError> {
-        let name = artifact.name();
-        let cached = self.dir.join(format!("{digest}.{name}"));
-        match tokio::fs::read(&cached).await {
-            Ok(b) if protocol::sha3_hex(&b) == digest => return Ok(b),
-            Ok(_) => {
-                tracing::warn!(file = %cached.display(), "cached {name} does not match its digest; downloading again")
-            }
-            Err(_) => {}
+        if let Some(bytes) = self.cached(artifact, digest).await {
+            return Ok(bytes);
         }
         let bytes = download(link, entry, artifact, size).await?;
         if protocol::sha3_hex(&bytes) != digest {
             return Err(link.distrust(format!(
-                "snapshot {}: downloaded {name} does not match the catalog digest",
-                entry.id
+                "snapshot {}: downloaded {} does not match the catalog digest",
+                entry.id,
+                artifact.name()
             )));
         }
-        if let Err(e) = write_atomically(&self.dir, &cached, &bytes).await {
-            tracing::warn!(error = %e, "cannot cache {name} data");
-        }
+        self.keep(artifact, digest, &bytes).await;
         Ok(bytes)
     }
 }

@@ -143,6 +143,16 @@ impl Catalog {
         self.entries.read().expect("lock").get(id).cloned()
     }
 
+    /// Every snapshot listed.
+    pub fn entries(&self) -> Vec<CatalogEntry> {
+        self.entries
+            .read()
+            .expect("lock")
+            .values()
+            .cloned()
+            .collect()
+    }
+
     /// The chain read: configured, or the only one the server has.
     pub fn chain_id(&self) -> Result<Option<u64>, ReadError> {
         if self.chain_id.is_some() {

@@ -4,6 +4,7 @@
 //! from every level of a complete view is balance 0, nonce 0 (an account)
 //! or the word 0 (a slot of a contract the view holds).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use alloy_primitives::{Address, B256, U256};
@@ -127,6 +128,18 @@ impl Hit {
     }
 }
 
+/// How a level is read, for status and logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadMode {
+    /// By PIR queries (its setup downloaded).
+    Pir,
+    /// Its table downloaded whole (or found in the disk cache).
+    Whole,
+    /// Its table built here from the levels it merges, already held:
+    /// nothing downloaded, no query.
+    Merged,
+}
+
 /// How one level of a view is read.
 #[derive(Clone)]
 pub enum Level {
@@ -144,12 +157,21 @@ impl Level {
             Level::Whole(w) => &w.entry,
         }
     }
+
+    pub fn mode(&self) -> ReadMode {
+        match self {
+            Level::Pir(_) => ReadMode::Pir,
+            Level::Whole(w) => w.mode,
+        }
+    }
 }
 
-/// A level downloaded whole.
+/// A level held whole: read locally.
 pub struct WholeLevel {
     pub entry: CatalogEntry,
     pub table: protocol::table::Table,
+    /// [`ReadMode::Whole`] or [`ReadMode::Merged`].
+    pub mode: ReadMode,
 }
 
 impl WholeLevel {
@@ -240,6 +262,62 @@ pub fn whole_table_bytes(entry: &CatalogEntry) -> Option<u64> {
     (bytes < entry.manifest.pir.hint_bytes).then_some(bytes)
 }
 
+/// The cheapest way to build `target`'s table from other levels: a chain
+/// of deltas of `catalog` (oldest first) that together span `target`'s
+/// blocks (from its parent's block to its own), each with a table, and
+/// the bytes of the pieces not `held` yet (held ones cost nothing). Their
+/// tables laid over one another are `target`'s table when `target` is
+/// their merge (the digest says). `None` for a level that is not a delta
+/// with a table, or when no chain spans it.
+pub fn cheapest_cover(
+    target: &CatalogEntry,
+    catalog: &[CatalogEntry],
+    held: impl Fn(&str) -> bool,
+) -> Option<(Vec<String>, u64)> {
+    let protocol::SnapshotKind::Delta { from } = target.manifest.kind else {
+        return None;
+    };
+    target.manifest.files.get(TABLE_FILE)?;
+    let to = target.manifest.block_number;
+    // Pieces: (from, to, cost, id), by their parent's block.
+    let mut pieces: Vec<(u64, u64, u64, &str)> = catalog
+        .iter()
+        .filter(|e| e.id != target.id && e.manifest.chain_id == target.manifest.chain_id)
+        .filter_map(|e| {
+            let protocol::SnapshotKind::Delta { from: f } = e.manifest.kind else {
+                return None;
+            };
+            let table = e.manifest.files.get(TABLE_FILE)?;
+            let b = e.manifest.block_number;
+            let cost = if held(&e.id) { 0 } else { table.bytes };
+            (from <= f && f < b && b <= to).then_some((f, b, cost, e.id.as_str()))
+        })
+        .collect();
+    pieces.sort_unstable();
+    // Cheapest chain to each block from `from`. A piece ending at block b
+    // starts below b, so every block's best is settled before pieces
+    // starting there are tried.
+    let mut best: BTreeMap<u64, (u64, Option<usize>)> = BTreeMap::from([(from, (0, None))]);
+    for (i, &(f, b, cost, _)) in pieces.iter().enumerate() {
+        let Some(&(reached, _)) = best.get(&f) else {
+            continue;
+        };
+        let total = reached + cost;
+        if best.get(&b).is_none_or(|&(known, _)| total < known) {
+            best.insert(b, (total, Some(i)));
+        }
+    }
+    let &(cost, mut last) = best.get(&to)?;
+    let mut chain = Vec::new();
+    while let Some(i) = last {
+        let (f, _, _, id) = pieces[i];
+        chain.push(id.to_string());
+        last = best[&f].1;
+    }
+    chain.reverse();
+    Some((chain, cost))
+}
+
 /// Decodes one level's answers: the value each query found, or `None`.
 /// Any failed check (noise, checksum, setup, value encoding, count) fails
 /// the whole request.
@@ -272,4 +350,91 @@ pub fn decode_level(
             },
         )
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use protocol::manifest::{BuildStats, FileDigest, Manifest, PirParams, SnapshotId};
+    use protocol::SnapshotKind;
+
+    /// A delta of chain 1 over `(from, block]` whose table has `bytes`.
+    fn delta(from: u64, block: u64, bytes: u64) -> CatalogEntry {
+        let kind = SnapshotKind::Delta { from };
+        let file = FileDigest {
+            bytes,
+            sha3_256: format!("{from}-{block}"),
+        };
+        let manifest = Manifest {
+            format: protocol::manifest::MANIFEST_FORMAT,
+            chain_id: 1,
+            block_number: block,
+            block_hash: None,
+            state_root: None,
+            block_time: None,
+            kind,
+            source: String::new(),
+            record_count: 1,
+            storage_records: 0,
+            storage: Default::default(),
+            content_digest: String::new(),
+            created_at: String::new(),
+            pir: PirParams::default(),
+            build: BuildStats::default(),
+            files: [(TABLE_FILE.to_string(), file)].into(),
+        };
+        CatalogEntry {
+            id: SnapshotId::new(1, block, &kind).url_form(),
+            manifest,
+        }
+    }
+
+    #[test]
+    fn a_merge_is_built_from_the_cheapest_chain_that_spans_it() {
+        // Blocks 0..4 one at a time, their merges (0,2] and (2,4], and
+        // the merge of all four.
+        let ones: Vec<CatalogEntry> = (0..4).map(|b| delta(b, b + 1, 100)).collect();
+        let (low, high, all) = (delta(0, 2, 150), delta(2, 4, 150), delta(0, 4, 280));
+        let mut catalog = ones.clone();
+        catalog.extend([low.clone(), high.clone(), all.clone()]);
+        let ids = |v: &[&CatalogEntry]| v.iter().map(|e| e.id.clone()).collect::<Vec<_>>();
+        // Every one-block delta held: they build everything, for nothing.
+        let held_ones = |id: &str| ones.iter().any(|e| e.id == id);
+        let (chain, cost) = cheapest_cover(&all, &catalog, held_ones).unwrap();
+        assert_eq!(cost, 0);
+        assert_eq!(chain.len(), 4, "{chain:?}");
+        // The newest one-block delta not held yet (published with the merge
+        // above it): only it is downloaded.
+        let all_but_last = |id: &str| ones[..3].iter().any(|e| e.id == id);
+        let (chain, cost) = cheapest_cover(&high, &catalog, all_but_last).unwrap();
+        assert_eq!((chain, cost), (ids(&[&ones[2], &ones[3]]), 100));
+        // Nothing held: the cheapest downloads (the two merges below).
+        let (chain, cost) = cheapest_cover(&all, &catalog, |_| false).unwrap();
+        assert_eq!((chain, cost), (ids(&[&low, &high]), 300));
+        // A gap (block 2..3 missing): no chain.
+        let gapped: Vec<CatalogEntry> = catalog
+            .iter()
+            .filter(|e| e.id != ones[2].id && e.id != high.id)
+            .cloned()
+            .collect();
+        assert!(cheapest_cover(&all, &gapped, |_| true).is_none());
+        // Not a delta, or a delta without a table: no chain.
+        let mut tableless = all.clone();
+        tableless.manifest.files.clear();
+        assert!(cheapest_cover(&tableless, &catalog, |_| true).is_none());
+        let mut full = all.clone();
+        full.manifest.kind = SnapshotKind::Full;
+        assert!(cheapest_cover(&full, &catalog, |_| true).is_none());
+        // Another chain's deltas do not count.
+        let other: Vec<CatalogEntry> = catalog
+            .iter()
+            .cloned()
+            .map(|mut e| {
+                e.manifest.chain_id = 2;
+                e.id = format!("2{}", e.id);
+                e
+            })
+            .collect();
+        assert!(cheapest_cover(&all, &other, |_| true).is_none());
+    }
 }

@@ -21,8 +21,8 @@ use crate::catalog::Catalog;
 use crate::config::{ClientConfig, ConfigError};
 use crate::fetch::{FetchError, Size};
 use crate::levels::{
-    decode_level, whole_table_bytes, Found, KeyState, Level, ReadKey, SlotState, ViewClient,
-    WholeLevel,
+    cheapest_cover, decode_level, whole_table_bytes, Found, KeyState, Level, ReadKey, ReadMode,
+    SlotState, ViewClient, WholeLevel,
 };
 use crate::link::ServerLink;
 use crate::pool::{refill, SnapshotClient};
@@ -146,6 +146,11 @@ impl PrivateReader {
             .values()
             .cloned()
             .collect()
+    }
+
+    /// How a loaded snapshot is read (`None`: not loaded yet).
+    pub fn read_mode(&self, id: &str) -> Option<ReadMode> {
+        self.loaded(id).map(|level| level.mode())
     }
 
     /// The views of the chain read, oldest block first.
@@ -508,22 +513,120 @@ impl PrivateReader {
             .catalog
             .entry(id)
             .ok_or_else(|| ReadError::Retired(id.to_string()))?;
-        let level = match whole_table_bytes(&entry) {
-            Some(bytes) if bytes <= self.limits.max_setup_bytes => {
-                Level::Whole(self.open_whole(entry, bytes).await?)
-            }
-            _ => {
-                let snap = self.open_snapshot(entry).await?;
-                tokio::spawn(refill(Arc::downgrade(&snap)));
-                Level::Pir(snap)
-            }
+        let level = match self.built_here(&entry).await {
+            Some(merged) => Level::Whole(merged),
+            None => match whole_table_bytes(&entry) {
+                Some(bytes) if bytes <= self.limits.max_setup_bytes => {
+                    Level::Whole(self.open_whole(entry, bytes).await?)
+                }
+                _ => {
+                    let snap = self.open_snapshot(entry).await?;
+                    tokio::spawn(refill(Arc::downgrade(&snap)));
+                    Level::Pir(snap)
+                }
+            },
         };
-        tracing::info!(snapshot = %id, whole = matches!(level, Level::Whole(_)), "private snapshot ready");
+        tracing::info!(snapshot = %id, read = ?level.mode(), "private snapshot ready");
         self.snapshots
             .write()
             .expect("lock")
             .insert(id.to_string(), level.clone());
         Ok(level)
+    }
+
+    /// A merged delta's table built here from the levels it merges, when
+    /// that costs fewer downloaded bytes than its table or setup: a reader
+    /// that follows the head holds the small deltas whole already, so each
+    /// merge above them costs it nothing (and is read with no query). The
+    /// table built is the one published only if its digest is the
+    /// manifest's; anything else (another value width, a piece retired
+    /// meanwhile) leaves the level to be downloaded as before.
+    async fn built_here(&self, entry: &CatalogEntry) -> Option<Arc<WholeLevel>> {
+        let file = entry.manifest.files.get(crate::levels::TABLE_FILE)?.clone();
+        if file.bytes > self.limits.max_setup_bytes {
+            return None;
+        }
+        // Built (or downloaded) before a restart.
+        if let Some(bytes) = self.cache.cached(Artifact::Table, &file.sha3_256).await {
+            let table = protocol::table::Table::parse(bytes, self.limits.max_setup_bytes).ok()?;
+            return Some(Arc::new(WholeLevel {
+                entry: entry.clone(),
+                table,
+                mode: ReadMode::Whole,
+            }));
+        }
+        let direct = whole_table_bytes(entry).unwrap_or(entry.manifest.pir.hint_bytes);
+        let held: BTreeMap<String, Arc<WholeLevel>> = self
+            .snapshots
+            .read()
+            .expect("lock")
+            .iter()
+            .filter_map(|(id, level)| match level {
+                Level::Whole(w) => Some((id.clone(), w.clone())),
+                Level::Pir(_) => None,
+            })
+            .collect();
+        let catalog = self.catalog.entries();
+        let (chain, cost) = cheapest_cover(entry, &catalog, |id| held.contains_key(id))?;
+        if cost >= direct {
+            return None;
+        }
+        let mut pieces = Vec::with_capacity(chain.len());
+        for id in &chain {
+            let piece = match held.get(id) {
+                Some(w) => w.clone(),
+                None => self.open_piece(id).await?,
+            };
+            pieces.push(piece);
+        }
+        let expected = file.clone();
+        let built = tokio::task::spawn_blocking(move || {
+            let tables: Vec<&protocol::table::Table> = pieces.iter().map(|w| &w.table).collect();
+            let bytes = protocol::table::overlay(&tables)?;
+            let matches = bytes.len() as u64 == expected.bytes
+                && protocol::sha3_hex(&bytes) == expected.sha3_256;
+            matches.then_some(bytes)
+        })
+        .await
+        .ok()?;
+        let Some(bytes) = built else {
+            tracing::debug!(snapshot = %entry.id, "the levels it merges do not make its table; downloading it");
+            return None;
+        };
+        self.cache
+            .keep(Artifact::Table, &file.sha3_256, &bytes)
+            .await;
+        let table = protocol::table::Table::parse(bytes, self.limits.max_setup_bytes).ok()?;
+        Some(Arc::new(WholeLevel {
+            entry: entry.clone(),
+            table,
+            mode: ReadMode::Merged,
+        }))
+    }
+
+    /// A piece of a merge not held yet: its table downloaded (or read from
+    /// the cache) and kept as a level of its own. `None` when it cannot
+    /// be had (the merge is then downloaded instead).
+    async fn open_piece(&self, id: &str) -> Option<Arc<WholeLevel>> {
+        let entry = self.catalog.entry(id)?;
+        let bytes = entry.manifest.files.get(crate::levels::TABLE_FILE)?.bytes;
+        if bytes > self.limits.max_setup_bytes {
+            return None;
+        }
+        match self.open_whole(entry, bytes).await {
+            Ok(piece) => {
+                self.snapshots
+                    .write()
+                    .expect("lock")
+                    .entry(id.to_string())
+                    .or_insert_with(|| Level::Whole(piece.clone()));
+                Some(piece)
+            }
+            Err(e) => {
+                tracing::debug!(snapshot = %id, error = %e, "a piece of a merge not loaded");
+                None
+            }
+        }
     }
 
     /// Downloads (or reads from the cache) a level's table of exactly
@@ -551,7 +654,11 @@ impl PrivateReader {
             self.link
                 .distrust(format!("snapshot {}: table: {e}", entry.id))
         })?;
-        Ok(Arc::new(WholeLevel { entry, table }))
+        Ok(Arc::new(WholeLevel {
+            entry,
+            table,
+            mode: ReadMode::Whole,
+        }))
     }
 
     async fn open_snapshot(&self, entry: CatalogEntry) -> Result<Arc<SnapshotClient>, ReadError> {

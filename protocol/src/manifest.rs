@@ -173,7 +173,7 @@ pub struct FileDigest {
 }
 
 /// PIR parameters of a snapshot.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PirParams {
     pub lwe_dimension: u32,
     pub plaintext_bits: u32,

@@ -41,11 +41,7 @@ fn prefix(key: &[u8; 32]) -> &[u8] {
 /// bytes. `None` when two keys share a prefix (the level is then served
 /// by PIR only).
 pub fn encode_table(entries: &[([u8; 32], Vec<u8>)], width: usize) -> Option<Vec<u8>> {
-    let entry = KEY_PREFIX + width;
-    let mut out = Vec::with_capacity(HEADER + entries.len() * entry);
-    out.extend_from_slice(TABLE_MAGIC);
-    out.extend_from_slice(&[1, u8::try_from(width).ok()?, 0, 0]);
-    out.extend_from_slice(&(entries.len() as u64).to_le_bytes());
+    let mut out = header(width, entries.len())?;
     for (i, (key, value)) in entries.iter().enumerate() {
         assert_eq!(value.len(), width, "value width");
         if i > 0 && prefix(&entries[i - 1].0) >= prefix(key) {
@@ -53,6 +49,58 @@ pub fn encode_table(entries: &[([u8; 32], Vec<u8>)], width: usize) -> Option<Vec
         }
         out.extend_from_slice(prefix(key));
         out.extend_from_slice(value);
+    }
+    Some(out)
+}
+
+/// A table's header, with room for `count` entries of `width`-byte
+/// values.
+fn header(width: usize, count: usize) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(HEADER + count * (KEY_PREFIX + width));
+    out.extend_from_slice(TABLE_MAGIC);
+    out.extend_from_slice(&[1, u8::try_from(width).ok()?, 0, 0]);
+    out.extend_from_slice(&(count as u64).to_le_bytes());
+    Some(out)
+}
+
+/// The table of adjacent levels laid over one another (`tables` oldest
+/// first): every key with its newest value. That is the table a merge of
+/// those levels publishes (a merge keeps the newest value of each key,
+/// emptied ones included), so a reader that holds them builds it instead
+/// of downloading it, and checks it against the published digest.
+/// `None` when the widths differ (the merge's width is then not theirs).
+pub fn overlay(tables: &[&Table]) -> Option<Vec<u8>> {
+    let width = tables.first()?.width;
+    if tables.iter().any(|t| t.width != width) {
+        return None;
+    }
+    // Sorted runs merged pairwise, the newer run winning ties.
+    let mut merged: Vec<&[u8]> = Vec::new();
+    for table in tables {
+        let newer = (0..table.len()).map(|i| table.entry(i));
+        let mut out = Vec::with_capacity(merged.len() + table.len());
+        let (mut older, mut newer) = (merged.into_iter().peekable(), newer.peekable());
+        loop {
+            let next = match (older.peek(), newer.peek()) {
+                (Some(o), Some(n)) => match o[..KEY_PREFIX].cmp(&n[..KEY_PREFIX]) {
+                    std::cmp::Ordering::Less => older.next(),
+                    std::cmp::Ordering::Greater => newer.next(),
+                    std::cmp::Ordering::Equal => {
+                        older.next();
+                        newer.next()
+                    }
+                },
+                (Some(_), None) => older.next(),
+                (None, Some(_)) => newer.next(),
+                (None, None) => break,
+            };
+            out.extend(next);
+        }
+        merged = out;
+    }
+    let mut out = header(width, merged.len())?;
+    for entry in merged {
+        out.extend_from_slice(entry);
     }
     Some(out)
 }
@@ -83,6 +131,11 @@ impl Table {
             }
         }
         Ok(table)
+    }
+
+    /// Bytes of each value.
+    pub fn width(&self) -> usize {
+        self.width
     }
 
     pub fn len(&self) -> usize {
@@ -153,5 +206,54 @@ mod tests {
         same[1].0[31] ^= 1;
         same.sort();
         assert!(encode_table(&same, 3).is_none());
+    }
+
+    fn table_of(entries: &std::collections::BTreeMap<[u8; 32], Vec<u8>>, width: usize) -> Table {
+        let entries: Vec<([u8; 32], Vec<u8>)> =
+            entries.iter().map(|(k, v)| (*k, v.clone())).collect();
+        Table::parse(encode_table(&entries, width).unwrap(), 1 << 20).unwrap()
+    }
+
+    #[test]
+    fn overlays_equal_the_table_of_the_newest_values() {
+        use std::collections::BTreeMap;
+        // Three levels over a shared key space: keys repeat across levels,
+        // some levels are empty, values change.
+        let key = |i: u32| {
+            let mut k = [0u8; 32];
+            k[..4].copy_from_slice(&(i.wrapping_mul(2_654_435_761)).to_be_bytes());
+            k
+        };
+        let mut newest: BTreeMap<[u8; 32], Vec<u8>> = BTreeMap::new();
+        let mut levels = Vec::new();
+        for (n, (start, count)) in [(0u32, 50u32), (30, 0), (40, 30), (0, 5)]
+            .iter()
+            .enumerate()
+        {
+            let level: BTreeMap<[u8; 32], Vec<u8>> = (*start..start + count)
+                .map(|i| (key(i), vec![n as u8, i as u8, 7]))
+                .collect();
+            newest.extend(level.clone());
+            levels.push(table_of(&level, 3));
+        }
+        let refs: Vec<&Table> = levels.iter().collect();
+        let expected: Vec<([u8; 32], Vec<u8>)> = newest.into_iter().collect();
+        assert_eq!(overlay(&refs).unwrap(), encode_table(&expected, 3).unwrap());
+        assert_eq!(
+            overlay(&refs[..1]).unwrap(),
+            encode_table(
+                &(0..50)
+                    .map(|i| (key(i), vec![0, i as u8, 7]))
+                    .collect::<BTreeMap<_, _>>()
+                    .into_iter()
+                    .collect::<Vec<_>>(),
+                3
+            )
+            .unwrap()
+        );
+        // Another width: no overlay (the merge's width is not theirs).
+        let wider = table_of(&BTreeMap::from([(key(1), vec![1; 4])]), 4);
+        assert!(overlay(&[&levels[0], &wider]).is_none());
+        assert!(overlay(&[]).is_none());
     }
 }

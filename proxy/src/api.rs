@@ -113,6 +113,9 @@ pub struct LevelStatus {
 pub enum LevelRead {
     /// Downloaded whole (a small delta; no query).
     Whole,
+    /// Built by the proxy from the deltas it merges, which it held
+    /// already (a merge above small deltas; nothing downloaded, no query).
+    Merged,
     /// By PIR queries.
     Pir,
 }

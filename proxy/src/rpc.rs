@@ -148,10 +148,7 @@ impl EthpirApiServer for RpcContext {
                 block: e.manifest.block_number,
                 records: e.manifest.record_count,
                 setup_bytes: e.manifest.pir.hint_bytes,
-                read: match ethpir_client::levels::whole_table_bytes(&e) {
-                    Some(_) => LevelRead::Whole,
-                    None => LevelRead::Pir,
-                },
+                read: self.level_read(&e),
             })
             .collect();
         let (bytes_up, bytes_down) = self.reader.traffic();
@@ -183,6 +180,21 @@ impl EthpirApiServer for RpcContext {
 }
 
 impl RpcContext {
+    /// How a level of the newest view is read: as loaded, or (not loaded
+    /// yet) as it would be from its size.
+    fn level_read(&self, entry: &protocol::api::CatalogEntry) -> LevelRead {
+        use ethpir_client::levels::{whole_table_bytes, ReadMode};
+        let mode = self.reader.read_mode(&entry.id);
+        match mode.unwrap_or(match whole_table_bytes(entry) {
+            Some(_) => ReadMode::Whole,
+            None => ReadMode::Pir,
+        }) {
+            ReadMode::Whole => LevelRead::Whole,
+            ReadMode::Merged => LevelRead::Merged,
+            ReadMode::Pir => LevelRead::Pir,
+        }
+    }
+
     fn known_chain(&self) -> Result<u64, ProxyError> {
         match self.reader.chain_id() {
             Ok(Some(c)) => Ok(c),

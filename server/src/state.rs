@@ -198,10 +198,17 @@ impl AppState {
         for id in self.retire_vanished(&present) {
             tracing::info!(snapshot = %id, "retired (in-flight queries finish on it)");
         }
-        for (id, stored) in present {
-            if self.get(&id).is_none() {
-                self.load(id, stored).await;
-            }
+        // New snapshots are served in the chain's order: by block, and at
+        // one block the shorter deltas first. A merge is listed only after
+        // the deltas it merges (published before it), so a reader that
+        // follows the head always finds the pieces to build it from.
+        let mut new: Vec<(String, StoredSnapshot)> = present
+            .into_iter()
+            .filter(|(id, _)| self.get(id).is_none())
+            .collect();
+        new.sort_by_key(|(_, s)| chain_order(&s.manifest));
+        for (id, stored) in new {
+            self.load(id, stored).await;
         }
         self.metrics
             .snapshots
@@ -281,4 +288,14 @@ impl Drop for QueueSlot {
         let left = self.state.in_queue.fetch_sub(1, Ordering::SeqCst) - 1;
         self.state.metrics.queued.set(left as i64);
     }
+}
+
+/// Where a snapshot comes in the chain's order: its block, then its span
+/// (a delta of few blocks before a merge of many, full snapshots last).
+fn chain_order(m: &protocol::Manifest) -> (u64, u64) {
+    let span = match m.kind {
+        protocol::SnapshotKind::Delta { from } => m.block_number.saturating_sub(from),
+        _ => u64::MAX,
+    };
+    (m.block_number, span)
 }
