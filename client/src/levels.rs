@@ -355,38 +355,21 @@ pub fn decode_level(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use protocol::manifest::{BuildStats, FileDigest, Manifest, PirParams, SnapshotId};
+    use protocol::manifest::FileDigest;
     use protocol::SnapshotKind;
 
     /// A delta of chain 1 over `(from, block]` whose table has `bytes`.
     fn delta(from: u64, block: u64, bytes: u64) -> CatalogEntry {
-        let kind = SnapshotKind::Delta { from };
-        let file = FileDigest {
+        let table = FileDigest {
             bytes,
             sha3_256: format!("{from}-{block}"),
         };
-        let manifest = Manifest {
-            format: protocol::manifest::MANIFEST_FORMAT,
-            chain_id: 1,
-            block_number: block,
-            block_hash: None,
-            state_root: None,
-            block_time: None,
-            kind,
-            source: String::new(),
-            record_count: 1,
-            storage_records: 0,
-            storage: Default::default(),
-            content_digest: String::new(),
-            created_at: String::new(),
-            pir: PirParams::default(),
-            build: BuildStats::default(),
-            files: [(TABLE_FILE.to_string(), file)].into(),
-        };
-        CatalogEntry {
-            id: SnapshotId::new(1, block, &kind).url_form(),
-            manifest,
-        }
+        protocol::testing::entry(
+            1,
+            block,
+            SnapshotKind::Delta { from },
+            &[(TABLE_FILE, table)],
+        )
     }
 
     #[test]

@@ -22,6 +22,8 @@ pub mod multi;
 pub mod retry;
 pub mod storage;
 pub mod table;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod tokens;
 pub mod url;
 pub mod view;

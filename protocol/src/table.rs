@@ -78,25 +78,7 @@ pub fn overlay(tables: &[&Table]) -> Option<Vec<u8>> {
     let mut merged: Vec<&[u8]> = Vec::new();
     for table in tables {
         let newer = (0..table.len()).map(|i| table.entry(i));
-        let mut out = Vec::with_capacity(merged.len() + table.len());
-        let (mut older, mut newer) = (merged.into_iter().peekable(), newer.peekable());
-        loop {
-            let next = match (older.peek(), newer.peek()) {
-                (Some(o), Some(n)) => match o[..KEY_PREFIX].cmp(&n[..KEY_PREFIX]) {
-                    std::cmp::Ordering::Less => older.next(),
-                    std::cmp::Ordering::Greater => newer.next(),
-                    std::cmp::Ordering::Equal => {
-                        older.next();
-                        newer.next()
-                    }
-                },
-                (Some(_), None) => older.next(),
-                (None, Some(_)) => newer.next(),
-                (None, None) => break,
-            };
-            out.extend(next);
-        }
-        merged = out;
+        merged = crate::view::newest_of(merged.into_iter(), newer, |e| &e[..KEY_PREFIX]).collect();
     }
     let mut out = header(width, merged.len())?;
     for entry in merged {

@@ -91,48 +91,36 @@ pub fn newest(views: &[View], chain_id: Option<u64>) -> Option<&View> {
         .max_by(|a, b| a.block.cmp(&b.block).then(b.rank().cmp(&a.rank())))
 }
 
+/// Two runs sorted by key merged into one, in key order: a key in both
+/// takes `newer`'s value (the freshest level wins, as in a lookup). What a
+/// merge of levels keeps, on the snapshotter's records and on the
+/// proxy's tables alike.
+pub fn newest_of<T, K: Ord>(
+    older: impl Iterator<Item = T>,
+    newer: impl Iterator<Item = T>,
+    key: impl Fn(&T) -> K,
+) -> impl Iterator<Item = T> {
+    let (mut older, mut newer) = (older.peekable(), newer.peekable());
+    std::iter::from_fn(move || match (older.peek(), newer.peek()) {
+        (Some(o), Some(n)) => match key(o).cmp(&key(n)) {
+            std::cmp::Ordering::Less => older.next(),
+            std::cmp::Ordering::Greater => newer.next(),
+            std::cmp::Ordering::Equal => {
+                older.next();
+                newer.next()
+            }
+        },
+        (Some(_), None) => older.next(),
+        (None, _) => newer.next(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::{BuildStats, Manifest, PirParams, SnapshotId, MANIFEST_FORMAT};
 
     fn entry(block: u64, kind: SnapshotKind) -> CatalogEntry {
-        let manifest = Manifest {
-            format: MANIFEST_FORMAT,
-            chain_id: 1,
-            block_number: block,
-            block_hash: None,
-            state_root: None,
-            block_time: None,
-            kind,
-            source: String::new(),
-            record_count: 1,
-            storage_records: 0,
-            storage: Default::default(),
-            content_digest: String::new(),
-            created_at: String::new(),
-            pir: PirParams {
-                lwe_dimension: 0,
-                plaintext_bits: 0,
-                arity: 3,
-                partitions: 1,
-                rows: 0,
-                cols: 0,
-                value_bytes: 0,
-                segment_length: 0,
-                segment_count: 0,
-                setup_digest: String::new(),
-                hint_bytes: 0,
-                query_bytes: 0,
-                response_bytes: 0,
-            },
-            build: BuildStats::default(),
-            files: Default::default(),
-        };
-        CatalogEntry {
-            id: SnapshotId::new(1, block, &kind).url_form(),
-            manifest,
-        }
+        crate::testing::entry(1, block, kind, &[])
     }
 
     fn ids(v: &View) -> Vec<&str> {

@@ -21,7 +21,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use protocol::api::CatalogEntry;
-use protocol::view::View;
+use protocol::view::{newest_of, View};
 use serde::Deserialize;
 
 use crate::account::AccountRecord;
@@ -54,27 +54,6 @@ impl Folded<'_> {
         newest_of(base, self.newer.storage.iter().cloned(), |s| s.key)
             .filter(|s| !s.value.is_zero())
     }
-}
-
-/// Two runs sorted by key merged into one: a key in both takes `newer`'s.
-fn newest_of<T>(
-    older: impl Iterator<Item = T>,
-    newer: impl Iterator<Item = T>,
-    key: impl Fn(&T) -> alloy_primitives::B256,
-) -> impl Iterator<Item = T> {
-    let (mut older, mut newer) = (older.peekable(), newer.peekable());
-    std::iter::from_fn(move || match (older.peek(), newer.peek()) {
-        (Some(o), Some(n)) => match key(o).cmp(&key(n)) {
-            std::cmp::Ordering::Less => older.next(),
-            std::cmp::Ordering::Greater => newer.next(),
-            std::cmp::Ordering::Equal => {
-                older.next();
-                newer.next()
-            }
-        },
-        (Some(_), None) => older.next(),
-        (None, _) => newer.next(),
-    })
 }
 
 /// How deltas are merged and kept: `[levels]` in the follower's config.
