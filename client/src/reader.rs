@@ -513,8 +513,12 @@ impl PrivateReader {
             .catalog
             .entry(id)
             .ok_or_else(|| ReadError::Retired(id.to_string()))?;
-        let level = match self.built_here(&entry).await {
-            Some(merged) => Level::Whole(merged),
+        let held = match self.cached_table(&entry).await {
+            Some(table) => Some(table),
+            None => self.built_here(&entry).await,
+        };
+        let level = match held {
+            Some(table) => Level::Whole(table),
             None => match whole_table_bytes(&entry) {
                 Some(bytes) if bytes <= self.limits.max_setup_bytes => {
                     Level::Whole(self.open_whole(entry, bytes).await?)
@@ -534,6 +538,22 @@ impl PrivateReader {
         Ok(level)
     }
 
+    /// A level's table already in the disk cache (downloaded, or built
+    /// here, before a restart), whatever its size against its setup.
+    async fn cached_table(&self, entry: &CatalogEntry) -> Option<Arc<WholeLevel>> {
+        let file = entry.manifest.files.get(crate::levels::TABLE_FILE)?;
+        if file.bytes > self.limits.max_setup_bytes {
+            return None;
+        }
+        let bytes = self.cache.cached(Artifact::Table, &file.sha3_256).await?;
+        let table = protocol::table::Table::parse(bytes, self.limits.max_setup_bytes).ok()?;
+        Some(Arc::new(WholeLevel {
+            entry: entry.clone(),
+            table,
+            mode: ReadMode::Whole,
+        }))
+    }
+
     /// A merged delta's table built here from the levels it merges, when
     /// that costs fewer downloaded bytes than its table or setup: a reader
     /// that follows the head holds the small deltas whole already, so each
@@ -545,15 +565,6 @@ impl PrivateReader {
         let file = entry.manifest.files.get(crate::levels::TABLE_FILE)?.clone();
         if file.bytes > self.limits.max_setup_bytes {
             return None;
-        }
-        // Built (or downloaded) before a restart.
-        if let Some(bytes) = self.cache.cached(Artifact::Table, &file.sha3_256).await {
-            let table = protocol::table::Table::parse(bytes, self.limits.max_setup_bytes).ok()?;
-            return Some(Arc::new(WholeLevel {
-                entry: entry.clone(),
-                table,
-                mode: ReadMode::Whole,
-            }));
         }
         let direct = whole_table_bytes(entry).unwrap_or(entry.manifest.pir.hint_bytes);
         let held: BTreeMap<String, Arc<WholeLevel>> = self

@@ -115,11 +115,6 @@ impl Table {
         Ok(table)
     }
 
-    /// Bytes of each value.
-    pub fn width(&self) -> usize {
-        self.width
-    }
-
     pub fn len(&self) -> usize {
         (self.bytes.len() - HEADER) / (KEY_PREFIX + self.width)
     }

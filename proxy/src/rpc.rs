@@ -184,11 +184,11 @@ impl RpcContext {
     /// yet) as it would be from its size.
     fn level_read(&self, entry: &protocol::api::CatalogEntry) -> LevelRead {
         use ethpir_client::levels::{whole_table_bytes, ReadMode};
-        let mode = self.reader.read_mode(&entry.id);
-        match mode.unwrap_or(match whole_table_bytes(entry) {
+        let predicted = || match whole_table_bytes(entry) {
             Some(_) => ReadMode::Whole,
             None => ReadMode::Pir,
-        }) {
+        };
+        match self.reader.read_mode(&entry.id).unwrap_or_else(predicted) {
             ReadMode::Whole => LevelRead::Whole,
             ReadMode::Merged => LevelRead::Merged,
             ReadMode::Pir => LevelRead::Pir,
