@@ -35,6 +35,7 @@ dpkg -s pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
 dpkg -s libclang-dev >/dev/null 2>&1 || need_apt+=(libclang-dev)
 command -v microsocks >/dev/null 2>&1 || need_apt+=(microsocks)
+command -v ps >/dev/null 2>&1 || need_apt+=(procps)
 [ -x /usr/sbin/nginx ] || need_apt+=(nginx-light)
 python3 -m pip --version >/dev/null 2>&1 || need_apt+=(python3-pip)
 if [ ${#need_apt[@]} -gt 0 ]; then

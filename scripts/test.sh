@@ -11,4 +11,23 @@ bash scripts/check-deps.sh
 bash scripts/check-deploy.sh
 cargo machete
 cargo clippy --workspace --all-targets --all-features --profile test-release -- -D warnings
-cargo test --workspace --all-features --profile test-release
+
+# The tests run in a session of their own, so that anything they started
+# and left behind (anvil, nginx, a server, a proxy; orphans included) can
+# be found afterwards: a test must stop every process it starts.
+setsid cargo test --workspace --all-features --profile test-release &
+session=$!
+trap 'kill -TERM -- "-$session" 2>/dev/null' INT TERM
+status=0
+wait "$session" || status=$?
+trap - INT TERM
+# (Zombies are skipped: they are gone once init reaps them.)
+left=$(ps -e -o pid=,sid=,stat=,args= | awk -v s="$session" '$2 == s && $3 !~ /^Z/')
+if [ -n "$left" ]; then
+    echo "processes started by the tests are still running (each test must stop what it starts):" >&2
+    echo "$left" >&2
+    kill -KILL -- "-$session" 2>/dev/null || true
+    ps -e -o pid=,sid= | awk -v s="$session" '$2 == s {print $1}' | xargs -r kill -KILL 2>/dev/null || true
+    exit 1
+fi
+exit "$status"

@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use protocol::api::CatalogEntry;
+use protocol::Sha3Digest;
 use reqwest::StatusCode;
 
 use crate::fetch::Size;
@@ -41,16 +42,17 @@ impl DiskCache {
         DiskCache { dir }
     }
 
-    fn path(&self, artifact: Artifact, digest: &str) -> PathBuf {
+    /// A [`Sha3Digest`] is 64 hex digits: the name stays in the folder.
+    fn path(&self, artifact: Artifact, digest: &Sha3Digest) -> PathBuf {
         self.dir.join(format!("{digest}.{}", artifact.name()))
     }
 
     /// The cached bytes of `artifact` whose SHA3-256 is `digest`, if they
     /// are here and match it.
-    pub async fn cached(&self, artifact: Artifact, digest: &str) -> Option<Vec<u8>> {
+    pub async fn cached(&self, artifact: Artifact, digest: &Sha3Digest) -> Option<Vec<u8>> {
         let cached = self.path(artifact, digest);
         match tokio::fs::read(&cached).await {
-            Ok(b) if protocol::sha3_hex(&b) == digest => Some(b),
+            Ok(b) if protocol::sha3_hex(&b) == *digest => Some(b),
             Ok(_) => {
                 tracing::warn!(file = %cached.display(), "cached {} does not match its digest", artifact.name());
                 None
@@ -61,7 +63,7 @@ impl DiskCache {
 
     /// Caches `bytes` of `artifact`, already checked against `digest`
     /// (written atomically; a failure is only logged).
-    pub async fn keep(&self, artifact: Artifact, digest: &str, bytes: &[u8]) {
+    pub async fn keep(&self, artifact: Artifact, digest: &Sha3Digest, bytes: &[u8]) {
         let path = self.path(artifact, digest);
         if let Err(e) = write_atomically(&self.dir, &path, bytes).await {
             tracing::warn!(error = %e, "cannot cache {} data", artifact.name());
@@ -75,17 +77,17 @@ impl DiskCache {
         link: &ServerLink,
         entry: &CatalogEntry,
         artifact: Artifact,
-        digest: &str,
+        digest: &Sha3Digest,
         size: Size,
     ) -> Result<Vec<u8>, ReadError> {
         if let Some(bytes) = self.cached(artifact, digest).await {
             return Ok(bytes);
         }
         let bytes = download(link, entry, artifact, size).await?;
-        if protocol::sha3_hex(&bytes) != digest {
+        if protocol::sha3_hex(&bytes) != *digest {
             return Err(link.distrust(format!(
                 "snapshot {}: downloaded {} does not match the catalog digest",
-                entry.id,
+                entry.id.url_form(),
                 artifact.name()
             )));
         }
@@ -104,19 +106,20 @@ async fn download(
     size: Size,
 ) -> Result<Vec<u8>, ReadError> {
     let name = artifact.name();
-    let path = format!("/v1/snapshots/{}/{name}", entry.id);
-    let what = format!("snapshot {}: {name}", entry.id);
+    let id = entry.id.url_form();
+    let path = format!("/v1/snapshots/{id}/{name}");
+    let what = format!("snapshot {id}: {name}");
     let resp = match link.get(&path, &what, &[], size, Duration::Long).await {
         Ok(r) => r,
         Err(e) if e.is_oversized() => return Err(link.distrust(e.to_string())),
         Err(e) => return Err(e.into()),
     };
     if resp.status == StatusCode::NOT_FOUND && artifact == Artifact::Table {
-        return Err(ReadError::Retired(entry.id.clone()));
+        return Err(ReadError::Retired(id));
     }
     if !resp.status.is_success() {
         return Err(ReadError::Setup {
-            snapshot: entry.id.clone(),
+            snapshot: id,
             reason: match artifact {
                 Artifact::Setup => format!("HTTP {}", resp.status),
                 Artifact::Table => format!("table: HTTP {}", resp.status),

@@ -2,12 +2,16 @@
 //! views they form, recomputed here from the manifests whatever the
 //! server says of them; fetched with its ETag (a 304 while unchanged),
 //! gzip when the server offers it, never more than [`MAX_CATALOG_BYTES`].
+//! Every field is checked before it is adopted
+//! ([`protocol::api::CatalogListing::checked`]): a catalog that lies in
+//! one entry is refused whole, the one adopted before stays.
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
-use protocol::api::{Catalog as CatalogBody, CatalogEntry};
-use protocol::view::View;
+use protocol::api::{CatalogEntry, CatalogListing};
+use protocol::view::{View, Views};
+use protocol::{Sha3Digest, SnapshotId};
 use reqwest::header::{HeaderValue, ACCEPT_ENCODING, CONTENT_ENCODING, ETAG, IF_NONE_MATCH};
 use reqwest::StatusCode;
 
@@ -20,16 +24,46 @@ use crate::ReadError;
 /// snapshots).
 pub const MAX_CATALOG_BYTES: u64 = 16 << 20;
 
-/// The catalog as last fetched.
+/// What an adopted catalog says, replaced whole on adoption (readers
+/// hold an `Arc` of it, never a copy).
 #[derive(Debug, Default)]
+pub struct Adopted {
+    /// The entries of the chain read that stand in some view, by id.
+    pub entries: BTreeMap<SnapshotId, CatalogEntry>,
+    pub views: Views,
+    /// The server's most queries per batch.
+    pub max_batch: usize,
+}
+
+/// Catalogs in a row behind the one adopted after which one is adopted
+/// all the same (replicas behind a load balancer catch up within a rescan
+/// or two; a catalog that stays behind is the server's truth).
+pub const MAX_BEHIND: u32 = 10;
+
+/// A catalog as fetched and checked, not adopted yet.
+#[derive(Debug)]
+pub struct Fetched {
+    pub listing: CatalogListing,
+    /// Its ETag, kept once it is adopted (a refused one is fetched again).
+    pub etag: Option<String>,
+    /// The SHA3-256 of its body.
+    pub digest: Sha3Digest,
+}
+
+/// The catalog as last fetched.
+#[derive(Debug)]
 pub struct Catalog {
     /// The configured chain, if any.
     chain_id: Option<u64>,
-    entries: RwLock<BTreeMap<String, CatalogEntry>>,
-    views: RwLock<Vec<View>>,
+    adopted: RwLock<Arc<Adopted>>,
+    /// The ETag of the catalog adopted (one refused is fetched again).
     etag: Mutex<Option<String>>,
-    /// The server's most queries per batch.
-    max_batch: RwLock<usize>,
+    /// Catalogs in a row found behind the one adopted.
+    behind: Mutex<u32>,
+    /// The digest of the last catalog body adopted (`None`) or refused by
+    /// the checks (`Some`: why): the same bytes again are not parsed again
+    /// (a server without ETags, or a hostile one, costs a hash a poll).
+    judged: Mutex<Option<(Sha3Digest, Option<ReadError>)>>,
     /// Why the last fetch failed, while no catalog has been fetched since:
     /// the answer to a read when there is no view at all.
     failure: Mutex<Option<ReadError>>,
@@ -39,20 +73,33 @@ impl Catalog {
     pub fn new(chain_id: Option<u64>) -> Self {
         Catalog {
             chain_id,
-            max_batch: RwLock::new(1),
-            ..Default::default()
+            adopted: RwLock::new(Arc::new(Adopted {
+                max_batch: 1,
+                ..Default::default()
+            })),
+            etag: Mutex::new(None),
+            behind: Mutex::new(0),
+            judged: Mutex::new(None),
+            failure: Mutex::new(Some(ReadError::Backend(
+                "the PIR server's catalog is not fetched yet".into(),
+            ))),
         }
+    }
+
+    /// The catalog adopted now.
+    pub fn adopted(&self) -> Arc<Adopted> {
+        self.adopted.read().expect("lock").clone()
     }
 
     /// Fetches the catalog; `None` when it has not changed since the last
     /// fetch.
-    pub async fn fetch(&self, link: &ServerLink) -> Result<Option<CatalogBody>, ReadError> {
+    pub async fn fetch(&self, link: &ServerLink) -> Result<Option<Fetched>, ReadError> {
         let fetched = self.fetch_once(link).await;
         *self.failure.lock().expect("failure lock") = fetched.as_ref().err().cloned();
         fetched
     }
 
-    async fn fetch_once(&self, link: &ServerLink) -> Result<Option<CatalogBody>, ReadError> {
+    async fn fetch_once(&self, link: &ServerLink) -> Result<Option<Fetched>, ReadError> {
         let etag = self.etag.lock().expect("etag lock").clone();
         let mut headers = vec![(ACCEPT_ENCODING, HeaderValue::from_static("gzip"))];
         if let Some(value) = etag.as_deref().and_then(|e| HeaderValue::from_str(e).ok()) {
@@ -68,7 +115,7 @@ impl Catalog {
         if !resp.status.is_success() {
             return Err(ReadError::Backend(format!("catalog: HTTP {}", resp.status)));
         }
-        let new_etag = resp
+        let etag = resp
             .headers
             .get(ETAG)
             .and_then(|v| v.to_str().ok())
@@ -81,47 +128,88 @@ impl Catalog {
             true => gunzip(&resp.body, MAX_CATALOG_BYTES)?,
             false => resp.body,
         };
-        let catalog: CatalogBody = serde_json::from_slice(&bytes)
-            .map_err(|e| ReadError::Backend(format!("catalog: {e}")))?;
-        *self.etag.lock().expect("etag lock") = new_etag;
-        Ok(Some(catalog))
+        let digest = Sha3Digest::of(&bytes);
+        if let Some((seen, verdict)) = self.judged.lock().expect("lock").as_ref() {
+            if *seen == digest {
+                return match verdict {
+                    None => Ok(None),
+                    Some(refused) => Err(refused.clone()),
+                };
+            }
+        }
+        let listing = serde_json::from_slice::<CatalogListing>(&bytes)
+            .map_err(|e| e.to_string())
+            .and_then(|l| l.checked().map_err(|e| e.to_string()));
+        drop(bytes);
+        match listing {
+            Ok(listing) => Ok(Some(Fetched {
+                listing,
+                etag,
+                digest,
+            })),
+            Err(why) => {
+                let refused = ReadError::Backend(format!("catalog refused: {why}"));
+                *self.judged.lock().expect("lock") = Some((digest, Some(refused.clone())));
+                Err(refused)
+            }
+        }
     }
 
-    /// Adopts a fetched catalog: its entries of the chain read and the
-    /// views they form. Returns the entries, or `None` when the catalog is
-    /// behind the one adopted (its newest view older) and `force` is off:
-    /// behind a load balancer a replica that has not yet picked up the
-    /// newest snapshot must not take back a view already shown. A lookup
-    /// that finds its view retired forces it (a reorg removes levels).
-    pub fn adopt(
-        &self,
-        catalog: CatalogBody,
-        force: bool,
-    ) -> Option<BTreeMap<String, CatalogEntry>> {
-        let wanted: BTreeMap<String, CatalogEntry> = catalog
+    /// Adopts a fetched (and checked) catalog: its entries of the chain
+    /// read that stand in some view, and the views they form. Returns the
+    /// adopted catalog, or `None` when it is behind the one adopted (its
+    /// newest view older) and `force` is off: behind a load balancer a
+    /// replica that has not yet picked up the newest snapshot must not
+    /// take back a view already shown. A lookup that finds its view
+    /// retired forces it (a reorg removes levels), and so do
+    /// [`MAX_BEHIND`] such catalogs in a row: levels really were removed
+    /// (or the catalog adopted was a lie), and a catalog once adopted must
+    /// not keep out every later one.
+    pub fn adopt(&self, fetched: Fetched, force: bool) -> Option<Arc<Adopted>> {
+        let Fetched {
+            listing: catalog,
+            etag,
+            digest,
+        } = fetched;
+        let mut entries: Vec<CatalogEntry> = catalog
             .snapshots
             .into_iter()
             .filter(|e| self.chain_id.is_none_or(|c| c == e.manifest.chain_id))
-            .map(|e| (e.id.clone(), e))
             .collect();
-        let entries: Vec<CatalogEntry> = wanted.values().cloned().collect();
-        let views = protocol::view::views(&entries);
-        let newest = |views: &[View]| views.iter().map(|v| v.block).max();
-        if !force && newest(&views) < newest(&self.views.read().expect("lock")) {
-            tracing::debug!(
-                "catalog behind the one adopted (a replica catching up); kept the newer"
+        let views = Views::build(&entries);
+        // Entries that stand in no view (a delta on a missing or too deep
+        // base) are never read: not kept.
+        entries.retain(|e| views.holds(&e.id));
+        let newest = |views: &Views| views.newest(self.chain_id).map(|v| v.block);
+        if !force && newest(&views) < newest(&self.adopted().views) {
+            let mut behind = self.behind.lock().expect("lock");
+            *behind += 1;
+            if *behind < MAX_BEHIND {
+                tracing::debug!(
+                    "catalog behind the one adopted (a replica catching up); kept the newer"
+                );
+                return None;
+            }
+            tracing::warn!(
+                fetches = *behind,
+                "the server's catalog stays behind the one adopted; adopting it (levels were removed)"
             );
-            return None;
         }
-        *self.max_batch.write().expect("lock") = catalog.max_batch.max(1);
-        *self.views.write().expect("lock") = views;
-        *self.entries.write().expect("lock") = wanted.clone();
-        Some(wanted)
+        *self.behind.lock().expect("lock") = 0;
+        *self.etag.lock().expect("etag lock") = etag;
+        *self.judged.lock().expect("lock") = Some((digest, None));
+        let adopted = Arc::new(Adopted {
+            entries: entries.into_iter().map(|e| (e.id, e)).collect(),
+            views,
+            max_batch: catalog.max_batch.clamp(1, pir_core::wire::MAX_BATCH),
+        });
+        *self.adopted.write().expect("lock") = adopted.clone();
+        Some(adopted)
     }
 
     /// Snapshots listed.
     pub fn len(&self) -> usize {
-        self.entries.read().expect("lock").len()
+        self.adopted().entries.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -130,27 +218,12 @@ impl Catalog {
 
     /// The server's most queries per batch.
     pub fn max_batch(&self) -> usize {
-        *self.max_batch.read().expect("lock")
-    }
-
-    /// The views of the chain read, oldest block first.
-    pub fn views(&self) -> Vec<View> {
-        self.views.read().expect("lock").clone()
+        self.adopted().max_batch
     }
 
     /// The catalog entry of a snapshot.
-    pub fn entry(&self, id: &str) -> Option<CatalogEntry> {
-        self.entries.read().expect("lock").get(id).cloned()
-    }
-
-    /// Every snapshot listed.
-    pub fn entries(&self) -> Vec<CatalogEntry> {
-        self.entries
-            .read()
-            .expect("lock")
-            .values()
-            .cloned()
-            .collect()
+    pub fn entry(&self, id: &SnapshotId) -> Option<CatalogEntry> {
+        self.adopted().entries.get(id).cloned()
     }
 
     /// The chain read: configured, or the only one the server has.
@@ -159,13 +232,11 @@ impl Catalog {
             return Ok(self.chain_id);
         }
         let mut chains: Vec<u64> = self
+            .adopted()
             .entries
-            .read()
-            .expect("lock")
             .values()
             .map(|e| e.manifest.chain_id)
             .collect();
-        chains.sort_unstable();
         chains.dedup();
         match chains.len() {
             0 => Ok(None),
@@ -177,24 +248,31 @@ impl Catalog {
     /// The newest view of the chain read.
     pub fn newest(&self) -> Option<View> {
         let chain = self.chain_id().ok()?;
-        protocol::view::newest(&self.views(), chain).cloned()
+        self.adopted().views.newest(chain)
+    }
+
+    /// The blocks the chain read has a view at, oldest first.
+    pub fn view_blocks(&self) -> Vec<u64> {
+        match self.chain_id() {
+            Ok(chain) => self.adopted().views.blocks(chain),
+            Err(_) => Vec::new(),
+        }
     }
 
     /// The view a block selector names.
     pub fn view_for(&self, sel: &BlockSelector) -> Result<View, ReadError> {
         let chain = self.chain_id()?;
-        let views: Vec<View> = self
-            .views()
-            .into_iter()
-            .filter(|v| chain.is_none_or(|c| v.chain_id == c))
-            .collect();
-        let at_block = |n: u64| views.iter().find(|v| v.block == n).cloned();
-        let found = match sel {
-            BlockSelector::Newest => protocol::view::newest(&views, chain).cloned(),
-            BlockSelector::Number(n) => at_block(*n),
-            BlockSelector::Hash(h) => self.block_of_hash(h).and_then(at_block),
+        let adopted = self.adopted();
+        let at_block = |n: u64| match chain {
+            Some(c) => adopted.views.at(c, n),
+            None => None,
         };
-        if found.is_none() && views.is_empty() {
+        let found = match sel {
+            BlockSelector::Newest => adopted.views.newest(chain),
+            BlockSelector::Number(n) => at_block(*n),
+            BlockSelector::Hash(h) => block_of_hash(&adopted, h).and_then(at_block),
+        };
+        if found.is_none() && adopted.views.is_empty() {
             if let Some(failure) = self.failure.lock().expect("failure lock").clone() {
                 return Err(failure);
             }
@@ -205,18 +283,17 @@ impl Catalog {
                 BlockSelector::Number(n) => format!("block {n}"),
                 BlockSelector::Hash(h) => format!("block hash {h}"),
             },
-            available: views.iter().map(|v| v.block).collect(),
+            available: adopted.views.blocks(chain),
         })
     }
+}
 
-    fn block_of_hash(&self, hash: &alloy_primitives::B256) -> Option<u64> {
-        self.entries
-            .read()
-            .expect("lock")
-            .values()
-            .find(|e| e.manifest.block_hash == Some(*hash))
-            .map(|e| e.manifest.block_number)
-    }
+fn block_of_hash(adopted: &Adopted, hash: &alloy_primitives::B256) -> Option<u64> {
+    adopted
+        .entries
+        .values()
+        .find(|e| e.manifest.block_hash == Some(*hash))
+        .map(|e| e.manifest.block_number)
 }
 
 /// Decompresses a gzip body of at most `limit` bytes.

@@ -12,6 +12,7 @@ use pir_core::{ClientError, Lookup};
 use protocol::api::CatalogEntry;
 use protocol::storage::{decode_word, StoredWord};
 use protocol::view::View;
+use protocol::SnapshotId;
 
 use crate::pool::SnapshotClient;
 use crate::ReadError;
@@ -191,8 +192,13 @@ pub struct ViewClient {
 
 impl ViewClient {
     /// The freshest level's id: names the view in logs and the replay.
-    pub fn top(&self) -> &str {
-        &self.levels.last().expect("a view has a level").entry().id
+    pub fn top(&self) -> String {
+        self.levels
+            .last()
+            .expect("a view has a level")
+            .entry()
+            .id
+            .url_form()
     }
 
     /// The contracts whose storage the view holds: its base's list.
@@ -207,7 +213,7 @@ impl ViewClient {
             ReadKey::Slot { contract, .. } if !self.storage().holds(contract) => {
                 Err(ReadError::NotListed {
                     contract: *contract,
-                    snapshot: self.top().to_string(),
+                    snapshot: self.top(),
                 })
             }
             _ => Ok(()),
@@ -232,17 +238,17 @@ impl ViewClient {
         let hit = match hit {
             Some((level, value)) => Hit {
                 value: Some(value.clone()),
-                snapshot: level.entry().id.clone(),
+                snapshot: level.entry().id.url_form(),
                 block: self.view.block,
             },
             None if self.view.complete => Hit {
                 value: None,
-                snapshot: self.top().to_string(),
+                snapshot: self.top(),
                 block: self.view.block,
             },
             None => {
                 return Err(ReadError::NotInPrivateSet {
-                    snapshot: self.top().to_string(),
+                    snapshot: self.top(),
                     kind: self.levels[0].entry().manifest.kind.name(),
                 })
             }
@@ -269,19 +275,19 @@ pub fn whole_table_bytes(entry: &CatalogEntry) -> Option<u64> {
 /// tables laid over one another are `target`'s table when `target` is
 /// their merge (the digest says). `None` for a level that is not a delta
 /// with a table, or when no chain spans it.
-pub fn cheapest_cover(
+pub fn cheapest_cover<'a>(
     target: &CatalogEntry,
-    catalog: &[CatalogEntry],
-    held: impl Fn(&str) -> bool,
-) -> Option<(Vec<String>, u64)> {
+    catalog: impl IntoIterator<Item = &'a CatalogEntry>,
+    held: impl Fn(&SnapshotId) -> bool,
+) -> Option<(Vec<SnapshotId>, u64)> {
     let protocol::SnapshotKind::Delta { from } = target.manifest.kind else {
         return None;
     };
     target.manifest.files.get(TABLE_FILE)?;
     let to = target.manifest.block_number;
     // Pieces: (from, to, cost, id), by their parent's block.
-    let mut pieces: Vec<(u64, u64, u64, &str)> = catalog
-        .iter()
+    let mut pieces: Vec<(u64, u64, u64, SnapshotId)> = catalog
+        .into_iter()
         .filter(|e| e.id != target.id && e.manifest.chain_id == target.manifest.chain_id)
         .filter_map(|e| {
             let protocol::SnapshotKind::Delta { from: f } = e.manifest.kind else {
@@ -290,7 +296,7 @@ pub fn cheapest_cover(
             let table = e.manifest.files.get(TABLE_FILE)?;
             let b = e.manifest.block_number;
             let cost = if held(&e.id) { 0 } else { table.bytes };
-            (from <= f && f < b && b <= to).then_some((f, b, cost, e.id.as_str()))
+            (from <= f && f < b && b <= to).then_some((f, b, cost, e.id))
         })
         .collect();
     pieces.sort_unstable();
@@ -311,7 +317,7 @@ pub fn cheapest_cover(
     let mut chain = Vec::new();
     while let Some(i) = last {
         let (f, _, _, id) = pieces[i];
-        chain.push(id.to_string());
+        chain.push(id);
         last = best[&f].1;
     }
     chain.reverse();
@@ -327,12 +333,15 @@ pub fn decode_level(
     pendings: Vec<pir_core::PendingAnswer>,
 ) -> Result<Vec<Found>, ReadError> {
     let responses = pir_core::wire::decode_responses(answer).map_err(|e| {
-        ReadError::Unverifiable(format!("{}: malformed response: {e}", snap.entry.id))
+        ReadError::Unverifiable(format!(
+            "{}: malformed response: {e}",
+            snap.entry.id.url_form()
+        ))
     })?;
     if responses.len() != pendings.len() {
         return Err(ReadError::Unverifiable(format!(
             "{}: {} answers to {} queries",
-            snap.entry.id,
+            snap.entry.id.url_form(),
             responses.len(),
             pendings.len()
         )));
@@ -346,7 +355,10 @@ pub fn decode_level(
                 Ok(Lookup::Absent) => Ok(None),
                 Err(
                     e @ (ClientError::Corrupted | ClientError::Decode(_) | ClientError::WrongSetup),
-                ) => Err(ReadError::Unverifiable(format!("{}: {e}", snap.entry.id))),
+                ) => Err(ReadError::Unverifiable(format!(
+                    "{}: {e}",
+                    snap.entry.id.url_form()
+                ))),
             },
         )
         .collect()
@@ -362,7 +374,7 @@ mod tests {
     fn delta(from: u64, block: u64, bytes: u64) -> CatalogEntry {
         let table = FileDigest {
             bytes,
-            sha3_256: format!("{from}-{block}"),
+            sha3_256: protocol::sha3_hex(format!("{from}-{block}").as_bytes()),
         };
         protocol::testing::entry(
             1,
@@ -380,15 +392,15 @@ mod tests {
         let (low, high, all) = (delta(0, 2, 150), delta(2, 4, 150), delta(0, 4, 280));
         let mut catalog = ones.clone();
         catalog.extend([low.clone(), high.clone(), all.clone()]);
-        let ids = |v: &[&CatalogEntry]| v.iter().map(|e| e.id.clone()).collect::<Vec<_>>();
+        let ids = |v: &[&CatalogEntry]| v.iter().map(|e| e.id).collect::<Vec<_>>();
         // Every one-block delta held: they build everything, for nothing.
-        let held_ones = |id: &str| ones.iter().any(|e| e.id == id);
+        let held_ones = |id: &SnapshotId| ones.iter().any(|e| e.id == *id);
         let (chain, cost) = cheapest_cover(&all, &catalog, held_ones).unwrap();
         assert_eq!(cost, 0);
         assert_eq!(chain.len(), 4, "{chain:?}");
         // The newest one-block delta not held yet (published with the merge
         // above it): only it is downloaded.
-        let all_but_last = |id: &str| ones[..3].iter().any(|e| e.id == id);
+        let all_but_last = |id: &SnapshotId| ones[..3].iter().any(|e| e.id == *id);
         let (chain, cost) = cheapest_cover(&high, &catalog, all_but_last).unwrap();
         assert_eq!((chain, cost), (ids(&[&ones[2], &ones[3]]), 100));
         // Nothing held: the cheapest downloads (the two merges below).
@@ -414,7 +426,7 @@ mod tests {
             .cloned()
             .map(|mut e| {
                 e.manifest.chain_id = 2;
-                e.id = format!("2{}", e.id);
+                e.id.chain_id = 2;
                 e
             })
             .collect();

@@ -13,6 +13,7 @@ use pir_core::wire::encode_queries;
 use pir_core::PirClient;
 use protocol::api::{ApiError, CatalogEntry};
 use protocol::view::View;
+use protocol::SnapshotId;
 use reqwest::StatusCode;
 
 use crate::block::BlockSelector;
@@ -37,10 +38,14 @@ pub struct PrivateReader {
     /// Queries per batch sent (1: as many as asked).
     pad_to: usize,
     /// Snapshots whose setup data (or whole table) is loaded.
-    snapshots: RwLock<BTreeMap<String, Level>>,
+    snapshots: RwLock<BTreeMap<SnapshotId, Level>>,
     /// Held while a setup is fetched, so two lookups of a cold view do not
     /// download it twice.
     opening: tokio::sync::Mutex<()>,
+    /// Held while a catalog is fetched and adopted: one at a time (a
+    /// catalog can be 16 MiB, parsed; lookups that refresh it and the
+    /// background refresh take turns).
+    refreshing: tokio::sync::Mutex<()>,
 }
 
 /// Catalog fetches a lookup may make for a view it did not find.
@@ -79,13 +84,16 @@ impl PrivateReader {
             pad_to: config.pad_batches_to.max(1),
             snapshots: RwLock::new(BTreeMap::new()),
             opening: tokio::sync::Mutex::new(()),
+            refreshing: tokio::sync::Mutex::new(()),
         })
     }
 
     /// A reader that fetches the catalog now (a server not reachable yet
     /// is retried in the background), keeps it fresh every
     /// `config.refresh`, and sends cover lookups if configured, until the
-    /// reader is dropped.
+    /// reader is dropped. For a caller that wants a view before it goes on
+    /// (a script, a replay); a server that answers slowly holds it up to
+    /// the catalog's timeout.
     pub async fn start(config: &ClientConfig) -> Result<Arc<Self>, ConfigError> {
         let reader = Arc::new(PrivateReader::new(config)?);
         let server = protocol::url::redact(&config.pir_server);
@@ -95,17 +103,35 @@ impl PrivateReader {
                 tracing::warn!(error = %e, %server, "PIR server not reachable yet; retrying in the background")
             }
         }
+        reader.spawn_background(config, false);
+        Ok(reader)
+    }
+
+    /// [`Self::start`] without waiting for anything: the first catalog is
+    /// fetched in the background at once, and reads get an error until a
+    /// view is ready. What a server for wallets wants (the proxy listens
+    /// at once, whatever the PIR server does).
+    pub fn start_in_background(config: &ClientConfig) -> Result<Arc<Self>, ConfigError> {
+        let reader = Arc::new(PrivateReader::new(config)?);
+        reader.spawn_background(config, true);
+        Ok(reader)
+    }
+
+    /// The catalog kept fresh (fetched at once with `fetch_now`) and cover
+    /// lookups, until the reader is dropped.
+    fn spawn_background(self: &Arc<Self>, config: &ClientConfig, fetch_now: bool) {
         if config.cover_lookups_per_hour > 0.0 {
             tokio::spawn(cover_traffic(
-                Arc::downgrade(&reader),
+                Arc::downgrade(self),
                 config.cover_lookups_per_hour,
             ));
         }
+        let server = fetch_now.then(|| protocol::url::redact(&config.pir_server));
         tokio::spawn(keep_fresh(
-            Arc::downgrade(&reader),
+            Arc::downgrade(self),
             config.refresh.max(std::time::Duration::from_millis(50)),
+            server,
         ));
-        Ok(reader)
     }
 
     /// Bytes sent to and received from the PIR server since start
@@ -149,17 +175,33 @@ impl PrivateReader {
     }
 
     /// How a loaded snapshot is read (`None`: not loaded yet).
-    pub fn read_mode(&self, id: &str) -> Option<ReadMode> {
+    pub fn read_mode(&self, id: &SnapshotId) -> Option<ReadMode> {
         self.loaded(id).map(|level| level.mode())
     }
 
-    /// The views of the chain read, oldest block first.
+    /// Every view of the chain read, spelled out, oldest block first (for
+    /// tools and tests: a wallet wants [`Self::newest_view`]).
     pub fn views(&self) -> Vec<View> {
-        self.catalog.views()
+        let chain = self.catalog.chain_id().ok().flatten();
+        let adopted = self.catalog.adopted();
+        let all = adopted.views.all();
+        all.into_iter()
+            .filter(|v| chain.is_none_or(|c| v.chain_id == c))
+            .collect()
+    }
+
+    /// The newest view of the chain read.
+    pub fn newest_view(&self) -> Option<View> {
+        self.catalog.newest()
+    }
+
+    /// The blocks the chain read has a view at, oldest first.
+    pub fn view_blocks(&self) -> Vec<u64> {
+        self.catalog.view_blocks()
     }
 
     /// The catalog entry of a snapshot.
-    pub fn entry(&self, id: &str) -> Option<CatalogEntry> {
+    pub fn entry(&self, id: &SnapshotId) -> Option<CatalogEntry> {
         self.catalog.entry(id)
     }
 
@@ -189,14 +231,17 @@ impl PrivateReader {
     /// [`Self::refresh`]; `force` adopts a catalog even if it is behind
     /// the one adopted (see [`Catalog::adopt`]).
     async fn refresh_with(&self, force: bool) -> Result<usize, ReadError> {
+        let one_at_a_time = self.refreshing.lock().await;
         let fetched = self.catalog.fetch(&self.link).await?;
-        if let Some(wanted) = fetched.and_then(|body| self.catalog.adopt(body, force)) {
+        if let Some(adopted) = fetched.and_then(|body| self.catalog.adopt(body, force)) {
             self.snapshots.write().expect("lock").retain(|id, s| {
-                wanted
+                adopted
+                    .entries
                     .get(id)
                     .is_some_and(|e| e.manifest == s.entry().manifest)
             });
         }
+        drop(one_at_a_time);
         if let Some(view) = self.catalog.newest() {
             if let Err(e) = self.open_view(view).await {
                 tracing::warn!(error = %e, "newest view not loaded");
@@ -409,12 +454,16 @@ impl PrivateReader {
             bodies.push(encode_queries(&queries));
             pendings.push(level_pendings);
         }
-        let parts: Vec<(&str, &[u8])> = levels
+        let ids: Vec<String> = levels.iter().map(|(_, s)| s.entry.id.url_form()).collect();
+        let parts: Vec<(&str, &[u8])> = ids
             .iter()
             .zip(&bodies)
-            .map(|((_, s), b)| (s.entry.id.as_str(), b.as_slice()))
+            .map(|(id, b)| (id.as_str(), b.as_slice()))
             .collect();
-        let request = protocol::multi::encode_request(&parts);
+        // Views are at most a request deep (protocol::view::MAX_DEPTH):
+        // an error here is a bug, answered as one, never a panic.
+        let request = protocol::multi::encode_request(&parts)
+            .map_err(|e| ReadError::Backend(format!("request not encodable: {e}")))?;
         let expected = protocol::multi::response_bytes(
             levels.iter().map(|(_, s)| s.response_bytes(keys.len())),
         );
@@ -495,13 +544,13 @@ impl PrivateReader {
         Ok(ViewClient { view, levels })
     }
 
-    fn loaded(&self, id: &str) -> Option<Level> {
+    fn loaded(&self, id: &SnapshotId) -> Option<Level> {
         self.snapshots.read().expect("lock").get(id).cloned()
     }
 
     /// The client of one listed snapshot, its setup (or table) loaded if
     /// need be.
-    async fn open(&self, id: &str) -> Result<Level, ReadError> {
+    async fn open(&self, id: &SnapshotId) -> Result<Level, ReadError> {
         if let Some(level) = self.loaded(id) {
             return Ok(level);
         }
@@ -512,7 +561,7 @@ impl PrivateReader {
         let entry = self
             .catalog
             .entry(id)
-            .ok_or_else(|| ReadError::Retired(id.to_string()))?;
+            .ok_or_else(|| ReadError::Retired(id.url_form()))?;
         let held = match self.cached_table(&entry).await {
             Some(table) => Some(table),
             None => self.built_here(&entry).await,
@@ -530,11 +579,11 @@ impl PrivateReader {
                 }
             },
         };
-        tracing::info!(snapshot = %id, read = ?level.mode(), "private snapshot ready");
+        tracing::info!(snapshot = %id.url_form(), read = ?level.mode(), "private snapshot ready");
         self.snapshots
             .write()
             .expect("lock")
-            .insert(id.to_string(), level.clone());
+            .insert(*id, level.clone());
         Ok(level)
     }
 
@@ -567,18 +616,19 @@ impl PrivateReader {
             return None;
         }
         let direct = whole_table_bytes(entry).unwrap_or(entry.manifest.pir.hint_bytes);
-        let held: BTreeMap<String, Arc<WholeLevel>> = self
+        let held: BTreeMap<SnapshotId, Arc<WholeLevel>> = self
             .snapshots
             .read()
             .expect("lock")
             .iter()
             .filter_map(|(id, level)| match level {
-                Level::Whole(w) => Some((id.clone(), w.clone())),
+                Level::Whole(w) => Some((*id, w.clone())),
                 Level::Pir(_) => None,
             })
             .collect();
-        let catalog = self.catalog.entries();
-        let (chain, cost) = cheapest_cover(entry, &catalog, |id| held.contains_key(id))?;
+        let adopted = self.catalog.adopted();
+        let (chain, cost) =
+            cheapest_cover(entry, adopted.entries.values(), |id| held.contains_key(id))?;
         if cost >= direct {
             return None;
         }
@@ -601,7 +651,7 @@ impl PrivateReader {
         .await
         .ok()?;
         let Some(bytes) = built else {
-            tracing::debug!(snapshot = %entry.id, "the levels it merges do not make its table; downloading it");
+            tracing::debug!(snapshot = %entry.id.url_form(), "the levels it merges do not make its table; downloading it");
             return None;
         };
         self.cache
@@ -618,7 +668,7 @@ impl PrivateReader {
     /// A piece of a merge not held yet: its table downloaded (or read from
     /// the cache) and kept as a level of its own. `None` when it cannot
     /// be had (the merge is then downloaded instead).
-    async fn open_piece(&self, id: &str) -> Option<Arc<WholeLevel>> {
+    async fn open_piece(&self, id: &SnapshotId) -> Option<Arc<WholeLevel>> {
         let entry = self.catalog.entry(id)?;
         let bytes = entry.manifest.files.get(crate::levels::TABLE_FILE)?.bytes;
         if bytes > self.limits.max_setup_bytes {
@@ -629,12 +679,12 @@ impl PrivateReader {
                 self.snapshots
                     .write()
                     .expect("lock")
-                    .entry(id.to_string())
+                    .entry(*id)
                     .or_insert_with(|| Level::Whole(piece.clone()));
                 Some(piece)
             }
             Err(e) => {
-                tracing::debug!(snapshot = %id, error = %e, "a piece of a merge not loaded");
+                tracing::debug!(snapshot = %id.url_form(), error = %e, "a piece of a merge not loaded");
                 None
             }
         }
@@ -663,7 +713,7 @@ impl PrivateReader {
         let max_entries = self.limits.max_setup_bytes;
         let table = protocol::table::Table::parse(table_bytes, max_entries).map_err(|e| {
             self.link
-                .distrust(format!("snapshot {}: table: {e}", entry.id))
+                .distrust(format!("snapshot {}: table: {e}", entry.id.url_form()))
         })?;
         Ok(Arc::new(WholeLevel {
             entry,
@@ -678,7 +728,7 @@ impl PrivateReader {
         if announced > limit {
             return Err(self.link.distrust(format!(
                 "snapshot {} announces {announced} bytes of setup data, over the limit of {limit}",
-                entry.id
+                entry.id.url_form()
             )));
         }
         let digest = entry.manifest.pir.setup_digest.clone();
@@ -698,22 +748,46 @@ impl PrivateReader {
         })
         .await
         .map_err(|e| ReadError::Backend(format!("loading a setup failed: {e}")))?
-        .map_err(|e| self.link.distrust(format!("snapshot {}: {e}", entry.id)))?;
+        .map_err(|e| {
+            self.link
+                .distrust(format!("snapshot {}: {e}", entry.id.url_form()))
+        })?;
         Ok(Arc::new(SnapshotClient::new(entry, client, self.pool_size)))
     }
 }
 
-/// Fetches the catalog every `every` until the reader is dropped.
-async fn keep_fresh(reader: Weak<PrivateReader>, every: std::time::Duration) {
+/// Fetches the catalog every `every` until the reader is dropped; with
+/// `first_of` (the server's redacted URL) the first fetch is at once and
+/// its outcome said at info (a server not reachable yet is retried on the
+/// same beat).
+async fn keep_fresh(
+    reader: Weak<PrivateReader>,
+    every: std::time::Duration,
+    first_of: Option<String>,
+) {
     let mut tick = tokio::time::interval(every);
-    tick.tick().await;
+    // A fetch slower than the beat (a slow server) delays the next one
+    // instead of a burst of them.
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut first = first_of;
+    if first.is_none() {
+        tick.tick().await;
+    }
     loop {
         tick.tick().await;
         let Some(reader) = reader.upgrade() else {
             return;
         };
-        if let Err(e) = reader.refresh().await {
-            tracing::warn!(error = %e, "catalog refresh failed");
+        let refreshed = reader.refresh().await;
+        match (refreshed, first.take()) {
+            (Ok(n), Some(server)) => {
+                tracing::info!(snapshots = n, %server, "connected to the PIR server")
+            }
+            (Err(e), Some(server)) => {
+                tracing::warn!(error = %e, %server, "PIR server not reachable yet; retrying in the background")
+            }
+            (Ok(_), None) => {}
+            (Err(e), None) => tracing::warn!(error = %e, "catalog refresh failed"),
         }
     }
 }

@@ -4,6 +4,8 @@
 //! percentiles.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use alloy_primitives::{Address, U256};
@@ -146,4 +148,45 @@ pub fn cpu_model() -> String {
             })
         })
         .unwrap_or_else(|| "unknown".into())
+}
+
+/// The process's resident anonymous memory (Linux `RssAnon`).
+pub fn anon_rss_bytes() -> Option<u64> {
+    snapshotter::pipeline::proc_status_bytes("RssAnon")
+}
+
+/// Samples `RssAnon` until dropped; the largest value seen.
+pub struct AnonPeak {
+    peak: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+}
+
+impl AnonPeak {
+    pub fn start() -> Self {
+        let (peak, stop) = (
+            Arc::new(AtomicU64::new(0)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let (p, s) = (peak.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                p.fetch_max(anon_rss_bytes().unwrap_or(0), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        AnonPeak { peak, stop }
+    }
+
+    pub fn mib(&self) -> u64 {
+        self.peak
+            .load(Ordering::Relaxed)
+            .max(anon_rss_bytes().unwrap_or(0))
+            >> 20
+    }
+}
+
+impl Drop for AnonPeak {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
 }

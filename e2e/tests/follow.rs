@@ -168,7 +168,7 @@ async fn the_follower_keeps_views_complete_and_fresh_while_clients_read() {
     let served: Arc<Mutex<BTreeSet<String>>> = Default::default();
     let same = || async {
         let c = catalog(http.clone(), server.clone()).await;
-        *served.lock().unwrap() = c.snapshots.iter().map(|e| e.id.clone()).collect();
+        *served.lock().unwrap() = c.snapshots.iter().map(|e| e.id.url_form()).collect();
         (*served.lock().unwrap() == listed()).then_some(())
     };
     let same = test_support::poll(test_support::PATIENCE, same)

@@ -170,6 +170,17 @@ async fn scenario(honest: &str, sabotage: Sabotage, address: &str) -> (Value, Du
     let front = start_front(honest, sabotage).await;
     let cache = tempfile::tempdir().unwrap();
     let proxy = start_bounded_proxy(&front, cache.path()).await;
+    // The proxy listens before its first catalog fetch ends; a read of a
+    // block no view has makes no query and says when the fetch is over.
+    let fetched = || async {
+        let v = call(&proxy, "eth_getBalance", json!([address, "0xffffff"])).await;
+        let message = v["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        (!message.contains("not fetched yet")).then_some(())
+    };
+    test_support::eventually("the first catalog fetch ends", fetched).await;
     let started = Instant::now();
     let lookup = {
         let (proxy, address) = (proxy.clone(), address.to_string());

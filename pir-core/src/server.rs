@@ -22,7 +22,8 @@ pub enum ServeError {
 /// checked), with their digest and id. A router in front of row shards
 /// holds this alone; a [`PirServer`] holds it with its database.
 pub struct PublishedSetup {
-    bytes: Vec<u8>,
+    /// Shared: every download of it is a reference, never a copy.
+    bytes: bytes::Bytes,
     digest: [u8; 32],
     id: SetupId,
     shape: DbShape,
@@ -34,7 +35,7 @@ impl PublishedSetup {
         let shape = SetupData::from_bytes(&bytes)?.shape;
         let digest = SetupData::digest_of(&bytes);
         Ok(PublishedSetup {
-            bytes,
+            bytes: bytes.into(),
             digest,
             id: SetupData::id_of(&digest),
             shape,
@@ -44,6 +45,11 @@ impl PublishedSetup {
     /// The serialised setup data clients download.
     pub fn bytes(&self) -> &[u8] {
         &self.bytes
+    }
+
+    /// The same bytes, shared (a reference count, no copy).
+    pub fn shared_bytes(&self) -> bytes::Bytes {
+        self.bytes.clone()
     }
 
     /// SHA3-256 of the setup data.

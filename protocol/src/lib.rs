@@ -16,6 +16,7 @@
 pub mod account;
 pub mod api;
 pub mod config;
+pub mod digest;
 pub mod logging;
 pub mod manifest;
 pub mod multi;
@@ -30,18 +31,18 @@ pub mod view;
 
 pub use account::{decode_value, encode_value, pir_key, AccountRecord};
 pub use api::{ApiError, Catalog, CatalogEntry};
+pub use digest::Sha3Digest;
 pub use manifest::{KindTag, Manifest, SnapshotId, SnapshotKind};
 
 /// Hex SHA3-256: how manifests name their files' contents, and the
 /// catalog's ETag. One definition for the store, the server and the proxy.
-pub fn sha3_hex(bytes: &[u8]) -> String {
-    use sha3::{Digest, Sha3_256};
-    hex_of(&Sha3_256::digest(bytes))
+pub fn sha3_hex(bytes: &[u8]) -> Sha3Digest {
+    Sha3Digest::of(bytes)
 }
 
 /// [`sha3_hex`] of everything `reader` yields, read in 1 MiB pieces (a
 /// file of gigabytes is hashed without being held), and its length.
-pub fn sha3_hex_of_reader(reader: impl std::io::Read) -> std::io::Result<(String, u64)> {
+pub fn sha3_hex_of_reader(reader: impl std::io::Read) -> std::io::Result<(Sha3Digest, u64)> {
     let mut hashed = Sha3Writer::new(std::io::sink());
     std::io::copy(
         &mut std::io::BufReader::with_capacity(1 << 20, reader),
@@ -70,9 +71,10 @@ impl<W: std::io::Write> Sha3Writer<W> {
     }
 
     /// The inner writer, the hex digest and the byte count.
-    pub fn finish(self) -> (W, String, u64) {
+    pub fn finish(self) -> (W, Sha3Digest, u64) {
         use sha3::Digest;
-        (self.inner, hex_of(&self.hasher.finalize()), self.bytes)
+        let digest = Sha3Digest::from_bytes(&self.hasher.finalize().into());
+        (self.inner, digest, self.bytes)
     }
 }
 
@@ -88,8 +90,4 @@ impl<W: std::io::Write> std::io::Write for Sha3Writer<W> {
     fn flush(&mut self) -> std::io::Result<()> {
         self.inner.flush()
     }
-}
-
-fn hex_of(digest: &[u8]) -> String {
-    digest.iter().map(|b| format!("{b:02x}")).collect()
 }

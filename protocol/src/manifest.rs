@@ -95,7 +95,13 @@ impl SnapshotKind {
 /// `<chain id>/<block>-<kind>` (`-<from>` after a delta's kind, since a
 /// merged delta ends at the same block as the one-block delta below it):
 /// the snapshot's directory below the store root.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+///
+/// Ids come from peers (a catalog, a URL), so parsing is strict: the
+/// canonical form only (decimal numbers without sign or leading zeros),
+/// at most [`crate::multi::MAX_ID_LEN`] bytes in URL form, so that a
+/// parsed id is always a valid part of a multi-snapshot request, a URL
+/// segment and a file name. Serialised in URL form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SnapshotId {
     pub chain_id: u64,
     pub block: u64,
@@ -139,28 +145,65 @@ impl fmt::Display for SnapshotId {
 
 impl FromStr for SnapshotId {
     type Err = String;
-    /// Accepts `<chain>/<block>-<kind>[-<from>]` and the URL form.
+    /// Accepts `<chain>/<block>-<kind>[-<from>]` and the URL form, each
+    /// only as [`SnapshotId`]'s `Display` and `url_form` write it.
     fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || format!("'{s}' is not a snapshot id (<chain>/<block>-<kind>[-<from>])");
+        let bad = || {
+            let shown: String = s.chars().take(80).collect();
+            format!("'{shown}' is not a snapshot id (<chain>/<block>-<kind>[-<from>])")
+        };
         let (chain, rest) = s
             .split_once('/')
             .or_else(|| s.split_once('-'))
             .ok_or_else(bad)?;
         let (block, kind) = rest.split_once('-').ok_or_else(bad)?;
         let (kind, from) = match kind.split_once('-') {
-            Some((kind, from)) => (kind, Some(from.parse().map_err(|_| bad())?)),
+            Some((kind, from)) => (kind, Some(number(from).ok_or_else(bad)?)),
             None => (kind, None),
         };
-        let kind: KindTag = kind.parse()?;
+        let kind: KindTag = kind.parse().map_err(|_| bad())?;
         if (kind == KindTag::Delta) != from.is_some() {
             return Err(bad());
         }
-        Ok(SnapshotId {
-            chain_id: chain.parse().map_err(|_| bad())?,
-            block: block.parse().map_err(|_| bad())?,
+        let id = SnapshotId {
+            chain_id: number(chain).ok_or_else(bad)?,
+            block: number(block).ok_or_else(bad)?,
             kind,
             from,
-        })
+        };
+        let canonical = id.url_form();
+        let as_written = s == canonical || s == id.to_string();
+        if !as_written || canonical.len() > crate::multi::MAX_ID_LEN {
+            return Err(bad());
+        }
+        Ok(id)
+    }
+}
+
+/// A decimal number as ids write it: digits only (no sign), within u64.
+fn number(s: &str) -> Option<u64> {
+    match !s.is_empty() && s.bytes().all(|c| c.is_ascii_digit()) {
+        true => s.parse().ok(),
+        false => None,
+    }
+}
+
+impl Serialize for SnapshotId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.url_form())
+    }
+}
+
+/// From the URL form only (what the catalog and views carry).
+impl<'de> Deserialize<'de> for SnapshotId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        if s.contains('/') {
+            return Err(serde::de::Error::custom(format!(
+                "'{s}' is not a snapshot id in URL form"
+            )));
+        }
+        s.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -168,8 +211,7 @@ impl FromStr for SnapshotId {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileDigest {
     pub bytes: u64,
-    /// SHA3-256, hex.
-    pub sha3_256: String,
+    pub sha3_256: crate::Sha3Digest,
 }
 
 /// PIR parameters of a snapshot.
@@ -185,8 +227,8 @@ pub struct PirParams {
     pub value_bytes: u32,
     pub segment_length: u32,
     pub segment_count: u32,
-    /// SHA3-256 of `setup.bin`, hex: the setup id clients check.
-    pub setup_digest: String,
+    /// SHA3-256 of `setup.bin`: the setup id clients check.
+    pub setup_digest: crate::Sha3Digest,
     pub hint_bytes: u64,
     pub query_bytes: u64,
     pub response_bytes: u64,
@@ -228,8 +270,8 @@ pub struct Manifest {
         skip_serializing_if = "crate::storage::PrivateStorage::is_empty"
     )]
     pub storage: crate::storage::PrivateStorage,
-    /// SHA3-256 of the sorted records (`records.bin`), hex.
-    pub content_digest: String,
+    /// SHA3-256 of the sorted records (`records.bin`).
+    pub content_digest: crate::Sha3Digest,
     /// RFC 3339.
     pub created_at: String,
     pub pir: PirParams,
@@ -261,6 +303,38 @@ mod tests {
         assert!("1/0-half".parse::<SnapshotId>().is_err());
         assert!("x/0-full".parse::<SnapshotId>().is_err());
         assert!("".parse::<SnapshotId>().is_err());
+    }
+
+    #[test]
+    fn only_canonical_ids_parse() {
+        for bad in [
+            "1-+0-full",
+            "1-00-full",
+            "01-0-full",
+            "1-0-full_x",
+            "1_0-full",
+            "1-0-full/..",
+            "../1-0-full",
+            "1-0-Full",
+            "1-9-delta-+7",
+            " 1-0-full",
+            "1-0-full ",
+            "1/0/full",
+            "1-0--full",
+            "18446744073709551616-0-full",
+        ] {
+            assert!(bad.parse::<SnapshotId>().is_err(), "{bad}");
+        }
+        // Numbers that fit u64 but make the id longer than the wire allows.
+        let long = format!("{m}-{m}-delta-{m}", m = u64::MAX);
+        assert!(long.parse::<SnapshotId>().is_err());
+        let id: SnapshotId = "1-9-delta-7".parse().unwrap();
+        assert_eq!(serde_json::to_string(&id).unwrap(), "\"1-9-delta-7\"");
+        assert_eq!(
+            serde_json::from_str::<SnapshotId>("\"1-9-delta-7\"").unwrap(),
+            id
+        );
+        assert!(serde_json::from_str::<SnapshotId>("\"1/9-delta-7\"").is_err());
     }
 
     #[test]

@@ -25,6 +25,8 @@ pub enum MultiError {
     Parts(usize),
     #[error("snapshot id of {0} bytes (1 to {MAX_ID_LEN} allowed, ASCII letters, digits and '-')")]
     Id(usize),
+    #[error("a part of {0} bytes (at most 4 GiB)")]
+    Body(usize),
     #[error("{0} bytes after the last part")]
     Trailing(usize),
 }
@@ -85,10 +87,14 @@ fn valid_id(id: &[u8]) -> bool {
         && id.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'-')
 }
 
-/// Encodes a request: `(snapshot id, query batch bytes)` per part.
-/// Panics only on a caller's bug (too many parts, a bad id).
-pub fn encode_request(parts: &[(&str, &[u8])]) -> Vec<u8> {
-    assert!((1..=MAX_PARTS).contains(&parts.len()), "part count");
+/// Encodes a request: `(snapshot id in URL form, query batch bytes)` per
+/// part. Counts, ids and body lengths past the limits are errors, never
+/// sent (a [`SnapshotId`](crate::SnapshotId)'s URL form is always a valid
+/// id; a view deeper than a request carries is refused here).
+pub fn encode_request(parts: &[(&str, &[u8])]) -> Result<Vec<u8>, MultiError> {
+    if !(1..=MAX_PARTS).contains(&parts.len()) {
+        return Err(MultiError::Parts(parts.len()));
+    }
     let size = parts
         .iter()
         .map(|(id, b)| 5 + id.len() + b.len())
@@ -97,13 +103,16 @@ pub fn encode_request(parts: &[(&str, &[u8])]) -> Vec<u8> {
     out.extend_from_slice(REQUEST_MAGIC);
     out.extend_from_slice(&(parts.len() as u16).to_le_bytes());
     for (id, body) in parts {
-        assert!(valid_id(id.as_bytes()), "snapshot id");
+        if !valid_id(id.as_bytes()) {
+            return Err(MultiError::Id(id.len()));
+        }
+        let body_len = u32::try_from(body.len()).map_err(|_| MultiError::Body(body.len()))?;
         out.push(id.len() as u8);
         out.extend_from_slice(id.as_bytes());
-        out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        out.extend_from_slice(&body_len.to_le_bytes());
         out.extend_from_slice(body);
     }
-    out
+    Ok(out)
 }
 
 /// Decodes a request into `(snapshot id, query batch bytes)` per part.
@@ -165,11 +174,11 @@ mod tests {
 
     #[test]
     fn requests_and_responses_round_trip() {
-        let req = encode_request(&[("1-0-full", b"abc"), ("1-5-delta", b"")]);
+        let req = encode_request(&[("1-0-full", b"abc"), ("1-5-delta-0", b"")]).unwrap();
         let parts = decode_request(&req).unwrap();
         assert_eq!(
             parts,
-            vec![("1-0-full", &b"abc"[..]), ("1-5-delta", &b""[..])]
+            vec![("1-0-full", &b"abc"[..]), ("1-5-delta-0", &b""[..])]
         );
         let resp = encode_response(&[b"xy".to_vec(), vec![0; 9]]);
         assert_eq!(resp.len() as u64, response_bytes([2, 9].into_iter()));
@@ -180,7 +189,7 @@ mod tests {
 
     #[test]
     fn bad_bytes_are_refused_not_panicked_on() {
-        let req = encode_request(&[("1-0-full", b"abc")]);
+        let req = encode_request(&[("1-0-full", b"abc")]).unwrap();
         for cut in 0..req.len() {
             assert!(decode_request(&req[..cut]).is_err(), "cut at {cut}");
         }
@@ -200,5 +209,19 @@ mod tests {
         ));
         let many = [&b"EPQ1"[..], &(MAX_PARTS as u16 + 1).to_le_bytes()].concat();
         assert_eq!(decode_request(&many), Err(MultiError::Parts(MAX_PARTS + 1)));
+    }
+
+    #[test]
+    fn requests_past_the_limits_are_errors_not_panics() {
+        assert_eq!(encode_request(&[]), Err(MultiError::Parts(0)));
+        let deep: Vec<(&str, &[u8])> = vec![("1-0-full", &b""[..]); MAX_PARTS + 1];
+        assert_eq!(encode_request(&deep), Err(MultiError::Parts(MAX_PARTS + 1)));
+        assert!(encode_request(&deep[..MAX_PARTS]).is_ok());
+        for bad in ["", "1_0-full", "../x", &"1".repeat(MAX_ID_LEN + 1)] {
+            assert!(
+                matches!(encode_request(&[(bad, b"")]), Err(MultiError::Id(_))),
+                "{bad}"
+            );
+        }
     }
 }

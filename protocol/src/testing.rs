@@ -25,7 +25,7 @@ pub fn entry(
         record_count: 1,
         storage_records: 0,
         storage: Default::default(),
-        content_digest: String::new(),
+        content_digest: Default::default(),
         created_at: String::new(),
         pir: PirParams {
             arity: 3,
@@ -39,7 +39,7 @@ pub fn entry(
             .collect(),
     };
     CatalogEntry {
-        id: SnapshotId::new(chain, block, &kind).url_form(),
+        id: SnapshotId::new(chain, block, &kind),
         manifest,
     }
 }

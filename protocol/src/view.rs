@@ -7,88 +7,187 @@
 //! Server and proxy compute views with this one function, from manifests
 //! alone, so a client never trusts a server's word on how levels chain.
 
-use std::collections::BTreeMap;
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
 use crate::api::CatalogEntry;
-use crate::manifest::SnapshotKind;
+use crate::manifest::{SnapshotId, SnapshotKind};
+
+/// Most levels a view may have: what one multi-snapshot request carries
+/// (a lookup asks every level at once). A delta that would make a deeper
+/// view makes none.
+pub const MAX_DEPTH: usize = crate::multi::MAX_PARTS;
 
 /// The snapshots that give the state at `block`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct View {
     pub chain_id: u64,
     pub block: u64,
-    /// Snapshot ids (URL form), base first, freshest last.
-    pub snapshots: Vec<String>,
+    /// Snapshot ids, base first, freshest last.
+    pub snapshots: Vec<SnapshotId>,
     /// The base is a full snapshot: an address absent from every level
     /// has balance 0 and nonce 0.
     pub complete: bool,
 }
 
-impl View {
-    /// Better views first: complete ones, then those with fewer levels
-    /// (fewer queries per lookup), then by id so the choice is stable.
-    fn rank(&self) -> (bool, usize, &[String]) {
-        (!self.complete, self.snapshots.len(), &self.snapshots)
+/// One way to the state at a block: a snapshot on top of the view below
+/// it (a delta's parent), without copying that view.
+#[derive(Clone, Copy, Debug)]
+struct Node {
+    id: SnapshotId,
+    parent: Option<u32>,
+    depth: u16,
+    complete: bool,
+}
+
+/// The best view at every block some snapshot can answer for, kept as a
+/// tree of levels (each view points at the view it stands on), so that a
+/// catalog of n snapshots takes O(n) memory however deep its chains, and
+/// a view is spelled out only when asked for.
+#[derive(Clone, Debug, Default)]
+pub struct Views {
+    nodes: Vec<Node>,
+    /// The best node at each `(chain, block)`.
+    best: BTreeMap<(u64, u64), u32>,
+    /// The snapshots that stand in some view (the best at their block or
+    /// not: a piece of a merge still chains).
+    chained: BTreeSet<SnapshotId>,
+}
+
+impl Views {
+    /// The views the entries form. A delta counts only on top of a
+    /// complete view at its `from` block, and only while the view stays
+    /// within [`MAX_DEPTH`] levels; a delta whose parent is missing makes
+    /// no view. O(n log n) time, O(n) memory.
+    pub fn build(entries: &[CatalogEntry]) -> Views {
+        let mut order: Vec<&CatalogEntry> = entries.iter().collect();
+        order.sort_by_key(|e| (e.manifest.chain_id, e.manifest.block_number, e.id));
+        let mut views = Views::default();
+        for e in order {
+            let m = &e.manifest;
+            let (parent, depth, complete) = match m.kind {
+                SnapshotKind::Delta { from } => {
+                    let Some(&below) = views.best.get(&(m.chain_id, from)) else {
+                        continue;
+                    };
+                    let b = views.nodes[below as usize];
+                    if !b.complete || from >= m.block_number || b.depth as usize >= MAX_DEPTH {
+                        continue;
+                    }
+                    (Some(below), b.depth + 1, true)
+                }
+                kind => (None, 1, kind.is_complete()),
+            };
+            let node = views.nodes.len() as u32;
+            views.chained.insert(e.id);
+            views.nodes.push(Node {
+                id: e.id,
+                parent,
+                depth,
+                complete,
+            });
+            let better = match views.best.get(&(m.chain_id, m.block_number)) {
+                Some(&held) => views.rank(node, held) == Ordering::Less,
+                None => true,
+            };
+            if better {
+                views.best.insert((m.chain_id, m.block_number), node);
+            }
+        }
+        views
     }
 
-    fn better_than(&self, other: &View) -> bool {
-        self.rank() < other.rank()
+    /// Better views first: complete ones, then those with fewer levels
+    /// (fewer queries per lookup), then by ids so the choice is stable.
+    fn rank(&self, a: u32, b: u32) -> Ordering {
+        let (na, nb) = (self.nodes[a as usize], self.nodes[b as usize]);
+        (!na.complete, na.depth)
+            .cmp(&(!nb.complete, nb.depth))
+            .then_with(|| self.ids(a).cmp(&self.ids(b)))
+    }
+
+    /// The ids of a node's view, base first.
+    fn ids(&self, node: u32) -> Vec<SnapshotId> {
+        let mut ids = Vec::with_capacity(self.nodes[node as usize].depth as usize);
+        let mut at = Some(node);
+        while let Some(n) = at {
+            let n = self.nodes[n as usize];
+            ids.push(n.id);
+            at = n.parent;
+        }
+        ids.reverse();
+        ids
+    }
+
+    fn view(&self, (chain_id, block): (u64, u64), node: u32) -> View {
+        View {
+            chain_id,
+            block,
+            snapshots: self.ids(node),
+            complete: self.nodes[node as usize].complete,
+        }
+    }
+
+    /// The best view at `block` of `chain`.
+    pub fn at(&self, chain_id: u64, block: u64) -> Option<View> {
+        let node = *self.best.get(&(chain_id, block))?;
+        Some(self.view((chain_id, block), node))
+    }
+
+    /// The newest view of a chain (`None`: any chain), the best at its block.
+    pub fn newest(&self, chain_id: Option<u64>) -> Option<View> {
+        self.best
+            .iter()
+            .filter(|((c, _), _)| chain_id.is_none_or(|want| *c == want))
+            .max_by(|(a, na), (b, nb)| a.1.cmp(&b.1).then(self.rank(**nb, **na)))
+            .map(|(at, node)| self.view(*at, *node))
+    }
+
+    /// The blocks a chain (`None`: any chain) has a view at, oldest first.
+    pub fn blocks(&self, chain_id: Option<u64>) -> Vec<u64> {
+        let mut blocks: Vec<u64> = self
+            .best
+            .keys()
+            .filter(|(c, _)| chain_id.is_none_or(|want| *c == want))
+            .map(|(_, b)| *b)
+            .collect();
+        blocks.sort_unstable();
+        blocks
+    }
+
+    /// Every view, spelled out, by chain then block.
+    pub fn all(&self) -> Vec<View> {
+        self.best
+            .iter()
+            .map(|(at, node)| self.view(*at, *node))
+            .collect()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.best.is_empty()
+    }
+
+    /// Whether a snapshot stands in some view.
+    pub fn holds(&self, id: &SnapshotId) -> bool {
+        self.chained.contains(id)
     }
 }
 
 /// The best view at every block some snapshot can answer for, per chain,
-/// oldest block first. A delta counts only on top of a complete view at
-/// its `from` block; a delta whose parent is missing makes no view.
+/// oldest block first ([`Views::build`], spelled out).
 pub fn views(entries: &[CatalogEntry]) -> Vec<View> {
-    let mut sorted: Vec<&CatalogEntry> = entries.iter().collect();
-    sorted.sort_by_key(|e| (e.manifest.chain_id, e.manifest.block_number, e.id.clone()));
-    let mut best: BTreeMap<(u64, u64), View> = BTreeMap::new();
-    for e in sorted {
-        let m = &e.manifest;
-        let candidate = match m.kind {
-            SnapshotKind::Delta { from } => match best.get(&(m.chain_id, from)) {
-                Some(below) if below.complete && from < m.block_number => {
-                    let mut snapshots = below.snapshots.clone();
-                    snapshots.push(e.id.clone());
-                    View {
-                        chain_id: m.chain_id,
-                        block: m.block_number,
-                        snapshots,
-                        complete: true,
-                    }
-                }
-                _ => continue,
-            },
-            kind => View {
-                chain_id: m.chain_id,
-                block: m.block_number,
-                snapshots: vec![e.id.clone()],
-                complete: kind.is_complete(),
-            },
-        };
-        let slot = best.entry((m.chain_id, m.block_number));
-        match slot {
-            std::collections::btree_map::Entry::Vacant(v) => {
-                v.insert(candidate);
-            }
-            std::collections::btree_map::Entry::Occupied(mut o) => {
-                if candidate.better_than(o.get()) {
-                    o.insert(candidate);
-                }
-            }
-        }
-    }
-    best.into_values().collect()
+    Views::build(entries).all()
 }
 
 /// The newest view of a chain (`None`: any chain), the best at its block.
 pub fn newest(views: &[View], chain_id: Option<u64>) -> Option<&View> {
+    let rank = |v: &View| (!v.complete, v.snapshots.len(), v.snapshots.clone());
     views
         .iter()
         .filter(|v| chain_id.is_none_or(|c| v.chain_id == c))
-        .max_by(|a, b| a.block.cmp(&b.block).then(b.rank().cmp(&a.rank())))
+        .max_by(|a, b| a.block.cmp(&b.block).then(rank(b).cmp(&rank(a))))
 }
 
 /// Two runs sorted by key merged into one, in key order: a key in both
@@ -123,8 +222,8 @@ mod tests {
         crate::testing::entry(1, block, kind, &[])
     }
 
-    fn ids(v: &View) -> Vec<&str> {
-        v.snapshots.iter().map(String::as_str).collect()
+    fn ids(v: &View) -> Vec<String> {
+        v.snapshots.iter().map(|id| id.url_form()).collect()
     }
 
     #[test]
@@ -168,5 +267,21 @@ mod tests {
         let only_active = views(&entries[..2]);
         assert_eq!(only_active.len(), 1);
         assert!(!only_active[0].complete);
+    }
+
+    #[test]
+    fn chains_deeper_than_a_request_make_no_view_and_cost_linear_memory() {
+        let n = 10_000u64;
+        let mut entries = vec![entry(0, SnapshotKind::Full)];
+        entries.extend((1..=n).map(|b| entry(b, SnapshotKind::Delta { from: b - 1 })));
+        let built = Views::build(&entries);
+        assert_eq!(built.nodes.len(), MAX_DEPTH);
+        let newest = built.newest(Some(1)).unwrap();
+        assert_eq!(newest.block, MAX_DEPTH as u64 - 1);
+        assert_eq!(newest.snapshots.len(), MAX_DEPTH);
+        assert!(built.at(1, MAX_DEPTH as u64).is_none());
+        assert_eq!(built.blocks(Some(1)).len(), MAX_DEPTH);
+        // The same chain on a missing base makes nothing at all.
+        assert!(Views::build(&entries[1..]).is_empty());
     }
 }

@@ -72,7 +72,9 @@ pub async fn serve_on(
         None => None,
     };
     log_upstream_policy(&config);
-    let reader = PrivateReader::start(&config.client()).await?;
+    // Listening does not wait for the PIR server: calls get a JSON-RPC
+    // error until its catalog gives a view.
+    let reader = PrivateReader::start_in_background(&config.client())?;
     let module = rpc::module(RpcContext {
         reader: reader.clone(),
         upstream: upstream.clone(),

@@ -136,14 +136,13 @@ impl NodeInfoApiServer for RpcContext {
 impl EthpirApiServer for RpcContext {
     async fn status(&self) -> Result<Status, ProxyError> {
         let chain = self.reader.chain_id().ok().flatten();
-        let views = self.reader.views();
-        let newest = protocol::view::newest(&views, chain);
+        let newest = self.reader.newest_view();
         let levels = newest
-            .into_iter()
+            .iter()
             .flat_map(|v| v.snapshots.iter().rev())
             .filter_map(|id| self.reader.entry(id))
             .map(|e| LevelStatus {
-                id: e.id.clone(),
+                id: e.id.url_form(),
                 kind: e.manifest.kind.name().to_string(),
                 block: e.manifest.block_number,
                 records: e.manifest.record_count,
@@ -154,13 +153,9 @@ impl EthpirApiServer for RpcContext {
         let (bytes_up, bytes_down) = self.reader.traffic();
         Ok(Status {
             chain_id: chain,
-            view_block: newest.map(|v| v.block),
-            complete: newest.map(|v| v.complete),
-            view_blocks: views
-                .iter()
-                .filter(|v| chain.is_none_or(|c| v.chain_id == c))
-                .map(|v| v.block)
-                .collect(),
+            view_block: newest.as_ref().map(|v| v.block),
+            complete: newest.as_ref().map(|v| v.complete),
+            view_blocks: self.reader.view_blocks(),
             head_block: self.upstream_head().await,
             levels,
             bytes_up,

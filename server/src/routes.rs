@@ -23,7 +23,6 @@ use tower_http::compression::CompressionLayer;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::services::ServeFile;
 
-use crate::api::{Catalog, CatalogEntry};
 use crate::batch;
 use crate::error::RouteError;
 use crate::state::{AppState, LoadedSnapshot};
@@ -78,36 +77,43 @@ fn route_name(path: Option<&MatchedPath>) -> &'static str {
 }
 
 /// The catalog, with an ETag (SHA3 of its bytes) so that a client polling
-/// for new levels gets a 304 while nothing changed.
+/// for new levels gets a 304 while nothing changed. Made when the served
+/// set changes ([`crate::state::CatalogBody`]), gzipped then too: a poll
+/// copies nothing.
 async fn catalog(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    let mut snapshots: Vec<CatalogEntry> = state
-        .all()
-        .iter()
-        .map(|s| CatalogEntry {
-            id: s.url_id.clone(),
-            manifest: s.stored.manifest.clone(),
-        })
-        .collect();
-    snapshots.sort_by_key(|e| (e.manifest.chain_id, e.manifest.block_number, e.id.clone()));
-    let views = protocol::view::views(&snapshots);
-    let body = serde_json::to_vec(&Catalog {
-        snapshots,
-        max_batch: state.max_batch,
-        views,
-    })
-    .expect("catalog serialises");
-    let etag = format!("\"{}\"", snapshot_store::sha3_hex(&body));
-    if etag_matches(&headers, &etag) {
-        return (StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response();
+    let body = state.catalog();
+    if etag_matches(&headers, &body.etag) {
+        return (
+            StatusCode::NOT_MODIFIED,
+            [(header::ETAG, body.etag.clone())],
+        )
+            .into_response();
     }
-    (
+    let gzip = headers
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|coding| coding.split(';').next().is_some_and(|c| c.trim() == "gzip"));
+    let mut response = (
         [
-            (header::ETAG, etag),
+            (header::ETAG, body.etag.clone()),
             (header::CONTENT_TYPE, "application/json".to_string()),
+            (header::VARY, "accept-encoding".to_string()),
         ],
-        body,
+        match gzip {
+            true => body.gzip.clone(),
+            false => body.json.clone(),
+        },
     )
-        .into_response()
+        .into_response();
+    if gzip {
+        response.headers_mut().insert(
+            header::CONTENT_ENCODING,
+            header::HeaderValue::from_static("gzip"),
+        );
+    }
+    response
 }
 
 /// Whether `If-None-Match` names `etag` (or `*`).
@@ -126,7 +132,7 @@ async fn setup(
 ) -> Result<Response, RouteError> {
     let snap = state.get(&id).ok_or(RouteError::UnknownSnapshot(id))?;
     let digest = &snap.stored.manifest.pir.setup_digest;
-    Ok(download(&headers, digest, snap.setup().bytes()))
+    Ok(download(&headers, digest, snap.setup().shared_bytes()))
 }
 
 /// `GET /v1/snapshots/{id}/table`: a small level's entries, for clients
@@ -140,7 +146,7 @@ async fn table(
     let snap = state.get(&id);
     let found = snap.as_ref().and_then(|snap| {
         let file = snap.stored.manifest.files.get(snapshot_store::TABLE_FILE)?;
-        Some((file.sha3_256.as_str(), snap.table.as_deref()?))
+        Some((&file.sha3_256, snap.table.clone()?))
     });
     let (digest, bytes) = found.ok_or(RouteError::NoTable(id))?;
     Ok(download(&headers, digest, bytes))
@@ -173,8 +179,8 @@ async fn file(
 }
 
 /// A binary download whose ETag is its digest; 304 when `If-None-Match`
-/// names it.
-fn download(headers: &HeaderMap, digest: &str, bytes: &[u8]) -> Response {
+/// names it. The bytes are shared with the loaded snapshot (no copy).
+fn download(headers: &HeaderMap, digest: &protocol::Sha3Digest, bytes: Bytes) -> Response {
     let etag = format!("\"{digest}\"");
     if etag_matches(headers, &etag) {
         return (StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response();
@@ -184,7 +190,7 @@ fn download(headers: &HeaderMap, digest: &str, bytes: &[u8]) -> Response {
             (header::ETAG, etag),
             (header::CONTENT_TYPE, "application/octet-stream".to_string()),
         ],
-        Bytes::copy_from_slice(bytes),
+        bytes,
     )
         .into_response()
 }

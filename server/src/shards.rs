@@ -200,8 +200,11 @@ fn shard_request(work: &[Part], index: u32, count: u32) -> Result<ShardRequest, 
         .zip(&bodies)
         .map(|((snap, _), body)| (snap.url_id.as_str(), body.as_slice()))
         .collect();
+    // The parts are those of a request this router decoded: within the
+    // limits, so an error here is an internal one.
+    let body = protocol::multi::encode_request(&parts).map_err(|_| RouteError::Internal)?;
     Ok(ShardRequest {
-        body: protocol::multi::encode_request(&parts),
+        body,
         response_bytes: protocol::multi::response_bytes(response_parts.into_iter()),
     })
 }

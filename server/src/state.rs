@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
+use bytes::Bytes;
 use pir_core::error::AnswerError;
 use pir_core::server::ServeError;
 use pir_core::shard::Shard;
@@ -32,8 +33,9 @@ pub struct LoadedSnapshot {
     pub serving: Serving,
     /// `<chain>-<block>-<kind>`.
     pub url_id: String,
-    /// `table.bin` (digest-checked), when the snapshot has one.
-    pub table: Option<Vec<u8>>,
+    /// `table.bin` (digest-checked), when the snapshot has one; shared
+    /// with every download of it.
+    pub table: Option<Bytes>,
     /// Its queue of lookups waiting for a pass.
     pub batcher: Batcher,
 }
@@ -52,7 +54,9 @@ impl LoadedSnapshot {
             .files
             .contains_key(snapshot_store::TABLE_FILE)
         {
-            true => Some(store.read_checked(&stored, snapshot_store::TABLE_FILE)?),
+            true => Some(Bytes::from(
+                store.read_checked(&stored, snapshot_store::TABLE_FILE)?,
+            )),
             false => None,
         };
         Ok(LoadedSnapshot {
@@ -135,6 +139,48 @@ pub struct AppState {
     pub shards: Option<ShardRouter>,
     /// Store entries that failed to load, so each is logged once.
     failed: RwLock<BTreeMap<String, String>>,
+    /// The catalog as served, made when the served set changes (never per
+    /// request: every proxy polls it).
+    catalog: RwLock<Arc<CatalogBody>>,
+}
+
+/// `GET /v1/snapshots` made once: its JSON, gzipped, and its ETag.
+pub struct CatalogBody {
+    pub json: Bytes,
+    pub gzip: Bytes,
+    /// `"<SHA3-256 of the JSON>"`.
+    pub etag: String,
+}
+
+impl CatalogBody {
+    /// The catalog of `snapshots` (sorted by chain, block and id, with the
+    /// views they form).
+    fn of(snapshots: &[Arc<LoadedSnapshot>], max_batch: usize) -> CatalogBody {
+        use std::io::Write;
+        let mut entries: Vec<protocol::CatalogEntry> = snapshots
+            .iter()
+            .map(|s| protocol::CatalogEntry {
+                id: s.stored.id,
+                manifest: s.stored.manifest.clone(),
+            })
+            .collect();
+        entries.sort_by_key(|e| (e.manifest.chain_id, e.manifest.block_number, e.id));
+        let views = protocol::view::views(&entries);
+        let json = serde_json::to_vec(&protocol::Catalog {
+            snapshots: entries,
+            max_batch,
+            views,
+        })
+        .expect("catalog serialises");
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(&json).expect("gzip into memory");
+        let gzip = gz.finish().expect("gzip into memory");
+        CatalogBody {
+            etag: format!("\"{}\"", protocol::sha3_hex(&json)),
+            json: json.into(),
+            gzip: gzip.into(),
+        }
+    }
 }
 
 impl AppState {
@@ -154,6 +200,7 @@ impl AppState {
             // same and then serves an empty catalog.
             tracing::warn!(store = %config.store.display(), "the store directory did not exist: created empty, serving nothing until a snapshot is published there");
         }
+        let max_batch = config.max_batch.clamp(1, pir_core::wire::MAX_BATCH);
         Ok(AppState {
             role,
             shards,
@@ -162,13 +209,25 @@ impl AppState {
             workers: Arc::new(Semaphore::new(config.workers.max(1))),
             in_queue: AtomicUsize::new(0),
             queue_limit: config.queue.max(1),
-            max_batch: config.max_batch.clamp(1, pir_core::wire::MAX_BATCH),
+            max_batch,
             body_limit: config.max_body_bytes,
             batching: config.batching,
             export_files: config.export_files,
             metrics: Metrics::new(),
             failed: RwLock::new(BTreeMap::new()),
+            catalog: RwLock::new(Arc::new(CatalogBody::of(&[], max_batch))),
         })
+    }
+
+    /// The catalog as served now.
+    pub fn catalog(&self) -> Arc<CatalogBody> {
+        self.catalog.read().expect("lock").clone()
+    }
+
+    /// Makes the catalog again from the served set (after it changed).
+    fn remake_catalog(&self) {
+        let body = CatalogBody::of(&self.all(), self.max_batch);
+        *self.catalog.write().expect("lock") = Arc::new(body);
     }
 
     pub fn get(&self, url_id: &str) -> Option<Arc<LoadedSnapshot>> {
@@ -195,8 +254,12 @@ impl AppState {
         };
         let present: BTreeMap<String, StoredSnapshot> =
             listed.into_iter().map(|s| (s.id.url_form(), s)).collect();
-        for id in self.retire_vanished(&present) {
+        let retired = self.retire_vanished(&present);
+        for id in &retired {
             tracing::info!(snapshot = %id, "retired (in-flight queries finish on it)");
+        }
+        if !retired.is_empty() {
+            self.remake_catalog();
         }
         // New snapshots are served in the chain's order: by block, and at
         // one block the shorter deltas first. A merge is listed only after
@@ -208,7 +271,10 @@ impl AppState {
             .collect();
         new.sort_by_key(|(_, s)| chain_order(&s.manifest));
         for (id, stored) in new {
-            self.load(id, stored).await;
+            if self.load(id, stored).await {
+                // Listed as soon as it serves, in the chain's order.
+                self.remake_catalog();
+            }
         }
         self.metrics
             .snapshots
@@ -235,11 +301,12 @@ impl AppState {
     }
 
     /// Loads one new snapshot off the async threads and serves it; one that
-    /// fails is logged once and skipped until its setup changes.
-    async fn load(&self, id: String, stored: StoredSnapshot) {
+    /// fails is logged once and skipped until its setup changes. Whether it
+    /// is served now.
+    async fn load(&self, id: String, stored: StoredSnapshot) -> bool {
         let key = format!("{id}:{}", stored.manifest.pir.setup_digest);
         if self.failed.read().expect("lock").contains_key(&key) {
-            return;
+            return false;
         }
         let store = self.store.clone();
         let role = self.role;
@@ -252,6 +319,7 @@ impl AppState {
                     .write()
                     .expect("lock")
                     .insert(id, Arc::new(snap));
+                return true;
             }
             Ok(Err(e)) => {
                 tracing::error!(snapshot = %id, error = %e, "cannot load snapshot; skipping it");
@@ -262,6 +330,7 @@ impl AppState {
             }
             Err(e) => tracing::error!(snapshot = %id, error = %e, "loader panicked"),
         }
+        false
     }
 
     /// Takes a queue slot, or `None` when the queue is full.

@@ -145,7 +145,7 @@ async fn serves_private_queries_and_refuses_bad_ones() {
     let catalog = fetch_catalog(&http, &base).await;
     assert_eq!(catalog.snapshots.len(), 1);
     let entry = &catalog.snapshots[0];
-    assert_eq!(entry.id, "31337-5-full");
+    assert_eq!(entry.id.url_form(), "31337-5-full");
     assert_eq!(entry.manifest.record_count, 300);
 
     let setup = http
@@ -180,10 +180,10 @@ async fn serves_private_queries_and_refuses_bad_ones() {
     // Every query goes to `POST /v1/query`, framed by protocol::multi (a
     // request naming one snapshot here).
     let url = format!("{base}/v1/query");
-    let to = |id: &str, batch: &[u8]| protocol::multi::encode_request(&[(id, batch)]);
+    let to = |id: &str, batch: &[u8]| protocol::multi::encode_request(&[(id, batch)]).unwrap();
     let resp = http
         .post(&url)
-        .body(to(&entry.id, &encode_queries(&queries)))
+        .body(to(&entry.id.url_form(), &encode_queries(&queries)))
         .send()
         .await
         .unwrap();
@@ -222,7 +222,7 @@ async fn serves_private_queries_and_refuses_bad_ones() {
                 .as_u16()
         }
     };
-    let id = entry.id.as_str();
+    let id = &entry.id.url_form();
     assert_eq!(status(to(id, &one[..one.len() - 1])).await, 400);
     assert_eq!(status(to(id, &[one.clone(), vec![0]].concat())).await, 400);
     assert_eq!(status(vec![0xAB; 1000]).await, 400);
@@ -311,7 +311,8 @@ async fn a_full_queue_answers_503_and_nothing_else_breaks() {
         .unwrap()
         .0;
     let body =
-        protocol::multi::encode_request(&[("31337-1-full", &encode_queries(&vec![query; 64]))]);
+        protocol::multi::encode_request(&[("31337-1-full", &encode_queries(&vec![query; 64]))])
+            .unwrap();
     let url = format!("{base}/v1/query");
     let tasks: Vec<_> = (0..24)
         .map(|_| {
@@ -369,7 +370,8 @@ async fn one_request_queries_every_level_of_a_view() {
     let catalog: Catalog = resp.json().await.unwrap();
     let top = catalog.views.last().unwrap();
     assert_eq!(top.block, 6);
-    assert_eq!(top.snapshots, ["31337-5-full", "31337-6-delta-5"]);
+    let listed: Vec<String> = top.snapshots.iter().map(|id| id.url_form()).collect();
+    assert_eq!(listed, ["31337-5-full", "31337-6-delta-5"]);
     let unchanged = http
         .get(format!("{base}/v1/snapshots"))
         .header("if-none-match", &etag)
@@ -395,7 +397,8 @@ async fn one_request_queries_every_level_of_a_view() {
     let mut rng = rand::rng();
     let mut clients = Vec::new();
     let mut bodies = Vec::new();
-    for id in &top.snapshots {
+    let ids: Vec<String> = top.snapshots.iter().map(|id| id.url_form()).collect();
+    for id in &ids {
         let client = client_for(&http, &base, id).await;
         let (q, p) = client
             .query(client.prepare(&mut rng), key.as_slice())
@@ -403,13 +406,12 @@ async fn one_request_queries_every_level_of_a_view() {
         bodies.push(encode_queries(&[q]));
         clients.push((client, p));
     }
-    let parts: Vec<(&str, &[u8])> = top
-        .snapshots
+    let parts: Vec<(&str, &[u8])> = ids
         .iter()
         .zip(&bodies)
         .map(|(id, b)| (id.as_str(), b.as_slice()))
         .collect();
-    let request = protocol::multi::encode_request(&parts);
+    let request = protocol::multi::encode_request(&parts).unwrap();
     let resp = http
         .post(format!("{base}/v1/query"))
         .body(request.clone())
@@ -472,12 +474,15 @@ async fn one_request_queries_every_level_of_a_view() {
     };
     assert_eq!(post(b"junk".to_vec()).await, 400);
     assert_eq!(post(request[..request.len() - 1].to_vec()).await, 400);
-    let unknown = protocol::multi::encode_request(&[("31337-9-full", bodies[0].as_slice())]);
+    let unknown =
+        protocol::multi::encode_request(&[("31337-9-full", bodies[0].as_slice())]).unwrap();
     assert_eq!(post(unknown).await, 404);
     let huge = vec![0u8; pir_core::wire::query_bytes(1 << 20, 1)];
-    let oversized = protocol::multi::encode_request(&[("31337-6-delta-5", huge.as_slice())]);
+    let oversized =
+        protocol::multi::encode_request(&[("31337-6-delta-5", huge.as_slice())]).unwrap();
     assert_eq!(post(oversized).await, 413);
-    let wrong_shape = protocol::multi::encode_request(&[("31337-6-delta-5", bodies[0].as_slice())]);
+    let wrong_shape =
+        protocol::multi::encode_request(&[("31337-6-delta-5", bodies[0].as_slice())]).unwrap();
     assert_eq!(post(wrong_shape).await, 400);
     assert_eq!(
         declared_length_status(&format!("{base}/v1/query"), 1 << 30).await,
@@ -601,7 +606,7 @@ async fn wallet(
     let parts = [(ids[0], &bodies[0][..]), (ids[1], &bodies[1][..])];
     let resp = http
         .post(format!("{base}/v1/query"))
-        .body(protocol::multi::encode_request(&parts))
+        .body(protocol::multi::encode_request(&parts).unwrap())
         .send()
         .await
         .unwrap();

@@ -63,17 +63,13 @@ impl Nginx {
         let port = free_port();
         std::fs::write(dir.join("ethpir.conf"), site_config(port, replicas)).unwrap();
         let d = dir.display();
-        // Workers run as root when the master is root (CI), so that they
-        // can write the temporary files of large query bodies here.
-        let root = std::process::Command::new("id")
-            .arg("-u")
-            .output()
-            .unwrap()
-            .stdout
-            == b"0\n";
-        let user = if root { "user root;" } else { "" };
+        // One process, no master and no workers: killing the child (on
+        // drop too) ends all of nginx; a master killed outright would leave
+        // its worker orphaned, still listening. It runs as the user who
+        // started it, so it can write the temporary files of large query
+        // bodies here.
         let main = format!(
-            "{user}\ndaemon off;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
+            "master_process off;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
              events {{ worker_connections 512; }}\n\
              http {{\n access_log off;\n client_body_temp_path {d}/body;\n proxy_temp_path {d}/proxy;\n\
              fastcgi_temp_path {d}/fastcgi;\n uwsgi_temp_path {d}/uwsgi;\n scgi_temp_path {d}/scgi;\n\

@@ -85,9 +85,9 @@ fn check_digest(
     name: &str,
     expected: &FileDigest,
     bytes: u64,
-    digest: &str,
+    digest: &protocol::Sha3Digest,
 ) -> Result<(), StoreError> {
-    if expected.bytes != bytes || expected.sha3_256 != digest {
+    if expected.bytes != bytes || expected.sha3_256 != *digest {
         return Err(StoreError::Invalid {
             id: snap.id.clone(),
             problem: format!("{name} does not match its digest in the manifest"),
@@ -478,7 +478,7 @@ impl SnapshotStore {
         };
         let setup = PublishedSetup::from_bytes(self.read_checked(snap, SETUP_FILE)?)
             .map_err(|e| invalid(format!("{SETUP_FILE}: {e}")))?;
-        if hex::encode(setup.digest()) != snap.manifest.pir.setup_digest {
+        if protocol::Sha3Digest::from_bytes(setup.digest()) != snap.manifest.pir.setup_digest {
             return Err(invalid("setup digest differs from the manifest".into()));
         }
         Ok(setup)

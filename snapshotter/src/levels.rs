@@ -25,7 +25,7 @@ use protocol::view::{newest_of, View};
 use serde::Deserialize;
 
 use crate::account::AccountRecord;
-use crate::manifest::{KindTag, SnapshotKind};
+use crate::manifest::{KindTag, SnapshotId, SnapshotKind};
 use crate::pipeline::{
     build_and_publish, build_and_publish_streamed, BuildError, BuildOptions, ExportedState,
     RecordsSummary,
@@ -116,7 +116,7 @@ pub struct Levels {
     build: BuildOptions,
     /// Levels whose files were checked (id and content digest): published
     /// snapshots never change, so each is hashed once per process.
-    checked: std::sync::Mutex<BTreeSet<(String, String)>>,
+    checked: std::sync::Mutex<BTreeSet<(String, protocol::Sha3Digest)>>,
 }
 
 /// Catalog entries for a chain's snapshots in the store.
@@ -134,7 +134,7 @@ pub fn as_entries(snaps: &[StoredSnapshot]) -> Vec<CatalogEntry> {
     snaps
         .iter()
         .map(|s| CatalogEntry {
-            id: s.id.url_form(),
+            id: s.id,
             manifest: s.manifest.clone(),
         })
         .collect()
@@ -179,10 +179,10 @@ impl Levels {
     }
 
     /// Every view of the chain in the store.
-    fn views(&self) -> Result<(Vec<View>, BTreeMap<String, StoredSnapshot>), StoreError> {
+    fn views(&self) -> Result<(Vec<View>, BTreeMap<SnapshotId, StoredSnapshot>), StoreError> {
         let snaps = entries(&self.store, self.chain_id)?;
         let views = protocol::view::views(&as_entries(&snaps));
-        let by_id = snaps.into_iter().map(|s| (s.id.url_form(), s)).collect();
+        let by_id = snaps.into_iter().map(|s| (s.id, s)).collect();
         Ok((views, by_id))
     }
 
@@ -420,21 +420,21 @@ impl Levels {
             return Ok(Vec::new());
         };
         let horizon = newest.saturating_sub(self.policy.keep_blocks);
-        let mut keep: BTreeSet<&str> = BTreeSet::new();
+        let mut keep: BTreeSet<SnapshotId> = BTreeSet::new();
         for v in &views {
             if v.block >= horizon || self.policy.pinned.contains(&v.block) {
-                keep.extend(v.snapshots.iter().map(String::as_str));
+                keep.extend(v.snapshots.iter().copied());
             }
         }
         let mut removed = Vec::new();
         for (id, snap) in &by_id {
             let managed = matches!(snap.id.kind, KindTag::Full | KindTag::Delta);
-            if !managed || keep.contains(id.as_str()) || snap.id.block >= horizon {
+            if !managed || keep.contains(id) || snap.id.block >= horizon {
                 continue;
             }
             self.store.remove(&snap.id)?;
             tracing::info!(snapshot = %snap.id, "retired");
-            removed.push(id.clone());
+            removed.push(id.url_form());
         }
         Ok(removed)
     }

@@ -488,7 +488,7 @@ struct Written {
     shape: pir_core::DbShape,
     setup_digest: [u8; 32],
     setup_len: usize,
-    content_digest: String,
+    content_digest: protocol::Sha3Digest,
     encode_s: f64,
     hint_s: f64,
     write_s: f64,
@@ -501,7 +501,7 @@ fn write_phase(
     mut staged: crate::store::StagedSnapshot,
     hinted: Hinted,
     table: Option<Vec<u8>>,
-    content_digest: String,
+    content_digest: protocol::Sha3Digest,
     records_s: f64,
 ) -> Result<Written, BuildError> {
     failpoint::hit("write");
@@ -567,7 +567,7 @@ fn manifest_for(state: &ExportedState, summary: &RecordsSummary, w: &Written) ->
             value_bytes: shape.value_bytes,
             segment_length: shape.geometry.segment_length,
             segment_count: shape.geometry.segment_count,
-            setup_digest: hex::encode(w.setup_digest),
+            setup_digest: protocol::Sha3Digest::from_bytes(&w.setup_digest),
             hint_bytes: w.setup_len as u64,
             query_bytes: query_bytes(shape.rows(), 1) as u64,
             response_bytes: response_bytes(shape.cols(), 1) as u64,

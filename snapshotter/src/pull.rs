@@ -12,7 +12,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use protocol::api::{Catalog, CatalogEntry};
+use protocol::api::{CatalogEntry, CatalogListing};
 use protocol::manifest::FileDigest;
 use snapshot_store::{SnapshotStore, StoreError};
 
@@ -91,7 +91,7 @@ impl Puller {
             }
             report.bytes += self.fetch_snapshot(store, entry).await?;
             tracing::info!(snapshot = %entry.id, "pulled and published");
-            report.fetched.push(entry.id.clone());
+            report.fetched.push(entry.id.url_form());
         }
         let listed: std::collections::BTreeSet<_> =
             catalog.snapshots.iter().map(|e| e.manifest.id()).collect();
@@ -106,7 +106,9 @@ impl Puller {
         Ok(report)
     }
 
-    async fn catalog(&self) -> Result<Catalog, PullError> {
+    /// The primary's catalog, checked as a proxy checks one (ids, digests,
+    /// plain file names: they become paths here).
+    async fn catalog(&self) -> Result<CatalogListing, PullError> {
         let what = "catalog".to_string();
         let resp = self
             .get("/v1/snapshots", Duration::from_secs(60), &what)
@@ -117,7 +119,11 @@ impl Puller {
             Ok(())
         })
         .await?;
-        serde_json::from_slice(&body).map_err(|e| PullError::Catalog(e.to_string()))
+        let listing: CatalogListing =
+            serde_json::from_slice(&body).map_err(|e| PullError::Catalog(e.to_string()))?;
+        listing
+            .checked()
+            .map_err(|e| PullError::Catalog(e.to_string()))
     }
 
     /// Downloads one snapshot's files into staging, checks them and
@@ -131,7 +137,9 @@ impl Puller {
         let mut total = 0;
         for (name, digest) in &entry.manifest.files {
             let path = staged.dir().join(name);
-            total += self.fetch_file(&entry.id, name, digest, &path).await?;
+            total += self
+                .fetch_file(&entry.id.url_form(), name, digest, &path)
+                .await?;
         }
         store.publish(staged, &entry.manifest)?;
         Ok(total)

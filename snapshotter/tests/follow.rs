@@ -82,7 +82,7 @@ fn view_state(store: &SnapshotStore) -> (u64, BTreeMap<B256, (U256, u64)>) {
     assert!(view.complete);
     let mut state = BTreeMap::new();
     for id in &view.snapshots {
-        let snap = snaps.iter().find(|s| &s.id.url_form() == id).unwrap();
+        let snap = snaps.iter().find(|s| s.id == *id).unwrap();
         let bytes = store.read_checked(snap, RECORDS_FILE).unwrap();
         for r in snapshotter::records::decode_records(&bytes)
             .unwrap()

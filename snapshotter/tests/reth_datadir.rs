@@ -217,7 +217,7 @@ fn check_views_at_every_block(reth: &RethDatadir, expected: &Value) {
     for s in &snaps {
         let server = store.load_server(s, None).unwrap();
         let client = pir_core::PirClient::from_setup_bytes(server.setup_bytes()).unwrap();
-        loaded.insert(s.id.url_form(), (server, client));
+        loaded.insert(s.id, (server, client));
     }
     let views = protocol::view::views(&entries);
     let mut rng = rand::rng();

@@ -8,12 +8,11 @@
 //! records.bin, as a hashed-state export can.
 #![forbid(unsafe_code)]
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Parser;
+use demo::bench::AnonPeak;
 use serde_json::json;
 use snapshotter::pipeline::{
     build_and_publish, build_and_publish_streamed, peak_rss_bytes, proc_status_bytes,
@@ -54,47 +53,6 @@ struct Args {
     /// Keep the store.
     #[arg(long)]
     keep: bool,
-}
-
-/// The process's resident anonymous memory (Linux `RssAnon`).
-fn anon_rss_bytes() -> Option<u64> {
-    proc_status_bytes("RssAnon")
-}
-
-/// Samples `RssAnon` until dropped; the largest value seen.
-struct AnonPeak {
-    peak: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
-}
-
-impl AnonPeak {
-    fn start() -> Self {
-        let (peak, stop) = (
-            Arc::new(AtomicU64::new(0)),
-            Arc::new(AtomicBool::new(false)),
-        );
-        let (p, s) = (peak.clone(), stop.clone());
-        std::thread::spawn(move || {
-            while !s.load(Ordering::Relaxed) {
-                p.fetch_max(anon_rss_bytes().unwrap_or(0), Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        });
-        AnonPeak { peak, stop }
-    }
-
-    fn mib(&self) -> u64 {
-        self.peak
-            .load(Ordering::Relaxed)
-            .max(anon_rss_bytes().unwrap_or(0))
-            >> 20
-    }
-}
-
-impl Drop for AnonPeak {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
 }
 
 fn main() -> Result<()> {

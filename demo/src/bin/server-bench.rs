@@ -220,10 +220,9 @@ async fn prepare(
         .snapshots
         .first()
         .context("the server serves no snapshot (did the store load?)")?
-        .id
-        .clone();
+        .id;
     let setup = http
-        .get(format!("{base}/v1/snapshots/{id}/setup"))
+        .get(format!("{base}/v1/snapshots/{}/setup", id.url_form()))
         .send()
         .await?
         .bytes()
@@ -234,7 +233,7 @@ async fn prepare(
     for (i, record) in records.iter().enumerate() {
         let (query, pending) = client.query(client.prepare(&mut rng), record.key.as_slice())?;
         let batch = pir_core::wire::encode_queries(&[query]);
-        let body = protocol::multi::encode_request(&[(id.as_str(), &batch[..])]);
+        let body = protocol::multi::encode_request(&[(&id.url_form(), &batch[..])])?;
         let answer = post(http, base, &body).await?;
         let parts = protocol::multi::decode_response(&answer)?;
         let response = &pir_core::wire::decode_responses(parts[0])?[0];
