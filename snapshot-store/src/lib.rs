@@ -74,7 +74,7 @@ fn listed<'a>(snap: &'a StoredSnapshot, name: &str) -> Result<&'a FileDigest, St
         .files
         .get(name)
         .ok_or_else(|| StoreError::Invalid {
-            id: snap.id.clone(),
+            id: snap.id,
             problem: format!("manifest lists no {name}"),
         })
 }
@@ -89,7 +89,7 @@ fn check_digest(
 ) -> Result<(), StoreError> {
     if expected.bytes != bytes || expected.sha3_256 != *digest {
         return Err(StoreError::Invalid {
-            id: snap.id.clone(),
+            id: snap.id,
             problem: format!("{name} does not match its digest in the manifest"),
         });
     }
@@ -400,7 +400,7 @@ impl SnapshotStore {
     pub fn get(&self, id: &SnapshotId) -> Result<StoredSnapshot, StoreError> {
         let path = self.path_of(id);
         if !path.join(MANIFEST_FILE).exists() {
-            return Err(StoreError::NotFound(id.clone()));
+            return Err(StoreError::NotFound(*id));
         }
         self.read_snapshot(&path)
     }
@@ -448,7 +448,7 @@ impl SnapshotStore {
         shard: Option<Shard>,
     ) -> Result<PirServer, StoreError> {
         let invalid = |problem: String| StoreError::Invalid {
-            id: snap.id.clone(),
+            id: snap.id,
             problem,
         };
         let bytes = self.map_checked(snap, DB_FILE)?;
@@ -473,7 +473,7 @@ impl SnapshotStore {
     /// shards serves without the database.
     pub fn load_setup(&self, snap: &StoredSnapshot) -> Result<PublishedSetup, StoreError> {
         let invalid = |problem: String| StoreError::Invalid {
-            id: snap.id.clone(),
+            id: snap.id,
             problem,
         };
         let setup = PublishedSetup::from_bytes(self.read_checked(snap, SETUP_FILE)?)
@@ -488,7 +488,7 @@ impl SnapshotStore {
     pub fn remove(&self, id: &SnapshotId) -> Result<(), StoreError> {
         let path = self.path_of(id);
         if !path.exists() {
-            return Err(StoreError::NotFound(id.clone()));
+            return Err(StoreError::NotFound(*id));
         }
         let trash = self.root.join(TRASH);
         fs::create_dir_all(&trash).map_err(io(&trash))?;

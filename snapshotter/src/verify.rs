@@ -12,7 +12,7 @@ use protocol::storage::encode_word;
 /// Problems found in a snapshot.
 fn invalid(snap: &StoredSnapshot, problem: impl Into<String>) -> StoreError {
     StoreError::Invalid {
-        id: snap.id.clone(),
+        id: snap.id,
         problem: problem.into(),
     }
 }

@@ -8,15 +8,15 @@
 //! records.bin, as a hashed-state export can.
 #![forbid(unsafe_code)]
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::Parser;
 use demo::bench::AnonPeak;
 use serde_json::json;
 use snapshotter::pipeline::{
-    build_and_publish, build_and_publish_streamed, peak_rss_bytes, proc_status_bytes,
-    resolve_packing, BuildOptions, HintBudget, RecordsSummary,
+    build_and_publish, build_and_publish_streamed, peak_rss_bytes, resolve_packing, BuildOptions,
+    HintBudget, RecordsSummary,
 };
 use snapshotter::records::write_account_stream;
 use snapshotter::SnapshotStore;
