@@ -60,33 +60,6 @@ fn stream_of(total: Option<u64>) -> Body {
     Body::from_stream(chunks)
 }
 
-/// `bytes` one per second.
-fn trickle(bytes: Bytes) -> Body {
-    let chunks = futures_util::stream::unfold(0usize, move |at| {
-        let bytes = bytes.clone();
-        async move {
-            if at >= bytes.len() {
-                return None;
-            }
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            Some((Ok::<_, std::io::Error>(bytes.slice(at..at + 1)), at + 1))
-        }
-    });
-    Body::from_stream(chunks)
-}
-
-async fn relay(front: &Front, method: Method, uri: &Uri, body: Bytes) -> (StatusCode, Bytes) {
-    let url = format!("{}{}", front.honest, uri.path());
-    let resp = front
-        .http
-        .request(method, url)
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    (resp.status(), resp.bytes().await.unwrap())
-}
-
 async fn serve(State(front): State<Front>, method: Method, uri: Uri, body: Bytes) -> Response {
     let path = uri.path().to_string();
     let (is_catalog, is_setup, is_query) = (
@@ -105,7 +78,7 @@ async fn serve(State(front): State<Front>, method: Method, uri: Uri, body: Bytes
         Sabotage::ChunkedHugeQuery if is_query => return stream_of(Some(GIB)).into_response(),
         _ => {}
     }
-    let (status, bytes) = relay(&front, method, &uri, body).await;
+    let (status, bytes) = relay_to(&front.http, &front.honest, method, &uri, body).await;
     match front.sabotage {
         Sabotage::SlowQuery if is_query => (status, trickle(bytes)).into_response(),
         Sabotage::ShortQuery if is_query => {

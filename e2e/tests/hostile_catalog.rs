@@ -46,42 +46,17 @@ struct Front {
     catalogs: Arc<Mutex<u64>>,
 }
 
-async fn relay(front: &Front, method: Method, uri: &Uri, body: Bytes) -> (StatusCode, Bytes) {
-    let url = format!("{}{}", front.honest, uri.path());
-    let resp = front
-        .http
-        .request(method, url)
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    (resp.status(), resp.bytes().await.unwrap())
-}
-
-/// `bytes` one per second.
-fn trickle(bytes: Bytes) -> Body {
-    let chunks = futures_util::stream::unfold(0usize, move |at| {
-        let bytes = bytes.clone();
-        async move {
-            if at >= bytes.len() {
-                return None;
-            }
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            Some((Ok::<_, std::io::Error>(bytes.slice(at..at + 1)), at + 1))
-        }
-    });
-    Body::from_stream(chunks)
-}
-
 async fn serve(State(front): State<Front>, method: Method, uri: Uri, body: Bytes) -> Response {
     let is_catalog = uri.path() == "/v1/snapshots";
     let mode = front.mode.lock().unwrap().clone();
     let response = match mode {
-        Mode::Honest => relay(&front, method, &uri, body).await.into_response(),
+        Mode::Honest => relay_to(&front.http, &front.honest, method, &uri, body)
+            .await
+            .into_response(),
         Mode::Catalog(catalog) if is_catalog => catalog.into_response(),
         Mode::Catalog(_) => StatusCode::NOT_FOUND.into_response(),
         Mode::Trickle if is_catalog => {
-            let (status, bytes) = relay(&front, method, &uri, body).await;
+            let (status, bytes) = relay_to(&front.http, &front.honest, method, &uri, body).await;
             return (status, trickle(bytes)).into_response();
         }
         Mode::Trickle => StatusCode::NOT_FOUND.into_response(),

@@ -94,52 +94,63 @@ impl CatalogEntry {
                 ));
             }
         }
-        let p = &m.pir;
-        let sizes = [
-            ("record count", m.record_count),
-            ("storage records", m.storage_records),
-            ("setup bytes", p.hint_bytes),
-            ("query bytes", p.query_bytes),
-            ("response bytes", p.response_bytes),
-            ("rows", p.rows),
-            ("columns", p.cols),
-        ];
-        let files = m.files.values().map(|f| ("file bytes", f.bytes));
-        if let Some((what, n)) = sizes
-            .into_iter()
-            .chain(files)
-            .find(|(_, n)| *n > MAX_STATED_SIZE)
-        {
-            return Err(format!("{what} {n} (at most {MAX_STATED_SIZE})"));
-        }
-        if m.storage_records > m.record_count {
-            return Err("more storage records than records".into());
-        }
-        if m.files.len() > MAX_FILES {
-            return Err(format!("{} files (at most {MAX_FILES})", m.files.len()));
-        }
-        let plain = |n: &str| {
-            (1..=64).contains(&n.len())
-                && !n.starts_with('.')
-                && n.bytes()
-                    .all(|c| c.is_ascii_alphanumeric() || b"._-".contains(&c))
-        };
-        if let Some(name) = m.files.keys().find(|n| !plain(n)) {
-            let shown: String = name.chars().take(80).collect();
-            return Err(format!("file name '{shown}' is not a plain name"));
-        }
-        let texts = [&m.source, &m.created_at, &m.build.hint_device];
-        if texts.iter().any(|t| t.len() > MAX_TEXT) {
-            return Err(format!("a text field over {MAX_TEXT} bytes"));
-        }
-        let contracts = m.storage.tokens.len() + m.storage.contracts.len();
-        if contracts > MAX_CONTRACTS {
-            return Err(format!(
-                "{contracts} contracts held (at most {MAX_CONTRACTS})"
-            ));
-        }
-        Ok(())
+        check_sizes(m)?;
+        check_names_and_text(m)
     }
+}
+
+/// Every size and count a manifest states within [`MAX_STATED_SIZE`].
+fn check_sizes(m: &Manifest) -> Result<(), String> {
+    let p = &m.pir;
+    let sizes = [
+        ("record count", m.record_count),
+        ("storage records", m.storage_records),
+        ("setup bytes", p.hint_bytes),
+        ("query bytes", p.query_bytes),
+        ("response bytes", p.response_bytes),
+        ("rows", p.rows),
+        ("columns", p.cols),
+    ];
+    let files = m.files.values().map(|f| ("file bytes", f.bytes));
+    if let Some((what, n)) = sizes
+        .into_iter()
+        .chain(files)
+        .find(|(_, n)| *n > MAX_STATED_SIZE)
+    {
+        return Err(format!("{what} {n} (at most {MAX_STATED_SIZE})"));
+    }
+    if m.storage_records > m.record_count {
+        return Err("more storage records than records".into());
+    }
+    Ok(())
+}
+
+/// File names plain and few, free text short, contracts few.
+fn check_names_and_text(m: &Manifest) -> Result<(), String> {
+    if m.files.len() > MAX_FILES {
+        return Err(format!("{} files (at most {MAX_FILES})", m.files.len()));
+    }
+    let plain = |n: &str| {
+        (1..=64).contains(&n.len())
+            && !n.starts_with('.')
+            && n.bytes()
+                .all(|c| c.is_ascii_alphanumeric() || b"._-".contains(&c))
+    };
+    if let Some(name) = m.files.keys().find(|n| !plain(n)) {
+        let shown: String = name.chars().take(80).collect();
+        return Err(format!("file name '{shown}' is not a plain name"));
+    }
+    let texts = [&m.source, &m.created_at, &m.build.hint_device];
+    if texts.iter().any(|t| t.len() > MAX_TEXT) {
+        return Err(format!("a text field over {MAX_TEXT} bytes"));
+    }
+    let contracts = m.storage.tokens.len() + m.storage.contracts.len();
+    if contracts > MAX_CONTRACTS {
+        return Err(format!(
+            "{contracts} contracts held (at most {MAX_CONTRACTS})"
+        ));
+    }
+    Ok(())
 }
 
 impl CatalogListing {

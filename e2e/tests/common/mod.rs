@@ -237,3 +237,32 @@ pub fn genesis_balances() -> Vec<(String, String)> {
         })
         .collect()
 }
+
+/// `method uri` with `body` sent on to `honest` (same path): its status
+/// and body, for the hostile fronts that relay what they do not sabotage.
+pub async fn relay_to(
+    http: &reqwest::Client,
+    honest: &str,
+    method: Method,
+    uri: &Uri,
+    body: Bytes,
+) -> (axum::http::StatusCode, Bytes) {
+    let url = format!("{honest}{}", uri.path());
+    let resp = http.request(method, url).body(body).send().await.unwrap();
+    (resp.status(), resp.bytes().await.unwrap())
+}
+
+/// `bytes` one per second: a server that answers, slowly.
+pub fn trickle(bytes: Bytes) -> axum::body::Body {
+    let chunks = futures_util::stream::unfold(0usize, move |at| {
+        let bytes = bytes.clone();
+        async move {
+            if at >= bytes.len() {
+                return None;
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            Some((Ok::<_, std::io::Error>(bytes.slice(at..at + 1)), at + 1))
+        }
+    });
+    axum::body::Body::from_stream(chunks)
+}
