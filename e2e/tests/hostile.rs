@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{header, Method, StatusCode, Uri};
+use axum::http::{header, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use common::*;
