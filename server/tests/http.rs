@@ -149,7 +149,7 @@ async fn serves_private_queries_and_refuses_bad_ones() {
     assert_eq!(entry.manifest.record_count, 300);
 
     let setup = http
-        .get(format!("{base}/v1/snapshots/{}/setup", entry.id))
+        .get(format!("{base}/v1/snapshots/{}/setup", entry.id.url_form()))
         .send()
         .await
         .unwrap();
@@ -158,7 +158,7 @@ async fn serves_private_queries_and_refuses_bad_ones() {
     assert_eq!(etag, format!("\"{}\"", entry.manifest.pir.setup_digest));
     let setup_bytes = setup.bytes().await.unwrap();
     let again = http
-        .get(format!("{base}/v1/snapshots/{}/setup", entry.id))
+        .get(format!("{base}/v1/snapshots/{}/setup", entry.id.url_form()))
         .header("if-none-match", &etag)
         .send()
         .await
