@@ -143,15 +143,13 @@ async fn scenario(honest: &str, sabotage: Sabotage, address: &str) -> (Value, Du
     let front = start_front(honest, sabotage).await;
     let cache = tempfile::tempdir().unwrap();
     let proxy = start_bounded_proxy(&front, cache.path()).await;
-    // The proxy listens before its first catalog fetch ends; a read of a
-    // block no view has makes no query and says when the fetch is over.
+    // The proxy listens before its first catalog fetch ends; a read at a
+    // block hash no view has makes no query and says when the fetch is
+    // over (the reason is in the error's data).
     let fetched = || async {
-        let v = call(&proxy, "eth_getBalance", json!([address, "0xffffff"])).await;
-        let message = v["error"]["message"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        (!message.contains("not fetched yet")).then_some(())
+        let nowhere = json!({"blockHash": format!("0x{:064x}", 1)});
+        let v = call(&proxy, "eth_getBalance", json!([address, nowhere])).await;
+        (!v["error"].to_string().contains("not fetched yet")).then_some(())
     };
     test_support::eventually("the first catalog fetch ends", fetched).await;
     let started = Instant::now();
