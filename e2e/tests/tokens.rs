@@ -44,6 +44,11 @@ fn wide_word() -> U256 {
 fn write_genesis_with_store(path: &Path) {
     write_genesis(path);
     let mut genesis: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    // Multicall3's account exists from genesis: on mainnet its creation
+    // made it (nonce 1), here anvil_setCode puts its code there later,
+    // which no block's trace shows to the follower. The proxy answers a
+    // call to Multicall3 only where its account exists (else `0x`).
+    genesis["alloc"][MULTICALL3.to_string()] = json!({"balance": "0x1"});
     genesis["alloc"][STORE] = json!({
         "balance": "0x0",
         "code": "0x00",
@@ -67,7 +72,8 @@ async fn send(anvil: &Anvil, from: usize, to: Address, data: Vec<u8>) {
 }
 
 /// Multicall3 at its canonical address: viem's creation code deployed,
-/// its runtime code set there.
+/// its runtime code set there (its account exists from genesis: see
+/// [`write_genesis_with_store`]).
 async fn install_multicall3(anvil: &Anvil) {
     let deployed = anvil
         .deploy(DEV_ACCOUNTS[3], &test_support::multicall3_bytecode())
@@ -332,6 +338,7 @@ async fn wallets_read_token_balances_privately_through_viem() {
         })
         .collect();
     assert_eq!(balances, want, "aggregate3 through the proxy");
+    metamask_refresh(&proxy, &anvil, &server, &listed, &asked, block).await;
     let batch: Vec<Value> = asked
         .iter()
         .enumerate()
@@ -414,4 +421,49 @@ async fn wallets_read_token_balances_privately_through_viem() {
         .any(|m| m == "eth_call"));
 
     follower.stop().await;
+}
+
+/// MetaMask's balance refresh (its balance service off): one `aggregate3`
+/// (allowFailure) mixing `balanceOf(holder)` on each listed token with
+/// Multicall3's own `getEthBalance(holder)`, and `getEthBalance` alone:
+/// byte for byte anvil's answers at the same block, each one PIR request.
+async fn metamask_refresh(
+    proxy: &str,
+    anvil: &Anvil,
+    server: &str,
+    listed: &[Address],
+    holders: &[Address],
+    block: u64,
+) {
+    let eth_balance = |addr: Address| -> alloy_primitives::Bytes {
+        IMulticall3::getEthBalanceCall { addr }.abi_encode().into()
+    };
+    let calls: Vec<IMulticall3::Call3> = holders
+        .iter()
+        .flat_map(|h| {
+            let tokens = listed.iter().map(move |t| IMulticall3::Call3 {
+                target: *t,
+                allowFailure: true,
+                callData: IERC20::balanceOfCall { holder: *h }.abi_encode().into(),
+            });
+            tokens.chain(std::iter::once(IMulticall3::Call3 {
+                target: MULTICALL3,
+                allowFailure: true,
+                callData: eth_balance(*h),
+            }))
+        })
+        .collect();
+    let refresh = IMulticall3::aggregate3Call { calls }.abi_encode();
+    let alone = eth_balance(holders[0]).to_vec();
+    for data in [refresh, alone] {
+        let call = json!({"to": MULTICALL3, "data": alloy_primitives::hex::encode_prefixed(&data)});
+        let at = format!("{block:#x}");
+        let before = queries_served(server).await;
+        let private = test_support::rpc(proxy, "eth_call", json!([call, at]))
+            .await
+            .unwrap();
+        assert_eq!(queries_served(server).await, before + 1, "one PIR request");
+        let node = anvil.rpc("eth_call", json!([call, at])).await;
+        assert_eq!(private, node, "MetaMask's refresh through the proxy");
+    }
 }

@@ -36,6 +36,7 @@ alloy_sol_types::sol! {
         }
         function aggregate3(Call3[] calldata calls) external payable returns (Result[] memory returnData);
         function tryAggregate(bool requireSuccess, Call[] calldata calls) external payable returns (Result[] memory returnData);
+        function getEthBalance(address addr) external view returns (uint256 balance);
     }
 }
 

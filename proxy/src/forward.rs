@@ -164,19 +164,19 @@ where
         &self,
         call: CallCopy,
         read: storage::StorageRead,
-        ahead: Option<Vec<Result<ethpir_client::SlotState, ReadError>>>,
+        ahead: Option<Vec<Result<ethpir_client::KeyState, ReadError>>>,
     ) -> MethodResponse {
         let reader = &self.policy.reader;
         if let Some(reason) = reader.distrusted() {
             return MethodResponse::error(call.id, ProxyError::from(ReadError::Distrusted(reason)));
         }
         match storage::read_words(reader, &read, ahead).await {
-            Ok((words, states)) => {
-                let snapshot = states.last().map(|s| s.snapshot.as_str()).unwrap_or("");
-                tracing::info!(method = %call.method, slots = words.len(), snapshot, "answered privately");
+            Ok(found) => {
+                tracing::info!(method = %call.method, keys = read.keys.len(), snapshot = %found.snapshot, "answered privately");
+                let answer = storage::answer(&read, &found.words, found.multicall_deployed);
                 MethodResponse::response(
                     call.id,
-                    ResponsePayload::success(storage::answer(&read, &words)),
+                    ResponsePayload::success(answer),
                     MAX_RESPONSE_BYTES,
                 )
             }

@@ -4,8 +4,18 @@
 //! - `eth_getStorageAt(contract, slot, block)`;
 //! - `eth_call` to a listed token whose data is `balanceOf(holder)`: the
 //!   holder's entry of the token's balances mapping;
+//! - `eth_call` to Multicall3 of `getEthBalance(addr)` (the account's
+//!   balance, from its account record);
 //! - `eth_call` to Multicall3 of `aggregate3` or `tryAggregate` whose inner
-//!   calls are all such `balanceOf` reads: one PIR batch for all of them.
+//!   calls are all such `balanceOf` or `getEthBalance` reads (what
+//!   MetaMask's balance refresh sends): one PIR batch for all of them.
+//!
+//! Every call to Multicall3 also reads Multicall3's own account: at a
+//! block where no account is there yet (absent from the view: it has no
+//! code either) the node answers `0x`, and so does the proxy. (An account
+//! that exists without code, e.g. one sent ETH before Multicall3 was
+//! deployed at its address, is not told apart until account records carry
+//! their code hash.)
 //!
 //! Anything else, and a call that only partly qualifies (one inner call to
 //! an unlisted token, a value sent, state overrides), is not private: it
@@ -16,7 +26,7 @@ use alloy_eips::BlockId;
 use alloy_primitives::{Address, Bytes, B256, U256};
 use alloy_sol_types::SolCall;
 use ethpir_client::block::selector;
-use ethpir_client::{BlockSelector, PrivateReader, ReadError, SlotState};
+use ethpir_client::{BlockSelector, KeyState, PrivateReader, ReadError, ReadKey};
 use protocol::storage::PrivateStorage;
 use protocol::tokens::{IMulticall3, IERC20, MULTICALL3};
 use serde::Deserialize;
@@ -60,13 +70,30 @@ pub enum Shape {
     TryAggregate,
 }
 
-/// A storage read answerable privately: which slots, at which block, and
-/// the shape of the answer.
+/// A storage read answerable privately: which keys (storage slots, and
+/// accounts whose balance a call returns), at which block, and the shape
+/// of the answer. A read of Multicall3 has Multicall3's account as its
+/// last key: whether it exists at that block.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StorageRead {
     pub block: BlockSelector,
-    pub slots: Vec<(Address, B256)>,
+    pub keys: Vec<ReadKey>,
     pub shape: Shape,
+    /// The call is to Multicall3: its last key is Multicall3's account.
+    pub multicall: bool,
+}
+
+impl StorageRead {
+    /// The storage slots read (tests, logs).
+    pub fn slots(&self) -> Vec<(Address, B256)> {
+        self.keys
+            .iter()
+            .filter_map(|k| match k {
+                ReadKey::Slot { contract, slot } => Some((*contract, *slot)),
+                ReadKey::Account(_) => None,
+            })
+            .collect()
+    }
 }
 
 /// The call object of `eth_call`, as far as a private answer depends on
@@ -159,8 +186,12 @@ fn plan_get_storage(
     }
     Some(StorageRead {
         block,
-        slots: vec![(contract, B256::from(slot))],
+        keys: vec![ReadKey::Slot {
+            contract,
+            slot: B256::from(slot),
+        }],
         shape: Shape::Word,
+        multicall: false,
     })
 }
 
@@ -177,21 +208,25 @@ fn plan_call(
     let to = call.to?;
     let data = call.plain_data()?;
     let storage = listed(&block)?;
-    let (slots, shape) = if to == MULTICALL3 {
-        multicall_slots(data, &storage)?
-    } else {
-        (vec![balance_slot(&storage, to, data)?], Shape::Balance)
+    let (mut keys, shape) = match to == MULTICALL3 {
+        true => multicall_keys(data, &storage)?,
+        false => (vec![balance_slot(&storage, to, data)?], Shape::Balance),
     };
+    let multicall = to == MULTICALL3;
+    if multicall {
+        keys.push(ReadKey::Account(MULTICALL3));
+    }
     Some(StorageRead {
         block,
-        slots,
+        keys,
         shape,
+        multicall,
     })
 }
 
 /// The slot holding the balance `data` (a `balanceOf` call) asks `token`
 /// for, when `token` is listed.
-fn balance_slot(storage: &PrivateStorage, token: Address, data: &[u8]) -> Option<(Address, B256)> {
+fn balance_slot(storage: &PrivateStorage, token: Address, data: &[u8]) -> Option<ReadKey> {
     let entry = storage.token(&token)?;
     let call = IERC20::balanceOfCall::abi_decode(data).ok()?;
     // Exactly the canonical encoding: a call with trailing bytes runs the
@@ -199,12 +234,34 @@ fn balance_slot(storage: &PrivateStorage, token: Address, data: &[u8]) -> Option
     if call.abi_encode() != data {
         return None;
     }
-    Some((token, entry.balance_slot_of(&call.holder)))
+    Some(ReadKey::Slot {
+        contract: token,
+        slot: entry.balance_slot_of(&call.holder),
+    })
 }
 
-/// The slots of a Multicall3 batch whose every call is a `balanceOf` of a
-/// listed token.
-fn multicall_slots(data: &[u8], storage: &PrivateStorage) -> Option<(Vec<(Address, B256)>, Shape)> {
+/// The account whose balance `data` (Multicall3's `getEthBalance(addr)`,
+/// canonically encoded) asks for.
+fn eth_balance_key(data: &[u8]) -> Option<ReadKey> {
+    let call = IMulticall3::getEthBalanceCall::abi_decode(data).ok()?;
+    (call.abi_encode() == data).then_some(ReadKey::Account(call.addr))
+}
+
+/// What one call inside a Multicall3 batch reads, when it is private: a
+/// listed token's `balanceOf`, or Multicall3's own `getEthBalance`.
+fn inner_key(storage: &PrivateStorage, target: Address, data: &[u8]) -> Option<ReadKey> {
+    match target == MULTICALL3 {
+        true => eth_balance_key(data),
+        false => balance_slot(storage, target, data),
+    }
+}
+
+/// The keys of a call to Multicall3: `getEthBalance`, or a batch whose
+/// every call is a `balanceOf` of a listed token or a `getEthBalance`.
+fn multicall_keys(data: &[u8], storage: &PrivateStorage) -> Option<(Vec<ReadKey>, Shape)> {
+    if let Some(key) = eth_balance_key(data) {
+        return Some((vec![key], Shape::Balance));
+    }
     let (inner, shape): (Vec<(Address, Bytes)>, Shape) =
         if let Ok(call) = IMulticall3::aggregate3Call::abi_decode(data) {
             let calls = call.calls.into_iter().map(|c| (c.target, c.callData));
@@ -215,16 +272,20 @@ fn multicall_slots(data: &[u8], storage: &PrivateStorage) -> Option<(Vec<(Addres
         } else {
             return None;
         };
-    let slots = inner
+    let keys = inner
         .iter()
-        .map(|(target, data)| balance_slot(storage, *target, data))
+        .map(|(target, data)| inner_key(storage, *target, data))
         .collect::<Option<Vec<_>>>()?;
-    Some((slots, shape))
+    Some((keys, shape))
 }
 
 /// The answer, as the node would give it, to a read whose words are
-/// `words` (one per slot, in order).
-pub fn answer(read: &StorageRead, words: &[U256]) -> Value {
+/// `words` (one per key, in order: a slot's word, an account's balance).
+/// A call to Multicall3 at a block where it has no code answers `0x`.
+pub fn answer(read: &StorageRead, words: &[U256], multicall_deployed: bool) -> Value {
+    if read.multicall && !multicall_deployed {
+        return serde_json::to_value(Bytes::new()).expect("hex");
+    }
     let uint = |w: &U256| Bytes::from(IERC20::balanceOfCall::abi_encode_returns(w));
     let results = || -> Vec<IMulticall3::Result> {
         words
@@ -255,7 +316,7 @@ pub fn answer(read: &StorageRead, words: &[U256]) -> Value {
 #[derive(Clone, Debug)]
 pub struct PrefetchedSlots {
     pub read: StorageRead,
-    pub results: Vec<Result<SlotState, ReadError>>,
+    pub results: Vec<Result<KeyState, ReadError>>,
 }
 
 /// Reads the slots of several storage reads of one block in one PIR batch:
@@ -265,15 +326,24 @@ pub async fn read_together(
     block: &BlockSelector,
     reads: Vec<StorageRead>,
 ) -> Vec<PrefetchedSlots> {
-    let slots: Vec<(Address, B256)> = reads.iter().flat_map(|r| r.slots.clone()).collect();
-    let mut results = reader.lookup_slots(block, &slots).await.into_iter();
+    let keys: Vec<ReadKey> = reads.iter().flat_map(|r| r.keys.clone()).collect();
+    let mut results = reader.lookup_keys(block, &keys).await.into_iter();
     reads
         .into_iter()
         .map(|read| {
-            let results = results.by_ref().take(read.slots.len()).collect();
+            let results = results.by_ref().take(read.keys.len()).collect();
             PrefetchedSlots { read, results }
         })
         .collect()
+}
+
+/// What a private read found: a word per key the answer is made of (a
+/// slot's word, an account's balance), whether Multicall3 has code there
+/// (for a call to it), and the level the last key was found in.
+pub struct Words {
+    pub words: Vec<U256>,
+    pub multicall_deployed: bool,
+    pub snapshot: String,
 }
 
 /// The words of `read`, read privately (one PIR batch) unless `ahead`
@@ -281,16 +351,39 @@ pub async fn read_together(
 pub async fn read_words(
     reader: &PrivateReader,
     read: &StorageRead,
-    ahead: Option<Vec<Result<SlotState, ReadError>>>,
-) -> Result<(Vec<U256>, Vec<SlotState>), ReadError> {
+    ahead: Option<Vec<Result<KeyState, ReadError>>>,
+) -> Result<Words, ReadError> {
     let results = match ahead {
         Some(results) => results,
-        None => reader.lookup_slots(&read.block, &read.slots).await,
+        None => reader.lookup_keys(&read.block, &read.keys).await,
     };
-    let states = results
+    let mut states = results
         .into_iter()
-        .collect::<Result<Vec<SlotState>, ReadError>>()?;
-    Ok((states.iter().map(|s| s.word).collect(), states))
+        .collect::<Result<Vec<KeyState>, ReadError>>()?;
+    let multicall_deployed = match read.multicall {
+        true => match states.pop() {
+            Some(KeyState::Account(m)) => !m.absent,
+            _ => false,
+        },
+        false => false,
+    };
+    let snapshot = match states.last() {
+        Some(KeyState::Account(a)) => a.snapshot.clone(),
+        Some(KeyState::Slot(s)) => s.snapshot.clone(),
+        None => String::new(),
+    };
+    let words = states
+        .into_iter()
+        .map(|s| match s {
+            KeyState::Account(a) => a.balance,
+            KeyState::Slot(s) => s.word,
+        })
+        .collect();
+    Ok(Words {
+        words,
+        multicall_deployed,
+        snapshot,
+    })
 }
 
 #[cfg(test)]
@@ -354,7 +447,7 @@ mod tests {
     fn storage_reads_of_listed_contracts_only() {
         let c = Address::repeat_byte(0xcc);
         let read = plan_of("eth_getStorageAt", serde_json::json!([c, "0x5", "0x10"])).unwrap();
-        assert_eq!(read.slots, vec![(c, B256::with_last_byte(5))]);
+        assert_eq!(read.slots(), vec![(c, B256::with_last_byte(5))]);
         assert_eq!(read.block, BlockSelector::Number(16));
         assert_eq!(read.shape, Shape::Word);
         // A token's storage is held too; an unlisted contract is not.
@@ -376,7 +469,7 @@ mod tests {
         );
         assert!(none.is_none());
         assert_eq!(
-            answer(&read, &[U256::from(7)]),
+            answer(&read, &[U256::from(7)], false),
             serde_json::json!(format!("0x{:064x}", 7))
         );
     }
@@ -388,9 +481,12 @@ mod tests {
         let call =
             serde_json::json!([{"to": t, "data": balance_of(holder), "from": holder}, "latest"]);
         let read = plan_of("eth_call", call).unwrap();
-        assert_eq!(read.slots, vec![(t, token(0xaa).balance_slot_of(&holder))]);
         assert_eq!(
-            answer(&read, &[U256::from(5)]),
+            read.slots(),
+            vec![(t, token(0xaa).balance_slot_of(&holder))]
+        );
+        assert_eq!(
+            answer(&read, &[U256::from(5)], false),
             serde_json::json!(format!("0x{:064x}", 5))
         );
         // Unlisted token, other function, value sent, overrides, trailing
@@ -431,8 +527,9 @@ mod tests {
         let params = serde_json::json!([{"to": MULTICALL3, "data": Bytes::from(data)}]);
         let read = plan_of("eth_call", params).unwrap();
         assert_eq!(read.shape, Shape::Aggregate3);
-        assert_eq!(read.slots.len(), 2);
-        let encoded = answer(&read, &[U256::from(1), U256::from(2)]);
+        assert_eq!(read.slots().len(), 2);
+        assert_eq!(read.keys.last(), Some(&ReadKey::Account(MULTICALL3)));
+        let encoded = answer(&read, &[U256::from(1), U256::from(2)], true);
         let bytes: Bytes = serde_json::from_value(encoded).unwrap();
         let back = IMulticall3::aggregate3Call::abi_decode_returns(&bytes).unwrap();
         assert_eq!(back.len(), 2);
@@ -455,6 +552,45 @@ mod tests {
             plan_of("eth_call", params).unwrap().shape,
             Shape::TryAggregate
         );
+
+        // MetaMask's refresh: balanceOf and Multicall3's own getEthBalance
+        // mixed; each holder's ETH balance is its account's.
+        let eth = IMulticall3::Call3 {
+            target: MULTICALL3,
+            allowFailure: true,
+            callData: IMulticall3::getEthBalanceCall { addr: h }
+                .abi_encode()
+                .into(),
+        };
+        let data = IMulticall3::aggregate3Call {
+            calls: vec![call3(a), eth.clone()],
+        }
+        .abi_encode();
+        let params = serde_json::json!([{"to": MULTICALL3, "data": Bytes::from(data)}]);
+        let read = plan_of("eth_call", params).unwrap();
+        assert_eq!(
+            read.keys[1..],
+            [ReadKey::Account(h), ReadKey::Account(MULTICALL3)]
+        );
+        let words = [U256::from(3), U256::from(4)];
+        let bytes: Bytes = serde_json::from_value(answer(&read, &words, true)).unwrap();
+        let back = IMulticall3::aggregate3Call::abi_decode_returns(&bytes).unwrap();
+        let eth_back = IMulticall3::getEthBalanceCall::abi_decode_returns(&back[1].returnData);
+        assert_eq!(eth_back.unwrap(), U256::from(4));
+        // Before Multicall3 has code: what the node answers, `0x`.
+        assert_eq!(answer(&read, &words, false), serde_json::json!("0x"));
+        // getEthBalance alone, and not to Multicall3 (another contract's
+        // function of that name): only the first is private.
+        let alone = IMulticall3::getEthBalanceCall { addr: h }.abi_encode();
+        let params = serde_json::json!([{"to": MULTICALL3, "data": Bytes::from(alone.clone())}]);
+        let read = plan_of("eth_call", params).unwrap();
+        assert_eq!(
+            read.keys,
+            [ReadKey::Account(h), ReadKey::Account(MULTICALL3)]
+        );
+        assert_eq!(read.shape, Shape::Balance);
+        let elsewhere = serde_json::json!([{"to": a, "data": Bytes::from(alone)}]);
+        assert!(plan_of("eth_call", elsewhere).is_none());
 
         // One inner call that does not qualify: the whole call goes its
         // usual way.
