@@ -176,10 +176,10 @@ pub struct WholeLevel {
 }
 
 impl WholeLevel {
-    /// Values of `keys` in this level.
-    pub fn read(&self, keys: &[B256]) -> Vec<Found> {
+    /// Values of `keys` in this level (`None`: nothing to read).
+    pub fn read(&self, keys: &[Option<B256>]) -> Vec<Found> {
         keys.iter()
-            .map(|k| self.table.get(&k.0).map(<[u8]>::to_vec))
+            .map(|k| self.table.get(&(*k)?.0).map(<[u8]>::to_vec))
             .collect()
     }
 }

@@ -16,6 +16,8 @@
 //! - [`catalog`]: the server's snapshots and the views they form;
 //! - [`cache`]: setup and table downloads checked against their digests,
 //!   cached on disk;
+//! - `answers`: what each PIR level answered before, kept (a key is
+//!   queried once per level);
 //! - [`pool`]: a snapshot's PIR client and its pool of prepared queries;
 //! - [`levels`]: how each level of a view is read and which level's
 //!   answer wins;
@@ -29,6 +31,7 @@
 #![forbid(unsafe_code)]
 
 pub mod address;
+mod answers;
 pub mod block;
 pub mod cache;
 pub mod catalog;

@@ -55,6 +55,12 @@ impl SnapshotClient {
             .map_err(|e| ReadError::Backend(format!("preparing a query failed: {e}")))
     }
 
+    /// What names this level's content (its setup's digest): the key of
+    /// the answers kept for it.
+    pub fn setup_digest(&self) -> &protocol::Sha3Digest {
+        &self.entry.manifest.pir.setup_digest
+    }
+
     /// Prepared queries ready now.
     pub fn pool_len(&self) -> usize {
         self.pool.lock().expect("pool lock").len()
