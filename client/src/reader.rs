@@ -5,7 +5,7 @@
 //! what the server sees never depends on the address or on the level that
 //! holds it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock, Weak};
 
 use alloy_primitives::{Address, B256};
@@ -16,6 +16,7 @@ use protocol::view::View;
 use protocol::SnapshotId;
 use reqwest::StatusCode;
 
+use crate::answers::AnswerCache;
 use crate::block::BlockSelector;
 use crate::cache::{Artifact, DiskCache};
 use crate::catalog::Catalog;
@@ -33,6 +34,8 @@ pub struct PrivateReader {
     link: ServerLink,
     catalog: Catalog,
     cache: DiskCache,
+    /// What each PIR level answered before, per key.
+    answers: AnswerCache,
     pool_size: usize,
     limits: pir_core::ClientLimits,
     /// Queries per batch sent (1: as many as asked).
@@ -79,6 +82,7 @@ impl PrivateReader {
             ),
             catalog: Catalog::new(config.chain_id),
             cache: DiskCache::new(config.cache_dir.clone()),
+            answers: AnswerCache::new(config.cache_dir.clone()),
             pool_size: config.prepared_pool,
             limits: config.limits.client_limits(),
             pad_to: config.pad_batches_to.max(1),
@@ -203,6 +207,25 @@ impl PrivateReader {
     /// The catalog entry of a snapshot.
     pub fn entry(&self, id: &SnapshotId) -> Option<CatalogEntry> {
         self.catalog.entry(id)
+    }
+
+    /// The chain and the timestamp (when recorded) of block `block`, as
+    /// the catalog's snapshots at that block say (every view's top level
+    /// is one).
+    pub fn block_record(&self, block: u64) -> Option<(u64, Option<u64>)> {
+        let adopted = self.catalog.adopted();
+        let at_block = adopted
+            .entries
+            .values()
+            .filter(|e| e.manifest.block_number == block);
+        let mut chain = None;
+        for e in at_block {
+            if e.manifest.block_time.is_some() {
+                return Some((e.manifest.chain_id, e.manifest.block_time));
+            }
+            chain = Some(e.manifest.chain_id);
+        }
+        chain.map(|c| (c, None))
     }
 
     /// The contracts whose storage the view at `sel` holds (its base's
@@ -382,40 +405,36 @@ impl PrivateReader {
         out
     }
 
-    /// One request: the same queries (the keys, then random fillers up to
-    /// `pad_batches_to`) to every level of the view. What the server sees
-    /// never depends on the keys, their kind or the level that holds them.
-    /// A key the view cannot hold (a slot of a contract it does not list)
-    /// is replaced by a random one, and answered with why.
+    /// One request: the same queries (the keys not answered before, then
+    /// random fillers up to `pad_batches_to`) to every PIR level of the
+    /// view; none at all when every PIR level answered every key before
+    /// (see [`crate::answers`]). What the server sees never depends on
+    /// the keys' kind or on the level that holds them. A key the view
+    /// cannot hold (a slot of a contract it does not list) is replaced by
+    /// a random one, and answered with why.
     async fn read_batch(
         &self,
         view: &ViewClient,
         asked: &[ReadKey],
         per_batch: usize,
     ) -> Result<Vec<Result<KeyState, ReadError>>, ReadError> {
-        let padded = if self.pad_to > 1 { per_batch } else { 0 };
-        let random_key = || B256::from(rand::random::<[u8; 32]>());
         let held: Vec<Result<(), ReadError>> = asked.iter().map(|k| view.holds(k)).collect();
-        let keys: Vec<B256> = asked
+        let keys: Vec<Option<B256>> = asked
             .iter()
             .zip(&held)
-            .map(|(k, held)| match held {
-                Ok(()) => k.pir_key(),
-                Err(_) => random_key(),
-            })
-            .chain((asked.len()..padded).map(|_| random_key()))
+            .map(|(k, held)| held.is_ok().then(|| k.pir_key()))
             .collect();
-        // found[level][query]: the value each level holds, if any.
+        // found[level][key]: the value each level holds, if any.
         let mut found: Vec<Vec<Found>> = vec![Vec::new(); view.levels.len()];
         let mut pir: Vec<(usize, &Arc<SnapshotClient>)> = Vec::new();
         for (i, level) in view.levels.iter().enumerate() {
             match level {
-                Level::Whole(w) => found[i] = w.read(&keys[..asked.len()]),
+                Level::Whole(w) => found[i] = w.read(&keys),
                 Level::Pir(snap) => pir.push((i, snap)),
             }
         }
         if !pir.is_empty() {
-            for (i, values) in self.query_levels(&pir, &keys).await? {
+            for (i, values) in self.read_pir_levels(&pir, &keys, per_batch).await? {
                 found[i] = values;
             }
         }
@@ -426,6 +445,76 @@ impl PrivateReader {
             .map(|(i, (key, held))| {
                 held?;
                 view.freshest(&found, i, key)
+            })
+            .collect())
+    }
+
+    /// What each PIR level holds for `keys` (`None`: a key the view does
+    /// not hold): the answers kept from before, and one request for the
+    /// rest (padded), whose verified answers are kept in turn.
+    async fn read_pir_levels(
+        &self,
+        pir: &[(usize, &Arc<SnapshotClient>)],
+        keys: &[Option<B256>],
+        per_batch: usize,
+    ) -> Result<Vec<(usize, Vec<Found>)>, ReadError> {
+        let present: Vec<B256> = keys.iter().flatten().copied().collect();
+        let known: Vec<Vec<Option<Found>>> = pir
+            .iter()
+            .map(|(_, snap)| self.answers.known(snap.setup_digest(), &present))
+            .collect();
+        // Keys some PIR level has not answered yet, each once.
+        let mut unknown: Vec<B256> = present
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| known.iter().any(|level| level[*j].is_none()))
+            .map(|(_, k)| *k)
+            .collect();
+        unknown.sort_unstable();
+        unknown.dedup();
+        let unheld = keys.len() - present.len();
+        let mut fresh: Vec<HashMap<B256, Found>> = vec![HashMap::new(); pir.len()];
+        if !unknown.is_empty() || unheld > 0 {
+            let random_key = || B256::from(rand::random::<[u8; 32]>());
+            let padded = if self.pad_to > 1 { per_batch } else { 0 };
+            let real = unknown.len() + unheld;
+            let queries: Vec<B256> = unknown
+                .iter()
+                .copied()
+                .chain((0..unheld).map(|_| random_key()))
+                .chain((real..padded).map(|_| random_key()))
+                .collect();
+            for (l, (_, values)) in self
+                .query_levels(pir, &queries)
+                .await?
+                .into_iter()
+                .enumerate()
+            {
+                let answered = &values[..unknown.len()];
+                self.answers
+                    .keep(pir[l].1.setup_digest(), &unknown, answered);
+                fresh[l] = unknown
+                    .iter()
+                    .copied()
+                    .zip(answered.iter().cloned())
+                    .collect();
+            }
+        }
+        Ok(pir
+            .iter()
+            .zip(known)
+            .zip(fresh)
+            .map(|(((i, _), known), fresh)| {
+                let mut known = known.into_iter();
+                let values = keys
+                    .iter()
+                    .map(|k| {
+                        let k = (*k)?;
+                        let before = known.next().flatten();
+                        before.unwrap_or_else(|| fresh.get(&k).cloned().flatten())
+                    })
+                    .collect();
+                (*i, values)
             })
             .collect())
     }

@@ -99,6 +99,7 @@ fn write_token_list(path: &Path, tokens: &[Address]) {
                 chain_id: test_support::GENESIS_CHAIN_ID,
                 address,
                 symbol: String::new(),
+                function: Default::default(),
                 balance_slot: SlotIndex::Position(2),
                 layout: MappingLayout::Solidity,
                 source: "test: OpenZeppelin 4.9.6 ERC20PresetMinterPauser".into(),

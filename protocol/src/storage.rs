@@ -49,15 +49,27 @@ impl PrivateStorage {
         self.token(contract).is_some() || self.contracts.contains(contract)
     }
 
-    /// The token entry of `contract`, if it is a listed token.
+    /// A token entry of `contract` (any of its getters), if it is listed.
     pub fn token(&self, contract: &Address) -> Option<&TokenEntry> {
         self.tokens.iter().find(|t| &t.address == contract)
     }
 
+    /// The entry of `contract`'s getter `selector`, if it is listed.
+    pub fn getter(&self, contract: &Address, selector: [u8; 4]) -> Option<&TokenEntry> {
+        self.tokens
+            .iter()
+            .find(|t| &t.address == contract && t.function.selector() == selector)
+    }
+
     /// Every contract held, tokens first, each once.
     pub fn all_contracts(&self) -> Vec<Address> {
-        let mut out: Vec<Address> = self.tokens.iter().map(|t| t.address).collect();
-        for c in &self.contracts {
+        let mut out: Vec<Address> = Vec::new();
+        for c in self
+            .tokens
+            .iter()
+            .map(|t| &t.address)
+            .chain(&self.contracts)
+        {
             if !out.contains(c) {
                 out.push(*c);
             }

@@ -19,7 +19,8 @@ alloy_sol_types::sol! {
 }
 
 alloy_sol_types::sol! {
-    /// Multicall3's batching calls that wallets send balance reads through.
+    /// Multicall3's batching calls and views that wallets send balance
+    /// reads through.
     interface IMulticall3 {
         struct Call {
             address target;
@@ -30,14 +31,45 @@ alloy_sol_types::sol! {
             bool allowFailure;
             bytes callData;
         }
+        struct Call3Value {
+            address target;
+            bool allowFailure;
+            uint256 value;
+            bytes callData;
+        }
         struct Result {
             bool success;
             bytes returnData;
         }
+        function aggregate(Call[] calldata calls) external payable returns (uint256 blockNumber, bytes[] memory returnData);
         function aggregate3(Call3[] calldata calls) external payable returns (Result[] memory returnData);
+        function aggregate3Value(Call3Value[] calldata calls) external payable returns (Result[] memory returnData);
+        function blockAndAggregate(Call[] calldata calls) external payable returns (uint256 blockNumber, bytes32 blockHash, Result[] memory returnData);
         function tryAggregate(bool requireSuccess, Call[] calldata calls) external payable returns (Result[] memory returnData);
+        function tryBlockAndAggregate(bool requireSuccess, Call[] calldata calls) external payable returns (uint256 blockNumber, bytes32 blockHash, Result[] memory returnData);
         function getEthBalance(address addr) external view returns (uint256 balance);
+        function getBlockNumber() external view returns (uint256 blockNumber);
+        function getChainId() external view returns (uint256 chainid);
+        function getCurrentBlockTimestamp() external view returns (uint256 timestamp);
     }
+}
+
+alloy_sol_types::sol! {
+    /// The balance checker MetaMask's token detection calls: entry
+    /// `j + tokens.length * i` is user i's balance of token j (the zero
+    /// address: ETH; a token without code, or whose `balanceOf` fails: 0).
+    interface IBalanceChecker {
+        function balances(address[] users, address[] tokens) external view returns (uint256[] memory);
+    }
+}
+
+/// MetaMask's BalanceChecker on Ethereum mainnet.
+pub const MAINNET_BALANCE_CHECKER: Address =
+    alloy_primitives::address!("0xb1f8e55c7f64d203c1400b9d8555d050f94adf39");
+
+/// The BalanceChecker wallets call on `chain_id`, where one is known.
+pub fn known_balance_checker(chain_id: u64) -> Option<Address> {
+    (chain_id == 1).then_some(MAINNET_BALANCE_CHECKER)
 }
 
 /// Where Multicall3 lives on every chain it is deployed on (the same
@@ -120,7 +152,101 @@ pub fn erc7201_base(id: &str) -> B256 {
 /// in this namespace.
 pub const OPENZEPPELIN_ERC20_NAMESPACE: &str = "openzeppelin.storage.ERC20";
 
-/// One token of the list.
+/// A getter `name(address) returns (uint256)` whose answer is the
+/// address's entry of a mapping: `balanceOf(address)` by default, or
+/// another (a staking pool's `getShares(address)`). A validated type: an
+/// identifier, then exactly `(address)`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Getter(String);
+
+/// Why a string is not a [`Getter`] signature.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("not a getter signature of the form name(address): {0:?}")]
+pub struct GetterError(pub String);
+
+impl Getter {
+    pub const BALANCE_OF: &'static str = "balanceOf(address)";
+
+    pub fn balance_of() -> Self {
+        Getter(Self::BALANCE_OF.to_string())
+    }
+
+    pub fn is_balance_of(&self) -> bool {
+        self.0 == Self::BALANCE_OF
+    }
+
+    /// The function's 4-byte selector.
+    pub fn selector(&self) -> [u8; 4] {
+        let hash = keccak256(self.0.as_bytes());
+        [hash[0], hash[1], hash[2], hash[3]]
+    }
+
+    /// The canonical calldata of `getter(holder)`.
+    pub fn calldata(&self, holder: &Address) -> Vec<u8> {
+        let mut data = Vec::with_capacity(36);
+        data.extend_from_slice(&self.selector());
+        data.extend_from_slice(&[0u8; 12]);
+        data.extend_from_slice(holder.as_slice());
+        data
+    }
+
+    /// The holder `data` asks about, when `data` is exactly this getter's
+    /// canonical calldata (a call with trailing bytes or dirty padding
+    /// runs the same code, but is not what a wallet sends).
+    pub fn holder_in(&self, data: &[u8]) -> Option<Address> {
+        let holder = Address::from_slice(data.get(16..36)?);
+        (data.len() == 36 && data[..4] == self.selector() && data[4..16] == [0u8; 12])
+            .then_some(holder)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Default for Getter {
+    fn default() -> Self {
+        Getter::balance_of()
+    }
+}
+
+impl TryFrom<String> for Getter {
+    type Error = GetterError;
+    fn try_from(s: String) -> Result<Self, GetterError> {
+        let name = s.strip_suffix("(address)").unwrap_or_default();
+        let ident = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '$';
+        let ok = !name.is_empty()
+            && name.len() <= 64
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+            && name.chars().all(ident);
+        match ok {
+            true => Ok(Getter(s)),
+            false => Err(GetterError(s)),
+        }
+    }
+}
+
+impl std::str::FromStr for Getter {
+    type Err = GetterError;
+    fn from_str(s: &str) -> Result<Self, GetterError> {
+        Getter::try_from(s.to_string())
+    }
+}
+
+impl From<Getter> for String {
+    fn from(g: Getter) -> String {
+        g.0
+    }
+}
+
+impl std::fmt::Display for Getter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One listed getter of a contract (a token's `balanceOf`, by default).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TokenEntry {
@@ -129,7 +255,11 @@ pub struct TokenEntry {
     /// Its symbol, for people reading the list (not checked).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub symbol: String,
-    /// Where `balanceOf` comes from: the balances mapping's slot index...
+    /// The getter answered from the mapping (`balanceOf(address)` when
+    /// not given).
+    #[serde(default, skip_serializing_if = "Getter::is_balance_of")]
+    pub function: Getter,
+    /// Where the getter's answer comes from: the mapping's slot index...
     pub balance_slot: SlotIndex,
     /// ...and its layout.
     pub layout: MappingLayout,
@@ -158,8 +288,12 @@ pub struct TokenList {
 pub enum TokenListError {
     #[error(transparent)]
     Load(#[from] crate::config::ConfigError),
-    #[error("token {address} on chain {chain_id} is listed twice")]
-    Duplicate { chain_id: u64, address: Address },
+    #[error("{function} of {address} on chain {chain_id} is listed twice")]
+    Duplicate {
+        chain_id: u64,
+        address: Address,
+        function: Getter,
+    },
 }
 
 impl TokenList {
@@ -173,21 +307,33 @@ impl TokenList {
     fn check(&self) -> Result<(), TokenListError> {
         let mut seen = std::collections::BTreeSet::new();
         for t in &self.tokens {
-            if !seen.insert((t.chain_id, t.address)) {
+            if !seen.insert((t.chain_id, t.address, t.function.selector())) {
                 return Err(TokenListError::Duplicate {
                     chain_id: t.chain_id,
                     address: t.address,
+                    function: t.function.clone(),
                 });
             }
         }
         Ok(())
     }
 
-    /// The list's entry for `address` on `chain_id`.
+    /// The list's `balanceOf` entry for `address` on `chain_id`.
     pub fn get(&self, chain_id: u64, address: &Address) -> Option<&TokenEntry> {
-        self.tokens
-            .iter()
-            .find(|t| t.chain_id == chain_id && &t.address == address)
+        self.getter(chain_id, address, Getter::balance_of().selector())
+    }
+
+    /// The list's entry for the getter `selector` of `address` on
+    /// `chain_id`.
+    pub fn getter(
+        &self,
+        chain_id: u64,
+        address: &Address,
+        selector: [u8; 4],
+    ) -> Option<&TokenEntry> {
+        self.tokens.iter().find(|t| {
+            t.chain_id == chain_id && &t.address == address && t.function.selector() == selector
+        })
     }
 
     /// The list as TOML (what `tokens detect` prints one entry of).
@@ -268,12 +414,14 @@ mod tests {
             chain_id: 1,
             address: address!("c02aaa39b223fe8d0a0e5c4f27ead9083c756cc2"),
             symbol: "WETH".into(),
+            function: Default::default(),
             balance_slot: SlotIndex::Position(3),
             layout: MappingLayout::Solidity,
             source: "test".into(),
         };
         let namespaced = TokenEntry {
             address: Address::repeat_byte(7),
+            function: Default::default(),
             balance_slot: SlotIndex::Word(erc7201_base(OPENZEPPELIN_ERC20_NAMESPACE)),
             ..entry.clone()
         };

@@ -64,6 +64,11 @@ pub struct ProxyConfig {
     /// this file's, so that a server naming another slot cannot make the
     /// proxy read the wrong word. Unset: the catalog's list is taken as is.
     pub tokens: Option<PathBuf>,
+    /// The BalanceChecker contract (`balances(address[],address[])`) whose
+    /// calls are answered privately when every token they name is listed
+    /// or ETH. Unset: the chain's known one (MetaMask's on mainnet,
+    /// 0xb1f8e55c7f64d203c1400b9d8555d050f94adf39), none elsewhere.
+    pub balance_checker: Option<alloy_primitives::Address>,
 }
 
 /// Which methods may go to the upstream node.
@@ -116,6 +121,7 @@ impl Default for ProxyConfig {
             pir_proxy: None,
             fresh_connection_per_lookup: false,
             tokens: None,
+            balance_checker: None,
         }
     }
 }

@@ -54,6 +54,10 @@ pub enum ProxyError {
     /// A request that breaks JSON-RPC 2.0's envelope rules.
     #[error("{0}")]
     InvalidRequest(&'static str),
+    /// What was read privately does not make the answer (a fact of the
+    /// block the snapshots do not record).
+    #[error("not answerable privately: {0}")]
+    NotAnswerable(String),
 }
 
 impl ProxyError {
@@ -68,6 +72,7 @@ impl ProxyError {
             | ProxyError::AddressReadRefused(_)
             | ProxyError::SubscriptionsNeedWebSocket => METHOD_NOT_FOUND_CODE,
             ProxyError::InvalidRequest(_) => INVALID_REQUEST_CODE,
+            ProxyError::NotAnswerable(_) => NOT_IN_PRIVATE_SET,
         }
     }
 

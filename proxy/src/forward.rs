@@ -22,6 +22,7 @@ use jsonrpsee::types::{Id, Request};
 use jsonrpsee::ResponsePayload;
 use serde_json::value::RawValue;
 
+use crate::calls::Answerable;
 use crate::config::{UpstreamMethods, ADDRESS_READS};
 use crate::error::ProxyError;
 use crate::rpc::{private_params, Prefetched, PRIVATE_METHODS};
@@ -44,14 +45,24 @@ pub struct ForwardPolicy {
     pub upstream_methods: UpstreamMethods,
     /// The user's token list, which the catalog's must agree with.
     pub pinned_tokens: Option<protocol::tokens::TokenList>,
+    /// The BalanceChecker's address set by the user (else the chain's
+    /// known one, see [`protocol::tokens::known_balance_checker`]).
+    pub balance_checker: Option<Address>,
 }
 
 impl ForwardPolicy {
-    /// The contracts whose storage the view at `sel` holds, as far as
-    /// this proxy trusts it (see [`storage::checked_list`]).
-    fn private_storage(&self, sel: &BlockSelector) -> Option<protocol::storage::PrivateStorage> {
+    /// What the view at `sel` can answer: the contracts whose storage it
+    /// holds, as far as this proxy trusts it (see
+    /// [`storage::checked_list`]), and the chain's BalanceChecker.
+    fn answerable(&self, sel: &BlockSelector) -> Option<Answerable> {
         let catalog = self.reader.private_storage(sel)?;
-        Some(storage::checked_list(catalog, self.pinned_tokens.as_ref()))
+        let chain = self.reader.chain_id().ok().flatten();
+        Some(Answerable {
+            storage: storage::checked_list(catalog, self.pinned_tokens.as_ref()),
+            balance_checker: self
+                .balance_checker
+                .or_else(|| chain.and_then(protocol::tokens::known_balance_checker)),
+        })
     }
 
     /// Why `method` may not go upstream, if it may not.
@@ -117,12 +128,15 @@ where
         let planned = match req.extensions_mut().remove::<storage::PrefetchedSlots>() {
             Some(ahead) => Some((ahead.read, Some(ahead.results))),
             None => {
-                let listed = |sel: &BlockSelector| self.policy.private_storage(sel);
-                storage::plan(&copy.method, copy.params.as_deref(), listed).map(|r| (r, None))
+                let answerable = |sel: &BlockSelector| self.policy.answerable(sel);
+                storage::plan(&copy.method, copy.params.as_deref(), answerable).map(|r| (r, None))
             }
         };
         if let Some((read, ahead)) = planned {
             return self.answer_storage(copy, read, ahead).await;
+        }
+        if copy.method == "eth_blockNumber" {
+            return self.block_number(copy).await;
         }
         if !self.policy.local.contains(copy.method.as_str()) {
             return self.forward(copy).await;
@@ -170,10 +184,19 @@ where
         if let Some(reason) = reader.distrusted() {
             return MethodResponse::error(call.id, ProxyError::from(ReadError::Distrusted(reason)));
         }
-        match storage::read_words(reader, &read, ahead).await {
+        match storage::read_facts(reader, &read, ahead).await {
             Ok(found) => {
+                let answer = match storage::answer(&read, &found.facts) {
+                    Ok(answer) => answer,
+                    Err(e) => {
+                        tracing::info!(method = %call.method, error = %e, "private answer not made");
+                        return MethodResponse::error(
+                            call.id,
+                            ProxyError::NotAnswerable(e.to_string()),
+                        );
+                    }
+                };
                 tracing::info!(method = %call.method, keys = read.keys.len(), snapshot = %found.snapshot, "answered privately");
-                let answer = storage::answer(&read, &found.words, found.multicall_deployed);
                 MethodResponse::response(
                     call.id,
                     ResponsePayload::success(answer),
@@ -193,6 +216,33 @@ where
                 MethodResponse::error(call.id, ProxyError::from(e))
             }
         }
+    }
+
+    /// `eth_blockNumber`: the upstream's head, but never past the newest
+    /// view, so that a wallet that pins its reads to the number it was
+    /// given (MetaMask rewrites `latest` so) finds a view there. Without
+    /// an upstream (or when it fails), the newest view's block.
+    async fn block_number(&self, call: CallCopy) -> MethodResponse {
+        let view = self.policy.reader.newest_view().map(|v| v.block);
+        let Some(view) = view else {
+            return self.forward(call).await;
+        };
+        let head = match &self.policy.upstream {
+            Some(upstream) => upstream
+                .call("eth_blockNumber", None)
+                .await
+                .ok()
+                .and_then(|raw| serde_json::from_str::<alloy_primitives::U64>(raw.get()).ok())
+                .map(|n| n.to::<u64>()),
+            None => None,
+        };
+        let block = head.map_or(view, |head| head.min(view));
+        let answer = alloy_primitives::U64::from(block);
+        MethodResponse::response(
+            call.id,
+            ResponsePayload::success(answer),
+            MAX_RESPONSE_BYTES,
+        )
     }
 
     async fn forward(&self, call: CallCopy) -> MethodResponse {
@@ -248,14 +298,14 @@ where
         if self.policy.reader.distrusted().is_some() {
             return;
         }
-        let listed = |sel: &BlockSelector| self.policy.private_storage(sel);
+        let answerable = |sel: &BlockSelector| self.policy.answerable(sel);
         let mut groups: HashMap<BlockSelector, Vec<(usize, storage::StorageRead)>> = HashMap::new();
         for (i, entry) in batch.iter().enumerate() {
             let Ok(BatchEntry::Call(req)) = entry else {
                 continue;
             };
             let params = req.params.as_ref().map(|p| p.as_ref());
-            if let Some(read) = storage::plan(&req.method, params, listed) {
+            if let Some(read) = storage::plan(&req.method, params, answerable) {
                 groups
                     .entry(read.block.clone())
                     .or_default()

@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod calls;
 pub mod config;
 pub mod envelope;
 pub mod error;
@@ -86,6 +87,7 @@ pub async fn serve_on(
         private_fallback: config.private_fallback_to_upstream,
         upstream_methods: config.upstream_methods,
         pinned_tokens: config.pinned_tokens()?,
+        balance_checker: config.balance_checker,
     });
     let limits = ServerConfig::builder()
         .max_request_body_size(MAX_BODY as u32)
@@ -103,8 +105,9 @@ pub async fn serve_on(
     tracing::info!(
         %addr,
         upstream = config.upstream.as_deref().map(redact).unwrap_or_else(|| "none".into()),
-        "ethpir-proxy listening on http:// and ws:// (eth_getBalance and eth_getTransactionCount are private)"
+        "ethpir-proxy listening on http:// and ws://"
     );
+    tracing::info!("private (never sent upstream): eth_getBalance, eth_getTransactionCount; for the contracts the catalog lists: eth_getStorageAt and eth_call of listed getters (balanceOf, ...), Multicall3's getEthBalance, getBlockNumber, getChainId, getCurrentBlockTimestamp and its batches of them (aggregate, tryAggregate, aggregate3, aggregate3Value, blockAndAggregate, tryBlockAndAggregate), the BalanceChecker's balances; eth_blockNumber is the upstream's head capped at the newest view");
     tokio::select! {
         _ = shutdown => {
             let _ = handle.stop();

@@ -1,8 +1,9 @@
-//! `tokens detect`: where an ERC-20 keeps its balances, found by asking a
-//! node. A token's balances can be exported and read privately only if
-//! `balanceOf(holder)` is a storage word the snapshot holds: the holder's
-//! entry of a mapping. This compares `balanceOf` of holders that have a
-//! balance with every candidate entry (mapping slot indices `0..=max_index`
+//! `tokens detect`: where an ERC-20 keeps its balances (or a contract the
+//! answers of another getter `f(address) returns (uint256)`, such as a
+//! staking pool's `getShares`), found by asking a node. A getter can be
+//! exported and read privately only if `f(holder)` is a storage word the
+//! snapshot holds: the holder's entry of a mapping. This compares `f` of
+//! holders that have a balance with every candidate entry (mapping slot indices `0..=max_index`
 //! in Solidity's and Vyper's layouts, and OpenZeppelin's ERC-7201 ERC-20
 //! namespace) and keeps the candidates every holder agrees with. None left:
 //! the token is not a plain mapping (a rebasing token that stores shares, a
@@ -10,9 +11,8 @@
 //! storage), and it is said so rather than guessed.
 
 use alloy_primitives::{Address, B256, U256};
-use alloy_sol_types::SolCall;
 use protocol::tokens::{
-    erc7201_base, MappingLayout, SlotIndex, TokenEntry, IERC20, OPENZEPPELIN_ERC20_NAMESPACE,
+    erc7201_base, Getter, MappingLayout, SlotIndex, TokenEntry, OPENZEPPELIN_ERC20_NAMESPACE,
 };
 
 use crate::sources::rpc::{RpcSource, RpcSourceError};
@@ -29,6 +29,8 @@ pub struct DetectOptions {
     pub max_index: u64,
     /// Holders with a balance that must agree (more only cost time).
     pub confirmations: usize,
+    /// The getter compared (`balanceOf(address)` by default).
+    pub function: Getter,
 }
 
 impl Default for DetectOptions {
@@ -38,6 +40,7 @@ impl Default for DetectOptions {
             log_window: 10_000,
             max_index: 255,
             confirmations: 3,
+            function: Getter::balance_of(),
         }
     }
 }
@@ -46,8 +49,9 @@ impl Default for DetectOptions {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Detection {
     /// Balances are the mapping at `index` in `layout`: every checked
-    /// holder's `balanceOf` equals its entry there, and no other candidate.
+    /// holder's answer equals its entry there, and no other candidate.
     Plain {
+        function: Getter,
         index: SlotIndex,
         layout: MappingLayout,
         block: u64,
@@ -66,8 +70,12 @@ pub enum DetectError {
     Node(#[from] RpcSourceError),
     #[error("{0} has no code at block {1}: not a token contract")]
     NotAContract(Address, u64),
-    #[error("balanceOf on {0} returned {1} bytes, not one uint256: not an ERC-20")]
-    NotErc20(Address, usize),
+    #[error("{function} on {token} returned {bytes} bytes, not one uint256")]
+    NotUint {
+        token: Address,
+        function: Getter,
+        bytes: usize,
+    },
     #[error(
         "no holder with a non-zero balance of {token} (checked {checked}); pass --holder ADDRESS"
     )]
@@ -115,7 +123,7 @@ pub async fn detect(
             break;
         }
         checked += 1;
-        let balance = balance_of(source, token, holder, block).await?;
+        let balance = ask(source, token, &options.function, holder, block).await?;
         if balance.is_zero() {
             continue;
         }
@@ -138,6 +146,7 @@ pub async fn detect(
     }
     match remaining.as_slice() {
         [only] => Ok(Detection::Plain {
+            function: options.function.clone(),
             index: only.index,
             layout: only.layout,
             block,
@@ -145,11 +154,11 @@ pub async fn detect(
         }),
         [] => Ok(Detection::NonStandard {
             reason: format!(
-                "no mapping entry holds balanceOf of {} (slot indices 0..={} in the Solidity and \
+                "no mapping entry holds {} of {} (slot indices 0..={} in the Solidity and \
                  Vyper layouts, and the ERC-7201 namespace {OPENZEPPELIN_ERC20_NAMESPACE}): the token \
                  computes balances (rebasing, shares), packs them with other data, or keeps them \
                  in another contract",
-                agreed[0].0, options.max_index
+                options.function, agreed[0].0, options.max_index
             ),
             block,
         }),
@@ -157,16 +166,22 @@ pub async fn detect(
     }
 }
 
-async fn balance_of(
+/// `function(holder)` of `token` at `block`.
+async fn ask(
     source: &RpcSource,
     token: Address,
+    function: &Getter,
     holder: Address,
     block: u64,
 ) -> Result<U256, DetectError> {
-    let data = IERC20::balanceOfCall { holder }.abi_encode();
+    let data = function.calldata(&holder);
     let out = source.call(token, data.into(), block).await?;
     if out.len() != 32 {
-        return Err(DetectError::NotErc20(token, out.len()));
+        return Err(DetectError::NotUint {
+            token,
+            function: function.clone(),
+            bytes: out.len(),
+        });
     }
     Ok(U256::from_be_slice(&out))
 }
@@ -176,6 +191,7 @@ impl Detection {
     pub fn entry(&self, chain_id: u64, token: Address, symbol: &str) -> Option<TokenEntry> {
         match self {
             Detection::Plain {
+                function,
                 index,
                 layout,
                 block,
@@ -184,10 +200,11 @@ impl Detection {
                 chain_id,
                 address: token,
                 symbol: symbol.to_string(),
+                function: function.clone(),
                 balance_slot: *index,
                 layout: *layout,
                 source: format!(
-                    "ethpir-snapshot tokens detect at block {block}: balanceOf of {} holder(s) \
+                    "ethpir-snapshot tokens detect at block {block}: {function} of {} holder(s) \
                      equals their entry",
                     holders.len()
                 ),

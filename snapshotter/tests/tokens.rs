@@ -210,6 +210,7 @@ fn one_shot_builds_take_the_token_list() {
             chain_id: 7,
             address: token.parse().unwrap(),
             symbol: "AA".into(),
+            function: Default::default(),
             balance_slot: SlotIndex::Position(0),
             layout: MappingLayout::Solidity,
             source: "test".into(),

@@ -90,6 +90,7 @@ fn token_entry() -> TokenEntry {
         chain_id: CHAIN_ID,
         address: Address::repeat_byte(0x70),
         symbol: "SIM".into(),
+        function: Default::default(),
         balance_slot: SlotIndex::Position(0),
         layout: MappingLayout::Solidity,
         source: "chain-sim".into(),

@@ -89,6 +89,11 @@ struct ServeArgs {
     /// forwarded reads that name an address, such as eth_getCode).
     #[arg(long)]
     upstream_methods: Option<proxy::config::UpstreamMethods>,
+    /// The BalanceChecker contract whose balances(users, tokens) calls are
+    /// private when every token is listed or ETH (default: MetaMask's on
+    /// mainnet, none on other chains).
+    #[arg(long, value_name = "ADDRESS")]
+    balance_checker: Option<alloy_primitives::Address>,
 }
 
 impl ServeArgs {
@@ -120,6 +125,9 @@ impl ServeArgs {
         }
         if let Some(v) = self.upstream_methods {
             c.upstream_methods = v;
+        }
+        if let Some(v) = self.balance_checker {
+            c.balance_checker = Some(v);
         }
         Ok(c)
     }

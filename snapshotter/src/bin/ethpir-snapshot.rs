@@ -199,6 +199,11 @@ struct DetectArgs {
     /// The token's symbol, copied into the entry for readers of the list.
     #[arg(long, default_value = "")]
     symbol: String,
+    /// The getter whose answers are looked for in a mapping: any
+    /// `name(address)` returning a uint256 (a staking pool's
+    /// `getShares(address)`, say).
+    #[arg(long, default_value = protocol::tokens::Getter::BALANCE_OF, value_name = "SIGNATURE")]
+    function: protocol::tokens::Getter,
     /// Blocks of Transfer events searched for holders.
     #[arg(long, default_value_t = 10_000)]
     log_window: u64,
@@ -534,6 +539,7 @@ fn detect_token(args: &DetectArgs) -> Result<()> {
             holders: args.holders.clone(),
             log_window: args.log_window,
             max_index: args.max_index,
+            function: args.function.clone(),
             ..Default::default()
         };
         let detection = tokens::detect(&source, args.token, &options).await?;
