@@ -20,7 +20,8 @@ use alloy_primitives::{Address, B256, U256};
 use alloy_sol_types::{SolCall, SolValue};
 use common::*;
 use protocol::tokens::{
-    IMulticall3, MappingLayout, SlotIndex, TokenEntry, TokenList, IERC20, MULTICALL3,
+    Getter, IBalanceChecker, IMulticall3, MappingLayout, SlotIndex, TokenEntry, TokenList, IERC20,
+    MULTICALL3,
 };
 use serde_json::{json, Value};
 use test_support::{proxy_status as status, write_genesis, Anvil, DEV_ACCOUNTS};
@@ -30,6 +31,28 @@ alloy_sol_types::sol! {
         function mint(address to, uint256 amount);
         function transfer(address to, uint256 amount) returns (bool);
     }
+}
+
+alloy_sol_types::sol! {
+    /// e2e/contracts/PooledShares.sol: `getShares(address)` backed by a
+    /// mapping at slot 3.
+    interface IPooledShares {
+        function mint(address to, uint256 amount);
+        function getShares(address account) returns (uint256);
+    }
+}
+
+/// The creation code of a test contract compiled into e2e/contracts
+/// (scripts/compile-test-contracts.sh).
+fn test_contract(name: &str) -> Vec<u8> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("contracts/{name}.bin"));
+    let hex = std::fs::read_to_string(&path).unwrap();
+    alloy_primitives::hex::decode(hex.trim()).unwrap()
+}
+
+/// The getter `getShares(address)` of e2e/contracts/PooledShares.sol.
+fn get_shares() -> Getter {
+    "getShares(address)".parse().unwrap()
 }
 
 /// A contract of the genesis whose storage is listed: slot 1 holds 5,
@@ -90,20 +113,24 @@ async fn deploy_token(anvil: &Anvil, symbol: &str) -> Address {
 }
 
 /// The token list naming `tokens` (OpenZeppelin 4.9's preset keeps its
-/// balances at slot 2, as `tokens detect` finds).
-fn write_token_list(path: &Path, tokens: &[Address]) {
+/// balances at slot 2, as `tokens detect` finds) and the `getShares` of
+/// `shares` (its mapping at slot 3).
+fn write_token_list(path: &Path, tokens: &[Address], shares: Address) {
+    let entry = |address, function, slot, source: &str| TokenEntry {
+        chain_id: test_support::GENESIS_CHAIN_ID,
+        address,
+        symbol: String::new(),
+        function,
+        balance_slot: SlotIndex::Position(slot),
+        layout: MappingLayout::Solidity,
+        source: source.into(),
+    };
+    let preset = "test: OpenZeppelin 4.9.6 ERC20PresetMinterPauser";
     let list = TokenList {
         tokens: tokens
             .iter()
-            .map(|&address| TokenEntry {
-                chain_id: test_support::GENESIS_CHAIN_ID,
-                address,
-                symbol: String::new(),
-                function: Default::default(),
-                balance_slot: SlotIndex::Position(2),
-                layout: MappingLayout::Solidity,
-                source: "test: OpenZeppelin 4.9.6 ERC20PresetMinterPauser".into(),
-            })
+            .map(|&address| entry(address, Getter::balance_of(), 2, preset))
+            .chain([entry(shares, get_shares(), 3, "test: PooledShares.sol")])
             .collect(),
     };
     std::fs::write(path, list.to_toml()).unwrap();
@@ -182,8 +209,23 @@ async fn wallets_read_token_balances_privately_through_viem() {
             .await,
     );
     let listed = [dev(0).create(nonce), dev(0).create(nonce + 1)];
+    // The staking pool is dev account 2's next contract.
+    let nonce2 = test_support::quantity(
+        &anvil
+            .rpc(
+                "eth_getTransactionCount",
+                json!([DEV_ACCOUNTS[2], "latest"]),
+            )
+            .await,
+    );
+    let shares = dev(2).create(nonce2);
     let tokens_path = dir.path().join("tokens.toml");
-    write_token_list(&tokens_path, &listed);
+    write_token_list(&tokens_path, &listed, shares);
+    let checker: Address = anvil
+        .deploy(DEV_ACCOUNTS[3], &test_contract("BalanceChecker"))
+        .await
+        .parse()
+        .unwrap();
 
     let store = dir.path().join("store");
     let mut config = follow_config(&store, &anvil.url, &genesis, 0, 4, 16);
@@ -193,14 +235,27 @@ async fn wallets_read_token_balances_privately_through_viem() {
     let server = start_server(&store).await;
     let (upstream, upstream_saw) = start_relay(&anvil.url, passthrough()).await;
     let cache = tempfile::tempdir().unwrap();
-    let proxy = start_proxy(&server, Some(upstream), cache.path()).await;
+    let proxy = start_proxy_with(proxy::ProxyConfig {
+        pir_server: server.clone(),
+        upstream: Some(upstream),
+        cache_dir: cache.path().to_path_buf(),
+        balance_checker: Some(checker),
+        ..Default::default()
+    })
+    .await;
     let has_view = || async { status(&proxy).await["viewBlock"].as_u64() };
     test_support::eventually("the proxy has a view", has_view).await;
 
-    // Two listed tokens and an unlisted one; mints, then transfers between
-    // holders, a block each.
+    // Two listed tokens, a listed staking pool and an unlisted token;
+    // mints, then transfers between holders, a block each.
+    let before_tokens = anvil.head().await;
     assert_eq!(deploy_token(&anvil, "AAA").await, listed[0]);
     assert_eq!(deploy_token(&anvil, "BBB").await, listed[1]);
+    let pool = anvil
+        .deploy(DEV_ACCOUNTS[2], &test_contract("PooledShares"))
+        .await;
+    assert_eq!(pool.parse::<Address>().unwrap(), shares);
+    before_deployment(&proxy, &anvil, &listed, checker, before_tokens).await;
     let unlisted = deploy_token(&anvil, "ZZZ").await;
     let holders: Vec<Address> = (0..4)
         .map(dev)
@@ -215,6 +270,15 @@ async fn wallets_read_token_balances_privately_through_viem() {
             }
             .abi_encode();
             send(&anvil, 0, *token, mint).await;
+        }
+        if i % 2 == 0 {
+            let amount = U256::from(31_337u64 * (i as u64 + 1));
+            let mint = IPooledShares::mintCall {
+                to: *holder,
+                amount,
+            }
+            .abi_encode();
+            send(&anvil, 2, shares, mint).await;
         }
     }
     for k in 0..6usize {
@@ -326,7 +390,11 @@ async fn wallets_read_token_balances_privately_through_viem() {
     let out = test_support::rpc(&proxy, "eth_call", json!([call, format!("{block:#x}")]))
         .await
         .unwrap();
-    assert_eq!(queries_served(&server).await, before + 1, "one PIR request");
+    assert_eq!(
+        queries_served(&server).await,
+        before,
+        "the keys viem read at this base: no PIR request"
+    );
     let bytes = alloy_primitives::hex::decode(out.as_str().unwrap()).unwrap();
     let results = IMulticall3::aggregate3Call::abi_decode_returns(&bytes).unwrap();
     let balances: Vec<String> = results
@@ -339,7 +407,17 @@ async fn wallets_read_token_balances_privately_through_viem() {
         })
         .collect();
     assert_eq!(balances, want, "aggregate3 through the proxy");
-    metamask_refresh(&proxy, &anvil, &server, &listed, &asked, block).await;
+    let wallet = Wallet {
+        proxy: &proxy,
+        anvil: &anvil,
+        server: &server,
+        listed: &listed,
+        shares,
+        checker,
+    };
+    wallet.metamask_refresh(&asked, block).await;
+    wallet.every_multicall_form(&asked, block).await;
+    wallet.blocks_as_wallets_name_them(&asked).await;
     let batch: Vec<Value> = asked
         .iter()
         .enumerate()
@@ -352,7 +430,11 @@ async fn wallets_read_token_balances_privately_through_viem() {
     let before = queries_served(&server).await;
     let http = reqwest::Client::new();
     let answers = test_support::rpc_raw(&http, &proxy, &Value::from(batch).to_string()).await;
-    assert_eq!(queries_served(&server).await, before + 1, "one PIR request");
+    assert_eq!(
+        queries_served(&server).await,
+        before,
+        "keys read before: no PIR request"
+    );
     let mut answers = answers.as_array().unwrap().clone();
     answers.sort_by_key(|a| a["id"].as_u64());
     for (i, a) in answers.iter().enumerate() {
@@ -368,7 +450,7 @@ async fn wallets_read_token_balances_privately_through_viem() {
     let saw = upstream_saw.lock().unwrap().clone();
     assert!(
         !saw.iter()
-            .any(|m| m == "eth_call" || m == "eth_getStorageAt"),
+            .any(|m| m == "eth_call" || m == "eth_getStorageAt" || m == "eth_getBalance"),
         "the upstream saw {saw:?}"
     );
 
@@ -401,6 +483,7 @@ async fn wallets_read_token_balances_privately_through_viem() {
         ..Default::default()
     })
     .await;
+    let _ = &shares;
     wait_for_chain(&checking).await;
     let first = balance_of(&checking, listed[0], holders[1], block)
         .await
@@ -424,47 +507,240 @@ async fn wallets_read_token_balances_privately_through_viem() {
     follower.stop().await;
 }
 
-/// MetaMask's balance refresh (its balance service off): one `aggregate3`
-/// (allowFailure) mixing `balanceOf(holder)` on each listed token with
-/// Multicall3's own `getEthBalance(holder)`, and `getEthBalance` alone:
-/// byte for byte anvil's answers at the same block, each one PIR request.
-async fn metamask_refresh(
+/// `call` (an `eth_call` object) at `at`, through the proxy and at anvil:
+/// equal, byte for byte. The proxy's answer.
+async fn same_as_anvil(proxy: &str, anvil: &Anvil, call: &Value, at: &str) -> Value {
+    let private = test_support::rpc(proxy, "eth_call", json!([call, at]))
+        .await
+        .unwrap();
+    let node = anvil.rpc("eth_call", json!([call, at])).await;
+    assert_eq!(private, node, "{call} at {at}");
+    private
+}
+
+fn call_object(to: Address, data: &[u8]) -> Value {
+    json!({"to": to, "data": alloy_primitives::hex::encode_prefixed(data)})
+}
+
+/// Reads at a block before the listed tokens existed: what the node
+/// answers (`0x` for a call to no code; success with nothing inside a
+/// batch; 0 from the BalanceChecker).
+async fn before_deployment(
     proxy: &str,
     anvil: &Anvil,
-    server: &str,
     listed: &[Address],
-    holders: &[Address],
+    checker: Address,
     block: u64,
 ) {
-    let eth_balance = |addr: Address| -> alloy_primitives::Bytes {
-        IMulticall3::getEthBalanceCall { addr }.abi_encode().into()
-    };
-    let calls: Vec<IMulticall3::Call3> = holders
+    let head = anvil.head().await;
+    let caught_up = || async { (status(proxy).await["viewBlock"].as_u64()? >= head).then_some(()) };
+    test_support::eventually("the proxy's view reaches the tokens", caught_up).await;
+    let at = format!("{block:#x}");
+    let holder = dev(1);
+    let balance_of = IERC20::balanceOfCall { holder }.abi_encode();
+    let direct = same_as_anvil(proxy, anvil, &call_object(listed[0], &balance_of), &at).await;
+    assert_eq!(direct, json!("0x"));
+    let calls = listed
         .iter()
-        .flat_map(|h| {
-            let tokens = listed.iter().map(move |t| IMulticall3::Call3 {
-                target: *t,
-                allowFailure: true,
-                callData: IERC20::balanceOfCall { holder: *h }.abi_encode().into(),
-            });
-            tokens.chain(std::iter::once(IMulticall3::Call3 {
-                target: MULTICALL3,
-                allowFailure: true,
-                callData: eth_balance(*h),
-            }))
+        .map(|t| IMulticall3::Call3 {
+            target: *t,
+            allowFailure: true,
+            callData: balance_of.clone().into(),
         })
         .collect();
-    let refresh = IMulticall3::aggregate3Call { calls }.abi_encode();
-    let alone = eth_balance(holders[0]).to_vec();
-    for data in [refresh, alone] {
-        let call = json!({"to": MULTICALL3, "data": alloy_primitives::hex::encode_prefixed(&data)});
+    let batch = IMulticall3::aggregate3Call { calls }.abi_encode();
+    same_as_anvil(proxy, anvil, &call_object(MULTICALL3, &batch), &at).await;
+    let checked = IBalanceChecker::balancesCall {
+        users: vec![holder],
+        tokens: vec![Address::ZERO, listed[0]],
+    }
+    .abi_encode();
+    same_as_anvil(proxy, anvil, &call_object(checker, &checked), &at).await;
+}
+
+/// A wallet's view of the test chain: the proxy, anvil beside it, the PIR
+/// server (its metrics count requests) and the contracts.
+struct Wallet<'a> {
+    proxy: &'a str,
+    anvil: &'a Anvil,
+    server: &'a str,
+    listed: &'a [Address],
+    shares: Address,
+    checker: Address,
+}
+
+impl Wallet<'_> {
+    /// MetaMask's balance refresh (its balance service off): one
+    /// `aggregate3` (allowFailure) mixing `balanceOf(holder)` on each
+    /// listed token, Multicall3's own `getEthBalance(holder)` and the
+    /// staking pool's `getShares(holder)`; `getEthBalance` and `getShares`
+    /// alone; its token detection (the BalanceChecker). Byte for byte
+    /// anvil's answers at the same block; the first refresh in at most one
+    /// PIR request, the same refresh again in none.
+    async fn metamask_refresh(&self, holders: &[Address], block: u64) {
+        let calls: Vec<IMulticall3::Call3> = holders
+            .iter()
+            .flat_map(|h| {
+                let call3 = |target, data: Vec<u8>| IMulticall3::Call3 {
+                    target,
+                    allowFailure: true,
+                    callData: data.into(),
+                };
+                let tokens = self
+                    .listed
+                    .iter()
+                    .map(move |t| call3(*t, IERC20::balanceOfCall { holder: *h }.abi_encode()));
+                let eth = IMulticall3::getEthBalanceCall { addr: *h }.abi_encode();
+                tokens.chain([
+                    call3(MULTICALL3, eth),
+                    call3(self.shares, get_shares().calldata(h)),
+                ])
+            })
+            .collect();
+        let refresh = IMulticall3::aggregate3Call { calls }.abi_encode();
+        let mut tokens = vec![Address::ZERO];
+        tokens.extend(self.listed);
+        let detection = IBalanceChecker::balancesCall {
+            users: holders.to_vec(),
+            tokens,
+        }
+        .abi_encode();
+        let asked = [
+            call_object(MULTICALL3, &refresh),
+            call_object(
+                MULTICALL3,
+                &IMulticall3::getEthBalanceCall { addr: holders[0] }.abi_encode(),
+            ),
+            call_object(self.shares, &get_shares().calldata(&holders[0])),
+            call_object(self.checker, &detection),
+        ];
         let at = format!("{block:#x}");
-        let before = queries_served(server).await;
-        let private = test_support::rpc(proxy, "eth_call", json!([call, at]))
+        let before = queries_served(self.server).await;
+        let first = same_as_anvil(self.proxy, self.anvil, &asked[0], &at).await;
+        assert!(
+            queries_served(self.server).await <= before + 1,
+            "one PIR request at most"
+        );
+        let bytes = alloy_primitives::hex::decode(first.as_str().unwrap()).unwrap();
+        let results = IMulticall3::aggregate3Call::abi_decode_returns(&bytes).unwrap();
+        assert!(
+            results.iter().any(|r| r.returnData.iter().any(|b| *b != 0)),
+            "the refresh holds balances"
+        );
+        for call in &asked[1..] {
+            same_as_anvil(self.proxy, self.anvil, call, &at).await;
+        }
+        let before = queries_served(self.server).await;
+        for call in &asked {
+            same_as_anvil(self.proxy, self.anvil, call, &at).await;
+        }
+        assert_eq!(
+            queries_served(self.server).await,
+            before,
+            "a second refresh of the same keys: no PIR request"
+        );
+    }
+
+    /// Every batch form of Multicall3 with the refresh's inner calls and
+    /// its block views, as anvil answers them.
+    async fn every_multicall_form(&self, holders: &[Address], block: u64) {
+        let views = [
+            IMulticall3::getBlockNumberCall {}.abi_encode(),
+            IMulticall3::getChainIdCall {}.abi_encode(),
+            IMulticall3::getCurrentBlockTimestampCall {}.abi_encode(),
+        ];
+        let inner: Vec<(Address, Vec<u8>)> = holders[..2]
+            .iter()
+            .flat_map(|h| {
+                [
+                    (
+                        self.listed[0],
+                        IERC20::balanceOfCall { holder: *h }.abi_encode(),
+                    ),
+                    (
+                        MULTICALL3,
+                        IMulticall3::getEthBalanceCall { addr: *h }.abi_encode(),
+                    ),
+                    (self.shares, get_shares().calldata(h)),
+                ]
+            })
+            .chain(views.iter().map(|v| (MULTICALL3, v.clone())))
+            .collect();
+        let plain: Vec<IMulticall3::Call> = inner
+            .iter()
+            .map(|(target, data)| IMulticall3::Call {
+                target: *target,
+                callData: data.clone().into(),
+            })
+            .collect();
+        let valued = inner
+            .iter()
+            .map(|(target, data)| IMulticall3::Call3Value {
+                target: *target,
+                allowFailure: false,
+                value: U256::ZERO,
+                callData: data.clone().into(),
+            })
+            .collect();
+        let forms = [
+            IMulticall3::aggregateCall {
+                calls: plain.clone(),
+            }
+            .abi_encode(),
+            IMulticall3::tryAggregateCall {
+                requireSuccess: true,
+                calls: plain.clone(),
+            }
+            .abi_encode(),
+            IMulticall3::blockAndAggregateCall {
+                calls: plain.clone(),
+            }
+            .abi_encode(),
+            IMulticall3::tryBlockAndAggregateCall {
+                requireSuccess: false,
+                calls: plain,
+            }
+            .abi_encode(),
+            IMulticall3::aggregate3ValueCall { calls: valued }.abi_encode(),
+        ];
+        let at = format!("{block:#x}");
+        for data in forms.iter().chain(&views) {
+            same_as_anvil(self.proxy, self.anvil, &call_object(MULTICALL3, data), &at).await;
+        }
+    }
+
+    /// `pending` reads the newest view; the number `eth_blockNumber`
+    /// gives through the proxy names a view.
+    async fn blocks_as_wallets_name_them(&self, holders: &[Address]) {
+        let number = test_support::rpc(self.proxy, "eth_blockNumber", json!([]))
             .await
             .unwrap();
-        assert_eq!(queries_served(server).await, before + 1, "one PIR request");
-        let node = anvil.rpc("eth_call", json!([call, at])).await;
-        assert_eq!(private, node, "MetaMask's refresh through the proxy");
+        let block = test_support::quantity(&number);
+        let newest = status(self.proxy).await["viewBlock"].as_u64().unwrap();
+        assert!(
+            block <= newest,
+            "eth_blockNumber {block} past the view {newest}"
+        );
+        let balance_of = IERC20::balanceOfCall { holder: holders[1] }.abi_encode();
+        let at = number.as_str().unwrap().to_string();
+        same_as_anvil(
+            self.proxy,
+            self.anvil,
+            &call_object(self.listed[1], &balance_of),
+            &at,
+        )
+        .await;
+        let pending =
+            test_support::rpc(self.proxy, "eth_getBalance", json!([holders[1], "pending"]))
+                .await
+                .unwrap();
+        let at_view = self
+            .anvil
+            .rpc(
+                "eth_getBalance",
+                json!([holders[1], format!("{newest:#x}")]),
+            )
+            .await;
+        assert_eq!(pending, at_view, "pending: the newest view");
     }
 }
