@@ -354,7 +354,10 @@ pub fn decode_level(
                 Ok(Lookup::Found(v)) => Ok(Some(v)),
                 Ok(Lookup::Absent) => Ok(None),
                 Err(
-                    e @ (ClientError::Corrupted | ClientError::Decode(_) | ClientError::WrongSetup),
+                    e @ (ClientError::Corrupted
+                    | ClientError::Shifted
+                    | ClientError::Decode(_)
+                    | ClientError::WrongSetup),
                 ) => Err(ReadError::Unverifiable(format!(
                     "{}: {e}",
                     snap.entry.id.url_form()

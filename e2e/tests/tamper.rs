@@ -207,10 +207,11 @@ async fn a_tampering_server_is_caught_and_contained() {
     wait_for_chain(&proxy).await;
     assert_fails_closed(&proxy, &queries, &saw, "bit flip without checksum").await;
 
-    // Whole multiples of delta look like valid plaintext: a server can do
-    // this as well by lying about its database. The tag still stops it
-    // from producing another account's value: the answer is the right
-    // balance or absent (0 in a full snapshot), never a third value.
+    // Whole multiples of delta look like valid plaintext to the noise
+    // check. The tag stops them from producing another account's value,
+    // and a record moved as a whole is recognised as moved: the answer is
+    // the right balance (the key in another partition) or the failure,
+    // never 0 for an account that holds ether.
     for p in 0..k {
         let queries = Arc::new(AtomicUsize::new(0));
         let rewrite = rewriting(shift_partition(&shape, p, delta), queries);
@@ -219,8 +220,8 @@ async fn a_tampering_server_is_caught_and_contained() {
         wait_for_chain(&proxy).await;
         let (a, wei) = &accounts[p % accounts.len()];
         let v = balance(&proxy, a).await;
-        let got = v["result"].as_str().unwrap_or("");
-        assert!(got == wei || got == "0x0", "partition {p}: {v}");
+        let right = v["result"].as_str() == Some(wei.as_str());
+        assert!(right || v["error"]["code"] == -32004, "partition {p}: {v}");
     }
 
     // A setup whose geometry is over the proxy's limits: refused, and the
@@ -272,4 +273,96 @@ async fn trust_reset_resumes_private_reads() {
         queries.load(Ordering::SeqCst) > sent,
         "no query after the reset"
     );
+}
+
+/// A relay that adds Delta to every element of the answers to the queries
+/// `pick` chooses (by position in each snapshot's batch).
+fn blind_shift(
+    delta: u32,
+    pick: impl Fn(usize) -> bool + Send + Sync + 'static,
+    queries: Arc<AtomicUsize>,
+) -> Rewrite {
+    Arc::new(move |path: &str, b: Bytes| {
+        if !path.ends_with("/query") {
+            return b;
+        }
+        queries.fetch_add(1, Ordering::SeqCst);
+        let Ok(parts) = protocol::multi::decode_response(&b) else {
+            return b;
+        };
+        let edited: Vec<Vec<u8>> = parts
+            .iter()
+            .map(|part| match decode_responses(part) {
+                Ok(mut rs) => {
+                    for (i, r) in rs.iter_mut().enumerate() {
+                        if pick(i) {
+                            r.elems.iter_mut().for_each(|e| *e = e.wrapping_add(delta));
+                        }
+                    }
+                    encode_responses(&rs)
+                }
+                Err(_) => part.to_vec(),
+            })
+            .collect();
+        Bytes::from(protocol::multi::encode_response(&edited))
+    })
+}
+
+/// Reads `accounts` in one JSON-RPC batch (one PIR request): each answer
+/// the right balance or an error, never another value; whether any failed.
+async fn batch_never_wrong(proxy: &str, accounts: &[(String, String)], case: &str) -> bool {
+    let http = reqwest::Client::new();
+    let calls: Vec<Value> = accounts
+        .iter()
+        .enumerate()
+        .map(|(i, (a, _))| json!({"jsonrpc": "2.0", "id": i, "method": "eth_getBalance", "params": [a, "0x0"]}))
+        .collect();
+    let answers = rpc_raw(&http, proxy, &Value::Array(calls).to_string()).await;
+    let mut failed = false;
+    for answer in answers.as_array().unwrap() {
+        let (_, wei) = &accounts[answer["id"].as_u64().unwrap() as usize];
+        match answer.get("result") {
+            Some(got) => assert_eq!(got.as_str(), Some(wei.as_str()), "{case}: {answer}"),
+            None => {
+                assert_eq!(answer["error"]["code"], -32004, "{case}: {answer}");
+                failed = true;
+            }
+        }
+    }
+    failed
+}
+
+/// A blind shift (Delta added to every element of every answer, or of a
+/// random half of the queries): no wrong balance, and private reads fail
+/// closed within the first three requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn blind_shifts_fail_closed_with_no_wrong_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, shape) = genesis_server(dir.path()).await;
+    let delta = shape.lwe.delta();
+    let limits = proxy::config::Limits::default();
+    let accounts = genesis_balances();
+    let every = |_: usize| true;
+    let half = |_: usize| rand::random::<bool>();
+    let cases: [(&str, Box<dyn Fn(usize) -> bool + Send + Sync>); 2] = [
+        ("every answer", Box::new(every)),
+        ("a random half", Box::new(half)),
+    ];
+    for (case, pick) in cases {
+        let queries = Arc::new(AtomicUsize::new(0));
+        let rewrite = blind_shift(delta, pick, queries.clone());
+        let cache = tempfile::tempdir().unwrap();
+        let (proxy, saw) = tampered_proxy(&server, rewrite, cache.path(), limits).await;
+        wait_for_chain(&proxy).await;
+        // Three requests of eight accounts, none read before.
+        let mut closed = false;
+        for chunk in accounts.chunks(8).take(3) {
+            if batch_never_wrong(&proxy, chunk, case).await {
+                closed = true;
+                break;
+            }
+        }
+        assert!(closed, "{case}: not failed closed within three requests");
+        assert_fails_closed(&proxy, &queries, &saw, case).await;
+    }
 }

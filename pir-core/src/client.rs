@@ -174,6 +174,12 @@ pub enum ClientError {
     Corrupted,
     #[error("the prepared query belongs to another snapshot")]
     WrongSetup,
+    /// Every element of the key's record moved by the same whole number
+    /// of plaintext steps: the noise check cannot see such a shift, and
+    /// the tag alone would read it as "absent" (docs/security.md, "Blind
+    /// shifts").
+    #[error("the response was shifted by whole plaintext steps (tampering)")]
+    Shifted,
 }
 
 /// Uniform ternary samples in {-1, 0, 1} (rejection-sampled bytes).
@@ -415,12 +421,37 @@ impl PirClient {
         let mut elems = plain[first..first + w].to_vec();
         plain.zeroize();
         sm.zeroize();
-        let (tag, value) = decode_record(&elems, bits, shape.value_bytes as usize);
+        let value_bytes = shape.value_bytes as usize;
+        let (tag, value) = decode_record(&elems, bits, value_bytes);
+        let found = tag == record_tag(&pending.key, &value);
+        let shifted = !found && uniformly_shifted(&elems, bits, value_bytes, &pending.key);
         elems.zeroize();
-        Ok(if tag == record_tag(&pending.key, &value) {
-            Lookup::Found(value)
-        } else {
-            Lookup::Absent
-        })
+        match (found, shifted) {
+            (true, _) => Ok(Lookup::Found(value)),
+            (false, true) => Err(ClientError::Shifted),
+            (false, false) => Ok(Lookup::Absent),
+        }
     }
+}
+
+/// Whether a record that fails its tag carries `key`'s tag once every
+/// element is moved back by the same whole number of plaintext steps: what
+/// a server (or a relay) that adds a multiple of Delta to every element of
+/// an answer makes of a present key. An absent key's elements are the sum
+/// of unrelated filter slots: a valid tag at some shift is a 2^-64 chance
+/// per shift tried (2^bits - 1 of them).
+fn uniformly_shifted(elems: &[u8], bits: u32, value_bytes: usize, key: &[u8]) -> bool {
+    let mask = ((1u32 << bits) - 1) as u8;
+    let mut moved = vec![0u8; elems.len()];
+    let found = (1..=mask).any(|k| {
+        for (m, &e) in moved.iter_mut().zip(elems) {
+            *m = e.wrapping_sub(k) & mask;
+        }
+        let (tag, mut value) = decode_record(&moved, bits, value_bytes);
+        let hit = tag == record_tag(key, &value);
+        value.zeroize();
+        hit
+    });
+    moved.zeroize();
+    found
 }

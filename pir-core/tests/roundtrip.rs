@@ -247,3 +247,40 @@ fn the_plan_predicts_the_encoded_shape() {
         );
     }
 }
+
+/// A blind shift (every element of an answer moved by the same multiple
+/// of Delta, which the noise check cannot see) is caught on a present
+/// key, never read as "absent"; an absent key stays absent.
+#[test]
+fn blind_shifts_are_caught_not_read_as_absent() {
+    let mut rng = ChaCha20Rng::seed_from_u64(7);
+    let records = random_db(&mut rng, 400, 20, 24);
+    let db = EncodedDb::encode(&records, 24, &EncodeOptions::default(), &mut rng).unwrap();
+    let server = PirServer::build_cpu(db, PublicMatrix::new(Expansion::default(), rng.random()));
+    let client = PirClient::from_setup_bytes(server.setup_bytes()).unwrap();
+    let delta = client.setup().shape.lwe.delta();
+    let steps = 1u32 << client.setup().shape.lwe.plaintext_bits;
+    for trial in 0..20u32 {
+        let shift = delta.wrapping_mul(1 + trial % (steps - 1));
+        let (key, _) = &records[trial as usize];
+        let (query, pending) = client.query(client.prepare(&mut rng), key).unwrap();
+        let mut response = server.answer(&query).unwrap();
+        response
+            .elems
+            .iter_mut()
+            .for_each(|e| *e = e.wrapping_add(shift));
+        assert_eq!(
+            client.decode(pending, &response),
+            Err(pir_core::ClientError::Shifted),
+            "trial {trial}"
+        );
+        let absent = rng.random::<[u8; 20]>();
+        let (query, pending) = client.query(client.prepare(&mut rng), &absent).unwrap();
+        let mut response = server.answer(&query).unwrap();
+        response
+            .elems
+            .iter_mut()
+            .for_each(|e| *e = e.wrapping_add(shift));
+        assert_eq!(client.decode(pending, &response), Ok(Lookup::Absent));
+    }
+}
