@@ -250,13 +250,19 @@ fn hostile_catalogs(base: &Value) -> Vec<(&'static str, Bytes)> {
     ]
 }
 
-/// Every private call (and the catalog-backed eth_chainId) gets a
-/// JSON-RPC error; none a result.
-async fn every_call_fails(proxy: &str, address: &str, what: &str) {
+/// Every private call of an address never read gets a JSON-RPC error,
+/// none a result; the address read before (`known`, whose balance at
+/// block 0 is `wei`) gets an error or, from the answers kept for the
+/// honest base still adopted, its right balance: never another.
+async fn every_call_fails(proxy: &str, known: &str, wei: &str, what: &str) {
+    // An address of its own per case: never read, so only the server
+    // could answer it.
+    let hash = alloy_primitives::keccak256(what.as_bytes());
+    let fresh = format!("{:#x}", alloy_primitives::Address::from_slice(&hash[12..]));
     for (method, params) in [
-        ("eth_getBalance", json!([address, "latest"])),
-        ("eth_getBalance", json!([address, "0x0"])),
-        ("eth_getTransactionCount", json!([address, "latest"])),
+        ("eth_getBalance", json!([fresh, "latest"])),
+        ("eth_getBalance", json!([fresh, "0x0"])),
+        ("eth_getTransactionCount", json!([fresh, "latest"])),
     ] {
         let v = call(proxy, method, params).await;
         assert!(
@@ -264,6 +270,11 @@ async fn every_call_fails(proxy: &str, address: &str, what: &str) {
             "{what}: {method} answered {v}"
         );
     }
+    let v = call(proxy, "eth_getBalance", json!([known, "0x0"])).await;
+    assert!(
+        v.get("error").is_some() || v["result"] == Value::String(wei.to_string()),
+        "{what}: a key read before answered {v}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -289,7 +300,7 @@ async fn a_lying_catalog_gets_errors_never_a_panic_or_the_memory() {
         let seen = *front.catalogs.lock().unwrap();
         let fetched = || async { (*front.catalogs.lock().unwrap() >= seen + 2).then_some(()) };
         test_support::eventually(what, fetched).await;
-        every_call_fails(&proxy.url, &address, what).await;
+        every_call_fails(&proxy.url, &address, &wei, what).await;
         let rss = proxy.rss();
         assert!(rss < RSS_LIMIT, "{what}: the proxy holds {} MiB", rss >> 20);
         eprintln!("{what}: every call an error; proxy RSS {} MiB", rss >> 20);
