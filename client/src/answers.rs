@@ -56,18 +56,35 @@ impl AnswerCache {
         self.dir.join(format!("{level}.answers"))
     }
 
-    /// What `level` answered for each of `keys` when asked before (`None`:
-    /// not asked yet). The level's file is read on first use.
-    pub fn known(&self, level: &Sha3Digest, keys: &[B256]) -> Vec<Option<Found>> {
+    /// `f` of `level`'s answers, its file read on first use.
+    fn with_level<T>(&self, level: &Sha3Digest, f: impl FnOnce(&LevelAnswers) -> T) -> T {
         let mut levels = self.levels.lock().expect("answers lock");
         let answers = levels.entry(level.clone()).or_default();
         if !answers.loaded {
             answers.by_key = load(&self.path(level));
             answers.loaded = true;
         }
-        keys.iter()
-            .map(|k| answers.by_key.get(k).cloned())
-            .collect()
+        f(answers)
+    }
+
+    /// What `level` answered for each of `keys` when asked before (`None`:
+    /// not asked yet).
+    pub fn known(&self, level: &Sha3Digest, keys: &[B256]) -> Vec<Option<Found>> {
+        self.with_level(level, |a| {
+            keys.iter().map(|k| a.by_key.get(k).cloned()).collect()
+        })
+    }
+
+    /// Up to `most` keys `level` answered with a value, and the values.
+    pub fn some_present(&self, level: &Sha3Digest, most: usize) -> Vec<(B256, Found)> {
+        self.with_level(level, |a| {
+            a.by_key
+                .iter()
+                .filter(|(_, v)| v.is_some())
+                .take(most)
+                .map(|(k, v)| (*k, v.clone()))
+                .collect()
+        })
     }
 
     /// Keeps what `level` answered (verified) for `keys`, in memory and

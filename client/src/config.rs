@@ -27,6 +27,10 @@ pub struct ClientConfig {
     pub allow_insecure_transport: bool,
     /// Every batch of queries has exactly this many (1: no padding).
     pub pad_batches_to: usize,
+    /// Queries of keys whose answer is known mixed into every request, so
+    /// that a server altering answers is caught (docs/security.md, "Blind
+    /// shifts"). With padding, the fillers are canaries too.
+    pub canaries_per_request: usize,
     /// Lookups of random addresses at Poisson times (0: none).
     pub cover_lookups_per_hour: f64,
     /// A SOCKS5 proxy for all traffic to the PIR server.
@@ -47,6 +51,7 @@ impl Default for ClientConfig {
             limits: Limits::default(),
             allow_insecure_transport: false,
             pad_batches_to: 1,
+            canaries_per_request: 1,
             cover_lookups_per_hour: 0.0,
             pir_proxy: None,
             fresh_connection_per_lookup: false,

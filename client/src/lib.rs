@@ -18,6 +18,8 @@
 //!   cached on disk;
 //! - `answers`: what each PIR level answered before, kept (a key is
 //!   queried once per level);
+//! - `canary`: queries of keys whose answers are known, mixed into
+//!   requests (a tampered answer fails closed);
 //! - [`pool`]: a snapshot's PIR client and its pool of prepared queries;
 //! - [`levels`]: how each level of a view is read and which level's
 //!   answer wins;
@@ -34,6 +36,7 @@ pub mod address;
 mod answers;
 pub mod block;
 pub mod cache;
+mod canary;
 pub mod catalog;
 pub mod config;
 pub mod error;

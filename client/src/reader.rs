@@ -19,6 +19,7 @@ use reqwest::StatusCode;
 use crate::answers::AnswerCache;
 use crate::block::BlockSelector;
 use crate::cache::{Artifact, DiskCache};
+use crate::canary;
 use crate::catalog::Catalog;
 use crate::config::{ClientConfig, ConfigError};
 use crate::fetch::{FetchError, Size};
@@ -40,6 +41,9 @@ pub struct PrivateReader {
     limits: pir_core::ClientLimits,
     /// Queries per batch sent (1: as many as asked).
     pad_to: usize,
+    /// Canaries mixed into each request (when padding: at least; fillers
+    /// are canaries where there are known answers).
+    canaries_per_request: usize,
     /// Snapshots whose setup data (or whole table) is loaded.
     snapshots: RwLock<BTreeMap<SnapshotId, Level>>,
     /// Held while a setup is fetched, so two lookups of a cold view do not
@@ -86,6 +90,7 @@ impl PrivateReader {
             pool_size: config.prepared_pool,
             limits: config.limits.client_limits(),
             pad_to: config.pad_batches_to.max(1),
+            canaries_per_request: config.canaries_per_request,
             snapshots: RwLock::new(BTreeMap::new()),
             opening: tokio::sync::Mutex::new(()),
             refreshing: tokio::sync::Mutex::new(()),
@@ -376,10 +381,16 @@ impl PrivateReader {
         view: &ViewClient,
         keys: &[ReadKey],
     ) -> Vec<Result<KeyState, ReadError>> {
+        // A request has at most the server's batch of queries, exactly
+        // `pad_batches_to` when padding; room is left for the canaries.
         let max_batch = self.catalog.max_batch();
-        let per_batch = match self.pad_to > 1 {
-            true => self.pad_to.min(max_batch),
-            false => max_batch,
+        let canaries = self.canaries_per_request;
+        let (per_batch, pad_to) = match self.pad_to > 1 {
+            true => {
+                let total = self.pad_to.min(max_batch);
+                (total.saturating_sub(canaries).max(1), total)
+            }
+            false => (max_batch.saturating_sub(canaries).max(1), 0),
         };
         let mut out = Vec::with_capacity(keys.len());
         for chunk in keys.chunks(per_batch) {
@@ -387,7 +398,7 @@ impl PrivateReader {
                 out.extend(all_failed(chunk.len(), &ReadError::Distrusted(reason)));
                 continue;
             }
-            let results = match self.read_batch(view, chunk, per_batch).await {
+            let results = match self.read_batch(view, chunk, pad_to).await {
                 Ok(results) => results,
                 Err(e) => all_failed(chunk.len(), &e),
             };
@@ -405,18 +416,19 @@ impl PrivateReader {
         out
     }
 
-    /// One request: the same queries (the keys not answered before, then
-    /// random fillers up to `pad_batches_to`) to every PIR level of the
-    /// view; none at all when every PIR level answered every key before
-    /// (see [`crate::answers`]). What the server sees never depends on
-    /// the keys' kind or on the level that holds them. A key the view
-    /// cannot hold (a slot of a contract it does not list) is replaced by
-    /// a random one, and answered with why.
+    /// One request: the same queries (the keys not answered before, the
+    /// canaries, then random fillers up to `pad_to` when padding) to every
+    /// PIR level of the view, in a random order; none at all when every
+    /// PIR level answered every key before (see [`crate::answers`]). What
+    /// the server sees never depends on the keys' kind or on the level
+    /// that holds them. A key the view cannot hold (a slot of a contract
+    /// it does not list) is replaced by a random one, and answered with
+    /// why.
     async fn read_batch(
         &self,
         view: &ViewClient,
         asked: &[ReadKey],
-        per_batch: usize,
+        pad_to: usize,
     ) -> Result<Vec<Result<KeyState, ReadError>>, ReadError> {
         let held: Vec<Result<(), ReadError>> = asked.iter().map(|k| view.holds(k)).collect();
         let keys: Vec<Option<B256>> = asked
@@ -434,7 +446,7 @@ impl PrivateReader {
             }
         }
         if !pir.is_empty() {
-            for (i, values) in self.read_pir_levels(&pir, &keys, per_batch).await? {
+            for (i, values) in self.read_pir_levels(&pir, &keys, pad_to).await? {
                 found[i] = values;
             }
         }
@@ -451,12 +463,12 @@ impl PrivateReader {
 
     /// What each PIR level holds for `keys` (`None`: a key the view does
     /// not hold): the answers kept from before, and one request for the
-    /// rest (padded), whose verified answers are kept in turn.
+    /// rest, whose verified answers are kept in turn.
     async fn read_pir_levels(
         &self,
         pir: &[(usize, &Arc<SnapshotClient>)],
         keys: &[Option<B256>],
-        per_batch: usize,
+        pad_to: usize,
     ) -> Result<Vec<(usize, Vec<Found>)>, ReadError> {
         let present: Vec<B256> = keys.iter().flatten().copied().collect();
         let known: Vec<Vec<Option<Found>>> = pir
@@ -473,33 +485,10 @@ impl PrivateReader {
         unknown.sort_unstable();
         unknown.dedup();
         let unheld = keys.len() - present.len();
-        let mut fresh: Vec<HashMap<B256, Found>> = vec![HashMap::new(); pir.len()];
-        if !unknown.is_empty() || unheld > 0 {
-            let random_key = || B256::from(rand::random::<[u8; 32]>());
-            let padded = if self.pad_to > 1 { per_batch } else { 0 };
-            let real = unknown.len() + unheld;
-            let queries: Vec<B256> = unknown
-                .iter()
-                .copied()
-                .chain((0..unheld).map(|_| random_key()))
-                .chain((real..padded).map(|_| random_key()))
-                .collect();
-            for (l, (_, values)) in self
-                .query_levels(pir, &queries)
-                .await?
-                .into_iter()
-                .enumerate()
-            {
-                let answered = &values[..unknown.len()];
-                self.answers
-                    .keep(pir[l].1.setup_digest(), &unknown, answered);
-                fresh[l] = unknown
-                    .iter()
-                    .copied()
-                    .zip(answered.iter().cloned())
-                    .collect();
-            }
-        }
+        let fresh = match unknown.is_empty() && unheld == 0 {
+            true => vec![HashMap::new(); pir.len()],
+            false => self.request(pir, &unknown, unheld, pad_to).await?,
+        };
         Ok(pir
             .iter()
             .zip(known)
@@ -517,6 +506,50 @@ impl PrivateReader {
                 (*i, values)
             })
             .collect())
+    }
+
+    /// One request reading `unknown` from every PIR level, with `unheld`
+    /// random keys, the canaries and (to `pad_to`) random fillers mixed
+    /// in; the canaries checked, each level's answers to `unknown` kept
+    /// and returned.
+    async fn request(
+        &self,
+        pir: &[(usize, &Arc<SnapshotClient>)],
+        unknown: &[B256],
+        unheld: usize,
+        pad_to: usize,
+    ) -> Result<Vec<HashMap<B256, Found>>, ReadError> {
+        // With padding, every query beyond the real ones is a canary where
+        // answers are known, a random filler where not.
+        let real = unknown.len() + unheld;
+        let slots = match pad_to > 0 {
+            true => pad_to.saturating_sub(real),
+            false => self.canaries_per_request,
+        };
+        let canaries = canary::choose(&self.answers, pir, unknown, slots);
+        let fillers = match pad_to > 0 {
+            true => slots - canaries.len(),
+            false => 0,
+        };
+        let arranged = canary::arrange(unknown, unheld + fillers, &canaries);
+        let queries: Vec<B256> = arranged.iter().map(|q| q.0).collect();
+        let roles: Vec<canary::Role> = arranged.iter().map(|q| q.1).collect();
+        let answered = self.query_levels(pir, &queries).await?;
+        let found: Vec<Vec<Found>> = answered.into_iter().map(|(_, v)| v).collect();
+        canary::check(&roles, &canaries, &found, pir)?;
+        let mut fresh = vec![HashMap::new(); pir.len()];
+        for (l, values) in found.into_iter().enumerate() {
+            let mut by_key: HashMap<B256, Found> = HashMap::new();
+            for (role, value) in roles.iter().zip(values) {
+                if let canary::Role::Real(i) = role {
+                    by_key.insert(unknown[*i], value);
+                }
+            }
+            let kept: Vec<Found> = unknown.iter().map(|k| by_key[k].clone()).collect();
+            self.answers.keep(pir[l].1.setup_digest(), unknown, &kept);
+            fresh[l] = by_key;
+        }
+        Ok(fresh)
     }
 
     /// One request with the same queries to every PIR level; each level's

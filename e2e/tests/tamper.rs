@@ -275,11 +275,13 @@ async fn trust_reset_resumes_private_reads() {
     );
 }
 
-/// A relay that adds Delta to every element of the answers to the queries
-/// `pick` chooses (by position in each snapshot's batch).
+/// A relay that adds Delta to the elements `element` chooses (by index)
+/// of the answers to the queries `pick` chooses (by position in each
+/// snapshot's batch).
 fn blind_shift(
     delta: u32,
     pick: impl Fn(usize) -> bool + Send + Sync + 'static,
+    element: impl Fn(usize) -> bool + Send + Sync + 'static,
     queries: Arc<AtomicUsize>,
 ) -> Rewrite {
     Arc::new(move |path: &str, b: Bytes| {
@@ -296,7 +298,11 @@ fn blind_shift(
                 Ok(mut rs) => {
                     for (i, r) in rs.iter_mut().enumerate() {
                         if pick(i) {
-                            r.elems.iter_mut().for_each(|e| *e = e.wrapping_add(delta));
+                            r.elems
+                                .iter_mut()
+                                .enumerate()
+                                .filter(|(j, _)| element(*j))
+                                .for_each(|(_, e)| *e = e.wrapping_add(delta));
                         }
                     }
                     encode_responses(&rs)
@@ -332,25 +338,36 @@ async fn batch_never_wrong(proxy: &str, accounts: &[(String, String)], case: &st
     failed
 }
 
+type Pick = Box<dyn Fn(usize) -> bool + Send + Sync>;
+
 /// A blind shift (Delta added to every element of every answer, or of a
-/// random half of the queries): no wrong balance, and private reads fail
-/// closed within the first three requests.
+/// random half of the queries; or to the first element of every record,
+/// which no check of an answer alone can see): no wrong balance, and
+/// private reads fail closed within the first three requests.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn blind_shifts_fail_closed_with_no_wrong_answer() {
     let dir = tempfile::tempdir().unwrap();
     let (server, shape) = genesis_server(dir.path()).await;
     let delta = shape.lwe.delta();
+    let w = shape.record_elems();
     let limits = proxy::config::Limits::default();
     let accounts = genesis_balances();
-    let every = |_: usize| true;
-    let half = |_: usize| rand::random::<bool>();
-    let cases: [(&str, Box<dyn Fn(usize) -> bool + Send + Sync>); 2] = [
-        ("every answer", Box::new(every)),
-        ("a random half", Box::new(half)),
+    let cases: [(&str, Pick, Pick); 3] = [
+        ("every answer", Box::new(|_| true), Box::new(|_| true)),
+        (
+            "a random half",
+            Box::new(|_| rand::random::<bool>()),
+            Box::new(|_| true),
+        ),
+        (
+            "every record's first element",
+            Box::new(|_| true),
+            Box::new(move |j| j % w == 0),
+        ),
     ];
-    for (case, pick) in cases {
+    for (case, pick, element) in cases {
         let queries = Arc::new(AtomicUsize::new(0));
-        let rewrite = blind_shift(delta, pick, queries.clone());
+        let rewrite = blind_shift(delta, pick, element, queries.clone());
         let cache = tempfile::tempdir().unwrap();
         let (proxy, saw) = tampered_proxy(&server, rewrite, cache.path(), limits).await;
         wait_for_chain(&proxy).await;

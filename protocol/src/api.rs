@@ -150,6 +150,19 @@ fn check_names_and_text(m: &Manifest) -> Result<(), String> {
             "{contracts} contracts held (at most {MAX_CONTRACTS})"
         ));
     }
+    check_canaries(m)
+}
+
+/// Few canaries, each a value of the snapshot's width.
+fn check_canaries(m: &Manifest) -> Result<(), String> {
+    let most = crate::manifest::CANARIES_PER_BASE;
+    if m.canaries.len() > most {
+        return Err(format!("{} canaries (at most {most})", m.canaries.len()));
+    }
+    let width = m.pir.value_bytes as usize;
+    if m.canaries.iter().any(|c| c.value.len() != width) {
+        return Err(format!("a canary's value is not {width} bytes"));
+    }
     Ok(())
 }
 

@@ -245,6 +245,41 @@ pub struct BuildStats {
     pub hint_device: String,
 }
 
+/// A record of a base published in its manifest: its PIR key and value.
+/// A client mixes queries of such keys (canaries) into its requests,
+/// indistinguishable from the real ones, and fails closed when one reads
+/// anything but this value (docs/security.md, "Blind shifts").
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Canary {
+    pub key: B256,
+    pub value: alloy_primitives::Bytes,
+}
+
+/// Canaries a base publishes, chosen from its records by its content
+/// digest (the same state gives the same canaries).
+pub const CANARIES_PER_BASE: usize = 16;
+
+/// The indices of the canaries among `records` records sorted by key,
+/// drawn from the records' digest: distinct, at most
+/// [`CANARIES_PER_BASE`].
+pub fn canary_indices(content_digest: &crate::Sha3Digest, records: u64) -> Vec<u64> {
+    let mut out: Vec<u64> = Vec::new();
+    for j in 0..(4 * CANARIES_PER_BASE as u64) {
+        if out.len() == CANARIES_PER_BASE || out.len() as u64 == records {
+            break;
+        }
+        let mut seed = content_digest.as_str().as_bytes().to_vec();
+        seed.extend_from_slice(&j.to_le_bytes());
+        let h = alloy_primitives::keccak256(&seed);
+        let i = u64::from_le_bytes(h[..8].try_into().expect("8 bytes")) % records.max(1);
+        if !out.contains(&i) {
+            out.push(i);
+        }
+    }
+    out
+}
+
 /// `manifest.json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -272,6 +307,9 @@ pub struct Manifest {
     pub storage: crate::storage::PrivateStorage,
     /// SHA3-256 of the sorted records (`records.bin`).
     pub content_digest: crate::Sha3Digest,
+    /// Records of a base published as canaries (none for deltas).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub canaries: Vec<Canary>,
     /// RFC 3339.
     pub created_at: String,
     pub pir: PirParams,

@@ -48,6 +48,12 @@ pub struct ProxyConfig {
     /// batches split), so the server cannot count a wallet's addresses.
     /// 1: no padding.
     pub pad_batches_to: usize,
+    /// Queries of keys whose answer the proxy knows (a base's published
+    /// canaries, answers read before) mixed into every request at random
+    /// positions: a server that alters answers without knowing which query
+    /// is which is caught and private reads stop. With padding, the fillers
+    /// are canaries too. 0: none.
+    pub canaries_per_request: usize,
     /// Lookups of random addresses at random times, sent exactly like real
     /// ones, so the server cannot tell when the user acts. 0: none.
     pub cover_lookups_per_hour: f64,
@@ -117,6 +123,7 @@ impl Default for ProxyConfig {
             allow_insecure_transport: false,
             upstream_methods: UpstreamMethods::All,
             pad_batches_to: 1,
+            canaries_per_request: 1,
             cover_lookups_per_hour: 0.0,
             pir_proxy: None,
             fresh_connection_per_lookup: false,
@@ -149,6 +156,7 @@ impl ProxyConfig {
             limits: self.limits,
             allow_insecure_transport: self.allow_insecure_transport,
             pad_batches_to: self.pad_batches_to,
+            canaries_per_request: self.canaries_per_request,
             cover_lookups_per_hour: self.cover_lookups_per_hour,
             pir_proxy: self.pir_proxy.clone(),
             fresh_connection_per_lookup: self.fresh_connection_per_lookup,

@@ -323,10 +323,14 @@ fn build_staged(
     let mapped = staged.map_file(RECORDS_FILE)?;
     let view = RecordsView::new((*mapped).as_ref(), summary.width)?;
     let table = whole_table(&view);
+    let canaries = match meta.kind {
+        SnapshotKind::Full => canaries_of(&view, &records.sha3_256),
+        _ => Vec::new(),
+    };
     let encoded = encode_phase(&mut staged, &view, &meta.kind, opts)?;
     let hinted = hint_phase(encoded, opts)?;
     let written = write_phase(staged, hinted, table, records.sha3_256, records_s)?;
-    let manifest = manifest_for(meta, &summary, &written);
+    let manifest = manifest_for(meta, &summary, &written, canaries);
     let published = store.publish(written.staged, &manifest)?;
     let peak_rss_mib = peak_rss_bytes().map(|b| b >> 20);
     tracing::info!(snapshot = %id, path = %published.path.display(), records = manifest.record_count, ?peak_rss_mib, "published");
@@ -541,7 +545,32 @@ fn whole_table(records: &RecordsView) -> Option<Vec<u8>> {
     protocol::table::encode_table(&entries, records.value_bytes())
 }
 
-fn manifest_for(state: &ExportedState, summary: &RecordsSummary, w: &Written) -> Manifest {
+/// A base's canaries: the records at the indices its content digest
+/// draws (protocol::manifest::canary_indices), with their PIR values.
+fn canaries_of(
+    records: &RecordsView,
+    digest: &protocol::Sha3Digest,
+) -> Vec<protocol::manifest::Canary> {
+    let mut key = Vec::new();
+    protocol::manifest::canary_indices(digest, records.len() as u64)
+        .into_iter()
+        .map(|i| {
+            let mut value = vec![0u8; records.value_bytes()];
+            records.read(i as usize, &mut key, &mut value);
+            protocol::manifest::Canary {
+                key: B256::from_slice(&key),
+                value: value.into(),
+            }
+        })
+        .collect()
+}
+
+fn manifest_for(
+    state: &ExportedState,
+    summary: &RecordsSummary,
+    w: &Written,
+    canaries: Vec<protocol::manifest::Canary>,
+) -> Manifest {
     let shape = &w.shape;
     Manifest {
         format: MANIFEST_FORMAT,
@@ -556,6 +585,7 @@ fn manifest_for(state: &ExportedState, summary: &RecordsSummary, w: &Written) ->
         storage_records: summary.slots,
         storage: state.listed.clone(),
         content_digest: w.content_digest.clone(),
+        canaries,
         created_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
         pir: PirParams {
             lwe_dimension: shape.lwe.dimension,
