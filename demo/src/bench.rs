@@ -127,6 +127,36 @@ pub async fn serve_store(config: server::ServerConfig) -> Result<String> {
     }
 }
 
+/// The splitmix64 finaliser: a seeded synthetic chain's values made from
+/// their index, so that 2^24 of them need no table.
+pub fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// Seconds until `reader` has a complete view at `block`, polled for at
+/// most `limit` (`None`: not in time).
+pub async fn served(
+    reader: &ethpir_client::PrivateReader,
+    block: u64,
+    limit: Duration,
+) -> Option<f64> {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if reader
+            .views()
+            .iter()
+            .any(|v| v.block == block && v.complete)
+        {
+            return Some(t.elapsed().as_secs_f64());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    None
+}
+
 /// The `p` quantile (0..=1, nearest rank) of `sorted`; NaN when empty.
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     match sorted.len() {

@@ -30,10 +30,11 @@ async fn genesis_server(dir: &std::path::Path) -> (String, DbShape) {
     (server, shape)
 }
 
-/// A relay that rewrites every query response with `edit` (the response
-/// checksum recomputed) and counts the queries that reach the server.
+/// A relay that rewrites every query response with `edit` (given its
+/// query's position in its snapshot's batch; the response checksum
+/// recomputed) and counts the queries that reach the server.
 fn rewriting(
-    edit: impl Fn(&mut Response) + Send + Sync + 'static,
+    edit: impl Fn(usize, &mut Response) + Send + Sync + 'static,
     queries: Arc<AtomicUsize>,
 ) -> Rewrite {
     Arc::new(move |path: &str, b: Bytes| {
@@ -49,7 +50,7 @@ fn rewriting(
             .iter()
             .map(|part| match decode_responses(part) {
                 Ok(mut rs) => {
-                    rs.iter_mut().for_each(&edit);
+                    rs.iter_mut().enumerate().for_each(|(i, r)| edit(i, r));
                     encode_responses(&rs)
                 }
                 Err(_) => part.to_vec(),
@@ -60,9 +61,13 @@ fn rewriting(
 }
 
 /// Adds `by` to every element of partition `p`'s columns.
-fn shift_partition(shape: &DbShape, p: usize, by: u32) -> impl Fn(&mut Response) + Send + Sync {
+fn shift_partition(
+    shape: &DbShape,
+    p: usize,
+    by: u32,
+) -> impl Fn(usize, &mut Response) + Send + Sync {
     let w = shape.record_elems();
-    move |r: &mut Response| {
+    move |_, r: &mut Response| {
         for e in &mut r.elems[p * w..(p + 1) * w] {
             *e = e.wrapping_add(by);
         }
@@ -227,7 +232,7 @@ async fn a_tampering_server_is_caught_and_contained() {
     // A setup whose geometry is over the proxy's limits: refused, and the
     // server is not asked any private query.
     let queries = Arc::new(AtomicUsize::new(0));
-    let rewrite = rewriting(|_| {}, queries.clone());
+    let rewrite = rewriting(|_, _| {}, queries.clone());
     let cache = tempfile::tempdir().unwrap();
     let small = proxy::config::Limits {
         max_rows: 16,
@@ -284,34 +289,13 @@ fn blind_shift(
     element: impl Fn(usize) -> bool + Send + Sync + 'static,
     queries: Arc<AtomicUsize>,
 ) -> Rewrite {
-    Arc::new(move |path: &str, b: Bytes| {
-        if !path.ends_with("/query") {
-            return b;
+    let edit = move |i: usize, r: &mut Response| {
+        if pick(i) {
+            let chosen = r.elems.iter_mut().enumerate().filter(|(j, _)| element(*j));
+            chosen.for_each(|(_, e)| *e = e.wrapping_add(delta));
         }
-        queries.fetch_add(1, Ordering::SeqCst);
-        let Ok(parts) = protocol::multi::decode_response(&b) else {
-            return b;
-        };
-        let edited: Vec<Vec<u8>> = parts
-            .iter()
-            .map(|part| match decode_responses(part) {
-                Ok(mut rs) => {
-                    for (i, r) in rs.iter_mut().enumerate() {
-                        if pick(i) {
-                            r.elems
-                                .iter_mut()
-                                .enumerate()
-                                .filter(|(j, _)| element(*j))
-                                .for_each(|(_, e)| *e = e.wrapping_add(delta));
-                        }
-                    }
-                    encode_responses(&rs)
-                }
-                Err(_) => part.to_vec(),
-            })
-            .collect();
-        Bytes::from(protocol::multi::encode_response(&edited))
-    })
+    };
+    rewriting(edit, queries)
 }
 
 /// Reads `accounts` in one JSON-RPC batch (one PIR request): each answer

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use alloy_primitives::{Address, U256};
 use anyhow::{Context, Result};
 use clap::Parser;
+use demo::bench::{cpu_model, served, splitmix};
 use ethpir_client::{BlockSelector, ClientConfig, PrivateReader};
 use protocol::storage::{PrivateStorage, StorageRecord};
 use protocol::tokens::{MappingLayout, SlotIndex, TokenEntry};
@@ -105,13 +106,6 @@ fn listed(with_token: bool) -> PrivateStorage {
 }
 
 const CHAIN_ID: u64 = 1;
-
-fn splitmix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
 
 /// The simulated chain: the base (derived from the index, so 2^24 accounts
 /// need no table) and every change since, per address.
@@ -471,34 +465,6 @@ async fn answer_ms(http: &reqwest::Client, server: &str) -> Option<f64> {
         value("ethpir_answer_seconds_count")?,
     );
     (count > 0.0).then(|| sum / count * 1e3)
-}
-
-/// Waits until the proxy's newest view is at `block`; the time it took.
-async fn served(reader: &PrivateReader, block: u64, limit: Duration) -> Option<f64> {
-    let t = Instant::now();
-    while t.elapsed() < limit {
-        if reader
-            .views()
-            .iter()
-            .any(|v| v.block == block && v.complete)
-        {
-            return Some(t.elapsed().as_secs_f64());
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    None
-}
-
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        })
-        .unwrap_or_default()
 }
 
 #[tokio::main]

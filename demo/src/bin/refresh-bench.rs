@@ -20,6 +20,7 @@ use alloy_primitives::{Address, Bytes, U256};
 use alloy_sol_types::SolCall;
 use anyhow::{bail, Context, Result};
 use clap::Parser;
+use demo::bench::{cpu_model, percentile, served, splitmix};
 use ethpir_client::{BlockSelector, ClientConfig, PrivateReader};
 use protocol::storage::{PrivateStorage, StorageRecord};
 use protocol::tokens::{
@@ -82,13 +83,6 @@ struct Args {
 }
 
 const CHAIN_ID: u64 = 1;
-
-fn splitmix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
 
 fn token(t: usize) -> TokenEntry {
     let mut address = [0x70u8; 20];
@@ -368,21 +362,6 @@ async fn refresh(
     })
 }
 
-async fn served(reader: &PrivateReader, block: u64, limit: Duration) -> bool {
-    let t = Instant::now();
-    while t.elapsed() < limit {
-        if reader
-            .views()
-            .iter()
-            .any(|v| v.block == block && v.complete)
-        {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    false
-}
-
 /// The store, the levels, the server and an always-on reader over the
 /// base: the reader and the levels to publish deltas with.
 async fn start(
@@ -421,16 +400,10 @@ async fn start(
         ..Default::default()
     })
     .await?;
-    if !served(&reader, 0, Duration::from_secs(600)).await {
+    if served(&reader, 0, Duration::from_secs(600)).await.is_none() {
         bail!("the reader never loaded the base");
     }
     Ok((reader, levels, base_build_s))
-}
-
-fn percentile(values: &[f64], p: f64) -> Option<f64> {
-    let mut v = values.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
-    (!v.is_empty()).then(|| v[((v.len() - 1) as f64 * p).round() as usize])
 }
 
 #[tokio::main]
@@ -450,7 +423,10 @@ async fn main() -> Result<()> {
         let delta = chain.next_block(block, &args, &mut rng);
         let l = levels.clone();
         tokio::task::spawn_blocking(move || l.publish(delta)).await??;
-        if !served(&reader, block, Duration::from_secs(30)).await {
+        if served(&reader, block, Duration::from_secs(30))
+            .await
+            .is_none()
+        {
             bail!("block {block} not served within 30 s");
         }
         if block % args.refresh_every.max(1) == 0 {
@@ -459,7 +435,8 @@ async fn main() -> Result<()> {
         tokio::time::sleep_until(next.into()).await;
     }
     let steady_bytes: Vec<f64> = steady.iter().map(|r| (r.up + r.down) as f64).collect();
-    let steady_ms: Vec<f64> = steady.iter().map(|r| r.ms).collect();
+    let mut steady_ms: Vec<f64> = steady.iter().map(|r| r.ms).collect();
+    steady_ms.sort_by(f64::total_cmp);
     let first_bytes = (first.up + first.down) as f64;
     let mean = steady_bytes.iter().sum::<f64>() / steady_bytes.len().max(1) as f64;
     let out = json!({
@@ -485,6 +462,7 @@ async fn main() -> Result<()> {
         "steady_ms_max": percentile(&steady_ms, 1.0),
         "wrong_answers": wrong.len(),
         "kernel": kernel.name(),
+        "cpu_model": cpu_model(),
         "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
     });
     for w in wrong.iter().take(5) {
