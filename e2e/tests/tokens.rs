@@ -240,6 +240,9 @@ async fn wallets_read_token_balances_privately_through_viem() {
         upstream: Some(upstream),
         cache_dir: cache.path().to_path_buf(),
         balance_checker: Some(checker),
+        // The proxy trusts its own list (the shipped one has no tokens of
+        // this chain).
+        tokens: Some(tokens_path.clone()),
         ..Default::default()
     })
     .await;

@@ -283,6 +283,9 @@ pub struct TokenList {
     pub tokens: Vec<TokenEntry>,
 }
 
+/// The shipped mainnet list's text.
+const SHIPPED_MAINNET: &str = include_str!("../../configs/tokens-mainnet.toml");
+
 /// A token list that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum TokenListError {
@@ -336,6 +339,14 @@ impl TokenList {
         })
     }
 
+    /// The list shipped with the programs (`configs/tokens-mainnet.toml`,
+    /// built in): the tokens a proxy trusts when its user gives no list.
+    pub fn shipped() -> Self {
+        let list: TokenList = toml::from_str(SHIPPED_MAINNET).expect("the shipped list parses");
+        list.check().expect("the shipped list has no duplicates");
+        list
+    }
+
     /// The list as TOML (what `tokens detect` prints one entry of).
     pub fn to_toml(&self) -> String {
         toml::to_string(self).expect("a token list serialises")
@@ -346,6 +357,18 @@ impl TokenList {
 mod tests {
     use super::*;
     use alloy_primitives::{address, b256};
+
+    #[test]
+    fn the_built_in_list_is_the_shipped_file() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../configs/tokens-mainnet.toml"
+        );
+        assert_eq!(
+            TokenList::shipped(),
+            TokenList::from_file(Path::new(path)).unwrap()
+        );
+    }
 
     #[test]
     fn the_shipped_mainnet_list_loads() {

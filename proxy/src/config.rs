@@ -64,11 +64,12 @@ pub struct ProxyConfig {
     /// Open a new connection to the PIR server for every request, so that
     /// lookups cannot be linked by their connection.
     pub fresh_connection_per_lookup: bool,
-    /// A token list (`[[token]]` entries) to check the server's against:
-    /// a token's balanceOf is answered privately only when the catalog's
-    /// entry for it (chain, address, balances slot, layout) is the same as
-    /// this file's, so that a server naming another slot cannot make the
-    /// proxy read the wrong word. Unset: the catalog's list is taken as is.
+    /// The token list (`[[token]]` entries) this proxy trusts: a getter
+    /// (`balanceOf`, ...) is answered privately only when the catalog's
+    /// entry for it (chain, address, function, slot, layout) is the same
+    /// as this list's, so that a server naming another slot cannot make the
+    /// proxy read the wrong word. Unset: the list shipped with the proxy
+    /// (configs/tokens-mainnet.toml, built in; no tokens of other chains).
     pub tokens: Option<PathBuf>,
     /// The BalanceChecker contract (`balances(address[],address[])`) whose
     /// calls are answered privately when every token they name is listed
@@ -174,11 +175,12 @@ impl ProxyConfig {
         }
     }
 
-    /// The token list to check the catalog's against, if one is set.
-    pub fn pinned_tokens(&self) -> anyhow::Result<Option<protocol::tokens::TokenList>> {
+    /// The token list the catalog's must agree with: the user's file, or
+    /// the shipped one.
+    pub fn trusted_tokens(&self) -> anyhow::Result<protocol::tokens::TokenList> {
         match &self.tokens {
-            Some(path) => Ok(Some(protocol::tokens::TokenList::from_file(path)?)),
-            None => Ok(None),
+            Some(path) => Ok(protocol::tokens::TokenList::from_file(path)?),
+            None => Ok(protocol::tokens::TokenList::shipped()),
         }
     }
 

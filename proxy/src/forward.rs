@@ -43,8 +43,9 @@ pub struct ForwardPolicy {
     pub private_fallback: bool,
     /// Which methods may go upstream.
     pub upstream_methods: UpstreamMethods,
-    /// The user's token list, which the catalog's must agree with.
-    pub pinned_tokens: Option<protocol::tokens::TokenList>,
+    /// The token list the catalog's must agree with (the user's, or the
+    /// shipped one).
+    pub trusted_tokens: protocol::tokens::TokenList,
     /// The BalanceChecker's address set by the user (else the chain's
     /// known one, see [`protocol::tokens::known_balance_checker`]).
     pub balance_checker: Option<Address>,
@@ -58,7 +59,7 @@ impl ForwardPolicy {
         let catalog = self.reader.private_storage(sel)?;
         let chain = self.reader.chain_id().ok().flatten();
         Some(Answerable {
-            storage: storage::checked_list(catalog, self.pinned_tokens.as_ref()),
+            storage: storage::checked_list(catalog, &self.trusted_tokens),
             balance_checker: self
                 .balance_checker
                 .or_else(|| chain.and_then(protocol::tokens::known_balance_checker)),

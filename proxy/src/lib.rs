@@ -86,7 +86,7 @@ pub async fn serve_on(
         local: module.method_names().collect(),
         private_fallback: config.private_fallback_to_upstream,
         upstream_methods: config.upstream_methods,
-        pinned_tokens: config.pinned_tokens()?,
+        trusted_tokens: config.trusted_tokens()?,
         balance_checker: config.balance_checker,
     });
     let limits = ServerConfig::builder()

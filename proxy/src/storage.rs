@@ -25,16 +25,12 @@ use serde_json::Value;
 
 use crate::calls::{self, Answerable, CallPlan, Facts};
 
-/// The catalog's list for a view, less the getters whose entry differs
-/// from the pinned list's (when there is one): those are read as any
-/// unlisted contract's calls.
+/// The catalog's list for a view, less the getters whose entry is not
+/// the trusted list's: those are read as any unlisted contract's calls.
 pub fn checked_list(
     catalog: PrivateStorage,
-    pinned: Option<&protocol::tokens::TokenList>,
+    pinned: &protocol::tokens::TokenList,
 ) -> PrivateStorage {
-    let Some(pinned) = pinned else {
-        return catalog;
-    };
     let (kept, dropped): (Vec<_>, Vec<_>) = catalog.tokens.into_iter().partition(|t| {
         pinned
             .getter(t.chain_id, &t.address, t.function.selector())
@@ -374,13 +370,18 @@ pub(crate) mod tests {
     #[test]
     fn a_pinned_list_keeps_only_the_getters_it_agrees_with() {
         let catalog = listed().storage;
-        assert_eq!(checked_list(catalog.clone(), None), catalog);
+        let same = protocol::tokens::TokenList {
+            tokens: catalog.tokens.clone(),
+        };
+        assert_eq!(checked_list(catalog.clone(), &same), catalog);
+        let none = checked_list(catalog.clone(), &Default::default());
+        assert!(none.tokens.is_empty(), "nothing trusted, nothing private");
         let mut moved = token(0xbb);
         moved.balance_slot = SlotIndex::Position(9);
         let pinned = protocol::tokens::TokenList {
             tokens: vec![token(0xaa), moved],
         };
-        let checked = checked_list(catalog.clone(), Some(&pinned));
+        let checked = checked_list(catalog.clone(), &pinned);
         assert_eq!(
             checked.tokens,
             vec![token(0xaa)],
