@@ -5,7 +5,7 @@
 # Extra flags go to every pir-bench run (e.g. --device cuda on a GPU machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --bin pir-bench --bin proxy-bench --bin serve-bench
+cargo build --release --bin pir-bench --bin proxy-bench --bin serve-bench --bin refresh-bench
 bench=target/release/pir-bench
 # Every kernel this CPU has, on the same workloads (pir-bench refuses the others).
 for kernel in avx512-vnni avx2 portable; do
@@ -22,3 +22,4 @@ done
 "$bench" --log2-keys 18 --arity 4 "$@"
 target/release/proxy-bench --log2-accounts 20 --calls 200
 target/release/serve-bench --setup-mib 256 --downloads 64
+target/release/refresh-bench --log2-accounts 24 --blocks 40 --refresh-every 4
