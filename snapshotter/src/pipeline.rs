@@ -8,7 +8,6 @@ use pir_core::encode::{encode_into, RecordSource};
 use pir_core::wire::SetupData;
 use pir_core::wire::{query_bytes, response_bytes};
 use pir_core::{Arity, EncodeOptions, EncodedDb, Expansion, Packing, PublicMatrix};
-use rand::Rng;
 
 use protocol::storage::{PrivateStorage, StorageRecord};
 
@@ -327,8 +326,9 @@ fn build_staged(
         SnapshotKind::Full => canaries_of(&view, &records.sha3_256),
         _ => Vec::new(),
     };
-    let encoded = encode_phase(&mut staged, &view, &meta.kind, opts)?;
-    let hinted = hint_phase(encoded, opts)?;
+    let seeds = BuildSeeds::of(meta, &records.sha3_256);
+    let encoded = encode_phase(&mut staged, &view, &meta.kind, opts, &seeds)?;
+    let hinted = hint_phase(encoded, opts, &seeds)?;
     let written = write_phase(staged, hinted, table, records.sha3_256, records_s)?;
     let manifest = manifest_for(meta, &summary, &written, canaries);
     let published = store.publish(written.staged, &manifest)?;
@@ -398,6 +398,39 @@ fn check_records(state: &mut ExportedState) -> Result<(), BuildError> {
     Ok(())
 }
 
+/// Every seed of a build, drawn from what is built (chain, block, block
+/// hash, kind and the records' digest): the same state at the same block
+/// gives byte for byte the same `db.bin` and `setup.bin` on any machine,
+/// thread count, encoder budget or device (the encoder and every hint
+/// kernel are deterministic given their seeds), so anyone with a node can
+/// rebuild a snapshot and compare digests. Nothing is secret in them: the
+/// filters' and the public matrix's seeds are published in the setup.
+struct BuildSeeds {
+    root: B256,
+    matrix: [u8; pir_core::params::SEED_BYTES],
+}
+
+impl BuildSeeds {
+    fn of(meta: &ExportedState, records_digest: &protocol::Sha3Digest) -> Self {
+        let mut input = b"ethpir build seeds v1".to_vec();
+        input.extend_from_slice(&meta.chain_id.to_le_bytes());
+        input.extend_from_slice(&meta.block_number.to_le_bytes());
+        input.extend_from_slice(meta.block_hash.unwrap_or_default().as_slice());
+        input.extend_from_slice(meta.id().to_string().as_bytes());
+        input.extend_from_slice(records_digest.as_str().as_bytes());
+        let root = alloy_primitives::keccak256(&input);
+        let matrix = alloy_primitives::keccak256([root.as_slice(), b"matrix"].concat()).0;
+        BuildSeeds { root, matrix }
+    }
+
+    /// The encoder's random draws (partition and filter seeds).
+    fn encoder(&self) -> rand_chacha::ChaCha20Rng {
+        use rand::SeedableRng;
+        let seed = alloy_primitives::keccak256([self.root.as_slice(), b"encoder"].concat());
+        rand_chacha::ChaCha20Rng::from_seed(seed.0)
+    }
+}
+
 /// The encoded database (answered from its staged file) and how long it
 /// took.
 struct Encoded {
@@ -413,6 +446,7 @@ fn encode_phase(
     source: &RecordsView,
     kind: &SnapshotKind,
     opts: &BuildOptions,
+    seeds: &BuildSeeds,
 ) -> Result<Encoded, BuildError> {
     failpoint::hit("encode");
     let t = Instant::now();
@@ -427,7 +461,7 @@ fn encode_phase(
         source,
         &options,
         opts.encode_memory_bytes,
-        &mut rand::rng(),
+        &mut seeds.encoder(),
         &mut sink,
     );
     report(&opts.progress, ProgressEvent::End { step });
@@ -454,14 +488,18 @@ struct Hinted {
     device: String,
 }
 
-fn hint_phase(encoded: Encoded, opts: &BuildOptions) -> Result<Hinted, BuildError> {
+fn hint_phase(
+    encoded: Encoded,
+    opts: &BuildOptions,
+    seeds: &BuildSeeds,
+) -> Result<Hinted, BuildError> {
     failpoint::hit("hint");
     let Encoded { db, encode_s } = encoded;
     let t = Instant::now();
     let step = Step::BuildHint;
     let total = Some(db.shape().lwe.dimension as u64);
     report(&opts.progress, ProgressEvent::Begin { step, total });
-    let matrix = PublicMatrix::new(opts.expansion, rand::rng().random());
+    let matrix = PublicMatrix::new(opts.expansion, seeds.matrix);
     let built = gpu_kernels::build_hint_with_progress(&db, &matrix, opts.device, &|done| {
         report(
             &opts.progress,
