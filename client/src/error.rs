@@ -37,6 +37,14 @@ pub enum ReadError {
     Setup { snapshot: String, reason: String },
     #[error("the PIR server serves several chains ({0:?}); set chain_id")]
     AmbiguousChain(Vec<u64>),
+    /// The view's block is not the header source's block at that number
+    /// (a reorg, or a server serving another chain's state): not read.
+    #[error("the snapshot at block {block} has hash {view}, the node's block there is {node}")]
+    NotCanonical {
+        block: u64,
+        view: alloy_primitives::B256,
+        node: alloy_primitives::B256,
+    },
     /// A verification failure was seen earlier: private reads are stopped.
     #[error("private reads stopped: the PIR server failed verification ({0})")]
     Distrusted(String),

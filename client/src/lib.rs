@@ -20,6 +20,7 @@
 //!   queried once per level);
 //! - `canary`: queries of keys whose answers are known, mixed into
 //!   requests (a tampered answer fails closed);
+//! - [`canonical`]: views checked against a header source's block hashes;
 //! - [`pool`]: a snapshot's PIR client and its pool of prepared queries;
 //! - [`levels`]: how each level of a view is read and which level's
 //!   answer wins;
@@ -37,6 +38,7 @@ mod answers;
 pub mod block;
 pub mod cache;
 mod canary;
+pub mod canonical;
 pub mod catalog;
 pub mod config;
 pub mod error;

@@ -49,6 +49,8 @@ pub struct PrivateReader {
     /// Held while a setup is fetched, so two lookups of a cold view do not
     /// download it twice.
     opening: tokio::sync::Mutex<()>,
+    /// The header source views are checked against, once set.
+    canonical: std::sync::OnceLock<crate::canonical::CanonicalCheck>,
     /// Held while a catalog is fetched and adopted: one at a time (a
     /// catalog can be 16 MiB, parsed; lookups that refresh it and the
     /// background refresh take turns).
@@ -93,6 +95,7 @@ impl PrivateReader {
             canaries_per_request: config.canaries_per_request,
             snapshots: RwLock::new(BTreeMap::new()),
             opening: tokio::sync::Mutex::new(()),
+            canonical: std::sync::OnceLock::new(),
             refreshing: tokio::sync::Mutex::new(()),
         })
     }
@@ -278,9 +281,24 @@ impl PrivateReader {
         Ok(self.catalog.len())
     }
 
-    /// The view a block selector names, every level loaded.
+    /// Reads a view only when `source` has its block hash at its number
+    /// (or cannot say): see [`crate::canonical`]. Set once; a second call
+    /// is ignored.
+    pub fn check_blocks_with(&self, source: crate::canonical::BlockHashSource) {
+        let _ = self
+            .canonical
+            .set(crate::canonical::CanonicalCheck::new(source));
+    }
+
+    /// The view a block selector names, every level loaded; with a header
+    /// source, only if its block is the source's.
     pub async fn select(&self, sel: &BlockSelector) -> Result<ViewClient, ReadError> {
         let view = self.catalog.view_for(sel)?;
+        if let Some(check) = self.canonical.get() {
+            let top = view.snapshots.last().and_then(|id| self.catalog.entry(id));
+            let hash = top.and_then(|e| e.manifest.block_hash);
+            check.check(view.block, hash).await?;
+        }
         self.open_view(view).await
     }
 

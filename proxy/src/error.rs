@@ -86,7 +86,7 @@ impl ProxyError {
 
 fn read_code(e: &ReadError) -> i32 {
     match e {
-        ReadError::NoSnapshot { .. } => NO_SNAPSHOT,
+        ReadError::NoSnapshot { .. } | ReadError::NotCanonical { .. } => NO_SNAPSHOT,
         ReadError::NotInPrivateSet { .. }
         | ReadError::NotListed { .. }
         | ReadError::TooWide { .. } => NOT_IN_PRIVATE_SET,
@@ -127,6 +127,10 @@ fn read_message(e: &ReadError) -> (String, Option<Value>) {
             Some(json!(reason)),
         ),
         ReadError::AmbiguousChain(chains) => (e.to_string(), Some(json!(chains))),
+        ReadError::NotCanonical { block, view, node } => (
+            "the PIR server's view is not the upstream's block: not read".into(),
+            Some(json!({"block": block, "view_hash": view, "node_hash": node})),
+        ),
         ReadError::Distrusted(reason) => (
             "private reads stopped: the PIR server failed verification; restart the proxy or run `ethpir-proxy trust-reset` once you trust it again".into(),
             Some(json!(reason)),

@@ -76,6 +76,9 @@ pub async fn serve_on(
     // Listening does not wait for the PIR server: calls get a JSON-RPC
     // error until its catalog gives a view.
     let reader = PrivateReader::start_in_background(&config.client())?;
+    if let Some(upstream) = &upstream {
+        reader.check_blocks_with(upstream::block_hash_source(upstream.clone()));
+    }
     let module = rpc::module(RpcContext {
         reader: reader.clone(),
         upstream: upstream.clone(),

@@ -163,6 +163,29 @@ fn client_error(e: ClientError) -> ProxyError {
     }
 }
 
+/// The upstream as the header source of the private reads: the hash of
+/// its block at a number (`eth_getBlockByNumber`, no address involved).
+pub fn block_hash_source(upstream: Arc<Upstream>) -> ethpir_client::canonical::BlockHashSource {
+    Arc::new(move |number: u64| {
+        let upstream = upstream.clone();
+        Box::pin(async move {
+            let params = serde_json::value::to_raw_value(&(format!("{number:#x}"), false))
+                .map_err(|e| e.to_string())?;
+            let raw = upstream
+                .call("eth_getBlockByNumber", Some(params))
+                .await
+                .map_err(|e| e.to_string())?;
+            #[derive(serde::Deserialize)]
+            struct Header {
+                hash: alloy_primitives::B256,
+            }
+            let header: Option<Header> =
+                serde_json::from_str(raw.get()).map_err(|e| e.to_string())?;
+            Ok(header.map(|h| h.hash))
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

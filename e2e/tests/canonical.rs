@@ -1,0 +1,79 @@
+//! Canonical blocks: a proxy with an upstream reads a view only if its
+//! block hash is the upstream's block at that number. Against a real
+//! anvil, follower and PIR server: through an honest upstream every
+//! balance is anvil's; through an upstream whose headers name other
+//! hashes (as if the PIR server's views were of another chain, or a
+//! reorg had dropped them) no view is read, and the error says why.
+
+mod common;
+
+use axum::body::Bytes;
+use common::*;
+use serde_json::{json, Value};
+use test_support::{proxy_status as status, write_genesis, Anvil, DEV_ACCOUNTS};
+
+/// An upstream relay whose block headers carry another hash.
+fn other_hashes() -> Rewrite {
+    std::sync::Arc::new(|_, body: Bytes| {
+        let Ok(mut v) = serde_json::from_slice::<Value>(&body) else {
+            return body;
+        };
+        if v["result"]["hash"].is_string() && v["result"]["number"].is_string() {
+            v["result"]["hash"] = json!(format!("0x{}", "11".repeat(32)));
+        }
+        Bytes::from(serde_json::to_vec(&v).unwrap())
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn views_are_read_only_where_the_upstream_has_their_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let genesis = dir.path().join("genesis.json");
+    write_genesis(&genesis);
+    let anvil =
+        Anvil::start_with(&["--init", genesis.to_str().unwrap(), "--chain-id", "4242"]).await;
+    let store = dir.path().join("store");
+    let follower = Follower::start(follow_config(&store, &anvil.url, &genesis, 0, 4, 16));
+    let server = start_server(&store).await;
+    anvil
+        .send(json!({"from": DEV_ACCOUNTS[0], "to": DEV_ACCOUNTS[1], "value": "0x5"}))
+        .await;
+    let head = anvil.head().await;
+
+    let (honest, _) = start_relay(&anvil.url, passthrough()).await;
+    let cache = tempfile::tempdir().unwrap();
+    let proxy = start_proxy(&server, Some(honest), cache.path()).await;
+    let caught_up =
+        || async { (status(&proxy).await["viewBlock"].as_u64()? >= head).then_some(()) };
+    test_support::eventually("the proxy's view reaches the head", caught_up).await;
+    let at = format!("{head:#x}");
+    for who in &DEV_ACCOUNTS[..2] {
+        let private = test_support::rpc(&proxy, "eth_getBalance", json!([who, at]))
+            .await
+            .unwrap();
+        let node = anvil.rpc("eth_getBalance", json!([who, at])).await;
+        assert_eq!(private, node, "{who} through an honest upstream");
+    }
+
+    let (lying, saw) = start_relay(&anvil.url, other_hashes()).await;
+    let cache = tempfile::tempdir().unwrap();
+    let checking = start_proxy(&server, Some(lying), cache.path()).await;
+    wait_for_chain(&checking).await;
+    let http = reqwest::Client::new();
+    for block in [at.as_str(), "latest"] {
+        let call = json!({"jsonrpc": "2.0", "id": 1, "method": "eth_getBalance", "params": [DEV_ACCOUNTS[2], block]});
+        let v = test_support::rpc_raw(&http, &checking, &call.to_string()).await;
+        assert!(v.get("result").is_none(), "{block}: {v}");
+        assert_eq!(v["error"]["code"], -32001, "{block}: {v}");
+        let message = v["error"]["message"].as_str().unwrap_or("");
+        assert!(message.contains("not the upstream's block"), "{block}: {v}");
+        assert!(v["error"]["data"]["node_hash"].is_string(), "{block}: {v}");
+    }
+    let asked = saw.lock().unwrap().clone();
+    assert!(
+        asked.iter().any(|m| m == "eth_getBlockByNumber"),
+        "{asked:?}"
+    );
+    assert!(!asked.iter().any(|m| m == "eth_getBalance"), "{asked:?}");
+    follower.stop().await;
+}
