@@ -57,7 +57,7 @@ impl AnswerCache {
     }
 
     /// `f` of `level`'s answers, its file read on first use.
-    fn with_level<T>(&self, level: &Sha3Digest, f: impl FnOnce(&LevelAnswers) -> T) -> T {
+    fn with_level<T>(&self, level: &Sha3Digest, f: impl FnOnce(&mut LevelAnswers) -> T) -> T {
         let mut levels = self.levels.lock().expect("answers lock");
         let answers = levels.entry(level.clone()).or_default();
         if !answers.loaded {
@@ -91,10 +91,8 @@ impl AnswerCache {
     /// appended to its file (a failure to write is only logged: the
     /// answers are still kept for this run).
     pub fn keep(&self, level: &Sha3Digest, keys: &[B256], found: &[Found]) {
-        let mut record = Vec::new();
-        {
-            let mut levels = self.levels.lock().expect("answers lock");
-            let answers = levels.entry(level.clone()).or_default();
+        let record = self.with_level(level, |answers| {
+            let mut record = Vec::new();
             for (key, value) in keys.iter().zip(found) {
                 if answers.by_key.len() >= MAX_ANSWERS_PER_LEVEL
                     || answers.by_key.contains_key(key)
@@ -105,7 +103,8 @@ impl AnswerCache {
                 answers.by_key.insert(*key, value.clone());
                 encode(&mut record, key, value);
             }
-        }
+            record
+        });
         if record.is_empty() {
             return;
         }

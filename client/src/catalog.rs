@@ -226,6 +226,12 @@ impl Catalog {
         self.adopted().entries.get(id).cloned()
     }
 
+    /// The block hash a snapshot's manifest records (no copy of the entry:
+    /// asked on every read).
+    pub fn block_hash(&self, id: &SnapshotId) -> Option<alloy_primitives::B256> {
+        self.adopted().entries.get(id)?.manifest.block_hash
+    }
+
     /// The chain read: configured, or the only one the server has.
     pub fn chain_id(&self) -> Result<Option<u64>, ReadError> {
         if self.chain_id.is_some() {

@@ -295,8 +295,10 @@ impl PrivateReader {
     pub async fn select(&self, sel: &BlockSelector) -> Result<ViewClient, ReadError> {
         let view = self.catalog.view_for(sel)?;
         if let Some(check) = self.canonical.get() {
-            let top = view.snapshots.last().and_then(|id| self.catalog.entry(id));
-            let hash = top.and_then(|e| e.manifest.block_hash);
+            let hash = view
+                .snapshots
+                .last()
+                .and_then(|id| self.catalog.block_hash(id));
             check.check(view.block, hash).await?;
         }
         self.open_view(view).await

@@ -421,16 +421,28 @@ impl PirClient {
         let mut elems = plain[first..first + w].to_vec();
         plain.zeroize();
         sm.zeroize();
-        let value_bytes = shape.value_bytes as usize;
-        let (tag, value) = decode_record(&elems, bits, value_bytes);
-        let found = tag == record_tag(&pending.key, &value);
-        let shifted = !found && uniformly_shifted(&elems, bits, value_bytes, &pending.key);
+        let lookup = read_record(&elems, bits, shape.value_bytes as usize, &pending.key);
         elems.zeroize();
-        match (found, shifted) {
-            (true, _) => Ok(Lookup::Found(value)),
-            (false, true) => Err(ClientError::Shifted),
-            (false, false) => Ok(Lookup::Absent),
-        }
+        lookup
+    }
+}
+
+/// What the decoded record `elems` says of `key`: its value when the tag
+/// holds, [`ClientError::Shifted`] when it holds only once every element
+/// is moved back by the same whole number of steps, else absent.
+fn read_record(
+    elems: &[u8],
+    bits: u32,
+    value_bytes: usize,
+    key: &[u8],
+) -> Result<Lookup, ClientError> {
+    let (tag, value) = decode_record(elems, bits, value_bytes);
+    if tag == record_tag(key, &value) {
+        return Ok(Lookup::Found(value));
+    }
+    match uniformly_shifted(elems, bits, value_bytes, key) {
+        true => Err(ClientError::Shifted),
+        false => Ok(Lookup::Absent),
     }
 }
 

@@ -289,7 +289,8 @@ impl Facts {
         }
     }
 
-    fn word(&self, key: &ReadKey) -> Result<U256, AnswerError> {
+    /// A key's word: a slot's, or an account's balance.
+    pub fn word(&self, key: &ReadKey) -> Result<U256, AnswerError> {
         match self.states.get(key) {
             Some(KeyState::Account(a)) => Ok(a.balance),
             Some(KeyState::Slot(s)) => Ok(s.word),

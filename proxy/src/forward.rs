@@ -229,12 +229,7 @@ where
             return self.forward(call).await;
         };
         let head = match &self.policy.upstream {
-            Some(upstream) => upstream
-                .call("eth_blockNumber", None)
-                .await
-                .ok()
-                .and_then(|raw| serde_json::from_str::<alloy_primitives::U64>(raw.get()).ok())
-                .map(|n| n.to::<u64>()),
+            Some(upstream) => upstream.head().await,
             None => None,
         };
         let block = head.map_or(view, |head| head.min(view));

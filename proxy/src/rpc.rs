@@ -200,15 +200,7 @@ impl RpcContext {
 
     /// The upstream's head block, if there is an upstream and it answers.
     async fn upstream_head(&self) -> Option<u64> {
-        let raw = self
-            .upstream
-            .as_ref()?
-            .call("eth_blockNumber", None)
-            .await
-            .ok()?;
-        serde_json::from_str::<U64>(raw.get())
-            .ok()
-            .map(|n| n.to::<u64>())
+        self.upstream.as_ref()?.head().await
     }
 
     /// One private read: the middleware's answer when it read ahead, else

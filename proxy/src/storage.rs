@@ -199,13 +199,7 @@ fn plan_eth_call(
 /// The answer, as the node would give it, from what was read.
 pub fn answer(read: &StorageRead, facts: &Facts) -> Result<Value, calls::AnswerError> {
     let value = match &read.answer {
-        Answer::Word(key) => {
-            let word = match facts.states.get(key) {
-                Some(KeyState::Slot(s)) => s.word,
-                _ => return Err(calls::AnswerError::Missing),
-            };
-            serde_json::to_value(B256::from(word))
-        }
+        Answer::Word(key) => serde_json::to_value(B256::from(facts.word(key)?)),
         Answer::Call(plan) => serde_json::to_value(calls::answer(plan, facts)?),
     };
     Ok(value.expect("hex serialises"))

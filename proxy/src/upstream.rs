@@ -163,6 +163,16 @@ fn client_error(e: ClientError) -> ProxyError {
     }
 }
 
+impl Upstream {
+    /// The upstream's head block (`eth_blockNumber`), if it answers.
+    pub async fn head(&self) -> Option<u64> {
+        let raw = self.call("eth_blockNumber", None).await.ok()?;
+        serde_json::from_str::<alloy_primitives::U64>(raw.get())
+            .ok()
+            .map(|n| n.to::<u64>())
+    }
+}
+
 /// The upstream as the header source of the private reads: the hash of
 /// its block at a number (`eth_getBlockByNumber`, no address involved).
 pub fn block_hash_source(upstream: Arc<Upstream>) -> ethpir_client::canonical::BlockHashSource {

@@ -406,6 +406,37 @@ async fn start(
     Ok((reader, levels, base_build_s))
 }
 
+/// The chain's blocks published one by one, each served before the next,
+/// the wallet refreshed every `--refresh-every` blocks: those refreshes.
+async fn follow_and_refresh(
+    args: &Args,
+    chain: &mut Chain,
+    reader: &PrivateReader,
+    levels: &std::sync::Arc<Levels>,
+    wrong: &mut Vec<String>,
+) -> Result<Vec<Refresh>> {
+    let mut steady = Vec::new();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
+    let block_time = Duration::from_millis(args.block_time_ms);
+    for block in 1..=args.blocks {
+        let next = Instant::now() + block_time;
+        let delta = chain.next_block(block, args, &mut rng);
+        let l = levels.clone();
+        tokio::task::spawn_blocking(move || l.publish(delta)).await??;
+        if served(reader, block, Duration::from_secs(30))
+            .await
+            .is_none()
+        {
+            bail!("block {block} not served within 30 s");
+        }
+        if block % args.refresh_every.max(1) == 0 {
+            steady.push(refresh(reader, chain, wrong).await?);
+        }
+        tokio::time::sleep_until(next.into()).await;
+    }
+    Ok(steady)
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
@@ -415,25 +446,7 @@ async fn main() -> Result<()> {
     let (reader, levels, base_build_s) = start(&args, &chain).await?;
     let mut wrong = Vec::new();
     let first = refresh(&reader, &chain, &mut wrong).await?;
-    let mut steady = Vec::new();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
-    let block_time = Duration::from_millis(args.block_time_ms);
-    for block in 1..=args.blocks {
-        let next = Instant::now() + block_time;
-        let delta = chain.next_block(block, &args, &mut rng);
-        let l = levels.clone();
-        tokio::task::spawn_blocking(move || l.publish(delta)).await??;
-        if served(&reader, block, Duration::from_secs(30))
-            .await
-            .is_none()
-        {
-            bail!("block {block} not served within 30 s");
-        }
-        if block % args.refresh_every.max(1) == 0 {
-            steady.push(refresh(&reader, &chain, &mut wrong).await?);
-        }
-        tokio::time::sleep_until(next.into()).await;
-    }
+    let steady = follow_and_refresh(&args, &mut chain, &reader, &levels, &mut wrong).await?;
     let steady_bytes: Vec<f64> = steady.iter().map(|r| (r.up + r.down) as f64).collect();
     let mut steady_ms: Vec<f64> = steady.iter().map(|r| r.ms).collect();
     steady_ms.sort_by(f64::total_cmp);
