@@ -10,7 +10,14 @@
 //! values). The width is in the snapshot's setup data, so decoding is never
 //! ambiguous.
 
-use alloy_primitives::{keccak256, Address, B256, U256};
+use alloy_primitives::{b256, keccak256, Address, B256, U256};
+
+/// keccak256 of no bytes: the code hash of an account without code.
+pub const EMPTY_CODE_HASH: B256 =
+    b256!("c5d2460186f7233c927e7db2dcc703c0e500b653ca82273b7bfad8045d85a470");
+/// The root of an empty trie: the storage root of an account without storage.
+pub const EMPTY_STORAGE_ROOT: B256 =
+    b256!("56e81f171bcc55a6ff8345e692c0f86e5b48e01b996cadc001622fb5e363b421");
 
 /// Value width when every balance fits in 128 bits.
 pub const COMPACT_VALUE_BYTES: usize = 24;
@@ -26,15 +33,22 @@ pub struct AccountRecord {
     pub key: B256,
     pub balance: U256,
     pub nonce: u64,
+    /// keccak256 of the account's code ([`EMPTY_CODE_HASH`]: none).
+    pub code_hash: B256,
+    /// The root of the account's storage trie ([`EMPTY_STORAGE_ROOT`]: none).
+    pub storage_root: B256,
 }
 
 impl AccountRecord {
+    /// An account without code or storage.
     pub fn new(address: Address, balance: U256, nonce: u64) -> Self {
         AccountRecord {
             address: Some(address),
             key: keccak256(address),
             balance,
             nonce,
+            code_hash: EMPTY_CODE_HASH,
+            storage_root: EMPTY_STORAGE_ROOT,
         }
     }
 
@@ -45,7 +59,36 @@ impl AccountRecord {
             key,
             balance,
             nonce,
+            code_hash: EMPTY_CODE_HASH,
+            storage_root: EMPTY_STORAGE_ROOT,
         }
+    }
+
+    /// The same account with this code hash and storage root.
+    pub fn with_trie(mut self, code_hash: B256, storage_root: B256) -> Self {
+        self.code_hash = code_hash;
+        self.storage_root = storage_root;
+        self
+    }
+
+    /// The same account, its code hash and storage root unknown (zero,
+    /// never a hash the chain has): a source that cannot read them.
+    pub fn without_trie(self) -> Self {
+        self.with_trie(B256::ZERO, B256::ZERO)
+    }
+
+    /// Whether the code hash and storage root are known.
+    pub fn trie_known(&self) -> bool {
+        !self.code_hash.is_zero() && !self.storage_root.is_zero()
+    }
+
+    /// Empty in EIP-161's sense (no nonce, balance, code or storage): not
+    /// in the state trie (a delta records an account emptied this way).
+    pub fn is_empty(&self) -> bool {
+        self.nonce == 0
+            && self.balance.is_zero()
+            && self.code_hash == EMPTY_CODE_HASH
+            && self.storage_root == EMPTY_STORAGE_ROOT
     }
 }
 
@@ -106,6 +149,19 @@ mod tests {
         let v = encode_value(U256::MAX, 3, WIDE_VALUE_BYTES);
         assert_eq!(decode_value(&v).unwrap(), (U256::MAX, 3));
         assert_eq!(decode_value(&[0; 10]), Err(ValueError(10)));
+    }
+
+    #[test]
+    fn empty_hashes_are_the_chains() {
+        assert_eq!(keccak256([]), EMPTY_CODE_HASH);
+        // RLP of the empty string, hashed: the empty trie's root.
+        assert_eq!(keccak256([0x80]), EMPTY_STORAGE_ROOT);
+        let a = AccountRecord::new(Address::repeat_byte(1), U256::ZERO, 0);
+        assert!(a.is_empty());
+        assert!(!a
+            .clone()
+            .with_trie(B256::repeat_byte(1), EMPTY_STORAGE_ROOT)
+            .is_empty());
     }
 
     #[test]

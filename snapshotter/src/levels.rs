@@ -21,10 +21,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use protocol::api::CatalogEntry;
-use protocol::view::{newest_of, View};
+use protocol::view::View;
 use serde::Deserialize;
 
 use crate::account::AccountRecord;
+use crate::folded::Folded;
 use crate::manifest::{KindTag, SnapshotId, SnapshotKind};
 use crate::pipeline::{
     build_and_publish, build_and_publish_streamed, BuildError, BuildOptions, ExportedState,
@@ -32,29 +33,6 @@ use crate::pipeline::{
 };
 use crate::records::{decode_records, write_record_stream, Records, RecordsFile};
 use crate::store::{SnapshotStore, StoreError, StoredSnapshot, RECORDS_FILE};
-use protocol::storage::StorageRecord;
-
-/// A base's records (read in place) with newer ones laid over them: the
-/// records of a fold, in key order, emptied accounts and cleared slots
-/// left out.
-struct Folded<'a> {
-    base: &'a RecordsFile<'a>,
-    newer: &'a Records,
-}
-
-impl Folded<'_> {
-    fn accounts(&self) -> impl Iterator<Item = AccountRecord> + '_ {
-        let base = (0..self.base.accounts()).map(|i| self.base.account(i));
-        newest_of(base, self.newer.accounts.iter().cloned(), |r| r.key)
-            .filter(|r| !(r.balance.is_zero() && r.nonce == 0))
-    }
-
-    fn slots(&self) -> impl Iterator<Item = StorageRecord> + '_ {
-        let base = (0..self.base.slots()).map(|i| self.base.slot(i));
-        newest_of(base, self.newer.storage.iter().cloned(), |s| s.key)
-            .filter(|s| !s.value.is_zero())
-    }
-}
 
 /// How deltas are merged and kept: `[levels]` in the follower's config.
 #[derive(Clone, Debug, Deserialize)]
@@ -367,9 +345,9 @@ impl Levels {
         Ok(published.id.url_form())
     }
 
-    /// Folds a whole view into a full snapshot at its block (accounts
-    /// emptied to 0/0 and slots cleared to 0 dropped: absent means 0 in a
-    /// full snapshot). The base's `records.bin` is read in place and merged
+    /// Folds a whole view into a full snapshot at its block (accounts a
+    /// delta found empty, and slots cleared to 0, dropped: the chain
+    /// deleted them, and absent means 0 in a full snapshot). The base's `records.bin` is read in place and merged
     /// in key order with the deltas' records (small, overlaid in memory)
     /// and streamed into the new base's `records.bin`: a mainnet base is
     /// never held.
@@ -444,6 +422,7 @@ impl Levels {
 mod tests {
     use super::*;
     use alloy_primitives::{Address, B256, U256};
+    use protocol::storage::StorageRecord;
 
     fn state(block: u64, kind: SnapshotKind, records: Vec<AccountRecord>) -> ExportedState {
         ExportedState {

@@ -13,6 +13,7 @@ pub use protocol::{account, manifest};
 pub use snapshot_store as store;
 pub use snapshot_store::failpoint;
 
+pub mod folded;
 pub mod follow;
 pub mod levels;
 pub mod pipeline;
@@ -20,6 +21,7 @@ pub mod progress;
 pub mod pull;
 pub mod records;
 pub mod sources;
+pub mod state_root;
 pub mod tokens;
 pub mod verify;
 

@@ -1,14 +1,19 @@
 //! `records.bin`: the exported accounts of a snapshot, sorted by PIR key,
 //! then its storage slots, sorted by theirs.
 //!
-//! Header `"EPRC"`, version (1 or 2), 3 zero bytes, account count (u64
-//! LE), then 93 bytes per account: flags (bit 0: address known), address
-//! (20), key (32), balance (32, big-endian), nonce (u64 LE). Version 2
-//! (written when there are storage slots; version 1 otherwise, byte for
-//! byte what it always was) goes on with the slot count (u64 LE) and 117
-//! bytes per slot: flags (bit 0: contract known), contract (20),
+//! Header `"EPRC"`, version (3; 1 and 2 are read), 3 zero bytes, account
+//! count (u64 LE), then 157 bytes per account: flags (bit 0: address
+//! known), address (20), key (32), balance (32, big-endian), nonce (u64
+//! LE), code hash (32), storage root (32); then the slot count (u64 LE) and
+//! 117 bytes per slot: flags (bit 0: contract known), contract (20),
 //! keccak256(contract) (32), keccak256(slot) (32), word (32, big-endian).
 //! A slot's PIR key is derived from its two hashes, not stored.
+//!
+//! The code hash and storage root are what the state trie needs
+//! (`ethpir-snapshot verify --state-root`). Zero in either (never a hash
+//! the chain has) means the source did not know it. Versions 1 and 2,
+//! written before, have 93-byte accounts without the two (read as zero);
+//! version 1 has no slot part.
 
 use alloy_primitives::{Address, B256, U256};
 use pir_core::encode::RecordSource;
@@ -17,7 +22,10 @@ use protocol::storage::{encode_word, StorageRecord};
 use crate::account::{encode_value, AccountRecord};
 
 const MAGIC: &[u8; 4] = b"EPRC";
-const RECORD_BYTES: usize = 93;
+const VERSION: u8 = 3;
+const RECORD_BYTES: usize = 157;
+/// An account of versions 1 and 2, without code hash and storage root.
+const OLD_RECORD_BYTES: usize = 93;
 const SLOT_BYTES: usize = 117;
 const HEADER_BYTES: usize = 16;
 
@@ -61,15 +69,11 @@ pub fn write_records(
     storage: &[StorageRecord],
     w: &mut (impl std::io::Write + ?Sized),
 ) -> std::io::Result<()> {
-    let version = if storage.is_empty() { 1 } else { 2 };
     w.write_all(MAGIC)?;
-    w.write_all(&[version, 0, 0, 0])?;
+    w.write_all(&[VERSION, 0, 0, 0])?;
     w.write_all(&(records.len() as u64).to_le_bytes())?;
     for r in records {
         w.write_all(&account_bytes(r))?;
-    }
-    if storage.is_empty() {
-        return Ok(());
     }
     w.write_all(&(storage.len() as u64).to_le_bytes())?;
     for s in storage {
@@ -85,6 +89,8 @@ fn account_bytes(r: &AccountRecord) -> [u8; RECORD_BYTES] {
     one[21..53].copy_from_slice(r.key.as_slice());
     one[53..85].copy_from_slice(&r.balance.to_be_bytes::<32>());
     one[85..93].copy_from_slice(&r.nonce.to_le_bytes());
+    one[93..125].copy_from_slice(r.code_hash.as_slice());
+    one[125..157].copy_from_slice(r.storage_root.as_slice());
     one
 }
 
@@ -98,7 +104,7 @@ fn slot_bytes(s: &StorageRecord) -> [u8; SLOT_BYTES] {
     one
 }
 
-/// Writes a version-1 `records.bin` (accounts only) of exactly `count`
+/// Writes a `records.bin` without storage slots of exactly `count`
 /// accounts handed over one at a time in key order, as an export too
 /// large to hold makes them (reth's hashed accounts come in this order);
 /// refuses another count or order. Returns the value width they need.
@@ -122,9 +128,8 @@ pub fn write_record_stream(
     slot_records: impl Iterator<Item = StorageRecord>,
     w: &mut (impl std::io::Write + ?Sized),
 ) -> std::io::Result<usize> {
-    let version = if slots == 0 { 1 } else { 2 };
     w.write_all(MAGIC)?;
-    w.write_all(&[version, 0, 0, 0])?;
+    w.write_all(&[VERSION, 0, 0, 0])?;
     w.write_all(&accounts.to_le_bytes())?;
     let mut wide = false;
     write_in_order(
@@ -137,9 +142,7 @@ pub fn write_record_stream(
             w.write_all(&account_bytes(r))
         },
     )?;
-    if version == 2 {
-        w.write_all(&slots.to_le_bytes())?;
-    }
+    w.write_all(&slots.to_le_bytes())?;
     write_in_order(
         slots,
         slot_records,
@@ -199,6 +202,8 @@ fn expect_length(bytes: &[u8], prefix: usize, count: u64, size: usize) -> Result
 struct Layout {
     accounts: usize,
     slots: usize,
+    /// Bytes per account (157; 93 in versions 1 and 2).
+    account_bytes: usize,
     /// Where the slot count is (the end of the accounts).
     accounts_end: usize,
 }
@@ -208,39 +213,41 @@ impl Layout {
         if bytes.len() < HEADER_BYTES || &bytes[..4] != MAGIC || bytes[5..8] != [0, 0, 0] {
             return Err(RecordsError::Header);
         }
-        let version = bytes[4];
+        let (account_bytes, has_slots) = match bytes[4] {
+            1 => (OLD_RECORD_BYTES, false),
+            2 => (OLD_RECORD_BYTES, true),
+            VERSION => (RECORD_BYTES, true),
+            _ => return Err(RecordsError::Header),
+        };
         let count = u64::from_le_bytes(bytes[8..16].try_into().unwrap());
         let accounts_end =
-            (HEADER_BYTES as u64).saturating_add(count.saturating_mul(RECORD_BYTES as u64));
-        let slots = match version {
-            1 => {
-                expect_length(bytes, HEADER_BYTES, count, RECORD_BYTES)?;
-                0
-            }
-            2 => {
-                let at = usize::try_from(accounts_end).unwrap_or(usize::MAX);
-                let Some(field) = bytes.get(at..at.saturating_add(8)) else {
-                    return Err(RecordsError::Length {
-                        expected: accounts_end.saturating_add(8),
-                        got: bytes.len() as u64,
-                    });
-                };
-                let slots = u64::from_le_bytes(field.try_into().unwrap());
-                expect_length(bytes, at + 8, slots, SLOT_BYTES)?;
-                slots
-            }
-            _ => return Err(RecordsError::Header),
+            (HEADER_BYTES as u64).saturating_add(count.saturating_mul(account_bytes as u64));
+        let slots = if has_slots {
+            let at = usize::try_from(accounts_end).unwrap_or(usize::MAX);
+            let Some(field) = bytes.get(at..at.saturating_add(8)) else {
+                return Err(RecordsError::Length {
+                    expected: accounts_end.saturating_add(8),
+                    got: bytes.len() as u64,
+                });
+            };
+            let slots = u64::from_le_bytes(field.try_into().unwrap());
+            expect_length(bytes, at + 8, slots, SLOT_BYTES)?;
+            slots
+        } else {
+            expect_length(bytes, HEADER_BYTES, count, account_bytes)?;
+            0
         };
         // The lengths matched the bytes there are: the counts fit in usize.
         Ok(Layout {
             accounts: count as usize,
             slots: slots as usize,
+            account_bytes,
             accounts_end: accounts_end as usize,
         })
     }
 
     fn account<'a>(&self, bytes: &'a [u8], i: usize) -> &'a [u8] {
-        &bytes[HEADER_BYTES + i * RECORD_BYTES..][..RECORD_BYTES]
+        &bytes[HEADER_BYTES + i * self.account_bytes..][..self.account_bytes]
     }
 
     fn slot<'a>(&self, bytes: &'a [u8], i: usize) -> &'a [u8] {
@@ -284,6 +291,27 @@ impl<'a> RecordsFile<'a> {
     /// Account `i` (< [`RecordsFile::accounts`]), as stored.
     pub fn account(&self, i: usize) -> AccountRecord {
         parse_account(self.layout.account(self.bytes, i))
+    }
+
+    /// The indices of the accounts whose key's first nibble is in
+    /// `nibbles` (the keys are in order: two binary searches).
+    pub fn accounts_of(&self, nibbles: std::ops::Range<u8>) -> std::ops::Range<usize> {
+        // The first byte of account i's key (after flags and address).
+        let nibble = |i: usize| self.layout.account(self.bytes, i)[21] >> 4;
+        let first_at_least = |n: u8| {
+            let (mut lo, mut hi) = (0, self.accounts());
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                if nibble(mid) < n {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            lo
+        };
+        let start = first_at_least(nibbles.start);
+        start..first_at_least(nibbles.end).max(start)
     }
 
     /// Storage slot `i` (< [`RecordsFile::slots`]), as stored.
@@ -337,13 +365,17 @@ impl<'a> RecordsFile<'a> {
     }
 }
 
-/// One account of `records.bin` (its key not checked).
+/// One account of `records.bin` (its key not checked); without code hash
+/// and storage root (zero: unknown) in the 93 bytes of versions 1 and 2.
 fn parse_account(chunk: &[u8]) -> AccountRecord {
+    let hash_at = |at: usize| chunk.get(at..at + 32).map_or(B256::ZERO, B256::from_slice);
     AccountRecord {
         address: (chunk[0] & 1 == 1).then(|| Address::from_slice(&chunk[1..21])),
         key: B256::from_slice(&chunk[21..53]),
         balance: U256::from_be_slice(&chunk[53..85]),
         nonce: u64::from_le_bytes(chunk[85..93].try_into().unwrap()),
+        code_hash: hash_at(93),
+        storage_root: hash_at(125),
     }
 }
 
@@ -404,6 +436,29 @@ impl RecordSource for RecordsView<'_> {
 mod tests {
     use super::*;
 
+    /// A version-2 file as it was written before accounts carried their
+    /// code hash and storage root: read, with both unknown (zero).
+    #[test]
+    fn older_versions_are_read_without_trie_fields() {
+        let account = AccountRecord::new(Address::repeat_byte(1), U256::from(9), 2);
+        let slot = StorageRecord::new(Address::repeat_byte(2), B256::ZERO, U256::from(5));
+        for (version, with_slots) in [(1u8, false), (2, true)] {
+            let mut old = b"EPRC".to_vec();
+            old.extend_from_slice(&[version, 0, 0, 0]);
+            old.extend_from_slice(&1u64.to_le_bytes());
+            old.extend_from_slice(&account_bytes(&account)[..OLD_RECORD_BYTES]);
+            if with_slots {
+                old.extend_from_slice(&1u64.to_le_bytes());
+                old.extend_from_slice(&slot_bytes(&slot));
+            }
+            let back = decode_records(&old).unwrap();
+            let unknown = account.clone().with_trie(B256::ZERO, B256::ZERO);
+            assert_eq!(back.accounts, vec![unknown]);
+            assert_eq!(back.storage.len(), with_slots as usize);
+            assert!(decode_records(&old[..old.len() - 1]).is_err());
+        }
+    }
+
     #[test]
     fn round_trip_and_damage() {
         let mut recs: Vec<AccountRecord> = (1u8..=5)
@@ -414,9 +469,12 @@ mod tests {
             U256::MAX,
             1,
         ));
+        recs[2] = recs[2]
+            .clone()
+            .with_trie(B256::repeat_byte(3), B256::repeat_byte(4));
         recs.sort_by_key(|r| r.key);
         let bytes = encode_records(&recs, &[]);
-        assert_eq!(bytes[4], 1, "no storage: version 1 as before");
+        assert_eq!(bytes[4], VERSION);
         assert_eq!(decode_records(&bytes).unwrap().accounts, recs);
         assert!(decode_records(&bytes[..bytes.len() - 1]).is_err());
         assert_eq!(decode_records(b"nope"), Err(RecordsError::Header));
@@ -446,7 +504,7 @@ mod tests {
         ));
         slots.sort_by_key(|s| s.key);
         let bytes = encode_records(&accounts, &slots);
-        assert_eq!(bytes[4], 2);
+        assert_eq!(bytes[4], VERSION);
         let back = decode_records(&bytes).unwrap();
         assert_eq!(back.accounts, accounts);
         assert_eq!(back.storage, slots);
@@ -470,7 +528,7 @@ mod tests {
             Err(RecordsError::ContractHash(known))
         );
         let mut unknown_version = bytes.clone();
-        unknown_version[4] = 3;
+        unknown_version[4] = 4;
         assert_eq!(decode_records(&unknown_version), Err(RecordsError::Header));
     }
 }

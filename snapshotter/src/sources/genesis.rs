@@ -94,7 +94,9 @@ pub fn parse_genesis_listed(
         .alloc
         .iter()
         .map(|(address, account)| {
+            let trie = alloy_trie::TrieAccount::from(account.clone());
             AccountRecord::new(*address, account.balance, account.nonce.unwrap_or(0))
+                .with_trie(trie.code_hash, trie.storage_root)
         })
         .collect();
     let storage = listed

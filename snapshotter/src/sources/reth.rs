@@ -182,11 +182,7 @@ fn hashed_account(key: &[u8], value: &[u8]) -> Result<AccountRecord, RethError> 
         return Err(malformed(format!("key of {} bytes", key.len())));
     }
     let (nonce, balance) = decode_account(value).map_err(malformed)?;
-    Ok(AccountRecord::from_hashed(
-        B256::from_slice(key),
-        balance,
-        nonce,
-    ))
+    Ok(AccountRecord::from_hashed(B256::from_slice(key), balance, nonce).without_trie())
 }
 
 impl RethDatadir {
@@ -710,6 +706,12 @@ impl RethDatadir {
                 None
             }
         };
+        // Storage roots are not read from the datadir yet: every record
+        // says so, and `verify --state-root` refuses rather than guesses.
+        let records: Vec<AccountRecord> = records
+            .into_iter()
+            .map(AccountRecord::without_trie)
+            .collect();
         let export_s = started.elapsed().as_secs_f64();
         tracing::info!(block, accounts = records.len(), layout = ?self.layout, export_s, "exported from the reth datadir");
         Ok(ExportedState {

@@ -33,6 +33,40 @@ use crate::manifest::SnapshotKind;
 use crate::pipeline::ExportedState;
 use crate::progress::{report, ProgressEvent, ProgressFn, Step};
 
+/// `eth_getProof`'s slots: none (the account alone).
+const NO_SLOTS: [B256; 0] = [];
+
+/// Contracts the protocol writes at every block, outside any transaction.
+const SYSTEM_CONTRACTS: [Address; 4] = [
+    alloy_eips::eip4788::BEACON_ROOTS_ADDRESS,
+    alloy_eips::eip2935::HISTORY_STORAGE_ADDRESS,
+    alloy_eips::eip7002::WITHDRAWAL_REQUEST_PREDEPLOY_ADDRESS,
+    alloy_eips::eip7251::CONSOLIDATION_REQUEST_PREDEPLOY_ADDRESS,
+];
+
+/// What the records need of an `eth_getProof` answer (its proof nodes
+/// are skipped, not kept).
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ProvedAccount {
+    balance: U256,
+    nonce: U64,
+    code_hash: B256,
+    storage_hash: B256,
+}
+
+impl ProvedAccount {
+    /// The record, where a node that answers zero hashes for an account
+    /// that does not exist reads as one without code or storage.
+    fn record(&self, address: Address) -> AccountRecord {
+        let or = |hash: B256, none: B256| if hash.is_zero() { none } else { hash };
+        AccountRecord::new(address, self.balance, self.nonce.to::<u64>()).with_trie(
+            or(self.code_hash, protocol::account::EMPTY_CODE_HASH),
+            or(self.storage_hash, protocol::account::EMPTY_STORAGE_ROOT),
+        )
+    }
+}
+
 /// Why the node could not give us what we need.
 #[derive(Debug, thiserror::Error)]
 pub enum RpcSourceError {
@@ -238,9 +272,13 @@ impl RpcSource {
         Ok((header.hash, header.state_root, header.timestamp))
     }
 
-    /// Every account touched in blocks `from..=to`.
+    /// Every account touched in blocks `from..=to`: those the blocks name
+    /// and, every time, the system contracts whose storage a block writes
+    /// without a transaction (EIP-4788 beacon roots, EIP-2935 block
+    /// hashes, EIP-7002 and EIP-7251 request queues; a chain before their
+    /// fork reads them as empty accounts).
     pub async fn touched(&self, from: u64, to: u64) -> Result<BTreeSet<Address>, RpcSourceError> {
-        let mut out = BTreeSet::new();
+        let mut out = BTreeSet::from(SYSTEM_CONTRACTS);
         let mut traces = self.options.traces;
         for n in from..=to {
             let block = self.block(n, true).await?;
@@ -285,7 +323,8 @@ impl RpcSource {
         .await
     }
 
-    /// Balances and nonces of `addresses` at block `at`.
+    /// Balances, nonces, code hashes and storage roots of `addresses` at
+    /// block `at`.
     pub async fn read_accounts(
         &self,
         addresses: &[Address],
@@ -329,19 +368,13 @@ impl RpcSource {
             let mut batch = self.client.new_batch();
             let mut waiters = Vec::with_capacity(chunk.len());
             for a in chunk {
-                let balance = batch
-                    .add_call::<_, U256>("eth_getBalance", &(a, block))
+                let proof = batch
+                    .add_call::<_, ProvedAccount>("eth_getProof", &(a, NO_SLOTS, block))
                     .map_err(|e| RpcSourceError::Reply {
-                        method: "eth_getBalance",
+                        method: "eth_getProof",
                         message: e.to_string(),
                     })?;
-                let nonce = batch
-                    .add_call::<_, U64>("eth_getTransactionCount", &(a, block))
-                    .map_err(|e| RpcSourceError::Reply {
-                        method: "eth_getTransactionCount",
-                        message: e.to_string(),
-                    })?;
-                waiters.push((*a, balance, nonce));
+                waiters.push((*a, proof));
             }
             if let Err(e) = batch.send().await {
                 last = self.scrub(e.to_string());
@@ -350,15 +383,13 @@ impl RpcSource {
             }
             let mut out = Vec::with_capacity(chunk.len());
             let mut transient = None;
-            for (a, balance, nonce) in waiters {
-                let (b, n) = (balance.await, nonce.await);
-                match (b, n) {
-                    (Ok(b), Ok(n)) => out.push(AccountRecord::new(a, b, n.to::<u64>())),
-                    (Err(TransportError::ErrorResp(e)), _)
-                    | (_, Err(TransportError::ErrorResp(e))) => {
-                        return Err(classify("eth_getBalance", Some(at), e.message.to_string()));
+            for (a, proof) in waiters {
+                match proof.await {
+                    Ok(p) => out.push(p.record(a)),
+                    Err(TransportError::ErrorResp(e)) => {
+                        return Err(classify("eth_getProof", Some(at), e.message.to_string()));
                     }
-                    (Err(e), _) | (_, Err(e)) => transient = Some(self.scrub(e.to_string())),
+                    Err(e) => transient = Some(self.scrub(e.to_string())),
                 }
             }
             match transient {
