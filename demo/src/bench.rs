@@ -46,12 +46,8 @@ pub fn hashed_accounts_in_order(count: u64) -> impl Iterator<Item = AccountRecor
         rng.fill(&mut key[8..]);
         let top = i * gap + rng.random_range(0..gap);
         key[..8].copy_from_slice(&top.to_be_bytes());
-        AccountRecord {
-            address: None,
-            key: key.into(),
-            balance: U256::from(rng.random::<u64>()) * U256::from(1_000_000u64),
-            nonce: rng.random_range(0..1000),
-        }
+        let balance = U256::from(rng.random::<u64>()) * U256::from(1_000_000u64);
+        AccountRecord::from_hashed(key.into(), balance, rng.random_range(0..1000))
     })
 }
 

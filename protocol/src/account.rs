@@ -37,6 +37,10 @@ pub struct AccountRecord {
     pub code_hash: B256,
     /// The root of the account's storage trie ([`EMPTY_STORAGE_ROOT`]: none).
     pub storage_root: B256,
+    /// Not in the state at the snapshot's block: a delta's record of an
+    /// account the chain removed (its value reads 0/0). The node's proof
+    /// decides, not the values: an empty account may still be in the state.
+    pub deleted: bool,
 }
 
 impl AccountRecord {
@@ -49,6 +53,7 @@ impl AccountRecord {
             nonce,
             code_hash: EMPTY_CODE_HASH,
             storage_root: EMPTY_STORAGE_ROOT,
+            deleted: false,
         }
     }
 
@@ -61,6 +66,7 @@ impl AccountRecord {
             nonce,
             code_hash: EMPTY_CODE_HASH,
             storage_root: EMPTY_STORAGE_ROOT,
+            deleted: false,
         }
     }
 
@@ -82,8 +88,15 @@ impl AccountRecord {
         !self.code_hash.is_zero() && !self.storage_root.is_zero()
     }
 
-    /// Empty in EIP-161's sense (no nonce, balance, code or storage): not
-    /// in the state trie (a delta records an account emptied this way).
+    /// The record of `address` removed from the state (or never in it).
+    pub fn deleted(address: Address) -> Self {
+        AccountRecord {
+            deleted: true,
+            ..AccountRecord::new(address, U256::ZERO, 0)
+        }
+    }
+
+    /// Empty in EIP-161's sense: no nonce, balance, code or storage.
     pub fn is_empty(&self) -> bool {
         self.nonce == 0
             && self.balance.is_zero()

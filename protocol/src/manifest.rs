@@ -70,6 +70,13 @@ impl FromStr for KindTag {
 }
 
 impl SnapshotKind {
+    /// Whether a snapshot of this kind is, with its base when a delta, the
+    /// whole state at its block (an active set or a historical snapshot
+    /// holds a part).
+    pub fn is_whole_state(&self) -> bool {
+        matches!(self, SnapshotKind::Full | SnapshotKind::Delta { .. })
+    }
+
     /// The kind without its parameters.
     pub fn tag(&self) -> KindTag {
         match self {

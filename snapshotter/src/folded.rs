@@ -2,13 +2,18 @@
 //! a view holds, in key order, as a fold writes it and as its state root
 //! is recomputed.
 
+use std::collections::BTreeMap;
 use std::ops::Range;
+
+use alloy_primitives::B256;
 
 use protocol::storage::StorageRecord;
 use protocol::view::newest_of;
 
 use crate::account::AccountRecord;
-use crate::records::{Records, RecordsFile};
+use crate::levels::LevelsError;
+use crate::records::{decode_records, Records, RecordsFile};
+use crate::store::{SnapshotStore, StoredSnapshot, RECORDS_FILE};
 
 /// A base and the newer records of the deltas above it (overlaid, newest
 /// each).
@@ -23,22 +28,24 @@ impl Folded<'_> {
         self.accounts_of(0..16)
     }
 
-    /// The accounts of the view whose key's first nibble is in `nibbles`.
-    /// An account a delta found empty (EIP-161: no nonce, balance, code or
-    /// storage) was deleted by the chain when its block touched it: left
-    /// out. One the base holds empty is in the state (a genesis can hold
-    /// such accounts): kept.
+    /// The accounts of the view whose key's first nibble is in `nibbles`
+    /// (those a delta deleted left out).
     pub fn accounts_of(
         &self,
         nibbles: Range<u8>,
     ) -> impl Iterator<Item = AccountRecord> + Send + '_ {
         let base = self.base.accounts_of(nibbles.clone());
         let newer = &self.newer.accounts[of_nibbles(&self.newer.accounts, nibbles, |r| r.key[0])];
-        let base = base.map(|i| (self.base.account(i), false));
-        let newer = newer.iter().map(|r| (r.clone(), true));
-        newest_of(base, newer, |(r, _)| r.key)
-            .filter(|(r, from_delta)| !(*from_delta && r.is_empty()))
-            .map(|(r, _)| r)
+        let base = base.map(|i| self.base.account(i));
+        newest_of(base, newer.iter().cloned(), |r| r.key).filter(|r| !r.deleted)
+    }
+
+    /// The view's account whose key is `key`, if it has one.
+    pub fn account(&self, key: &B256) -> Option<AccountRecord> {
+        match self.newer.accounts.binary_search_by(|r| r.key.cmp(key)) {
+            Ok(i) => Some(self.newer.accounts[i].clone()).filter(|r| !r.deleted),
+            Err(_) => self.base.find_account(key),
+        }
     }
 
     /// Every slot of the view, slots cleared to 0 left out.
@@ -59,4 +66,29 @@ pub fn of_nibbles<T>(
     let start = items.partition_point(|t| first_byte(t) >> 4 < nibbles.start);
     let end = items.partition_point(|t| first_byte(t) >> 4 < nibbles.end);
     start..end.max(start)
+}
+
+/// A level's records and slots (digest-checked).
+pub fn records(store: &SnapshotStore, snap: &StoredSnapshot) -> Result<Records, LevelsError> {
+    let bytes = store.read_checked(snap, RECORDS_FILE)?;
+    decode_records(&bytes).map_err(|e| LevelsError::Damaged {
+        id: snap.id.url_form(),
+        reason: format!("{RECORDS_FILE}: {e}"),
+    })
+}
+
+/// The records of `levels` (oldest first; deltas, small) overlaid: the
+/// newest value of each account and of each slot, in key order.
+pub fn overlay(store: &SnapshotStore, levels: &[StoredSnapshot]) -> Result<Records, LevelsError> {
+    let mut accounts: BTreeMap<B256, AccountRecord> = BTreeMap::new();
+    let mut slots = BTreeMap::new();
+    for level in levels {
+        let records = records(store, level)?;
+        accounts.extend(records.accounts.into_iter().map(|r| (r.key, r)));
+        slots.extend(records.storage.into_iter().map(|s| (s.key, s)));
+    }
+    Ok(Records {
+        accounts: accounts.into_values().collect(),
+        storage: slots.into_values().collect(),
+    })
 }

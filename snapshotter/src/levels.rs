@@ -24,14 +24,13 @@ use protocol::api::CatalogEntry;
 use protocol::view::View;
 use serde::Deserialize;
 
-use crate::account::AccountRecord;
 use crate::folded::Folded;
 use crate::manifest::{KindTag, SnapshotId, SnapshotKind};
 use crate::pipeline::{
     build_and_publish, build_and_publish_streamed, BuildError, BuildOptions, ExportedState,
     RecordsSummary,
 };
-use crate::records::{decode_records, write_record_stream, Records, RecordsFile};
+use crate::records::{write_record_stream, Records, RecordsFile};
 use crate::store::{SnapshotStore, StoreError, StoredSnapshot, RECORDS_FILE};
 
 /// How deltas are merged and kept: `[levels]` in the follower's config.
@@ -274,31 +273,6 @@ impl Levels {
         Ok(None)
     }
 
-    /// Reads a level's records and slots (digest-checked).
-    fn records(&self, snap: &StoredSnapshot) -> Result<Records, LevelsError> {
-        let bytes = self.store.read_checked(snap, RECORDS_FILE)?;
-        decode_records(&bytes).map_err(|e| LevelsError::Damaged {
-            id: snap.id.url_form(),
-            reason: format!("{RECORDS_FILE}: {e}"),
-        })
-    }
-
-    /// The records of `levels` (oldest first) overlaid: the newest value
-    /// of each account and of each slot.
-    fn overlay(&self, levels: &[StoredSnapshot]) -> Result<Records, LevelsError> {
-        let mut accounts: BTreeMap<alloy_primitives::B256, AccountRecord> = BTreeMap::new();
-        let mut slots = BTreeMap::new();
-        for level in levels {
-            let records = self.records(level)?;
-            accounts.extend(records.accounts.into_iter().map(|r| (r.key, r)));
-            slots.extend(records.storage.into_iter().map(|s| (s.key, s)));
-        }
-        Ok(Records {
-            accounts: accounts.into_values().collect(),
-            storage: slots.into_values().collect(),
-        })
-    }
-
     /// A state like `top`'s (block, hash, root, time) with other records;
     /// the listed contracts are the base's (`levels[0]`).
     fn like(
@@ -330,7 +304,7 @@ impl Levels {
             unreachable!("merge takes deltas");
         };
         let top = deltas.last().expect("at least two deltas");
-        let records = self.overlay(deltas)?;
+        let records = crate::folded::overlay(&self.store, deltas)?;
         let source = format!("merge:{}..{}", deltas[0].id, top.id);
         tracing::info!(
             from,
@@ -346,14 +320,14 @@ impl Levels {
     }
 
     /// Folds a whole view into a full snapshot at its block (accounts a
-    /// delta found empty, and slots cleared to 0, dropped: the chain
-    /// deleted them, and absent means 0 in a full snapshot). The base's `records.bin` is read in place and merged
+    /// delta deleted, and slots cleared to 0, dropped: absent means 0 in a
+    /// full snapshot). The base's `records.bin` is read in place and merged
     /// in key order with the deltas' records (small, overlaid in memory)
     /// and streamed into the new base's `records.bin`: a mainnet base is
     /// never held.
     fn fold(&self, view: &[StoredSnapshot], why: &str) -> Result<String, LevelsError> {
         let top = view.last().expect("a view has a level");
-        let newer = self.overlay(&view[1..])?;
+        let newer = crate::folded::overlay(&self.store, &view[1..])?;
         let mapped = self.store.map_checked(&view[0], RECORDS_FILE)?;
         let base = RecordsFile::new((*mapped).as_ref()).map_err(|e| LevelsError::Damaged {
             id: view[0].id.url_form(),
@@ -421,6 +395,7 @@ impl Levels {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::account::AccountRecord;
     use alloy_primitives::{Address, B256, U256};
     use protocol::storage::StorageRecord;
 
@@ -537,7 +512,7 @@ mod tests {
         assert_eq!(view_ids(&l), ["7-0-full", "7-4-delta-0"]);
         let top = l.newest_view().unwrap().unwrap().pop().unwrap();
         assert_eq!(top.manifest.kind, SnapshotKind::Delta { from: 0 });
-        let merged = l.records(&top).unwrap().accounts;
+        let merged = crate::folded::records(l.store(), &top).unwrap().accounts;
         assert_eq!(merged.len(), 5, "account 1 and one new account per block");
         let one = merged
             .iter()
@@ -623,7 +598,7 @@ mod tests {
         // newest words.
         assert_eq!(view_ids(&l), ["7-2-full"]);
         let folded = l.newest_view().unwrap().unwrap().pop().unwrap();
-        let records = l.records(&folded).unwrap();
+        let records = crate::folded::records(l.store(), &folded).unwrap();
         let words: Vec<(B256, U256)> = records
             .storage
             .iter()

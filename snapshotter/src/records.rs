@@ -3,7 +3,8 @@
 //!
 //! Header `"EPRC"`, version (3; 1 and 2 are read), 3 zero bytes, account
 //! count (u64 LE), then 157 bytes per account: flags (bit 0: address
-//! known), address (20), key (32), balance (32, big-endian), nonce (u64
+//! known; bit 1: deleted, a delta's record of an account not in the
+//! state), address (20), key (32), balance (32, big-endian), nonce (u64
 //! LE), code hash (32), storage root (32); then the slot count (u64 LE) and
 //! 117 bytes per slot: flags (bit 0: contract known), contract (20),
 //! keccak256(contract) (32), keccak256(slot) (32), word (32, big-endian).
@@ -84,7 +85,7 @@ pub fn write_records(
 
 fn account_bytes(r: &AccountRecord) -> [u8; RECORD_BYTES] {
     let mut one = [0u8; RECORD_BYTES];
-    one[0] = r.address.is_some() as u8;
+    one[0] = r.address.is_some() as u8 | (r.deleted as u8) << 1;
     one[1..21].copy_from_slice(r.address.unwrap_or_default().as_slice());
     one[21..53].copy_from_slice(r.key.as_slice());
     one[53..85].copy_from_slice(&r.balance.to_be_bytes::<32>());
@@ -293,6 +294,21 @@ impl<'a> RecordsFile<'a> {
         parse_account(self.layout.account(self.bytes, i))
     }
 
+    /// The account whose key is `key`, if there is one (binary search).
+    pub fn find_account(&self, key: &B256) -> Option<AccountRecord> {
+        let key_at = |i: usize| &self.layout.account(self.bytes, i)[21..53];
+        let (mut lo, mut hi) = (0, self.accounts());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match key_at(mid).cmp(key.as_slice()) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return Some(self.account(mid)),
+            }
+        }
+        None
+    }
+
     /// The indices of the accounts whose key's first nibble is in
     /// `nibbles` (the keys are in order: two binary searches).
     pub fn accounts_of(&self, nibbles: std::ops::Range<u8>) -> std::ops::Range<usize> {
@@ -376,6 +392,7 @@ fn parse_account(chunk: &[u8]) -> AccountRecord {
         nonce: u64::from_le_bytes(chunk[85..93].try_into().unwrap()),
         code_hash: hash_at(93),
         storage_root: hash_at(125),
+        deleted: chunk[0] & 2 == 2,
     }
 }
 
@@ -472,6 +489,7 @@ mod tests {
         recs[2] = recs[2]
             .clone()
             .with_trie(B256::repeat_byte(3), B256::repeat_byte(4));
+        recs[3] = AccountRecord::deleted(Address::repeat_byte(4));
         recs.sort_by_key(|r| r.key);
         let bytes = encode_records(&recs, &[]);
         assert_eq!(bytes[4], VERSION);

@@ -9,14 +9,10 @@
 //! iterator over its part of the records, and the 16 hashes make the root
 //! branch. Nothing but the builders' stacks is held.
 
-use std::collections::BTreeMap;
-
 use alloy_primitives::{B256, U256};
 use alloy_trie::{HashBuilder, Nibbles, TrieAccount};
 
-use protocol::storage::StorageRecord;
-
-use crate::account::{AccountRecord, EMPTY_STORAGE_ROOT};
+use crate::account::AccountRecord;
 
 /// Why a root cannot be recomputed.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -99,29 +95,12 @@ fn add_account(
     Ok(())
 }
 
-/// The storage root of each contract that `slots` hold, keyed by
-/// keccak256 of the contract (zero words are not in the trie).
-pub fn storage_roots<'a>(slots: impl Iterator<Item = &'a StorageRecord>) -> BTreeMap<B256, B256> {
-    let mut by_contract: BTreeMap<B256, BTreeMap<B256, U256>> = BTreeMap::new();
-    for s in slots {
-        by_contract
-            .entry(s.hashed_contract)
-            .or_default()
-            .insert(s.hashed_slot, s.value);
-    }
-    by_contract
-        .into_iter()
-        .map(|(contract, words)| {
-            let live = words.into_iter().filter(|(_, w)| !w.is_zero());
-            let root = alloy_trie::root::storage_root(live);
-            (contract, root)
-        })
-        .collect()
-}
-
-/// Whether `root` is the storage root of no slot at all.
-pub fn is_empty_storage(root: &B256) -> bool {
-    root == &EMPTY_STORAGE_ROOT
+/// The storage root of one contract's `words` (hashed slot, word; any
+/// order, each slot once; zero words are not in the trie).
+pub fn storage_root(mut words: Vec<(B256, U256)>) -> B256 {
+    words.retain(|(_, w)| !w.is_zero());
+    words.sort_unstable_by_key(|(slot, _)| *slot);
+    alloy_trie::root::storage_root(words)
 }
 
 #[cfg(test)]
@@ -192,14 +171,11 @@ mod tests {
 
     #[test]
     fn storage_roots_skip_zero_words() {
-        let contract = Address::repeat_byte(0xc0);
-        let slots = [
-            StorageRecord::new(contract, B256::with_last_byte(1), U256::from(5)),
-            StorageRecord::new(contract, B256::with_last_byte(2), U256::ZERO),
-        ];
-        let roots = storage_roots(slots.iter());
+        let one = (keccak256(B256::with_last_byte(1)), U256::from(5));
+        let zero = (keccak256(B256::with_last_byte(2)), U256::ZERO);
         let want =
             alloy_trie::root::storage_root_unhashed([(B256::with_last_byte(1), U256::from(5))]);
-        assert_eq!(roots, BTreeMap::from([(keccak256(contract), want)]));
+        assert_eq!(storage_root(vec![zero, one]), want);
+        assert_eq!(storage_root(vec![zero]), crate::account::EMPTY_STORAGE_ROOT);
     }
 }

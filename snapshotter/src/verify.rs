@@ -103,3 +103,107 @@ pub fn verify(
     }
     Ok(())
 }
+
+/// What `verify --state-root` recomputed for one view.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StateRootCheck {
+    pub block: u64,
+    /// The state root the view's records imply.
+    pub root: alloy_primitives::B256,
+    /// Listed contracts whose storage root was recomputed from their slots.
+    pub contracts: usize,
+}
+
+/// Recomputes the state root of the view of `base` and the `deltas`
+/// above it (oldest first) and the storage root of each contract the base
+/// lists, and compares them: the state root with the top level's manifest
+/// and with `header_root` (the node's header, when given), each storage
+/// root with the contract's account. Any difference is an error that says
+/// which.
+pub fn verify_state_root(
+    store: &SnapshotStore,
+    base: &StoredSnapshot,
+    deltas: &[StoredSnapshot],
+    header_root: Option<alloy_primitives::B256>,
+) -> Result<StateRootCheck, StoreError> {
+    let top = deltas.last().unwrap_or(base);
+    if base.manifest.kind != crate::manifest::SnapshotKind::Full {
+        return Err(invalid(
+            base,
+            "a state root needs a whole state: a full snapshot and its deltas",
+        ));
+    }
+    let mapped = store.map_checked(base, RECORDS_FILE)?;
+    let base_file = RecordsFile::new((*mapped).as_ref())
+        .map_err(|e| invalid(base, format!("records.bin: {e}")))?;
+    let newer = crate::folded::overlay(store, deltas).map_err(|e| invalid(top, e.to_string()))?;
+    let folded = crate::folded::Folded {
+        base: &base_file,
+        newer: &newer,
+    };
+    let root = crate::state_root::state_root(|n| Box::new(folded.accounts_of(n..n + 1)))
+        .map_err(|e| invalid(top, e.to_string()))?;
+    let contracts = check_storage_roots(&folded, &base.manifest.storage.all_contracts())
+        .map_err(|problem| invalid(top, problem))?;
+    match top.manifest.state_root {
+        None => {
+            return Err(invalid(
+                top,
+                format!("its manifest names no state root (the records give {root})"),
+            ))
+        }
+        Some(named) if named != root => {
+            return Err(invalid(
+                top,
+                format!("the records give state root {root}, the manifest names {named}"),
+            ))
+        }
+        Some(_) => {}
+    }
+    if let Some(header) = header_root.filter(|h| *h != root) {
+        return Err(invalid(
+            top,
+            format!(
+                "the records give state root {root}, the node's header at block {} has {header}",
+                top.manifest.block_number
+            ),
+        ));
+    }
+    Ok(StateRootCheck {
+        block: top.manifest.block_number,
+        root,
+        contracts,
+    })
+}
+
+/// Each listed contract's storage root, from every slot the view holds of
+/// it, against its account's (a contract without an account holds no
+/// slot). Returns how many were checked.
+fn check_storage_roots(
+    folded: &crate::folded::Folded<'_>,
+    contracts: &[alloy_primitives::Address],
+) -> Result<usize, String> {
+    for contract in contracts {
+        let hashed = alloy_primitives::keccak256(contract);
+        let words: Vec<_> = folded
+            .slots()
+            .filter(|s| s.hashed_contract == hashed)
+            .map(|s| (s.hashed_slot, s.value))
+            .collect();
+        let computed = crate::state_root::storage_root(words);
+        let held = folded
+            .account(&hashed)
+            .map_or(crate::account::EMPTY_STORAGE_ROOT, |a| a.storage_root);
+        if held.is_zero() {
+            return Err(format!(
+                "listed contract {contract} has no storage root in the records"
+            ));
+        }
+        if held != computed {
+            return Err(format!(
+                "listed contract {contract}: its slots give storage root {computed}, its account has {held}"
+            ));
+        }
+    }
+    Ok(contracts.len())
+}

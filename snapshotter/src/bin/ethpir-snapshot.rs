@@ -44,6 +44,7 @@ ethpir-snapshot --store ./store run --url http://127.0.0.1:8545 --genesis genesi
 ethpir-snapshot --store ./store list\n  \
 ethpir-snapshot --store ./replica pull --from http://primary:8546 --every 1\n  \
 ethpir-snapshot --store ./store verify --lookups 16\n  \
+ethpir-snapshot --store ./store verify --state-root --url http://127.0.0.1:8545\n  \
 ethpir-snapshot tokens detect --url http://127.0.0.1:8545 --token 0x..."
 )]
 struct Cli {
@@ -118,13 +119,29 @@ ethpir-snapshot --store /var/lib/ethpir/store pull --from http://primary.interna
         #[arg(long)]
         json: bool,
     },
-    /// Check snapshots: digests, formats, and private lookups of sampled accounts.
+    /// Check snapshots: digests, formats, and private lookups of sampled accounts;
+    /// with --state-root, the Merkle-Patricia state root their records imply.
+    #[command(
+        long_about = "Check snapshots: file digests, formats, the setup against the database, and \
+private lookups of sampled accounts and slots through the real PIR path.\n\n\
+With --state-root, also recompute, for the view at each snapshot's block (its base and the deltas \
+above it), the Merkle-Patricia state root from every account's balance, nonce, code hash and storage \
+root (streamed, on every core), and each listed contract's storage root from its slots; compare them \
+with the manifest's state root, the contracts' accounts, and with --url the node's header at that \
+block. Active sets and historical snapshots hold a part of the state only: skipped."
+    )]
     Verify {
         /// Snapshots to check (`<chain>/<block>-<kind>`); all when none.
         ids: Vec<SnapshotId>,
         /// Accounts looked up privately per snapshot (0: files and formats only).
         #[arg(long, default_value_t = 8)]
         lookups: usize,
+        /// Recompute the state root (and listed contracts' storage roots).
+        #[arg(long)]
+        state_root: bool,
+        /// A node whose headers the state roots must equal (with --state-root).
+        #[arg(long, requires = "state_root")]
+        url: Option<String>,
     },
     /// What a database of N accounts would be with these layout settings
     /// (no store needed): partitions, rows, query, response, hint and
@@ -519,7 +536,19 @@ fn main() -> Result<()> {
             layout,
             json,
         } => plan(*accounts, *value_bytes, layout, *json),
-        Command::Verify { ids, lookups } => verify(&open_store()?, ids, *lookups),
+        Command::Verify {
+            ids,
+            lookups,
+            state_root,
+            url,
+        } => {
+            let store = open_store()?;
+            verify(&store, ids, *lookups)?;
+            match state_root {
+                true => verify_state_roots(&store, ids, url.as_deref()),
+                false => Ok(()),
+            }
+        }
         Command::Prune {
             chain_id,
             retention,
@@ -883,6 +912,82 @@ fn verify(store: &SnapshotStore, ids: &[SnapshotId], lookups: usize) -> Result<(
         bail!("{bad} of {} snapshots failed verification", snaps.len());
     }
     Ok(())
+}
+
+/// `verify --state-root`: the state root of the view at each named
+/// snapshot's block (all snapshots when none), against its manifest and,
+/// with `url`, the node's header.
+fn verify_state_roots(store: &SnapshotStore, ids: &[SnapshotId], url: Option<&str>) -> Result<()> {
+    let all = store.list()?;
+    let named: Vec<_> = match ids.is_empty() {
+        true => all.clone(),
+        false => all
+            .iter()
+            .filter(|s| ids.contains(&s.id))
+            .cloned()
+            .collect(),
+    };
+    let views = protocol::view::Views::build(&snapshotter::levels::as_entries(&all));
+    let runtime = tokio::runtime::Runtime::new()?;
+    let node = match url {
+        Some(url) => Some(runtime.block_on(RpcSource::connect(url, RpcOptions::default()))?),
+        None => None,
+    };
+    let mut bad = 0;
+    for snap in &named {
+        let (chain, block) = (snap.manifest.chain_id, snap.manifest.block_number);
+        let view = match views.at(chain, block).filter(|v| v.complete) {
+            Some(v) if snap.manifest.kind.is_whole_state() => v,
+            _ => {
+                println!("skip    {}: not a whole state (an active set, a historical snapshot, or a delta without its base)", snap.id);
+                continue;
+            }
+        };
+        let levels: Vec<_> = view
+            .snapshots
+            .iter()
+            .filter_map(|id| all.iter().find(|s| &s.id == id).cloned())
+            .collect();
+        let header = match &node {
+            Some(node) => Some(runtime.block_on(node_header(node, &levels))?),
+            None => None,
+        };
+        let checked = header.map_or(Ok(None), |h| h.map(Some)).and_then(|root| {
+            snapshotter::verify::verify_state_root(store, &levels[0], &levels[1..], root)
+                .map_err(|e| e.to_string())
+        });
+        match checked {
+            Ok(c) => println!(
+                "ok      {}: state root {} at block {} ({} listed contracts' storage)",
+                snap.id, c.root, c.block, c.contracts
+            ),
+            Err(e) => {
+                bad += 1;
+                println!("FAILED  {}: {e}", snap.id);
+            }
+        }
+    }
+    if bad > 0 {
+        bail!("{bad} of {} state roots failed verification", named.len());
+    }
+    Ok(())
+}
+
+/// The node's state root at the view's block, or why the view is not on
+/// the node's chain.
+async fn node_header(
+    node: &RpcSource,
+    levels: &[snapshotter::StoredSnapshot],
+) -> Result<Result<alloy_primitives::B256, String>> {
+    let top = &levels.last().expect("a view has a level").manifest;
+    let (hash, root, _) = node.block_header(top.block_number).await?;
+    Ok(match top.block_hash {
+        Some(named) if named != hash => Err(format!(
+            "block {} is {named} in the manifest, {hash} on the node",
+            top.block_number
+        )),
+        _ => Ok(root),
+    })
 }
 
 /// `prune`: apply the retention policy.

@@ -649,12 +649,9 @@ impl RethDatadir {
         let records = self
             .touched(from + 1, to)?
             .into_iter()
-            .map(|a| {
-                let key = crate::account::pir_key(&a);
-                let (balance, nonce) = state
-                    .get(&key)
-                    .map_or((U256::ZERO, 0), |r| (r.balance, r.nonce));
-                AccountRecord::new(a, balance, nonce)
+            .map(|a| match state.get(&crate::account::pir_key(&a)) {
+                Some(r) => AccountRecord::new(a, r.balance, r.nonce),
+                None => AccountRecord::deleted(a),
             })
             .collect();
         self.exported(to, SnapshotKind::Delta { from }, records, chain_id, started)

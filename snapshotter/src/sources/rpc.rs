@@ -44,8 +44,7 @@ const SYSTEM_CONTRACTS: [Address; 4] = [
     alloy_eips::eip7251::CONSOLIDATION_REQUEST_PREDEPLOY_ADDRESS,
 ];
 
-/// What the records need of an `eth_getProof` answer (its proof nodes
-/// are skipped, not kept).
+/// What the records need of an `eth_getProof` answer.
 #[derive(Debug, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct ProvedAccount {
@@ -53,17 +52,47 @@ struct ProvedAccount {
     nonce: U64,
     code_hash: B256,
     storage_hash: B256,
+    account_proof: Vec<Bytes>,
 }
 
 impl ProvedAccount {
-    /// The record, where a node that answers zero hashes for an account
-    /// that does not exist reads as one without code or storage.
-    fn record(&self, address: Address) -> AccountRecord {
+    /// The record of `address`, its proof checked against the block's
+    /// state `root`: in the state (even empty: a node may keep touched
+    /// empty accounts, as anvil does), or not (deleted). Without a root to
+    /// check against, an empty account is taken as deleted (EIP-161). A node
+    /// answering zero hashes for an absent account reads as one without
+    /// code or storage.
+    fn record(&self, address: Address, root: Option<B256>) -> Result<AccountRecord, String> {
         let or = |hash: B256, none: B256| if hash.is_zero() { none } else { hash };
-        AccountRecord::new(address, self.balance, self.nonce.to::<u64>()).with_trie(
+        let account = AccountRecord::new(address, self.balance, self.nonce.to::<u64>()).with_trie(
             or(self.code_hash, protocol::account::EMPTY_CODE_HASH),
             or(self.storage_hash, protocol::account::EMPTY_STORAGE_ROOT),
-        )
+        );
+        let Some(root) = root else {
+            return Ok(match account.is_empty() {
+                true => AccountRecord::deleted(address),
+                false => account,
+            });
+        };
+        let key = alloy_trie::Nibbles::unpack(account.key);
+        let leaf = alloy_trie::TrieAccount::new(
+            account.nonce,
+            account.balance,
+            account.storage_root,
+            account.code_hash,
+        );
+        let proves =
+            |value| alloy_trie::proof::verify_proof(root, key, value, &self.account_proof).is_ok();
+        if proves(Some(alloy_rlp::encode(leaf))) {
+            Ok(account)
+        } else if account.is_empty() && proves(None) {
+            Ok(AccountRecord::deleted(address))
+        } else {
+            Err(format!(
+                "the proof of {address} does not match state root {root} (balance {}, nonce {})",
+                account.balance, account.nonce
+            ))
+        }
     }
 }
 
@@ -324,11 +353,13 @@ impl RpcSource {
     }
 
     /// Balances, nonces, code hashes and storage roots of `addresses` at
-    /// block `at`.
+    /// block `at`, each proved against the block's state `root` when given
+    /// (which also tells an empty account in the state from a deleted one).
     pub async fn read_accounts(
         &self,
         addresses: &[Address],
         at: u64,
+        root: Option<B256>,
     ) -> Result<Vec<AccountRecord>, RpcSourceError> {
         let progress = &self.options.progress;
         let step = Step::ExportAccounts;
@@ -341,7 +372,7 @@ impl RpcSource {
             .collect();
         let results: Result<Vec<Vec<AccountRecord>>, RpcSourceError> =
             stream::iter(chunks.into_iter().map(|chunk| async move {
-                let out = self.read_batch(&chunk, block, at).await?;
+                let out = self.read_batch(&chunk, block, at, root).await?;
                 let by = chunk.len() as u64;
                 report(progress, ProgressEvent::Advance { step, by });
                 Ok::<_, RpcSourceError>(out)
@@ -359,6 +390,7 @@ impl RpcSource {
         chunk: &[Address],
         block: BlockId,
         at: u64,
+        root: Option<B256>,
     ) -> Result<Vec<AccountRecord>, RpcSourceError> {
         let mut last = String::new();
         for attempt in 0..self.options.attempts.max(1) {
@@ -385,7 +417,12 @@ impl RpcSource {
             let mut transient = None;
             for (a, proof) in waiters {
                 match proof.await {
-                    Ok(p) => out.push(p.record(a)),
+                    Ok(p) => {
+                        out.push(p.record(a, root).map_err(|message| RpcSourceError::Reply {
+                            method: "eth_getProof",
+                            message,
+                        })?)
+                    }
                     Err(TransportError::ErrorResp(e)) => {
                         return Err(classify("eth_getProof", Some(at), e.message.to_string()));
                     }
@@ -672,7 +709,7 @@ impl RpcSource {
         addresses.sort_unstable();
         addresses.dedup();
         let (hash, root, time) = self.block_header(at).await?;
-        let records = self.read_accounts(&addresses, at).await?;
+        let records = self.read_accounts(&addresses, at, Some(root)).await?;
         if self.block_header(at).await?.0 != hash {
             return Err(RpcSourceError::Reorged { block: at });
         }
