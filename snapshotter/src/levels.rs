@@ -436,9 +436,8 @@ mod tests {
             accounts: (0..60u8).map(|i| acct(i, 1_000 + i as u64)).collect(),
             storage: (0..30u8).map(|i| slot(i, 7 + i as u64)).collect(),
         });
-        // Changed, emptied and new accounts; changed, cleared, new slots.
-        let mut emptied = acct(3, 0);
-        emptied.nonce = 0;
+        // Changed, deleted and new accounts; changed, cleared, new slots.
+        let emptied = AccountRecord::deleted(Address::repeat_byte(3));
         let newer = sorted(Records {
             accounts: vec![acct(1, 5), emptied, acct(200, 9), acct(59, 1 << 40)],
             storage: vec![slot(2, 99), slot(4, 0), slot(250, 1)],
@@ -451,7 +450,7 @@ mod tests {
         slots.extend(newer.storage.iter().map(|s| (s.key, s.clone())));
         let expected_accounts: Vec<AccountRecord> = accounts
             .into_values()
-            .filter(|r| !(r.balance.is_zero() && r.nonce == 0))
+            .filter(|r| !r.deleted)
             .collect();
         let expected_slots: Vec<StorageRecord> =
             slots.into_values().filter(|s| !s.value.is_zero()).collect();
@@ -543,12 +542,12 @@ mod tests {
         l.publish(state(
             5,
             SnapshotKind::Delta { from: 4 },
-            vec![AccountRecord::new(Address::repeat_byte(2), U256::ZERO, 0)],
+            vec![AccountRecord::deleted(Address::repeat_byte(2))],
         ))
         .unwrap();
         assert_eq!(view_ids(&l), ["7-5-full"]);
         let full = l.newest_view().unwrap().unwrap().pop().unwrap();
-        assert_eq!(full.manifest.record_count, 5, "6 accounts, one emptied");
+        assert_eq!(full.manifest.record_count, 5, "6 accounts, one deleted");
     }
 
     #[test]
