@@ -448,10 +448,8 @@ mod tests {
         let mut slots: BTreeMap<B256, StorageRecord> =
             base.storage.iter().map(|s| (s.key, s.clone())).collect();
         slots.extend(newer.storage.iter().map(|s| (s.key, s.clone())));
-        let expected_accounts: Vec<AccountRecord> = accounts
-            .into_values()
-            .filter(|r| !r.deleted)
-            .collect();
+        let expected_accounts: Vec<AccountRecord> =
+            accounts.into_values().filter(|r| !r.deleted).collect();
         let expected_slots: Vec<StorageRecord> =
             slots.into_values().filter(|s| !s.value.is_zero()).collect();
         let expected = crate::records::encode_records(&expected_accounts, &expected_slots);

@@ -115,16 +115,12 @@ pub struct StateRootCheck {
 }
 
 /// Recomputes the state root of the view of `base` and the `deltas`
-/// above it (oldest first) and the storage root of each contract the base
-/// lists, and compares them: the state root with the top level's manifest
-/// and with `header_root` (the node's header, when given), each storage
-/// root with the contract's account. Any difference is an error that says
-/// which.
-pub fn verify_state_root(
+/// above it (oldest first; their files digest-checked) and checks the
+/// storage root of each contract the base lists against its account.
+pub fn view_state_root(
     store: &SnapshotStore,
     base: &StoredSnapshot,
     deltas: &[StoredSnapshot],
-    header_root: Option<alloy_primitives::B256>,
 ) -> Result<StateRootCheck, StoreError> {
     let top = deltas.last().unwrap_or(base);
     if base.manifest.kind != crate::manifest::SnapshotKind::Full {
@@ -145,6 +141,25 @@ pub fn verify_state_root(
         .map_err(|e| invalid(top, e.to_string()))?;
     let contracts = check_storage_roots(&folded, &base.manifest.storage.all_contracts())
         .map_err(|problem| invalid(top, problem))?;
+    Ok(StateRootCheck {
+        block: top.manifest.block_number,
+        root,
+        contracts,
+    })
+}
+
+/// [`view_state_root`], then the root compared with the top level's
+/// manifest and with `header_root` (the node's header, when given). Any
+/// difference is an error that says which.
+pub fn verify_state_root(
+    store: &SnapshotStore,
+    base: &StoredSnapshot,
+    deltas: &[StoredSnapshot],
+    header_root: Option<alloy_primitives::B256>,
+) -> Result<StateRootCheck, StoreError> {
+    let top = deltas.last().unwrap_or(base);
+    let check = view_state_root(store, base, deltas)?;
+    let root = check.root;
     match top.manifest.state_root {
         None => {
             return Err(invalid(
@@ -165,15 +180,11 @@ pub fn verify_state_root(
             top,
             format!(
                 "the records give state root {root}, the node's header at block {} has {header}",
-                top.manifest.block_number
+                check.block
             ),
         ));
     }
-    Ok(StateRootCheck {
-        block: top.manifest.block_number,
-        root,
-        contracts,
-    })
+    Ok(check)
 }
 
 /// Each listed contract's storage root, from every slot the view holds of
