@@ -15,6 +15,11 @@ pub struct CatalogEntry {
     pub id: SnapshotId,
     #[serde(flatten)]
     pub manifest: Manifest,
+    /// Signatures of operators who checked the snapshot against their own
+    /// node (`ethpir-snapshot attest`): each verifies itself, so any
+    /// server relays them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attestations: Vec<crate::attest::Attestation>,
 }
 
 /// `GET /v1/snapshots`.
@@ -93,6 +98,13 @@ impl CatalogEntry {
                     m.block_number
                 ));
             }
+        }
+        if self.attestations.len() > crate::attest::MAX_PER_SNAPSHOT {
+            return Err(format!(
+                "{} attestations (at most {})",
+                self.attestations.len(),
+                crate::attest::MAX_PER_SNAPSHOT
+            ));
         }
         check_sizes(m)?;
         check_names_and_text(m)

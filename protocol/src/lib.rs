@@ -15,6 +15,7 @@
 
 pub mod account;
 pub mod api;
+pub mod attest;
 pub mod config;
 pub mod digest;
 pub mod logging;

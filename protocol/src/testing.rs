@@ -42,5 +42,6 @@ pub fn entry(
     CatalogEntry {
         id: SnapshotId::new(chain, block, &kind),
         manifest,
+        attestations: Vec::new(),
     }
 }

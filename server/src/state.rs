@@ -142,7 +142,13 @@ pub struct AppState {
     /// The catalog as served, made when the served set changes (never per
     /// request: every proxy polls it).
     catalog: RwLock<Arc<CatalogBody>>,
+    /// The attestations the store keeps for each served snapshot (read at
+    /// every rescan: an attester signs after a snapshot is served).
+    attestations: RwLock<Attestations>,
 }
+
+/// Attestations by snapshot id (url form).
+type Attestations = BTreeMap<String, Vec<protocol::attest::Attestation>>;
 
 /// `GET /v1/snapshots` made once: its JSON, gzipped, and its ETag.
 pub struct CatalogBody {
@@ -155,13 +161,21 @@ pub struct CatalogBody {
 impl CatalogBody {
     /// The catalog of `snapshots` (sorted by chain, block and id, with the
     /// views they form).
-    fn of(snapshots: &[Arc<LoadedSnapshot>], max_batch: usize) -> CatalogBody {
+    fn of(
+        snapshots: &[Arc<LoadedSnapshot>],
+        attestations: &Attestations,
+        max_batch: usize,
+    ) -> CatalogBody {
         use std::io::Write;
         let mut entries: Vec<protocol::CatalogEntry> = snapshots
             .iter()
             .map(|s| protocol::CatalogEntry {
                 id: s.stored.id,
                 manifest: s.stored.manifest.clone(),
+                attestations: attestations
+                    .get(&s.stored.id.url_form())
+                    .cloned()
+                    .unwrap_or_default(),
             })
             .collect();
         entries.sort_by_key(|e| (e.manifest.chain_id, e.manifest.block_number, e.id));
@@ -215,7 +229,8 @@ impl AppState {
             export_files: config.export_files,
             metrics: Metrics::new(),
             failed: RwLock::new(BTreeMap::new()),
-            catalog: RwLock::new(Arc::new(CatalogBody::of(&[], max_batch))),
+            catalog: RwLock::new(Arc::new(CatalogBody::of(&[], &BTreeMap::new(), max_batch))),
+            attestations: RwLock::new(BTreeMap::new()),
         })
     }
 
@@ -226,7 +241,8 @@ impl AppState {
 
     /// Makes the catalog again from the served set (after it changed).
     fn remake_catalog(&self) {
-        let body = CatalogBody::of(&self.all(), self.max_batch);
+        let attestations = self.attestations.read().expect("lock").clone();
+        let body = CatalogBody::of(&self.all(), &attestations, self.max_batch);
         *self.catalog.write().expect("lock") = Arc::new(body);
     }
 
@@ -276,9 +292,27 @@ impl AppState {
                 self.remake_catalog();
             }
         }
+        if self.reread_attestations() {
+            self.remake_catalog();
+        }
         self.metrics
             .snapshots
             .set(self.snapshots.read().expect("lock").len() as i64);
+    }
+
+    /// Reads the served snapshots' attestations from the store; whether
+    /// they changed.
+    fn reread_attestations(&self) -> bool {
+        let now: Attestations = self
+            .all()
+            .iter()
+            .map(|s| (s.stored.id.url_form(), self.store.attestations(&s.stored)))
+            .filter(|(_, a)| !a.is_empty())
+            .collect();
+        let mut kept = self.attestations.write().expect("lock");
+        let changed = *kept != now;
+        *kept = now;
+        changed
     }
 
     /// Drops the snapshots no longer in the store (or rebuilt with another

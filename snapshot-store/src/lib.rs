@@ -39,6 +39,11 @@ pub const SETUP_FILE: &str = "setup.bin";
 pub const TABLE_FILE: &str = "table.bin";
 const STAGING: &str = ".staging";
 const TRASH: &str = ".trash";
+/// Attestations, beside the snapshots (a published snapshot's folder is
+/// never written): `.attestations/<chain>/<folder>/<signer>.json`.
+const ATTESTATIONS: &str = ".attestations";
+/// Most bytes of one attestation file read.
+const MAX_ATTESTATION_BYTES: u64 = 4096;
 
 /// Store errors, with the path involved.
 #[derive(Debug, thiserror::Error)]
@@ -394,6 +399,67 @@ impl SnapshotStore {
             path: path.to_path_buf(),
             manifest,
         })
+    }
+
+    fn attestations_dir(&self, id: &SnapshotId) -> PathBuf {
+        self.root
+            .join(ATTESTATIONS)
+            .join(id.chain_id.to_string())
+            .join(id.folder())
+    }
+
+    /// The attestations kept for `snap` (at most
+    /// [`protocol::attest::MAX_PER_SNAPSHOT`], in signer order): each whose
+    /// signature holds over this manifest; others are skipped with a
+    /// warning (a file for a snapshot rebuilt since, or damaged).
+    pub fn attestations(&self, snap: &StoredSnapshot) -> Vec<protocol::attest::Attestation> {
+        use std::io::Read;
+        let dir = self.attestations_dir(&snap.id);
+        let Ok(entries) = fs::read_dir(&dir) else {
+            return Vec::new();
+        };
+        let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+        paths.retain(|p| p.extension().is_some_and(|e| e == "json"));
+        paths.sort();
+        let mut out = Vec::new();
+        for path in paths {
+            let mut text = Vec::new();
+            let read = File::open(&path)
+                .and_then(|f| f.take(MAX_ATTESTATION_BYTES).read_to_end(&mut text));
+            let parsed = read
+                .map_err(|e| e.to_string())
+                .and_then(|_| {
+                    serde_json::from_slice::<protocol::attest::Attestation>(&text)
+                        .map_err(|e| e.to_string())
+                })
+                .and_then(|a| {
+                    a.verify(&snap.manifest)
+                        .map(|()| a)
+                        .map_err(|e| e.to_string())
+                });
+            match parsed {
+                Ok(a) if out.len() < protocol::attest::MAX_PER_SNAPSHOT => out.push(a),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(path = %path.display(), error = %e, "attestation skipped"),
+            }
+        }
+        out
+    }
+
+    /// Keeps `attestation` of `snap` (written whole, then renamed into
+    /// place: a reader never sees half of one).
+    pub fn add_attestation(
+        &self,
+        snap: &StoredSnapshot,
+        attestation: &protocol::attest::Attestation,
+    ) -> Result<(), StoreError> {
+        let dir = self.attestations_dir(&snap.id);
+        fs::create_dir_all(&dir).map_err(io(&dir))?;
+        let path = dir.join(format!("{:#x}.json", attestation.signer));
+        let partial = path.with_extension("json.partial");
+        let json = serde_json::to_vec_pretty(attestation).expect("an attestation serialises");
+        fs::write(&partial, json).map_err(io(&partial))?;
+        fs::rename(&partial, &path).map_err(io(&path))
     }
 
     /// One published snapshot.

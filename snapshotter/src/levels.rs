@@ -113,6 +113,7 @@ pub fn as_entries(snaps: &[StoredSnapshot]) -> Vec<CatalogEntry> {
         .map(|s| CatalogEntry {
             id: s.id,
             manifest: s.manifest.clone(),
+            attestations: Vec::new(),
         })
         .collect()
 }

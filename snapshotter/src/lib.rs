@@ -13,6 +13,7 @@ pub use protocol::{account, manifest};
 pub use snapshot_store as store;
 pub use snapshot_store::failpoint;
 
+pub mod attest;
 pub mod folded;
 pub mod follow;
 pub mod levels;

@@ -244,7 +244,58 @@ async fn the_records_give_anvils_state_root_at_every_view() {
     assert!(view[0].manifest.block_number > 0, "a fold made a new base");
     cli_verifies(dir, &anvil, &view.last().unwrap().id.to_string());
     tampered_records_are_refused(dir, &view, root);
+    attestations_sign_what_holds(dir, &anvil).await;
     anvil.stop().await;
+}
+
+/// The attester signs every whole state from block 1 on (anvil's genesis
+/// header names no real root: refused), each signature verifies against
+/// its manifest, a second run signs nothing again, and the forged
+/// snapshots are refused.
+async fn attestations_sign_what_holds(dir: &Path, anvil: &Anvil) {
+    use snapshotter::attest::{Attester, Outcome};
+    let key = "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d";
+    let node = || async {
+        let options = snapshotter::sources::rpc::RpcOptions::default();
+        snapshotter::sources::rpc::RpcSource::connect(&anvil.url, options)
+            .await
+            .unwrap()
+    };
+    let store = SnapshotStore::open(dir.join("store")).unwrap();
+    let attester = Attester::new(store.clone(), node().await, key).unwrap();
+    let outcomes = attester.attest_store().await.unwrap();
+    for (id, outcome) in &outcomes {
+        match id.block {
+            0 => assert!(matches!(outcome, Outcome::Refused(_)), "{id}: {outcome:?}"),
+            _ => assert_eq!(outcome, &Outcome::Signed, "{id}"),
+        }
+    }
+    assert!(outcomes.len() > 2, "{outcomes:?}");
+    for snap in store.list().unwrap().iter().filter(|s| s.id.block > 0) {
+        let kept = store.attestations(snap);
+        assert_eq!(kept.len(), 1, "{}", snap.id);
+        assert_eq!(kept[0].signer, attester.address());
+        kept[0].verify(&snap.manifest).unwrap();
+        let mut other = snap.manifest.clone();
+        other.content_digest = protocol::sha3_hex(b"another records.bin");
+        assert!(kept[0].verify(&other).is_err(), "bound to the digests");
+    }
+    let again = attester.attest_store().await.unwrap();
+    assert!(again
+        .iter()
+        .all(|(id, o)| id.block == 0 || o == &Outcome::AlreadySigned));
+    for i in 0..4 {
+        let forged = SnapshotStore::open(dir.join(format!("forged-{i}"))).unwrap();
+        let outcomes = Attester::new(forged, node().await, key)
+            .unwrap()
+            .attest_store()
+            .await
+            .unwrap();
+        assert!(
+            matches!(outcomes[..], [(_, Outcome::Refused(_))]),
+            "forged-{i}: {outcomes:?}"
+        );
+    }
 }
 
 /// `ethpir-snapshot verify --state-root --url` on the newest view.

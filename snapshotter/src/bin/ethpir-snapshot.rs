@@ -45,6 +45,7 @@ ethpir-snapshot --store ./store list\n  \
 ethpir-snapshot --store ./replica pull --from http://primary:8546 --every 1\n  \
 ethpir-snapshot --store ./store verify --lookups 16\n  \
 ethpir-snapshot --store ./store verify --state-root --url http://127.0.0.1:8545\n  \
+ethpir-snapshot --store ./store attest --url http://127.0.0.1:8545 --key-file attester.key\n  \
 ethpir-snapshot tokens detect --url http://127.0.0.1:8545 --token 0x..."
 )]
 struct Cli {
@@ -118,6 +119,31 @@ ethpir-snapshot --store /var/lib/ethpir/store pull --from http://primary.interna
         /// Print the manifests as JSON lines.
         #[arg(long)]
         json: bool,
+    },
+    /// Check the store's snapshots against your own node and sign those that hold.
+    #[command(
+        long_about = "Check each snapshot of the store against a node of your own and sign what holds, \
+so that proxies can require your signature (`attesters`, `attest_quorum`).\n\n\
+Checked: the block hash and state root the manifest names are the node's; the records of the view \
+the snapshot tops give that state root and each listed contract its storage root (as `verify \
+--state-root`); a delta is exported again from the node and must be the same records, byte for \
+byte. Signed: EIP-712 typed data (domain \"ethpir snapshot\", version 1) over the snapshot id, chain \
+id, block number, block hash, state root, setup digest and records digest, with the key in \
+--key-file (hex private key; keep it 0600). Kept in <store>/.attestations/; the server's catalog \
+carries them, and they verify themselves, so any server may relay them. Active sets and historical \
+snapshots are not attested. With --every, runs again every SECS seconds.\n\n\
+Example:\n  ethpir-snapshot --store ./store attest --url http://127.0.0.1:8545 --key-file attester.key --every 12"
+    )]
+    Attest {
+        /// Your node (JSON-RPC over HTTP), at the snapshots' chain.
+        #[arg(long)]
+        url: String,
+        /// A file holding the hex private key that signs.
+        #[arg(long)]
+        key_file: PathBuf,
+        /// Run again every this many seconds (once when absent).
+        #[arg(long)]
+        every: Option<u64>,
     },
     /// Check snapshots: digests, formats, and private lookups of sampled accounts;
     /// with --state-root, the Merkle-Patricia state root their records imply.
@@ -549,6 +575,11 @@ fn main() -> Result<()> {
                 false => Ok(()),
             }
         }
+        Command::Attest {
+            url,
+            key_file,
+            every,
+        } => attest(open_store()?, url, key_file, *every),
         Command::Prune {
             chain_id,
             retention,
@@ -987,6 +1018,38 @@ async fn node_header(
             top.block_number
         )),
         _ => Ok(root),
+    })
+}
+
+/// `attest`: check and sign the store's snapshots, once or every `every`
+/// seconds.
+fn attest(
+    store: SnapshotStore,
+    url: &str,
+    key_file: &std::path::Path,
+    every: Option<u64>,
+) -> Result<()> {
+    let key = std::fs::read_to_string(key_file)
+        .with_context(|| format!("reading the key file {}", key_file.display()))?;
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async {
+        let node = RpcSource::connect(url, RpcOptions::default()).await?;
+        let attester = snapshotter::attest::Attester::new(store, node, &key)?;
+        tracing::info!(signer = %attester.address(), "attesting");
+        loop {
+            for (id, outcome) in attester.attest_store().await? {
+                use snapshotter::attest::Outcome;
+                match outcome {
+                    Outcome::Signed => println!("signed  {id}"),
+                    Outcome::Refused(why) => println!("REFUSED {id}: {why}"),
+                    Outcome::AlreadySigned | Outcome::NotAttestable(_) => {}
+                }
+            }
+            match every {
+                Some(secs) => tokio::time::sleep(std::time::Duration::from_secs(secs.max(1))).await,
+                None => return Ok(()),
+            }
+        }
     })
 }
 
