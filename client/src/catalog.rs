@@ -33,6 +33,9 @@ pub struct Adopted {
     pub views: Views,
     /// The server's most queries per batch.
     pub max_batch: usize,
+    /// Entries of the chain read set aside for lacking the attestations
+    /// required, with how many valid ones they carry: in no view.
+    pub unattested: BTreeMap<SnapshotId, usize>,
 }
 
 /// Catalogs in a row behind the one adopted after which one is adopted
@@ -55,6 +58,8 @@ pub struct Fetched {
 pub struct Catalog {
     /// The configured chain, if any.
     chain_id: Option<u64>,
+    /// The attestations an entry needs to be read.
+    attest: crate::config::AttestPolicy,
     adopted: RwLock<Arc<Adopted>>,
     /// The ETag of the catalog adopted (one refused is fetched again).
     etag: Mutex<Option<String>>,
@@ -70,9 +75,10 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    pub fn new(chain_id: Option<u64>) -> Self {
+    pub fn new(chain_id: Option<u64>, attest: crate::config::AttestPolicy) -> Self {
         Catalog {
             chain_id,
+            attest,
             adopted: RwLock::new(Arc::new(Adopted {
                 max_batch: 1,
                 ..Default::default()
@@ -171,11 +177,7 @@ impl Catalog {
             etag,
             digest,
         } = fetched;
-        let mut entries: Vec<CatalogEntry> = catalog
-            .snapshots
-            .into_iter()
-            .filter(|e| self.chain_id.is_none_or(|c| c == e.manifest.chain_id))
-            .collect();
+        let (mut entries, unattested) = self.attested(catalog.snapshots);
         let views = Views::build(&entries);
         // Entries that stand in no view (a delta on a missing or too deep
         // base) are never read: not kept.
@@ -202,9 +204,53 @@ impl Catalog {
             entries: entries.into_iter().map(|e| (e.id, e)).collect(),
             views,
             max_batch: catalog.max_batch.clamp(1, pir_core::wire::MAX_BATCH),
+            unattested,
         });
         *self.adopted.write().expect("lock") = adopted.clone();
         Some(adopted)
+    }
+
+    /// The entries of the chain read that carry the attestations
+    /// required, and the others with how many valid ones they carry.
+    fn attested(
+        &self,
+        snapshots: Vec<CatalogEntry>,
+    ) -> (Vec<CatalogEntry>, BTreeMap<SnapshotId, usize>) {
+        let mut unattested = BTreeMap::new();
+        let entries = snapshots
+            .into_iter()
+            .filter(|e| self.chain_id.is_none_or(|c| c == e.manifest.chain_id))
+            .filter(|e| match self.attest.holds(e) {
+                true => true,
+                false => {
+                    unattested.insert(e.id, self.attest.signed(e));
+                    false
+                }
+            })
+            .collect();
+        if !unattested.is_empty() {
+            tracing::debug!(
+                unattested = unattested.len(),
+                "snapshots without the attestations required set aside"
+            );
+        }
+        (entries, unattested)
+    }
+
+    /// The error for a block whose view is missing because a snapshot at
+    /// it lacks attestations (`None`: no such snapshot).
+    fn unattested_at(&self, adopted: &Adopted, block: Option<u64>) -> Option<ReadError> {
+        let (id, signed) = adopted
+            .unattested
+            .iter()
+            .rev()
+            .find(|(id, _)| block.is_none_or(|b| id.block == b))?;
+        Some(ReadError::Unattested {
+            snapshot: id.url_form(),
+            signed: *signed,
+            quorum: self.attest.quorum,
+            attesters: self.attest.attesters.clone(),
+        })
     }
 
     /// Snapshots listed.
@@ -278,6 +324,16 @@ impl Catalog {
             BlockSelector::Number(n) => at_block(*n),
             BlockSelector::Hash(h) => block_of_hash(&adopted, h).and_then(at_block),
         };
+        if found.is_none() {
+            let block = match sel {
+                BlockSelector::Newest => None,
+                BlockSelector::Number(n) => Some(*n),
+                BlockSelector::Hash(h) => block_of_hash(&adopted, h),
+            };
+            if let Some(unattested) = self.unattested_at(&adopted, block) {
+                return Err(unattested);
+            }
+        }
         if found.is_none() && adopted.views.is_empty() {
             if let Some(failure) = self.failure.lock().expect("failure lock").clone() {
                 return Err(failure);

@@ -37,6 +37,44 @@ pub struct ClientConfig {
     pub pir_proxy: Option<String>,
     /// A new connection to the PIR server for every request.
     pub fresh_connection_per_lookup: bool,
+    /// Whose signatures a snapshot needs before it is read.
+    pub attest: AttestPolicy,
+}
+
+/// The attestations a snapshot needs before it is read: `quorum` valid
+/// signatures (EIP-712, [`protocol::attest`]) over its manifest by
+/// distinct `attesters`. No attesters: none needed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AttestPolicy {
+    pub attesters: Vec<alloy_primitives::Address>,
+    pub quorum: usize,
+}
+
+impl AttestPolicy {
+    /// Whether the policy asks for anything.
+    pub fn required(&self) -> bool {
+        !self.attesters.is_empty() && self.quorum > 0
+    }
+
+    /// How many distinct listed attesters signed `entry`'s manifest
+    /// validly.
+    pub fn signed(&self, entry: &protocol::CatalogEntry) -> usize {
+        let mut seen = Vec::new();
+        for a in &entry.attestations {
+            if self.attesters.contains(&a.signer)
+                && !seen.contains(&a.signer)
+                && a.verify(&entry.manifest).is_ok()
+            {
+                seen.push(a.signer);
+            }
+        }
+        seen.len()
+    }
+
+    /// Whether `entry` carries the quorum.
+    pub fn holds(&self, entry: &protocol::CatalogEntry) -> bool {
+        !self.required() || self.signed(entry) >= self.quorum
+    }
 }
 
 impl Default for ClientConfig {
@@ -55,6 +93,7 @@ impl Default for ClientConfig {
             cover_lookups_per_hour: 0.0,
             pir_proxy: None,
             fresh_connection_per_lookup: false,
+            attest: AttestPolicy::default(),
         }
     }
 }
@@ -203,6 +242,49 @@ impl ClientConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A signature counts only when it is a listed attester's, over this
+    /// very manifest, once per attester.
+    #[test]
+    fn attestations_count_for_their_manifest_and_listed_signers() {
+        use alloy_signer::SignerSync;
+        let signer: alloy_signer_local::PrivateKeySigner =
+            "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d"
+                .parse()
+                .unwrap();
+        let mut entry = protocol::testing::entry(1, 9, protocol::SnapshotKind::Full, &[]);
+        entry.manifest.block_hash = Some(alloy_primitives::B256::repeat_byte(1));
+        entry.manifest.state_root = Some(alloy_primitives::B256::repeat_byte(2));
+        let hash = protocol::attest::signing_hash(&entry.manifest).unwrap();
+        let signed = protocol::attest::Attestation {
+            signer: signer.address(),
+            signature: signer.sign_hash_sync(&hash).unwrap(),
+        };
+        let policy = AttestPolicy {
+            attesters: vec![signer.address()],
+            quorum: 1,
+        };
+        assert!(!policy.holds(&entry), "no attestation");
+        entry.attestations = vec![signed.clone(), signed.clone()];
+        assert!(policy.holds(&entry));
+        assert_eq!(policy.signed(&entry), 1, "once per attester");
+        let two = AttestPolicy {
+            quorum: 2,
+            ..policy.clone()
+        };
+        assert!(!two.holds(&entry));
+        // The same signature relayed on a forged snapshot (other records,
+        // the same block hash and root) does not count.
+        let mut forged = entry.clone();
+        forged.manifest.content_digest = protocol::sha3_hex(b"forged records");
+        assert!(!policy.holds(&forged));
+        let stranger = AttestPolicy {
+            attesters: vec![alloy_primitives::Address::repeat_byte(7)],
+            quorum: 1,
+        };
+        assert!(!stranger.holds(&entry));
+        assert!(AttestPolicy::default().holds(&forged), "nothing required");
+    }
 
     #[test]
     fn plain_http_off_loopback_is_refused_unless_allowed() {

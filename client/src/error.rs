@@ -25,6 +25,15 @@ pub enum ReadError {
         contract: alloy_primitives::Address,
         snapshot: String,
     },
+    /// The snapshot at the block asked for lacks the attestations this
+    /// reader requires: not read.
+    #[error("snapshot {snapshot} has {signed} of the {quorum} attestations required (from {attesters:?})")]
+    Unattested {
+        snapshot: String,
+        signed: usize,
+        quorum: usize,
+        attesters: Vec<alloy_primitives::Address>,
+    },
     #[error("PIR server unavailable: {0}")]
     Backend(String),
     /// A snapshot of the view left the server between catalog and query

@@ -86,7 +86,7 @@ impl PrivateReader {
                 &config.pir_server,
                 config.timeouts,
             ),
-            catalog: Catalog::new(config.chain_id),
+            catalog: Catalog::new(config.chain_id, config.attest.clone()),
             cache: DiskCache::new(config.cache_dir.clone()),
             answers: AnswerCache::new(config.cache_dir.clone()),
             pool_size: config.prepared_pool,

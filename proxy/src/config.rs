@@ -76,6 +76,14 @@ pub struct ProxyConfig {
     /// or ETH. Unset: the chain's known one (MetaMask's on mainnet,
     /// 0xb1f8e55c7f64d203c1400b9d8555d050f94adf39), none elsewhere.
     pub balance_checker: Option<alloy_primitives::Address>,
+    /// Operators whose signatures (`ethpir-snapshot attest`) a snapshot
+    /// needs before it is read; empty: none needed.
+    pub attesters: Vec<alloy_primitives::Address>,
+    /// How many distinct `attesters` must have signed a snapshot. A read
+    /// whose block has no view of signed snapshots gets an error naming the
+    /// missing attestation (never an upstream answer); `latest` is the
+    /// newest signed view.
+    pub attest_quorum: usize,
 }
 
 /// Which methods may go to the upstream node.
@@ -130,6 +138,8 @@ impl Default for ProxyConfig {
             fresh_connection_per_lookup: false,
             tokens: None,
             balance_checker: None,
+            attesters: Vec::new(),
+            attest_quorum: 1,
         }
     }
 }
@@ -161,6 +171,10 @@ impl ProxyConfig {
             cover_lookups_per_hour: self.cover_lookups_per_hour,
             pir_proxy: self.pir_proxy.clone(),
             fresh_connection_per_lookup: self.fresh_connection_per_lookup,
+            attest: ethpir_client::config::AttestPolicy {
+                attesters: self.attesters.clone(),
+                quorum: self.attest_quorum,
+            },
         }
     }
 

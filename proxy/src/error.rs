@@ -86,7 +86,9 @@ impl ProxyError {
 
 fn read_code(e: &ReadError) -> i32 {
     match e {
-        ReadError::NoSnapshot { .. } | ReadError::NotCanonical { .. } => NO_SNAPSHOT,
+        ReadError::NoSnapshot { .. }
+        | ReadError::NotCanonical { .. }
+        | ReadError::Unattested { .. } => NO_SNAPSHOT,
         ReadError::NotInPrivateSet { .. }
         | ReadError::NotListed { .. }
         | ReadError::TooWide { .. } => NOT_IN_PRIVATE_SET,
@@ -130,6 +132,15 @@ fn read_message(e: &ReadError) -> (String, Option<Value>) {
         ReadError::NotCanonical { block, view, node } => (
             "the PIR server's view is not the upstream's block: not read".into(),
             Some(json!({"block": block, "view_hash": view, "node_hash": node})),
+        ),
+        ReadError::Unattested {
+            snapshot,
+            signed,
+            quorum,
+            attesters,
+        } => (
+            "the PIR server's snapshot lacks the attestations this proxy requires: not read".into(),
+            Some(json!({"snapshot": snapshot, "signed": signed, "quorum": quorum, "attesters": attesters})),
         ),
         ReadError::Distrusted(reason) => (
             "private reads stopped: the PIR server failed verification; restart the proxy or run `ethpir-proxy trust-reset` once you trust it again".into(),

@@ -94,6 +94,13 @@ struct ServeArgs {
     /// mainnet, none on other chains).
     #[arg(long, value_name = "ADDRESS")]
     balance_checker: Option<alloy_primitives::Address>,
+    /// An operator whose signature a snapshot needs before it is read
+    /// (`ethpir-snapshot attest`); repeat for several.
+    #[arg(long = "attester", value_name = "ADDRESS")]
+    attesters: Vec<alloy_primitives::Address>,
+    /// How many of the attesters must have signed a snapshot (default 1).
+    #[arg(long, value_name = "N")]
+    attest_quorum: Option<usize>,
 }
 
 impl ServeArgs {
@@ -128,6 +135,12 @@ impl ServeArgs {
         }
         if let Some(v) = self.balance_checker {
             c.balance_checker = Some(v);
+        }
+        if !self.attesters.is_empty() {
+            c.attesters = self.attesters.clone();
+        }
+        if let Some(v) = self.attest_quorum {
+            c.attest_quorum = v;
         }
         Ok(c)
     }

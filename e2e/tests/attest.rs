@@ -1,0 +1,154 @@
+//! Attested views, end to end: anvil from a genesis file, the follower's
+//! library building a base and deltas, an attester with its own key
+//! checking them against the same anvil (`ethpir-snapshot attest`'s
+//! library), a PIR server whose catalog carries the signatures, and two
+//! proxies: one requiring that attester (`attesters`, `attest_quorum = 1`)
+//! answers right at every attested view and refuses block 0 (anvil's
+//! genesis header names no real state root, so it was never signed, and
+//! the follower folds every delta into a new base at once); one
+//! requiring a key that never signed reads nothing, and its error names the
+//! missing attestation. Then a new block: the requiring proxy's `latest`
+//! stays at the last signed view until the attester signs the new one.
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+use proxy::ProxyConfig;
+use serde_json::{json, Value};
+use snapshotter::attest::{Attester, Outcome};
+use snapshotter::follow::run_once;
+use test_support::{proxy_status, write_genesis, Anvil, ALL_DEV_ACCOUNTS};
+
+/// anvil's dev key 1: the attester's.
+const ATTESTER_KEY: &str = "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d";
+const ATTESTER: &str = "0x70997970c51812dc3a010c7d01b50e0d17dc79c8";
+/// An address that never signs.
+const STRANGER: &str = "0x00000000000000000000000000000000000000a7";
+
+/// Follows to anvil's head; every delta is folded into a new base at once
+/// (anvil's genesis base cannot be attested: views on it are never read).
+async fn follow(store: &Path, genesis: &Path, anvil: &Anvil) -> u64 {
+    let head = anvil.head().await;
+    let mut config = follow_config(store, &anvil.url, genesis, 0, 4, 1000);
+    config.levels.rebase_fraction = 0.0;
+    config.levels.rebase_min_records = 1;
+    while run_once(config.clone()).await.unwrap() < head {}
+    head
+}
+
+async fn attest(store: &Path, anvil: &Anvil) -> Vec<(String, Outcome)> {
+    let node = snapshotter::sources::rpc::RpcSource::connect(&anvil.url, Default::default())
+        .await
+        .unwrap();
+    let store = snapshotter::SnapshotStore::open(store).unwrap();
+    let started = std::time::Instant::now();
+    let outcomes = Attester::new(store, node, ATTESTER_KEY)
+        .unwrap()
+        .attest_store()
+        .await
+        .unwrap();
+    eprintln!("attested in {:?}: {outcomes:?}", started.elapsed());
+    outcomes
+        .into_iter()
+        .map(|(id, o)| (id.url_form(), o))
+        .collect()
+}
+
+async fn proxy_requiring(server: &str, anvil: &Anvil, cache: &Path, signer: &str) -> String {
+    start_proxy_with(ProxyConfig {
+        pir_server: server.to_string(),
+        upstream: Some(anvil.url.clone()),
+        cache_dir: cache.to_path_buf(),
+        attesters: vec![signer.parse().unwrap()],
+        attest_quorum: 1,
+        ..Default::default()
+    })
+    .await
+}
+
+async fn balance(url: &str, who: &str, block: &str) -> Result<Value, String> {
+    test_support::rpc(url, "eth_getBalance", json!([who, block])).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_proxy_reads_only_what_its_attesters_signed() {
+    let dir = tempfile::tempdir().unwrap();
+    let genesis = dir.path().join("genesis.json");
+    write_genesis(&genesis);
+    let anvil = Anvil::start_with(&[
+        "--init",
+        genesis.to_str().unwrap(),
+        "--chain-id",
+        "4242",
+        "--disable-default-create2-deployer",
+    ])
+    .await;
+    let store = dir.path().join("store");
+    follow(&store, &genesis, &anvil).await;
+    let fresh = format!("0x{}", "11".repeat(20));
+    anvil
+        .send(json!({"from": ALL_DEV_ACCOUNTS[0], "to": fresh, "value": "0x1234"}))
+        .await;
+    let head = follow(&store, &genesis, &anvil).await;
+    for (id, outcome) in attest(&store, &anvil).await {
+        let want = if id.starts_with("4242-0-") {
+            matches!(outcome, Outcome::Refused(_))
+        } else {
+            outcome == Outcome::Signed
+        };
+        assert!(want, "{id}: {outcome:?}");
+    }
+
+    let server = start_server(&store).await;
+    let caches = [(); 3].map(|()| tempfile::tempdir().unwrap());
+    let trusting = proxy_requiring(&server, &anvil, caches[0].path(), ATTESTER).await;
+    let strict = proxy_requiring(&server, &anvil, caches[1].path(), STRANGER).await;
+    let plain = start_proxy(&server, None, caches[2].path()).await;
+    let at_head = format!("{head:#x}");
+    let want = anvil.balance(&fresh, head).await;
+    let got = test_support::eventually("the attested view at the head", || async {
+        balance(&trusting, &fresh, &at_head).await.ok()
+    })
+    .await;
+    assert_eq!(got, json!(want));
+    for who in [ALL_DEV_ACCOUNTS[0], ALL_DEV_ACCOUNTS[3]] {
+        let got = balance(&trusting, who, "latest").await.unwrap();
+        assert_eq!(got, json!(anvil.balance(who, head).await), "{who}");
+    }
+    let genesis_read = balance(&trusting, ALL_DEV_ACCOUNTS[3], "0x0")
+        .await
+        .unwrap_err();
+    assert!(genesis_read.contains("4242-0-full"), "{genesis_read}");
+    assert!(genesis_read.contains("attestations"), "{genesis_read}");
+
+    let refused = balance(&strict, &fresh, "latest").await.unwrap_err();
+    assert!(
+        refused.contains("attestations this proxy requires"),
+        "{refused}"
+    );
+    assert!(refused.contains(&STRANGER[2..]), "{refused}");
+    assert!(refused.contains("\"signed\":0"), "{refused}");
+
+    // A new block, followed but not yet signed: `latest` through the
+    // requiring proxy stays at the signed head; signed, it moves on.
+    anvil
+        .send(json!({"from": ALL_DEV_ACCOUNTS[1], "to": fresh, "value": "0x1"}))
+        .await;
+    let next = follow(&store, &genesis, &anvil).await;
+    test_support::eventually("the unsigned view is in the catalog", || async {
+        let newest = proxy_status(&plain).await["viewBlock"].as_u64();
+        (newest == Some(next)).then_some(())
+    })
+    .await;
+    let stale = balance(&trusting, &fresh, "latest").await.unwrap();
+    assert_eq!(stale, json!(want), "latest is the newest signed view");
+    attest(&store, &anvil).await;
+    let moved = anvil.balance(&fresh, next).await;
+    test_support::eventually("latest moves to the signed view", || async {
+        (balance(&trusting, &fresh, "latest").await.ok()? == json!(moved)).then_some(())
+    })
+    .await;
+    anvil.stop().await;
+}
