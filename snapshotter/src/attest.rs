@@ -4,10 +4,13 @@
 //! carries them.
 //!
 //! What is checked: the block hash and state root the manifest names are
-//! the node's at that block; the records of the view the snapshot tops give
-//! that state root (and each listed contract its storage root,
-//! [`crate::verify::verify_state_root`]); a delta is exported again from
-//! the node and its `records.bin` must be the same bytes (its digest).
+//! the node's at that block. A full snapshot: its records give that state
+//! root, and each listed contract its storage root
+//! ([`crate::verify::verify_state_root`]; minutes at mainnet's size). A
+//! delta: exported again from the node, every account read with its
+//! Merkle proof against that state root, its `records.bin` must be the same
+//! bytes (its digest); seconds, so that attesting keeps up with the head
+//! (its whole view's root is what `verify --state-root` recomputes).
 
 use alloy_primitives::Address;
 use alloy_signer::SignerSync;
@@ -77,7 +80,7 @@ impl Attester {
         let all = self.store.list()?;
         let mut out = Vec::with_capacity(all.len());
         for snap in &all {
-            let outcome = self.attest(snap, &all).await;
+            let outcome = self.attest(snap).await;
             if let Outcome::Refused(why) = &outcome {
                 tracing::warn!(snapshot = %snap.id, why, "not attested");
             }
@@ -86,7 +89,7 @@ impl Attester {
         Ok(out)
     }
 
-    async fn attest(&self, snap: &StoredSnapshot, all: &[StoredSnapshot]) -> Outcome {
+    async fn attest(&self, snap: &StoredSnapshot) -> Outcome {
         let m = &snap.manifest;
         if !m.kind.is_whole_state() {
             return Outcome::NotAttestable("not a whole state");
@@ -103,7 +106,7 @@ impl Attester {
         {
             return Outcome::AlreadySigned;
         }
-        if let Err(why) = self.check(snap, all).await {
+        if let Err(why) = self.check(snap).await {
             return Outcome::Refused(why);
         }
         match self.sign(snap) {
@@ -113,7 +116,7 @@ impl Attester {
     }
 
     /// Every check of the module's doc, in order.
-    async fn check(&self, snap: &StoredSnapshot, all: &[StoredSnapshot]) -> Result<(), String> {
+    async fn check(&self, snap: &StoredSnapshot) -> Result<(), String> {
         let m = &snap.manifest;
         let (hash, root, _) = self
             .node
@@ -126,17 +129,17 @@ impl Attester {
                 m.block_number, m.block_hash, m.state_root
             ));
         }
-        let levels = view_topped_by(snap, all)?;
+        if let SnapshotKind::Delta { from } = m.kind {
+            return self.same_delta_on_node(snap, from).await;
+        }
         let store = self.store.clone();
+        let base = snap.clone();
         tokio::task::spawn_blocking(move || {
-            crate::verify::verify_state_root(&store, &levels[0], &levels[1..], Some(root))
+            crate::verify::verify_state_root(&store, &base, &[], Some(root))
         })
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
-        if let SnapshotKind::Delta { from } = m.kind {
-            self.same_delta_on_node(snap, from).await?;
-        }
         Ok(())
     }
 
@@ -175,27 +178,4 @@ impl Attester {
             .add_attestation(snap, &attestation)
             .map_err(|e| e.to_string())
     }
-}
-
-/// The levels of the view `snap` tops, base first: itself for a full
-/// snapshot; for a delta from block F, the store's view at F and it.
-fn view_topped_by(
-    snap: &StoredSnapshot,
-    all: &[StoredSnapshot],
-) -> Result<Vec<StoredSnapshot>, String> {
-    let SnapshotKind::Delta { from } = snap.manifest.kind else {
-        return Ok(vec![snap.clone()]);
-    };
-    let views = protocol::view::Views::build(&crate::levels::as_entries(all));
-    let below = views
-        .at(snap.manifest.chain_id, from)
-        .filter(|v| v.complete)
-        .ok_or_else(|| format!("no whole view at block {from}, where the delta starts"))?;
-    let mut levels: Vec<StoredSnapshot> = below
-        .snapshots
-        .iter()
-        .filter_map(|id| all.iter().find(|s| &s.id == id).cloned())
-        .collect();
-    levels.push(snap.clone());
-    Ok(levels)
 }

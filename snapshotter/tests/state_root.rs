@@ -125,7 +125,7 @@ async fn header_root(anvil: &Anvil, block: u64) -> B256 {
 
 /// The newest view of the store (base first).
 fn newest_view(dir: &Path) -> Vec<StoredSnapshot> {
-    let store = SnapshotStore::open(&dir.join("store")).unwrap();
+    let store = SnapshotStore::open(dir.join("store")).unwrap();
     let all = store.list().unwrap();
     let views = protocol::view::Views::build(&snapshotter::levels::as_entries(&all));
     let view = views.newest(Some(test_support::GENESIS_CHAIN_ID)).unwrap();
@@ -138,7 +138,7 @@ fn newest_view(dir: &Path) -> Vec<StoredSnapshot> {
 /// Checks the newest view's roots against anvil's header at its block.
 async fn check_newest(dir: &Path, anvil: &Anvil, head: u64) -> B256 {
     let view = newest_view(dir);
-    let store = SnapshotStore::open(&dir.join("store")).unwrap();
+    let store = SnapshotStore::open(dir.join("store")).unwrap();
     let root = header_root(anvil, head).await;
     let checked = verify_state_root(&store, &view[0], &view[1..], Some(root))
         .unwrap_or_else(|e| panic!("the view at block {head}: {e}"));
@@ -328,7 +328,7 @@ fn cli_verifies(dir: &Path, anvil: &Anvil, id: &str) {
 /// Each tampering, published as a base claiming the honest root, is
 /// refused with a reason naming what differs.
 fn tampered_records_are_refused(dir: &Path, view: &[StoredSnapshot], root: B256) {
-    let store = SnapshotStore::open(&dir.join("store")).unwrap();
+    let store = SnapshotStore::open(dir.join("store")).unwrap();
     let base_bytes = store.read_checked(&view[0], "records.bin").unwrap();
     let base = snapshotter::records::RecordsFile::new(&base_bytes).unwrap();
     let newer = snapshotter::folded::overlay(&store, &view[1..]).unwrap();
@@ -368,7 +368,7 @@ fn tampered_records_are_refused(dir: &Path, view: &[StoredSnapshot], root: B256)
     ];
     let top = &view.last().unwrap().manifest;
     for (i, (what, records, storage, reason)) in cases.into_iter().enumerate() {
-        let forged_store = SnapshotStore::open(&dir.join(format!("forged-{i}"))).unwrap();
+        let forged_store = SnapshotStore::open(dir.join(format!("forged-{i}"))).unwrap();
         let state = ExportedState {
             chain_id: top.chain_id,
             block_number: top.block_number,

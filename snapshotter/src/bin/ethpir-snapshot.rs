@@ -124,10 +124,10 @@ ethpir-snapshot --store /var/lib/ethpir/store pull --from http://primary.interna
     #[command(
         long_about = "Check each snapshot of the store against a node of your own and sign what holds, \
 so that proxies can require your signature (`attesters`, `attest_quorum`).\n\n\
-Checked: the block hash and state root the manifest names are the node's; the records of the view \
-the snapshot tops give that state root and each listed contract its storage root (as `verify \
---state-root`); a delta is exported again from the node and must be the same records, byte for \
-byte. Signed: EIP-712 typed data (domain \"ethpir snapshot\", version 1) over the snapshot id, chain \
+Checked: the block hash and state root the manifest names are the node's; a full snapshot's records \
+give that state root and each listed contract its storage root (as `verify --state-root`: minutes at \
+mainnet's size); a delta is exported again from the node, every account proved against that state \
+root, and must be the same records, byte for byte (seconds). Signed: EIP-712 typed data (domain \"ethpir snapshot\", version 1) over the snapshot id, chain \
 id, block number, block hash, state root, setup digest and records digest, with the key in \
 --key-file (hex private key; keep it 0600). Kept in <store>/.attestations/; the server's catalog \
 carries them, and they verify themselves, so any server may relay them. Active sets and historical \
