@@ -77,14 +77,7 @@ async fn a_proxy_reads_only_what_its_attesters_signed() {
     let dir = tempfile::tempdir().unwrap();
     let genesis = dir.path().join("genesis.json");
     write_genesis(&genesis);
-    let anvil = Anvil::start_with(&[
-        "--init",
-        genesis.to_str().unwrap(),
-        "--chain-id",
-        "4242",
-        "--disable-default-create2-deployer",
-    ])
-    .await;
+    let anvil = Anvil::start_from_genesis(&genesis).await;
     let store = dir.path().join("store");
     follow(&store, &genesis, &anvil).await;
     let fresh = format!("0x{}", "11".repeat(20));
@@ -123,11 +116,12 @@ async fn a_proxy_reads_only_what_its_attesters_signed() {
     assert!(genesis_read.contains("4242-0-full"), "{genesis_read}");
     assert!(genesis_read.contains("attestations"), "{genesis_read}");
 
-    let refused = balance(&strict, &fresh, "latest").await.unwrap_err();
-    assert!(
-        refused.contains("attestations this proxy requires"),
-        "{refused}"
-    );
+    // Once its catalog is in (before, the error says it is not fetched).
+    let refused = test_support::eventually("the strict proxy's catalog", || async {
+        let e = balance(&strict, &fresh, "latest").await.unwrap_err();
+        e.contains("attestations this proxy requires").then_some(e)
+    })
+    .await;
     assert!(refused.contains(&STRANGER[2..]), "{refused}");
     assert!(refused.contains("\"signed\":0"), "{refused}");
 

@@ -164,14 +164,7 @@ async fn the_records_give_anvils_state_root_at_every_view() {
     let shares = dev(5).create(0);
     write_token_list(&dir.join("tokens.toml"), shares);
     let genesis = dir.join("genesis.json");
-    let anvil = Anvil::start_with(&[
-        "--init",
-        genesis.to_str().unwrap(),
-        "--chain-id",
-        "4242",
-        "--disable-default-create2-deployer",
-    ])
-    .await;
+    let anvil = Anvil::start_from_genesis(&genesis).await;
     follow(dir, &anvil).await;
 
     let fresh = |b: u8| Address::repeat_byte(b).to_string();

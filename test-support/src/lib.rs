@@ -158,6 +158,22 @@ impl Anvil {
         panic!("{last}");
     }
 
+    /// Starts anvil on [`write_genesis`]'s chain from `genesis`, holding
+    /// what the file holds and nothing more (no CREATE2 deployer added):
+    /// its states are then exactly a genesis base and the blocks since.
+    pub async fn start_from_genesis(genesis: &std::path::Path) -> Anvil {
+        let chain = GENESIS_CHAIN_ID.to_string();
+        let file = genesis.to_str().expect("a UTF-8 path");
+        Anvil::start_with(&[
+            "--init",
+            file,
+            "--chain-id",
+            &chain,
+            "--disable-default-create2-deployer",
+        ])
+        .await
+    }
+
     async fn try_rpc(&self, method: &str, params: Value) -> Result<Value, String> {
         rpc(&self.url, method, params).await
     }
