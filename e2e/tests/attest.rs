@@ -9,6 +9,10 @@
 //! requiring a key that never signed reads nothing, and its error names the
 //! missing attestation. Then a new block: the requiring proxy's `latest`
 //! stays at the last signed view until the attester signs the new one.
+//! Last, a forged server: a base at a signed block with one balance
+//! changed, its manifest claiming the honest block hash and state root,
+//! its catalog relaying the honest signatures: the requiring proxy reads
+//! nothing from it, and says which snapshot lacks a valid signature.
 
 mod common;
 
@@ -144,5 +148,75 @@ async fn a_proxy_reads_only_what_its_attesters_signed() {
         (balance(&trusting, &fresh, "latest").await.ok()? == json!(moved)).then_some(())
     })
     .await;
+    forged_server_is_not_read(dir.path(), &anvil).await;
     anvil.stop().await;
+}
+
+/// A base forged from a signed one (dev 0's balance one wei more, the
+/// honest hash and root claimed), served with the honest signatures
+/// spliced into its catalog entry by a relay.
+async fn forged_server_is_not_read(dir: &Path, anvil: &Anvil) {
+    use snapshotter::pipeline::{build_and_publish, BuildOptions, ExportedState};
+    let honest_store = snapshotter::SnapshotStore::open(dir.join("store")).unwrap();
+    let honest = honest_store
+        .list()
+        .unwrap()
+        .into_iter()
+        .rev()
+        .find(|s| s.id.block > 0 && s.manifest.kind == snapshotter::SnapshotKind::Full)
+        .expect("a signed base");
+    let signatures = serde_json::to_value(honest_store.attestations(&honest)).unwrap();
+    assert_eq!(signatures.as_array().unwrap().len(), 1);
+    let bytes = honest_store.read_checked(&honest, "records.bin").unwrap();
+    let mut records = snapshotter::records::decode_records(&bytes).unwrap();
+    let dev0 = ALL_DEV_ACCOUNTS[0].parse().unwrap();
+    let rich = records
+        .accounts
+        .iter_mut()
+        .find(|a| a.address == Some(dev0))
+        .unwrap();
+    rich.balance += alloy_primitives::U256::from(1);
+    let m = &honest.manifest;
+    let forged_store = snapshotter::SnapshotStore::open(dir.join("forged")).unwrap();
+    let state = ExportedState {
+        chain_id: m.chain_id,
+        block_number: m.block_number,
+        block_hash: m.block_hash,
+        state_root: m.state_root,
+        block_time: m.block_time,
+        kind: snapshotter::SnapshotKind::Full,
+        source: "forged".into(),
+        records: records.accounts,
+        storage: records.storage,
+        listed: m.storage.clone(),
+        export_s: 0.0,
+    };
+    build_and_publish(&forged_store, state, &BuildOptions::default()).unwrap();
+    let forged_server = start_server(&dir.join("forged")).await;
+    let id = honest.id.url_form();
+    let splice: Rewrite = std::sync::Arc::new(move |path, body| {
+        if path != "/v1/snapshots" {
+            return body;
+        }
+        let mut catalog: Value = serde_json::from_slice(&body).unwrap();
+        for entry in catalog["snapshots"].as_array_mut().unwrap() {
+            if entry["id"] == json!(id) {
+                entry["attestations"] = signatures.clone();
+            }
+        }
+        serde_json::to_vec(&catalog).unwrap().into()
+    });
+    let (relay, _) = start_relay(&forged_server, splice).await;
+    let cache = tempfile::tempdir().unwrap();
+    let proxy = proxy_requiring(&relay, anvil, cache.path(), ATTESTER).await;
+    let block = format!("{:#x}", honest.id.block);
+    let refused = test_support::eventually("the forged catalog adopted", || async {
+        let e = balance(&proxy, ALL_DEV_ACCOUNTS[0], &block)
+            .await
+            .unwrap_err();
+        e.contains("attestations this proxy requires").then_some(e)
+    })
+    .await;
+    assert!(refused.contains(&honest.id.url_form()), "{refused}");
+    assert!(refused.contains("\"signed\":0"), "{refused}");
 }
