@@ -2,7 +2,9 @@
 //! (`export_files`) equals the primary's, file for file, and its server
 //! lists the same catalog (same ETag); a file that does not match its
 //! manifest publishes nothing; what the primary retires the replica
-//! removes; a server without `export_files` exports nothing.
+//! removes; a server without `export_files` exports nothing. The
+//! primary's attestations come along (checked), and the replica's catalog
+//! lists them.
 
 use std::path::Path;
 use std::time::Duration;
@@ -148,4 +150,47 @@ async fn a_replica_pulls_the_primary_store_checked_and_atomically() {
         .await
         .unwrap();
     assert_eq!(other.status(), 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_keeps_the_primarys_attestations() {
+    use alloy_signer::SignerSync;
+    let dir = tempfile::tempdir().unwrap();
+    let primary = SnapshotStore::open(dir.path().join("primary")).unwrap();
+    let mut bound = state(9, SnapshotKind::Full, 50);
+    bound.block_hash = Some(alloy_primitives::B256::repeat_byte(9));
+    bound.state_root = Some(alloy_primitives::B256::repeat_byte(10));
+    let opts = BuildOptions {
+        device: gpu_kernels::HintDevice::Cpu,
+        ..Default::default()
+    };
+    let snap = build_and_publish(&primary, bound, &opts).unwrap();
+    let signer: alloy_signer_local::PrivateKeySigner =
+        "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d"
+            .parse()
+            .unwrap();
+    let hash = protocol::attest::signing_hash(&snap.manifest).unwrap();
+    let signed = protocol::attest::Attestation {
+        signer: signer.address(),
+        signature: signer.sign_hash_sync(&hash).unwrap(),
+    };
+    primary.add_attestation(&snap, &signed).unwrap();
+    let primary_server = serve(primary.root(), true).await;
+    lists(&primary_server, 1).await;
+    let listed = test_support::eventually("the primary lists the attestation", || async {
+        let (_, body) = catalog(&primary_server).await;
+        let body: serde_json::Value = serde_json::from_slice(&body).ok()?;
+        let attestations = body["snapshots"][0]["attestations"].clone();
+        attestations.is_array().then_some(attestations)
+    })
+    .await;
+    assert_eq!(listed, serde_json::to_value([&signed]).unwrap());
+
+    let replica = SnapshotStore::open(dir.path().join("replica")).unwrap();
+    let puller = Puller::new(&primary_server, Duration::from_secs(60)).unwrap();
+    let report = puller.pull_once(&replica).await.unwrap();
+    assert_eq!((report.fetched.len(), report.attestations), (1, 1));
+    let local = replica.list().unwrap().pop().unwrap();
+    assert_eq!(replica.attestations(&local), [signed]);
+    assert_eq!(puller.pull_once(&replica).await.unwrap().attestations, 0);
 }

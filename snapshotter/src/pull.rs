@@ -51,6 +51,8 @@ pub struct PullReport {
     /// Snapshots removed because the primary no longer lists them.
     pub removed: Vec<String>,
     pub bytes: u64,
+    /// Attestations the primary lists that this store now keeps too.
+    pub attestations: usize,
 }
 
 /// Pulls from a primary's server into a store.
@@ -93,6 +95,7 @@ impl Puller {
             tracing::info!(snapshot = %entry.id, "pulled and published");
             report.fetched.push(entry.id.url_form());
         }
+        report.attestations = copy_attestations(store, &catalog.snapshots)?;
         let listed: std::collections::BTreeSet<_> =
             catalog.snapshots.iter().map(|e| e.manifest.id()).collect();
         let chains: std::collections::BTreeSet<u64> = listed.iter().map(|id| id.chain_id).collect();
@@ -233,4 +236,26 @@ impl Puller {
         }
         Ok(got)
     }
+}
+
+/// Keeps the attestations the primary lists of snapshots this store holds,
+/// each checked against the local manifest (they verify themselves: a
+/// replica relays its primary's attesters' signatures). Returns how many
+/// were new.
+fn copy_attestations(store: &SnapshotStore, listed: &[CatalogEntry]) -> Result<usize, PullError> {
+    let mut kept = 0;
+    for entry in listed.iter().filter(|e| !e.attestations.is_empty()) {
+        let Ok(local) = store.get(&entry.manifest.id()) else {
+            continue;
+        };
+        let have = store.attestations(&local);
+        for a in &entry.attestations {
+            if have.contains(a) || a.verify(&local.manifest).is_err() {
+                continue;
+            }
+            store.add_attestation(&local, a)?;
+            kept += 1;
+        }
+    }
+    Ok(kept)
 }

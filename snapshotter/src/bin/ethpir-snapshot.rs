@@ -675,10 +675,11 @@ fn pull(store: &SnapshotStore, from: &str, every: Option<f64>, file_timeout: u64
         let Some(every) = every else {
             let report = puller.pull_once(store).await?;
             println!(
-                "pulled {} snapshot(s) ({} bytes), removed {}",
+                "pulled {} snapshot(s) ({} bytes), removed {}, {} new attestation(s)",
                 report.fetched.len(),
                 report.bytes,
-                report.removed.len()
+                report.removed.len(),
+                report.attestations
             );
             return Ok(());
         };
