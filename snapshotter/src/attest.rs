@@ -6,7 +6,9 @@
 //! What is checked: the block hash and state root the manifest names are
 //! the node's at that block. A full snapshot: its records give that state
 //! root, and each listed contract its storage root
-//! ([`crate::verify::verify_state_root`]; minutes at mainnet's size). A
+//! ([`crate::verify::verify_state_root`]; minutes at mainnet's size), and
+//! the PIR database built again from its records gives the same setup
+//! (builds are deterministic: [`same_setup_from_records`]). A
 //! delta: exported again from the node, every account read with its
 //! Merkle proof against that state root, its `records.bin` must be the same
 //! bytes (its digest); seconds, so that attesting keeps up with the head
@@ -136,11 +138,11 @@ impl Attester {
         let base = snap.clone();
         tokio::task::spawn_blocking(move || {
             crate::verify::verify_state_root(&store, &base, &[], Some(root))
+                .map_err(|e| e.to_string())?;
+            same_setup_from_records(&store, &base)
         })
         .await
         .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
-        Ok(())
     }
 
     /// The delta exported again from the node: the same `records.bin`.
@@ -177,5 +179,76 @@ impl Attester {
         self.store
             .add_attestation(snap, &attestation)
             .map_err(|e| e.to_string())
+    }
+}
+
+/// Builds `snap`'s database again from its `records.bin` (streamed from
+/// the mapped file, as a fold writes one) with the parameters its
+/// manifest and setup name (arity, partitions, matrix expansion), in a
+/// scratch store beside the store, and compares the setup digest: the hint
+/// the clients download is the one the records make.
+fn same_setup_from_records(store: &SnapshotStore, snap: &StoredSnapshot) -> Result<(), String> {
+    use crate::pipeline::{build_and_publish_streamed, BuildOptions, RecordsSummary};
+    let m = &snap.manifest;
+    let setup = store
+        .read_checked(snap, crate::store::SETUP_FILE)
+        .map_err(|e| e.to_string())?;
+    let expansion = pir_core::PirClient::from_setup_bytes(&setup)
+        .map_err(|e| e.to_string())?
+        .setup()
+        .matrix
+        .expansion();
+    let options = BuildOptions {
+        arity: pir_core::Arity::from_u8(m.pir.arity).map_err(|e| e.to_string())?,
+        packing: pir_core::Packing::Fixed(m.pir.partitions),
+        base_packing: None,
+        expansion,
+        device: gpu_kernels::HintDevice::Cpu,
+        ..Default::default()
+    };
+    let mapped = store
+        .map_checked(snap, crate::store::RECORDS_FILE)
+        .map_err(|e| e.to_string())?;
+    let records =
+        crate::records::RecordsFile::new((*mapped).as_ref()).map_err(|e| e.to_string())?;
+    let scratch_dir = store.root().join(".attest-scratch");
+    let _ = std::fs::remove_dir_all(&scratch_dir);
+    let scratch = SnapshotStore::open(&scratch_dir).map_err(|e| e.to_string())?;
+    let meta = crate::pipeline::ExportedState {
+        chain_id: m.chain_id,
+        block_number: m.block_number,
+        block_hash: m.block_hash,
+        state_root: m.state_root,
+        block_time: m.block_time,
+        kind: m.kind,
+        source: "attest: rebuilt from records".into(),
+        records: Vec::new(),
+        storage: Vec::new(),
+        listed: m.storage.clone(),
+        export_s: 0.0,
+    };
+    let (accounts, slots) = (records.accounts(), records.slots());
+    let rebuilt = build_and_publish_streamed(&scratch, &meta, &options, |w| {
+        let width = crate::records::write_record_stream(
+            accounts as u64,
+            (0..accounts).map(|i| records.account(i)),
+            slots as u64,
+            (0..slots).map(|i| records.slot(i)),
+            w,
+        )?;
+        Ok(RecordsSummary {
+            accounts: accounts as u64,
+            slots: slots as u64,
+            width,
+        })
+    });
+    let _ = std::fs::remove_dir_all(&scratch_dir);
+    let rebuilt = rebuilt.map_err(|e| e.to_string())?;
+    let (want, got) = (&m.pir.setup_digest, &rebuilt.manifest.pir.setup_digest);
+    match want == got && rebuilt.manifest.content_digest == m.content_digest {
+        true => Ok(()),
+        false => Err(format!(
+            "built again from its records, the setup has digest {got}, the snapshot's {want}"
+        )),
     }
 }

@@ -126,7 +126,8 @@ ethpir-snapshot --store /var/lib/ethpir/store pull --from http://primary.interna
 so that proxies can require your signature (`attesters`, `attest_quorum`).\n\n\
 Checked: the block hash and state root the manifest names are the node's; a full snapshot's records \
 give that state root and each listed contract its storage root (as `verify --state-root`: minutes at \
-mainnet's size); a delta is exported again from the node, every account proved against that state \
+mainnet's size), and its database built again from its records gives the same setup digest (as long \
+as a base build); a delta is exported again from the node, every account proved against that state \
 root, and must be the same records, byte for byte (seconds). Signed: EIP-712 typed data (domain \"ethpir snapshot\", version 1) over the snapshot id, chain \
 id, block number, block hash, state root, setup digest and records digest, with the key in \
 --key-file (hex private key; keep it 0600). Kept in <store>/.attestations/; the server's catalog \
