@@ -184,28 +184,12 @@ impl Attester {
 
 /// Builds `snap`'s database again from its `records.bin` (streamed from
 /// the mapped file, as a fold writes one) with the parameters its
-/// manifest and setup name (arity, partitions, matrix expansion), in a
-/// scratch store beside the store, and compares the setup digest: the hint
-/// the clients download is the one the records make.
+/// manifest and setup name, in a scratch store beside the store, and
+/// compares the setup digest: the hint the clients download is the one the
+/// records make.
 fn same_setup_from_records(store: &SnapshotStore, snap: &StoredSnapshot) -> Result<(), String> {
-    use crate::pipeline::{build_and_publish_streamed, BuildOptions, RecordsSummary};
     let m = &snap.manifest;
-    let setup = store
-        .read_checked(snap, crate::store::SETUP_FILE)
-        .map_err(|e| e.to_string())?;
-    let expansion = pir_core::PirClient::from_setup_bytes(&setup)
-        .map_err(|e| e.to_string())?
-        .setup()
-        .matrix
-        .expansion();
-    let options = BuildOptions {
-        arity: pir_core::Arity::from_u8(m.pir.arity).map_err(|e| e.to_string())?,
-        packing: pir_core::Packing::Fixed(m.pir.partitions),
-        base_packing: None,
-        expansion,
-        device: gpu_kernels::HintDevice::Cpu,
-        ..Default::default()
-    };
+    let options = rebuild_options(store, snap)?;
     let mapped = store
         .map_checked(snap, crate::store::RECORDS_FILE)
         .map_err(|e| e.to_string())?;
@@ -214,33 +198,22 @@ fn same_setup_from_records(store: &SnapshotStore, snap: &StoredSnapshot) -> Resu
     let scratch_dir = store.root().join(".attest-scratch");
     let _ = std::fs::remove_dir_all(&scratch_dir);
     let scratch = SnapshotStore::open(&scratch_dir).map_err(|e| e.to_string())?;
-    let meta = crate::pipeline::ExportedState {
-        chain_id: m.chain_id,
-        block_number: m.block_number,
-        block_hash: m.block_hash,
-        state_root: m.state_root,
-        block_time: m.block_time,
-        kind: m.kind,
-        source: "attest: rebuilt from records".into(),
-        records: Vec::new(),
-        storage: Vec::new(),
-        listed: m.storage.clone(),
-        export_s: 0.0,
-    };
+    let source = "attest: rebuilt from records".to_string();
+    let meta = crate::levels::Levels::like(
+        std::slice::from_ref(snap),
+        m.kind,
+        source,
+        Default::default(),
+    );
     let (accounts, slots) = (records.accounts(), records.slots());
-    let rebuilt = build_and_publish_streamed(&scratch, &meta, &options, |w| {
-        let width = crate::records::write_record_stream(
+    let rebuilt = crate::pipeline::build_and_publish_streamed(&scratch, &meta, &options, |w| {
+        crate::records::write_record_stream(
             accounts as u64,
             (0..accounts).map(|i| records.account(i)),
             slots as u64,
             (0..slots).map(|i| records.slot(i)),
             w,
-        )?;
-        Ok(RecordsSummary {
-            accounts: accounts as u64,
-            slots: slots as u64,
-            width,
-        })
+        )
     });
     let _ = std::fs::remove_dir_all(&scratch_dir);
     let rebuilt = rebuilt.map_err(|e| e.to_string())?;
@@ -251,4 +224,30 @@ fn same_setup_from_records(store: &SnapshotStore, snap: &StoredSnapshot) -> Resu
             "built again from its records, the setup has digest {got}, the snapshot's {want}"
         )),
     }
+}
+
+/// The build options that made `snap`: its manifest's arity and
+/// partitions, its setup's matrix expansion (the hint on the CPU: the
+/// GPU's is the same bits).
+fn rebuild_options(
+    store: &SnapshotStore,
+    snap: &StoredSnapshot,
+) -> Result<crate::pipeline::BuildOptions, String> {
+    let m = &snap.manifest;
+    let setup = store
+        .read_checked(snap, crate::store::SETUP_FILE)
+        .map_err(|e| e.to_string())?;
+    let expansion = pir_core::PirClient::from_setup_bytes(&setup)
+        .map_err(|e| e.to_string())?
+        .setup()
+        .matrix
+        .expansion();
+    Ok(crate::pipeline::BuildOptions {
+        arity: pir_core::Arity::from_u8(m.pir.arity).map_err(|e| e.to_string())?,
+        packing: pir_core::Packing::Fixed(m.pir.partitions),
+        base_packing: None,
+        expansion,
+        device: gpu_kernels::HintDevice::Cpu,
+        ..Default::default()
+    })
 }

@@ -28,7 +28,6 @@ use crate::folded::Folded;
 use crate::manifest::{KindTag, SnapshotId, SnapshotKind};
 use crate::pipeline::{
     build_and_publish, build_and_publish_streamed, BuildError, BuildOptions, ExportedState,
-    RecordsSummary,
 };
 use crate::records::{write_record_stream, Records, RecordsFile};
 use crate::store::{SnapshotStore, StoreError, StoredSnapshot, RECORDS_FILE};
@@ -276,7 +275,7 @@ impl Levels {
 
     /// A state like `top`'s (block, hash, root, time) with other records;
     /// the listed contracts are the base's (`levels[0]`).
-    fn like(
+    pub(crate) fn like(
         levels: &[StoredSnapshot],
         kind: SnapshotKind,
         source: String,
@@ -349,18 +348,8 @@ impl Levels {
         let source = format!("fold:{}..{}", view[0].id, top.id);
         let meta = Self::like(view, SnapshotKind::Full, source, Records::default());
         let published = build_and_publish_streamed(&self.store, &meta, &self.build, |w| {
-            let width = write_record_stream(
-                accounts as u64,
-                folded.accounts(),
-                slots as u64,
-                folded.slots(),
-                w,
-            )?;
-            Ok(RecordsSummary {
-                accounts: accounts as u64,
-                slots: slots as u64,
-                width,
-            })
+            let (accounts, slots) = (accounts as u64, slots as u64);
+            write_record_stream(accounts, folded.accounts(), slots, folded.slots(), w)
         })?;
         Ok(published.id.url_form())
     }

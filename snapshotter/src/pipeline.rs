@@ -261,14 +261,7 @@ pub fn build_and_publish(
     })
 }
 
-/// What the writer of a `records.bin` tells the build about it.
-#[derive(Clone, Copy, Debug)]
-pub struct RecordsSummary {
-    pub accounts: u64,
-    pub slots: u64,
-    /// Bytes of every PIR value (24, or 40 for balances over 2^128).
-    pub width: usize,
-}
+pub use crate::records::RecordsSummary;
 
 /// Builds and publishes a base too large to hold in memory: `write`
 /// streams its `records.bin` (sorted by key, e.g. with

@@ -105,30 +105,38 @@ fn slot_bytes(s: &StorageRecord) -> [u8; SLOT_BYTES] {
     one
 }
 
+/// What the writer of a `records.bin` tells the build about it.
+#[derive(Clone, Copy, Debug)]
+pub struct RecordsSummary {
+    pub accounts: u64,
+    pub slots: u64,
+    /// Bytes of every PIR value (24, or 40 for balances over 2^128).
+    pub width: usize,
+}
+
 /// Writes a `records.bin` without storage slots of exactly `count`
 /// accounts handed over one at a time in key order, as an export too
 /// large to hold makes them (reth's hashed accounts come in this order);
-/// refuses another count or order. Returns the value width they need.
+/// refuses another count or order.
 pub fn write_account_stream(
     count: u64,
     accounts: impl Iterator<Item = AccountRecord>,
     w: &mut (impl std::io::Write + ?Sized),
-) -> std::io::Result<usize> {
+) -> std::io::Result<RecordsSummary> {
     write_record_stream(count, accounts, 0, std::iter::empty(), w)
 }
 
 /// Writes a `records.bin` of exactly `accounts` accounts and `slots`
 /// storage slots, each part handed over one at a time in key order (what
 /// [`write_records`] writes, never held: a fold of a mainnet base);
-/// refuses other counts or orders. Returns the value width the accounts
-/// need.
+/// refuses other counts or orders.
 pub fn write_record_stream(
     accounts: u64,
     account_records: impl Iterator<Item = AccountRecord>,
     slots: u64,
     slot_records: impl Iterator<Item = StorageRecord>,
     w: &mut (impl std::io::Write + ?Sized),
-) -> std::io::Result<usize> {
+) -> std::io::Result<RecordsSummary> {
     w.write_all(MAGIC)?;
     w.write_all(&[VERSION, 0, 0, 0])?;
     w.write_all(&accounts.to_le_bytes())?;
@@ -151,9 +159,14 @@ pub fn write_record_stream(
         |s| s.key,
         |s| w.write_all(&slot_bytes(s)),
     )?;
-    Ok(match wide {
+    let width = match wide {
         true => protocol::account::WIDE_VALUE_BYTES,
         false => protocol::account::COMPACT_VALUE_BYTES,
+    };
+    Ok(RecordsSummary {
+        accounts,
+        slots,
+        width,
     })
 }
 

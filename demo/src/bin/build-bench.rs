@@ -16,7 +16,7 @@ use demo::bench::AnonPeak;
 use serde_json::json;
 use snapshotter::pipeline::{
     build_and_publish, build_and_publish_streamed, peak_rss_bytes, resolve_packing, BuildOptions,
-    HintBudget, RecordsSummary,
+    HintBudget,
 };
 use snapshotter::records::write_account_stream;
 use snapshotter::SnapshotStore;
@@ -83,12 +83,7 @@ fn main() -> Result<()> {
         let meta = demo::bench::synthetic_base(Vec::new(), 0.0);
         let snap = build_and_publish_streamed(&store, &meta, &options, |w| {
             let accounts = demo::bench::hashed_accounts_in_order(count);
-            let width = write_account_stream(count, accounts, w)?;
-            Ok(RecordsSummary {
-                accounts: count,
-                slots: 0,
-                width,
-            })
+            write_account_stream(count, accounts, w)
         })?;
         (snap, 0.0)
     } else {

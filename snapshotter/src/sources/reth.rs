@@ -372,11 +372,7 @@ impl RethDatadir {
         if let Some(e) = stopped {
             return Err(fail(e));
         }
-        Ok(RecordsSummary {
-            accounts,
-            slots,
-            width: written?,
-        })
+        written
     }
 
     /// Every non-zero storage slot of `contracts` at the head: v1 from
