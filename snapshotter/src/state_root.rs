@@ -84,15 +84,20 @@ fn add_account(
     if !account.trie_known() {
         return Err(RootError::Unknown(account.key));
     }
-    let leaf = TrieAccount::new(
+    let key = Nibbles::unpack(account.key);
+    builder.add_leaf(key.slice(skip..), &leaf(account));
+    Ok(())
+}
+
+/// `account`'s value in the state trie: the RLP of (nonce, balance,
+/// storage root, code hash).
+pub fn leaf(account: &AccountRecord) -> Vec<u8> {
+    alloy_rlp::encode(TrieAccount::new(
         account.nonce,
         account.balance,
         account.storage_root,
         account.code_hash,
-    );
-    let key = Nibbles::unpack(account.key);
-    builder.add_leaf(key.slice(skip..), &alloy_rlp::encode(leaf));
-    Ok(())
+    ))
 }
 
 /// The storage root of one contract's `words` (hashed slot, word; any

@@ -981,8 +981,9 @@ fn verify_state_roots(store: &SnapshotStore, ids: &[SnapshotId], url: Option<&st
             .iter()
             .filter_map(|id| all.iter().find(|s| &s.id == id).cloned())
             .collect();
+        let top = &levels.last().expect("a view has a level").manifest;
         let header = match &node {
-            Some(node) => Some(runtime.block_on(node_header(node, &levels))?),
+            Some(node) => Some(runtime.block_on(node.root_of(top))?),
             None => None,
         };
         let checked = header.map_or(Ok(None), |h| h.map(Some)).and_then(|root| {
@@ -1004,23 +1005,6 @@ fn verify_state_roots(store: &SnapshotStore, ids: &[SnapshotId], url: Option<&st
         bail!("{bad} of {} state roots failed verification", named.len());
     }
     Ok(())
-}
-
-/// The node's state root at the view's block, or why the view is not on
-/// the node's chain.
-async fn node_header(
-    node: &RpcSource,
-    levels: &[snapshotter::StoredSnapshot],
-) -> Result<Result<alloy_primitives::B256, String>> {
-    let top = &levels.last().expect("a view has a level").manifest;
-    let (hash, root, _) = node.block_header(top.block_number).await?;
-    Ok(match top.block_hash {
-        Some(named) if named != hash => Err(format!(
-            "block {} is {named} in the manifest, {hash} on the node",
-            top.block_number
-        )),
-        _ => Ok(root),
-    })
 }
 
 /// `attest`: check and sign the store's snapshots, once or every `every`

@@ -75,15 +75,9 @@ impl ProvedAccount {
             });
         };
         let key = alloy_trie::Nibbles::unpack(account.key);
-        let leaf = alloy_trie::TrieAccount::new(
-            account.nonce,
-            account.balance,
-            account.storage_root,
-            account.code_hash,
-        );
         let proves =
             |value| alloy_trie::proof::verify_proof(root, key, value, &self.account_proof).is_ok();
-        if proves(Some(alloy_rlp::encode(leaf))) {
+        if proves(Some(crate::state_root::leaf(&account))) {
             Ok(account)
         } else if account.is_empty() && proves(None) {
             Ok(AccountRecord::deleted(address))
@@ -299,6 +293,22 @@ impl RpcSource {
     pub async fn block_header(&self, n: u64) -> Result<(B256, B256, u64), RpcSourceError> {
         let header = self.block(n, false).await?.header.clone();
         Ok((header.hash, header.state_root, header.timestamp))
+    }
+
+    /// The state root of the node's block at `manifest`'s height, unless
+    /// the manifest names another block there (`Err` inside: which).
+    pub async fn root_of(
+        &self,
+        manifest: &crate::manifest::Manifest,
+    ) -> Result<Result<B256, String>, RpcSourceError> {
+        let (hash, root, _) = self.block_header(manifest.block_number).await?;
+        Ok(match manifest.block_hash {
+            Some(named) if named != hash => Err(format!(
+                "block {} is {named} in the manifest, {hash} on the node",
+                manifest.block_number
+            )),
+            _ => Ok(root),
+        })
     }
 
     /// Every account touched in blocks `from..=to`: those the blocks name
