@@ -142,13 +142,21 @@ pub struct AppState {
     /// The catalog as served, made when the served set changes (never per
     /// request: every proxy polls it).
     catalog: RwLock<Arc<CatalogBody>>,
-    /// The attestations the store keeps for each served snapshot (read at
-    /// every rescan: an attester signs after a snapshot is served).
+    /// The attestations the store keeps for each served snapshot (looked
+    /// at every rescan: an attester signs after a snapshot is served; read
+    /// and verified again only when their folder changed).
     attestations: RwLock<Attestations>,
 }
 
+/// A served snapshot's attestations, and when their folder last changed.
+#[derive(Clone, Debug, PartialEq)]
+struct KeptAttestations {
+    stamp: Option<std::time::SystemTime>,
+    list: Vec<protocol::attest::Attestation>,
+}
+
 /// Attestations by snapshot id (url form).
-type Attestations = BTreeMap<String, Vec<protocol::attest::Attestation>>;
+type Attestations = BTreeMap<String, KeptAttestations>;
 
 /// `GET /v1/snapshots` made once: its JSON, gzipped, and its ETag.
 pub struct CatalogBody {
@@ -174,7 +182,7 @@ impl CatalogBody {
                 manifest: s.stored.manifest.clone(),
                 attestations: attestations
                     .get(&s.stored.id.url_form())
-                    .cloned()
+                    .map(|kept| kept.list.clone())
                     .unwrap_or_default(),
             })
             .collect();
@@ -300,18 +308,31 @@ impl AppState {
             .set(self.snapshots.read().expect("lock").len() as i64);
     }
 
-    /// Reads the served snapshots' attestations from the store; whether
-    /// they changed.
+    /// Reads again the attestations of the served snapshots whose folder
+    /// changed since they were last read; whether any changed.
     fn reread_attestations(&self) -> bool {
+        let before = self.attestations.read().expect("lock").clone();
         let now: Attestations = self
             .all()
             .iter()
-            .map(|s| (s.stored.id.url_form(), self.store.attestations(&s.stored)))
-            .filter(|(_, a)| !a.is_empty())
+            .filter_map(|s| {
+                let id = s.stored.id.url_form();
+                let stamp = self.store.attestations_stamp(&s.stored)?;
+                // A stamp of the last seconds may not be final on a file
+                // system with coarse times: read again until it settles.
+                let settled = stamp.elapsed().is_ok_and(|age| age.as_secs() >= 2);
+                let kept = match before.get(&id) {
+                    Some(kept) if kept.stamp == Some(stamp) && settled => kept.clone(),
+                    _ => KeptAttestations {
+                        stamp: Some(stamp),
+                        list: self.store.attestations(&s.stored),
+                    },
+                };
+                Some((id, kept))
+            })
             .collect();
-        let mut kept = self.attestations.write().expect("lock");
-        let changed = *kept != now;
-        *kept = now;
+        let changed = now != before;
+        *self.attestations.write().expect("lock") = now;
         changed
     }
 

@@ -408,6 +408,14 @@ impl SnapshotStore {
             .join(id.folder())
     }
 
+    /// When `snap`'s attestations last changed (their folder's mtime: an
+    /// attestation is renamed into it whole); `None` while it has none.
+    pub fn attestations_stamp(&self, snap: &StoredSnapshot) -> Option<std::time::SystemTime> {
+        fs::metadata(self.attestations_dir(&snap.id))
+            .and_then(|m| m.modified())
+            .ok()
+    }
+
     /// The attestations kept for `snap` (at most
     /// [`protocol::attest::MAX_PER_SNAPSHOT`], in signer order): each whose
     /// signature holds over this manifest; others are skipped with a
