@@ -220,10 +220,10 @@ impl Catalog {
         let entries = snapshots
             .into_iter()
             .filter(|e| self.chain_id.is_none_or(|c| c == e.manifest.chain_id))
-            .filter(|e| match self.attest.holds(e) {
-                true => true,
-                false => {
-                    unattested.insert(e.id, self.attest.signed(e));
+            .filter(|e| match self.attest.short_of_quorum(e) {
+                None => true,
+                Some(signed) => {
+                    unattested.insert(e.id, signed);
                     false
                 }
             })
@@ -319,17 +319,17 @@ impl Catalog {
             Some(c) => adopted.views.at(c, n),
             None => None,
         };
-        let found = match sel {
-            BlockSelector::Newest => adopted.views.newest(chain),
-            BlockSelector::Number(n) => at_block(*n),
-            BlockSelector::Hash(h) => block_of_hash(&adopted, h).and_then(at_block),
+        // The block asked for (`None`: the newest, or a hash not known).
+        let block = match sel {
+            BlockSelector::Newest => None,
+            BlockSelector::Number(n) => Some(*n),
+            BlockSelector::Hash(h) => block_of_hash(&adopted, h),
+        };
+        let found = match (sel, block) {
+            (BlockSelector::Newest, _) => adopted.views.newest(chain),
+            (_, block) => block.and_then(at_block),
         };
         if found.is_none() {
-            let block = match sel {
-                BlockSelector::Newest => None,
-                BlockSelector::Number(n) => Some(*n),
-                BlockSelector::Hash(h) => block_of_hash(&adopted, h),
-            };
             if let Some(unattested) = self.unattested_at(&adopted, block) {
                 return Err(unattested);
             }

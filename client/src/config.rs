@@ -73,7 +73,17 @@ impl AttestPolicy {
 
     /// Whether `entry` carries the quorum.
     pub fn holds(&self, entry: &protocol::CatalogEntry) -> bool {
-        !self.required() || self.signed(entry) >= self.quorum
+        self.short_of_quorum(entry).is_none()
+    }
+
+    /// How many valid signatures `entry` carries when they are short of
+    /// the quorum (each checked once); `None` when it holds.
+    pub fn short_of_quorum(&self, entry: &protocol::CatalogEntry) -> Option<usize> {
+        if !self.required() {
+            return None;
+        }
+        let signed = self.signed(entry);
+        (signed < self.quorum).then_some(signed)
     }
 }
 
