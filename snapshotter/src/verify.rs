@@ -189,7 +189,9 @@ pub fn verify_state_root(
 
 /// Each listed contract's storage root, from every slot the view holds of
 /// it, against its account's (a contract without an account holds no
-/// slot). Returns how many were checked.
+/// slot). Returns how many were checked. One pass over the slots per
+/// contract, so that only one contract's words are held at a time (a
+/// listed token of mainnet has millions).
 fn check_storage_roots(
     folded: &crate::folded::Folded<'_>,
     contracts: &[alloy_primitives::Address],
