@@ -34,6 +34,8 @@ pub enum ReadError {
         quorum: usize,
         attesters: Vec<alloy_primitives::Address>,
     },
+    #[error("snapshot {snapshot} does not say which code its accounts have")]
+    CodeUnknown { snapshot: String },
     #[error("PIR server unavailable: {0}")]
     Backend(String),
     /// A snapshot of the view left the server between catalog and query
@@ -72,6 +74,7 @@ impl ReadError {
                 | ReadError::NotInPrivateSet { .. }
                 | ReadError::NotListed { .. }
                 | ReadError::TooWide { .. }
+                | ReadError::CodeUnknown { .. }
         )
     }
 }

@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use alloy_primitives::{Address, B256, U256};
 use pir_core::{ClientError, Lookup};
+use protocol::account::{AccountValue, CodeRef, ValueLayout};
 use protocol::api::CatalogEntry;
+use protocol::codes::CodeTable;
 use protocol::storage::{decode_word, StoredWord};
 use protocol::view::View;
 use protocol::SnapshotId;
@@ -32,6 +34,10 @@ pub struct AccountState {
     pub block: u64,
     /// Absent from every level of a complete view: balance and nonce are 0.
     pub absent: bool,
+    /// Which code the account has, in the code table of the level it was
+    /// found in (`code_table`).
+    pub code: CodeRef,
+    pub code_table: Option<CodeTable>,
 }
 
 /// A privately read storage slot.
@@ -82,6 +88,9 @@ pub struct Hit {
     pub value: Option<Vec<u8>>,
     pub snapshot: String,
     pub block: u64,
+    /// How the level's values are laid out, and its code table.
+    pub layout: ValueLayout,
+    pub code_table: Option<CodeTable>,
 }
 
 impl Hit {
@@ -93,16 +102,29 @@ impl Hit {
             |e: &dyn std::fmt::Display| ReadError::Unverifiable(format!("{}: {e}", self.snapshot));
         match key {
             ReadKey::Account(_) => {
-                let (balance, nonce) = match &self.value {
-                    Some(v) => protocol::decode_value(v).map_err(|e| unverifiable(&e))?,
-                    None => (U256::ZERO, 0),
+                let value = match &self.value {
+                    Some(v) => {
+                        protocol::decode_value(v, self.layout).map_err(|e| unverifiable(&e))?
+                    }
+                    None => AccountValue {
+                        balance: U256::ZERO,
+                        nonce: 0,
+                        code: CodeRef::None,
+                    },
                 };
+                if let CodeRef::Table(n) = value.code {
+                    if self.code_table.is_none_or(|t| n > t.count) {
+                        return Err(unverifiable(&format!("code entry {n} is not in its table")));
+                    }
+                }
                 Ok(KeyState::Account(AccountState {
-                    balance,
-                    nonce,
+                    balance: value.balance,
+                    nonce: value.nonce,
                     snapshot: self.snapshot,
                     block: self.block,
                     absent,
+                    code: value.code,
+                    code_table: self.code_table,
                 }))
             }
             ReadKey::Slot { contract, .. } => {
@@ -240,11 +262,15 @@ impl ViewClient {
                 value: Some(value.clone()),
                 snapshot: level.entry().id.url_form(),
                 block: self.view.block,
+                layout: level.entry().manifest.layout(),
+                code_table: level.entry().manifest.codes,
             },
             None if self.view.complete => Hit {
                 value: None,
                 snapshot: self.top(),
                 block: self.view.block,
+                layout: ValueLayout::WithCode,
+                code_table: None,
             },
             None => {
                 return Err(ReadError::NotInPrivateSet {

@@ -40,6 +40,7 @@ pub mod cache;
 mod canary;
 pub mod canonical;
 pub mod catalog;
+mod code;
 pub mod config;
 pub mod error;
 pub mod fetch;

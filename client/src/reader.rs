@@ -35,6 +35,8 @@ pub struct PrivateReader {
     link: ServerLink,
     catalog: Catalog,
     cache: DiskCache,
+    /// Codes proved and kept, for `eth_getCode`.
+    codes: crate::code::CodeCache,
     /// What each PIR level answered before, per key.
     answers: AnswerCache,
     pool_size: usize,
@@ -88,6 +90,7 @@ impl PrivateReader {
             ),
             catalog: Catalog::new(config.chain_id, config.attest.clone()),
             cache: DiskCache::new(config.cache_dir.clone()),
+            codes: crate::code::CodeCache::new(&config.cache_dir),
             answers: AnswerCache::new(config.cache_dir.clone()),
             pool_size: config.prepared_pool,
             limits: config.limits.client_limits(),
@@ -321,6 +324,19 @@ impl PrivateReader {
                 })
             })
             .collect()
+    }
+
+    /// The code of an account read privately ([`Self::lookup`]): none,
+    /// or its bytes, proved against the level's code table and checked by
+    /// their hash (see [`crate::code`]).
+    pub async fn code_of(
+        &self,
+        account: &AccountState,
+    ) -> Result<alloy_primitives::Bytes, ReadError> {
+        if let Some(reason) = self.distrusted() {
+            return Err(ReadError::Distrusted(reason));
+        }
+        self.codes.code_of(&self.link, account).await
     }
 
     /// Reads storage slots `(contract, slot)` at the block `sel` names:

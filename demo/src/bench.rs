@@ -66,6 +66,7 @@ pub fn synthetic_base(records: Vec<AccountRecord>, made_s: f64) -> ExportedState
         listed: Default::default(),
         records,
         export_s: made_s,
+        codes: Vec::new(),
     }
 }
 

@@ -190,6 +190,7 @@ async fn forged_server_is_not_read(dir: &Path, anvil: &Anvil) {
         storage: records.storage,
         listed: m.storage.clone(),
         export_s: 0.0,
+        codes: Vec::new(),
     };
     build_and_publish(&forged_store, state, &BuildOptions::default()).unwrap();
     let forged_server = start_server(&dir.join("forged")).await;

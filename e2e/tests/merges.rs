@@ -52,6 +52,7 @@ fn state(
         storage: Vec::new(),
         listed: Default::default(),
         export_s: 0.0,
+        codes: Vec::new(),
     }
 }
 

@@ -5,7 +5,9 @@
 
 use std::collections::BTreeSet;
 
-use crate::manifest::{Manifest, SnapshotId, SnapshotKind, MANIFEST_FORMAT};
+use crate::manifest::{
+    Manifest, SnapshotId, SnapshotKind, MANIFEST_FORMAT, OLDEST_MANIFEST_FORMAT,
+};
 use serde::{Deserialize, Serialize};
 
 /// One snapshot in `GET /v1/snapshots`.
@@ -79,11 +81,16 @@ impl CatalogEntry {
 
     fn check_fields(&self) -> Result<(), String> {
         let m = &self.manifest;
-        if m.format != MANIFEST_FORMAT {
+        if !(OLDEST_MANIFEST_FORMAT..=MANIFEST_FORMAT).contains(&m.format) {
             return Err(format!(
-                "manifest format {} (this client reads {MANIFEST_FORMAT})",
+                "manifest format {} (this client reads {OLDEST_MANIFEST_FORMAT} to {MANIFEST_FORMAT})",
                 m.format
             ));
+        }
+        if let Some(codes) = &m.codes {
+            if codes.count as u64 > MAX_STATED_SIZE {
+                return Err(format!("a code table of {} entries", codes.count));
+            }
         }
         if m.id() != self.id {
             return Err(format!(

@@ -12,8 +12,9 @@ use crate::manifest::Manifest;
 
 sol! {
     /// What an attester signs: the snapshot (`<chain>-<block>-<kind>`), the
-    /// block it is at, what binds it to the chain, and the digests of what
-    /// it serves.
+    /// block it is at, what binds it to the chain, the digests of what it
+    /// serves, and its code table (size and Merkle root; 0 and zero for
+    /// none), which its values name codes by.
     struct SnapshotAttestation {
         string snapshot;
         uint64 chainId;
@@ -22,13 +23,15 @@ sol! {
         bytes32 stateRoot;
         bytes32 setupDigest;
         bytes32 recordsDigest;
+        uint32 codeCount;
+        bytes32 codeRoot;
     }
 }
 
 /// The EIP-712 domain of every attestation.
 pub const DOMAIN: Eip712Domain = eip712_domain! {
     name: "ethpir snapshot",
-    version: "1",
+    version: "2",
 };
 
 /// Most attestations a catalog entry may carry (a client refuses more).
@@ -71,6 +74,8 @@ pub fn typed_data(manifest: &Manifest) -> Result<SnapshotAttestation, AttestErro
         stateRoot: state_root,
         setupDigest: digest_word(&manifest.pir.setup_digest),
         recordsDigest: digest_word(&manifest.content_digest),
+        codeCount: manifest.codes.map_or(0, |c| c.count),
+        codeRoot: manifest.codes.map_or(B256::ZERO, |c| c.root),
     })
 }
 

@@ -3,7 +3,8 @@
 //! What the operator's side (snapshotter, server) and the user's side
 //! (proxy) must agree on, and nothing else: the HTTP API's JSON types
 //! ([`api`]), snapshot manifests and kinds ([`manifest`]), and the account
-//! record encoding with its PIR key ([`account`]), how snapshots chain
+//! record encoding with its PIR key ([`account`]), the code table its
+//! values name codes by ([`codes`]), how snapshots chain
 //! into views ([`view`]), small levels published whole ([`table`]) and the framing of a query to several snapshots
 //! ([`multi`]), ERC-20 balance slots and the token list ([`tokens`]),
 //! storage records of listed contracts beside the accounts ([`storage`]); and the small policies
@@ -16,6 +17,7 @@
 pub mod account;
 pub mod api;
 pub mod attest;
+pub mod codes;
 pub mod config;
 pub mod digest;
 pub mod logging;
@@ -30,7 +32,7 @@ pub mod tokens;
 pub mod url;
 pub mod view;
 
-pub use account::{decode_value, encode_value, pir_key, AccountRecord};
+pub use account::{decode_value, encode_value, pir_key, AccountRecord, AccountValue, CodeRef};
 pub use api::{ApiError, Catalog, CatalogEntry};
 pub use digest::Sha3Digest;
 pub use manifest::{KindTag, Manifest, SnapshotId, SnapshotKind};

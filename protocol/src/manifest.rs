@@ -314,6 +314,10 @@ pub struct Manifest {
     pub storage: crate::storage::PrivateStorage,
     /// SHA3-256 of the sorted records (`records.bin`).
     pub content_digest: crate::Sha3Digest,
+    /// The distinct codes of the snapshot's accounts, which its values
+    /// name by place (format 2; none when no account has code).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub codes: Option<crate::codes::CodeTable>,
     /// Records of a base published as canaries (none for deltas).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub canaries: Vec<Canary>,
@@ -324,7 +328,10 @@ pub struct Manifest {
     pub files: std::collections::BTreeMap<String, FileDigest>,
 }
 
-pub const MANIFEST_FORMAT: u32 = 1;
+pub const MANIFEST_FORMAT: u32 = 2;
+/// The oldest format still read: 1, whose account values carry no code
+/// reference ([`crate::account::ValueLayout::Plain`]).
+pub const OLDEST_MANIFEST_FORMAT: u32 = 1;
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
@@ -333,6 +340,11 @@ fn is_zero(n: &u64) -> bool {
 impl Manifest {
     pub fn id(&self) -> SnapshotId {
         SnapshotId::new(self.chain_id, self.block_number, &self.kind)
+    }
+
+    /// How the snapshot's account values are laid out.
+    pub fn layout(&self) -> crate::account::ValueLayout {
+        crate::account::ValueLayout::of_format(self.format)
     }
 }
 

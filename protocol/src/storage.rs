@@ -144,7 +144,7 @@ pub enum StoredWord {
 /// Why bytes are not a storage value.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum StorageValueError {
-    #[error("a storage value has 24 or 40 bytes, not {0}")]
+    #[error("a storage value has 24, 40 or 44 bytes, not {0}")]
     Width(usize),
     #[error("unknown storage value flag {0}")]
     Flag(u8),
@@ -156,12 +156,14 @@ pub enum StorageValueError {
 
 fn check_width(width: usize) -> Result<(), StorageValueError> {
     match width {
-        crate::account::COMPACT_VALUE_BYTES | crate::account::WIDE_VALUE_BYTES => Ok(()),
+        crate::account::COMPACT_VALUE_BYTES
+        | crate::account::WIDE_VALUE_BYTES
+        | crate::account::PLAIN_WIDE_VALUE_BYTES => Ok(()),
         other => Err(StorageValueError::Width(other)),
     }
 }
 
-/// Encodes a word in `width` bytes (24 or 40): stored when it fits in
+/// Encodes a word in `width` bytes (24, or 44: format 1's 40 still read): stored when it fits in
 /// `width - 1` bytes, else the too-wide marker.
 pub fn encode_word(value: U256, width: usize) -> Result<Vec<u8>, StorageValueError> {
     check_width(width)?;

@@ -26,6 +26,7 @@ pub fn entry(
         storage_records: 0,
         storage: Default::default(),
         content_digest: Default::default(),
+        codes: None,
         canaries: Vec::new(),
         created_at: String::new(),
         pir: PirParams {

@@ -4,7 +4,7 @@
 //! `trust-reset` command and the tests use. [`crate::rpc`] implements them.
 
 use alloy_eips::BlockId;
-use alloy_primitives::{Address, U256, U64};
+use alloy_primitives::{Address, Bytes, U256, U64};
 use jsonrpsee::core::SubscriptionResult;
 use jsonrpsee::proc_macros::rpc;
 use serde::{Deserialize, Deserializer, Serialize};
@@ -31,6 +31,15 @@ pub trait EthApi {
         address: CheckedAddress,
         block: Option<BlockId>,
     ) -> Result<U64, ProxyError>;
+
+    /// `eth_getCode`, read by PIR (the account's code reference) and the
+    /// server's content-addressed code route, checked by keccak256.
+    #[method(name = "getCode", with_extensions)]
+    async fn get_code(
+        &self,
+        address: CheckedAddress,
+        block: Option<BlockId>,
+    ) -> Result<Bytes, ProxyError>;
 
     /// `eth_chainId`, from the snapshots (no upstream needed).
     #[method(name = "chainId")]

@@ -91,7 +91,8 @@ fn read_code(e: &ReadError) -> i32 {
         | ReadError::Unattested { .. } => NO_SNAPSHOT,
         ReadError::NotInPrivateSet { .. }
         | ReadError::NotListed { .. }
-        | ReadError::TooWide { .. } => NOT_IN_PRIVATE_SET,
+        | ReadError::TooWide { .. }
+        | ReadError::CodeUnknown { .. } => NOT_IN_PRIVATE_SET,
         ReadError::Backend(_) | ReadError::Retired(_) | ReadError::Setup { .. } => PIR_UNAVAILABLE,
         ReadError::Unverifiable(_) | ReadError::Distrusted(_) => UNVERIFIABLE,
         ReadError::AmbiguousChain(_) => INTERNAL_ERROR_CODE,
@@ -120,6 +121,10 @@ fn read_message(e: &ReadError) -> (String, Option<Value>) {
         ReadError::TooWide { contract, snapshot } => (
             "storage word too wide for the private snapshot".into(),
             Some(json!({"snapshot": snapshot, "contract": contract})),
+        ),
+        ReadError::CodeUnknown { snapshot } => (
+            "the private snapshot does not say which code accounts have".into(),
+            Some(json!({"snapshot": snapshot})),
         ),
         ReadError::Backend(reason)
         | ReadError::Retired(reason)

@@ -144,7 +144,11 @@ where
         }
         if PRIVATE_METHODS.contains(&copy.method.as_str()) {
             if let Some(read) = self.read_ahead(&req).await {
-                let unanswerable = matches!(&read.0, Err(e) if e.is_unanswerable());
+                // A level that does not say which code accounts have
+                // cannot answer eth_getCode, though it read the account.
+                let code_unknown = copy.method == "eth_getCode"
+                    && matches!(&read.0, Ok(s) if s.code == protocol::CodeRef::Unknown);
+                let unanswerable = matches!(&read.0, Err(e) if e.is_unanswerable()) || code_unknown;
                 if unanswerable && self.policy.private_fallback && self.policy.upstream.is_some() {
                     tracing::warn!(method = %copy.method, "private answer unavailable; forwarding upstream as configured (reveals the address)");
                     return self.forward(copy).await;

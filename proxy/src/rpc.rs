@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use alloy_eips::BlockId;
-use alloy_primitives::{Address, U256, U64};
+use alloy_primitives::{Address, Bytes, U256, U64};
 use jsonrpsee::core::{async_trait, SubscriptionResult};
 use jsonrpsee::types::{ErrorObjectOwned, Params};
 use jsonrpsee::{Extensions, PendingSubscriptionSink, RpcModule};
@@ -21,7 +21,7 @@ use ethpir_client::block::{selector, BlockSelector};
 use ethpir_client::{AccountState, PrivateReader, ReadError};
 
 /// Methods answered privately.
-pub const PRIVATE_METHODS: [&str; 2] = ["eth_getBalance", "eth_getTransactionCount"];
+pub const PRIVATE_METHODS: [&str; 3] = ["eth_getBalance", "eth_getTransactionCount", "eth_getCode"];
 
 /// What the handlers share.
 #[derive(Clone)]
@@ -79,6 +79,18 @@ impl EthApiServer for RpcContext {
             .private_read("eth_getTransactionCount", ext, address.0, block)
             .await?;
         Ok(U64::from(state.nonce))
+    }
+
+    async fn get_code(
+        &self,
+        ext: &Extensions,
+        address: CheckedAddress,
+        block: Option<BlockId>,
+    ) -> Result<Bytes, ProxyError> {
+        let state = self
+            .private_read("eth_getCode", ext, address.0, block)
+            .await?;
+        Ok(self.reader.code_of(&state).await?)
     }
 
     fn chain_id(&self) -> Result<U64, ProxyError> {

@@ -342,6 +342,8 @@ pub(crate) mod tests {
                         snapshot: "s".into(),
                         block: 16,
                         absent: absent(k),
+                        code: protocol::CodeRef::None,
+                        code_table: None,
                     }),
                     ReadKey::Slot { .. } => KeyState::Slot(SlotState {
                         word: value(k),

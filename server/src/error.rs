@@ -19,6 +19,10 @@ pub enum RouteError {
     NotExported,
     #[error("no file '{0}' in that snapshot")]
     NoFile(String),
+    #[error("snapshot '{id}' has no code table entry {index}")]
+    NoCodeEntry { id: String, index: String },
+    #[error("no code with hash '{0}' here")]
+    NoCode(String),
     #[error("body longer than allowed: at most {limit} bytes")]
     BodyTooLarge { limit: usize },
     #[error("{id}: {bytes} bytes, a batch takes at most {largest}")]
@@ -49,7 +53,9 @@ impl RouteError {
             RouteError::UnknownSnapshot(_)
             | RouteError::NoTable(_)
             | RouteError::NotExported
-            | RouteError::NoFile(_) => StatusCode::NOT_FOUND,
+            | RouteError::NoFile(_)
+            | RouteError::NoCodeEntry { .. }
+            | RouteError::NoCode(_) => StatusCode::NOT_FOUND,
             RouteError::BodyTooLarge { .. } | RouteError::PartTooLarge { .. } => {
                 StatusCode::PAYLOAD_TOO_LARGE
             }

@@ -36,6 +36,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/snapshots/{id}/setup", get(setup))
         .route("/v1/snapshots/{id}/table", get(table))
         .route("/v1/snapshots/{id}/files/{name}", get(file))
+        .route("/v1/snapshots/{id}/codes/{index}", get(code_entry))
+        .route("/v1/code/{hash}", get(code))
         .route("/v1/query", post(query))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
@@ -69,6 +71,8 @@ fn route_name(path: Option<&MatchedPath>) -> &'static str {
         Some("/v1/snapshots/{id}/setup") => "setup",
         Some("/v1/snapshots/{id}/table") => "table",
         Some("/v1/snapshots/{id}/files/{name}") => "file",
+        Some("/v1/snapshots/{id}/codes/{index}") => "code_entry",
+        Some("/v1/code/{hash}") => "code",
         Some("/v1/query") => "query",
         Some("/healthz") => "healthz",
         Some("/metrics") => "metrics",
@@ -176,6 +180,63 @@ async fn file(
         .await
         .map_err(|_| RouteError::Internal)?;
     Ok(served.map(axum::body::Body::new))
+}
+
+/// `GET /v1/snapshots/{id}/codes/{index}`: entry `index` (from 1) of the
+/// snapshot's code table and its Merkle proof (`protocol::codes`).
+async fn code_entry(
+    State(state): State<Arc<AppState>>,
+    Path((id, index)): Path<(String, String)>,
+) -> Result<Response, RouteError> {
+    let snap = state
+        .get(&id)
+        .ok_or(RouteError::UnknownSnapshot(id.clone()))?;
+    let proof = index
+        .parse::<u32>()
+        .ok()
+        .and_then(|n| snap.codes.as_ref()?.proof(n))
+        .ok_or(RouteError::NoCodeEntry { id, index })?;
+    Ok(Json(proof).into_response())
+}
+
+/// `GET /v1/code/{hash}`: a contract's code by its keccak256 (0x and 64
+/// hex digits), as the store keeps it; the same bytes for every client,
+/// so the hash is its ETag.
+async fn code(
+    State(state): State<Arc<AppState>>,
+    Path(hash): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, RouteError> {
+    let parsed = hash
+        .strip_prefix("0x")
+        .filter(|h| h.len() == 64)
+        .and_then(|h| h.parse::<alloy_primitives::B256>().ok());
+    let Some(parsed) = parsed else {
+        return Err(RouteError::NoCode(hash));
+    };
+    let etag = format!("\"{parsed:x}\"");
+    if etag_matches(&headers, &etag) {
+        return Ok((StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response());
+    }
+    let store = state.store.clone();
+    let code = tokio::task::spawn_blocking(move || store.read_code(&parsed))
+        .await
+        .map_err(|_| RouteError::Internal)?;
+    match code {
+        Ok(Some(code)) => Ok((
+            [
+                (header::ETAG, etag),
+                (header::CONTENT_TYPE, "application/octet-stream".to_string()),
+            ],
+            code,
+        )
+            .into_response()),
+        Ok(None) => Err(RouteError::NoCode(hash)),
+        Err(e) => {
+            tracing::warn!(error = %e, "a kept code is unreadable or not its hash's");
+            Err(RouteError::Internal)
+        }
+    }
 }
 
 /// A binary download whose ETag is its digest; 304 when `If-None-Match`

@@ -36,6 +36,9 @@ pub struct LoadedSnapshot {
     /// `table.bin` (digest-checked), when the snapshot has one; shared
     /// with every download of it.
     pub table: Option<Bytes>,
+    /// Its code table's tree (checked against the manifest's digest and
+    /// root), to prove any entry in a few hashes; none without codes.
+    pub codes: Option<protocol::codes::CodeTree>,
     /// Its queue of lookups waiting for a pass.
     pub batcher: Batcher,
 }
@@ -59,8 +62,19 @@ impl LoadedSnapshot {
             )),
             false => None,
         };
+        let codes = match stored.manifest.codes {
+            Some(summary) => {
+                let tree = protocol::codes::CodeTree::new(store.read_code_table(&stored)?);
+                if tree.summary() != Some(summary) {
+                    anyhow::bail!("{}: its code table is not the manifest's", stored.id);
+                }
+                Some(tree)
+            }
+            None => None,
+        };
         Ok(LoadedSnapshot {
             table,
+            codes,
             url_id: stored.id.url_form(),
             stored,
             serving,

@@ -38,6 +38,7 @@ fn state(block: u64, n: u64) -> ExportedState {
             })
             .collect(),
         export_s: 0.0,
+        codes: Vec::new(),
     }
 }
 
@@ -197,7 +198,9 @@ async fn serves_private_queries_and_refuses_bad_ones() {
             panic!("absent")
         };
         assert_eq!(
-            snapshotter::decode_value(&v).unwrap(),
+            snapshotter::decode_value(&v, snapshotter::ValueLayout::WithCode)
+                .unwrap()
+                .balance_nonce(),
             (record.balance, record.nonce)
         );
     }
@@ -425,7 +428,11 @@ async fn one_request_queries_every_level_of_a_view() {
     for ((client, pending), answer) in clients.into_iter().zip(answers) {
         let r = decode_responses(answer).unwrap();
         match client.decode(pending, &r[0]).unwrap() {
-            Lookup::Found(v) => values.push(snapshotter::decode_value(&v).unwrap()),
+            Lookup::Found(v) => values.push(
+                snapshotter::decode_value(&v, snapshotter::ValueLayout::WithCode)
+                    .unwrap()
+                    .balance_nonce(),
+            ),
             Lookup::Absent => panic!("account 2 is in both levels"),
         }
     }
@@ -444,7 +451,12 @@ async fn one_request_queries_every_level_of_a_view() {
     assert_eq!(protocol::sha3_hex(&bytes), file.sha3_256);
     let table = protocol::table::Table::parse(bytes, 10).unwrap();
     let v = table.get(&key.0).unwrap();
-    assert_eq!(snapshotter::decode_value(v).unwrap(), (U256::from(2006), 2));
+    assert_eq!(
+        snapshotter::decode_value(v, snapshotter::ValueLayout::WithCode)
+            .unwrap()
+            .balance_nonce(),
+        (U256::from(2006), 2)
+    );
     let again = http
         .get(format!("{base}/v1/snapshots/31337-6-delta-5/table"))
         .header("if-none-match", etag)
@@ -627,7 +639,11 @@ async fn wallet(
     for (level, pending) in pendings {
         let response = by_level[level].next().unwrap();
         found[level].push(match clients[level].decode(pending, &response).unwrap() {
-            Lookup::Found(v) => Some(snapshotter::decode_value(&v).unwrap()),
+            Lookup::Found(v) => Some(
+                snapshotter::decode_value(&v, snapshotter::ValueLayout::WithCode)
+                    .unwrap()
+                    .balance_nonce(),
+            ),
             Lookup::Absent => None,
         });
     }

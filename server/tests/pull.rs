@@ -34,6 +34,7 @@ fn state(block: u64, kind: SnapshotKind, n: u64) -> ExportedState {
             })
             .collect(),
         export_s: 0.0,
+        codes: Vec::new(),
     }
 }
 

@@ -49,6 +49,7 @@ fn publish_base(store: &Path) {
             .map(|i| AccountRecord::new(address(i), balance(i), i % 97))
             .collect(),
         export_s: 0.0,
+        codes: Vec::new(),
     };
     let opts = BuildOptions {
         progress: None,

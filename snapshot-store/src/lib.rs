@@ -24,8 +24,11 @@ use pir_core::encode::PanelSink;
 use pir_core::shard::Shard;
 use pir_core::wire::{db_header, decode_db_header};
 use pir_core::{EncodedDb, PirServer, PublishedSetup};
-use protocol::manifest::{FileDigest, KindTag, Manifest, SnapshotId, MANIFEST_FORMAT};
+use protocol::manifest::{
+    FileDigest, KindTag, Manifest, SnapshotId, MANIFEST_FORMAT, OLDEST_MANIFEST_FORMAT,
+};
 
+mod codes;
 pub mod failpoint;
 #[allow(unsafe_code)]
 mod mapped;
@@ -37,6 +40,7 @@ pub const SETUP_FILE: &str = "setup.bin";
 /// A small level's entries, for clients that download it whole
 /// (`protocol::table`); absent from large snapshots.
 pub const TABLE_FILE: &str = "table.bin";
+pub use codes::{code_table_bytes, CODES_FILE};
 const STAGING: &str = ".staging";
 const TRASH: &str = ".trash";
 /// Attestations, beside the snapshots (a published snapshot's folder is
@@ -62,6 +66,8 @@ pub enum StoreError {
     Exists(SnapshotId),
     #[error("snapshot {id}: {problem}")]
     Invalid { id: SnapshotId, problem: String },
+    #[error("{path}: {problem}")]
+    Code { path: PathBuf, problem: String },
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
@@ -381,7 +387,7 @@ impl SnapshotStore {
                 path: mpath.clone(),
                 reason: e.to_string(),
             })?;
-        if manifest.format != MANIFEST_FORMAT {
+        if !(OLDEST_MANIFEST_FORMAT..=MANIFEST_FORMAT).contains(&manifest.format) {
             return Err(StoreError::Manifest {
                 path: mpath,
                 reason: format!("format {} is not supported", manifest.format),

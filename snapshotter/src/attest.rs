@@ -153,12 +153,16 @@ impl Attester {
         again.storage.sort_unstable_by_key(|s| s.key);
         let bytes = crate::records::encode_records(&again.records, &again.storage);
         let digest = protocol::sha3_hex(&bytes);
-        match digest == m.content_digest {
-            true => Ok(()),
-            false => Err(format!(
+        if digest != m.content_digest {
+            return Err(format!(
                 "exported again from the node, its records have digest {digest}, the snapshot's {}",
                 m.content_digest
-            )),
+            ));
+        }
+        let table = protocol::codes::table_of(again.records.iter().map(|r| r.code_hash));
+        match protocol::codes::CodeTree::new(table).summary() == m.codes {
+            true => Ok(()),
+            false => Err("its records make another code table than the manifest's".into()),
         }
     }
 
@@ -214,10 +218,14 @@ fn same_setup_from_records(store: &SnapshotStore, snap: &StoredSnapshot) -> Resu
     let _ = std::fs::remove_dir_all(&scratch_dir);
     let rebuilt = rebuilt.map_err(|e| e.to_string())?;
     let (want, got) = (&m.pir.setup_digest, &rebuilt.manifest.pir.setup_digest);
-    match want == got && rebuilt.manifest.content_digest == m.content_digest {
+    let same = want == got
+        && rebuilt.manifest.content_digest == m.content_digest
+        && rebuilt.manifest.codes == m.codes;
+    match same {
         true => Ok(()),
         false => Err(format!(
-            "built again from its records, the setup has digest {got}, the snapshot's {want}"
+            "built again from its records, the setup has digest {got} (the snapshot's {want}) and code table {:?} (the snapshot's {:?})",
+            rebuilt.manifest.codes, m.codes
         )),
     }
 }

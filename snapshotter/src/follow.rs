@@ -272,7 +272,9 @@ impl Follower {
                 },
                 ..Default::default()
             };
-            let node = RpcSource::connect(&self.url, options).await?;
+            let node = RpcSource::connect(&self.url, options)
+                .await?
+                .with_code_store(self.store.clone());
             if !node.has_traces().await? {
                 if !s.allow_incomplete {
                     return Err(Refusal::NoTraces {

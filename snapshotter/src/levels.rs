@@ -295,6 +295,7 @@ impl Levels {
             storage: records.storage,
             listed: levels[0].manifest.storage.clone(),
             export_s: 0.0,
+            codes: Vec::new(),
         }
     }
 
@@ -402,6 +403,7 @@ mod tests {
             storage: Vec::new(),
             listed: Default::default(),
             export_s: 0.0,
+            codes: Vec::new(),
         }
     }
 

@@ -26,7 +26,9 @@ pub mod state_root;
 pub mod tokens;
 pub mod verify;
 
-pub use account::{decode_value, encode_value, pir_key, AccountRecord};
+pub use account::{
+    decode_value, encode_value, pir_key, AccountRecord, AccountValue, CodeRef, ValueLayout,
+};
 pub use manifest::{Manifest, SnapshotId, SnapshotKind};
 pub use pipeline::{build_and_publish, BuildOptions, ExportedState};
 pub use store::{SnapshotStore, StoredSnapshot};

@@ -17,7 +17,8 @@ use crate::manifest::{BuildStats, Manifest, PirParams, SnapshotId, SnapshotKind,
 use crate::progress::{report, ProgressEvent, ProgressFn, Step};
 use crate::records::{write_records, RecordsView};
 use crate::store::{
-    SnapshotStore, StoreError, StoredSnapshot, RECORDS_FILE, SETUP_FILE, TABLE_FILE,
+    code_table_bytes, SnapshotStore, StoreError, StoredSnapshot, CODES_FILE, RECORDS_FILE,
+    SETUP_FILE, TABLE_FILE,
 };
 
 /// Snapshots of at most this many records also get a `table.bin`, so that
@@ -44,6 +45,9 @@ pub struct ExportedState {
     pub listed: PrivateStorage,
     /// Seconds the export took.
     pub export_s: f64,
+    /// Codes of the accounts (those the source read: the build keeps them
+    /// beside the snapshots by hash, for the server's code route).
+    pub codes: Vec<alloy_primitives::Bytes>,
 }
 
 impl ExportedState {
@@ -278,8 +282,9 @@ pub fn build_and_publish_streamed(
     build_staged(store, lock, meta, opts, write)
 }
 
-/// Takes the build lock, removes what interrupted builds left, and
-/// refuses a snapshot already published.
+/// Takes the build lock, removes what interrupted builds left, refuses
+/// a snapshot already published, and keeps the codes the source read
+/// (before the snapshot that names them is published).
 fn prepare(store: &SnapshotStore, state: &ExportedState) -> Result<BuildLock, BuildError> {
     let lock = lock_store(store)?;
     let leftovers = store.clean_leftovers()?;
@@ -289,6 +294,9 @@ fn prepare(store: &SnapshotStore, state: &ExportedState) -> Result<BuildLock, Bu
     let id = state.id();
     if store.path_of(&id).exists() {
         return Err(StoreError::Exists(id).into());
+    }
+    for code in &state.codes {
+        store.put_code(code)?;
     }
     Ok(lock)
 }
@@ -320,10 +328,14 @@ fn build_staged(
         _ => Vec::new(),
     };
     let seeds = BuildSeeds::of(meta, &records.sha3_256);
+    let codes = protocol::codes::CodeTree::new(view.codes().to_vec()).summary();
+    if codes.is_some() {
+        staged.write_file(CODES_FILE, &code_table_bytes(view.codes()))?;
+    }
     let encoded = encode_phase(&mut staged, &view, &meta.kind, opts, &seeds)?;
     let hinted = hint_phase(encoded, opts, &seeds)?;
     let written = write_phase(staged, hinted, table, records.sha3_256, records_s)?;
-    let manifest = manifest_for(meta, &summary, &written, canaries);
+    let manifest = manifest_for(meta, &summary, &written, canaries, codes);
     let published = store.publish(written.staged, &manifest)?;
     let peak_rss_mib = peak_rss_bytes().map(|b| b >> 20);
     tracing::info!(snapshot = %id, path = %published.path.display(), records = manifest.record_count, ?peak_rss_mib, "published");
@@ -601,6 +613,7 @@ fn manifest_for(
     summary: &RecordsSummary,
     w: &Written,
     canaries: Vec<protocol::manifest::Canary>,
+    codes: Option<protocol::codes::CodeTable>,
 ) -> Manifest {
     let shape = &w.shape;
     Manifest {
@@ -616,6 +629,7 @@ fn manifest_for(
         storage_records: summary.slots,
         storage: state.listed.clone(),
         content_digest: w.content_digest.clone(),
+        codes,
         canaries,
         created_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
         pir: PirParams {

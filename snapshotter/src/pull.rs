@@ -144,7 +144,49 @@ impl Puller {
                 .fetch_file(&entry.id.url_form(), name, digest, &path)
                 .await?;
         }
+        if entry.manifest.files.contains_key(crate::store::CODES_FILE) {
+            let table =
+                std::fs::read(staged.dir().join(crate::store::CODES_FILE)).map_err(|source| {
+                    PullError::Io {
+                        path: crate::store::CODES_FILE.into(),
+                        source,
+                    }
+                })?;
+            total += self.fetch_codes(store, &table).await?;
+        }
         store.publish(staged, &entry.manifest)?;
+        Ok(total)
+    }
+
+    /// Keeps every code a snapshot's code table (already checked against
+    /// its digest) names that the store lacks, each checked by its hash,
+    /// before the snapshot that names it is published; the bytes.
+    async fn fetch_codes(&self, store: &SnapshotStore, table: &[u8]) -> Result<u64, PullError> {
+        let mut total = 0;
+        for hash in table
+            .chunks_exact(32)
+            .map(alloy_primitives::B256::from_slice)
+        {
+            if store.has_code(&hash) {
+                continue;
+            }
+            let what = format!("code {hash}");
+            let resp = self
+                .get(&format!("/v1/code/{hash}"), self.file_timeout, &what)
+                .await?;
+            let mut code = Vec::new();
+            let limit = protocol::codes::MAX_CODE_BYTES as u64;
+            total += self
+                .stream(resp, &what, limit, |chunk| {
+                    code.extend_from_slice(chunk);
+                    Ok(())
+                })
+                .await?;
+            if alloy_primitives::keccak256(&code) != hash {
+                return Err(PullError::Digest(what));
+            }
+            store.put_code(&code)?;
+        }
         Ok(total)
     }
 

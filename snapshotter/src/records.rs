@@ -21,6 +21,7 @@ use pir_core::encode::RecordSource;
 use protocol::storage::{encode_word, StorageRecord};
 
 use crate::account::{encode_value, AccountRecord};
+use protocol::account::{AccountValue, CodeRef};
 
 const MAGIC: &[u8; 4] = b"EPRC";
 const VERSION: u8 = 3;
@@ -110,7 +111,8 @@ fn slot_bytes(s: &StorageRecord) -> [u8; SLOT_BYTES] {
 pub struct RecordsSummary {
     pub accounts: u64,
     pub slots: u64,
-    /// Bytes of every PIR value (24, or 40 for balances over 2^128).
+    /// Bytes of every PIR value (24, or 44 for a nonce over 2^48 or a
+    /// balance over 2^112: `protocol::account::value_width`).
     pub width: usize,
 }
 
@@ -147,7 +149,7 @@ pub fn write_record_stream(
         "account",
         |r| r.key,
         |r| {
-            wide |= r.balance.bit_len() > 128;
+            wide |= !protocol::account::fits_compact(r);
             w.write_all(&account_bytes(r))
         },
     )?;
@@ -425,16 +427,37 @@ fn parse_slot(chunk: &[u8]) -> StorageRecord {
 pub struct RecordsView<'a> {
     file: RecordsFile<'a>,
     width: usize,
+    /// The level's code table, which the values name codes by.
+    codes: Vec<B256>,
 }
 
 impl<'a> RecordsView<'a> {
     /// Checks the header and length (the records were checked as they
-    /// were written).
+    /// were written), and gathers the distinct codes of the accounts.
     pub fn new(bytes: &'a [u8], width: usize) -> Result<Self, RecordsError> {
-        Ok(RecordsView {
-            file: RecordsFile::new(bytes)?,
-            width,
-        })
+        let file = RecordsFile::new(bytes)?;
+        let codes =
+            protocol::codes::table_of((0..file.accounts()).map(|i| file.account(i).code_hash));
+        Ok(RecordsView { file, width, codes })
+    }
+
+    /// The level's code table: the sorted distinct code hashes.
+    pub fn codes(&self) -> &[B256] {
+        &self.codes
+    }
+}
+
+/// An account's PIR value in a level whose code table is `codes`.
+pub fn account_value(a: &AccountRecord, codes: &[B256]) -> AccountValue {
+    let code = if a.code_hash == protocol::account::EMPTY_CODE_HASH {
+        CodeRef::None
+    } else {
+        protocol::codes::place_of(codes, &a.code_hash).map_or(CodeRef::Unknown, CodeRef::Table)
+    };
+    AccountValue {
+        balance: a.balance,
+        nonce: a.nonce,
+        code,
     }
 }
 
@@ -452,7 +475,7 @@ impl RecordSource for RecordsView<'_> {
         if i < self.file.accounts() {
             let a = self.file.account(i);
             key.extend_from_slice(a.key.as_slice());
-            value.copy_from_slice(&encode_value(a.balance, a.nonce, self.width));
+            value.copy_from_slice(&encode_value(&account_value(&a, &self.codes), self.width));
         } else {
             let s = self.file.slot(i - self.file.accounts());
             key.extend_from_slice(s.key.as_slice());

@@ -4,7 +4,29 @@
 use pir_core::{Lookup, PirClient};
 use rand::seq::index::sample;
 
-use crate::account::{decode_value, encode_value};
+use crate::account::decode_value;
+use crate::records::account_value;
+use protocol::account::{AccountValue, ValueLayout};
+
+/// What a sampled record's lookup must give.
+enum Expected {
+    /// An account's value (a format-1 value carries no code to compare).
+    Account(AccountValue),
+    /// A slot's value, byte for byte.
+    Bytes(Vec<u8>),
+}
+
+impl Expected {
+    fn is(&self, found: &[u8], layout: ValueLayout) -> bool {
+        match self {
+            Expected::Bytes(b) => b == found,
+            Expected::Account(want) => decode_value(found, layout).is_ok_and(|got| {
+                (got.balance, got.nonce) == (want.balance, want.nonce)
+                    && (layout == ValueLayout::Plain || got.code == want.code)
+            }),
+        }
+    }
+}
 use crate::records::RecordsFile;
 use crate::store::{SnapshotStore, StoreError, StoredSnapshot, RECORDS_FILE};
 use protocol::storage::encode_word;
@@ -50,22 +72,24 @@ pub fn verify(
         .map_err(|e| invalid(snap, e.to_string()))?;
     let mut rng = rand::rng();
     let width = snap.manifest.pir.value_bytes as usize;
-    // Sampled accounts and sampled slots, each with the value it must have.
-    let mut expected: Vec<(alloy_primitives::B256, Vec<u8>)> = Vec::new();
+    let layout = snap.manifest.layout();
+    let codes = store.read_code_table(snap)?;
+    // Sampled accounts and sampled slots, each with what it must read.
+    let mut expected: Vec<(alloy_primitives::B256, Expected)> = Vec::new();
     for i in sample(
         &mut rng,
         records.accounts(),
         lookups.min(records.accounts()),
     ) {
         let r = records.account(i);
-        expected.push((r.key, encode_value(r.balance, r.nonce, width)));
+        expected.push((r.key, Expected::Account(account_value(&r, &codes))));
     }
     for i in sample(&mut rng, records.slots(), lookups.min(records.slots())) {
         let s = records.slot(i);
         let value = encode_word(s.value, width).map_err(|e| invalid(snap, e.to_string()))?;
-        expected.push((s.key, value));
+        expected.push((s.key, Expected::Bytes(value)));
     }
-    for (key, value) in expected {
+    for (key, want) in expected {
         let (query, pending) = client
             .query(client.prepare(&mut rng), key.as_slice())
             .map_err(|e| invalid(snap, e.to_string()))?;
@@ -76,7 +100,7 @@ pub fn verify(
             .decode(pending, &response)
             .map_err(|e| invalid(snap, e.to_string()))?
         {
-            Lookup::Found(v) if v == value && decode_value(&v).is_ok() => {}
+            Lookup::Found(v) if want.is(&v, layout) => {}
             other => {
                 return Err(invalid(
                     snap,

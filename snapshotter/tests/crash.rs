@@ -138,6 +138,7 @@ fn retention_keeps_the_newest_and_the_pinned() {
                 0,
             )],
             export_s: 0.0,
+            codes: Vec::new(),
         };
         build_and_publish(&store, state, &opts).unwrap();
     }

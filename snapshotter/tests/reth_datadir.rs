@@ -250,7 +250,10 @@ fn check_views_at_every_block(reth: &RethDatadir, expected: &Value) {
                     .unwrap();
                 let response = server.answer(&query).unwrap();
                 if let pir_core::Lookup::Found(v) = client.decode(pending, &response).unwrap() {
-                    let (balance, nonce) = snapshotter::decode_value(&v).unwrap();
+                    let (balance, nonce) =
+                        snapshotter::decode_value(&v, snapshotter::ValueLayout::WithCode)
+                            .unwrap()
+                            .balance_nonce();
                     got = (nonce, balance);
                 }
             }

@@ -374,6 +374,7 @@ fn tampered_records_are_refused(dir: &Path, view: &[StoredSnapshot], root: B256)
             storage,
             listed: view[0].manifest.storage.clone(),
             export_s: 0.0,
+            codes: Vec::new(),
         };
         let forged = build_and_publish(&forged_store, state, &BuildOptions::default()).unwrap();
         let refused = verify_state_root(&forged_store, &forged, &[], Some(root))

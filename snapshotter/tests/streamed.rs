@@ -33,6 +33,7 @@ fn base(records: Vec<AccountRecord>) -> ExportedState {
         storage: Vec::new(),
         listed: Default::default(),
         export_s: 0.0,
+        codes: Vec::new(),
     }
 }
 

@@ -309,6 +309,7 @@ fn delta_state(
         listed: listed(with_token),
         records,
         export_s: 0.0,
+        codes: Vec::new(),
     }
 }
 
@@ -513,6 +514,7 @@ async fn main() -> Result<()> {
         listed: listed(with_token),
         records: chain.base_records(),
         export_s: 0.0,
+        codes: Vec::new(),
     };
     let l = levels.clone();
     tokio::task::spawn_blocking(move || l.publish(base)).await??;

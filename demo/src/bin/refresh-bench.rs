@@ -306,6 +306,7 @@ fn state(
         listed,
         records,
         export_s: 0.0,
+        codes: Vec::new(),
     }
 }
 

@@ -241,7 +241,8 @@ async fn prepare(
             anyhow::bail!("account {i} not found");
         };
         ensure!(
-            snapshotter::decode_value(&value)? == (record.balance, record.nonce),
+            snapshotter::decode_value(&value, snapshotter::ValueLayout::WithCode)?.balance_nonce()
+                == (record.balance, record.nonce),
             "wrong answer for account {i}"
         );
         out.push(Lookup1 { body, answer });

@@ -1019,7 +1019,9 @@ fn attest(
         .with_context(|| format!("reading the key file {}", key_file.display()))?;
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
-        let node = RpcSource::connect(url, RpcOptions::default()).await?;
+        let node = RpcSource::connect(url, RpcOptions::default())
+            .await?
+            .with_code_store(store.clone());
         let attester = snapshotter::attest::Attester::new(store, node, &key)?;
         tracing::info!(signer = %attester.address(), "attesting");
         loop {

@@ -122,6 +122,12 @@ pub fn parse_genesis_listed(
         storage,
         listed: listed.clone(),
         export_s: started.elapsed().as_secs_f64(),
+        codes: genesis
+            .alloc
+            .values()
+            .filter_map(|a| a.code.clone())
+            .filter(|c| !c.is_empty())
+            .collect(),
     })
 }
 

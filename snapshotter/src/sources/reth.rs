@@ -719,6 +719,7 @@ impl RethDatadir {
             listed: Default::default(),
             records,
             export_s,
+            codes: Vec::new(),
         })
     }
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use alloy_consensus::Transaction as _;
 use alloy_eips::{BlockId, BlockNumberOrTag};
-use alloy_primitives::{Address, Bytes, B256, U256, U64};
+use alloy_primitives::{keccak256, Address, Bytes, B256, U256, U64};
 use alloy_provider::ext::TraceApi;
 use alloy_provider::network::{AnyNetwork, AnyRpcBlock, TransactionResponse as _};
 use alloy_provider::transport::{TransportError, TransportResult};
@@ -32,6 +32,7 @@ use crate::account::AccountRecord;
 use crate::manifest::SnapshotKind;
 use crate::pipeline::ExportedState;
 use crate::progress::{report, ProgressEvent, ProgressFn, Step};
+use protocol::account::EMPTY_CODE_HASH;
 
 /// `eth_getProof`'s slots: none (the account alone).
 const NO_SLOTS: [B256; 0] = [];
@@ -176,6 +177,9 @@ pub struct RpcSource {
     url: String,
     pub chain_id: u64,
     options: RpcOptions,
+    /// Where codes already read are kept: an export reads only the codes
+    /// it does not hold.
+    code_store: Option<crate::store::SnapshotStore>,
 }
 
 fn is_pruned(message: &str) -> bool {
@@ -211,11 +215,58 @@ impl RpcSource {
             url: url.to_string(),
             chain_id: 0,
             options,
+            code_store: None,
         };
         source.chain_id = source
             .retry("eth_chainId", None, || source.provider.get_chain_id())
             .await?;
         Ok(source)
+    }
+
+    /// Exports read only the codes `store` does not keep (each export
+    /// otherwise reads every code its accounts have).
+    pub fn with_code_store(mut self, store: crate::store::SnapshotStore) -> Self {
+        self.code_store = Some(store);
+        self
+    }
+
+    /// The codes of `records` at block `at` that the code store lacks
+    /// (one read per distinct code), each checked against the code hash
+    /// the account's proof gave.
+    async fn read_codes(
+        &self,
+        records: &[AccountRecord],
+        at: u64,
+    ) -> Result<Vec<Bytes>, RpcSourceError> {
+        let mut wanted: BTreeMap<B256, Address> = BTreeMap::new();
+        for r in records {
+            let Some(address) = r.address else { continue };
+            let kept = |h: &B256| self.code_store.as_ref().is_some_and(|s| s.has_code(h));
+            if r.code_hash != EMPTY_CODE_HASH && !r.code_hash.is_zero() && !kept(&r.code_hash) {
+                wanted.entry(r.code_hash).or_insert(address);
+            }
+        }
+        let mut codes = Vec::with_capacity(wanted.len());
+        for (hash, address) in wanted {
+            let code = self
+                .retry("eth_getCode", Some(at), || {
+                    self.provider
+                        .get_code_at(address)
+                        .block_id(BlockId::number(at))
+                        .into_future()
+                })
+                .await?;
+            if keccak256(&code) != hash {
+                return Err(RpcSourceError::Reply {
+                    method: "eth_getCode",
+                    message: format!(
+                        "the code of {address} is not the code hash its proof gives ({hash})"
+                    ),
+                });
+            }
+            codes.push(code);
+        }
+        Ok(codes)
     }
 
     /// One request (`request` makes it afresh for each attempt), retried
@@ -720,6 +771,7 @@ impl RpcSource {
         addresses.dedup();
         let (hash, root, time) = self.block_header(at).await?;
         let records = self.read_accounts(&addresses, at, Some(root)).await?;
+        let codes = self.read_codes(&records, at).await?;
         if self.block_header(at).await?.0 != hash {
             return Err(RpcSourceError::Reorged { block: at });
         }
@@ -743,6 +795,7 @@ impl RpcSource {
             storage: Vec::new(),
             listed: Default::default(),
             export_s,
+            codes,
         })
     }
 }
