@@ -71,6 +71,31 @@ impl CodeCache {
         self.code(link, &hash).await
     }
 
+    /// The codes at `places` of `level`'s table, proved and kept; how
+    /// many. A failure stops the prefetch (a lying proof has already
+    /// stopped private reads).
+    pub async fn prefetch(
+        &self,
+        link: &ServerLink,
+        level: &str,
+        table: &CodeTable,
+        places: &[u32],
+    ) -> usize {
+        let mut fetched = 0;
+        for &index in places {
+            let got = match self.hash_at(link, level, table, index).await {
+                Ok(hash) => self.code(link, &hash).await.map(|_| ()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = got {
+                tracing::debug!(error = %e, "prefetching codes stopped");
+                break;
+            }
+            fetched += 1;
+        }
+        fetched
+    }
+
     /// The hash at `index` of `level`'s table, proved.
     async fn hash_at(
         &self,

@@ -31,6 +31,9 @@ pub struct ClientConfig {
     /// that a server altering answers is caught (docs/security.md, "Blind
     /// shifts"). With padding, the fillers are canaries too.
     pub canaries_per_request: usize,
+    /// Of each base, the codes most of its accounts have, downloaded when
+    /// it is opened (0: none; see docs/security.md, "Code").
+    pub prefetch_codes: usize,
     /// Lookups of random addresses at Poisson times (0: none).
     pub cover_lookups_per_hour: f64,
     /// A SOCKS5 proxy for all traffic to the PIR server.
@@ -100,6 +103,7 @@ impl Default for ClientConfig {
             allow_insecure_transport: false,
             pad_batches_to: 1,
             canaries_per_request: 1,
+            prefetch_codes: 16,
             cover_lookups_per_hour: 0.0,
             pir_proxy: None,
             fresh_connection_per_lookup: false,

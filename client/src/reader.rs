@@ -32,11 +32,13 @@ use crate::pool::{refill, SnapshotClient};
 use crate::{AccountState, ReadError};
 
 pub struct PrivateReader {
-    link: ServerLink,
+    link: Arc<ServerLink>,
     catalog: Catalog,
     cache: DiskCache,
     /// Codes proved and kept, for `eth_getCode`.
-    codes: crate::code::CodeCache,
+    codes: Arc<crate::code::CodeCache>,
+    /// Of each base opened, its most common codes downloaded ahead.
+    prefetch_codes: usize,
     /// What each PIR level answered before, per key.
     answers: AnswerCache,
     pool_size: usize,
@@ -83,14 +85,15 @@ impl PrivateReader {
     pub fn new(config: &ClientConfig) -> Result<Self, ConfigError> {
         config.check_transport()?;
         Ok(PrivateReader {
-            link: ServerLink::new(
+            link: Arc::new(ServerLink::new(
                 config.pir_http_client()?,
                 &config.pir_server,
                 config.timeouts,
-            ),
+            )),
             catalog: Catalog::new(config.chain_id, config.attest.clone()),
             cache: DiskCache::new(config.cache_dir.clone()),
-            codes: crate::code::CodeCache::new(&config.cache_dir),
+            codes: Arc::new(crate::code::CodeCache::new(&config.cache_dir)),
+            prefetch_codes: config.prefetch_codes,
             answers: AnswerCache::new(config.cache_dir.clone()),
             pool_size: config.prepared_pool,
             limits: config.limits.client_limits(),
@@ -693,6 +696,30 @@ impl PrivateReader {
         }
     }
 
+    /// Downloads ahead, in the background, the codes the manifest of a
+    /// base lists as its most common (at most `prefetch_codes`), so that
+    /// an `eth_getCode` of one of them asks the server nothing.
+    fn prefetch_codes(&self, entry: &CatalogEntry) {
+        let (Some(table), n) = (entry.manifest.codes, self.prefetch_codes) else {
+            return;
+        };
+        let places: Vec<u32> = entry
+            .manifest
+            .common_codes
+            .iter()
+            .take(n)
+            .copied()
+            .collect();
+        if places.is_empty() {
+            return;
+        }
+        let (codes, link, level) = (self.codes.clone(), self.link.clone(), entry.id.url_form());
+        tokio::spawn(async move {
+            let fetched = codes.prefetch(&link, &level, &table, &places).await;
+            tracing::debug!(snapshot = %level, fetched, "common codes prefetched");
+        });
+    }
+
     /// Clients for every level of `view`, loading setups not loaded yet.
     async fn open_view(&self, view: View) -> Result<ViewClient, ReadError> {
         let mut levels = Vec::with_capacity(view.snapshots.len());
@@ -731,6 +758,7 @@ impl PrivateReader {
                     Level::Whole(self.open_whole(entry, bytes).await?)
                 }
                 _ => {
+                    self.prefetch_codes(&entry);
                     let snap = self.open_snapshot(entry).await?;
                     tokio::spawn(refill(Arc::downgrade(&snap)));
                     Level::Pir(snap)

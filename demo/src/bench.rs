@@ -36,8 +36,11 @@ pub fn random_accounts(count: u64, seed: u64) -> Vec<AccountRecord> {
 /// `count` random accounts in key order with only their key known, as
 /// reth's hashed accounts table hands them over: the keys spread evenly
 /// over the key space (a strictly increasing top 8 bytes, the rest
-/// random), balances and nonces as [`accounts`] makes them. Made one at a
-/// time, so that a mainnet-sized base is never held.
+/// random), balances and nonces as [`accounts`] makes them; one in five
+/// has code, one of `count / 100` codes (mainnet's order: a few million
+/// codes for 3.5e8 accounts), the low numbers far more often (a few
+/// templates cover most contracts). Made one at a time, so that a
+/// mainnet-sized base is never held.
 pub fn hashed_accounts_in_order(count: u64) -> impl Iterator<Item = AccountRecord> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(count);
     let gap = (u64::MAX / count.max(1)).max(1);
@@ -47,7 +50,16 @@ pub fn hashed_accounts_in_order(count: u64) -> impl Iterator<Item = AccountRecor
         let top = i * gap + rng.random_range(0..gap);
         key[..8].copy_from_slice(&top.to_be_bytes());
         let balance = U256::from(rng.random::<u64>()) * U256::from(1_000_000u64);
-        AccountRecord::from_hashed(key.into(), balance, rng.random_range(0..1000))
+        let account = AccountRecord::from_hashed(key.into(), balance, rng.random_range(0..1000));
+        match rng.random_range(0..5) {
+            0 => {
+                let u: f64 = rng.random();
+                let code = ((count / 100).max(1) as f64 * u * u * u) as u64;
+                let hash = alloy_primitives::keccak256(code.to_le_bytes());
+                account.with_trie(hash, protocol::account::EMPTY_STORAGE_ROOT)
+            }
+            _ => account,
+        }
     })
 }
 

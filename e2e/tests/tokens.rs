@@ -152,6 +152,12 @@ async fn balance_of(
 
 /// How many `POST /v1/query` requests the server has answered.
 async fn queries_served(server: &str) -> u64 {
+    served(server, "query").await
+}
+
+/// How many requests of `route` (its metric label) the server answered.
+async fn served(server: &str, route: &str) -> u64 {
+    let label = format!("route=\"{route}\"");
     let text = reqwest::Client::new()
         .get(format!("{server}/metrics"))
         .send()
@@ -163,7 +169,7 @@ async fn queries_served(server: &str) -> u64 {
     text.lines()
         .filter(|l| {
             l.starts_with("ethpir_http_requests_total")
-                && l.contains("route=\"query\"")
+                && l.contains(&label)
                 && l.contains("\"200\"")
         })
         .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
@@ -240,6 +246,8 @@ async fn wallets_read_token_balances_privately_through_viem() {
         upstream: Some(upstream),
         cache_dir: cache.path().to_path_buf(),
         balance_checker: Some(checker),
+        // Codes are counted as the wallet reads them (none ahead).
+        prefetch_codes: 0,
         // The proxy trusts its own list (the shipped one has no tokens of
         // this chain).
         tokens: Some(tokens_path.clone()),
@@ -300,6 +308,7 @@ async fn wallets_read_token_balances_privately_through_viem() {
         .abi_encode();
         send(&anvil, from, listed[(k + 1) % 2], back).await;
     }
+    delegate(&anvil, listed[0]).await;
     let head = anvil.head().await;
     let caught_up =
         || async { (status(&proxy).await["viewBlock"].as_u64()? >= head).then_some(()) };
@@ -421,6 +430,7 @@ async fn wallets_read_token_balances_privately_through_viem() {
     wallet.metamask_refresh(&asked, block).await;
     wallet.every_multicall_form(&asked, block).await;
     wallet.blocks_as_wallets_name_them(&asked).await;
+    wallet.code_reads(block).await;
     let batch: Vec<Value> = asked
         .iter()
         .enumerate()
@@ -452,8 +462,13 @@ async fn wallets_read_token_balances_privately_through_viem() {
 
     let saw = upstream_saw.lock().unwrap().clone();
     assert!(
-        !saw.iter()
-            .any(|m| m == "eth_call" || m == "eth_getStorageAt" || m == "eth_getBalance"),
+        !saw.iter().any(|m| [
+            "eth_call",
+            "eth_getStorageAt",
+            "eth_getBalance",
+            "eth_getCode"
+        ]
+        .contains(&m.as_str())),
         "the upstream saw {saw:?}"
     );
 
@@ -508,6 +523,28 @@ async fn wallets_read_token_balances_privately_through_viem() {
         .any(|m| m == "eth_call"));
 
     follower.stop().await;
+}
+
+/// Anvil's key of dev account 5 (`ALL_DEV_ACCOUNTS[5]`).
+const DEV5_KEY: &str = "0x8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba";
+
+/// Dev account 5 delegates its code to `target` (EIP-7702: a type-4
+/// transaction to itself, its authorization signed by cast).
+async fn delegate(anvil: &Anvil, target: Address) {
+    let out = std::process::Command::new(test_support::foundry_tool("cast"))
+        .args(["send", "--rpc-url", &anvil.url, "--private-key", DEV5_KEY])
+        .args([
+            "--auth",
+            &target.to_string(),
+            test_support::ALL_DEV_ACCOUNTS[5],
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cast send --auth: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// `call` (an `eth_call` object) at `at`, through the proxy and at anvil:
@@ -641,6 +678,69 @@ impl Wallet<'_> {
             queries_served(self.server).await,
             before,
             "a second refresh of the same keys: no PIR request"
+        );
+    }
+
+    /// `eth_getCode` as a wallet sends it before a transaction, of an EOA,
+    /// an account that never existed, contracts deployed while the
+    /// follower ran, a contract of the genesis file and an EIP-7702
+    /// delegated account: anvil's bytes at the same block. Asked again:
+    /// no PIR query, no code entry and no code downloaded.
+    async fn code_reads(&self, block: u64) {
+        let delegated: Address = test_support::ALL_DEV_ACCOUNTS[5].parse().unwrap();
+        let accounts = [
+            dev(1),
+            Address::repeat_byte(0x77),
+            self.listed[0],
+            self.listed[1],
+            self.shares,
+            self.checker,
+            STORE.parse().unwrap(),
+            delegated,
+        ];
+        let at = format!("{block:#x}");
+        let read = |address: Address| {
+            let at = at.clone();
+            async move {
+                let params = json!([address, at]);
+                let private = test_support::rpc(self.proxy, "eth_getCode", params.clone())
+                    .await
+                    .unwrap();
+                assert_eq!(
+                    private,
+                    self.anvil.rpc("eth_getCode", params).await,
+                    "{address}"
+                );
+                private
+            }
+        };
+        for a in accounts {
+            read(a).await;
+        }
+        let designator = read(delegated).await;
+        let expected = format!("0xef0100{}", alloy_primitives::hex::encode(self.listed[0]));
+        assert_eq!(designator.as_str().unwrap(), expected);
+        assert_eq!(read(dev(1)).await, json!("0x"));
+        let downloads = || async {
+            let (q, e, c) = (
+                served(self.server, "query").await,
+                served(self.server, "code_entry").await,
+                served(self.server, "code").await,
+            );
+            (q, e, c)
+        };
+        let before = downloads().await;
+        assert!(
+            before.1 >= 5 && before.2 >= 5,
+            "codes were downloaded: {before:?}"
+        );
+        for a in accounts {
+            read(a).await;
+        }
+        assert_eq!(
+            downloads().await,
+            before,
+            "codes read before: nothing asked"
         );
     }
 

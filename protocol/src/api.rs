@@ -87,10 +87,11 @@ impl CatalogEntry {
                 m.format
             ));
         }
-        if let Some(codes) = &m.codes {
-            if codes.count as u64 > MAX_STATED_SIZE {
-                return Err(format!("a code table of {} entries", codes.count));
-            }
+        let count = m.codes.map_or(0, |c| c.count);
+        if m.common_codes.len() > crate::codes::MAX_COMMON_CODES
+            || m.common_codes.iter().any(|&p| p == 0 || p > count)
+        {
+            return Err("common codes outside the code table, or too many".into());
         }
         if m.id() != self.id {
             return Err(format!(

@@ -24,6 +24,19 @@ use crate::account::EMPTY_CODE_HASH;
 /// EIP-7907 proposes 48 KiB; a test chain may raise the limit).
 pub const MAX_CODE_BYTES: usize = 1 << 20;
 
+/// Most places a manifest lists as common codes.
+pub const MAX_COMMON_CODES: usize = 64;
+
+/// The places of the `MAX_COMMON_CODES` codes most accounts have (at
+/// least two accounts each), most first, ties by place: from each
+/// place's count of accounts.
+pub fn common_places(counts: impl IntoIterator<Item = (u32, u64)>) -> Vec<u32> {
+    let mut common: Vec<(u32, u64)> = counts.into_iter().filter(|&(_, n)| n >= 2).collect();
+    common.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    common.truncate(MAX_COMMON_CODES);
+    common.into_iter().map(|(p, _)| p).collect()
+}
+
 /// The size and root of a snapshot's code table, as its manifest lists them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -235,6 +248,14 @@ mod tests {
         assert_eq!(table, vec![a]);
         assert_eq!(place_of(&table, &a), Some(1));
         assert_eq!(place_of(&table, &EMPTY_CODE_HASH), None);
+    }
+
+    #[test]
+    fn common_codes_are_the_most_shared() {
+        let counts = [(1, 2), (2, 1), (3, 3), (7, 1)];
+        assert_eq!(common_places(counts), vec![3, 1]);
+        let many = (1..200u32).map(|p| (p, 2));
+        assert_eq!(common_places(many).len(), MAX_COMMON_CODES);
     }
 
     #[test]

@@ -318,6 +318,11 @@ pub struct Manifest {
     /// name by place (format 2; none when no account has code).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub codes: Option<crate::codes::CodeTable>,
+    /// The places in `codes` of the codes most accounts have, most first
+    /// (at most [`crate::codes::MAX_COMMON_CODES`]): what a client may
+    /// download ahead, so that reading one of them asks nothing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub common_codes: Vec<u32>,
     /// Records of a base published as canaries (none for deltas).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub canaries: Vec<Canary>,

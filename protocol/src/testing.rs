@@ -27,6 +27,7 @@ pub fn entry(
         storage: Default::default(),
         content_digest: Default::default(),
         codes: None,
+        common_codes: Vec::new(),
         canaries: Vec::new(),
         created_at: String::new(),
         pir: PirParams {

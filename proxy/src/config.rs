@@ -54,6 +54,10 @@ pub struct ProxyConfig {
     /// is which is caught and private reads stop. With padding, the fillers
     /// are canaries too. 0: none.
     pub canaries_per_request: usize,
+    /// Of each base, the codes most of its accounts have (its manifest
+    /// lists them), downloaded when the base is opened, so that
+    /// `eth_getCode` of one of them asks the server nothing. 0: none.
+    pub prefetch_codes: usize,
     /// Lookups of random addresses at random times, sent exactly like real
     /// ones, so the server cannot tell when the user acts. 0: none.
     pub cover_lookups_per_hour: f64,
@@ -133,6 +137,7 @@ impl Default for ProxyConfig {
             upstream_methods: UpstreamMethods::All,
             pad_batches_to: 1,
             canaries_per_request: 1,
+            prefetch_codes: 16,
             cover_lookups_per_hour: 0.0,
             pir_proxy: None,
             fresh_connection_per_lookup: false,
@@ -168,6 +173,7 @@ impl ProxyConfig {
             allow_insecure_transport: self.allow_insecure_transport,
             pad_batches_to: self.pad_batches_to,
             canaries_per_request: self.canaries_per_request,
+            prefetch_codes: self.prefetch_codes,
             cover_lookups_per_hour: self.cover_lookups_per_hour,
             pir_proxy: self.pir_proxy.clone(),
             fresh_connection_per_lookup: self.fresh_connection_per_lookup,

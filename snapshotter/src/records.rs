@@ -429,6 +429,8 @@ pub struct RecordsView<'a> {
     width: usize,
     /// The level's code table, which the values name codes by.
     codes: Vec<B256>,
+    /// The places of the codes most accounts have.
+    common: Vec<u32>,
 }
 
 impl<'a> RecordsView<'a> {
@@ -436,14 +438,32 @@ impl<'a> RecordsView<'a> {
     /// were written), and gathers the distinct codes of the accounts.
     pub fn new(bytes: &'a [u8], width: usize) -> Result<Self, RecordsError> {
         let file = RecordsFile::new(bytes)?;
-        let codes =
-            protocol::codes::table_of((0..file.accounts()).map(|i| file.account(i).code_hash));
-        Ok(RecordsView { file, width, codes })
+        let mut counts: std::collections::HashMap<B256, u64> = Default::default();
+        for i in 0..file.accounts() {
+            let hash = file.account(i).code_hash;
+            if hash != protocol::account::EMPTY_CODE_HASH {
+                *counts.entry(hash).or_default() += 1;
+            }
+        }
+        let codes = protocol::codes::table_of(counts.keys().copied());
+        let places = codes.iter().enumerate();
+        let common = protocol::codes::common_places(places.map(|(i, h)| (i as u32 + 1, counts[h])));
+        Ok(RecordsView {
+            file,
+            width,
+            codes,
+            common,
+        })
     }
 
     /// The level's code table: the sorted distinct code hashes.
     pub fn codes(&self) -> &[B256] {
         &self.codes
+    }
+
+    /// The places of the codes most of the level's accounts have.
+    pub fn common_codes(&self) -> &[u32] {
+        &self.common
     }
 }
 
