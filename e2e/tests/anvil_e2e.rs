@@ -244,7 +244,6 @@ async fn private_answers_equal_anvil_at_every_snapshot_height() {
     let who = DEV_ACCOUNTS[1];
     for method in proxy::config::ADDRESS_READS {
         let params = match method {
-            "eth_getCode" => json!([who, "latest"]),
             "eth_getStorageAt" => json!([who, "0x0", "latest"]),
             "eth_getProof" => json!([who, [], "latest"]),
             "eth_getLogs" | "eth_newFilter" => json!([{"address": who}]),

@@ -168,7 +168,7 @@ impl CodeTable {
             let sibling = i ^ 1;
             if sibling < len {
                 let s = siblings.next().ok_or(CodeError::BadProof { index })?;
-                node = if i % 2 == 0 {
+                node = if i.is_multiple_of(2) {
                     parent(&node, s)
                 } else {
                     parent(s, &node)

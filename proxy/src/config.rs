@@ -98,7 +98,7 @@ pub enum UpstreamMethods {
     #[default]
     All,
     /// Not the reads that name an address (eth_call, eth_estimateGas,
-    /// eth_createAccessList, eth_getCode, eth_getStorageAt, eth_getProof,
+    /// eth_createAccessList, eth_getStorageAt, eth_getProof,
     /// eth_getLogs, eth_newFilter): they would tell the upstream which
     /// accounts the wallet holds. Sends and block or transaction reads
     /// still pass.
@@ -107,11 +107,10 @@ pub enum UpstreamMethods {
 
 /// Forwarded reads whose parameters name an address (or, for `eth_call`
 /// and `eth_estimateGas`, usually do: `balanceOf(addr)`).
-pub const ADDRESS_READS: [&str; 8] = [
+pub const ADDRESS_READS: [&str; 7] = [
     "eth_call",
     "eth_estimateGas",
     "eth_createAccessList",
-    "eth_getCode",
     "eth_getStorageAt",
     "eth_getProof",
     "eth_getLogs",
