@@ -321,7 +321,10 @@ fn build_staged(
     let summary = summary.expect("the records were written");
     let records_s = t.elapsed().as_secs_f64();
     let mapped = staged.map_file(RECORDS_FILE)?;
+    let t_codes = Instant::now();
     let view = RecordsView::new((*mapped).as_ref(), summary.width)?;
+    let codes_s = t_codes.elapsed().as_secs_f64();
+    tracing::info!(codes = view.codes().len(), codes_s, "code table gathered");
     let table = whole_table(&view);
     let canaries = match meta.kind {
         SnapshotKind::Full => canaries_of(&view, &records.sha3_256),
