@@ -110,7 +110,7 @@ pub async fn serve_on(
         upstream = config.upstream.as_deref().map(redact).unwrap_or_else(|| "none".into()),
         "ethpir-proxy listening on http:// and ws://"
     );
-    tracing::info!("private (never sent upstream): eth_getBalance, eth_getTransactionCount, eth_getCode (where the snapshots say which code: a reth datadir's do not); for the contracts the catalog lists: eth_getStorageAt and eth_call of listed getters (balanceOf, ...), Multicall3's getEthBalance, getBlockNumber, getChainId, getCurrentBlockTimestamp and its batches of them (aggregate, tryAggregate, aggregate3, aggregate3Value, blockAndAggregate, tryBlockAndAggregate), the BalanceChecker's balances; eth_blockNumber is the upstream's head capped at the newest view");
+    tracing::info!("private (never sent upstream): eth_getBalance, eth_getTransactionCount, eth_getCode (where the snapshots say which code); for the contracts the catalog lists: eth_getStorageAt and eth_call of listed getters (balanceOf, ...), Multicall3's getEthBalance, getBlockNumber, getChainId, getCurrentBlockTimestamp and its batches of them (aggregate, tryAggregate, aggregate3, aggregate3Value, blockAndAggregate, tryBlockAndAggregate), the BalanceChecker's balances; eth_blockNumber is the upstream's head capped at the newest view");
     tokio::select! {
         _ = shutdown => {
             let _ = handle.stop();

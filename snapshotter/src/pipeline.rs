@@ -204,6 +204,8 @@ pub enum BuildError {
     Store(#[from] StoreError),
     #[error("another build holds the store lock ({0}); one build at a time")]
     Locked(std::path::PathBuf),
+    #[error("keeping the source's codes: {0}")]
+    Codes(String),
 }
 
 /// Holds the store's build lock while alive.

@@ -131,6 +131,121 @@ pub fn decode_account(bytes: &[u8]) -> Result<(u64, U256), String> {
     Ok((nonce, balance))
 }
 
+/// The code hash of a `Compact` account [`decode_account`] accepted: its
+/// last 32 bytes when the header says it has code, else the empty code's.
+fn account_code_hash(bytes: &[u8]) -> B256 {
+    let flags = u16::from_le_bytes([bytes[0], bytes[1]]);
+    match (flags >> 10) & 1 == 1 {
+        true => B256::from_slice(&bytes[bytes.len() - 32..]),
+        false => protocol::account::EMPTY_CODE_HASH,
+    }
+}
+
+/// The code of a `Bytecodes` entry (reth's `Bytecode` in `Compact`: the
+/// bytes' length (u32 big-endian) and bytes, then a kind byte; a legacy
+/// analysed code's bytes are padded, its original length (u64
+/// big-endian) follows the kind), when its keccak256 is the entry's key:
+/// a layout read otherwise gives no code rather than a wrong one.
+fn decode_bytecode(key: &[u8], value: &[u8]) -> Option<Vec<u8>> {
+    let len = u32::from_be_bytes(value.get(..4)?.try_into().ok()?) as usize;
+    let bytes = value.get(4..4usize.checked_add(len)?)?;
+    let rest = &value[4 + len..];
+    let original = match rest {
+        [2, tail @ ..] => {
+            let n = u64::from_be_bytes(tail.get(..8)?.try_into().ok()?) as usize;
+            bytes.get(..n)
+        }
+        _ => Some(bytes),
+    };
+    [original, Some(bytes)]
+        .into_iter()
+        .flatten()
+        .find(|code| alloy_primitives::keccak256(code).as_slice() == key)
+        .map(<[u8]>::to_vec)
+}
+
+/// Walks a storage table (v1 `PlainStorageState` by address, v2
+/// `HashedStorages` by hashed address; both sorted by that key, entries
+/// sorted by slot) beside an account walk in the same key order, handing
+/// over each account's storage root: one pass over the table, never held.
+struct StorageWalk<'t> {
+    cursor: Option<libmdbx::Cursor<'t, libmdbx::RO>>,
+    /// The entry read ahead of the account asked about.
+    ahead: Option<(Vec<u8>, Vec<u8>)>,
+    table: &'static str,
+    /// Whether the slots are plain (v1) and so hashed here.
+    plain_slots: bool,
+}
+
+impl<'t> StorageWalk<'t> {
+    fn new(
+        txn: &'t libmdbx::Transaction<'_, libmdbx::RO, NoWriteMap>,
+        layout: Layout,
+    ) -> Result<Self, RethError> {
+        let table = match layout {
+            Layout::V1 => "PlainStorageState",
+            Layout::V2 => "HashedStorages",
+        };
+        let cursor = match txn.open_table(Some(table)) {
+            Ok(t) => Some(txn.cursor(&t).map_err(read_err(table))?),
+            Err(libmdbx::Error::NotFound) => None,
+            Err(e) => return Err(read_err(table)(e)),
+        };
+        let mut walk = StorageWalk {
+            cursor,
+            ahead: None,
+            table,
+            plain_slots: layout == Layout::V1,
+        };
+        walk.advance()?;
+        Ok(walk)
+    }
+
+    fn advance(&mut self) -> Result<(), RethError> {
+        self.ahead = match &mut self.cursor {
+            Some(c) => c.next::<Vec<u8>, Vec<u8>>().map_err(read_err(self.table))?,
+            None => None,
+        };
+        Ok(())
+    }
+
+    /// The storage root of the account whose table key is `key` (the keys
+    /// asked must come in increasing order; entries of keys skipped over
+    /// belong to no account and are passed).
+    fn root_of(&mut self, key: &[u8]) -> Result<B256, RethError> {
+        let mut words = Vec::new();
+        while let Some((k, v)) = &self.ahead {
+            match k.as_slice().cmp(key) {
+                std::cmp::Ordering::Greater => break,
+                std::cmp::Ordering::Less => {}
+                std::cmp::Ordering::Equal => {
+                    let (slot, word) =
+                        decode_storage_entry(v).map_err(|reason| RethError::Malformed {
+                            table: self.table,
+                            reason,
+                        })?;
+                    let slot = match self.plain_slots {
+                        true => alloy_primitives::keccak256(slot),
+                        false => slot,
+                    };
+                    words.push((slot, word));
+                }
+            }
+            self.advance()?;
+        }
+        // A slot twice (two entries of one slot with different words) is
+        // no storage a node wrote: an error, not a trie of it.
+        words.sort_unstable_by_key(|w| w.0);
+        if words.windows(2).any(|w| w[0].0 == w[1].0) {
+            return Err(RethError::Malformed {
+                table: self.table,
+                reason: "a storage slot listed twice for one account".into(),
+            });
+        }
+        Ok(crate::state_root::storage_root(words))
+    }
+}
+
 /// A change-set value: the address, then the account before the change in
 /// `Compact` form (absent when the account did not exist).
 fn parse_change(block: u64, v: &[u8], table: &'static str) -> Result<Change, RethError> {
@@ -169,11 +284,36 @@ fn read_offsets(data_path: &str) -> Result<Vec<usize>, RethError> {
         .collect())
 }
 
+/// One `PlainAccountState` entry (v1), with its code hash and its storage
+/// root (from `storage`, walked beside in address order).
+fn plain_account(
+    key: &[u8],
+    value: &[u8],
+    storage: &mut StorageWalk,
+) -> Result<AccountRecord, RethError> {
+    let malformed = |reason| RethError::Malformed {
+        table: "PlainAccountState",
+        reason,
+    };
+    if key.len() != 20 {
+        return Err(malformed(format!("key of {} bytes", key.len())));
+    }
+    let (nonce, balance) = decode_account(value).map_err(malformed)?;
+    let root = storage.root_of(key)?;
+    Ok(AccountRecord::new(Address::from_slice(key), balance, nonce)
+        .with_trie(account_code_hash(value), root))
+}
+
 /// reth's v2 table of accounts by keccak256(address).
 const HASHED_ACCOUNTS: &str = "HashedAccounts";
 
-/// One `HashedAccounts` entry as an account known by its key only.
-fn hashed_account(key: &[u8], value: &[u8]) -> Result<AccountRecord, RethError> {
+/// One `HashedAccounts` entry as an account known by its key only, with
+/// its code hash and its storage root (from `storage`, walked beside).
+fn hashed_account(
+    key: &[u8],
+    value: &[u8],
+    storage: &mut StorageWalk,
+) -> Result<AccountRecord, RethError> {
     let malformed = |reason| RethError::Malformed {
         table: HASHED_ACCOUNTS,
         reason,
@@ -182,7 +322,11 @@ fn hashed_account(key: &[u8], value: &[u8]) -> Result<AccountRecord, RethError> 
         return Err(malformed(format!("key of {} bytes", key.len())));
     }
     let (nonce, balance) = decode_account(value).map_err(malformed)?;
-    Ok(AccountRecord::from_hashed(B256::from_slice(key), balance, nonce).without_trie())
+    let root = storage.root_of(key)?;
+    Ok(
+        AccountRecord::from_hashed(B256::from_slice(key), balance, nonce)
+            .with_trie(account_code_hash(value), root),
+    )
 }
 
 impl RethDatadir {
@@ -293,20 +437,74 @@ impl RethDatadir {
             .ok_or(RethError::Empty)
     }
 
-    /// Every account at the head.
-    pub fn full_state(&self) -> Result<Vec<AccountRecord>, RethError> {
-        match self.layout {
-            Layout::V1 => Ok(self
-                .plain_state()?
-                .into_iter()
-                .map(|(a, (n, b))| AccountRecord::new(a, b, n))
-                .collect()),
-            Layout::V2 => self
-                .entries(HASHED_ACCOUNTS)?
-                .into_iter()
-                .map(|(k, v)| hashed_account(&k, &v))
-                .collect(),
+    /// Hands every code of `Bytecodes` (checked against its hash) to
+    /// `keep`, one at a time; how many entries did not decode (skipped:
+    /// their accounts' `eth_getCode` gets "not kept").
+    pub fn for_each_code(
+        &self,
+        mut keep: impl FnMut(&[u8]) -> Result<(), String>,
+    ) -> Result<u64, RethError> {
+        const TABLE: &str = "Bytecodes";
+        let txn = self.db.begin_ro_txn().map_err(read_err(TABLE))?;
+        let t = match txn.open_table(Some(TABLE)) {
+            Ok(t) => t,
+            Err(libmdbx::Error::NotFound) => return Ok(0),
+            Err(e) => return Err(read_err(TABLE)(e)),
+        };
+        let mut cursor = txn.cursor(&t).map_err(read_err(TABLE))?;
+        let mut skipped = 0;
+        while let Some((k, v)) = cursor.next::<Vec<u8>, Vec<u8>>().map_err(read_err(TABLE))? {
+            match decode_bytecode(&k, &v) {
+                Some(code) => keep(&code).map_err(|reason| RethError::Read {
+                    table: TABLE,
+                    reason,
+                })?,
+                None => skipped += 1,
+            }
         }
+        if skipped > 0 {
+            tracing::warn!(
+                skipped,
+                "codes of the datadir not decoded: their eth_getCode is not served"
+            );
+        }
+        Ok(skipped)
+    }
+
+    /// Every code of `Bytecodes`, held (for exports held in memory).
+    fn codes(&self) -> Result<Vec<alloy_primitives::Bytes>, RethError> {
+        let mut out = Vec::new();
+        self.for_each_code(|c| {
+            out.push(alloy_primitives::Bytes::copy_from_slice(c));
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Every account at the head, with its code hash (from the account)
+    /// and its storage root (from the storage table, walked beside).
+    pub fn full_state(&self) -> Result<Vec<AccountRecord>, RethError> {
+        let table = match self.layout {
+            Layout::V1 => "PlainAccountState",
+            Layout::V2 => HASHED_ACCOUNTS,
+        };
+        // Accounts and storage from one read transaction: one state.
+        let txn = self.db.begin_ro_txn().map_err(read_err(table))?;
+        let mut storage = StorageWalk::new(&txn, self.layout)?;
+        let accounts = match txn.open_table(Some(table)) {
+            Ok(t) => t,
+            Err(libmdbx::Error::NotFound) => return Ok(Vec::new()),
+            Err(e) => return Err(read_err(table)(e)),
+        };
+        let mut cursor = txn.cursor(&accounts).map_err(read_err(table))?;
+        let mut out = Vec::new();
+        while let Some((k, v)) = cursor.next::<Vec<u8>, Vec<u8>>().map_err(read_err(table))? {
+            out.push(match self.layout {
+                Layout::V1 => plain_account(&k, &v, &mut storage)?,
+                Layout::V2 => hashed_account(&k, &v, &mut storage)?,
+            });
+        }
+        Ok(out)
     }
 
     /// Whether [`RethDatadir::write_full_state`] streams this datadir's
@@ -352,12 +550,14 @@ impl RethDatadir {
         let table = txn.open_table(Some(HASHED_ACCOUNTS)).map_err(read)?;
         let accounts = txn.table_stat(&table).map_err(read)?.entries() as u64;
         let mut cursor = txn.cursor(&table).map_err(read)?;
+        let mut roots = StorageWalk::new(&txn, self.layout).map_err(fail)?;
         let mut stopped = None;
         let walk = std::iter::from_fn(|| {
             let entry = cursor
                 .next::<Vec<u8>, Vec<u8>>()
                 .map_err(read_err(HASHED_ACCOUNTS));
-            match entry.and_then(|e| e.map(|(k, v)| hashed_account(&k, &v)).transpose()) {
+            let account = |(k, v): (Vec<u8>, Vec<u8>)| hashed_account(&k, &v, &mut roots);
+            match entry.and_then(|e| e.map(account).transpose()) {
                 Ok(account) => account,
                 Err(e) => {
                     stopped = Some(e);
@@ -497,25 +697,6 @@ impl RethDatadir {
             .collect())
     }
 
-    fn plain_state(&self) -> Result<BTreeMap<Address, (u64, U256)>, RethError> {
-        self.entries("PlainAccountState")?
-            .into_iter()
-            .map(|(k, v)| {
-                if k.len() != 20 {
-                    return Err(RethError::Malformed {
-                        table: "PlainAccountState",
-                        reason: format!("key of {} bytes", k.len()),
-                    });
-                }
-                let account = decode_account(&v).map_err(|reason| RethError::Malformed {
-                    table: "PlainAccountState",
-                    reason,
-                })?;
-                Ok((Address::from_slice(&k), account))
-            })
-            .collect()
-    }
-
     /// Change sets: `(block, address, account before the block or None)`,
     /// from MDBX (v1) or from the account change-set static files (v2).
     fn change_sets(&self) -> Result<Vec<Change>, RethError> {
@@ -604,17 +785,25 @@ impl RethDatadir {
         if block == head {
             return self.full_state();
         }
-        let mut state: BTreeMap<B256, AccountRecord> =
-            self.full_state()?.into_iter().map(|r| (r.key, r)).collect();
+        // Storage roots at an older block would need the storage change
+        // sets applied to the storage walk: not read yet, so every record
+        // of an older block says its trie fields are unknown, and
+        // `verify --state-root` refuses rather than guesses.
+        let mut state: BTreeMap<B256, AccountRecord> = self
+            .full_state()?
+            .into_iter()
+            .map(|r| (r.key, r.without_trie()))
+            .collect();
         let mut changes = self.change_sets()?;
         changes.retain(|(b, _, _)| *b > block);
         changes.sort_by_key(|c| std::cmp::Reverse(c.0));
         for (_, address, before) in changes {
             let key = crate::account::pir_key(&address);
             match before {
-                Some((nonce, balance)) => {
-                    state.insert(key, AccountRecord::new(address, balance, nonce))
-                }
+                Some((nonce, balance)) => state.insert(
+                    key,
+                    AccountRecord::new(address, balance, nonce).without_trie(),
+                ),
                 None => state.remove(&key),
             };
         }
@@ -645,9 +834,11 @@ impl RethDatadir {
         let records = self
             .touched(from + 1, to)?
             .into_iter()
+            // Trie fields unknown: a delta is at a block the storage
+            // walk does not read (see [`Self::state_at`]).
             .map(|a| match state.get(&crate::account::pir_key(&a)) {
-                Some(r) => AccountRecord::new(a, r.balance, r.nonce),
-                None => AccountRecord::deleted(a),
+                Some(r) => AccountRecord::new(a, r.balance, r.nonce).without_trie(),
+                None => AccountRecord::deleted(a).without_trie(),
             })
             .collect();
         self.exported(to, SnapshotKind::Delta { from }, records, chain_id, started)
@@ -671,9 +862,10 @@ impl RethDatadir {
                     .full_state()?
                     .into_iter()
                     .filter_map(|r| {
-                        touched
-                            .get(&r.key)
-                            .map(|a| AccountRecord::new(*a, r.balance, r.nonce))
+                        touched.get(&r.key).map(|a| {
+                            AccountRecord::new(*a, r.balance, r.nonce)
+                                .with_trie(r.code_hash, r.storage_root)
+                        })
                     })
                     .collect();
                 (head, SnapshotKind::Active { window }, records)
@@ -699,12 +891,6 @@ impl RethDatadir {
                 None
             }
         };
-        // Storage roots are not read from the datadir yet: every record
-        // says so, and `verify --state-root` refuses rather than guesses.
-        let records: Vec<AccountRecord> = records
-            .into_iter()
-            .map(AccountRecord::without_trie)
-            .collect();
         let export_s = started.elapsed().as_secs_f64();
         tracing::info!(block, accounts = records.len(), layout = ?self.layout, export_s, "exported from the reth datadir");
         Ok(ExportedState {
@@ -717,9 +903,14 @@ impl RethDatadir {
             source: format!("reth:{}", self.path.display()),
             storage: Vec::new(),
             listed: Default::default(),
+            // Only records whose code hash is known name codes (a streamed
+            // head, without records here, keeps its codes as it publishes).
+            codes: match records.iter().any(|r| r.trie_known()) {
+                true => self.codes()?,
+                false => Vec::new(),
+            },
             records,
             export_s,
-            codes: Vec::new(),
         })
     }
 }
@@ -777,6 +968,9 @@ impl StreamedHead {
             reth,
             storage,
         } = self;
+        // The codes first: a published snapshot's codes are served.
+        reth.for_each_code(|code| store.put_code(code).map(|_| ()).map_err(|e| e.to_string()))
+            .map_err(|e| BuildError::Codes(e.to_string()))?;
         build_and_publish_streamed(store, &meta, options, |w| reth.write_full_state(storage, w))
     }
 }
@@ -784,6 +978,35 @@ impl StreamedHead {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decodes_bytecodes_only_when_they_are_their_hash() {
+        let code = [0x60u8, 0x01, 0x00];
+        let hash = alloy_primitives::keccak256(code);
+        // Legacy analysed: padded bytes, kind 2, the original length, a
+        // jump table.
+        let mut analysed = 35u32.to_be_bytes().to_vec();
+        analysed.extend(code);
+        analysed.extend([0u8; 32]);
+        analysed.push(2);
+        analysed.extend(3u64.to_be_bytes());
+        analysed.extend([0u8; 4]);
+        assert_eq!(
+            decode_bytecode(hash.as_slice(), &analysed),
+            Some(code.to_vec())
+        );
+        // A 7702 designator: its bytes, kind 3.
+        let designator = [[0xef, 0x01, 0x00].as_slice(), &[7u8; 20]].concat();
+        let mut raw = 23u32.to_be_bytes().to_vec();
+        raw.extend(&designator);
+        raw.push(3);
+        let key = alloy_primitives::keccak256(&designator);
+        assert_eq!(decode_bytecode(key.as_slice(), &raw), Some(designator));
+        // Another key, a truncated entry, a length past the end: no code.
+        assert_eq!(decode_bytecode(&[0u8; 32], &analysed), None);
+        assert_eq!(decode_bytecode(hash.as_slice(), &analysed[..5]), None);
+        assert_eq!(decode_bytecode(hash.as_slice(), &[0xff; 8]), None);
+    }
 
     #[test]
     fn decodes_compact_accounts() {
