@@ -4,7 +4,8 @@
 //! manifest publishes nothing; what the primary retires the replica
 //! removes; a server without `export_files` exports nothing. The
 //! primary's attestations come along (checked), and the replica's catalog
-//! lists them.
+//! lists them. The codes a snapshot's code table names come along too,
+//! and the replica proves its entries and serves them.
 
 use std::path::Path;
 use std::time::Duration;
@@ -15,7 +16,13 @@ use snapshotter::pipeline::{build_and_publish, BuildOptions, ExportedState};
 use snapshotter::pull::{PullError, Puller};
 use snapshotter::{AccountRecord, SnapshotKind, SnapshotStore};
 
+/// The codes of the test's contracts: every tenth account has one.
+fn codes() -> [Vec<u8>; 2] {
+    [vec![0x60, 0x00, 0x56], vec![0xef, 0x01, 0x00, 0x11, 0x22]]
+}
+
 fn state(block: u64, kind: SnapshotKind, n: u64) -> ExportedState {
+    let [a, b] = codes();
     ExportedState {
         chain_id: 31337,
         block_number: block,
@@ -30,11 +37,18 @@ fn state(block: u64, kind: SnapshotKind, n: u64) -> ExportedState {
             .map(|i| {
                 let mut a = [0u8; 20];
                 a[12..].copy_from_slice(&i.to_be_bytes());
-                AccountRecord::new(Address::from(a), U256::from(i * 7 + block), i)
+                let r = AccountRecord::new(Address::from(a), U256::from(i * 7 + block), i);
+                match i % 10 {
+                    0 => r.with_trie(
+                        alloy_primitives::keccak256(&codes()[(i / 10 % 2) as usize]),
+                        protocol::account::EMPTY_STORAGE_ROOT,
+                    ),
+                    _ => r,
+                }
             })
             .collect(),
         export_s: 0.0,
-        codes: Vec::new(),
+        codes: vec![a.into(), b.into()],
     }
 }
 
@@ -91,6 +105,48 @@ async fn lists(server: &str, n: usize) {
     .await;
 }
 
+/// The replica keeps the codes, proves the base's code table's entries
+/// (checked against its manifest as a proxy checks them) and serves each
+/// code by its hash.
+async fn check_codes(replica: &SnapshotStore, server: &str) {
+    let base = replica.list().unwrap().remove(0);
+    let table = base.manifest.codes.expect("the base has a code table");
+    assert_eq!(table.count, 2);
+    let id = base.id.url_form();
+    for index in 1..=table.count {
+        let proof: protocol::codes::CodeProof =
+            reqwest::get(format!("{server}/v1/snapshots/{id}/codes/{index}"))
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+        let hash = table.verify(index, &proof).unwrap();
+        let code = reqwest::get(format!("{server}/v1/code/{hash}"))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        protocol::codes::check_code(&hash, &code).unwrap();
+        assert_eq!(
+            replica.read_code(&hash).unwrap().as_deref(),
+            Some(&code[..])
+        );
+    }
+    let outside = reqwest::get(format!("{server}/v1/snapshots/{id}/codes/3"))
+        .await
+        .unwrap();
+    assert_eq!(outside.status(), 404);
+    let unknown = reqwest::get(format!("{server}/v1/code/0x{}", "ab".repeat(32)))
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 404);
+    assert!(codes()
+        .iter()
+        .all(|c| replica.has_code(&alloy_primitives::keccak256(c))));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_pulls_the_primary_store_checked_and_atomically() {
     let dir = tempfile::tempdir().unwrap();
@@ -108,6 +164,7 @@ async fn a_replica_pulls_the_primary_store_checked_and_atomically() {
     // The replica's server lists exactly the primary's catalog.
     let replica_server = serve(replica.root(), false).await;
     lists(&replica_server, 2).await;
+    check_codes(&replica, &replica_server).await;
     assert_eq!(
         catalog(&replica_server).await,
         catalog(&primary_server).await
