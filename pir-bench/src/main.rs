@@ -135,30 +135,36 @@ fn main() -> Result<()> {
     if args.peer {
         let peer = bench_reference(&args, &records, &probes)?;
         println!("{}", Value::Object(peer.clone()));
-        let mut ratios = Map::new();
-        for key in [
-            "setup_s",
-            "client_setup_s",
-            "query_ms",
-            "respond_ms",
-            "respond_batch_ms_per_query",
-            "decode_ms",
-            "query_bytes",
-            "response_bytes",
-            "client_state_bytes",
-            "hint_bytes",
-        ] {
-            if let (Some(r), Some(o)) = (peer[key].as_f64(), ours[key].as_f64()) {
-                ratios.insert(key.into(), json!(r / o));
-            }
-        }
-        // The reference has no separate preparation: compare its whole query with our preparation.
-        if let (Some(r), Some(o)) = (peer["query_ms"].as_f64(), ours["prepare_ms"].as_f64()) {
-            ratios.insert("query_ms_vs_prepare_ms".into(), json!(r / o));
-        }
+        let ratios = ratios(&peer, &ours);
         println!("{}", json!({ "ratios": ratios }));
     }
     Ok(())
+}
+
+/// The reference's figure over ours, for every figure both have.
+fn ratios(peer: &Map<String, Value>, ours: &Map<String, Value>) -> Map<String, Value> {
+    let mut ratios = Map::new();
+    for key in [
+        "setup_s",
+        "client_setup_s",
+        "query_ms",
+        "respond_ms",
+        "respond_batch_ms_per_query",
+        "decode_ms",
+        "query_bytes",
+        "response_bytes",
+        "client_state_bytes",
+        "hint_bytes",
+    ] {
+        if let (Some(r), Some(o)) = (peer[key].as_f64(), ours[key].as_f64()) {
+            ratios.insert(key.into(), json!(r / o));
+        }
+    }
+    // The reference has no separate preparation: compare its whole query with our preparation.
+    if let (Some(r), Some(o)) = (peer["query_ms"].as_f64(), ours["prepare_ms"].as_f64()) {
+        ratios.insert("query_ms_vs_prepare_ms".into(), json!(r / o));
+    }
+    ratios
 }
 
 fn bench_ours(

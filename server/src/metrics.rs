@@ -19,74 +19,68 @@ pub struct Metrics {
     pub queued: IntGauge,
 }
 
+/// A counter of `name` split by `labels`.
+fn counter(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric")
+}
+
+/// A histogram of `name` with these bucket bounds.
+fn histogram(name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
+    Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets)).expect("valid metric")
+}
+
 impl Metrics {
     pub fn new() -> Self {
-        let registry = Registry::new();
-        let requests = IntCounterVec::new(
-            Opts::new(
+        let sizes = || vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
+        let metrics = Metrics {
+            registry: Registry::new(),
+            requests: counter(
                 "ethpir_http_requests_total",
                 "HTTP requests by route and status",
+                &["route", "status"],
             ),
-            &["route", "status"],
-        )
-        .expect("valid metric");
-        let queries = IntCounterVec::new(
-            Opts::new("ethpir_queries_total", "PIR queries answered, by snapshot"),
-            &["snapshot"],
-        )
-        .expect("valid metric");
-        let answer_seconds = Histogram::with_opts(
-            HistogramOpts::new(
+            queries: counter(
+                "ethpir_queries_total",
+                "PIR queries answered, by snapshot",
+                &["snapshot"],
+            ),
+            answer_seconds: histogram(
                 "ethpir_answer_seconds",
                 "Time of one pass over a database (one batch of queries)",
-            )
-            .buckets(vec![
-                0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0,
-            ]),
-        )
-        .expect("valid metric");
-        let sizes = || vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
-        let pass_queries = Histogram::with_opts(
-            HistogramOpts::new("ethpir_pass_queries", "Queries answered in one pass")
-                .buckets(sizes()),
-        )
-        .expect("valid metric");
-        let pass_requests = Histogram::with_opts(
-            HistogramOpts::new(
+                vec![
+                    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0,
+                ],
+            ),
+            pass_queries: histogram(
+                "ethpir_pass_queries",
+                "Queries answered in one pass",
+                sizes(),
+            ),
+            pass_requests: histogram(
                 "ethpir_pass_requests",
                 "Requests answered together in one pass (batching across wallets)",
+                sizes(),
+            ),
+            snapshots: IntGauge::new("ethpir_snapshots", "Snapshots being served")
+                .expect("valid metric"),
+            queued: IntGauge::new(
+                "ethpir_queue_depth",
+                "Query batches waiting or being answered",
             )
-            .buckets(sizes()),
-        )
-        .expect("valid metric");
-        let snapshots =
-            IntGauge::new("ethpir_snapshots", "Snapshots being served").expect("valid metric");
-        let queued = IntGauge::new(
-            "ethpir_queue_depth",
-            "Query batches waiting or being answered",
-        )
-        .expect("valid metric");
+            .expect("valid metric"),
+        };
         for m in [
-            Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(queries.clone()),
-            Box::new(answer_seconds.clone()),
-            Box::new(pass_queries.clone()),
-            Box::new(pass_requests.clone()),
-            Box::new(snapshots.clone()),
-            Box::new(queued.clone()),
+            Box::new(metrics.requests.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(metrics.queries.clone()),
+            Box::new(metrics.answer_seconds.clone()),
+            Box::new(metrics.pass_queries.clone()),
+            Box::new(metrics.pass_requests.clone()),
+            Box::new(metrics.snapshots.clone()),
+            Box::new(metrics.queued.clone()),
         ] {
-            registry.register(m).expect("unique metric");
+            metrics.registry.register(m).expect("unique metric");
         }
-        Metrics {
-            registry,
-            requests,
-            queries,
-            answer_seconds,
-            pass_queries,
-            pass_requests,
-            snapshots,
-            queued,
-        }
+        metrics
     }
 
     /// One pass over `snapshot`'s database: `requests` requests' parts,

@@ -144,7 +144,17 @@ pub async fn detect(
     if agreed.is_empty() {
         return Err(DetectError::NoHolder { token, checked });
     }
-    match remaining.as_slice() {
+    conclude(&remaining, agreed, options, block)
+}
+
+/// The detection the candidates left after every holder say.
+fn conclude(
+    remaining: &[Candidate],
+    agreed: Vec<(Address, U256)>,
+    options: &DetectOptions,
+    block: u64,
+) -> Result<Detection, DetectError> {
+    match remaining {
         [only] => Ok(Detection::Plain {
             function: options.function.clone(),
             index: only.index,

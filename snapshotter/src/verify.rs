@@ -1,7 +1,7 @@
 //! Checking a published snapshot: file digests, formats, consistency, and
 //! private lookups of sampled accounts through the real PIR path.
 
-use pir_core::{Lookup, PirClient};
+use pir_core::{Lookup, PirClient, PirServer};
 use rand::seq::index::sample;
 
 use crate::account::decode_value;
@@ -49,20 +49,7 @@ pub fn verify(
 ) -> Result<(), StoreError> {
     // The file against its digest, streamed, then read in place.
     let mapped = store.map_checked(snap, RECORDS_FILE)?;
-    if snap.manifest.files.get(RECORDS_FILE).map(|f| &f.sha3_256)
-        != Some(&snap.manifest.content_digest)
-    {
-        return Err(invalid(snap, "content digest does not match records.bin"));
-    }
-    let records = RecordsFile::new((*mapped).as_ref())
-        .and_then(|f| f.check().map(|()| f))
-        .map_err(|e| invalid(snap, format!("records.bin: {e}")))?;
-    let total = records.accounts() + records.slots();
-    if total as u64 != snap.manifest.record_count
-        || records.slots() as u64 != snap.manifest.storage_records
-    {
-        return Err(invalid(snap, "record count differs from the manifest"));
-    }
+    let records = checked_records(snap, (*mapped).as_ref())?;
     // Digests, formats, the setup matching the database and the manifest.
     let server = store.load_server(snap, None)?;
     if lookups == 0 {
@@ -70,36 +57,10 @@ pub fn verify(
     }
     let client = PirClient::from_setup_bytes(server.setup_bytes())
         .map_err(|e| invalid(snap, e.to_string()))?;
-    let mut rng = rand::rng();
-    let width = snap.manifest.pir.value_bytes as usize;
     let layout = snap.manifest.layout();
-    let codes = store.read_code_table(snap)?;
-    // Sampled accounts and sampled slots, each with what it must read.
-    let mut expected: Vec<(alloy_primitives::B256, Expected)> = Vec::new();
-    for i in sample(
-        &mut rng,
-        records.accounts(),
-        lookups.min(records.accounts()),
-    ) {
-        let r = records.account(i);
-        expected.push((r.key, Expected::Account(account_value(&r, &codes))));
-    }
-    for i in sample(&mut rng, records.slots(), lookups.min(records.slots())) {
-        let s = records.slot(i);
-        let value = encode_word(s.value, width).map_err(|e| invalid(snap, e.to_string()))?;
-        expected.push((s.key, Expected::Bytes(value)));
-    }
-    for (key, want) in expected {
-        let (query, pending) = client
-            .query(client.prepare(&mut rng), key.as_slice())
-            .map_err(|e| invalid(snap, e.to_string()))?;
-        let response = server
-            .answer(&query)
-            .map_err(|e| invalid(snap, e.to_string()))?;
-        match client
-            .decode(pending, &response)
-            .map_err(|e| invalid(snap, e.to_string()))?
-        {
+    let lookup = |key: &[u8]| private_lookup(&client, &server, &mut rand::rng(), key);
+    for (key, want) in sampled(store, snap, &records, lookups, &mut rand::rng())? {
+        match lookup(key.as_slice()).map_err(|e| invalid(snap, e))? {
             Lookup::Found(v) if want.is(&v, layout) => {}
             other => {
                 return Err(invalid(
@@ -111,21 +72,72 @@ pub fn verify(
     }
     for _ in 0..lookups.min(4) {
         let key: [u8; 32] = rand::random();
-        let (query, pending) = client
-            .query(client.prepare(&mut rng), &key)
-            .map_err(|e| invalid(snap, e.to_string()))?;
-        let response = server
-            .answer(&query)
-            .map_err(|e| invalid(snap, e.to_string()))?;
-        if client
-            .decode(pending, &response)
-            .map_err(|e| invalid(snap, e.to_string()))?
-            != Lookup::Absent
-        {
+        if lookup(&key).map_err(|e| invalid(snap, e))? != Lookup::Absent {
             return Err(invalid(snap, "a random key decoded as present"));
         }
     }
     Ok(())
+}
+
+/// `records.bin` (already digest-checked) parsed and checked against the
+/// manifest's digest and counts.
+fn checked_records<'a>(
+    snap: &StoredSnapshot,
+    bytes: &'a [u8],
+) -> Result<RecordsFile<'a>, StoreError> {
+    if snap.manifest.files.get(RECORDS_FILE).map(|f| &f.sha3_256)
+        != Some(&snap.manifest.content_digest)
+    {
+        return Err(invalid(snap, "content digest does not match records.bin"));
+    }
+    let records = RecordsFile::new(bytes)
+        .and_then(|f| f.check().map(|()| f))
+        .map_err(|e| invalid(snap, format!("records.bin: {e}")))?;
+    let total = records.accounts() + records.slots();
+    if total as u64 != snap.manifest.record_count
+        || records.slots() as u64 != snap.manifest.storage_records
+    {
+        return Err(invalid(snap, "record count differs from the manifest"));
+    }
+    Ok(records)
+}
+
+/// `lookups` sampled accounts and as many sampled slots, each with what
+/// its lookup must read.
+fn sampled(
+    store: &SnapshotStore,
+    snap: &StoredSnapshot,
+    records: &RecordsFile,
+    lookups: usize,
+    rng: &mut impl rand::Rng,
+) -> Result<Vec<(alloy_primitives::B256, Expected)>, StoreError> {
+    let width = snap.manifest.pir.value_bytes as usize;
+    let codes = store.read_code_table(snap)?;
+    let mut expected = Vec::new();
+    for i in sample(rng, records.accounts(), lookups.min(records.accounts())) {
+        let r = records.account(i);
+        expected.push((r.key, Expected::Account(account_value(&r, &codes))));
+    }
+    for i in sample(rng, records.slots(), lookups.min(records.slots())) {
+        let s = records.slot(i);
+        let value = encode_word(s.value, width).map_err(|e| invalid(snap, e.to_string()))?;
+        expected.push((s.key, Expected::Bytes(value)));
+    }
+    Ok(expected)
+}
+
+/// One private lookup of `key`, asked of `server` as a client asks it.
+fn private_lookup(
+    client: &PirClient,
+    server: &PirServer,
+    rng: &mut (impl rand::Rng + rand::CryptoRng),
+    key: &[u8],
+) -> Result<Lookup, String> {
+    let (query, pending) = client
+        .query(client.prepare(rng), key)
+        .map_err(|e| e.to_string())?;
+    let response = server.answer(&query).map_err(|e| e.to_string())?;
+    client.decode(pending, &response).map_err(|e| e.to_string())
 }
 
 /// What `verify --state-root` recomputed for one view.

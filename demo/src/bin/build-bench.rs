@@ -78,10 +78,33 @@ fn main() -> Result<()> {
         encode_memory_bytes: usize::try_from(args.encode_memory_mib << 20)?,
         ..Default::default()
     };
+    let (snap, made_s, build_s) = build(&store, &args, count, &options)?;
+    let state_root_s = match args.state_root {
+        true => Some(time_state_root(&store, &snap)?),
+        false => None,
+    };
+    println!(
+        "{}",
+        report(&snap.manifest, &args, made_s, build_s, state_root_s, &anon)
+    );
+    if !args.keep {
+        std::fs::remove_dir_all(&dir)?;
+    }
+    Ok(())
+}
+
+/// Builds the base of `count` synthetic accounts: the snapshot, the
+/// seconds making the accounts took (held ones only) and the build's.
+fn build(
+    store: &SnapshotStore,
+    args: &Args,
+    count: u64,
+    options: &BuildOptions,
+) -> Result<(snapshotter::StoredSnapshot, f64, f64)> {
     let started = Instant::now();
     let (snap, made_s) = if args.streamed {
         let meta = demo::bench::synthetic_base(Vec::new(), 0.0);
-        let snap = build_and_publish_streamed(&store, &meta, &options, |w| {
+        let snap = build_and_publish_streamed(store, &meta, options, |w| {
             let accounts = demo::bench::hashed_accounts_in_order(count);
             write_account_stream(count, accounts, w)
         })?;
@@ -90,46 +113,45 @@ fn main() -> Result<()> {
         let records = demo::bench::random_accounts(count, count);
         let made_s = started.elapsed().as_secs_f64();
         let state = demo::bench::synthetic_base(records, made_s);
-        (build_and_publish(&store, state, &options)?, made_s)
+        (build_and_publish(store, state, options)?, made_s)
     };
-    let build_s = started.elapsed().as_secs_f64() - made_s;
-    let state_root_s = match args.state_root {
-        true => Some(time_state_root(&store, &snap)?),
-        false => None,
-    };
-    let m = &snap.manifest;
+    Ok((snap, made_s, started.elapsed().as_secs_f64() - made_s))
+}
+
+/// The JSON line of one build.
+fn report(
+    m: &snapshotter::Manifest,
+    args: &Args,
+    made_s: f64,
+    build_s: f64,
+    state_root_s: Option<f64>,
+    anon: &AnonPeak,
+) -> serde_json::Value {
     let file = |name: &str| m.files.get(name).map_or(0, |f| f.bytes);
-    println!(
-        "{}",
-        json!({
-            "bench": "base-build",
-            "records": m.record_count,
-            "streamed": args.streamed,
-            "encode_memory_mib": args.encode_memory_mib,
-            "accounts_made_s": made_s,
-            "build_s": build_s,
-            "state_root_s": state_root_s,
-            "encode_s": m.build.encode_s,
-            "hint_s": m.build.hint_s,
-            "write_s": m.build.write_s,
-            "hint_device": m.build.hint_device,
-            "peak_rss_mib": peak_rss_bytes().map(|b| b >> 20),
-            "peak_anon_mib": anon.mib(),
-            "k": m.pir.partitions,
-            "rows": m.pir.rows,
-            "db_mib": file(snapshotter::store::DB_FILE) >> 20,
-            "records_mib": file(snapshotter::store::RECORDS_FILE) >> 20,
-            "setup_mib": file(snapshotter::store::SETUP_FILE) >> 20,
-            "query_plus_response_kib": (m.pir.query_bytes + m.pir.response_bytes) >> 10,
-            "cpu": demo::bench::cpu_model(),
-            "cores": std::thread::available_parallelism().map(usize::from).unwrap_or(1),
-            "kernel": pir_core::kernel::active().name(),
-        })
-    );
-    if !args.keep {
-        std::fs::remove_dir_all(&dir)?;
-    }
-    Ok(())
+    json!({
+        "bench": "base-build",
+        "records": m.record_count,
+        "streamed": args.streamed,
+        "encode_memory_mib": args.encode_memory_mib,
+        "accounts_made_s": made_s,
+        "build_s": build_s,
+        "state_root_s": state_root_s,
+        "encode_s": m.build.encode_s,
+        "hint_s": m.build.hint_s,
+        "write_s": m.build.write_s,
+        "hint_device": m.build.hint_device,
+        "peak_rss_mib": peak_rss_bytes().map(|b| b >> 20),
+        "peak_anon_mib": anon.mib(),
+        "k": m.pir.partitions,
+        "rows": m.pir.rows,
+        "db_mib": file(snapshotter::store::DB_FILE) >> 20,
+        "records_mib": file(snapshotter::store::RECORDS_FILE) >> 20,
+        "setup_mib": file(snapshotter::store::SETUP_FILE) >> 20,
+        "query_plus_response_kib": (m.pir.query_bytes + m.pir.response_bytes) >> 10,
+        "cpu": demo::bench::cpu_model(),
+        "cores": std::thread::available_parallelism().map(usize::from).unwrap_or(1),
+        "kernel": pir_core::kernel::active().name(),
+    })
 }
 
 /// Seconds `verify --state-root` takes on the base (the digest check of

@@ -633,7 +633,6 @@ impl RethDatadir {
         block: u64,
         contracts: &[Address],
     ) -> Result<Vec<StorageRecord>, RethError> {
-        const TABLE: &str = "StorageChangeSets";
         let head = self.head()?;
         if block > head {
             return Err(RethError::FutureBlock { block, head });
@@ -656,6 +655,36 @@ impl RethDatadir {
                 )
             })
             .collect();
+        let mut changes = self.storage_changes_after(block, contracts)?;
+        // Newest first: the last word put back is the one from before the
+        // first change after `block`, i.e. the word at `block`.
+        changes.sort_by_key(|c| std::cmp::Reverse(c.0));
+        for (_, contract, slot, before) in changes {
+            words.insert((contract, alloy_primitives::keccak256(slot)), before);
+        }
+        Ok(words
+            .into_iter()
+            .filter(|(_, w)| !w.is_zero())
+            .map(|((contract, hashed_slot), word)| {
+                let mut r = StorageRecord::from_hashed(
+                    alloy_primitives::keccak256(contract),
+                    hashed_slot,
+                    word,
+                );
+                r.contract = Some(contract);
+                r
+            })
+            .collect())
+    }
+
+    /// The v1 storage changes of `contracts` in blocks after `block`:
+    /// `(block, contract, slot, word before that block)`.
+    fn storage_changes_after(
+        &self,
+        block: u64,
+        contracts: &[Address],
+    ) -> Result<Vec<(u64, Address, B256, U256)>, RethError> {
+        const TABLE: &str = "StorageChangeSets";
         let mut changes = Vec::new();
         for (k, v) in self.entries(TABLE)? {
             if k.len() != 28 {
@@ -676,25 +705,7 @@ impl RethDatadir {
                 })?;
             changes.push((changed_in, contract, slot, before));
         }
-        // Newest first: the last word put back is the one from before the
-        // first change after `block`, i.e. the word at `block`.
-        changes.sort_by_key(|c| std::cmp::Reverse(c.0));
-        for (_, contract, slot, before) in changes {
-            words.insert((contract, alloy_primitives::keccak256(slot)), before);
-        }
-        Ok(words
-            .into_iter()
-            .filter(|(_, w)| !w.is_zero())
-            .map(|((contract, hashed_slot), word)| {
-                let mut r = StorageRecord::from_hashed(
-                    alloy_primitives::keccak256(contract),
-                    hashed_slot,
-                    word,
-                );
-                r.contract = Some(contract);
-                r
-            })
-            .collect())
+        Ok(changes)
     }
 
     /// Change sets: `(block, address, account before the block or None)`,
