@@ -21,6 +21,8 @@
 //! - `canary`: queries of keys whose answers are known, mixed into
 //!   requests (a tampered answer fails closed);
 //! - [`canonical`]: views checked against a header source's block hashes;
+//! - `code`: private `eth_getCode` (a level's code-table entry proved
+//!   against its manifest, the code checked by its hash, kept on disk);
 //! - [`pool`]: a snapshot's PIR client and its pool of prepared queries;
 //! - [`levels`]: how each level of a view is read and which level's
 //!   answer wins;
