@@ -164,6 +164,19 @@ fn decode_bytecode(key: &[u8], value: &[u8]) -> Option<Vec<u8>> {
         .map(<[u8]>::to_vec)
 }
 
+/// `table` of `txn`, or `None` when the datadir has no such table (a
+/// chain that never wrote one).
+fn open_optional<'t>(
+    txn: &'t libmdbx::Transaction<'_, libmdbx::RO, NoWriteMap>,
+    table: &'static str,
+) -> Result<Option<libmdbx::Table<'t>>, RethError> {
+    match txn.open_table(Some(table)) {
+        Ok(t) => Ok(Some(t)),
+        Err(libmdbx::Error::NotFound) => Ok(None),
+        Err(e) => Err(read_err(table)(e)),
+    }
+}
+
 /// Walks a storage table (v1 `PlainStorageState` by address, v2
 /// `HashedStorages` by hashed address; both sorted by that key, entries
 /// sorted by slot) beside an account walk in the same key order, handing
@@ -186,10 +199,9 @@ impl<'t> StorageWalk<'t> {
             Layout::V1 => "PlainStorageState",
             Layout::V2 => "HashedStorages",
         };
-        let cursor = match txn.open_table(Some(table)) {
-            Ok(t) => Some(txn.cursor(&t).map_err(read_err(table))?),
-            Err(libmdbx::Error::NotFound) => None,
-            Err(e) => return Err(read_err(table)(e)),
+        let cursor = match open_optional(txn, table)? {
+            Some(t) => Some(txn.cursor(&t).map_err(read_err(table))?),
+            None => None,
         };
         let mut walk = StorageWalk {
             cursor,
@@ -368,10 +380,8 @@ impl RethDatadir {
     /// Every `(key, value)` of a table (empty if the table does not exist).
     fn entries(&self, table: &'static str) -> Result<RawEntries, RethError> {
         let txn = self.db.begin_ro_txn().map_err(read_err(table))?;
-        let t = match txn.open_table(Some(table)) {
-            Ok(t) => t,
-            Err(libmdbx::Error::NotFound) => return Ok(Vec::new()),
-            Err(e) => return Err(read_err(table)(e)),
+        let Some(t) = open_optional(&txn, table)? else {
+            return Ok(Vec::new());
         };
         let mut cursor = txn.cursor(&t).map_err(read_err(table))?;
         let mut out = Vec::new();
@@ -446,10 +456,8 @@ impl RethDatadir {
     ) -> Result<u64, RethError> {
         const TABLE: &str = "Bytecodes";
         let txn = self.db.begin_ro_txn().map_err(read_err(TABLE))?;
-        let t = match txn.open_table(Some(TABLE)) {
-            Ok(t) => t,
-            Err(libmdbx::Error::NotFound) => return Ok(0),
-            Err(e) => return Err(read_err(TABLE)(e)),
+        let Some(t) = open_optional(&txn, TABLE)? else {
+            return Ok(0);
         };
         let mut cursor = txn.cursor(&t).map_err(read_err(TABLE))?;
         let mut skipped = 0;
@@ -491,10 +499,8 @@ impl RethDatadir {
         // Accounts and storage from one read transaction: one state.
         let txn = self.db.begin_ro_txn().map_err(read_err(table))?;
         let mut storage = StorageWalk::new(&txn, self.layout)?;
-        let accounts = match txn.open_table(Some(table)) {
-            Ok(t) => t,
-            Err(libmdbx::Error::NotFound) => return Ok(Vec::new()),
-            Err(e) => return Err(read_err(table)(e)),
+        let Some(accounts) = open_optional(&txn, table)? else {
+            return Ok(Vec::new());
         };
         let mut cursor = txn.cursor(&accounts).map_err(read_err(table))?;
         let mut out = Vec::new();
@@ -586,10 +592,8 @@ impl RethDatadir {
             Layout::V2 => "HashedStorages",
         };
         let txn = self.db.begin_ro_txn().map_err(read_err(table))?;
-        let t = match txn.open_table(Some(table)) {
-            Ok(t) => t,
-            Err(libmdbx::Error::NotFound) => return Ok(Vec::new()),
-            Err(e) => return Err(read_err(table)(e)),
+        let Some(t) = open_optional(&txn, table)? else {
+            return Ok(Vec::new());
         };
         let mut out = Vec::new();
         for contract in contracts {
