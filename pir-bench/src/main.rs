@@ -362,6 +362,52 @@ fn add_machine(m: &mut Map<String, Value>, memread: bool) {
     m.insert("scan_vs_memread".into(), json!(scan / per_core));
 }
 
+/// What the reference's lookups of the probes took, and their sizes.
+struct ReferenceLookups {
+    query_ms: Vec<f64>,
+    respond: Vec<f64>,
+    decode: Vec<f64>,
+    query_len: usize,
+    response_len: usize,
+}
+
+/// Looks up each distinct probe with the reference (at most `reps`),
+/// checking every answer.
+fn reference_lookups(
+    args: &Args,
+    client: &mut chalametpir_client::Client,
+    server: &chalametpir_server::Server,
+    records: &[(Vec<u8>, Vec<u8>)],
+    probes: &[usize],
+) -> Result<ReferenceLookups> {
+    let mut out = ReferenceLookups {
+        query_ms: Vec::new(),
+        respond: Vec::new(),
+        decode: Vec::new(),
+        query_len: 0,
+        response_len: 0,
+    };
+    let mut seen = std::collections::HashSet::new();
+    for &i in probes.iter().filter(|&&i| seen.insert(i)).take(args.reps) {
+        let (key, value) = &records[i];
+        let (query, ms) = time_ms(|| client.query(key));
+        out.query_ms.push(ms);
+        let query = query.map_err(|e| anyhow::anyhow!("reference query: {e:?}"))?;
+        out.query_len = query.len();
+        let (response, ms) = time_ms(|| server.respond(&query));
+        out.respond.push(ms);
+        let response = response.map_err(|e| anyhow::anyhow!("reference respond: {e:?}"))?;
+        out.response_len = response.len();
+        let (got, ms) = time_ms(|| client.process_response(key, &response));
+        out.decode.push(ms);
+        ensure!(
+            got.ok().as_ref() == Some(value),
+            "reference: wrong answer for key {i}"
+        );
+    }
+    Ok(out)
+}
+
 fn bench_reference(
     args: &Args,
     records: &[(Vec<u8>, Vec<u8>)],
@@ -388,58 +434,37 @@ fn bench_reference(
     let (client, client_setup_ms) = time_ms(|| Client::setup(&seed, &hint_bytes, &filter_bytes));
     let mut client = client.map_err(|e| anyhow::anyhow!("reference client setup: {e:?}"))?;
 
-    let mut query_ms = Vec::new();
-    let mut respond = Vec::new();
-    let mut decode = Vec::new();
-    let mut query_len = 0;
-    let mut response_len = 0;
-    let mut seen = std::collections::HashSet::new();
-    for &i in probes.iter().filter(|&&i| seen.insert(i)).take(args.reps) {
-        let (key, value) = &records[i];
-        let (query, ms) = time_ms(|| client.query(key));
-        query_ms.push(ms);
-        let query = query.map_err(|e| anyhow::anyhow!("reference query: {e:?}"))?;
-        query_len = query.len();
-        let (response, ms) = time_ms(|| server.respond(&query));
-        respond.push(ms);
-        let response = response.map_err(|e| anyhow::anyhow!("reference respond: {e:?}"))?;
-        response_len = response.len();
-        let (got, ms) = time_ms(|| client.process_response(key, &response));
-        decode.push(ms);
-        ensure!(
-            got.ok().as_ref() == Some(value),
-            "reference: wrong answer for key {i}"
-        );
-    }
+    let ReferenceLookups {
+        query_ms,
+        respond,
+        decode,
+        query_len,
+        response_len,
+    } = reference_lookups(args, &mut client, &server, records, probes)?;
     let respond_ms = median(respond);
     // The reference answers queries one by one; it has no batch path.
     let rows = (query_len.saturating_sub(8)) / 4;
-    let mut m = Map::new();
-    m.insert("impl".into(), json!("chalametpir-0.8"));
-    m.insert("log2_keys".into(), json!(args.log2_keys));
-    m.insert("key_bytes".into(), json!(args.key_bytes));
-    m.insert("value_bytes".into(), json!(args.value_bytes));
-    m.insert("arity".into(), json!(args.arity));
-    m.insert("k".into(), json!(1));
-    m.insert("rows".into(), json!(rows));
-    m.insert("setup_s".into(), json!(setup_ms / 1e3));
-    m.insert("client_setup_s".into(), json!(client_setup_ms / 1e3));
-    m.insert("prepare_ms".into(), Value::Null);
-    m.insert("query_ms".into(), json!(median(query_ms)));
-    m.insert("respond_ms".into(), json!(respond_ms));
-    m.insert("respond_batch_ms_per_query".into(), json!(respond_ms));
-    m.insert("decode_ms".into(), json!(median(decode)));
-    m.insert(
-        "hint_bytes".into(),
-        json!(hint_bytes.len() + filter_bytes.len()),
-    );
-    m.insert("query_bytes".into(), json!(query_len));
-    m.insert("response_bytes".into(), json!(response_len));
-    // The reference client keeps the whole public matrix (n x rows u32) and the hint.
-    m.insert(
-        "client_state_bytes".into(),
-        json!(4 * 1774 * rows + hint_bytes.len()),
-    );
-    m.insert("threads".into(), json!(rayon::current_num_threads()));
-    Ok(m)
+    let m = json!({
+        "impl": "chalametpir-0.8",
+        "log2_keys": args.log2_keys,
+        "key_bytes": args.key_bytes,
+        "value_bytes": args.value_bytes,
+        "arity": args.arity,
+        "k": 1,
+        "rows": rows,
+        "setup_s": setup_ms / 1e3,
+        "client_setup_s": client_setup_ms / 1e3,
+        "prepare_ms": Value::Null,
+        "query_ms": median(query_ms),
+        "respond_ms": respond_ms,
+        "respond_batch_ms_per_query": respond_ms,
+        "decode_ms": median(decode),
+        "hint_bytes": hint_bytes.len() + filter_bytes.len(),
+        "query_bytes": query_len,
+        "response_bytes": response_len,
+        // The reference client keeps the whole public matrix (n x rows u32) and the hint.
+        "client_state_bytes": 4 * 1774 * rows + hint_bytes.len(),
+        "threads": rayon::current_num_threads(),
+    });
+    Ok(m.as_object().expect("a JSON object").clone())
 }

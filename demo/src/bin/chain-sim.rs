@@ -372,25 +372,39 @@ async fn lookups(
                     .read()
                     .expect("chain lock")
                     .truth(&address, base, state.block);
-                if (state.balance, state.nonce) != want {
-                    s.wrong.push(format!(
-                        "{address} at {}: {:?} vs {want:?}",
-                        state.block,
-                        (state.balance, state.nonce)
-                    ));
-                }
-                s.lags.push(at_head.saturating_sub(state.block));
-                s.latencies_ms.push(ms);
-                let levels = reader
-                    .views()
-                    .iter()
-                    .find(|v| v.block == state.block)
-                    .map_or(0, |v| v.snapshots.len());
-                s.levels.push(levels);
+                record_answer(&mut s, &reader, address, &state, want, at_head, ms);
             }
             Err(e) => s.failed.push(e.to_string()),
         }
     }
+}
+
+/// One answer's facts: wrong or not, the lag behind the head, the latency
+/// and how many levels its view has.
+fn record_answer(
+    s: &mut LookupStats,
+    reader: &PrivateReader,
+    address: Address,
+    state: &ethpir_client::AccountState,
+    want: (U256, u64),
+    at_head: u64,
+    ms: f64,
+) {
+    if (state.balance, state.nonce) != want {
+        s.wrong.push(format!(
+            "{address} at {}: {:?} vs {want:?}",
+            state.block,
+            (state.balance, state.nonce)
+        ));
+    }
+    s.lags.push(at_head.saturating_sub(state.block));
+    s.latencies_ms.push(ms);
+    let levels = reader
+        .views()
+        .iter()
+        .find(|v| v.block == state.block)
+        .map_or(0, |v| v.snapshots.len());
+    s.levels.push(levels);
 }
 
 /// A wallet's token view: `TOKEN_VIEW` balances in one request, each
