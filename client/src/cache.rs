@@ -65,7 +65,7 @@ impl DiskCache {
     /// (written atomically; a failure is only logged).
     pub async fn keep(&self, artifact: Artifact, digest: &Sha3Digest, bytes: &[u8]) {
         let path = self.path(artifact, digest);
-        if let Err(e) = write_atomically(&self.dir, &path, bytes).await {
+        if let Err(e) = write_atomically(&self.dir, &path, bytes, Readers::Anyone).await {
             tracing::warn!(error = %e, "cannot cache {} data", artifact.name());
         }
     }
@@ -109,11 +109,7 @@ async fn download(
     let id = entry.id.url_form();
     let path = format!("/v1/snapshots/{id}/{name}");
     let what = format!("snapshot {id}: {name}");
-    let resp = match link.get(&path, &what, &[], size, Duration::Long).await {
-        Ok(r) => r,
-        Err(e) if e.is_oversized() => return Err(link.distrust(e.to_string())),
-        Err(e) => return Err(e.into()),
-    };
+    let resp = link.download(&path, &what, size, Duration::Long).await?;
     if resp.status == StatusCode::NOT_FOUND && artifact == Artifact::Table {
         return Err(ReadError::Retired(id));
     }
@@ -129,9 +125,63 @@ async fn download(
     Ok(resp.body)
 }
 
-async fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Who may read a file the cache writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Readers {
+    /// As the umask allows (setups and tables: every client gets the same).
+    Anyone,
+    /// Its owner only (mode 0600): what says which accounts or contracts
+    /// the user read.
+    Owner,
+}
+
+/// Writes `bytes` to `path` whole: to a temporary file beside it, then
+/// renamed into place, so that a reader never sees half of it.
+pub(crate) async fn write_atomically(
+    dir: &Path,
+    path: &Path,
+    bytes: &[u8],
+    readers: Readers,
+) -> std::io::Result<()> {
+    use tokio::io::AsyncWriteExt;
     tokio::fs::create_dir_all(dir).await?;
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    tokio::fs::write(&tmp, bytes).await?;
+    let mut options = tokio::fs::OpenOptions::new();
+    options.create(true).write(true).truncate(true);
+    #[cfg(unix)]
+    if readers == Readers::Owner {
+        options.mode(0o600);
+    }
+    let mut file = options.open(&tmp).await?;
+    file.write_all(bytes).await?;
+    file.flush().await?;
+    drop(file);
     tokio::fs::rename(&tmp, path).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn files_written_whole_and_owner_only_when_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let private = dir.path().join("a");
+        write_atomically(dir.path(), &private, b"code", Readers::Owner)
+            .await
+            .unwrap();
+        assert_eq!(std::fs::read(&private).unwrap(), b"code");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&private).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        // Written again: replaced whole, no temporary file left.
+        write_atomically(dir.path(), &private, b"other", Readers::Anyone)
+            .await
+            .unwrap();
+        assert_eq!(std::fs::read(&private).unwrap(), b"other");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
 }

@@ -17,6 +17,7 @@ use protocol::codes::{check_code, CodeProof, CodeTable, MAX_CODE_BYTES};
 use protocol::CodeRef;
 use reqwest::StatusCode;
 
+use crate::cache::{write_atomically, Readers};
 use crate::fetch::Size;
 use crate::link::{Duration, ServerLink};
 use crate::{AccountState, ReadError};
@@ -83,11 +84,11 @@ impl CodeCache {
     ) -> usize {
         let mut fetched = 0;
         for &index in places {
-            let got = match self.hash_at(link, level, table, index).await {
-                Ok(hash) => self.code(link, &hash).await.map(|_| ()),
-                Err(e) => Err(e),
+            let got = async {
+                let hash = self.hash_at(link, level, table, index).await?;
+                self.code(link, &hash).await
             };
-            if let Err(e) = got {
+            if let Err(e) = got.await {
                 tracing::debug!(error = %e, "prefetching codes stopped");
                 break;
             }
@@ -142,20 +143,10 @@ impl CodeCache {
         }
         let what = format!("code {hash}");
         let size = Size::AtMost(MAX_CODE_BYTES as u64);
-        let resp = match link
-            .get(
-                &format!("/v1/code/{hash}"),
-                &what,
-                &[],
-                size,
-                Duration::Long,
-            )
-            .await
-        {
-            Ok(r) => r,
-            Err(e) if e.is_oversized() => return Err(link.distrust(e.to_string())),
-            Err(e) => return Err(e.into()),
-        };
+        let path_of_code = format!("/v1/code/{hash}");
+        let resp = link
+            .download(&path_of_code, &what, size, Duration::Long)
+            .await?;
         if resp.status == StatusCode::NOT_FOUND {
             return Err(ReadError::Backend(format!(
                 "{what}: the server does not keep it"
@@ -165,23 +156,10 @@ impl CodeCache {
             return Err(ReadError::Backend(format!("{what}: HTTP {}", resp.status)));
         }
         check_code(hash, &resp.body).map_err(|e| link.distrust(format!("{what}: {e}")))?;
-        if let Err(e) = write_private(&self.dir, &path, &resp.body) {
+        // Owner only: which codes a user read says which contracts they use.
+        if let Err(e) = write_atomically(&self.dir, &path, &resp.body, Readers::Owner).await {
             tracing::warn!(error = %e, "cannot cache a code");
         }
         Ok(resp.body.into())
     }
-}
-
-/// Writes `bytes` to `path` whole (renamed into place), readable by its
-/// owner only: which codes a user read says which contracts they use.
-fn write_private(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    std::fs::create_dir_all(dir)?;
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    let mut options = std::fs::OpenOptions::new();
-    options.create(true).write(true).truncate(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    options.open(&tmp)?.write_all(bytes)?;
-    std::fs::rename(&tmp, path)
 }

@@ -71,6 +71,24 @@ impl ServerLink {
         fetch(request, what, self.bounds(size, duration), &count).await
     }
 
+    /// A download (`GET {base}{path}`, no headers) within `size`: a body
+    /// over its bound is not what the server stated, so the server's
+    /// verification failure; other failures are the backend's.
+    pub async fn download(
+        &self,
+        path: &str,
+        what: &str,
+        size: Size,
+        duration: Duration,
+    ) -> Result<Fetched, ReadError> {
+        self.get(path, what, &[], size, duration)
+            .await
+            .map_err(|e| match e.is_oversized() {
+                true => self.distrust(e.to_string()),
+                false => e.into(),
+            })
+    }
+
     /// `POST {base}{path}` of a lookup's `body` (shared bytes: a resend
     /// copies nothing); the answer within `size`.
     pub async fn post_lookup(

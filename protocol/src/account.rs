@@ -250,17 +250,14 @@ pub fn decode_value(bytes: &[u8], layout: ValueLayout) -> Result<AccountValue, V
             wide,
         });
     }
-    let (nonce_len, code) = match layout {
-        ValueLayout::Plain => (8, CodeRef::Unknown),
+    let (nonce_len, code_len, code) = match layout {
+        ValueLayout::Plain => (8, 0, CodeRef::Unknown),
         ValueLayout::WithCode => {
             let (_, code) = bytes.split_at(bytes.len() - CODE_REF_BYTES);
             let code = u32::from_le_bytes(code.try_into().expect("4 bytes"));
-            (nonce_bytes(bytes.len()), CodeRef::from_u32(code))
+            let nonce_len = nonce_bytes(bytes.len());
+            (nonce_len, CODE_REF_BYTES, CodeRef::from_u32(code))
         }
-    };
-    let code_len = match layout {
-        ValueLayout::Plain => 0,
-        ValueLayout::WithCode => CODE_REF_BYTES,
     };
     let mut nonce = [0u8; 8];
     nonce[..nonce_len].copy_from_slice(&bytes[..nonce_len]);

@@ -215,22 +215,15 @@ async fn code(
         return Err(RouteError::NoCode(hash));
     };
     let etag = format!("\"{parsed:x}\"");
-    if etag_matches(&headers, &etag) {
-        return Ok((StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response());
+    if let Some(unchanged) = not_modified(&headers, &etag) {
+        return Ok(unchanged);
     }
     let store = state.store.clone();
     let code = tokio::task::spawn_blocking(move || store.read_code(&parsed))
         .await
         .map_err(|_| RouteError::Internal)?;
     match code {
-        Ok(Some(code)) => Ok((
-            [
-                (header::ETAG, etag),
-                (header::CONTENT_TYPE, "application/octet-stream".to_string()),
-            ],
-            code,
-        )
-            .into_response()),
+        Ok(Some(code)) => Ok(binary(etag, code)),
         Ok(None) => Err(RouteError::NoCode(hash)),
         Err(e) => {
             tracing::warn!(error = %e, "a kept code is unreadable or not its hash's");
@@ -243,15 +236,23 @@ async fn code(
 /// names it. The bytes are shared with the loaded snapshot (no copy).
 fn download(headers: &HeaderMap, digest: &protocol::Sha3Digest, bytes: Bytes) -> Response {
     let etag = format!("\"{digest}\"");
-    if etag_matches(headers, &etag) {
-        return (StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response();
-    }
+    not_modified(headers, &etag).unwrap_or_else(|| binary(etag, bytes))
+}
+
+/// A 304 when `If-None-Match` names `etag`.
+fn not_modified(headers: &HeaderMap, etag: &str) -> Option<Response> {
+    etag_matches(headers, etag)
+        .then(|| (StatusCode::NOT_MODIFIED, [(header::ETAG, etag.to_string())]).into_response())
+}
+
+/// Bytes the same for every client, with their ETag.
+fn binary(etag: String, bytes: impl Into<Bytes>) -> Response {
     (
         [
             (header::ETAG, etag),
             (header::CONTENT_TYPE, "application/octet-stream".to_string()),
         ],
-        bytes,
+        bytes.into(),
     )
         .into_response()
 }

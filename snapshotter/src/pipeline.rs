@@ -340,8 +340,8 @@ fn build_staged(
     let encoded = encode_phase(&mut staged, &view, &meta.kind, opts, &seeds)?;
     let hinted = hint_phase(encoded, opts, &seeds)?;
     let written = write_phase(staged, hinted, table, records.sha3_256, records_s)?;
-    let mut manifest = manifest_for(meta, &summary, &written, canaries, codes);
-    manifest.common_codes = view.common_codes().to_vec();
+    let codes = (codes, view.common_codes().to_vec());
+    let manifest = manifest_for(meta, &summary, &written, canaries, codes);
     let published = store.publish(written.staged, &manifest)?;
     let peak_rss_mib = peak_rss_bytes().map(|b| b >> 20);
     tracing::info!(snapshot = %id, path = %published.path.display(), records = manifest.record_count, ?peak_rss_mib, "published");
@@ -619,7 +619,7 @@ fn manifest_for(
     summary: &RecordsSummary,
     w: &Written,
     canaries: Vec<protocol::manifest::Canary>,
-    codes: Option<protocol::codes::CodeTable>,
+    (codes, common_codes): (Option<protocol::codes::CodeTable>, Vec<u32>),
 ) -> Manifest {
     let shape = &w.shape;
     Manifest {
@@ -636,7 +636,7 @@ fn manifest_for(
         storage: state.listed.clone(),
         content_digest: w.content_digest.clone(),
         codes,
-        common_codes: Vec::new(),
+        common_codes,
         canaries,
         created_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
         pir: PirParams {

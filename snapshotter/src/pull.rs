@@ -182,9 +182,7 @@ impl Puller {
                     Ok(())
                 })
                 .await?;
-            if alloy_primitives::keccak256(&code) != hash {
-                return Err(PullError::Digest(what));
-            }
+            protocol::codes::check_code(&hash, &code).map_err(|_| PullError::Digest(what))?;
             store.put_code(&code)?;
         }
         Ok(total)

@@ -195,10 +195,7 @@ impl<'t> StorageWalk<'t> {
         txn: &'t libmdbx::Transaction<'_, libmdbx::RO, NoWriteMap>,
         layout: Layout,
     ) -> Result<Self, RethError> {
-        let table = match layout {
-            Layout::V1 => "PlainStorageState",
-            Layout::V2 => "HashedStorages",
-        };
+        let table = layout.storage_table();
         let cursor = match open_optional(txn, table)? {
             Some(t) => Some(txn.cursor(&t).map_err(read_err(table))?),
             None => None,
@@ -296,49 +293,52 @@ fn read_offsets(data_path: &str) -> Result<Vec<usize>, RethError> {
         .collect())
 }
 
-/// One `PlainAccountState` entry (v1), with its code hash and its storage
-/// root (from `storage`, walked beside in address order).
-fn plain_account(
-    key: &[u8],
-    value: &[u8],
-    storage: &mut StorageWalk,
-) -> Result<AccountRecord, RethError> {
-    let malformed = |reason| RethError::Malformed {
-        table: "PlainAccountState",
-        reason,
-    };
-    if key.len() != 20 {
-        return Err(malformed(format!("key of {} bytes", key.len())));
-    }
-    let (nonce, balance) = decode_account(value).map_err(malformed)?;
-    let root = storage.root_of(key)?;
-    Ok(AccountRecord::new(Address::from_slice(key), balance, nonce)
-        .with_trie(account_code_hash(value), root))
-}
-
 /// reth's v2 table of accounts by keccak256(address).
 const HASHED_ACCOUNTS: &str = "HashedAccounts";
 
-/// One `HashedAccounts` entry as an account known by its key only, with
-/// its code hash and its storage root (from `storage`, walked beside).
-fn hashed_account(
+impl Layout {
+    /// The table of the head's storage: v1 `PlainStorageState` by address
+    /// (entries `slot || word`), v2 `HashedStorages` by keccak256(address)
+    /// (entries `keccak256(slot) || word`).
+    fn storage_table(self) -> &'static str {
+        match self {
+            Layout::V1 => "PlainStorageState",
+            Layout::V2 => "HashedStorages",
+        }
+    }
+
+    /// The table of the head's accounts, and its keys' length: v1
+    /// `PlainAccountState` by address, v2 `HashedAccounts` by
+    /// keccak256(address).
+    fn accounts_table(self) -> (&'static str, usize) {
+        match self {
+            Layout::V1 => ("PlainAccountState", 20),
+            Layout::V2 => (HASHED_ACCOUNTS, 32),
+        }
+    }
+}
+
+/// One entry of the head's accounts table of `layout`, with its code hash
+/// and its storage root (from `storage`, walked beside in key order); v2
+/// knows the account by its key only.
+fn head_account(
+    layout: Layout,
     key: &[u8],
     value: &[u8],
     storage: &mut StorageWalk,
 ) -> Result<AccountRecord, RethError> {
-    let malformed = |reason| RethError::Malformed {
-        table: HASHED_ACCOUNTS,
-        reason,
-    };
-    if key.len() != 32 {
+    let (table, key_len) = layout.accounts_table();
+    let malformed = |reason| RethError::Malformed { table, reason };
+    if key.len() != key_len {
         return Err(malformed(format!("key of {} bytes", key.len())));
     }
     let (nonce, balance) = decode_account(value).map_err(malformed)?;
     let root = storage.root_of(key)?;
-    Ok(
-        AccountRecord::from_hashed(B256::from_slice(key), balance, nonce)
-            .with_trie(account_code_hash(value), root),
-    )
+    let account = match layout {
+        Layout::V1 => AccountRecord::new(Address::from_slice(key), balance, nonce),
+        Layout::V2 => AccountRecord::from_hashed(B256::from_slice(key), balance, nonce),
+    };
+    Ok(account.with_trie(account_code_hash(value), root))
 }
 
 impl RethDatadir {
@@ -492,10 +492,7 @@ impl RethDatadir {
     /// Every account at the head, with its code hash (from the account)
     /// and its storage root (from the storage table, walked beside).
     pub fn full_state(&self) -> Result<Vec<AccountRecord>, RethError> {
-        let table = match self.layout {
-            Layout::V1 => "PlainAccountState",
-            Layout::V2 => HASHED_ACCOUNTS,
-        };
+        let (table, _) = self.layout.accounts_table();
         // Accounts and storage from one read transaction: one state.
         let txn = self.db.begin_ro_txn().map_err(read_err(table))?;
         let mut storage = StorageWalk::new(&txn, self.layout)?;
@@ -505,10 +502,7 @@ impl RethDatadir {
         let mut cursor = txn.cursor(&accounts).map_err(read_err(table))?;
         let mut out = Vec::new();
         while let Some((k, v)) = cursor.next::<Vec<u8>, Vec<u8>>().map_err(read_err(table))? {
-            out.push(match self.layout {
-                Layout::V1 => plain_account(&k, &v, &mut storage)?,
-                Layout::V2 => hashed_account(&k, &v, &mut storage)?,
-            });
+            out.push(head_account(self.layout, &k, &v, &mut storage)?);
         }
         Ok(out)
     }
@@ -562,7 +556,7 @@ impl RethDatadir {
             let entry = cursor
                 .next::<Vec<u8>, Vec<u8>>()
                 .map_err(read_err(HASHED_ACCOUNTS));
-            let account = |(k, v): (Vec<u8>, Vec<u8>)| hashed_account(&k, &v, &mut roots);
+            let account = |(k, v): (Vec<u8>, Vec<u8>)| head_account(Layout::V2, &k, &v, &mut roots);
             match entry.and_then(|e| e.map(account).transpose()) {
                 Ok(account) => account,
                 Err(e) => {
@@ -587,10 +581,7 @@ impl RethDatadir {
     /// word`); either way the same PIR keys. Each contract is one cursor
     /// walk over its own entries (a mainnet table is never read whole).
     pub fn storage(&self, contracts: &[Address]) -> Result<Vec<StorageRecord>, RethError> {
-        let table = match self.layout {
-            Layout::V1 => "PlainStorageState",
-            Layout::V2 => "HashedStorages",
-        };
+        let table = self.layout.storage_table();
         let txn = self.db.begin_ro_txn().map_err(read_err(table))?;
         let Some(t) = open_optional(&txn, table)? else {
             return Ok(Vec::new());

@@ -238,24 +238,17 @@ impl RpcSource {
         records: &[AccountRecord],
         at: u64,
     ) -> Result<Vec<Bytes>, RpcSourceError> {
+        let kept = |h: &B256| self.code_store.as_ref().is_some_and(|s| s.has_code(h));
         let mut wanted: BTreeMap<B256, Address> = BTreeMap::new();
         for r in records {
             let Some(address) = r.address else { continue };
-            let kept = |h: &B256| self.code_store.as_ref().is_some_and(|s| s.has_code(h));
             if r.code_hash != EMPTY_CODE_HASH && !r.code_hash.is_zero() && !kept(&r.code_hash) {
                 wanted.entry(r.code_hash).or_insert(address);
             }
         }
         let mut codes = Vec::with_capacity(wanted.len());
         for (hash, address) in wanted {
-            let code = self
-                .retry("eth_getCode", Some(at), || {
-                    self.provider
-                        .get_code_at(address)
-                        .block_id(BlockId::number(at))
-                        .into_future()
-                })
-                .await?;
+            let code = self.code_at(address, at).await?;
             if keccak256(&code) != hash {
                 return Err(RpcSourceError::Reply {
                     method: "eth_getCode",
@@ -549,16 +542,18 @@ impl RpcSource {
 
     /// The bytecode size of `address` at block `at` (0: not a contract).
     pub async fn code_size(&self, address: Address, at: u64) -> Result<usize, RpcSourceError> {
-        let block = BlockId::number(at);
-        let code = self
-            .retry("eth_getCode", Some(at), || {
-                self.provider
-                    .get_code_at(address)
-                    .block_id(block)
-                    .into_future()
-            })
-            .await?;
-        Ok(code.len())
+        Ok(self.code_at(address, at).await?.len())
+    }
+
+    /// The code of `address` at block `at` (empty: not a contract).
+    async fn code_at(&self, address: Address, at: u64) -> Result<Bytes, RpcSourceError> {
+        self.retry("eth_getCode", Some(at), || {
+            self.provider
+                .get_code_at(address)
+                .block_id(BlockId::number(at))
+                .into_future()
+        })
+        .await
     }
 
     /// Storage words of `address` at block `at`, one per slot, in batches
