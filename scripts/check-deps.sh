@@ -23,4 +23,7 @@ check proxy '^(server|snapshotter|snapshot-store|gpu-kernels|demo|cudarc|prometh
 # The client a wallet embeds: of our crates only pir-core and protocol.
 check ethpir-client '^(proxy|server|snapshotter|snapshot-store|gpu-kernels|demo|test-support|cudarc|prometheus|indicatif|libmdbx) '
 check server '^(snapshotter|gpu-kernels|demo|cudarc|indicatif|libmdbx) '
-echo "dependency check: the proxy and the client link no operator crate; the server no pipeline or GPU crate"
+# The demo builds its snapshot with the pipeline alone: no node clients,
+# reth, GPU or progress bars (its clean build time, issue 33).
+check demo '^(snapshotter|gpu-kernels|cudarc|indicatif|libmdbx|alloy-provider|alloy-rpc-client|alloy-signer-local) '
+echo "dependency check: the proxy and the client link no operator crate; the server no pipeline or GPU crate; the demo no operator stack"

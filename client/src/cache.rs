@@ -13,6 +13,7 @@ use reqwest::StatusCode;
 use crate::fetch::Size;
 use crate::link::{Duration, ServerLink};
 use crate::ReadError;
+use protocol::routes::ApiPath;
 
 /// What is downloaded: its route below `/v1/snapshots/{id}/` and its
 /// cache file's extension.
@@ -107,9 +108,12 @@ async fn download(
 ) -> Result<Vec<u8>, ReadError> {
     let name = artifact.name();
     let id = entry.id.url_form();
-    let path = format!("/v1/snapshots/{id}/{name}");
+    let path = match artifact {
+        Artifact::Setup => ApiPath::Setup(&entry.id),
+        Artifact::Table => ApiPath::Table(&entry.id),
+    };
     let what = format!("snapshot {id}: {name}");
-    let resp = link.download(&path, &what, size, Duration::Long).await?;
+    let resp = link.download(path, &what, size, Duration::Long).await?;
     if resp.status == StatusCode::NOT_FOUND && artifact == Artifact::Table {
         return Err(ReadError::Retired(id));
     }

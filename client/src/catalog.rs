@@ -19,10 +19,7 @@ use crate::block::BlockSelector;
 use crate::fetch::Size;
 use crate::link::{Duration, ServerLink};
 use crate::ReadError;
-
-/// Largest catalog accepted, compressed or not (some ten thousand
-/// snapshots).
-pub const MAX_CATALOG_BYTES: u64 = 16 << 20;
+use protocol::routes::{ApiPath, MAX_CATALOG_BYTES};
 
 /// What an adopted catalog says, replaced whole on adoption (readers
 /// hold an `Arc` of it, never a copy).
@@ -113,7 +110,7 @@ impl Catalog {
         }
         let size = Size::AtMost(MAX_CATALOG_BYTES);
         let resp = link
-            .get("/v1/snapshots", "catalog", &headers, size, Duration::Short)
+            .get(ApiPath::Catalog, "catalog", &headers, size, Duration::Short)
             .await?;
         if resp.status == StatusCode::NOT_MODIFIED && etag.is_some() {
             return Ok(None);

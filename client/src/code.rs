@@ -14,6 +14,8 @@ use std::sync::Mutex;
 
 use alloy_primitives::{Bytes, B256};
 use protocol::codes::{check_code, CodeProof, CodeTable, MAX_CODE_BYTES};
+use protocol::manifest::SnapshotId;
+use protocol::routes::{ApiPath, MAX_CODE_ENTRY_BYTES};
 use protocol::CodeRef;
 use reqwest::StatusCode;
 
@@ -21,10 +23,6 @@ use crate::cache::{write_atomically, Readers};
 use crate::fetch::Size;
 use crate::link::{Duration, ServerLink};
 use crate::{AccountState, ReadError};
-
-/// Most bytes of one code-table entry's proof (a hash and ~32 siblings in
-/// JSON are under 3 KiB).
-const MAX_PROOF_BYTES: u64 = 8 << 10;
 
 /// Codes known here: each level's entries already proved, and the codes
 /// kept on disk by hash.
@@ -109,14 +107,17 @@ impl CodeCache {
         if let Some(hash) = self.places.lock().expect("code places").get(&key) {
             return Ok(*hash);
         }
-        let path = format!("/v1/snapshots/{level}/codes/{index}");
         let what = format!("snapshot {level}: code entry {index}");
+        let id: SnapshotId = level
+            .parse()
+            .map_err(|e| ReadError::Backend(format!("{what}: {e}")))?;
+        let size = Size::AtMost(MAX_CODE_ENTRY_BYTES);
         let resp = link
             .get(
-                &path,
+                ApiPath::CodeEntry(&id, index),
                 &what,
                 &[],
-                Size::AtMost(MAX_PROOF_BYTES),
+                size,
                 Duration::Short,
             )
             .await?;
@@ -143,9 +144,8 @@ impl CodeCache {
         }
         let what = format!("code {hash}");
         let size = Size::AtMost(MAX_CODE_BYTES as u64);
-        let path_of_code = format!("/v1/code/{hash}");
         let resp = link
-            .download(&path_of_code, &what, size, Duration::Long)
+            .download(ApiPath::Code(hash), &what, size, Duration::Long)
             .await?;
         if resp.status == StatusCode::NOT_FOUND {
             return Err(ReadError::Backend(format!(

@@ -45,7 +45,7 @@ pub mod catalog;
 mod code;
 pub mod config;
 pub mod error;
-pub mod fetch;
+pub use api_client::fetch;
 pub mod levels;
 pub mod link;
 pub mod pool;

@@ -1,11 +1,14 @@
 //! The connection to one PIR server: its base URL, the HTTP client, the
 //! timeouts, the traffic counters and the trust in it. Every request to
-//! the server goes through here, and so through [`crate::fetch`]'s bounds.
+//! the server goes through here, and so through [`api_client`]'s typed
+//! routes and bounds.
 
+use api_client::ApiClient;
+use protocol::routes::ApiPath;
 use reqwest::header::{HeaderName, HeaderValue};
 
 use crate::config::Timeouts;
-use crate::fetch::{fetch, Bounds, FetchError, Fetched, Size};
+use crate::fetch::{Bounds, FetchError, Fetched, Size};
 use crate::traffic::{Kind, Traffic};
 use crate::trust::Trust;
 use crate::ReadError;
@@ -20,8 +23,7 @@ pub enum Duration {
 }
 
 pub struct ServerLink {
-    http: reqwest::Client,
-    base: String,
+    api: ApiClient,
     timeouts: Timeouts,
     pub traffic: Traffic,
     pub trust: Trust,
@@ -30,8 +32,7 @@ pub struct ServerLink {
 impl ServerLink {
     pub fn new(http: reqwest::Client, base: &str, timeouts: Timeouts) -> Self {
         ServerLink {
-            http,
-            base: base.trim_end_matches('/').to_string(),
+            api: ApiClient::new(http, base),
             timeouts,
             traffic: Traffic::default(),
             trust: Trust::default(),
@@ -40,7 +41,7 @@ impl ServerLink {
 
     /// The server's URL (redact it before logging).
     pub fn base(&self) -> &str {
-        &self.base
+        self.api.base()
     }
 
     fn bounds(&self, size: Size, duration: Duration) -> Bounds {
@@ -54,29 +55,26 @@ impl ServerLink {
         }
     }
 
-    /// `GET {base}{path}` with `headers`, within `size` and `duration`.
+    /// `GET path` with `headers`, within `size` and `duration`.
     pub async fn get(
         &self,
-        path: &str,
+        path: ApiPath<'_>,
         what: &str,
         headers: &[(HeaderName, HeaderValue)],
         size: Size,
         duration: Duration,
     ) -> Result<Fetched, FetchError> {
-        let mut request = self.http.get(format!("{}{path}", self.base));
-        for (name, value) in headers {
-            request = request.header(name, value);
-        }
         let count = |n| self.traffic.received(Kind::Background, n);
-        fetch(request, what, self.bounds(size, duration), &count).await
+        let bounds = self.bounds(size, duration);
+        self.api.get(path, what, headers, bounds, &count).await
     }
 
-    /// A download (`GET {base}{path}`, no headers) within `size`: a body
+    /// A download (`GET path`, no headers) within `size`: a body
     /// over its bound is not what the server stated, so the server's
     /// verification failure; other failures are the backend's.
     pub async fn download(
         &self,
-        path: &str,
+        path: ApiPath<'_>,
         what: &str,
         size: Size,
         duration: Duration,
@@ -89,23 +87,22 @@ impl ServerLink {
             })
     }
 
-    /// `POST {base}{path}` of a lookup's `body` (shared bytes: a resend
+    /// `POST /v1/query` of a lookup's `body` (shared bytes: a resend
     /// copies nothing); the answer within `size`.
     pub async fn post_lookup(
         &self,
-        path: &str,
         what: &str,
         body: bytes::Bytes,
         size: Size,
     ) -> Result<Fetched, FetchError> {
         self.traffic.sent(Kind::Lookup, body.len() as u64);
-        let request = self.http.post(format!("{}{path}", self.base)).body(body);
         let count = |n| self.traffic.received(Kind::Lookup, n);
-        fetch(request, what, self.bounds(size, Duration::Short), &count).await
+        let bounds = self.bounds(size, Duration::Short);
+        self.api.query(body, what, bounds, &count).await
     }
 
     /// Records a verification failure of this server (see [`Trust`]).
     pub fn distrust(&self, reason: String) -> ReadError {
-        self.trust.distrust(reason, &self.base)
+        self.trust.distrust(reason, self.api.base())
     }
 }

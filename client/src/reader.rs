@@ -661,12 +661,7 @@ impl PrivateReader {
         let resp = loop {
             let sent = self
                 .link
-                .post_lookup(
-                    "/v1/query",
-                    "query",
-                    request.clone(),
-                    Size::Exactly(expected),
-                )
+                .post_lookup("query", request.clone(), Size::Exactly(expected))
                 .await;
             let retry = match &sent {
                 Err(e) => matches!(e, FetchError::Transport { .. }),

@@ -6,13 +6,12 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use snapshotter::pipeline::{build_and_publish, BuildOptions};
-use snapshotter::sources::genesis;
-use snapshotter::{SnapshotId, SnapshotKind, SnapshotStore};
+use protocol::manifest::{SnapshotId, SnapshotKind};
+use snapshot_build::genesis;
+use snapshot_build::pipeline::{build_and_publish, BuildOptions};
+use snapshot_store::SnapshotStore;
 
 use proxy::ProxyConfig;
-
-pub mod bench;
 
 /// Settings of the demo.
 #[derive(Clone, Debug)]

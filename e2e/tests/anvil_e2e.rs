@@ -67,7 +67,6 @@ async fn snapshots_of(
     ];
     let build = BuildOptions {
         progress: None,
-        device: gpu_kernels::HintDevice::Cpu,
         ..Default::default()
     };
     for e in &exports {

@@ -132,7 +132,6 @@ async fn a_following_reader_builds_merges_from_the_deltas_it_holds() {
     };
     let build = BuildOptions {
         progress: None,
-        device: gpu_kernels::HintDevice::Cpu,
         ..Default::default()
     };
     let levels = Arc::new(Levels::new(store, CHAIN, policy, build));

@@ -130,9 +130,8 @@ pub fn build_hint_with_progress(
     };
     match device {
         HintDevice::Cpu => Ok(cpu(format!(
-            "requested; {} kernel on {} threads",
-            pir_core::kernel::kernel_name(),
-            rayon_threads()
+            "requested; {}",
+            pir_core::product::cpu_detail()
         ))),
         HintDevice::Cuda => gpu_hint(db, matrix, progress),
         HintDevice::Auto => match gpu_hint(db, matrix, progress) {
@@ -148,8 +147,23 @@ pub fn build_hint_with_progress(
     }
 }
 
-fn rayon_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+/// The build pipeline's hint step on this device choice (`Auto` falls back
+/// to the CPU as [`build_hint`] does).
+impl pir_core::product::HintBuilder for HintDevice {
+    fn build_hint(
+        &self,
+        db: &EncodedDb,
+        matrix: &PublicMatrix,
+        progress: &(dyn Fn(usize) + Sync),
+    ) -> Result<(Vec<u32>, String), pir_core::product::HintBuildError> {
+        let (hint, report) = build_hint_with_progress(db, matrix, *self, progress)
+            .map_err(|e| pir_core::product::HintBuildError(Box::new(e)))?;
+        Ok((hint, format!("{} ({})", report.device, report.detail)))
+    }
+
+    fn name(&self) -> String {
+        self.to_string()
+    }
 }
 
 #[cfg(feature = "cuda")]

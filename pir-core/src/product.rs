@@ -91,6 +91,58 @@ pub fn hint_cpu(
     hint_cpu_with(active(), db, matrix, progress)
 }
 
+/// Where a hint `M = A . D` is made. The build pipeline takes one: the CPU
+/// ([`CpuHint`]) unless the operator's build passes a GPU (`gpu-kernels`
+/// implements this for its device choice), so that a build that never
+/// uses a GPU does not link one. Every builder makes the same numbers.
+pub trait HintBuilder: Send + Sync {
+    /// The hint of `db` under `matrix`, and where and how it was made
+    /// (the manifest's `hint_device`). `progress` is told of work done.
+    fn build_hint(
+        &self,
+        db: &EncodedDb,
+        matrix: &PublicMatrix,
+        progress: &(dyn Fn(usize) + Sync),
+    ) -> Result<(Vec<u32>, String), HintBuildError>;
+
+    /// What the builder is, for logs (`cpu`, `auto`, `cuda`).
+    fn name(&self) -> String;
+}
+
+/// Why a hint builder failed (a GPU's driver, compiler or memory).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct HintBuildError(pub Box<dyn std::error::Error + Send + Sync>);
+
+/// The hint on all CPU cores with the kernel this CPU runs best.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CpuHint;
+
+impl HintBuilder for CpuHint {
+    fn build_hint(
+        &self,
+        db: &EncodedDb,
+        matrix: &PublicMatrix,
+        progress: &(dyn Fn(usize) + Sync),
+    ) -> Result<(Vec<u32>, String), HintBuildError> {
+        let hint = hint_cpu(db, matrix, progress);
+        Ok((hint, format!("cpu ({})", cpu_detail())))
+    }
+
+    fn name(&self) -> String {
+        "cpu".into()
+    }
+}
+
+/// The CPU hint's kernel and thread count, as the manifest records them.
+pub fn cpu_detail() -> String {
+    format!(
+        "{} kernel on {} threads",
+        active().name(),
+        rayon::current_num_threads()
+    )
+}
+
 /// [`hint_cpu`] with a given kernel (tests check every kernel the CPU has).
 pub fn hint_cpu_with(
     kernel: Kernel,

@@ -24,6 +24,7 @@ pub mod logging;
 pub mod manifest;
 pub mod multi;
 pub mod retry;
+pub mod routes;
 pub mod storage;
 pub mod table;
 #[cfg(any(test, feature = "testing"))]

@@ -17,6 +17,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use pir_core::wire::{self, Query};
+use protocol::routes::{Health, Route};
 use tower::ServiceExt;
 use tower_http::compression::predicate::{DefaultPredicate, NotForContentType, Predicate};
 use tower_http::compression::CompressionLayer;
@@ -32,15 +33,15 @@ pub fn router(state: Arc<AppState>) -> Router {
     let json_only =
         DefaultPredicate::new().and(NotForContentType::const_new("application/octet-stream"));
     Router::new()
-        .route("/v1/snapshots", get(catalog))
-        .route("/v1/snapshots/{id}/setup", get(setup))
-        .route("/v1/snapshots/{id}/table", get(table))
-        .route("/v1/snapshots/{id}/files/{name}", get(file))
-        .route("/v1/snapshots/{id}/codes/{index}", get(code_entry))
-        .route("/v1/code/{hash}", get(code))
-        .route("/v1/query", post(query))
-        .route("/healthz", get(healthz))
-        .route("/metrics", get(metrics))
+        .route(Route::Catalog.template(), get(catalog))
+        .route(Route::Setup.template(), get(setup))
+        .route(Route::Table.template(), get(table))
+        .route(Route::File.template(), get(file))
+        .route(Route::CodeEntry.template(), get(code_entry))
+        .route(Route::Code.template(), get(code))
+        .route(Route::Query.template(), post(query))
+        .route(Route::Health.template(), get(healthz))
+        .route(Route::Metrics.template(), get(metrics))
         .layer(DefaultBodyLimit::disable())
         .layer(RequestBodyLimitLayer::new(state.body_limit))
         .layer(CompressionLayer::new().gzip(true).compress_when(json_only))
@@ -66,18 +67,8 @@ async fn count_request(
 
 /// The metric label of a route (a fixed set: no label from client input).
 fn route_name(path: Option<&MatchedPath>) -> &'static str {
-    match path.map(MatchedPath::as_str) {
-        Some("/v1/snapshots") => "catalog",
-        Some("/v1/snapshots/{id}/setup") => "setup",
-        Some("/v1/snapshots/{id}/table") => "table",
-        Some("/v1/snapshots/{id}/files/{name}") => "file",
-        Some("/v1/snapshots/{id}/codes/{index}") => "code_entry",
-        Some("/v1/code/{hash}") => "code",
-        Some("/v1/query") => "query",
-        Some("/healthz") => "healthz",
-        Some("/metrics") => "metrics",
-        _ => "unrouted",
-    }
+    path.and_then(|p| Route::of_template(p.as_str()))
+        .map_or("unrouted", Route::label)
 }
 
 /// The catalog, with an ETag (SHA3 of its bytes) so that a client polling
@@ -386,9 +377,12 @@ async fn answer_alone(
 /// Liveness and what this process serves: `role` is `whole`, `shard i/S`
 /// or `router` (a router checks its shards' roles with this).
 async fn healthz(State(state): State<Arc<AppState>>) -> Response {
-    let n = state.all().len();
-    Json(serde_json::json!({"status": "ok", "snapshots": n, "role": state.role.to_string()}))
-        .into_response()
+    Json(Health {
+        status: "ok".into(),
+        snapshots: state.all().len(),
+        role: state.role.to_string(),
+    })
+    .into_response()
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {

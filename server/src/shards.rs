@@ -6,16 +6,15 @@
 //! fails that check). A shard that cannot answer makes the request fail
 //! with 503 "unavailable", never with a partial sum.
 //!
-//! Every shard answer is read through the client crate's bounded fetch:
+//! Every shard answer is read through the API client's bounded fetch:
 //! exactly the bytes its queries fix, within the router's timeout.
 
 use std::time::Duration;
 
-use ethpir_client::fetch::{fetch, Bounds, FetchError, Size};
+use api_client::{ApiClient, Bounds, CallError, FetchError, Size};
 use futures::future::try_join_all;
 use pir_core::shard::{add_answer, shard_rows, slice_query};
 use pir_core::wire::{self, Response};
-use protocol::api::ApiError;
 
 use crate::config::RouterSettings;
 use crate::error::RouteError;
@@ -23,8 +22,7 @@ use crate::routes::Part;
 
 /// The shard servers behind this router, shard 0 first.
 pub struct ShardRouter {
-    urls: Vec<String>,
-    http: reqwest::Client,
+    shards: Vec<ApiClient>,
     timeout: Duration,
 }
 
@@ -44,21 +42,21 @@ impl ShardRouter {
         for url in &settings.shards {
             url::Url::parse(url).map_err(|e| anyhow::anyhow!("shard URL {url:?}: {e}"))?;
         }
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .build()?;
         Ok(ShardRouter {
-            urls: settings
+            shards: settings
                 .shards
                 .iter()
-                .map(|u| u.trim_end_matches('/').to_string())
+                .map(|url| ApiClient::new(http.clone(), url))
                 .collect(),
-            http: reqwest::Client::builder()
-                .connect_timeout(Duration::from_secs(5))
-                .build()?,
             timeout: settings.timeout(),
         })
     }
 
     pub fn count(&self) -> u32 {
-        self.urls.len() as u32
+        self.shards.len() as u32
     }
 
     /// Answers a checked request through the shards: each part's answers,
@@ -91,30 +89,29 @@ impl ShardRouter {
         work: &[Part],
     ) -> Result<Vec<Vec<Response>>, RouteError> {
         let unavailable = |reason: String| RouteError::ShardUnavailable { shard, reason };
-        let post = self
-            .http
-            .post(format!("{}/v1/query", self.urls[shard]))
-            .body(request.body);
         let bounds = Bounds {
             size: Size::Exactly(request.response_bytes),
             first_byte: self.timeout,
             whole: self.timeout,
         };
-        let fetched = fetch(post, "shard answer", bounds, &|_| {})
+        let fetched = self.shards[shard]
+            .query(request.body.into(), "shard answer", bounds, &|_| {})
             .await
             .map_err(|e: FetchError| unavailable(e.to_string()))?;
-        if !fetched.status.is_success() {
-            let reason = serde_json::from_slice::<ApiError>(&fetched.body)
-                .map(|e| e.error)
-                .unwrap_or_default();
-            // A shard that has not picked up a snapshot yet (or has retired
-            // it) says so as a whole server would: the client refreshes.
-            return Err(match fetched.status.as_u16() {
-                404 => RouteError::UnknownSnapshot(format!("shard {shard}: {reason}")),
-                status => unavailable(format!("HTTP {status} {reason}")),
-            });
-        }
-        let parts = protocol::multi::decode_response(&fetched.body)
+        // A shard that has not picked up a snapshot yet (or has retired it)
+        // says so as a whole server would: the client refreshes.
+        let body = api_client::success(fetched, "shard answer").map_err(|e| match e {
+            CallError::Status {
+                status: 404,
+                message,
+                ..
+            } => RouteError::UnknownSnapshot(format!("shard {shard}: {message}")),
+            CallError::Status {
+                status, message, ..
+            } => unavailable(format!("HTTP {status} {message}")),
+            other => unavailable(other.to_string()),
+        })?;
+        let parts = protocol::multi::decode_response(&body)
             .map_err(|e| unavailable(format!("malformed answer: {e}")))?;
         if parts.len() != work.len() {
             return Err(unavailable(format!(
@@ -147,29 +144,14 @@ impl ShardRouter {
     /// router takes it for (a misordered list would make every answer
     /// fail the client's check).
     pub async fn check_roles(&self) {
-        for (i, url) in self.urls.iter().enumerate() {
+        for (i, shard) in self.shards.iter().enumerate() {
             let expected = format!("shard {i}/{}", self.count());
-            let bounds = Bounds {
-                size: Size::AtMost(64 << 10),
-                first_byte: self.timeout,
-                whole: self.timeout,
-            };
-            let health = fetch(
-                self.http.get(format!("{url}/healthz")),
-                "healthz",
-                bounds,
-                &|_| {},
-            )
-            .await
-            .ok()
-            .and_then(|f| serde_json::from_slice::<serde_json::Value>(&f.body).ok());
-            let role = health.as_ref().and_then(|h| h["role"].as_str());
-            match role {
-                Some(role) if role == expected => tracing::info!(shard = i, "shard ready"),
-                Some(role) => {
+            match shard.health(self.timeout).await.map(|h| h.role) {
+                Ok(role) if role == expected => tracing::info!(shard = i, "shard ready"),
+                Ok(role) => {
                     tracing::error!(shard = i, %role, %expected, "shard misplaced: it serves other rows (answers would fail the clients' checks)")
                 }
-                None => tracing::warn!(shard = i, "shard not reachable yet"),
+                Err(e) => tracing::warn!(shard = i, error = %e, "shard not reachable yet"),
             }
         }
     }

@@ -67,7 +67,6 @@ async fn declared_length_status(url: &str, len: usize) -> u16 {
 fn opts() -> BuildOptions {
     BuildOptions {
         progress: None,
-        device: gpu_kernels::HintDevice::Cpu,
         ..Default::default()
     }
 }

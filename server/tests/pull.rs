@@ -55,7 +55,6 @@ fn state(block: u64, kind: SnapshotKind, n: u64) -> ExportedState {
 fn publish(store: &SnapshotStore, block: u64, kind: SnapshotKind, n: u64) {
     let opts = BuildOptions {
         progress: None,
-        device: gpu_kernels::HintDevice::Cpu,
         ..Default::default()
     };
     build_and_publish(store, state(block, kind, n), &opts).unwrap();
@@ -218,10 +217,7 @@ async fn a_replica_keeps_the_primarys_attestations() {
     let mut bound = state(9, SnapshotKind::Full, 50);
     bound.block_hash = Some(alloy_primitives::B256::repeat_byte(9));
     bound.state_root = Some(alloy_primitives::B256::repeat_byte(10));
-    let opts = BuildOptions {
-        device: gpu_kernels::HintDevice::Cpu,
-        ..Default::default()
-    };
+    let opts = BuildOptions::default();
     let snap = build_and_publish(&primary, bound, &opts).unwrap();
     let signer: alloy_signer_local::PrivateKeySigner =
         "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d"

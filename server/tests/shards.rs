@@ -53,7 +53,6 @@ fn publish_base(store: &Path) {
     };
     let opts = BuildOptions {
         progress: None,
-        device: gpu_kernels::HintDevice::Cpu,
         ..Default::default()
     };
     build_and_publish(&store, state, &opts).unwrap();

@@ -251,7 +251,6 @@ fn rebuild_options(
         packing: pir_core::Packing::Fixed(m.pir.partitions),
         base_packing: None,
         expansion,
-        device: gpu_kernels::HintDevice::Cpu,
         ..Default::default()
     })
 }

@@ -147,10 +147,11 @@ impl BuildConfig {
                 .map_err(|e| anyhow::anyhow!("build.arity: {e}"))?,
             packing,
             base_packing,
-            device: self
-                .device
-                .parse()
-                .map_err(|e: String| anyhow::anyhow!(e))?,
+            hint: std::sync::Arc::new(
+                self.device
+                    .parse::<gpu_kernels::HintDevice>()
+                    .map_err(|e: String| anyhow::anyhow!(e))?,
+            ),
             expansion: self
                 .matrix_expansion
                 .parse()
@@ -610,5 +611,24 @@ pub async fn run_once(config: FollowConfig) -> anyhow::Result<u64> {
     let mut follower = Follower::new(config)?;
     match follower.step().await? {
         StepOutcome::UpToDate { block } | StepOutcome::Published { block, .. } => Ok(block),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::HintBudget;
+    use pir_core::Packing;
+
+    #[test]
+    fn the_example_config_parses() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/snapshotter.toml");
+        let config = FollowConfig::from_file(std::path::Path::new(path)).unwrap();
+        assert_eq!(config.build.hint_budget_mib, HintBudget::Auto);
+        let options = config.build.options().unwrap();
+        assert!(matches!(
+            options.base_packing,
+            Some(Packing::ForLookup { .. })
+        ));
     }
 }

@@ -463,10 +463,7 @@ mod tests {
     }
 
     fn levels(dir: &std::path::Path, policy: LevelPolicy) -> Levels {
-        let opts = BuildOptions {
-            device: gpu_kernels::HintDevice::Cpu,
-            ..Default::default()
-        };
+        let opts = BuildOptions::default();
         Levels::new(SnapshotStore::open(dir).unwrap(), 7, policy, opts)
     }
 

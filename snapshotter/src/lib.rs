@@ -1,9 +1,9 @@
 //! # snapshotter
 //!
 //! Turns Ethereum account state into PIR snapshots: a source exports
-//! accounts ([`sources`]), the pipeline encodes them with pir-core, builds
-//! the hint (GPU or CPU, [`gpu_kernels`]) and publishes the result
-//! atomically into a [`store::SnapshotStore`].
+//! accounts ([`sources`]), the pipeline ([`snapshot_build`]) encodes them
+//! with pir-core, builds the hint (GPU or CPU, [`gpu_kernels`]) and
+//! publishes the result atomically into a [`store::SnapshotStore`].
 #![forbid(unsafe_code)]
 
 // The record encoding and manifests live in `protocol`, shared with the
@@ -12,15 +12,15 @@ pub use protocol::{account, manifest};
 // The store is its own crate, which the server reads without the pipeline.
 pub use snapshot_store as store;
 pub use snapshot_store::failpoint;
+// The build itself is its own crate, which the demo links without the
+// node clients, reth and the GPU.
+pub use snapshot_build::{pipeline, progress, records};
 
 pub mod attest;
 pub mod folded;
 pub mod follow;
 pub mod levels;
-pub mod pipeline;
-pub mod progress;
 pub mod pull;
-pub mod records;
 pub mod sources;
 pub mod state_root;
 pub mod tokens;

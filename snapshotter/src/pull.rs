@@ -12,12 +12,11 @@
 use std::io::Write;
 use std::time::Duration;
 
+use api_client::{ApiClient, Bounds, FetchError, Size, Streamed};
 use protocol::api::{CatalogEntry, CatalogListing};
-use protocol::manifest::FileDigest;
+use protocol::manifest::{FileDigest, SnapshotId};
+use protocol::routes::ApiPath;
 use snapshot_store::{SnapshotStore, StoreError};
-
-/// Largest catalog read from the primary.
-const MAX_CATALOG_BYTES: u64 = 64 << 20;
 
 /// Why a pull failed.
 #[derive(Debug, thiserror::Error)]
@@ -57,8 +56,7 @@ pub struct PullReport {
 
 /// Pulls from a primary's server into a store.
 pub struct Puller {
-    http: reqwest::Client,
-    from: String,
+    primary: ApiClient,
     /// Longest a single file may take to download.
     file_timeout: Duration,
 }
@@ -73,8 +71,7 @@ impl Puller {
                 reason: e.to_string(),
             })?;
         Ok(Puller {
-            http,
-            from: from.trim_end_matches('/').to_string(),
+            primary: ApiClient::new(http, from),
             file_timeout,
         })
     }
@@ -112,20 +109,9 @@ impl Puller {
     /// The primary's catalog, checked as a proxy checks one (ids, digests,
     /// plain file names: they become paths here).
     async fn catalog(&self) -> Result<CatalogListing, PullError> {
-        let what = "catalog".to_string();
-        let resp = self
-            .get("/v1/snapshots", Duration::from_secs(60), &what)
-            .await?;
-        let mut body = Vec::new();
-        self.stream(resp, &what, MAX_CATALOG_BYTES, |chunk| {
-            body.extend_from_slice(chunk);
-            Ok(())
-        })
-        .await?;
-        let listing: CatalogListing =
-            serde_json::from_slice(&body).map_err(|e| PullError::Catalog(e.to_string()))?;
-        listing
-            .checked()
+        self.primary
+            .catalog(Duration::from_secs(60))
+            .await
             .map_err(|e| PullError::Catalog(e.to_string()))
     }
 
@@ -140,9 +126,7 @@ impl Puller {
         let mut total = 0;
         for (name, digest) in &entry.manifest.files {
             let path = staged.dir().join(name);
-            total += self
-                .fetch_file(&entry.id.url_form(), name, digest, &path)
-                .await?;
+            total += self.fetch_file(&entry.id, name, digest, &path).await?;
         }
         if entry.manifest.files.contains_key(crate::store::CODES_FILE) {
             let table =
@@ -171,13 +155,10 @@ impl Puller {
                 continue;
             }
             let what = format!("code {hash}");
-            let resp = self
-                .get(&format!("/v1/code/{hash}"), self.file_timeout, &what)
-                .await?;
             let mut code = Vec::new();
             let limit = protocol::codes::MAX_CODE_BYTES as u64;
             total += self
-                .stream(resp, &what, limit, |chunk| {
+                .stream(ApiPath::Code(&hash), &what, limit, &mut |chunk| {
                     code.extend_from_slice(chunk);
                     Ok(())
                 })
@@ -192,27 +173,25 @@ impl Puller {
     /// and checks its digest.
     async fn fetch_file(
         &self,
-        id: &str,
+        id: &SnapshotId,
         name: &str,
         expected: &FileDigest,
         path: &std::path::Path,
     ) -> Result<u64, PullError> {
-        let what = format!("{id}/{name}");
+        let what = format!("{}/{name}", id.url_form());
         let io = |source| PullError::Io {
             path: path.display().to_string(),
             source,
         };
-        let resp = self
-            .get(
-                &format!("/v1/snapshots/{id}/files/{name}"),
-                self.file_timeout,
-                &what,
-            )
-            .await?;
         // Hashed as it is written: the file is not read back.
         let mut file = protocol::Sha3Writer::new(std::fs::File::create(path).map_err(io)?);
         let got = self
-            .stream(resp, &what, expected.bytes, |chunk| file.write_all(chunk))
+            .stream(
+                ApiPath::File(id, name),
+                &what,
+                expected.bytes,
+                &mut |chunk| file.write_all(chunk),
+            )
             .await?;
         let (file, digest, _) = file.finish();
         file.sync_all().map_err(io)?;
@@ -229,52 +208,33 @@ impl Puller {
         Ok(got)
     }
 
-    /// `GET {from}{path}` within `timeout`: the response, its body unread.
-    async fn get(
-        &self,
-        path: &str,
-        timeout: Duration,
-        what: &str,
-    ) -> Result<reqwest::Response, PullError> {
-        self.http
-            .get(format!("{}{path}", self.from))
-            .timeout(timeout)
-            .send()
-            .await
-            .map_err(|e| PullError::Http {
-                what: what.to_string(),
-                reason: e.to_string(),
-            })
-    }
-
-    /// Reads a successful response chunk by chunk into `sink`, refusing it
-    /// once it passes `limit` bytes; the bytes read.
+    /// `GET path` from the primary, its body streamed into `sink`, refused
+    /// once it passes `limit` bytes or the file timeout; the bytes read.
     async fn stream(
         &self,
-        mut resp: reqwest::Response,
+        path: ApiPath<'_>,
         what: &str,
         limit: u64,
-        mut sink: impl FnMut(&[u8]) -> std::io::Result<()>,
+        sink: &mut (dyn FnMut(&[u8]) -> std::io::Result<()> + Send),
     ) -> Result<u64, PullError> {
+        let bounds = Bounds {
+            size: Size::AtMost(limit),
+            first_byte: self.file_timeout,
+            whole: self.file_timeout,
+        };
         let http = |reason: String| PullError::Http {
             what: what.to_string(),
             reason,
         };
-        if !resp.status().is_success() {
-            return Err(http(format!("HTTP {}", resp.status())));
-        }
-        let mut got = 0u64;
-        while let Some(chunk) = resp.chunk().await.map_err(|e| http(e.to_string()))? {
-            got += chunk.len() as u64;
-            if got > limit {
-                return Err(http(format!("more than the {limit} bytes expected")));
-            }
-            sink(&chunk).map_err(|e| PullError::Io {
+        match self.primary.get_streamed(path, what, bounds, sink).await {
+            Ok(Streamed::Done(got)) => Ok(got),
+            Ok(Streamed::Refused(answer)) => Err(http(format!("HTTP {}", answer.status))),
+            Err(FetchError::Sink { reason, .. }) => Err(PullError::Io {
                 path: what.to_string(),
-                source: e,
-            })?;
+                source: std::io::Error::other(reason),
+            }),
+            Err(e) => Err(http(e.to_string())),
         }
-        Ok(got)
     }
 }
 

@@ -38,7 +38,10 @@ fn verify_all(store: &std::path::Path) {
 #[test]
 fn killed_builds_never_leave_half_snapshots() {
     let dir = tempfile::tempdir().unwrap();
-    let sepolia = concat!(env!("CARGO_MANIFEST_DIR"), "/data/sepolia-genesis.json");
+    let sepolia = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../snapshot-build/data/sepolia-genesis.json"
+    );
     assert!(build(dir.path(), &["--file", sepolia, "--chain-id", "11155111"]).success());
     let store = SnapshotStore::open(dir.path()).unwrap();
     let before: Vec<_> = store
@@ -112,7 +115,6 @@ fn retention_keeps_the_newest_and_the_pinned() {
     let store = SnapshotStore::open(dir.path()).unwrap();
     let opts = BuildOptions {
         progress: None,
-        device: gpu_kernels::HintDevice::Cpu,
         ..Default::default()
     };
     for (block, kind) in [

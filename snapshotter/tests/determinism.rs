@@ -10,7 +10,10 @@ use std::process::Command;
 use snapshotter::store::SnapshotStore;
 
 fn build(store: &std::path::Path, threads: &str, encode_mib: &str) {
-    let mainnet = concat!(env!("CARGO_MANIFEST_DIR"), "/data/mainnet-genesis.json");
+    let mainnet = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../snapshot-build/data/mainnet-genesis.json"
+    );
     let status = Command::new(env!("CARGO_BIN_EXE_ethpir-snapshot"))
         .arg("--store")
         .arg(store)

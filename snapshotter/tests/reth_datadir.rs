@@ -155,7 +155,6 @@ fn check_builds(reth: &RethDatadir, chain_id: u64) {
     let store = SnapshotStore::open(dir.path()).unwrap();
     let opts = BuildOptions {
         progress: None,
-        device: gpu_kernels::HintDevice::Cpu,
         ..Default::default()
     };
     let published = build_and_publish(
@@ -200,7 +199,6 @@ fn check_views_at_every_block(reth: &RethDatadir, expected: &Value) {
     let dir = tempfile::tempdir().unwrap();
     let store = SnapshotStore::open(dir.path()).unwrap();
     let opts = BuildOptions {
-        device: gpu_kernels::HintDevice::Cpu,
         ..Default::default()
     };
     let policy = LevelPolicy {
@@ -380,7 +378,6 @@ fn check_storage(reth: &RethDatadir) {
     let dir = tempfile::tempdir().unwrap();
     let store = SnapshotStore::open(dir.path()).unwrap();
     let opts = BuildOptions {
-        device: gpu_kernels::HintDevice::Cpu,
         ..Default::default()
     };
     let mut state = reth.export(RethMode::Full, 1337).unwrap();

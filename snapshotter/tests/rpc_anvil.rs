@@ -120,7 +120,6 @@ async fn active_and_historical_snapshots_match_anvil() {
     let store = SnapshotStore::open(dir.path()).unwrap();
     let build = BuildOptions {
         progress: None,
-        device: gpu_kernels::HintDevice::Cpu,
         ..Default::default()
     };
     let published = build_and_publish(&store, state.clone(), &build).unwrap();

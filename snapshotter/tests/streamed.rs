@@ -40,7 +40,6 @@ fn base(records: Vec<AccountRecord>) -> ExportedState {
 /// Options whose encoder holds about `bytes` of records at a time.
 fn within(bytes: usize) -> BuildOptions {
     BuildOptions {
-        device: gpu_kernels::HintDevice::Cpu,
         encode_memory_bytes: bytes,
         ..Default::default()
     }

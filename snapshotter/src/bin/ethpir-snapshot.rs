@@ -489,7 +489,7 @@ impl BuildArgs {
             arity,
             packing,
             base_packing,
-            device: self.device,
+            hint: std::sync::Arc::new(self.device),
             expansion: self.matrix_expansion,
             progress: self.progress(),
             encode_memory_bytes: mib_bytes(self.encode_memory_mib),

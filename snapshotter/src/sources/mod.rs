@@ -1,6 +1,6 @@
 //! Where account state comes from.
 
-pub mod genesis;
+pub use snapshot_build::genesis;
 #[cfg(feature = "reth")]
 pub mod reth;
 pub mod rpc;

@@ -104,7 +104,7 @@ async fn latencies(
     }
     ms.sort_by(|a, b| a.partial_cmp(b).unwrap());
     Ok(
-        json!({"calls": calls, "gap_ms": gap.as_millis() as u64, "p50_ms": demo::bench::percentile(&ms, 0.5), "p99_ms": demo::bench::percentile(&ms, 0.99), "max_ms": ms[ms.len() - 1]}),
+        json!({"calls": calls, "gap_ms": gap.as_millis() as u64, "p50_ms": system_bench::percentile(&ms, 0.5), "p99_ms": system_bench::percentile(&ms, 0.99), "max_ms": ms[ms.len() - 1]}),
     )
 }
 
@@ -114,10 +114,10 @@ async fn main() -> Result<()> {
     let store_dir = args.dir.join(format!("store-{}", args.log2_accounts));
     let log2 = args.log2_accounts;
     let (store, build_s) =
-        demo::bench::ensure_store(&store_dir, move || demo::bench::accounts(log2)).await?;
-    let records = demo::bench::accounts(args.log2_accounts);
+        system_bench::ensure_store(&store_dir, move || system_bench::accounts(log2)).await?;
+    let records = system_bench::accounts(args.log2_accounts);
     let mut rng = rand::rngs::StdRng::seed_from_u64(u64::from(args.log2_accounts));
-    let server = demo::bench::serve_store(server::ServerConfig {
+    let server = system_bench::serve_store(server::ServerConfig {
         store: store_dir.clone(),
         ..Default::default()
     })

@@ -20,7 +20,7 @@ use alloy_primitives::{Address, B256, U256};
 use pir_core::encode::RecordSource;
 use protocol::storage::{encode_word, StorageRecord};
 
-use crate::account::{encode_value, AccountRecord};
+use protocol::account::{encode_value, AccountRecord};
 use protocol::account::{AccountValue, CodeRef};
 
 const MAGIC: &[u8; 4] = b"EPRC";
@@ -367,7 +367,7 @@ impl<'a> RecordsFile<'a> {
             let record = self.account(i);
             if record
                 .address
-                .is_some_and(|a| crate::account::pir_key(&a) != record.key)
+                .is_some_and(|a| protocol::account::pir_key(&a) != record.key)
             {
                 return Err(RecordsError::Key(i));
             }

@@ -12,12 +12,12 @@ use serde::Deserialize;
 
 use protocol::storage::{PrivateStorage, StorageRecord};
 
-use crate::account::AccountRecord;
-use crate::manifest::SnapshotKind;
 use crate::pipeline::ExportedState;
+use protocol::account::AccountRecord;
+use protocol::manifest::SnapshotKind;
 
 /// Mainnet's genesis, bundled for the demo.
-pub const MAINNET_GENESIS: &str = include_str!("../../data/mainnet-genesis.json");
+pub const MAINNET_GENESIS: &str = include_str!("../data/mainnet-genesis.json");
 
 /// A genesis file that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -221,7 +221,7 @@ mod tests {
 
     #[test]
     fn sepolia_genesis_parses_mixed_case_and_prefixes() {
-        let text = include_str!("../../data/sepolia-genesis.json");
+        let text = include_str!("../data/sepolia-genesis.json");
         let state = parse_genesis(text, Some(11155111), "test").unwrap();
         assert_eq!(state.records.len(), 15);
     }

@@ -16,9 +16,11 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context, Result};
 use clap::{Parser, ValueEnum};
 use pir_core::{Lookup, PirClient};
+use protocol::routes::ApiPath;
 use rand::SeedableRng;
 use serde_json::json;
 use snapshotter::AccountRecord;
+use system_bench::url;
 
 #[derive(Parser)]
 #[command(
@@ -98,7 +100,8 @@ async fn main() -> Result<()> {
             let store_dir = args.dir.join(format!("store-{}", args.log2_accounts));
             let log2 = args.log2_accounts;
             let (_store, build_s) =
-                demo::bench::ensure_store(&store_dir, move || demo::bench::accounts(log2)).await?;
+                system_bench::ensure_store(&store_dir, move || system_bench::accounts(log2))
+                    .await?;
             (store_dir, build_s)
         }
     };
@@ -169,7 +172,7 @@ async fn measure(args: &Args, base: &str, records: &[AccountRecord]) -> Result<s
     let elapsed = started.elapsed().as_secs_f64();
     ms.sort_by(f64::total_cmp);
     let metrics = http
-        .get(format!("{base}/metrics"))
+        .get(url(&base, ApiPath::Metrics))
         .send()
         .await?
         .text()
@@ -183,12 +186,12 @@ async fn measure(args: &Args, base: &str, records: &[AccountRecord]) -> Result<s
         "seconds": elapsed,
         "lookups": ms.len(),
         "lookups_per_s": ms.len() as f64 / elapsed,
-        "p50_ms": demo::bench::percentile(&ms, 0.5),
-        "p99_ms": demo::bench::percentile(&ms, 0.99),
+        "p50_ms": system_bench::percentile(&ms, 0.5),
+        "p99_ms": system_bench::percentile(&ms, 0.99),
         "lone_lookup_ms": lone,
         "passes": passes,
         "mean_queries_per_pass": queries / passes.max(1.0),
-        "cpu": demo::bench::cpu_model(),
+        "cpu": system_bench::cpu_model(),
         "cores": std::thread::available_parallelism().map(usize::from).unwrap_or(1),
         "kernel": pir_core::kernel::active().name(),
     }))
@@ -199,7 +202,7 @@ async fn start_server(
     store_dir: &std::path::Path,
     batching: server::BatchSettings,
 ) -> Result<String> {
-    demo::bench::serve_store(server::ServerConfig {
+    system_bench::serve_store(server::ServerConfig {
         store: store_dir.to_path_buf(),
         queue: 4096,
         batching,
@@ -222,7 +225,7 @@ async fn prepare(
         .context("the server serves no snapshot (did the store load?)")?
         .id;
     let setup = http
-        .get(format!("{base}/v1/snapshots/{}/setup", id.url_form()))
+        .get(url(base, ApiPath::Setup(&id)))
         .send()
         .await?
         .bytes()
@@ -252,7 +255,7 @@ async fn prepare(
 
 async fn post(http: &reqwest::Client, base: &str, body: &[u8]) -> Result<Vec<u8>> {
     let resp = http
-        .post(format!("{base}/v1/query"))
+        .post(url(base, ApiPath::Query))
         .body(body.to_vec())
         .send()
         .await?;
@@ -277,7 +280,7 @@ async fn lone_latency_ms(http: &reqwest::Client, base: &str, lookups: &[Lookup1]
         ms.push(t.elapsed().as_secs_f64() * 1e3);
     }
     ms.sort_by(f64::total_cmp);
-    Ok(demo::bench::percentile(&ms, 0.5))
+    Ok(system_bench::percentile(&ms, 0.5))
 }
 
 /// One wallet: lookups back to back until `deadline`; their latencies, ms.
@@ -326,7 +329,7 @@ fn sampled_accounts(dir: &std::path::Path, count: usize) -> Result<Vec<AccountRe
 /// The server's catalog.
 async fn catalog(http: &reqwest::Client, base: &str) -> Result<server::api::Catalog> {
     Ok(http
-        .get(format!("{base}/v1/snapshots"))
+        .get(url(base, ApiPath::Catalog))
         .send()
         .await?
         .json()

@@ -20,7 +20,6 @@ use alloy_primitives::{Address, Bytes, U256};
 use alloy_sol_types::SolCall;
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use demo::bench::{cpu_model, percentile, served, splitmix};
 use ethpir_client::{BlockSelector, ClientConfig, PrivateReader};
 use protocol::storage::{PrivateStorage, StorageRecord};
 use protocol::tokens::{
@@ -33,6 +32,7 @@ use snapshotter::follow::BuildConfig;
 use snapshotter::levels::{LevelPolicy, Levels};
 use snapshotter::pipeline::ExportedState;
 use snapshotter::{AccountRecord, SnapshotKind, SnapshotStore};
+use system_bench::{cpu_model, percentile, served, splitmix};
 
 #[derive(Parser)]
 #[command(

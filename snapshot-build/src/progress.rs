@@ -41,7 +41,7 @@ pub enum ProgressEvent {
 pub type ProgressFn = Arc<dyn Fn(ProgressEvent) + Send + Sync>;
 
 /// Sends events to an optional receiver.
-pub(crate) fn report(progress: &Option<ProgressFn>, event: ProgressEvent) {
+pub fn report(progress: &Option<ProgressFn>, event: ProgressEvent) {
     if let Some(f) = progress {
         f(event);
     }

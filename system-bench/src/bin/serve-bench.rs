@@ -15,9 +15,12 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context, Result};
 use clap::Parser;
 use pir_core::db::{plan, EncodeOptions, Packing};
+use protocol::manifest::SnapshotId;
+use protocol::routes::ApiPath;
 use serde_json::json;
 use snapshotter::pipeline::{build_and_publish, proc_status_bytes, BuildOptions};
 use snapshotter::SnapshotStore;
+use system_bench::url;
 
 #[derive(Parser)]
 #[command(
@@ -64,7 +67,7 @@ async fn main() -> Result<()> {
     let not_modified = not_modified.expect("poll run")?;
     let line = json!({
         "bench": "serve",
-        "cpu": demo::bench::cpu_model(),
+        "cpu": system_bench::cpu_model(),
         "setup_bytes": setup_bytes,
         "downloads": args.downloads,
         "download_s": downloads.seconds,
@@ -124,7 +127,7 @@ async fn start_server(store: &std::path::Path) -> Result<String> {
     for _ in 0..600 {
         let listed = async {
             let v: serde_json::Value = http
-                .get(format!("{base}/v1/snapshots"))
+                .get(url(&base, ApiPath::Catalog))
                 .send()
                 .await
                 .ok()?
@@ -157,16 +160,17 @@ async fn download_run(store: &std::path::Path, setup_bytes: u64, n: usize) -> Re
     let base = start_server(store).await?;
     let http = reqwest::Client::new();
     let catalog: serde_json::Value = http
-        .get(format!("{base}/v1/snapshots"))
+        .get(url(&base, ApiPath::Catalog))
         .send()
         .await?
         .json()
         .await?;
-    let id = catalog["snapshots"][0]["id"]
+    let id: SnapshotId = catalog["snapshots"][0]["id"]
         .as_str()
         .context("no snapshot")?
-        .to_string();
-    let url = format!("{base}/v1/snapshots/{id}/setup");
+        .parse()
+        .map_err(|e: String| anyhow::anyhow!(e))?;
+    let url = url(&base, ApiPath::Setup(&id));
     // One download first, so that the server's and this process's
     // allocations are made before the idle RSS is read.
     ensure!(fetch_discarding(&http, &url).await? == setup_bytes);
@@ -231,7 +235,7 @@ fn poll_run(store: &std::path::Path, args: &Args, with_etag: bool) -> Result<f64
         .build()?;
     let polls = client_rt.block_on(async {
         let http = reqwest::Client::new();
-        let url = format!("{base}/v1/snapshots");
+        let url = url(&base, ApiPath::Catalog);
         let etag = http
             .get(&url)
             .send()

@@ -12,7 +12,6 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use demo::bench::AnonPeak;
 use serde_json::json;
 use snapshotter::pipeline::{
     build_and_publish, build_and_publish_streamed, peak_rss_bytes, resolve_packing, BuildOptions,
@@ -20,6 +19,7 @@ use snapshotter::pipeline::{
 };
 use snapshotter::records::write_account_stream;
 use snapshotter::SnapshotStore;
+use system_bench::AnonPeak;
 
 #[derive(Parser)]
 #[command(
@@ -103,16 +103,16 @@ fn build(
 ) -> Result<(snapshotter::StoredSnapshot, f64, f64)> {
     let started = Instant::now();
     let (snap, made_s) = if args.streamed {
-        let meta = demo::bench::synthetic_base(Vec::new(), 0.0);
+        let meta = system_bench::synthetic_base(Vec::new(), 0.0);
         let snap = build_and_publish_streamed(store, &meta, options, |w| {
-            let accounts = demo::bench::hashed_accounts_in_order(count);
+            let accounts = system_bench::hashed_accounts_in_order(count);
             write_account_stream(count, accounts, w)
         })?;
         (snap, 0.0)
     } else {
-        let records = demo::bench::random_accounts(count, count);
+        let records = system_bench::random_accounts(count, count);
         let made_s = started.elapsed().as_secs_f64();
-        let state = demo::bench::synthetic_base(records, made_s);
+        let state = system_bench::synthetic_base(records, made_s);
         (build_and_publish(store, state, options)?, made_s)
     };
     Ok((snap, made_s, started.elapsed().as_secs_f64() - made_s))
@@ -148,7 +148,7 @@ fn report(
         "records_mib": file(snapshotter::store::RECORDS_FILE) >> 20,
         "setup_mib": file(snapshotter::store::SETUP_FILE) >> 20,
         "query_plus_response_kib": (m.pir.query_bytes + m.pir.response_bytes) >> 10,
-        "cpu": demo::bench::cpu_model(),
+        "cpu": system_bench::cpu_model(),
         "cores": std::thread::available_parallelism().map(usize::from).unwrap_or(1),
         "kernel": pir_core::kernel::active().name(),
     })

@@ -121,11 +121,10 @@ pub async fn serve_store(config: server::ServerConfig) -> Result<String> {
         ..config
     };
     tokio::spawn(server::serve_on(listener, config, std::future::pending()));
-    let http = reqwest::Client::new();
+    let api = api_client::ApiClient::new(reqwest::Client::new(), &base);
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {
-        let health = http.get(format!("{base}/healthz")).send().await;
-        if health.is_ok_and(|r| r.status().is_success()) {
+        if api.health(Duration::from_secs(5)).await.is_ok() {
             return Ok(base);
         }
         ensure!(
@@ -228,4 +227,10 @@ impl Drop for AnonPeak {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
     }
+}
+
+/// The URL of `path` on the server at `base` (paths are spelled only by
+/// [`protocol::routes::ApiPath`]).
+pub fn url(base: &str, path: protocol::routes::ApiPath<'_>) -> String {
+    format!("{base}{path}")
 }

@@ -23,7 +23,6 @@ use std::time::{Duration, Instant};
 use alloy_primitives::{Address, U256};
 use anyhow::{Context, Result};
 use clap::Parser;
-use demo::bench::{cpu_model, served, splitmix};
 use ethpir_client::{BlockSelector, ClientConfig, PrivateReader};
 use protocol::storage::{PrivateStorage, StorageRecord};
 use protocol::tokens::{MappingLayout, SlotIndex, TokenEntry};
@@ -33,6 +32,7 @@ use snapshotter::follow::BuildConfig;
 use snapshotter::levels::{LevelPolicy, Levels};
 use snapshotter::pipeline::ExportedState;
 use snapshotter::{AccountRecord, SnapshotKind, SnapshotStore};
+use system_bench::{cpu_model, served, splitmix};
 
 #[derive(Parser)]
 #[command(

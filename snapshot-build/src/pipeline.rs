@@ -3,20 +3,22 @@
 use std::time::Instant;
 
 use alloy_primitives::B256;
-use gpu_kernels::HintDevice;
 use pir_core::encode::{encode_into, RecordSource};
+use pir_core::product::{CpuHint, HintBuildError, HintBuilder};
 use pir_core::wire::SetupData;
 use pir_core::wire::{query_bytes, response_bytes};
 use pir_core::{Arity, EncodeOptions, EncodedDb, Expansion, Packing, PublicMatrix};
 
 use protocol::storage::{PrivateStorage, StorageRecord};
 
-use crate::account::{value_width, AccountRecord};
-use crate::failpoint;
-use crate::manifest::{BuildStats, Manifest, PirParams, SnapshotId, SnapshotKind, MANIFEST_FORMAT};
 use crate::progress::{report, ProgressEvent, ProgressFn, Step};
 use crate::records::{write_records, RecordsView};
-use crate::store::{
+use protocol::account::{value_width, AccountRecord};
+use protocol::manifest::{
+    BuildStats, Manifest, PirParams, SnapshotId, SnapshotKind, MANIFEST_FORMAT,
+};
+use snapshot_store::failpoint;
+use snapshot_store::{
     code_table_bytes, SnapshotStore, StoreError, StoredSnapshot, CODES_FILE, RECORDS_FILE,
     SETUP_FILE, TABLE_FILE,
 };
@@ -64,7 +66,9 @@ pub struct BuildOptions {
     pub packing: Packing,
     /// ...but full snapshots (the bases), when set: see [`resolve_packing`].
     pub base_packing: Option<Packing>,
-    pub device: HintDevice,
+    /// Where the hint is made: all CPU cores unless the operator's build
+    /// passes a GPU (the snapshotter's `--device`).
+    pub hint: std::sync::Arc<dyn HintBuilder>,
     /// How the public matrix of every new snapshot is expanded (a field of
     /// its setup; AES-128 by default, TurboSHAKE128 for clients without
     /// AES instructions).
@@ -87,7 +91,7 @@ impl Default for BuildOptions {
             arity: Arity::Three,
             packing: Packing::default(),
             base_packing: None,
-            device: HintDevice::Auto,
+            hint: std::sync::Arc::new(CpuHint),
             expansion: Expansion::default(),
             progress: None,
             encode_memory_bytes: DEFAULT_ENCODE_MEMORY,
@@ -176,7 +180,7 @@ impl std::fmt::Debug for BuildOptions {
             .field("arity", &self.arity)
             .field("packing", &self.packing)
             .field("base_packing", &self.base_packing)
-            .field("device", &self.device)
+            .field("hint", &self.hint.name())
             .field("expansion", &self.expansion)
             .field("progress", &self.progress.is_some())
             .finish()
@@ -197,7 +201,7 @@ pub enum BuildError {
     #[error("the staged records.bin: {0}")]
     Records(#[from] crate::records::RecordsError),
     #[error("hint: {0}")]
-    Hint(#[from] gpu_kernels::GpuError),
+    Hint(#[from] HintBuildError),
     #[error("the hint does not fit the database: {0}")]
     HintShape(#[from] pir_core::ParamError),
     #[error(transparent)]
@@ -453,7 +457,7 @@ struct Encoded {
 /// out in place), a group of partitions at a time within the options'
 /// memory budget.
 fn encode_phase(
-    staged: &mut crate::store::StagedSnapshot,
+    staged: &mut snapshot_store::StagedSnapshot,
     source: &RecordsView,
     kind: &SnapshotKind,
     opts: &BuildOptions,
@@ -511,7 +515,7 @@ fn hint_phase(
     let total = Some(db.shape().lwe.dimension as u64);
     report(&opts.progress, ProgressEvent::Begin { step, total });
     let matrix = PublicMatrix::new(opts.expansion, seeds.matrix);
-    let built = gpu_kernels::build_hint_with_progress(&db, &matrix, opts.device, &|done| {
+    let built = opts.hint.build_hint(&db, &matrix, &|done| {
         report(
             &opts.progress,
             ProgressEvent::Advance {
@@ -521,9 +525,9 @@ fn hint_phase(
         )
     });
     report(&opts.progress, ProgressEvent::End { step });
-    let (hint, hint_report) = built?;
+    let (hint, device) = built?;
     let hint_s = t.elapsed().as_secs_f64();
-    tracing::info!(device = %hint_report.device, detail = %hint_report.detail, expansion = %opts.expansion, hint_s, "hint built");
+    tracing::info!(%device, expansion = %opts.expansion, hint_s, "hint built");
     // Serialised straight from the hint: no server is needed to publish.
     let setup_bytes = SetupData::for_db(&db, matrix, hint)?.to_bytes();
     Ok(Hinted {
@@ -531,13 +535,13 @@ fn hint_phase(
         setup_bytes,
         encode_s,
         hint_s,
-        device: format!("{} ({})", hint_report.device, hint_report.detail),
+        device,
     })
 }
 
 /// The staged files and what the manifest needs to know of them.
 struct Written {
-    staged: crate::store::StagedSnapshot,
+    staged: snapshot_store::StagedSnapshot,
     shape: pir_core::DbShape,
     setup_digest: [u8; 32],
     setup_len: usize,
@@ -551,7 +555,7 @@ struct Written {
 /// Writes the setup (and a small level's table); `records_s` is what
 /// writing `records.bin` took (`db.bin` is written as it is encoded).
 fn write_phase(
-    mut staged: crate::store::StagedSnapshot,
+    mut staged: snapshot_store::StagedSnapshot,
     hinted: Hinted,
     table: Option<Vec<u8>>,
     content_digest: protocol::Sha3Digest,
@@ -701,18 +705,6 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(options.packing_for(&SnapshotKind::Full), Packing::default());
-    }
-
-    #[test]
-    fn the_example_config_parses() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/snapshotter.toml");
-        let config = crate::follow::FollowConfig::from_file(std::path::Path::new(path)).unwrap();
-        assert_eq!(config.build.hint_budget_mib, HintBudget::Auto);
-        let options = config.build.options().unwrap();
-        assert!(matches!(
-            options.base_packing,
-            Some(Packing::ForLookup { .. })
-        ));
     }
 
     /// A copy of the lock's descriptor outliving the lock (what a process
