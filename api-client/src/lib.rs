@@ -18,6 +18,20 @@ use reqwest::header::{HeaderName, HeaderValue};
 
 pub use fetch::{fetch, fetch_streamed, Bounds, FetchError, Fetched, Size, Streamed};
 
+/// Where every HTTP client that talks to a PIR server starts: with the
+/// `rustls` feature, TLS by rustls on ring (installed as the process's
+/// provider unless the program installed one first: reqwest's rustls
+/// panics without one).
+pub fn http_builder() -> reqwest::ClientBuilder {
+    #[cfg(feature = "rustls")]
+    {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        reqwest::Client::builder().tls_backend_rustls()
+    }
+    #[cfg(not(feature = "rustls"))]
+    reqwest::Client::builder()
+}
+
 /// Why a typed call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {

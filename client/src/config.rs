@@ -234,7 +234,7 @@ impl ClientConfig {
     /// `fresh_connection_per_lookup`. Body limits and the other timeouts
     /// are [`crate::fetch`]'s, per request.
     pub fn pir_http_client(&self) -> Result<reqwest::Client, ConfigError> {
-        let mut b = reqwest::Client::builder().connect_timeout(self.timeouts.connect);
+        let mut b = api_client::http_builder().connect_timeout(self.timeouts.connect);
         if let Some(url) = &self.pir_proxy {
             if !url.starts_with("socks5://") && !url.starts_with("socks5h://") {
                 return Err(ConfigError::ProxyScheme);

@@ -42,7 +42,7 @@ impl ShardRouter {
         for url in &settings.shards {
             url::Url::parse(url).map_err(|e| anyhow::anyhow!("shard URL {url:?}: {e}"))?;
         }
-        let http = reqwest::Client::builder()
+        let http = api_client::http_builder()
             .connect_timeout(Duration::from_secs(5))
             .build()?;
         Ok(ShardRouter {

@@ -63,7 +63,7 @@ pub struct Puller {
 
 impl Puller {
     pub fn new(from: &str, file_timeout: Duration) -> Result<Self, PullError> {
-        let http = reqwest::Client::builder()
+        let http = api_client::http_builder()
             .connect_timeout(Duration::from_secs(10))
             .build()
             .map_err(|e| PullError::Http {
