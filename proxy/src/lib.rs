@@ -67,17 +67,6 @@ pub async fn serve_on(
     config: ProxyConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    serve_boxed(listener, config, Box::pin(shutdown)).await
-}
-
-/// [`serve_on`] on a boxed shutdown future: not generic, so that the whole
-/// stack is compiled here once and not again in every crate that starts
-/// one (the demo's build time).
-async fn serve_boxed(
-    listener: tokio::net::TcpListener,
-    config: ProxyConfig,
-    shutdown: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
-) -> anyhow::Result<()> {
     config.check_transport()?;
     let upstream = match config.upstream.as_deref() {
         Some(url) => Some(Arc::new(Upstream::new(url, config.timeouts())?)),

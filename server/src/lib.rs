@@ -53,17 +53,6 @@ pub async fn serve_on(
     config: ServerConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    serve_boxed(listener, config, Box::pin(shutdown)).await
-}
-
-/// [`serve_on`] on a boxed shutdown future: not generic, so that the whole
-/// stack is compiled here once and not again in every crate that starts
-/// one (the demo's build time).
-async fn serve_boxed(
-    listener: tokio::net::TcpListener,
-    config: ServerConfig,
-    shutdown: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
-) -> anyhow::Result<()> {
     let state = Arc::new(AppState::new(&config)?);
     tracing::info!(role = %state.role, "serving the store");
     if let Some(shards) = &state.shards {
