@@ -67,6 +67,26 @@ pub async fn serve_on(
     config: ProxyConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    serve_on_boxed(listener, config, Box::pin(shutdown)).await
+}
+
+/// A future that runs the proxy until `shutdown` resolves, boxed here.
+/// Not generic, so that the whole stack is compiled once, in this crate: a
+/// crate that awaits the unboxed future (the demo) would compile all of
+/// it again (some 20 s of the demo's build on 2 cores).
+pub fn serve_on_boxed(
+    listener: tokio::net::TcpListener,
+    config: ProxyConfig,
+    shutdown: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>> + Send>> {
+    Box::pin(run_until(listener, config, shutdown))
+}
+
+async fn run_until(
+    listener: tokio::net::TcpListener,
+    config: ProxyConfig,
+    shutdown: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+) -> anyhow::Result<()> {
     config.check_transport()?;
     let upstream = match config.upstream.as_deref() {
         Some(url) => Some(Arc::new(Upstream::new(url, config.timeouts())?)),
