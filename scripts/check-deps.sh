@@ -21,7 +21,7 @@ check() {
 
 check proxy '^(server|snapshotter|snapshot-store|gpu-kernels|demo|cudarc|prometheus|indicatif|libmdbx) '
 # The client a wallet embeds: of our crates only pir-core and protocol.
-check ethpir-client '^(proxy|server|snapshotter|snapshot-store|gpu-kernels|demo|test-support|cudarc|prometheus|indicatif|libmdbx) '
+check ethpir-client '^(proxy|server|snapshotter|snapshot-store|gpu-kernels|demo|test-support|cudarc|prometheus|indicatif|libmdbx|tracing-subscriber|toml|openssl|native-tls) '
 check server '^(snapshotter|gpu-kernels|demo|cudarc|indicatif|libmdbx) '
 # The demo builds its snapshot with the pipeline alone: no node clients,
 # reth, GPU or progress bars (its clean build time, issue 33).

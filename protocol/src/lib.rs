@@ -18,8 +18,10 @@ pub mod account;
 pub mod api;
 pub mod attest;
 pub mod codes;
+#[cfg(feature = "config")]
 pub mod config;
 pub mod digest;
+#[cfg(feature = "logging")]
 pub mod logging;
 pub mod manifest;
 pub mod multi;

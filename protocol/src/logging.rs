@@ -7,14 +7,18 @@
 #[error("--log: {0}")]
 pub struct LogFilterError(String);
 
-/// Installs the global subscriber with `filter` (e.g. `info`,
-/// `proxy=debug,info`).
+/// Installs the global subscriber with `filter`: a level (`info`), and
+/// per-module levels (`proxy=debug,hyper=off,info`). Targets and levels
+/// only: `tracing-subscriber`'s span and field filters would bring a
+/// regex engine into every program's build for a feature nobody used.
 pub fn init(filter: &str) -> Result<(), LogFilterError> {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter)
-        .map_err(|e| LogFilterError(e.to_string()))?;
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let filter: tracing_subscriber::filter::Targets =
+        filter.parse().map_err(|e| LogFilterError(format!("{e}")))?;
+    tracing_subscriber::registry()
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+        .with(filter)
         .init();
     Ok(())
 }

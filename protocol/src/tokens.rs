@@ -284,11 +284,13 @@ pub struct TokenList {
 }
 
 /// The shipped mainnet list's text.
+#[cfg(feature = "config")]
 const SHIPPED_MAINNET: &str = include_str!("../../configs/tokens-mainnet.toml");
 
 /// A token list that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum TokenListError {
+    #[cfg(feature = "config")]
     #[error(transparent)]
     Load(#[from] crate::config::ConfigError),
     #[error("{function} of {address} on chain {chain_id} is listed twice")]
@@ -301,6 +303,7 @@ pub enum TokenListError {
 
 impl TokenList {
     /// Reads a list, refusing unknown fields and a token listed twice.
+    #[cfg(feature = "config")]
     pub fn from_file(path: &Path) -> Result<Self, TokenListError> {
         let list: TokenList = crate::config::load_toml(path)?;
         list.check()?;
@@ -339,6 +342,7 @@ impl TokenList {
         })
     }
 
+    #[cfg(feature = "config")]
     /// The list shipped with the programs (`configs/tokens-mainnet.toml`,
     /// built in): the tokens a proxy trusts when its user gives no list.
     pub fn shipped() -> Self {
@@ -347,6 +351,7 @@ impl TokenList {
         list
     }
 
+    #[cfg(feature = "config")]
     /// The list as TOML (what `tokens detect` prints one entry of).
     pub fn to_toml(&self) -> String {
         toml::to_string(self).expect("a token list serialises")
@@ -358,6 +363,7 @@ mod tests {
     use super::*;
     use alloy_primitives::{address, b256};
 
+    #[cfg(feature = "config")]
     #[test]
     fn the_built_in_list_is_the_shipped_file() {
         let path = concat!(
@@ -370,6 +376,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "config")]
     #[test]
     fn the_shipped_mainnet_list_loads() {
         let path = concat!(
@@ -431,6 +438,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "config")]
     #[test]
     fn lists_round_trip_and_refuse_duplicates_and_unknown_fields() {
         let entry = TokenEntry {

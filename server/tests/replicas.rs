@@ -15,8 +15,9 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use serde_json::json;
-use snapshotter::follow::{self, BuildConfig, FollowConfig, SourceConfig, Timing};
+use snapshotter::follow::{self, FollowConfig, SourceConfig, Timing};
 use snapshotter::levels::LevelPolicy;
+use snapshotter::settings::BuildSettings;
 use test_support::{
     checking_client, free_port, idle_genesis_accounts, proxy_status, write_genesis, Anvil, Process,
     ALL_DEV_ACCOUNTS, DEV_ACCOUNTS,
@@ -113,8 +114,8 @@ fn follower_config(store: &Path, anvil: &Anvil, genesis: &Path) -> FollowConfig 
             keep_blocks: 6,
             ..Default::default()
         },
-        build: BuildConfig {
-            device: "cpu".into(),
+        build: BuildSettings {
+            device: snapshotter::settings::HintDevice::Cpu,
             ..Default::default()
         },
     }

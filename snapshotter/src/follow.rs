@@ -25,9 +25,8 @@ use serde::Deserialize;
 
 use crate::levels::{LevelPolicy, Levels, LevelsError, UpdateReport};
 use crate::manifest::KindTag;
-use crate::pipeline::{
-    build_and_publish, resolve_packing, BuildOptions, ExportedState, HintBudget,
-};
+use crate::pipeline::{build_and_publish, BuildOptions, ExportedState};
+use crate::settings::BuildSettings;
 use crate::sources::rpc::{RpcOptions, RpcSource, Traces};
 use crate::store::{SnapshotStore, StoredSnapshot};
 
@@ -40,7 +39,7 @@ pub struct FollowConfig {
     pub source: SourceConfig,
     pub follow: Timing,
     pub levels: LevelPolicy,
-    pub build: BuildConfig,
+    pub build: BuildSettings,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -98,69 +97,6 @@ impl Default for Timing {
             poll_ms: 1000,
             confirmations: 0,
         }
-    }
-}
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct BuildConfig {
-    pub device: String,
-    /// The public matrix's expansion: "aes128-ctr" or "turboshake128".
-    pub matrix_expansion: String,
-    pub arity: u8,
-    pub packing: String,
-    pub hint_budget_mib: HintBudget,
-    /// With `hint_budget_mib = "auto"`: a base lookup's query + response
-    /// target, KiB, and the largest hint a base may have to meet it, MiB.
-    pub lookup_target_kib: u64,
-    pub hint_cap_mib: u64,
-    /// The encoder's working memory, MiB (see `BuildOptions`).
-    pub encode_memory_mib: u64,
-}
-
-impl Default for BuildConfig {
-    fn default() -> Self {
-        BuildConfig {
-            device: "auto".into(),
-            matrix_expansion: pir_core::Expansion::default().name().into(),
-            arity: 3,
-            packing: "auto".into(),
-            hint_budget_mib: HintBudget::Auto,
-            lookup_target_kib: 1536,
-            hint_cap_mib: 512,
-            encode_memory_mib: 1024,
-        }
-    }
-}
-
-impl BuildConfig {
-    pub fn options(&self) -> anyhow::Result<BuildOptions> {
-        let (packing, base_packing) = resolve_packing(
-            &self.packing,
-            self.hint_budget_mib,
-            self.lookup_target_kib,
-            self.hint_cap_mib,
-        )
-        .map_err(|e| anyhow::anyhow!("build.packing: {e}"))?;
-        Ok(BuildOptions {
-            arity: pir_core::Arity::from_u8(self.arity)
-                .map_err(|e| anyhow::anyhow!("build.arity: {e}"))?,
-            packing,
-            base_packing,
-            hint: std::sync::Arc::new(
-                self.device
-                    .parse::<gpu_kernels::HintDevice>()
-                    .map_err(|e: String| anyhow::anyhow!(e))?,
-            ),
-            expansion: self
-                .matrix_expansion
-                .parse()
-                .map_err(|e: String| anyhow::anyhow!("build.matrix_expansion: {e}"))?,
-            progress: None,
-            encode_memory_bytes: usize::try_from(self.encode_memory_mib.saturating_mul(1 << 20))
-                .unwrap_or(usize::MAX)
-                .max(1),
-        })
     }
 }
 
@@ -243,7 +179,7 @@ impl Follower {
         if config.source.genesis.is_some() && config.source.datadir.is_some() {
             return Err(Refusal::TwoBases.into());
         }
-        let build = config.build.options()?;
+        let build = config.build.options(None)?;
         Ok(Follower {
             store: SnapshotStore::open(&store)?,
             url,
@@ -624,8 +560,8 @@ mod tests {
     fn the_example_config_parses() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/snapshotter.toml");
         let config = FollowConfig::from_file(std::path::Path::new(path)).unwrap();
-        assert_eq!(config.build.hint_budget_mib, HintBudget::Auto);
-        let options = config.build.options().unwrap();
+        assert_eq!(config.build.layout.hint_budget_mib, HintBudget::Auto);
+        let options = config.build.options(None).unwrap();
         assert!(matches!(
             options.base_packing,
             Some(Packing::ForLookup { .. })

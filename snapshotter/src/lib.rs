@@ -21,6 +21,7 @@ pub mod folded;
 pub mod follow;
 pub mod levels;
 pub mod pull;
+pub mod settings;
 pub mod sources;
 pub mod state_root;
 pub mod tokens;

@@ -9,10 +9,9 @@ use std::time::Duration;
 
 use alloy_primitives::{Address, B256, U256};
 use serde_json::json;
-use snapshotter::follow::{
-    self, BuildConfig, FollowConfig, Follower, Refusal, SourceConfig, StepOutcome,
-};
+use snapshotter::follow::{self, FollowConfig, Follower, Refusal, SourceConfig, StepOutcome};
 use snapshotter::levels::LevelPolicy;
+use snapshotter::settings::BuildSettings;
 use snapshotter::store::RECORDS_FILE;
 use snapshotter::SnapshotStore;
 use test_support::{idle_genesis_accounts, write_genesis, Anvil, ALL_DEV_ACCOUNTS, DEV_ACCOUNTS};
@@ -26,21 +25,15 @@ fn example_config_parses() {
     .unwrap();
     assert_eq!(c.levels.fanout, 8);
     assert!(c.source.url.is_some());
-    let options = c.build.options().unwrap();
+    let options = c.build.options(None).unwrap();
     assert_eq!(options.expansion, pir_core::Expansion::Aes128Ctr);
-    let older = BuildConfig {
-        matrix_expansion: "turboshake128".into(),
-        ..Default::default()
-    };
+    let older: BuildSettings = toml::from_str("matrix_expansion = \"turboshake128\"").unwrap();
     assert_eq!(
-        older.options().unwrap().expansion,
+        older.options(None).unwrap().expansion,
         pir_core::Expansion::TurboShake128
     );
-    let wrong = BuildConfig {
-        matrix_expansion: "aes".into(),
-        ..Default::default()
-    };
-    let why = wrong.options().unwrap_err().to_string();
+    let wrong = toml::from_str::<BuildSettings>("matrix_expansion = \"aes\"");
+    let why = wrong.unwrap_err().to_string();
     assert!(why.contains("build.matrix_expansion"), "{why}");
 }
 
@@ -56,8 +49,8 @@ fn config(store: &std::path::Path, url: &str, genesis: Option<&std::path::Path>)
             fanout: 3,
             ..Default::default()
         },
-        build: BuildConfig {
-            device: "cpu".into(),
+        build: BuildSettings {
+            device: snapshotter::settings::HintDevice::Cpu,
             ..Default::default()
         },
         ..Default::default()

@@ -75,7 +75,8 @@ fn write_token_list(path: &Path, shares: Address) {
 /// The follower's configuration: no confirmations, deltas merged two at
 /// a time and folded into a new base once they hold 8 records.
 fn config(dir: &Path, anvil: &Anvil) -> snapshotter::follow::FollowConfig {
-    use snapshotter::follow::{BuildConfig, FollowConfig, SourceConfig, Timing};
+    use snapshotter::follow::{FollowConfig, SourceConfig, Timing};
+    use snapshotter::settings::BuildSettings;
     FollowConfig {
         store: Some(dir.join("store")),
         source: SourceConfig {
@@ -95,8 +96,8 @@ fn config(dir: &Path, anvil: &Anvil) -> snapshotter::follow::FollowConfig {
             rebase_min_records: 8,
             ..Default::default()
         },
-        build: BuildConfig {
-            device: "cpu".into(),
+        build: BuildSettings {
+            device: snapshotter::settings::HintDevice::Cpu,
             ..Default::default()
         },
     }

@@ -76,7 +76,8 @@ pub fn follow_config(
     fanout: u64,
     keep_blocks: u64,
 ) -> snapshotter::follow::FollowConfig {
-    use snapshotter::follow::{BuildConfig, FollowConfig, SourceConfig, Timing};
+    use snapshotter::follow::{FollowConfig, SourceConfig, Timing};
+    use snapshotter::settings::BuildSettings;
     FollowConfig {
         store: Some(store.to_path_buf()),
         source: SourceConfig {
@@ -93,8 +94,8 @@ pub fn follow_config(
             keep_blocks,
             ..Default::default()
         },
-        build: BuildConfig {
-            device: "cpu".into(),
+        build: BuildSettings {
+            device: snapshotter::settings::HintDevice::Cpu,
             ..Default::default()
         },
     }

@@ -11,13 +11,12 @@ use gpu_kernels::HintDevice;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::Write as _;
 
-use pir_core::{Arity, Expansion, Packing};
+use pir_core::Packing;
 use protocol::storage::PrivateStorage;
 use snapshotter::follow::{self, FollowConfig};
-use snapshotter::pipeline::{
-    build_and_publish, resolve_packing, BuildError, BuildOptions, ExportedState, HintBudget,
-};
+use snapshotter::pipeline::{build_and_publish, BuildError, BuildOptions, ExportedState};
 use snapshotter::progress::{ProgressEvent, ProgressFn, Step};
+use snapshotter::settings::{BuildSettings, LayoutSettings};
 use snapshotter::sources::genesis;
 #[cfg(feature = "reth")]
 use snapshotter::sources::reth::{RethDatadir, RethMode, StreamedHead};
@@ -188,7 +187,7 @@ ethpir-snapshot plan --accounts 16777216 --hint-budget-mib 32 --json"
         #[arg(long, default_value_t = 24)]
         value_bytes: usize,
         #[command(flatten)]
-        layout: LayoutArgs,
+        layout: LayoutSettings,
         /// JSON lines instead of a table.
         #[arg(long)]
         json: bool,
@@ -275,7 +274,7 @@ struct RunArgs {
     allow_incomplete: bool,
     /// Where to build hints: auto, cpu or cuda.
     #[arg(long)]
-    device: Option<String>,
+    device: Option<HintDevice>,
     /// One step and exit: the base if missing, then the blocks up to the head.
     #[arg(long)]
     once: bool,
@@ -407,64 +406,13 @@ impl Source {
 
 #[derive(Args, Clone)]
 struct BuildArgs {
-    /// Where to build the hint: auto (GPU if usable, else CPU), cpu, cuda.
-    #[arg(long, default_value = "auto")]
-    device: HintDevice,
-    /// How the public matrix is expanded from its seed: aes128-ctr (fast
-    /// wherever the CPU has AES instructions: x86-64, ARMv8) or
-    /// turboshake128 (for wallets on CPUs without them).
-    #[arg(long, default_value_t = Expansion::default())]
-    matrix_expansion: Expansion,
     #[command(flatten)]
-    layout: LayoutArgs,
-    /// Working memory of the encoder, MiB: it builds as many partitions'
-    /// filters at a time as fit and reads records.bin again for each such
-    /// group (the database is written to its file as it is made).
-    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..))]
-    encode_memory_mib: u64,
+    settings: BuildSettings,
     /// Do not draw progress bars.
     #[arg(long)]
     no_progress: bool,
     #[command(flatten)]
     retention: RetentionArgs,
-}
-
-/// How a database is laid out: filter arity and packing.
-#[derive(Args, Clone)]
-struct LayoutArgs {
-    /// Binary fuse filter arity (3 or 4).
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(3..=4))]
-    arity: u8,
-    /// Packing factor k: "auto" or a number (1 = plain ChalametPIR layout).
-    #[arg(long, default_value = "auto")]
-    packing: String,
-    /// Hint size budget for automatic packing: MiB, or "auto" (a full
-    /// snapshot gets the smallest hint that keeps a lookup under
-    /// --lookup-target-kib, up to --hint-cap-mib; other kinds 32 MiB).
-    #[arg(long, default_value = "auto")]
-    hint_budget_mib: HintBudget,
-    /// Query + response bytes per lookup a base aims at, KiB (with an
-    /// automatic hint budget).
-    #[arg(long, default_value_t = 1536)]
-    lookup_target_kib: u64,
-    /// Largest hint a base may get to meet the lookup target, MiB.
-    #[arg(long, default_value_t = 512)]
-    hint_cap_mib: u64,
-}
-
-impl LayoutArgs {
-    /// The arity, the packing of every level and that of the bases.
-    fn resolve(&self) -> Result<(Arity, Packing, Option<Packing>)> {
-        let (packing, base_packing) = resolve_packing(
-            &self.packing,
-            self.hint_budget_mib,
-            self.lookup_target_kib,
-            self.hint_cap_mib,
-        )
-        .context("--packing")?;
-        let arity = Arity::from_u8(self.arity).context("--arity")?;
-        Ok((arity, packing, base_packing))
-    }
 }
 
 #[derive(Args, Clone)]
@@ -477,23 +425,9 @@ struct RetentionArgs {
     pinned: Vec<u64>,
 }
 
-/// `mib` MiB in bytes (saturating).
-fn mib_bytes(mib: u64) -> usize {
-    usize::try_from(mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX)
-}
-
 impl BuildArgs {
     fn options(&self) -> Result<BuildOptions> {
-        let (arity, packing, base_packing) = self.layout.resolve()?;
-        Ok(BuildOptions {
-            arity,
-            packing,
-            base_packing,
-            hint: std::sync::Arc::new(self.device),
-            expansion: self.matrix_expansion,
-            progress: self.progress(),
-            encode_memory_bytes: mib_bytes(self.encode_memory_mib),
-        })
+        Ok(self.settings.options(self.progress())?)
     }
 
     fn progress(&self) -> Option<ProgressFn> {
@@ -648,8 +582,8 @@ fn run_follower(store: &std::path::Path, store_given: bool, args: &RunArgs) -> R
         source.datadir = args.datadir.clone();
     }
     source.allow_incomplete |= args.allow_incomplete;
-    if let Some(device) = &args.device {
-        config.build.device = device.clone();
+    if let Some(device) = args.device {
+        config.build.device = device;
     }
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
@@ -854,7 +788,7 @@ fn export_rpc(args: &RpcArgs) -> Result<ExportedState> {
 
 /// `list`: one line per snapshot, or the manifests as JSON lines.
 /// `plan`: the estimated database of a base and of a level.
-fn plan(accounts: usize, value_bytes: usize, layout: &LayoutArgs, json: bool) -> Result<()> {
+fn plan(accounts: usize, value_bytes: usize, layout: &LayoutSettings, json: bool) -> Result<()> {
     let (arity, packing, base_packing) = layout.resolve()?;
     let kinds = [
         ("base", base_packing.unwrap_or(packing)),

@@ -28,9 +28,9 @@ use protocol::storage::{PrivateStorage, StorageRecord};
 use protocol::tokens::{MappingLayout, SlotIndex, TokenEntry};
 use rand::{Rng, SeedableRng};
 use serde_json::json;
-use snapshotter::follow::BuildConfig;
 use snapshotter::levels::{LevelPolicy, Levels};
 use snapshotter::pipeline::ExportedState;
+use snapshotter::settings::BuildSettings;
 use snapshotter::{AccountRecord, SnapshotKind, SnapshotStore};
 use system_bench::{cpu_model, served, splitmix};
 
@@ -509,7 +509,7 @@ async fn main() -> Result<()> {
     };
     // The follower's shipped defaults: a base packed for a 1.5 MiB lookup
     // (hint 32..512 MiB), the levels under a 32 MiB hint, AES expansion.
-    let build = BuildConfig::default().options()?;
+    let build = BuildSettings::default().options(None)?;
     let expansion = build.expansion;
     let levels = Arc::new(Levels::new(store.clone(), CHAIN_ID, policy, build));
 

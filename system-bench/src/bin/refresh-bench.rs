@@ -28,9 +28,9 @@ use protocol::tokens::{
 use proxy::calls::Answerable;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
-use snapshotter::follow::BuildConfig;
 use snapshotter::levels::{LevelPolicy, Levels};
 use snapshotter::pipeline::ExportedState;
+use snapshotter::settings::BuildSettings;
 use snapshotter::{AccountRecord, SnapshotKind, SnapshotStore};
 use system_bench::{cpu_model, percentile, served, splitmix};
 
@@ -377,7 +377,7 @@ async fn start(
         store,
         CHAIN_ID,
         policy,
-        BuildConfig::default().options()?,
+        BuildSettings::default().options(None)?,
     ));
     eprintln!("building the base of 2^{} accounts...", args.log2_accounts);
     let t = Instant::now();
