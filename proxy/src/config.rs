@@ -7,6 +7,10 @@ use std::time::Duration;
 pub use ethpir_client::config::{ClientConfig, Limits, Timeouts};
 use serde::Deserialize;
 
+/// Largest response the proxy sends or takes from its upstream (a
+/// forwarded `eth_getLogs` can be big).
+pub const MAX_RESPONSE_BYTES: usize = 64 << 20;
+
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProxyConfig {

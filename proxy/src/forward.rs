@@ -23,6 +23,7 @@ use jsonrpsee::ResponsePayload;
 use serde_json::value::RawValue;
 
 use crate::calls::Answerable;
+use crate::config::MAX_RESPONSE_BYTES;
 use crate::config::{UpstreamMethods, ADDRESS_READS};
 use crate::error::ProxyError;
 use crate::rpc::{private_params, Prefetched, PRIVATE_METHODS};
@@ -30,9 +31,6 @@ use crate::storage;
 use crate::upstream::Upstream;
 use ethpir_client::PrivateReader;
 use ethpir_client::{BlockSelector, ReadError};
-
-/// Largest response the proxy sends (a forwarded `eth_getLogs` can be big).
-pub const MAX_RESPONSE_BYTES: usize = 64 << 20;
 
 /// What the middleware needs besides the service it wraps.
 pub struct ForwardPolicy {

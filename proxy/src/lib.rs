@@ -29,9 +29,10 @@ use jsonrpsee::server::middleware::rpc::RpcServiceBuilder;
 use jsonrpsee::server::{BatchRequestConfig, Server, ServerConfig};
 
 pub use config::ProxyConfig;
+use config::MAX_RESPONSE_BYTES;
 use envelope::{EnvelopeLayer, MAX_BODY};
 use ethpir_client::PrivateReader;
-use forward::{ForwardLayer, ForwardPolicy, MAX_RESPONSE_BYTES};
+use forward::{ForwardLayer, ForwardPolicy};
 use protocol::url::redact;
 use rpc::RpcContext;
 use upstream::Upstream;

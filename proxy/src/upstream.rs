@@ -18,8 +18,8 @@ use tokio::sync::Mutex;
 
 use protocol::url::{redact, redact_urls_in};
 
+use crate::config::MAX_RESPONSE_BYTES;
 use crate::error::ProxyError;
-use crate::forward::MAX_RESPONSE_BYTES;
 
 /// The raw params of a call, passed on untouched.
 pub struct RawParams(pub Option<Box<RawValue>>);

@@ -25,9 +25,10 @@ use serde::Deserialize;
 
 use crate::levels::{LevelPolicy, Levels, LevelsError, UpdateReport};
 use crate::manifest::KindTag;
-use crate::pipeline::{build_and_publish, BuildOptions, ExportedState};
+use crate::pipeline::{BuildOptions, ExportedState};
 use crate::settings::BuildSettings;
 use crate::sources::rpc::{RpcOptions, RpcSource, Traces};
+use crate::sources::Base;
 use crate::store::{SnapshotStore, StoredSnapshot};
 
 /// `configs/snapshotter.toml`; every field has a default, and the command
@@ -421,38 +422,6 @@ async fn genesis_base(
     Ok(state)
 }
 
-/// A base to build: its state held in memory, or (a v2 reth datadir) its
-/// accounts streamed from the datadir as `records.bin` is written, so that
-/// a mainnet base is never held.
-enum Base {
-    Held(ExportedState),
-    #[cfg(feature = "reth")]
-    Streamed(crate::sources::reth::StreamedHead),
-}
-
-impl Base {
-    /// Which snapshot it is (and, when held, its records).
-    fn meta(&self) -> &ExportedState {
-        match self {
-            Base::Held(state) => state,
-            #[cfg(feature = "reth")]
-            Base::Streamed(head) => &head.meta,
-        }
-    }
-
-    fn publish(
-        self,
-        store: &SnapshotStore,
-        opts: &BuildOptions,
-    ) -> Result<StoredSnapshot, crate::pipeline::BuildError> {
-        match self {
-            Base::Held(state) => build_and_publish(store, state, opts),
-            #[cfg(feature = "reth")]
-            Base::Streamed(head) => head.publish(store, opts),
-        }
-    }
-}
-
 /// The reth datadir's full state at its head, checked against the node;
 /// streamed when the datadir allows it (v2).
 #[cfg(feature = "reth")]
@@ -461,16 +430,8 @@ async fn datadir_base(
     dir: &Path,
     listed: &PrivateStorage,
 ) -> anyhow::Result<Base> {
-    use crate::sources::reth::{RethDatadir, RethMode, StreamedHead};
-    let reth = RethDatadir::open(dir)?;
-    let base = if reth.streams_full_state() {
-        Base::Streamed(StreamedHead::new(reth, node.chain_id, listed.clone())?)
-    } else {
-        let mut state = reth.export(RethMode::Full, node.chain_id)?;
-        state.storage = reth.storage(&listed.all_contracts())?;
-        state.listed = listed.clone();
-        Base::Held(state)
-    };
+    use crate::sources::reth::{export_base, RethMode};
+    let base = export_base(dir, RethMode::Full, node.chain_id, listed.clone())?;
     let meta = base.meta();
     let (hash, _, _) = node.block_header(meta.block_number).await?;
     if meta.block_hash != Some(hash) {

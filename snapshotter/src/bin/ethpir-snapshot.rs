@@ -14,13 +14,13 @@ use std::io::Write as _;
 use pir_core::Packing;
 use protocol::storage::PrivateStorage;
 use snapshotter::follow::{self, FollowConfig};
-use snapshotter::pipeline::{build_and_publish, BuildError, BuildOptions, ExportedState};
+use snapshotter::pipeline::{BuildError, BuildOptions, ExportedState};
 use snapshotter::progress::{ProgressEvent, ProgressFn, Step};
 use snapshotter::settings::{BuildSettings, LayoutSettings};
-use snapshotter::sources::genesis;
 #[cfg(feature = "reth")]
-use snapshotter::sources::reth::{RethDatadir, RethMode, StreamedHead};
+use snapshotter::sources::reth::{export_base, RethMode};
 use snapshotter::sources::rpc::{self, RpcOptions, RpcSource, Traces};
+use snapshotter::sources::{genesis, Base};
 use snapshotter::store::{SnapshotStore, StoreError};
 use snapshotter::{tokens, SnapshotId};
 
@@ -638,23 +638,14 @@ fn pull(store: &SnapshotStore, from: &str, every: Option<f64>, file_timeout: u64
 fn build(store: &SnapshotStore, source: &Source) -> Result<()> {
     let build = source.build_args();
     let options = build.options()?;
-    let streamed = match source {
-        Source::Reth(args) => build_reth_streamed(store, args, &options)?,
-        _ => None,
+    let base = match source {
+        Source::Genesis(args) => Base::Held(export_genesis(args)?),
+        Source::Rpc(args) => Base::Held(export_rpc(args)?),
+        Source::Reth(args) => export_reth(args)?,
     };
-    let (chain_id, published) = match streamed {
-        Some(done) => done,
-        None => {
-            let state = match source {
-                Source::Genesis(args) => export_genesis(args)?,
-                Source::Rpc(args) => export_rpc(args)?,
-                Source::Reth(args) => export_reth(args)?,
-            };
-            snapshotter::failpoint::hit("export");
-            (state.chain_id, build_and_publish(store, state, &options))
-        }
-    };
-    match published {
+    snapshotter::failpoint::hit("export");
+    let chain_id = base.meta().chain_id;
+    match base.publish(store, &options) {
         Ok(snap) => println!("{}", snap.path.display()),
         Err(BuildError::Store(StoreError::Exists(id))) => {
             tracing::info!(snapshot = %id, "already published; nothing to do");
@@ -691,66 +682,18 @@ fn export_genesis(args: &GenesisArgs) -> Result<ExportedState> {
 }
 
 #[cfg(feature = "reth")]
-fn export_reth(args: &RethArgs) -> Result<ExportedState> {
-    let reth = RethDatadir::open(&args.datadir)?;
+fn export_reth(args: &RethArgs) -> Result<Base> {
     let mode = match (args.window, args.block) {
         (Some(window), _) => RethMode::Active { window },
         (None, Some(block)) => RethMode::FullAt { block },
         (None, None) => RethMode::Full,
     };
     let listed = args.storage.listed(args.chain_id)?;
-    let mut state = reth.export(mode, args.chain_id)?;
-    if !listed.is_empty() {
-        let contracts = listed.all_contracts();
-        state.storage = match mode {
-            RethMode::Full => reth.storage(&contracts)?,
-            RethMode::FullAt { block } => reth.storage_at(block, &contracts)?,
-            RethMode::Active { .. } => {
-                bail!("--tokens/--contract go with full snapshots: drop --window")
-            }
-        };
-        state.listed = listed;
-    }
-    Ok(state)
-}
-
-/// The head state of a v2 datadir, streamed from its hashed accounts
-/// table into `records.bin` (a mainnet base is never held); `None` where
-/// that does not apply (a v1 datadir, an older block, an active set).
-#[cfg(feature = "reth")]
-fn build_reth_streamed(
-    store: &SnapshotStore,
-    args: &RethArgs,
-    options: &snapshotter::BuildOptions,
-) -> Result<Option<(u64, Result<snapshotter::StoredSnapshot, BuildError>)>> {
-    if args.window.is_some() || args.block.is_some() {
-        return Ok(None);
-    }
-    let reth = RethDatadir::open(&args.datadir)?;
-    if !reth.streams_full_state() {
-        return Ok(None);
-    }
-    let head = StreamedHead::new(reth, args.chain_id, args.storage.listed(args.chain_id)?)?;
-    snapshotter::failpoint::hit("export");
-    tracing::info!(
-        block = head.meta.block_number,
-        slots = head.slots(),
-        "streaming the head state from the reth datadir (v2)"
-    );
-    Ok(Some((args.chain_id, head.publish(store, options))))
+    Ok(export_base(&args.datadir, mode, args.chain_id, listed)?)
 }
 
 #[cfg(not(feature = "reth"))]
-fn build_reth_streamed(
-    _: &SnapshotStore,
-    _: &RethArgs,
-    _: &snapshotter::BuildOptions,
-) -> Result<Option<(u64, Result<snapshotter::StoredSnapshot, BuildError>)>> {
-    Ok(None)
-}
-
-#[cfg(not(feature = "reth"))]
-fn export_reth(_: &RethArgs) -> Result<ExportedState> {
+fn export_reth(_: &RethArgs) -> Result<Base> {
     bail!("this build has no reth support: rebuild with `cargo build --release -p snapshotter --features reth` (needs libclang-dev)")
 }
 

@@ -4,3 +4,39 @@ pub use snapshot_build::genesis;
 #[cfg(feature = "reth")]
 pub mod reth;
 pub mod rpc;
+
+use crate::pipeline::{build_and_publish, BuildError, BuildOptions, ExportedState};
+use crate::store::{SnapshotStore, StoredSnapshot};
+
+/// A snapshot to build: its state held in memory, or (a v2 reth
+/// datadir's head) its accounts streamed from the datadir as `records.bin`
+/// is written, so that a mainnet base is never held. What `build` and the
+/// follower both publish.
+pub enum Base {
+    Held(ExportedState),
+    #[cfg(feature = "reth")]
+    Streamed(crate::sources::reth::StreamedHead),
+}
+
+impl Base {
+    /// Which snapshot it is (and, when held, its records).
+    pub fn meta(&self) -> &ExportedState {
+        match self {
+            Base::Held(state) => state,
+            #[cfg(feature = "reth")]
+            Base::Streamed(head) => &head.meta,
+        }
+    }
+
+    pub fn publish(
+        self,
+        store: &SnapshotStore,
+        opts: &BuildOptions,
+    ) -> Result<StoredSnapshot, BuildError> {
+        match self {
+            Base::Held(state) => build_and_publish(store, state, opts),
+            #[cfg(feature = "reth")]
+            Base::Streamed(head) => head.publish(store, opts),
+        }
+    }
+}

@@ -60,6 +60,8 @@ pub enum RethError {
     Empty,
     #[error("not supported yet: {0}")]
     Unsupported(&'static str),
+    #[error("listed contracts (--tokens/--contract) go with full snapshots, not an active set: drop --window")]
+    ListedActiveSet,
 }
 
 /// What to export.
@@ -919,6 +921,39 @@ impl RethDatadir {
             export_s,
         })
     }
+}
+
+/// The snapshot of the datadir at `dir` that `mode` names, with the slots
+/// of the `listed` contracts: a v2 datadir's head streamed, anything else
+/// held. What `build reth` and the follower's base both build.
+pub fn export_base(
+    dir: &Path,
+    mode: RethMode,
+    chain_id: u64,
+    listed: PrivateStorage,
+) -> Result<crate::sources::Base, RethError> {
+    use crate::sources::Base;
+    let reth = RethDatadir::open(dir)?;
+    if mode == RethMode::Full && reth.streams_full_state() {
+        let head = StreamedHead::new(reth, chain_id, listed)?;
+        tracing::info!(
+            block = head.meta.block_number,
+            slots = head.slots(),
+            "streaming the head state from the reth datadir (v2)"
+        );
+        return Ok(Base::Streamed(head));
+    }
+    let mut state = reth.export(mode, chain_id)?;
+    if !listed.is_empty() {
+        let contracts = listed.all_contracts();
+        state.storage = match mode {
+            RethMode::Full => reth.storage(&contracts)?,
+            RethMode::FullAt { block } => reth.storage_at(block, &contracts)?,
+            RethMode::Active { .. } => return Err(RethError::ListedActiveSet),
+        };
+        state.listed = listed;
+    }
+    Ok(Base::Held(state))
 }
 
 /// A v2 datadir's head as a base whose accounts are streamed into
