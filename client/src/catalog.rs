@@ -255,10 +255,6 @@ impl Catalog {
         self.adopted().entries.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// The server's most queries per batch.
     pub fn max_batch(&self) -> usize {
         self.adopted().max_batch

@@ -38,22 +38,22 @@
 pub mod address;
 mod answers;
 pub mod block;
-pub mod cache;
+mod cache;
 mod canary;
 pub mod canonical;
-pub mod catalog;
+mod catalog;
 mod code;
 pub mod config;
 pub mod error;
-pub use api_client::fetch;
+use api_client::fetch;
 pub mod levels;
-pub mod link;
-pub mod pool;
+mod link;
+mod pool;
 #[cfg(feature = "alloy")]
 pub mod provider;
 pub mod reader;
-pub mod traffic;
-pub mod trust;
+mod traffic;
+mod trust;
 
 pub use address::parse_address;
 pub use block::BlockSelector;

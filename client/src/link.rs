@@ -39,11 +39,6 @@ impl ServerLink {
         }
     }
 
-    /// The server's URL (redact it before logging).
-    pub fn base(&self) -> &str {
-        self.api.base()
-    }
-
     fn bounds(&self, size: Size, duration: Duration) -> Bounds {
         Bounds {
             size,

@@ -101,5 +101,6 @@ async fn run_until_ctrl_c(demo: DemoConfig) -> Result<()> {
     proxy::serve_on(proxy_listener, config, async {
         let _ = tokio::signal::ctrl_c().await;
     })
-    .await
+    .await?;
+    Ok(())
 }

@@ -153,14 +153,14 @@ impl Default for ProxyConfig {
 }
 
 impl ProxyConfig {
-    pub fn from_file(path: &std::path::Path) -> anyhow::Result<Self> {
-        Ok(protocol::config::load_toml(path)?)
+    pub fn from_file(path: &std::path::Path) -> Result<Self, protocol::config::ConfigError> {
+        protocol::config::load_toml(path)
     }
 
     /// Refuses a plain-HTTP PIR server off loopback unless allowed: anyone
     /// on the path could rewrite responses and their checksums.
-    pub fn check_transport(&self) -> anyhow::Result<()> {
-        Ok(self.client().check_transport()?)
+    pub fn check_transport(&self) -> Result<(), ethpir_client::config::ConfigError> {
+        self.client().check_transport()
     }
 
     /// The private reader's part of the settings.
@@ -200,9 +200,11 @@ impl ProxyConfig {
 
     /// The token list the catalog's must agree with: the user's file, or
     /// the shipped one.
-    pub fn trusted_tokens(&self) -> anyhow::Result<protocol::tokens::TokenList> {
+    pub fn trusted_tokens(
+        &self,
+    ) -> Result<protocol::tokens::TokenList, protocol::tokens::TokenListError> {
         match &self.tokens {
-            Some(path) => Ok(protocol::tokens::TokenList::from_file(path)?),
+            Some(path) => protocol::tokens::TokenList::from_file(path),
             None => Ok(protocol::tokens::TokenList::shipped()),
         }
     }

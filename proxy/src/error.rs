@@ -22,6 +22,22 @@ pub const UNVERIFIABLE: i32 = -32004;
 /// The upstream node could not be reached.
 pub const UPSTREAM_UNAVAILABLE: i32 = -32005;
 
+/// Why the proxy cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    File(#[from] protocol::config::ConfigError),
+    /// The private reader's settings (the PIR server's URL, transport).
+    #[error(transparent)]
+    Client(#[from] ethpir_client::config::ConfigError),
+    #[error(transparent)]
+    Upstream(#[from] crate::upstream::UpstreamUrlError),
+    #[error(transparent)]
+    Tokens(#[from] protocol::tokens::TokenListError),
+    #[error("starting the JSON-RPC server: {0}")]
+    Listen(#[from] std::io::Error),
+}
+
 /// Why the proxy did not answer a call.
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {

@@ -24,13 +24,13 @@ pub mod upstream;
 
 use std::sync::Arc;
 
-use anyhow::Context;
 use jsonrpsee::server::middleware::rpc::RpcServiceBuilder;
 use jsonrpsee::server::{BatchRequestConfig, Server, ServerConfig};
 
 pub use config::ProxyConfig;
 use config::MAX_RESPONSE_BYTES;
 use envelope::{EnvelopeLayer, MAX_BODY};
+pub use error::StartError;
 use ethpir_client::PrivateReader;
 use forward::{ForwardLayer, ForwardPolicy};
 use protocol::url::redact;
@@ -67,7 +67,7 @@ pub async fn serve_on(
     listener: tokio::net::TcpListener,
     config: ProxyConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
+) -> Result<(), StartError> {
     serve_on_boxed(listener, config, Box::pin(shutdown)).await
 }
 
@@ -79,7 +79,7 @@ pub fn serve_on_boxed(
     listener: tokio::net::TcpListener,
     config: ProxyConfig,
     shutdown: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>> + Send>> {
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), StartError>> + Send>> {
     Box::pin(run_until(listener, config, shutdown))
 }
 
@@ -87,7 +87,7 @@ async fn run_until(
     listener: tokio::net::TcpListener,
     config: ProxyConfig,
     shutdown: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
-) -> anyhow::Result<()> {
+) -> Result<(), StartError> {
     config.check_transport()?;
     let upstream = match config.upstream.as_deref() {
         Some(url) => Some(Arc::new(Upstream::new(url, config.timeouts())?)),
@@ -122,8 +122,7 @@ async fn run_until(
         .set_config(limits)
         .set_http_middleware(tower::ServiceBuilder::new().layer(EnvelopeLayer))
         .set_rpc_middleware(RpcServiceBuilder::new().layer(ForwardLayer(policy)))
-        .build_from_tcp(listener.into_std().context("the proxy's listener")?)
-        .context("starting the JSON-RPC server")?;
+        .build_from_tcp(listener.into_std()?)?;
     let addr = server.local_addr()?;
     let handle = server.start(module);
     tracing::info!(

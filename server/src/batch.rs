@@ -10,94 +10,16 @@
 //! waits at most `window` before its pass starts (plus the wait for a
 //! worker, which other snapshots' passes may hold).
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Instant;
 
 use pir_core::error::AnswerError;
 use pir_core::wire::{Query, Response};
 use tokio::sync::oneshot;
 
 use crate::error::RouteError;
-use crate::state::{AppState, LoadedSnapshot};
-
-/// How lookups are batched (`[batching]` in configs/server.toml).
-#[derive(Clone, Copy, Debug, PartialEq, serde::Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct BatchSettings {
-    /// Off: every request is a pass of its own, as many at once as there
-    /// are workers.
-    pub enabled: bool,
-    /// Milliseconds a pass waits for company after its first lookup
-    /// arrives (0: none; lookups that arrive while a pass runs join the
-    /// next one anyway).
-    pub window_ms: f64,
-    /// Most queries in one pass.
-    pub max_queries: usize,
-}
-
-impl Default for BatchSettings {
-    fn default() -> Self {
-        BatchSettings {
-            enabled: true,
-            window_ms: 0.0,
-            max_queries: 256,
-        }
-    }
-}
-
-impl BatchSettings {
-    fn window(&self) -> Duration {
-        Duration::from_secs_f64(self.window_ms.max(0.0) / 1e3)
-    }
-}
-
-/// One request's queries to one snapshot, and where their answers go.
-struct Job {
-    queries: Vec<Query>,
-    reply: oneshot::Sender<Result<Vec<Response>, AnswerError>>,
-}
-
-/// A snapshot's queue of jobs.
-#[derive(Default)]
-pub struct Batcher {
-    pending: Mutex<Pending>,
-}
-
-#[derive(Default)]
-struct Pending {
-    jobs: VecDeque<Job>,
-    /// Whether a drain task is running (it ends when it finds no job).
-    draining: bool,
-}
-
-impl Batcher {
-    /// Queues a job; true when no drain task runs and one must start.
-    fn push(&self, job: Job) -> bool {
-        let mut pending = self.pending.lock().expect("lock");
-        pending.jobs.push_back(job);
-        !std::mem::replace(&mut pending.draining, true)
-    }
-
-    /// The jobs of the next pass (at least one, then as many as fit
-    /// `max_queries`); none ends the drain task.
-    fn take(&self, max_queries: usize) -> Vec<Job> {
-        let mut pending = self.pending.lock().expect("lock");
-        let mut jobs = Vec::new();
-        let mut queries = 0;
-        while let Some(job) = pending.jobs.front() {
-            if !jobs.is_empty() && queries + job.queries.len() > max_queries {
-                break;
-            }
-            queries += job.queries.len();
-            jobs.extend(pending.jobs.pop_front());
-        }
-        if jobs.is_empty() {
-            pending.draining = false;
-        }
-        jobs
-    }
-}
+use crate::loaded::{Job, LoadedSnapshot};
+use crate::state::AppState;
 
 /// Queues `queries` (checked against `snap`) for the snapshot's next pass
 /// and returns where the answers will arrive. Queuing happens here, at
@@ -190,51 +112,4 @@ fn run_pass(snap: &LoadedSnapshot, jobs: Vec<Job>) -> (usize, usize) {
         }
     }
     (sizes.len(), total)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn job(n: usize) -> (Job, oneshot::Receiver<Result<Vec<Response>, AnswerError>>) {
-        let (reply, rx) = oneshot::channel();
-        let query = Query {
-            setup_id: [0; 8],
-            vector: Vec::new(),
-        };
-        (
-            Job {
-                queries: vec![query; n],
-                reply,
-            },
-            rx,
-        )
-    }
-
-    #[test]
-    fn passes_take_whole_jobs_up_to_the_cap() {
-        let batcher = Batcher::default();
-        let mut receivers = Vec::new();
-        for (i, n) in [3, 2, 4, 9, 1].into_iter().enumerate() {
-            let (j, rx) = job(n);
-            assert_eq!(
-                batcher.push(j),
-                i == 0,
-                "only the first push starts a drain"
-            );
-            receivers.push(rx);
-        }
-        let sizes = |jobs: Vec<Job>| jobs.iter().map(|j| j.queries.len()).collect::<Vec<_>>();
-        assert_eq!(sizes(batcher.take(8)), [3, 2]);
-        assert_eq!(sizes(batcher.take(8)), [4]);
-        // A job larger than the cap is a pass of its own.
-        assert_eq!(sizes(batcher.take(8)), [9]);
-        assert_eq!(sizes(batcher.take(8)), [1]);
-        assert!(batcher.take(8).is_empty());
-        let (j, _rx) = job(1);
-        assert!(
-            batcher.push(j),
-            "an empty queue's drain ended: a new one starts"
-        );
-    }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use pir_core::shard::Shard;
 use serde::Deserialize;
 
-use crate::batch::BatchSettings;
+use crate::error::ServerError;
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -83,16 +83,73 @@ impl ServerConfig {
     }
 
     /// The row shard this server answers, if it is one.
-    pub fn shard(&self) -> anyhow::Result<Option<Shard>> {
-        let shard = self.shard.as_deref().map(Shard::parse).transpose()?;
+    pub fn shard(&self) -> Result<Option<Shard>, ServerError> {
+        let shard = self
+            .shard
+            .as_deref()
+            .map(Shard::parse)
+            .transpose()
+            .map_err(|e| ServerError::Settings(format!("shard: {e}")))?;
         if shard.is_some() && !self.router.shards.is_empty() {
-            anyhow::bail!("a server is a row shard or a router in front of shards, not both");
+            return Err(ServerError::Settings(
+                "a server is a row shard or a router in front of shards, not both".into(),
+            ));
         }
         Ok(shard)
     }
 
     /// Reads a TOML config file.
-    pub fn from_file(path: &std::path::Path) -> anyhow::Result<Self> {
+    pub fn from_file(path: &std::path::Path) -> Result<Self, ServerError> {
         Ok(protocol::config::load_toml(path)?)
+    }
+}
+
+/// How lookups are batched (`[batching]` in configs/server.toml).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BatchSettings {
+    /// Off: every request is a pass of its own, as many at once as there
+    /// are workers.
+    pub enabled: bool,
+    /// Milliseconds a pass waits for company after its first lookup
+    /// arrives (0: none; lookups that arrive while a pass runs join the
+    /// next one anyway).
+    pub window_ms: f64,
+    /// Most queries in one pass.
+    pub max_queries: usize,
+}
+
+impl Default for BatchSettings {
+    fn default() -> Self {
+        BatchSettings {
+            enabled: true,
+            window_ms: 0.0,
+            max_queries: 256,
+        }
+    }
+}
+
+impl BatchSettings {
+    pub(crate) fn window(&self) -> Duration {
+        Duration::from_secs_f64(self.window_ms.max(0.0) / 1e3)
+    }
+}
+
+/// What this process is: a whole server, a row shard, or a router in
+/// front of row shards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Whole,
+    Shard(Shard),
+    Router,
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Role::Whole => write!(f, "whole"),
+            Role::Shard(s) => write!(f, "shard {s}"),
+            Role::Router => write!(f, "router"),
+        }
     }
 }

@@ -9,6 +9,27 @@ use pir_core::server::ServeError;
 
 use crate::api::ApiError;
 
+/// Why the server cannot start, or cannot serve a snapshot of its store.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("binding {addr}: {source}")]
+    Bind {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Config(#[from] protocol::config::ConfigError),
+    /// Settings that do not go together, or do not parse.
+    #[error("{0}")]
+    Settings(String),
+    #[error(transparent)]
+    Store(#[from] snapshot_store::StoreError),
+    #[error("{0}: its code table is not the manifest's")]
+    CodeTable(protocol::manifest::SnapshotId),
+    #[error("serving: {0}")]
+    Io(#[from] std::io::Error),
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum RouteError {
     #[error("no snapshot '{0}' (it may have been retired)")]

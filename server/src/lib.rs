@@ -23,16 +23,17 @@ pub use protocol::api;
 mod batch;
 pub mod config;
 mod error;
+mod loaded;
 mod metrics;
 mod routes;
 mod shards;
 mod state;
 
-pub use batch::BatchSettings;
-pub use config::ServerConfig;
-pub use error::RouteError;
+pub use config::{BatchSettings, Role, ServerConfig};
+pub use error::{RouteError, ServerError};
+pub use loaded::{LoadedSnapshot, Serving};
 pub use routes::router;
-pub use state::{AppState, LoadedSnapshot, Role, Serving};
+pub use state::AppState;
 
 use std::sync::Arc;
 
@@ -40,10 +41,13 @@ use std::sync::Arc;
 pub async fn serve(
     config: ServerConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
+) -> Result<(), ServerError> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
-        .map_err(|e| anyhow::anyhow!("binding {}: {e}", config.listen))?;
+        .map_err(|source| ServerError::Bind {
+            addr: config.listen,
+            source,
+        })?;
     serve_on(listener, config, shutdown).await
 }
 
@@ -52,7 +56,7 @@ pub async fn serve_on(
     listener: tokio::net::TcpListener,
     config: ServerConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
+) -> Result<(), ServerError> {
     serve_on_boxed(listener, config, Box::pin(shutdown)).await
 }
 
@@ -64,7 +68,7 @@ pub fn serve_on_boxed(
     listener: tokio::net::TcpListener,
     config: ServerConfig,
     shutdown: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>> + Send>> {
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), ServerError>> + Send>> {
     Box::pin(run_until(listener, config, shutdown))
 }
 
@@ -72,7 +76,7 @@ async fn run_until(
     listener: tokio::net::TcpListener,
     config: ServerConfig,
     shutdown: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
-) -> anyhow::Result<()> {
+) -> Result<(), ServerError> {
     let state = Arc::new(AppState::new(&config)?);
     tracing::info!(role = %state.role, "serving the store");
     if let Some(shards) = &state.shards {

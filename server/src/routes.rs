@@ -16,7 +16,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use pir_core::wire::{self, Query};
+use pir_core::wire::{self};
 use protocol::routes::{Health, Route};
 use tower::ServiceExt;
 use tower_http::compression::predicate::{DefaultPredicate, NotForContentType, Predicate};
@@ -26,7 +26,8 @@ use tower_http::services::ServeFile;
 
 use crate::batch;
 use crate::error::RouteError;
-use crate::state::{AppState, LoadedSnapshot};
+use crate::loaded::{LoadedSnapshot, Part};
+use crate::state::AppState;
 
 /// The router over a shared state.
 pub fn router(state: Arc<AppState>) -> Router {
@@ -322,9 +323,6 @@ fn decode_parts(parts: Vec<(Arc<LoadedSnapshot>, Bytes)>) -> Result<Vec<Part>, R
         })
         .collect()
 }
-
-/// A snapshot and one request's checked queries to it.
-pub type Part = (Arc<LoadedSnapshot>, Vec<Query>);
 
 /// Every part queued at once (each in its snapshot's next pass), then
 /// their answers, in order.

@@ -17,8 +17,8 @@ use pir_core::shard::{add_answer, shard_rows, slice_query};
 use pir_core::wire::{self, Response};
 
 use crate::config::RouterSettings;
-use crate::error::RouteError;
-use crate::routes::Part;
+use crate::error::{RouteError, ServerError};
+use crate::loaded::Part;
 
 /// The shard servers behind this router, shard 0 first.
 pub struct ShardRouter {
@@ -34,17 +34,22 @@ struct ShardRequest {
 }
 
 impl ShardRouter {
-    pub fn new(settings: &RouterSettings) -> anyhow::Result<Self> {
+    pub fn new(settings: &RouterSettings) -> Result<Self, ServerError> {
         let count = settings.shards.len();
         if count > u16::MAX as usize {
-            anyhow::bail!("{count} shards: at most {}", u16::MAX);
+            return Err(ServerError::Settings(format!(
+                "{count} shards: at most {}",
+                u16::MAX
+            )));
         }
         for url in &settings.shards {
-            url::Url::parse(url).map_err(|e| anyhow::anyhow!("shard URL {url:?}: {e}"))?;
+            url::Url::parse(url)
+                .map_err(|e| ServerError::Settings(format!("shard URL {url:?}: {e}")))?;
         }
         let http = api_client::http_builder()
             .connect_timeout(Duration::from_secs(5))
-            .build()?;
+            .build()
+            .map_err(|e| ServerError::Settings(format!("HTTP client for the shards: {e}")))?;
         Ok(ShardRouter {
             shards: settings
                 .shards

@@ -6,134 +6,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
-use pir_core::error::AnswerError;
-use pir_core::server::ServeError;
-use pir_core::shard::Shard;
-use pir_core::wire::{Query, Response};
-use pir_core::{PirServer, PublishedSetup};
 use snapshot_store::{SnapshotStore, StoredSnapshot};
 use tokio::sync::Semaphore;
 
-use crate::batch::{BatchSettings, Batcher};
+use crate::config::{BatchSettings, Role};
+use crate::loaded::LoadedSnapshot;
 use crate::metrics::Metrics;
 use crate::shards::ShardRouter;
-use crate::ServerConfig;
-
-/// How a snapshot's queries are answered here.
-pub enum Serving {
-    /// From its database (memory-mapped): all rows, or this shard's.
-    Local(PirServer),
-    /// By the row shards behind this router: only the setup is held.
-    Routed(PublishedSetup),
-}
-
-/// A snapshot ready to answer.
-pub struct LoadedSnapshot {
-    pub stored: StoredSnapshot,
-    pub serving: Serving,
-    /// `<chain>-<block>-<kind>`.
-    pub url_id: String,
-    /// `table.bin` (digest-checked), when the snapshot has one; shared
-    /// with every download of it.
-    pub table: Option<Bytes>,
-    /// Its code table's tree (checked against the manifest's digest and
-    /// root), to prove any entry in a few hashes; none without codes.
-    pub codes: Option<protocol::codes::CodeTree>,
-    /// Its queue of lookups waiting for a pass.
-    pub batcher: Batcher,
-}
-
-impl LoadedSnapshot {
-    /// Reads, checks (digests, formats, setup digest) and loads a snapshot
-    /// the way this server serves it.
-    pub fn load(store: &SnapshotStore, stored: StoredSnapshot, role: Role) -> anyhow::Result<Self> {
-        let serving = match role {
-            Role::Whole => Serving::Local(store.load_server(&stored, None)?),
-            Role::Shard(shard) => Serving::Local(store.load_server(&stored, Some(shard))?),
-            Role::Router => Serving::Routed(store.load_setup(&stored)?),
-        };
-        let table = match stored
-            .manifest
-            .files
-            .contains_key(snapshot_store::TABLE_FILE)
-        {
-            true => Some(Bytes::from(
-                store.read_checked(&stored, snapshot_store::TABLE_FILE)?,
-            )),
-            false => None,
-        };
-        let codes = match stored.manifest.codes {
-            Some(summary) => {
-                let tree = protocol::codes::CodeTree::new(store.read_code_table(&stored)?);
-                if tree.summary() != Some(summary) {
-                    anyhow::bail!("{}: its code table is not the manifest's", stored.id);
-                }
-                Some(tree)
-            }
-            None => None,
-        };
-        Ok(LoadedSnapshot {
-            table,
-            codes,
-            url_id: stored.id.url_form(),
-            stored,
-            serving,
-            batcher: Batcher::default(),
-        })
-    }
-
-    /// The setup clients download.
-    pub fn setup(&self) -> &PublishedSetup {
-        match &self.serving {
-            Serving::Local(pir) => pir.setup(),
-            Serving::Routed(setup) => setup,
-        }
-    }
-
-    /// Entries of one query sent here (a shard's are its rows only).
-    pub fn query_rows(&self) -> usize {
-        match &self.serving {
-            Serving::Local(pir) => pir.query_rows(),
-            Serving::Routed(setup) => setup.shape().rows(),
-        }
-    }
-
-    /// Parses a batch of queries to this snapshot and checks each.
-    pub fn checked_queries(&self, body: &[u8]) -> Result<Vec<Query>, ServeError> {
-        match &self.serving {
-            Serving::Local(pir) => pir.checked_queries(body),
-            Serving::Routed(setup) => setup.checked_queries(body),
-        }
-    }
-
-    /// Answers a batch from the database here, in one pass.
-    pub fn answer_batch(&self, queries: &[Query]) -> Result<Vec<Response>, AnswerError> {
-        match &self.serving {
-            Serving::Local(pir) => pir.answer_batch(queries),
-            // A router never answers itself (its query route forwards).
-            Serving::Routed(_) => Err(AnswerError::EmptyBatch),
-        }
-    }
-}
-
-/// What this process is: a whole server, a row shard, or a router in
-/// front of row shards.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
-    Whole,
-    Shard(Shard),
-    Router,
-}
-
-impl std::fmt::Display for Role {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Role::Whole => write!(f, "whole"),
-            Role::Shard(s) => write!(f, "shard {s}"),
-            Role::Router => write!(f, "router"),
-        }
-    }
-}
+use crate::{ServerConfig, ServerError};
 
 pub struct AppState {
     pub store: SnapshotStore,
@@ -220,7 +100,7 @@ impl CatalogBody {
 }
 
 impl AppState {
-    pub fn new(config: &ServerConfig) -> anyhow::Result<Self> {
+    pub fn new(config: &ServerConfig) -> Result<Self, ServerError> {
         let shards = match config.router.shards.is_empty() {
             true => None,
             false => Some(ShardRouter::new(&config.router)?),

@@ -102,15 +102,18 @@ impl Default for Timing {
 }
 
 impl FollowConfig {
-    pub fn from_file(path: &Path) -> anyhow::Result<Self> {
-        Ok(protocol::config::load_toml(path)?)
+    pub fn from_file(path: &Path) -> Result<Self, protocol::config::ConfigError> {
+        protocol::config::load_toml(path)
     }
 }
 
 impl SourceConfig {
     /// The contracts whose storage a new base of `chain_id` holds: the
     /// list's tokens of that chain and `contracts`.
-    pub fn private_storage(&self, chain_id: u64) -> anyhow::Result<PrivateStorage> {
+    pub fn private_storage(
+        &self,
+        chain_id: u64,
+    ) -> Result<PrivateStorage, protocol::tokens::TokenListError> {
         let tokens = match &self.tokens {
             Some(path) => protocol::tokens::TokenList::from_file(path)?
                 .tokens
@@ -125,6 +128,40 @@ impl SourceConfig {
         })
     }
 }
+
+/// Why the follower could not go on: a refusal stops it, any other
+/// failure (the node, the disk, a build) is retried after a backoff. The
+/// kind is decided where the error is made, not guessed afterwards.
+#[derive(Debug, thiserror::Error)]
+pub enum FollowError {
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    #[error(transparent)]
+    Failed(Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// Every other error the follower meets is a failure to retry.
+macro_rules! failures {
+    ($($error:ty),* $(,)?) => {$(
+        impl From<$error> for FollowError {
+            fn from(e: $error) -> Self {
+                FollowError::Failed(Box::new(e))
+            }
+        }
+    )*};
+}
+
+failures!(
+    crate::sources::rpc::RpcSourceError,
+    LevelsError,
+    crate::store::StoreError,
+    crate::pipeline::BuildError,
+    crate::settings::SettingsError,
+    crate::sources::genesis::GenesisError,
+    protocol::tokens::TokenListError,
+);
+#[cfg(feature = "reth")]
+failures!(crate::sources::reth::RethError);
 
 /// A configuration or chain the follower cannot work with: it stops
 /// rather than retry.
@@ -174,7 +211,7 @@ pub struct Follower {
 
 impl Follower {
     /// Checks the configuration (nothing is contacted yet).
-    pub fn new(config: FollowConfig) -> anyhow::Result<Self> {
+    pub fn new(config: FollowConfig) -> Result<Self, FollowError> {
         let store = config.store.clone().ok_or(Refusal::NoStore)?;
         let url = config.source.url.clone().ok_or(Refusal::NoUrl)?;
         if config.source.genesis.is_some() && config.source.datadir.is_some() {
@@ -197,7 +234,7 @@ impl Follower {
     }
 
     /// The node, connected (and its traces checked) on first use.
-    async fn node(&mut self) -> anyhow::Result<&RpcSource> {
+    async fn node(&mut self) -> Result<&RpcSource, FollowError> {
         if self.node.is_none() {
             let s = &self.config.source;
             let options = RpcOptions {
@@ -259,7 +296,7 @@ impl Follower {
     /// One step: a base if there is none, repairs after a reorg or damage,
     /// then a delta up to the head. A failed step drops the connection so
     /// the next one starts afresh.
-    pub async fn step(&mut self) -> anyhow::Result<StepOutcome> {
+    pub async fn step(&mut self) -> Result<StepOutcome, FollowError> {
         let outcome = self.try_step().await;
         if outcome.is_err() {
             self.node = None;
@@ -267,7 +304,7 @@ impl Follower {
         outcome
     }
 
-    async fn try_step(&mut self) -> anyhow::Result<StepOutcome> {
+    async fn try_step(&mut self) -> Result<StepOutcome, FollowError> {
         self.node().await?;
         let levels = self.levels();
         let checked = match blocking(move || levels.check_newest()).await {
@@ -315,7 +352,7 @@ impl Follower {
     }
 
     /// Builds and publishes the base from the genesis file or the datadir.
-    async fn build_base(&mut self) -> anyhow::Result<()> {
+    async fn build_base(&mut self) -> Result<(), FollowError> {
         let node = self.node.as_ref().expect("connected");
         let chain_id = node.chain_id;
         let listed = &self.configured;
@@ -338,7 +375,7 @@ impl Follower {
     /// that no view mixes the orphaned blocks in. The next delta rebuilds
     /// them from the node.
     /// Returns whether anything was removed.
-    async fn undo_reorg(&self, view: &[StoredSnapshot]) -> anyhow::Result<bool> {
+    async fn undo_reorg(&self, view: &[StoredSnapshot]) -> Result<bool, FollowError> {
         let node = self.node.as_ref().expect("connected");
         let mut fork = None;
         for level in view.iter().rev() {
@@ -393,7 +430,7 @@ async fn genesis_base(
     node: &RpcSource,
     file: &Path,
     listed: &PrivateStorage,
-) -> anyhow::Result<ExportedState> {
+) -> Result<ExportedState, FollowError> {
     let mut state =
         crate::sources::genesis::read_genesis_listed(file, Some(node.chain_id), listed)?;
     let sample: Vec<Address> = state
@@ -429,7 +466,7 @@ async fn datadir_base(
     node: &RpcSource,
     dir: &Path,
     listed: &PrivateStorage,
-) -> anyhow::Result<Base> {
+) -> Result<Base, FollowError> {
     use crate::sources::reth::{export_base, RethMode};
     let base = export_base(dir, RethMode::Full, node.chain_id, listed.clone())?;
     let meta = base.meta();
@@ -445,7 +482,7 @@ async fn datadir_base(
 }
 
 #[cfg(not(feature = "reth"))]
-async fn datadir_base(_: &RpcSource, _: &Path, _: &PrivateStorage) -> anyhow::Result<Base> {
+async fn datadir_base(_: &RpcSource, _: &Path, _: &PrivateStorage) -> Result<Base, FollowError> {
     Err(Refusal::NoReth.into())
 }
 
@@ -462,7 +499,7 @@ fn backoff(failures: u32) -> Duration {
 pub async fn run(
     config: FollowConfig,
     stop: impl std::future::Future<Output = ()>,
-) -> anyhow::Result<()> {
+) -> Result<(), FollowError> {
     let poll = Duration::from_millis(config.follow.poll_ms.max(50));
     let mut follower = Follower::new(config)?;
     tracing::info!(url = %protocol::url::redact(&follower.url), store = %follower.store.root().display(), "following the chain");
@@ -485,7 +522,7 @@ pub async fn run(
                 failures = 0;
                 poll
             }
-            Err(e) if e.downcast_ref::<Refusal>().is_some() => return Err(e),
+            Err(FollowError::Refused(refusal)) => return Err(refusal.into()),
             Err(e) => {
                 failures += 1;
                 let wait = backoff(failures);
@@ -504,7 +541,7 @@ pub async fn run(
 
 /// One step now (`run --once`): the base if missing, then the blocks up
 /// to the head. Returns the newest view's block.
-pub async fn run_once(config: FollowConfig) -> anyhow::Result<u64> {
+pub async fn run_once(config: FollowConfig) -> Result<u64, FollowError> {
     let mut follower = Follower::new(config)?;
     match follower.step().await? {
         StepOutcome::UpToDate { block } | StepOutcome::Published { block, .. } => Ok(block),

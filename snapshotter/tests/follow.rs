@@ -125,8 +125,8 @@ async fn without_a_base_the_follower_refuses_and_says_why() {
         .await
         .unwrap_err();
     assert!(matches!(
-        err.downcast_ref::<Refusal>(),
-        Some(Refusal::NoBase { chain_id: 4242 })
+        err,
+        follow::FollowError::Refused(Refusal::NoBase { chain_id: 4242 })
     ));
     let text = err.to_string();
     assert!(

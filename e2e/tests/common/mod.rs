@@ -104,7 +104,7 @@ pub fn follow_config(
 /// A follower running `config` until [`Follower::stop`].
 pub struct Follower {
     stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    task: tokio::task::JoinHandle<Result<(), snapshotter::follow::FollowError>>,
 }
 
 impl Follower {

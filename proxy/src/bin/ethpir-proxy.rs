@@ -228,5 +228,6 @@ async fn serve(args: ServeArgs) -> Result<()> {
     proxy::serve_on(listener, config, async {
         let _ = tokio::signal::ctrl_c().await;
     })
-    .await
+    .await?;
+    Ok(())
 }

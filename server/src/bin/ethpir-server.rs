@@ -92,5 +92,6 @@ async fn main() -> Result<()> {
         let _ = tokio::signal::ctrl_c().await;
         tracing::info!("shutting down");
     })
-    .await
+    .await?;
+    Ok(())
 }

@@ -333,7 +333,7 @@ impl StorageArgs {
             contracts: self.contracts.clone(),
             ..Default::default()
         };
-        source.private_storage(chain_id)
+        Ok(source.private_storage(chain_id)?)
     }
 }
 
@@ -590,13 +590,13 @@ fn run_follower(store: &std::path::Path, store_given: bool, args: &RunArgs) -> R
         if args.once {
             let block = follow::run_once(config).await?;
             println!("{block}");
-            Ok(())
         } else {
             follow::run(config, async {
                 let _ = tokio::signal::ctrl_c().await;
             })
-            .await
+            .await?;
         }
+        Ok(())
     })
 }
 

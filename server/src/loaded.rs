@@ -1,0 +1,215 @@
+//! A snapshot loaded to answer from: its database (or, on a router, its
+//! setup), its table and code tree, and its queue of lookups waiting for
+//! a pass ([`crate::batch`] runs the passes).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use pir_core::error::AnswerError;
+use pir_core::server::ServeError;
+use pir_core::wire::{Query, Response};
+use pir_core::{PirServer, PublishedSetup};
+use snapshot_store::{SnapshotStore, StoredSnapshot};
+use tokio::sync::oneshot;
+
+use crate::config::Role;
+use crate::error::ServerError;
+
+/// How a snapshot's queries are answered here.
+pub enum Serving {
+    /// From its database (memory-mapped): all rows, or this shard's.
+    Local(PirServer),
+    /// By the row shards behind this router: only the setup is held.
+    Routed(PublishedSetup),
+}
+
+/// A snapshot ready to answer.
+pub struct LoadedSnapshot {
+    pub stored: StoredSnapshot,
+    pub serving: Serving,
+    /// `<chain>-<block>-<kind>`.
+    pub url_id: String,
+    /// `table.bin` (digest-checked), when the snapshot has one; shared
+    /// with every download of it.
+    pub table: Option<Bytes>,
+    /// Its code table's tree (checked against the manifest's digest and
+    /// root), to prove any entry in a few hashes; none without codes.
+    pub codes: Option<protocol::codes::CodeTree>,
+    /// Its queue of lookups waiting for a pass.
+    pub batcher: Batcher,
+}
+
+impl LoadedSnapshot {
+    /// Reads, checks (digests, formats, setup digest) and loads a snapshot
+    /// the way this server serves it.
+    pub fn load(
+        store: &SnapshotStore,
+        stored: StoredSnapshot,
+        role: Role,
+    ) -> Result<Self, ServerError> {
+        let serving = match role {
+            Role::Whole => Serving::Local(store.load_server(&stored, None)?),
+            Role::Shard(shard) => Serving::Local(store.load_server(&stored, Some(shard))?),
+            Role::Router => Serving::Routed(store.load_setup(&stored)?),
+        };
+        let table = match stored
+            .manifest
+            .files
+            .contains_key(snapshot_store::TABLE_FILE)
+        {
+            true => Some(Bytes::from(
+                store.read_checked(&stored, snapshot_store::TABLE_FILE)?,
+            )),
+            false => None,
+        };
+        let codes = match stored.manifest.codes {
+            Some(summary) => {
+                let tree = protocol::codes::CodeTree::new(store.read_code_table(&stored)?);
+                if tree.summary() != Some(summary) {
+                    return Err(ServerError::CodeTable(stored.id));
+                }
+                Some(tree)
+            }
+            None => None,
+        };
+        Ok(LoadedSnapshot {
+            table,
+            codes,
+            url_id: stored.id.url_form(),
+            stored,
+            serving,
+            batcher: Batcher::default(),
+        })
+    }
+
+    /// The setup clients download.
+    pub fn setup(&self) -> &PublishedSetup {
+        match &self.serving {
+            Serving::Local(pir) => pir.setup(),
+            Serving::Routed(setup) => setup,
+        }
+    }
+
+    /// Entries of one query sent here (a shard's are its rows only).
+    pub fn query_rows(&self) -> usize {
+        match &self.serving {
+            Serving::Local(pir) => pir.query_rows(),
+            Serving::Routed(setup) => setup.shape().rows(),
+        }
+    }
+
+    /// Parses a batch of queries to this snapshot and checks each.
+    pub fn checked_queries(&self, body: &[u8]) -> Result<Vec<Query>, ServeError> {
+        match &self.serving {
+            Serving::Local(pir) => pir.checked_queries(body),
+            Serving::Routed(setup) => setup.checked_queries(body),
+        }
+    }
+
+    /// Answers a batch from the database here, in one pass.
+    pub fn answer_batch(&self, queries: &[Query]) -> Result<Vec<Response>, AnswerError> {
+        match &self.serving {
+            Serving::Local(pir) => pir.answer_batch(queries),
+            // A router never answers itself (its query route forwards).
+            Serving::Routed(_) => Err(AnswerError::EmptyBatch),
+        }
+    }
+}
+
+/// A snapshot and one request's checked queries to it.
+pub type Part = (Arc<LoadedSnapshot>, Vec<Query>);
+
+/// One request's queries to one snapshot, and where their answers go.
+pub(crate) struct Job {
+    pub(crate) queries: Vec<Query>,
+    pub(crate) reply: oneshot::Sender<Result<Vec<Response>, AnswerError>>,
+}
+
+/// A snapshot's queue of jobs.
+#[derive(Default)]
+pub struct Batcher {
+    pending: Mutex<Pending>,
+}
+
+#[derive(Default)]
+struct Pending {
+    jobs: VecDeque<Job>,
+    /// Whether a drain task is running (it ends when it finds no job).
+    draining: bool,
+}
+
+impl Batcher {
+    /// Queues a job; true when no drain task runs and one must start.
+    pub(crate) fn push(&self, job: Job) -> bool {
+        let mut pending = self.pending.lock().expect("lock");
+        pending.jobs.push_back(job);
+        !std::mem::replace(&mut pending.draining, true)
+    }
+
+    /// The jobs of the next pass (at least one, then as many as fit
+    /// `max_queries`); none ends the drain task.
+    pub(crate) fn take(&self, max_queries: usize) -> Vec<Job> {
+        let mut pending = self.pending.lock().expect("lock");
+        let mut jobs = Vec::new();
+        let mut queries = 0;
+        while let Some(job) = pending.jobs.front() {
+            if !jobs.is_empty() && queries + job.queries.len() > max_queries {
+                break;
+            }
+            queries += job.queries.len();
+            jobs.extend(pending.jobs.pop_front());
+        }
+        if jobs.is_empty() {
+            pending.draining = false;
+        }
+        jobs
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(n: usize) -> (Job, oneshot::Receiver<Result<Vec<Response>, AnswerError>>) {
+        let (reply, rx) = oneshot::channel();
+        let query = Query {
+            setup_id: [0; 8],
+            vector: Vec::new(),
+        };
+        (
+            Job {
+                queries: vec![query; n],
+                reply,
+            },
+            rx,
+        )
+    }
+
+    #[test]
+    fn passes_take_whole_jobs_up_to_the_cap() {
+        let batcher = Batcher::default();
+        let mut receivers = Vec::new();
+        for (i, n) in [3, 2, 4, 9, 1].into_iter().enumerate() {
+            let (j, rx) = job(n);
+            assert_eq!(
+                batcher.push(j),
+                i == 0,
+                "only the first push starts a drain"
+            );
+            receivers.push(rx);
+        }
+        let sizes = |jobs: Vec<Job>| jobs.iter().map(|j| j.queries.len()).collect::<Vec<_>>();
+        assert_eq!(sizes(batcher.take(8)), [3, 2]);
+        assert_eq!(sizes(batcher.take(8)), [4]);
+        // A job larger than the cap is a pass of its own.
+        assert_eq!(sizes(batcher.take(8)), [9]);
+        assert_eq!(sizes(batcher.take(8)), [1]);
+        assert!(batcher.take(8).is_empty());
+        let (j, _rx) = job(1);
+        assert!(
+            batcher.push(j),
+            "an empty queue's drain ended: a new one starts"
+        );
+    }
+}
