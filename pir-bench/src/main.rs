@@ -167,11 +167,19 @@ fn ratios(peer: &Map<String, Value>, ours: &Map<String, Value>) -> Map<String, V
     ratios
 }
 
-fn bench_ours(
-    args: &Args,
-    records: &[(Vec<u8>, Vec<u8>)],
-    probes: &[usize],
-) -> Result<Map<String, Value>> {
+/// Our server and client over the records, and what making them cost.
+struct Ours {
+    server: PirServer,
+    client: PirClient,
+    shape: pir_core::DbShape,
+    db_bytes: usize,
+    report: gpu_kernels::HintReport,
+    encode_ms: f64,
+    hint_ms: f64,
+    client_setup_ms: f64,
+}
+
+fn setup_ours(args: &Args, records: &[(Vec<u8>, Vec<u8>)], rng: &mut ChaCha20Rng) -> Result<Ours> {
     let packing = match args.lookup_target_kib {
         Some(kib) => Packing::ForLookup {
             lookup_bytes: kib << 10,
@@ -181,13 +189,12 @@ fn bench_ours(
         None => Packing::parse(&args.packing, args.hint_budget_mib).context("--packing")?,
     };
     let arity = Arity::from_u8(args.arity).context("--arity")?;
-    let mut rng = ChaCha20Rng::seed_from_u64(args.seed ^ 0x5eed);
     let (db, encode_ms) = time_ms(|| {
         EncodedDb::encode(
             records,
             args.value_bytes,
             &EncodeOptions { arity, packing },
-            &mut rng,
+            &mut *rng,
         )
     });
     let db = db?;
@@ -199,53 +206,88 @@ fn bench_ours(
         .map_err(|e| anyhow::anyhow!("hint on {}: {e}", args.device))?;
     let hint_ms = hint_start.elapsed().as_secs_f64() * 1e3;
     let server = PirServer::from_parts(db, matrix, hint)?;
-
     let (client, client_setup_ms) = time_ms(|| PirClient::from_setup_bytes(server.setup_bytes()));
-    let client = client?;
+    Ok(Ours {
+        client: client?,
+        server,
+        shape,
+        db_bytes,
+        report,
+        encode_ms,
+        hint_ms,
+        client_setup_ms,
+    })
+}
 
-    let mut prepare = Vec::new();
-    let mut online = Vec::new();
-    let mut respond = Vec::new();
-    let mut decode = Vec::new();
-    let mut query_len = 0;
-    let mut response_len = 0;
-    for &i in probes.iter().take(args.reps) {
+/// Per-lookup times (ms) of each step, and the wire sizes.
+#[derive(Default)]
+struct LookupTimes {
+    prepare: Vec<f64>,
+    online: Vec<f64>,
+    respond: Vec<f64>,
+    decode: Vec<f64>,
+    query_len: usize,
+    response_len: usize,
+}
+
+/// One lookup at a time of the probed keys, each step timed and every
+/// answer checked.
+fn time_lookups(
+    ours: &Ours,
+    records: &[(Vec<u8>, Vec<u8>)],
+    probes: &[usize],
+    rng: &mut ChaCha20Rng,
+) -> Result<LookupTimes> {
+    let (client, server) = (&ours.client, &ours.server);
+    let mut t = LookupTimes::default();
+    for &i in probes {
         let (key, value) = &records[i];
-        let (prepared, ms) = time_ms(|| client.prepare(&mut rng));
-        prepare.push(ms);
+        let (prepared, ms) = time_ms(|| client.prepare(&mut *rng));
+        t.prepare.push(ms);
         let ((query, pending), ms) = time_ms(|| {
             let (q, p) = client.query(prepared, key).expect("same setup");
             (encode_queries(&[q]), p)
         });
-        online.push(ms);
-        query_len = query.len();
+        t.online.push(ms);
+        t.query_len = query.len();
         let (answer, ms) = time_ms(|| server.answer_bytes(&query).map(|(bytes, _)| bytes));
-        respond.push(ms);
+        t.respond.push(ms);
         let answer = answer?;
-        response_len = answer.len();
+        t.response_len = answer.len();
         let (found, ms) = time_ms(|| -> Result<Lookup> {
             let responses = decode_responses(&answer)?;
             Ok(client.decode(pending, &responses[0])?)
         });
-        decode.push(ms);
+        t.decode.push(ms);
         ensure!(
             found? == Lookup::Found(value.clone()),
             "ours: wrong answer for key {i}"
         );
     }
+    Ok(t)
+}
 
+/// Three batches of the probed keys answered in one pass each: ms per
+/// query of a `batch` (the batch size asked for), every answer checked.
+fn time_batches(
+    ours: &Ours,
+    records: &[(Vec<u8>, Vec<u8>)],
+    (probes, batch): (&[usize], usize),
+    rng: &mut ChaCha20Rng,
+) -> Result<Vec<f64>> {
+    let (client, server) = (&ours.client, &ours.server);
     let mut batch_ms = Vec::new();
     for _ in 0..3 {
         let mut pendings = Vec::new();
         let mut queries = Vec::new();
-        for &i in probes.iter().take(args.batch) {
-            let (q, p) = client.query(client.prepare(&mut rng), &records[i].0)?;
+        for &i in probes {
+            let (q, p) = client.query(client.prepare(&mut *rng), &records[i].0)?;
             queries.push(q);
             pendings.push((i, p));
         }
         let body = encode_queries(&queries);
         let (answer, ms) = time_ms(|| server.answer_bytes(&body).map(|(bytes, _)| bytes));
-        batch_ms.push(ms / args.batch as f64);
+        batch_ms.push(ms / batch as f64);
         let responses = decode_responses(&answer?)?;
         for ((i, p), r) in pendings.into_iter().zip(&responses) {
             ensure!(
@@ -254,8 +296,27 @@ fn bench_ours(
             );
         }
     }
+    Ok(batch_ms)
+}
 
-    let respond_ms = median(respond);
+fn bench_ours(
+    args: &Args,
+    records: &[(Vec<u8>, Vec<u8>)],
+    probes: &[usize],
+) -> Result<Map<String, Value>> {
+    let mut rng = ChaCha20Rng::seed_from_u64(args.seed ^ 0x5eed);
+    let ours = setup_ours(args, records, &mut rng)?;
+    let single: Vec<usize> = probes.iter().take(args.reps).copied().collect();
+    let t = time_lookups(&ours, records, &single, &mut rng)?;
+    let batched: Vec<usize> = probes.iter().take(args.batch).copied().collect();
+    let batch_ms = time_batches(&ours, records, (&batched, args.batch), &mut rng)?;
+    Ok(ours_json(args, &ours, t, batch_ms))
+}
+
+/// Our figures as the JSON line the benchmark prints.
+fn ours_json(args: &Args, ours: &Ours, t: LookupTimes, batch_ms: Vec<f64>) -> Map<String, Value> {
+    let (shape, report) = (&ours.shape, &ours.report);
+    let respond_ms = median(t.respond);
     let threads = rayon::current_num_threads();
     let mut m = Map::new();
     m.insert("impl".into(), json!("ours"));
@@ -274,26 +335,32 @@ fn bench_ours(
         m.insert("gpu".into(), json!(report.detail));
     }
     m.insert("threads".into(), json!(threads));
-    m.insert("encode_s".into(), json!(encode_ms / 1e3));
-    m.insert("hint_s".into(), json!(hint_ms / 1e3));
-    m.insert("setup_s".into(), json!((encode_ms + hint_ms) / 1e3));
-    m.insert("client_setup_s".into(), json!(client_setup_ms / 1e3));
-    m.insert("prepare_ms".into(), json!(median(prepare)));
-    m.insert("query_ms".into(), json!(median(online)));
+    m.insert("encode_s".into(), json!(ours.encode_ms / 1e3));
+    m.insert("hint_s".into(), json!(ours.hint_ms / 1e3));
+    m.insert(
+        "setup_s".into(),
+        json!((ours.encode_ms + ours.hint_ms) / 1e3),
+    );
+    m.insert("client_setup_s".into(), json!(ours.client_setup_ms / 1e3));
+    m.insert("prepare_ms".into(), json!(median(t.prepare)));
+    m.insert("query_ms".into(), json!(median(t.online)));
     m.insert("respond_ms".into(), json!(respond_ms));
     m.insert("respond_batch_ms_per_query".into(), json!(median(batch_ms)));
     m.insert("batch".into(), json!(args.batch));
-    m.insert("decode_ms".into(), json!(median(decode)));
-    m.insert("hint_bytes".into(), json!(server.setup_bytes().len()));
-    m.insert("query_bytes".into(), json!(query_len));
-    m.insert("response_bytes".into(), json!(response_len));
-    m.insert("client_state_bytes".into(), json!(client.state_bytes()));
-    m.insert("db_bytes".into(), json!(db_bytes));
+    m.insert("decode_ms".into(), json!(median(t.decode)));
+    m.insert("hint_bytes".into(), json!(ours.server.setup_bytes().len()));
+    m.insert("query_bytes".into(), json!(t.query_len));
+    m.insert("response_bytes".into(), json!(t.response_len));
+    m.insert(
+        "client_state_bytes".into(),
+        json!(ours.client.state_bytes()),
+    );
+    m.insert("db_bytes".into(), json!(ours.db_bytes));
     m.insert(
         "scan_gbps_per_core".into(),
-        json!(db_bytes as f64 / (respond_ms / 1e3) / threads as f64 / 1e9),
+        json!(ours.db_bytes as f64 / (respond_ms / 1e3) / threads as f64 / 1e9),
     );
-    Ok(m)
+    m
 }
 
 /// Names the machine and, when asked, sets the scan against the memory read

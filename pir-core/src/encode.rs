@@ -128,6 +128,20 @@ fn group_bytes_per_record(elems: usize) -> usize {
     4 + 16 + elems + (5 * elems).div_ceil(4)
 }
 
+/// Refuses a source the encoder cannot lay out; its value bytes.
+fn check_source(source: &dyn RecordSource) -> Result<usize, EncodeError> {
+    if source.is_empty() {
+        return Err(EncodeError::Empty);
+    }
+    if source.value_bytes() > MAX_VALUE_BYTES as usize {
+        return Err(ParamError::Shape("values too large").into());
+    }
+    if source.len() > u32::MAX as usize {
+        return Err(ParamError::Shape("too many records").into());
+    }
+    Ok(source.value_bytes())
+}
+
 /// Encodes every record of `source` into the panel bytes `sink` gives,
 /// using at most about `memory_budget` bytes for the records of one group
 /// of partitions (plus 2 bytes a record: each one's partition); returns
@@ -139,16 +153,7 @@ pub fn encode_into(
     rng: &mut impl Rng,
     sink: &mut dyn PanelSink,
 ) -> Result<DbShape, EncodeError> {
-    let value_bytes = source.value_bytes();
-    if source.is_empty() {
-        return Err(EncodeError::Empty);
-    }
-    if value_bytes > MAX_VALUE_BYTES as usize {
-        return Err(ParamError::Shape("values too large").into());
-    }
-    if source.len() > u32::MAX as usize {
-        return Err(ParamError::Shape("too many records").into());
-    }
+    let value_bytes = check_source(source)?;
     let partition_seed: u64 = rng.random();
     let filter_base: u64 = rng.random();
     let mut bits = crate::params::MAX_PLAINTEXT_BITS;

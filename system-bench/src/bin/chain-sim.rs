@@ -27,7 +27,7 @@ use ethpir_client::{BlockSelector, ClientConfig, PrivateReader};
 use protocol::storage::{PrivateStorage, StorageRecord};
 use protocol::tokens::{MappingLayout, SlotIndex, TokenEntry};
 use rand::{Rng, SeedableRng};
-use serde_json::json;
+use serde_json::{json, Value};
 use snapshotter::levels::{LevelPolicy, Levels};
 use snapshotter::pipeline::ExportedState;
 use snapshotter::settings::BuildSettings;
@@ -490,17 +490,7 @@ async fn main() -> Result<()> {
     let _ = std::fs::remove_dir_all(&args.dir);
     let store_dir = args.dir.join("store");
     let store = SnapshotStore::open(&store_dir)?;
-    let chain = Chain {
-        seed: args.seed,
-        base_len: 1usize << args.log2_accounts,
-        history: HashMap::new(),
-        created: Vec::new(),
-        slot_base_len: match args.log2_slots {
-            0 => 0,
-            s => (1usize << s).min(1usize << args.log2_accounts),
-        },
-        slot_history: HashMap::new(),
-    };
+    let chain = new_chain(&args);
     let with_token = chain.slot_base_len > 0;
     let policy = LevelPolicy {
         fanout: args.fanout,
@@ -512,9 +502,60 @@ async fn main() -> Result<()> {
     let build = BuildSettings::default().options(None)?;
     let expansion = build.expansion;
     let levels = Arc::new(Levels::new(store.clone(), CHAIN_ID, policy, build));
-
-    // The base.
     eprintln!("building the base of 2^{} accounts...", args.log2_accounts);
+    let base_build_s = publish_base(&levels, &chain, with_token).await?;
+    let (server, reader) = serve_and_read(&args, store_dir).await?;
+    let (up0, down0) = reader.traffic();
+    let (lup0, ldown0) = reader.lookup_traffic();
+    let run = run_chain(&args, chain, levels, reader.clone(), with_token).await?;
+    let (up, down) = reader.traffic();
+    let (lup, ldown) = reader.lookup_traffic();
+    let answer_ms = answer_ms(&reqwest::Client::new(), &server).await;
+    let stats = &run.stats;
+    let n = stats.latencies_ms.len().max(1) as f64;
+    let view_up: u64 = stats.view_bytes.iter().map(|b| b.0).sum();
+    let view_down: u64 = stats.view_bytes.iter().map(|b| b.1).sum();
+    let background = (up - up0) - (lup - lup0) + (down - down0) - (ldown - ldown0);
+    let mut out = run_json(&args, &run);
+    let figures = json!({
+        "base_build_s": base_build_s,
+        // What the reader fetched before the run: the base's setup (hint)
+        // and the first catalog.
+        "initial_download_bytes": down0,
+        "expansion": expansion.name(),
+        "lookup_bytes_up": (lup - lup0 - view_up) as f64 / n,
+        "lookup_bytes_down": (ldown - ldown0 - view_down) as f64 / n,
+        "background_bytes_per_300_blocks": background as f64 * 300.0 / args.blocks as f64,
+        "answer_ms_per_lookup": answer_ms,
+        "kernel": kernel.name(),
+    });
+    if let (Some(out), Value::Object(more)) = (out.as_object_mut(), figures) {
+        out.extend(more);
+    }
+    for w in stats.wrong.iter().chain(&stats.failed).take(5) {
+        eprintln!("problem: {w}");
+    }
+    println!("{out}");
+    Ok(())
+}
+
+/// The seeded synthetic chain the arguments describe.
+fn new_chain(args: &Args) -> Chain {
+    Chain {
+        seed: args.seed,
+        base_len: 1usize << args.log2_accounts,
+        history: HashMap::new(),
+        created: Vec::new(),
+        slot_base_len: match args.log2_slots {
+            0 => 0,
+            s => (1usize << s).min(1usize << args.log2_accounts),
+        },
+        slot_history: HashMap::new(),
+    }
+}
+
+/// Builds and publishes the chain's base; the seconds it took.
+async fn publish_base(levels: &Arc<Levels>, chain: &Chain, with_token: bool) -> Result<f64> {
     let t = Instant::now();
     let base = ExportedState {
         chain_id: CHAIN_ID,
@@ -532,13 +573,20 @@ async fn main() -> Result<()> {
     };
     let l = levels.clone();
     tokio::task::spawn_blocking(move || l.publish(base)).await??;
-    let base_build_s = t.elapsed().as_secs_f64();
+    Ok(t.elapsed().as_secs_f64())
+}
 
-    // The server and an always-on private reader, on loopback.
+/// The server over the store and an always-on private reader, on
+/// loopback, once the reader has loaded the base: the server's URL and
+/// the reader.
+async fn serve_and_read(
+    args: &Args,
+    store_dir: std::path::PathBuf,
+) -> Result<(String, Arc<PrivateReader>)> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let server = format!("http://{}", listener.local_addr()?);
     let config = server::ServerConfig {
-        store: store_dir.clone(),
+        store: store_dir,
         listen: listener.local_addr()?,
         rescan_secs: 0.25,
         ..Default::default()
@@ -554,10 +602,26 @@ async fn main() -> Result<()> {
     served(&reader, 0, Duration::from_secs(600))
         .await
         .context("the proxy never loaded the base")?;
-    let (up0, down0) = reader.traffic();
-    let (lup0, ldown0) = reader.lookup_traffic();
+    Ok((server, reader))
+}
 
-    // The chain runs; lookups run beside it.
+/// What the chain's run measured.
+struct ChainRun {
+    cpu_per_block: Vec<f64>,
+    publish_s: Vec<f64>,
+    unserved: u32,
+    stats: LookupStats,
+}
+
+/// Runs the chain block by block (a delta published each), lookups
+/// running beside it, until the last block.
+async fn run_chain(
+    args: &Args,
+    chain: Chain,
+    levels: Arc<Levels>,
+    reader: Arc<PrivateReader>,
+    with_token: bool,
+) -> Result<ChainRun> {
     let chain = Arc::new(RwLock::new(chain));
     let head = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
@@ -573,34 +637,29 @@ async fn main() -> Result<()> {
         args.seed ^ 0x100c,
     ));
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
-    let mut cpu_per_block = Vec::new();
-    let mut publish_s = Vec::new();
-    let mut unserved = 0;
+    let mut run = ChainRun {
+        cpu_per_block: Vec::new(),
+        publish_s: Vec::new(),
+        unserved: 0,
+        stats: LookupStats::default(),
+    };
     let start = Instant::now();
     for block in 1..=args.blocks {
         tokio::time::sleep_until((start + block_time * (block as u32 - 1)).into()).await;
-        let (records, slots) = {
-            let mut c = chain.write().expect("chain lock");
-            let records = c.next_block(block, args.changes_per_block, &mut rng);
-            let slots = match with_token {
-                true => c.next_slots(block, args.slot_changes_per_block, &mut rng),
-                false => Vec::new(),
-            };
-            (records, slots)
-        };
+        let (records, slots) = next_changes(&chain, block, args, with_token, &mut rng);
         head.store(block, Ordering::SeqCst);
         let seen = Instant::now();
         let cpu = cpu_seconds();
         let l = levels.clone();
         let delta = delta_state(block, records, slots, with_token);
         tokio::task::spawn_blocking(move || l.publish(delta)).await??;
-        cpu_per_block.push(cpu_seconds() - cpu);
+        run.cpu_per_block.push(cpu_seconds() - cpu);
         let wait = block_time
             .saturating_sub(seen.elapsed())
             .max(Duration::from_secs(2));
         match served(&reader, block, wait).await {
-            Some(_) => publish_s.push(seen.elapsed().as_secs_f64()),
-            None => unserved += 1,
+            Some(_) => run.publish_s.push(seen.elapsed().as_secs_f64()),
+            None => run.unserved += 1,
         }
         if block % 10 == 0 {
             eprintln!("block {block}/{}", args.blocks);
@@ -608,16 +667,32 @@ async fn main() -> Result<()> {
     }
     stop.store(true, Ordering::SeqCst);
     lookup_task.await?;
-    let (up, down) = reader.traffic();
-    let (lup, ldown) = reader.lookup_traffic();
-    let background = (up - up0) - (lup - lup0) + (down - down0) - (ldown - ldown0);
-    let http = reqwest::Client::new();
-    let answer_ms = answer_ms(&http, &server).await;
-    let stats = std::mem::take(&mut *stats.lock().expect("stats lock"));
-    let n = stats.latencies_ms.len().max(1) as f64;
-    let view_up: u64 = stats.view_bytes.iter().map(|b| b.0).sum();
-    let view_down: u64 = stats.view_bytes.iter().map(|b| b.1).sum();
-    let out = json!({
+    run.stats = std::mem::take(&mut *stats.lock().expect("stats lock"));
+    Ok(run)
+}
+
+/// The next block's account changes and (with the token) slot changes.
+fn next_changes(
+    chain: &RwLock<Chain>,
+    block: u64,
+    args: &Args,
+    with_token: bool,
+    rng: &mut rand::rngs::StdRng,
+) -> (Vec<AccountRecord>, Vec<StorageRecord>) {
+    let mut c = chain.write().expect("chain lock");
+    let records = c.next_block(block, args.changes_per_block, rng);
+    let slots = match with_token {
+        true => c.next_slots(block, args.slot_changes_per_block, rng),
+        false => Vec::new(),
+    };
+    (records, slots)
+}
+
+/// The run's figures as JSON (the traffic and build figures are added by
+/// `main`).
+fn run_json(args: &Args, run: &ChainRun) -> Value {
+    let stats = &run.stats;
+    json!({
         "bench": "chain-sim",
         "log2_accounts": args.log2_accounts,
         "changes_per_block": args.changes_per_block,
@@ -625,25 +700,16 @@ async fn main() -> Result<()> {
         "block_time_ms": args.block_time_ms,
         "fanout": args.fanout,
         "keep_blocks": args.keep_blocks,
-        "base_build_s": base_build_s,
-        // What the reader fetched before the run: the base's setup (hint)
-        // and the first catalog.
-        "initial_download_bytes": down0,
-        "expansion": expansion.name(),
         "lag_blocks_p50": percentile(&stats.lags, 0.5),
         "lag_blocks_max": stats.lags.iter().max(),
-        "lookup_bytes_up": (lup - lup0 - view_up) as f64 / n,
-        "lookup_bytes_down": (ldown - ldown0 - view_down) as f64 / n,
-        "background_bytes_per_300_blocks": background as f64 * 300.0 / args.blocks as f64,
-        "server_cpu_s_per_block": cpu_per_block.iter().sum::<f64>() / args.blocks as f64,
-        "server_cpu_s_per_block_max": cpu_per_block.iter().cloned().fold(0.0, f64::max),
-        "answer_ms_per_lookup": answer_ms,
+        "server_cpu_s_per_block": run.cpu_per_block.iter().sum::<f64>() / args.blocks as f64,
+        "server_cpu_s_per_block_max": run.cpu_per_block.iter().cloned().fold(0.0, f64::max),
         "lookup_ms_p50": percentile(&stats.latencies_ms, 0.5),
         "lookup_ms_p99": percentile(&stats.latencies_ms, 0.99),
         "levels_per_lookup_max": stats.levels.iter().max(),
-        "head_delta_publish_s": percentile(&publish_s, 0.5),
-        "head_delta_publish_s_max": percentile(&publish_s, 1.0),
-        "blocks_not_served_in_time": unserved,
+        "head_delta_publish_s": percentile(&run.publish_s, 0.5),
+        "head_delta_publish_s_max": percentile(&run.publish_s, 1.0),
+        "blocks_not_served_in_time": run.unserved,
         "lookups": stats.latencies_ms.len(),
         "failed_lookups": stats.failed.len(),
         "wrong_answers": stats.wrong.len(),
@@ -653,14 +719,8 @@ async fn main() -> Result<()> {
         "token_view_balances": TOKEN_VIEW,
         "token_view_ms_p50": percentile(&stats.view_ms, 0.5),
         "token_view_ms_p99": percentile(&stats.view_ms, 0.99),
-        "token_view_bytes": (view_up + view_down) as f64 / stats.view_ms.len().max(1) as f64,
-        "kernel": kernel.name(),
+        "token_view_bytes": (stats.view_bytes.iter().map(|b| b.0 + b.1).sum::<u64>()) as f64 / stats.view_ms.len().max(1) as f64,
         "cpu_model": cpu_model(),
         "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
-    });
-    for w in stats.wrong.iter().chain(&stats.failed).take(5) {
-        eprintln!("problem: {w}");
-    }
-    println!("{out}");
-    Ok(())
+    })
 }
