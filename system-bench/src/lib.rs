@@ -135,6 +135,37 @@ pub async fn serve_store(config: server::ServerConfig) -> Result<String> {
     }
 }
 
+/// A server over `store_dir` (rescanned every 250 ms, as a follower's
+/// store wants) and an always-on private reader of it with its cache in
+/// `cache_dir`, on loopback, once the reader has loaded block 0 (at most
+/// 10 minutes): the server's URL and the reader.
+pub async fn serve_and_read(
+    store_dir: std::path::PathBuf,
+    cache_dir: std::path::PathBuf,
+) -> Result<(String, Arc<ethpir_client::PrivateReader>)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let server = format!("http://{}", listener.local_addr()?);
+    let config = server::ServerConfig {
+        store: store_dir,
+        listen: listener.local_addr()?,
+        rescan_secs: 0.25,
+        ..Default::default()
+    };
+    tokio::spawn(server::serve_on(listener, config, std::future::pending()));
+    let reader = ethpir_client::PrivateReader::start(&ethpir_client::ClientConfig {
+        pir_server: server.clone(),
+        cache_dir,
+        refresh: Duration::from_secs_f64(0.25),
+        ..Default::default()
+    })
+    .await?;
+    ensure!(
+        served(&reader, 0, Duration::from_secs(600)).await.is_some(),
+        "the reader never loaded the base"
+    );
+    Ok((server, reader))
+}
+
 /// The splitmix64 finaliser: a seeded synthetic chain's values made from
 /// their index, so that 2^24 of them need no table.
 pub fn splitmix(mut x: u64) -> u64 {

@@ -19,7 +19,7 @@ store are picked up without a restart (rescan), removed ones are retired once th
 queries end.\n\n\
 Past one box: run several processes behind nginx (replicas, configs/nginx-ethpir.conf), or split \
 a large base by rows: S processes with --shard i/S and a router with --route-to (docs/architecture.md).\n\n\
-API: GET /v1/snapshots, GET /v1/snapshots/{id}/setup, GET /v1/snapshots/{id}/table, POST /v1/query, GET /healthz, GET /metrics (docs/protocol.md).\n\n\
+API (docs/protocol.md): GET /v1/snapshots (the catalog), GET /v1/snapshots/{id}/setup, /table, /files/{name} (with export_files), /codes/{index}, GET /v1/code/{hash}, POST /v1/query, GET /healthz, GET /metrics.\n\n\
 Settings come from --config (see configs/server.toml), then from these flags."
 )]
 struct Cli {

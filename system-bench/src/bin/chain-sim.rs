@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use alloy_primitives::{Address, U256};
 use anyhow::{Context, Result};
 use clap::Parser;
-use ethpir_client::{BlockSelector, ClientConfig, PrivateReader};
+use ethpir_client::{BlockSelector, PrivateReader};
 use protocol::storage::{PrivateStorage, StorageRecord};
 use protocol::tokens::{MappingLayout, SlotIndex, TokenEntry};
 use rand::{Rng, SeedableRng};
@@ -32,7 +32,7 @@ use snapshotter::levels::{LevelPolicy, Levels};
 use snapshotter::pipeline::ExportedState;
 use snapshotter::settings::BuildSettings;
 use snapshotter::{AccountRecord, SnapshotKind, SnapshotStore};
-use system_bench::{cpu_model, served, splitmix};
+use system_bench::{cpu_model, serve_and_read, served, splitmix};
 
 #[derive(Parser)]
 #[command(
@@ -504,7 +504,7 @@ async fn main() -> Result<()> {
     let levels = Arc::new(Levels::new(store.clone(), CHAIN_ID, policy, build));
     eprintln!("building the base of 2^{} accounts...", args.log2_accounts);
     let base_build_s = publish_base(&levels, &chain, with_token).await?;
-    let (server, reader) = serve_and_read(&args, store_dir).await?;
+    let (server, reader) = serve_and_read(store_dir, args.dir.join("cache")).await?;
     let (up0, down0) = reader.traffic();
     let (lup0, ldown0) = reader.lookup_traffic();
     let run = run_chain(&args, chain, levels, reader.clone(), with_token).await?;
@@ -574,35 +574,6 @@ async fn publish_base(levels: &Arc<Levels>, chain: &Chain, with_token: bool) -> 
     let l = levels.clone();
     tokio::task::spawn_blocking(move || l.publish(base)).await??;
     Ok(t.elapsed().as_secs_f64())
-}
-
-/// The server over the store and an always-on private reader, on
-/// loopback, once the reader has loaded the base: the server's URL and
-/// the reader.
-async fn serve_and_read(
-    args: &Args,
-    store_dir: std::path::PathBuf,
-) -> Result<(String, Arc<PrivateReader>)> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let server = format!("http://{}", listener.local_addr()?);
-    let config = server::ServerConfig {
-        store: store_dir,
-        listen: listener.local_addr()?,
-        rescan_secs: 0.25,
-        ..Default::default()
-    };
-    tokio::spawn(server::serve_on(listener, config, std::future::pending()));
-    let reader = PrivateReader::start(&ClientConfig {
-        pir_server: server.clone(),
-        cache_dir: args.dir.join("cache"),
-        refresh: Duration::from_secs_f64(0.25),
-        ..Default::default()
-    })
-    .await?;
-    served(&reader, 0, Duration::from_secs(600))
-        .await
-        .context("the proxy never loaded the base")?;
-    Ok((server, reader))
 }
 
 /// What the chain's run measured.

@@ -20,7 +20,7 @@ use alloy_primitives::{Address, Bytes, U256};
 use alloy_sol_types::SolCall;
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use ethpir_client::{BlockSelector, ClientConfig, PrivateReader};
+use ethpir_client::{BlockSelector, PrivateReader};
 use protocol::storage::{PrivateStorage, StorageRecord};
 use protocol::tokens::{
     Getter, IMulticall3, MappingLayout, SlotIndex, TokenEntry, IERC20, MULTICALL3,
@@ -32,7 +32,7 @@ use snapshotter::levels::{LevelPolicy, Levels};
 use snapshotter::pipeline::ExportedState;
 use snapshotter::settings::BuildSettings;
 use snapshotter::{AccountRecord, SnapshotKind, SnapshotStore};
-use system_bench::{cpu_model, percentile, served, splitmix};
+use system_bench::{cpu_model, percentile, serve_and_read, served, splitmix};
 
 #[derive(Parser)]
 #[command(
@@ -385,25 +385,7 @@ async fn start(
     let base = chain.base();
     tokio::task::spawn_blocking(move || l.publish(base)).await??;
     let base_build_s = t.elapsed().as_secs_f64();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let server = format!("http://{}", listener.local_addr()?);
-    let config = server::ServerConfig {
-        store: store_dir,
-        listen: listener.local_addr()?,
-        rescan_secs: 0.25,
-        ..Default::default()
-    };
-    tokio::spawn(server::serve_on(listener, config, std::future::pending()));
-    let reader = PrivateReader::start(&ClientConfig {
-        pir_server: server,
-        cache_dir: args.dir.join("cache"),
-        refresh: Duration::from_secs_f64(0.25),
-        ..Default::default()
-    })
-    .await?;
-    if served(&reader, 0, Duration::from_secs(600)).await.is_none() {
-        bail!("the reader never loaded the base");
-    }
+    let (_, reader) = serve_and_read(store_dir, args.dir.join("cache")).await?;
     Ok((reader, levels, base_build_s))
 }
 
