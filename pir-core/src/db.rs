@@ -10,11 +10,9 @@
 
 use std::ops::Range;
 
-use rand::Rng;
 use rayon::prelude::*;
 
-use crate::encode::{encode_into, SliceSource, VecSink};
-use crate::error::{EncodeError, ParamError};
+use crate::error::ParamError;
 use crate::fuse::{Arity, FuseGeometry};
 use crate::params::{LweParams, LWE_DIMENSION};
 use crate::record::record_elems;
@@ -326,26 +324,7 @@ impl std::fmt::Debug for EncodedDb {
 }
 
 impl EncodedDb {
-    /// Encodes `records` (`key`, `value` of exactly `value_bytes` bytes)
-    /// in memory, in one group ([`crate::encode::encode_into`] builds
-    /// large databases within a memory budget).
-    pub fn encode<K, V>(
-        records: &[(K, V)],
-        value_bytes: usize,
-        options: &EncodeOptions,
-        rng: &mut impl Rng,
-    ) -> Result<Self, EncodeError>
-    where
-        K: AsRef<[u8]> + Sync,
-        V: AsRef<[u8]> + Sync,
-    {
-        let source = SliceSource::new(records, value_bytes)?;
-        let mut sink = VecSink::default();
-        let shape = encode_into(&source, options, usize::MAX, rng, &mut sink)?;
-        Ok(EncodedDb::owned(shape, sink.0))
-    }
-
-    fn owned(shape: DbShape, data: Vec<i8>) -> Self {
+    pub(crate) fn owned(shape: DbShape, data: Vec<i8>) -> Self {
         let served = 0..shape.rows();
         EncodedDb {
             shape,

@@ -18,7 +18,9 @@ use std::ops::Range;
 use rand::Rng;
 use rayon::prelude::*;
 
-use crate::db::{panel_width, DbShape, EncodeOptions, MAX_PARTITIONS, MAX_VALUE_BYTES, PANEL_COLS};
+use crate::db::{
+    panel_width, DbShape, EncodeOptions, EncodedDb, MAX_PARTITIONS, MAX_VALUE_BYTES, PANEL_COLS,
+};
 use crate::error::{EncodeError, ParamError};
 use crate::fuse::{peel, FuseGeometry};
 use crate::keys::{mix64, record_tag, KeyDigest};
@@ -126,6 +128,29 @@ impl PanelSink for VecSink {
 /// peeling's hashes and order live only while one partition is built.)
 fn group_bytes_per_record(elems: usize) -> usize {
     4 + 16 + elems + (5 * elems).div_ceil(4)
+}
+
+// The in-memory encoder is `EncodedDb`'s, written here so that the
+// database's module does not depend on the encoder's.
+impl EncodedDb {
+    /// Encodes `records` (`key`, `value` of exactly `value_bytes` bytes)
+    /// in memory, in one group ([`encode_into`] builds
+    /// large databases within a memory budget).
+    pub fn encode<K, V>(
+        records: &[(K, V)],
+        value_bytes: usize,
+        options: &EncodeOptions,
+        rng: &mut impl Rng,
+    ) -> Result<Self, EncodeError>
+    where
+        K: AsRef<[u8]> + Sync,
+        V: AsRef<[u8]> + Sync,
+    {
+        let source = SliceSource::new(records, value_bytes)?;
+        let mut sink = VecSink::default();
+        let shape = encode_into(&source, options, usize::MAX, rng, &mut sink)?;
+        Ok(EncodedDb::owned(shape, sink.0))
+    }
 }
 
 /// Refuses a source the encoder cannot lay out; its value bytes.

@@ -33,7 +33,19 @@ pub struct Catalog {
     /// How the snapshots chain into views (computed by
     /// [`crate::view::views`]; clients recompute it from the manifests).
     #[serde(default)]
-    pub views: Vec<crate::view::View>,
+    pub views: Vec<View>,
+}
+
+/// The snapshots that give the state at `block`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct View {
+    pub chain_id: u64,
+    pub block: u64,
+    /// Snapshot ids, base first, freshest last.
+    pub snapshots: Vec<SnapshotId>,
+    /// The base is a full snapshot: an address absent from every level
+    /// has balance 0 and nonce 0.
+    pub complete: bool,
 }
 
 /// What a client reads of `GET /v1/snapshots`: the entries and the batch

@@ -10,27 +10,15 @@
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde::{Deserialize, Serialize};
-
+// The type is the API's (the catalog lists views); how they are made is here.
 use crate::api::CatalogEntry;
+pub use crate::api::View;
 use crate::manifest::{SnapshotId, SnapshotKind};
 
 /// Most levels a view may have: what one multi-snapshot request carries
 /// (a lookup asks every level at once). A delta that would make a deeper
 /// view makes none.
 pub const MAX_DEPTH: usize = crate::multi::MAX_PARTS;
-
-/// The snapshots that give the state at `block`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct View {
-    pub chain_id: u64,
-    pub block: u64,
-    /// Snapshot ids, base first, freshest last.
-    pub snapshots: Vec<SnapshotId>,
-    /// The base is a full snapshot: an address absent from every level
-    /// has balance 0 and nonce 0.
-    pub complete: bool,
-}
 
 /// One way to the state at a block: a snapshot on top of the view below
 /// it (a delta's parent), without copying that view.
