@@ -12,10 +12,10 @@ use serde_json::Value;
 
 use crate::error::ProxyError;
 
-/// The `eth_` methods the proxy answers: balances and nonces privately,
-/// the chain id from the snapshots, subscriptions piped to the upstream.
+/// The `eth_` reads the proxy answers privately, by PIR (this trait is
+/// where the list of private methods comes from: `rpc::module`).
 #[rpc(server, namespace = "eth")]
-pub trait EthApi {
+pub trait PrivateReadApi {
     /// `eth_getBalance`, read by PIR.
     #[method(name = "getBalance", with_extensions)]
     async fn get_balance(
@@ -40,7 +40,12 @@ pub trait EthApi {
         address: CheckedAddress,
         block: Option<BlockId>,
     ) -> Result<Bytes, ProxyError>;
+}
 
+/// The other `eth_` methods the proxy answers: the chain id from the
+/// snapshots, subscriptions piped to the upstream.
+#[rpc(server, namespace = "eth")]
+pub trait EthApi {
     /// `eth_chainId`, from the snapshots (no upstream needed).
     #[method(name = "chainId")]
     fn chain_id(&self) -> Result<U64, ProxyError>;

@@ -26,7 +26,7 @@ use crate::calls::Answerable;
 use crate::config::MAX_RESPONSE_BYTES;
 use crate::config::{UpstreamMethods, ADDRESS_READS};
 use crate::error::ProxyError;
-use crate::rpc::{private_params, Prefetched, PRIVATE_METHODS};
+use crate::rpc::{private_params, Prefetched};
 use crate::storage;
 use crate::upstream::Upstream;
 use ethpir_client::PrivateReader;
@@ -38,6 +38,8 @@ pub struct ForwardPolicy {
     pub upstream: Option<Arc<Upstream>>,
     /// Methods the proxy answers itself.
     pub local: HashSet<&'static str>,
+    /// Of those, the ones read by PIR (`api::PrivateReadApi`'s).
+    pub private: HashSet<&'static str>,
     pub private_fallback: bool,
     /// Which methods may go upstream.
     pub upstream_methods: UpstreamMethods,
@@ -140,7 +142,7 @@ where
         if !self.policy.local.contains(copy.method.as_str()) {
             return self.forward(copy).await;
         }
-        if PRIVATE_METHODS.contains(&copy.method.as_str()) {
+        if self.policy.private.contains(copy.method.as_str()) {
             if let Some(read) = self.read_ahead(&req).await {
                 // A level that does not say which code accounts have
                 // cannot answer eth_getCode, though it read the account.
@@ -270,7 +272,7 @@ where
             let Ok(BatchEntry::Call(req)) = entry else {
                 continue;
             };
-            if !PRIVATE_METHODS.contains(&req.method.as_ref()) {
+            if !self.policy.private.contains(req.method.as_ref()) {
                 continue;
             }
             let Ok((address, selector)) = private_params(&req.params()) else {

@@ -100,7 +100,7 @@ async fn run_until(
     if let Some(upstream) = &upstream {
         reader.check_blocks_with(upstream::block_hash_source(upstream.clone()));
     }
-    let module = rpc::module(RpcContext {
+    let (module, private) = rpc::module(RpcContext {
         reader: reader.clone(),
         upstream: upstream.clone(),
     });
@@ -108,6 +108,7 @@ async fn run_until(
         reader,
         upstream,
         local: module.method_names().collect(),
+        private,
         private_fallback: config.private_fallback_to_upstream,
         upstream_methods: config.upstream_methods,
         trusted_tokens: config.trusted_tokens()?,

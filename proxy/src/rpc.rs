@@ -2,6 +2,7 @@
 //! through the PIR reader, a few local ones, and `eth_subscribe` piped to
 //! a WebSocket upstream. Everything else is forwarded by [`crate::forward`].
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use alloy_eips::BlockId;
@@ -13,15 +14,12 @@ use serde_json::Value;
 
 use crate::api::{
     CheckedAddress, EthApiServer, EthpirApiServer, LevelRead, LevelStatus, NodeInfoApiServer,
-    PrivateReads, Status, TrustReset,
+    PrivateReadApiServer, PrivateReads, Status, TrustReset,
 };
 use crate::error::ProxyError;
 use crate::upstream::Upstream;
 use ethpir_client::block::{selector, BlockSelector};
 use ethpir_client::{AccountState, PrivateReader, ReadError};
-
-/// Methods answered privately.
-pub const PRIVATE_METHODS: [&str; 3] = ["eth_getBalance", "eth_getTransactionCount", "eth_getCode"];
 
 /// What the handlers share.
 #[derive(Clone)]
@@ -46,17 +44,20 @@ pub fn private_params(params: &Params) -> Result<(Address, BlockSelector), Error
 }
 
 /// The proxy's own methods, one module.
-pub fn module(ctx: RpcContext) -> RpcModule<RpcContext> {
-    let mut m = EthApiServer::into_rpc(ctx.clone());
+pub fn module(ctx: RpcContext) -> (RpcModule<RpcContext>, HashSet<&'static str>) {
+    let mut m = PrivateReadApiServer::into_rpc(ctx.clone());
+    let private = m.method_names().collect();
+    m.merge(EthApiServer::into_rpc(ctx.clone()))
+        .expect("unique method names");
     m.merge(NodeInfoApiServer::into_rpc(ctx.clone()))
         .expect("unique method names");
     m.merge(EthpirApiServer::into_rpc(ctx))
         .expect("unique method names");
-    m
+    (m, private)
 }
 
 #[async_trait]
-impl EthApiServer for RpcContext {
+impl PrivateReadApiServer for RpcContext {
     async fn get_balance(
         &self,
         ext: &Extensions,
@@ -92,7 +93,10 @@ impl EthApiServer for RpcContext {
             .await?;
         Ok(self.reader.code_of(&state).await?)
     }
+}
 
+#[async_trait]
+impl EthApiServer for RpcContext {
     fn chain_id(&self) -> Result<U64, ProxyError> {
         self.known_chain().map(U64::from)
     }
