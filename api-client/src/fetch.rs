@@ -101,21 +101,8 @@ pub async fn fetch(
 ) -> Result<Fetched, FetchError> {
     let deadline = Instant::now() + bounds.whole;
     let (response, size) = send(request, what, bounds).await?;
-    let status = response.status();
-    let headers = response.headers().clone();
-    let reserve = response.content_length().unwrap_or(0).min(size.limit());
-    let mut body = Vec::with_capacity(reserve as usize);
-    let mut keep = |chunk: &[u8]| {
-        body.extend_from_slice(chunk);
-        Ok(())
-    };
     let read = Reading::new(deadline, bounds, what, size, on_bytes);
-    read.into(response, &mut keep).await?;
-    Ok(Fetched {
-        status,
-        headers,
-        body,
-    })
+    read.whole(response).await
 }
 
 /// A successful body streamed into a sink (a file) instead of memory.
@@ -138,20 +125,9 @@ pub async fn fetch_streamed(
 ) -> Result<Streamed, FetchError> {
     let deadline = Instant::now() + bounds.whole;
     let (response, size) = send(request, what, bounds).await?;
+    let read = Reading::new(deadline, bounds, what, size, &|_| {});
     if !response.status().is_success() {
-        let (status, headers) = (response.status(), response.headers().clone());
-        let mut body = Vec::new();
-        let mut keep = |chunk: &[u8]| {
-            body.extend_from_slice(chunk);
-            Ok(())
-        };
-        let read = Reading::new(deadline, bounds, what, size, &|_| {});
-        read.into(response, &mut keep).await?;
-        return Ok(Streamed::Refused(Fetched {
-            status,
-            headers,
-            body,
-        }));
+        return Ok(Streamed::Refused(read.whole(response).await?));
     }
     let mut sunk = |chunk: &[u8]| {
         sink(chunk).map_err(|e| FetchError::Sink {
@@ -159,7 +135,6 @@ pub async fn fetch_streamed(
             reason: e.to_string(),
         })
     };
-    let read = Reading::new(deadline, bounds, what, size, &|_| {});
     Ok(Streamed::Done(read.into(response, &mut sunk).await?))
 }
 
@@ -224,6 +199,29 @@ impl<'a> Reading<'a> {
             size,
             on_bytes,
         }
+    }
+
+    /// The response with its body read whole into memory (reserving what
+    /// a declared length promises, within the limit: a lying header costs
+    /// nothing more than the limit allows).
+    async fn whole(self, response: reqwest::Response) -> Result<Fetched, FetchError> {
+        let status = response.status();
+        let headers = response.headers().clone();
+        let reserve = response
+            .content_length()
+            .unwrap_or(0)
+            .min(self.size.limit());
+        let mut body = Vec::with_capacity(reserve as usize);
+        let mut keep = |chunk: &[u8]| {
+            body.extend_from_slice(chunk);
+            Ok(())
+        };
+        self.into(response, &mut keep).await?;
+        Ok(Fetched {
+            status,
+            headers,
+            body,
+        })
     }
 
     /// Reads the body into `sink` by the deadline, refused as soon as it

@@ -35,16 +35,8 @@ pub fn ensure_genesis_snapshot(store: &SnapshotStore) -> Result<()> {
     Ok(())
 }
 
-/// Runs the demo until Ctrl-C. A boxed future: the binary then compiles
-/// none of the server's and proxy's stacks again (it took the demo's
-/// build some 20 s on 2 cores).
-pub fn run(
-    demo: DemoConfig,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + Send>> {
-    Box::pin(run_until_ctrl_c(demo))
-}
-
-async fn run_until_ctrl_c(demo: DemoConfig) -> Result<()> {
+/// Runs the demo until Ctrl-C.
+pub async fn run(demo: DemoConfig) -> Result<()> {
     let store_dir = demo.dir.join("store");
     let store = SnapshotStore::open(&store_dir)
         .with_context(|| format!("opening {}", store_dir.display()))?;

@@ -143,15 +143,12 @@ pub async fn serve_and_read(
     store_dir: std::path::PathBuf,
     cache_dir: std::path::PathBuf,
 ) -> Result<(String, Arc<ethpir_client::PrivateReader>)> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let server = format!("http://{}", listener.local_addr()?);
-    let config = server::ServerConfig {
+    let server = serve_store(server::ServerConfig {
         store: store_dir,
-        listen: listener.local_addr()?,
         rescan_secs: 0.25,
         ..Default::default()
-    };
-    tokio::spawn(server::serve_on(listener, config, std::future::pending()));
+    })
+    .await?;
     let reader = ethpir_client::PrivateReader::start(&ethpir_client::ClientConfig {
         pir_server: server.clone(),
         cache_dir,
