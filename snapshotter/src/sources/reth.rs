@@ -36,6 +36,9 @@ use crate::pipeline::{
 use crate::records::write_record_stream;
 use crate::store::{SnapshotStore, StoredSnapshot};
 
+mod static_files;
+use static_files::Segment;
+
 /// Storage layout of a datadir.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Layout {
@@ -78,8 +81,6 @@ pub enum RethMode {
 
 /// Raw `(key, value)` pairs of a table.
 type RawEntries = Vec<(Vec<u8>, Vec<u8>)>;
-/// `(nonce, balance)` of an account.
-type AccountState = (u64, U256);
 /// A storage table's entry (reth's `StorageEntry` in `Compact`): the slot
 /// (or its hash), then the word big-endian without its leading zeros.
 fn decode_storage_entry(bytes: &[u8]) -> Result<(B256, U256), String> {
@@ -92,8 +93,59 @@ fn decode_storage_entry(bytes: &[u8]) -> Result<(B256, U256), String> {
     ))
 }
 
-/// One v1 change-set entry: block, address, account before the block.
-type Change = (u64, Address, Option<AccountState>);
+/// An account before a change.
+#[derive(Clone, Copy, Debug)]
+struct AccountBefore {
+    nonce: u64,
+    balance: U256,
+    code_hash: B256,
+}
+
+/// One account change: block, address, the account before the block
+/// (`None`: it did not exist).
+type Change = (u64, Address, Option<AccountBefore>);
+
+/// v1's MDBX table of storage change sets.
+const V1_STORAGE_CHANGES: &str = "StorageChangeSets";
+
+/// One storage change: the contract's word at `slot` before `block`.
+#[derive(Debug)]
+struct StorageChange {
+    block: u64,
+    contract: Address,
+    /// The plain slot (reth 2.x writes plain slots in both layouts).
+    slot: B256,
+    before: U256,
+}
+
+/// reth 1.11's experimental v2 layout wrote storage change sets with
+/// hashed slots, reth 2.x writes plain ones, in the same bytes and with
+/// the same metadata. Changed slots whose words at the head are not zero
+/// tell them apart: the head's hashed table holds keccak256(slot) for a
+/// plain slot, the slot itself for a hashed one. Refused when the head
+/// bears out hashed slots and never plain ones, so that older words are
+/// never put under wrong keys. (A plain slot can equal some slot's hash,
+/// e.g. a Solidity array's first element at keccak256(p): one such slot
+/// alone does not decide.)
+fn check_plain_slots(
+    head: &BTreeMap<(Address, B256), U256>,
+    changes: &[StorageChange],
+) -> Result<(), RethError> {
+    let (mut plain, mut hashed) = (false, false);
+    for c in changes {
+        if head.contains_key(&(c.contract, alloy_primitives::keccak256(c.slot))) {
+            plain = true;
+            break;
+        }
+        hashed |= head.contains_key(&(c.contract, c.slot));
+    }
+    if hashed && !plain {
+        return Err(RethError::Unsupported(
+            "storage change sets with hashed slots (reth 1.11's experimental v2 layout)",
+        ));
+    }
+    Ok(())
+}
 
 /// An open datadir.
 pub struct RethDatadir {
@@ -264,35 +316,18 @@ fn parse_change(block: u64, v: &[u8], table: &'static str) -> Result<Change, Ret
     if v.len() < 20 {
         return Err(bad(format!("change of {} bytes", v.len())));
     }
-    let before = if v.len() == 20 {
-        None
-    } else {
-        Some(decode_account(&v[20..]).map_err(bad)?)
+    let before = match &v[20..] {
+        [] => None,
+        account => {
+            let (nonce, balance) = decode_account(account).map_err(bad)?;
+            Some(AccountBefore {
+                nonce,
+                balance,
+                code_hash: account_code_hash(account),
+            })
+        }
     };
     Ok((block, Address::from_slice(&v[..20]), before))
-}
-
-/// A NippyJar offsets file (`<data>.off`): one byte giving the offset
-/// width, then little-endian offsets; value `i` spans `[off[i], off[i+1])`.
-fn read_offsets(data_path: &str) -> Result<Vec<usize>, RethError> {
-    let path = format!("{data_path}.off");
-    let bad = |reason: String| RethError::Malformed {
-        table: "static_files",
-        reason: format!("{path}: {reason}"),
-    };
-    let bytes = std::fs::read(&path).map_err(|e| bad(e.to_string()))?;
-    let width = *bytes.first().ok_or_else(|| bad("empty".into()))? as usize;
-    if !(1..=8).contains(&width) || (bytes.len() - 1) % width != 0 {
-        return Err(bad(format!("offset width {width}")));
-    }
-    Ok(bytes[1..]
-        .chunks(width)
-        .map(|c| {
-            let mut b = [0u8; 8];
-            b[..width].copy_from_slice(c);
-            u64::from_le_bytes(b) as usize
-        })
-        .collect())
 }
 
 /// reth's v2 table of accounts by keccak256(address).
@@ -414,28 +449,27 @@ impl RethDatadir {
     /// `(state root, timestamp)` of every block in the header static files
     /// (three LZ4-compressed columns per block; the first is the header).
     pub fn headers(&self) -> Result<BTreeMap<u64, (B256, u64)>, RethError> {
-        const COLUMNS: usize = 3;
-        let bad = |reason: String| RethError::Malformed {
-            table: "static_files/headers",
-            reason,
-        };
+        const COLUMNS: u64 = 3;
+        let segment = Segment::Headers;
         let mut out = BTreeMap::new();
-        for (first, path) in self.static_files("headers")? {
-            let data = std::fs::read(&path).map_err(|e| bad(format!("{}: {e}", path.display())))?;
-            let offs = read_offsets(&path.to_string_lossy())?;
-            for row in 0..offs.len().saturating_sub(1) / COLUMNS {
-                let (a, b) = (offs[row * COLUMNS], offs[row * COLUMNS + 1]);
-                if a > b || b > data.len() {
-                    return Err(bad(format!(
-                        "{}: offsets out of range at row {row}",
-                        path.display()
-                    )));
+        for file in static_files::segment_files(&self.path, segment)? {
+            file.for_each_value(0, file.values() / COLUMNS * COLUMNS, |i, value| {
+                if i % COLUMNS != 0 {
+                    return Ok(());
                 }
-                let raw = lz4_flex::block::decompress(&data[a..b], 1 << 16)
-                    .map_err(|e| bad(format!("{} row {row}: {e}", path.display())))?;
+                let raw = lz4_flex::block::decompress(value, 1 << 16).map_err(|e| {
+                    RethError::Malformed {
+                        table: segment.table(),
+                        reason: format!("{} value {i}: {e}", file.path.display()),
+                    }
+                })?;
                 let (header, _) = alloy_consensus::Header::from_compact(&raw, raw.len());
-                out.insert(first + row as u64, (header.state_root, header.timestamp));
-            }
+                out.insert(
+                    file.first_block + i / COLUMNS,
+                    (header.state_root, header.timestamp),
+                );
+                Ok(())
+            })?;
         }
         Ok(out)
     }
@@ -621,10 +655,7 @@ impl RethDatadir {
     }
 
     /// [`Self::storage`] at an older `block`: the head's words with every
-    /// change after `block` undone (v1 `StorageChangeSets`: block and
-    /// address, then each slot's word before that block). The v2 layout
-    /// keeps storage change sets in static files this reader does not
-    /// parse yet: refused.
+    /// change after `block` undone (see [`Self::words_at`]).
     pub fn storage_at(
         &self,
         block: u64,
@@ -637,29 +668,8 @@ impl RethDatadir {
         if block == head || contracts.is_empty() {
             return self.storage(contracts);
         }
-        if self.layout == Layout::V2 {
-            return Err(RethError::Unsupported(
-                "storage at an older block of a v2 datadir (its storage change sets are static files)",
-            ));
-        }
-        let mut words: BTreeMap<(Address, B256), U256> = self
-            .storage(contracts)?
-            .into_iter()
-            .map(|r| {
-                (
-                    (r.contract.expect("v1 knows the contract"), r.hashed_slot),
-                    r.value,
-                )
-            })
-            .collect();
-        let mut changes = self.storage_changes_after(block, contracts)?;
-        // Newest first: the last word put back is the one from before the
-        // first change after `block`, i.e. the word at `block`.
-        changes.sort_by_key(|c| std::cmp::Reverse(c.0));
-        for (_, contract, slot, before) in changes {
-            words.insert((contract, alloy_primitives::keccak256(slot)), before);
-        }
-        Ok(words
+        Ok(self
+            .words_at(block, Some(contracts))?
             .into_iter()
             .filter(|(_, w)| !w.is_zero())
             .map(|((contract, hashed_slot), word)| {
@@ -674,35 +684,126 @@ impl RethDatadir {
             .collect())
     }
 
-    /// The v1 storage changes of `contracts` in blocks after `block`:
-    /// `(block, contract, slot, word before that block)`.
+    /// The words at `block` of `accounts` (`None`: of every account whose
+    /// storage changed after `block`), by (account, hashed slot): the
+    /// head's words with each slot's word before the first change after
+    /// `block` put back, from the storage change sets of either layout
+    /// (see [`Self::storage_changes_after`]). Zero words included.
+    fn words_at(
+        &self,
+        block: u64,
+        accounts: Option<&[Address]>,
+    ) -> Result<BTreeMap<(Address, B256), U256>, RethError> {
+        let mut changes = self.storage_changes_after(block, accounts)?;
+        let read: Vec<Address> = match accounts {
+            Some(listed) => listed.to_vec(),
+            None => changes
+                .iter()
+                .map(|c| c.contract)
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect(),
+        };
+        let mut words: BTreeMap<(Address, B256), U256> = self
+            .storage(&read)?
+            .into_iter()
+            .map(|r| {
+                let contract = r.contract.expect("storage() names each record's contract");
+                ((contract, r.hashed_slot), r.value)
+            })
+            .collect();
+        check_plain_slots(&words, &changes)?;
+        // Newest first: the last word put back is the one from before the
+        // first change after `block`, i.e. the word at `block`.
+        changes.sort_by_key(|c| std::cmp::Reverse(c.block));
+        for c in changes {
+            words.insert((c.contract, alloy_primitives::keccak256(c.slot)), c.before);
+        }
+        Ok(words)
+    }
+
+    /// The storage changes in blocks after `block` of `contracts` (`None`:
+    /// of every account). v1:
+    /// MDBX `StorageChangeSets` (key: block (u64 BE) || address; values:
+    /// slot || word before the block). v2: the `storage-change-sets`
+    /// static files (address || slot || word before the block, reth's
+    /// `StorageBeforeTx`). Words big-endian without leading zeros; slots
+    /// plain in both (see [`check_plain_slots`]).
     fn storage_changes_after(
         &self,
         block: u64,
-        contracts: &[Address],
-    ) -> Result<Vec<(u64, Address, B256, U256)>, RethError> {
-        const TABLE: &str = "StorageChangeSets";
+        contracts: Option<&[Address]>,
+    ) -> Result<Vec<StorageChange>, RethError> {
+        let listed: Option<BTreeSet<Address>> = contracts.map(|c| c.iter().copied().collect());
         let mut changes = Vec::new();
-        for (k, v) in self.entries(TABLE)? {
+        let mut keep = |block, contract, entry: &[u8], table| {
+            if listed.as_ref().is_none_or(|l| l.contains(&contract)) {
+                let (slot, before) = decode_storage_entry(entry)
+                    .map_err(|reason| RethError::Malformed { table, reason })?;
+                changes.push(StorageChange {
+                    block,
+                    contract,
+                    slot,
+                    before,
+                });
+            }
+            Ok(())
+        };
+        let from = block.saturating_add(1);
+        match self.layout {
+            Layout::V1 => self.for_each_v1_storage_change(from, |block, contract, entry| {
+                keep(block, contract, entry, V1_STORAGE_CHANGES)
+            })?,
+            Layout::V2 => {
+                let segment = Segment::StorageChangeSets;
+                static_files::for_each_change(&self.path, segment, from, |block, value| {
+                    if value.len() < 20 {
+                        return Err(RethError::Malformed {
+                            table: segment.table(),
+                            reason: format!("change of {} bytes", value.len()),
+                        });
+                    }
+                    keep(
+                        block,
+                        Address::from_slice(&value[..20]),
+                        &value[20..],
+                        segment.table(),
+                    )
+                })?
+            }
+        }
+        Ok(changes)
+    }
+
+    /// Hands every v1 storage change of blocks from `from` on to `f` as
+    /// `(block, address, slot || word)`: one cursor walk from the first
+    /// key of block `from`.
+    fn for_each_v1_storage_change(
+        &self,
+        from: u64,
+        mut f: impl FnMut(u64, Address, &[u8]) -> Result<(), RethError>,
+    ) -> Result<(), RethError> {
+        const TABLE: &str = V1_STORAGE_CHANGES;
+        let txn = self.db.begin_ro_txn().map_err(read_err(TABLE))?;
+        let Some(t) = open_optional(&txn, TABLE)? else {
+            return Ok(());
+        };
+        let mut cursor = txn.cursor(&t).map_err(read_err(TABLE))?;
+        let mut entry = cursor
+            .set_range::<Vec<u8>, Vec<u8>>(&from.to_be_bytes())
+            .map_err(read_err(TABLE))?;
+        while let Some((k, v)) = entry {
             if k.len() != 28 {
                 return Err(RethError::Malformed {
                     table: TABLE,
                     reason: format!("key of {} bytes", k.len()),
                 });
             }
-            let changed_in = u64::from_be_bytes(k[..8].try_into().expect("8 bytes"));
-            let contract = Address::from_slice(&k[8..]);
-            if changed_in <= block || !contracts.contains(&contract) {
-                continue;
-            }
-            let (slot, before) =
-                decode_storage_entry(&v).map_err(|reason| RethError::Malformed {
-                    table: TABLE,
-                    reason,
-                })?;
-            changes.push((changed_in, contract, slot, before));
+            let block = u64::from_be_bytes(k[..8].try_into().expect("8 bytes"));
+            f(block, Address::from_slice(&k[8..]), &v)?;
+            entry = cursor.next::<Vec<u8>, Vec<u8>>().map_err(read_err(TABLE))?;
         }
-        Ok(changes)
+        Ok(())
     }
 
     /// Change sets: `(block, address, account before the block or None)`,
@@ -725,66 +826,22 @@ impl RethDatadir {
         }
     }
 
-    /// v2: `static_file_account-change-sets_<first>_<last>` holds one raw
-    /// value per change; `.csoff` gives, per block, the first row and the
-    /// number of rows.
+    /// v2: the account change sets of the static files, one raw value per
+    /// change.
     fn static_change_sets(&self) -> Result<Vec<Change>, RethError> {
-        const TABLE: &str = "static_files/account-change-sets";
-        let bad = |reason: String| RethError::Malformed {
-            table: TABLE,
-            reason,
-        };
+        let segment = Segment::AccountChangeSets;
         let mut out = Vec::new();
-        for (first, path) in self.static_files("account-change-sets")? {
-            let data = std::fs::read(&path).map_err(|e| bad(format!("{}: {e}", path.display())))?;
-            let offs = read_offsets(&path.to_string_lossy())?;
-            let csoff_path = format!("{}.csoff", path.display());
-            let csoff =
-                std::fs::read(&csoff_path).map_err(|e| bad(format!("{csoff_path}: {e}")))?;
-            if csoff.len() % 16 != 0 {
-                return Err(bad(format!("{csoff_path}: {} bytes", csoff.len())));
-            }
-            for (i, pair) in csoff.chunks_exact(16).enumerate() {
-                let start = u64::from_le_bytes(pair[..8].try_into().unwrap()) as usize;
-                let count = u64::from_le_bytes(pair[8..].try_into().unwrap()) as usize;
-                for row in start..start.saturating_add(count) {
-                    let (a, b) = match (offs.get(row), offs.get(row + 1)) {
-                        (Some(&a), Some(&b)) if a <= b && b <= data.len() => (a, b),
-                        _ => return Err(bad(format!("row {row} out of range"))),
-                    };
-                    out.push(parse_change(first + i as u64, &data[a..b], TABLE)?);
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    /// `(first block, path)` of each static file of a segment.
-    fn static_files(&self, segment: &str) -> Result<Vec<(u64, PathBuf)>, RethError> {
-        let dir = self.path.join("static_files");
-        let prefix = format!("static_file_{segment}_");
-        let mut out = Vec::new();
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            return Ok(out);
-        };
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().to_string();
-            let Some(range) = name.strip_prefix(&prefix) else {
-                continue;
-            };
-            if range.contains('.') {
-                continue;
-            }
-            if let Some(first) = range.split('_').next().and_then(|b| b.parse::<u64>().ok()) {
-                out.push((first, entry.path()));
-            }
-        }
-        out.sort();
+        static_files::for_each_change(&self.path, segment, 0, |block, value| {
+            out.push(parse_change(block, value, segment.table())?);
+            Ok(())
+        })?;
         Ok(out)
     }
 
     /// Every account at block `block`: the head state with the change sets
-    /// of later blocks undone, newest first.
+    /// of later blocks undone, newest first; each with its code hash (from
+    /// the account) and storage root (the head's, or, where the storage
+    /// changed after `block`, its words there: [`Self::words_at`]).
     pub fn state_at(&self, block: u64) -> Result<Vec<AccountRecord>, RethError> {
         let head = self.head()?;
         if block > head {
@@ -793,29 +850,45 @@ impl RethDatadir {
         if block == head {
             return self.full_state();
         }
-        // Storage roots at an older block would need the storage change
-        // sets applied to the storage walk: not read yet, so every record
-        // of an older block says its trie fields are unknown, and
-        // `verify --state-root` refuses rather than guesses.
-        let mut state: BTreeMap<B256, AccountRecord> = self
-            .full_state()?
-            .into_iter()
-            .map(|r| (r.key, r.without_trie()))
-            .collect();
+        let mut state = self.accounts_at(block)?;
+        let mut by_account: BTreeMap<Address, Vec<(B256, U256)>> = BTreeMap::new();
+        for ((address, slot), word) in self.words_at(block, None)? {
+            by_account.entry(address).or_default().push((slot, word));
+        }
+        for (address, words) in by_account {
+            if let Some(r) = state.get_mut(&crate::account::pir_key(&address)) {
+                r.storage_root = crate::state_root::storage_root(words);
+            }
+        }
+        Ok(state.into_values().collect())
+    }
+
+    /// The accounts at an older `block` by key, with the head's storage
+    /// roots (right only where the storage did not change after `block`:
+    /// [`Self::state_at`] puts the others right).
+    fn accounts_at(&self, block: u64) -> Result<BTreeMap<B256, AccountRecord>, RethError> {
+        let mut state: BTreeMap<B256, AccountRecord> =
+            self.full_state()?.into_iter().map(|r| (r.key, r)).collect();
+        let head_roots: BTreeMap<B256, B256> =
+            state.iter().map(|(k, r)| (*k, r.storage_root)).collect();
         let mut changes = self.change_sets()?;
         changes.retain(|(b, _, _)| *b > block);
         changes.sort_by_key(|c| std::cmp::Reverse(c.0));
         for (_, address, before) in changes {
             let key = crate::account::pir_key(&address);
             match before {
-                Some((nonce, balance)) => state.insert(
-                    key,
-                    AccountRecord::new(address, balance, nonce).without_trie(),
-                ),
+                Some(a) => {
+                    let root = head_roots
+                        .get(&key)
+                        .copied()
+                        .unwrap_or(crate::account::EMPTY_STORAGE_ROOT);
+                    let record = AccountRecord::new(address, a.balance, a.nonce);
+                    state.insert(key, record.with_trie(a.code_hash, root))
+                }
                 None => state.remove(&key),
             };
         }
-        Ok(state.into_values().collect())
+        Ok(state)
     }
 
     /// Accounts whose state changed in blocks `from..=to`.
@@ -837,13 +910,17 @@ impl RethDatadir {
         chain_id: u64,
     ) -> Result<ExportedState, RethError> {
         let started = Instant::now();
-        let state: BTreeMap<B256, AccountRecord> =
-            self.state_at(to)?.into_iter().map(|r| (r.key, r)).collect();
+        let head = self.head()?;
+        if to > head {
+            return Err(RethError::FutureBlock { block: to, head });
+        }
+        let state = self.accounts_at(to)?;
         let records = self
             .touched(from + 1, to)?
             .into_iter()
-            // Trie fields unknown: a delta is at a block the storage
-            // walk does not read (see [`Self::state_at`]).
+            // Trie fields left unknown: a delta names no codes, and its
+            // storage roots would cost a walk of every changed account's
+            // storage ([`Self::state_at`]).
             .map(|a| match state.get(&crate::account::pir_key(&a)) {
                 Some(r) => AccountRecord::new(a, r.balance, r.nonce).without_trie(),
                 None => AccountRecord::deleted(a).without_trie(),
