@@ -1142,4 +1142,35 @@ mod tests {
         assert!(decode_account(&[0x10, 0x00]).is_err());
         assert!(decode_account(&[0x10, 0x00, 0x09, 0x00]).is_err());
     }
+
+    /// Change sets with plain slots pass; hashed ones (reth 1.11) are
+    /// refused when the head bears them out and never plain ones; a
+    /// plain slot that is some slot's hash does not decide alone.
+    #[test]
+    fn tells_hashed_change_set_slots_from_plain_ones() {
+        use alloy_primitives::keccak256;
+        let token = Address::repeat_byte(0x70);
+        let change = |slot: B256| StorageChange {
+            block: 9,
+            contract: token,
+            slot,
+            before: U256::from(1u8),
+        };
+        let (a, b) = (B256::with_last_byte(1), B256::with_last_byte(2));
+        let head: BTreeMap<(Address, B256), U256> = [(keccak256(a), 5u8), (keccak256(b), 6)]
+            .into_iter()
+            .map(|(slot, w)| ((token, slot), U256::from(w)))
+            .collect();
+        assert!(check_plain_slots(&head, &[change(a), change(b)]).is_ok());
+        let hashed = [change(keccak256(a)), change(keccak256(b))];
+        assert!(matches!(
+            check_plain_slots(&head, &hashed),
+            Err(RethError::Unsupported(_))
+        ));
+        // keccak256(a) as a plain slot (an array's first element) beside
+        // plain b: plain.
+        assert!(check_plain_slots(&head, &[change(keccak256(a)), change(b)]).is_ok());
+        // Nothing at the head to tell by: read as plain.
+        assert!(check_plain_slots(&BTreeMap::new(), &hashed).is_ok());
+    }
 }

@@ -231,3 +231,94 @@ pub(super) fn for_each_change(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Writes a change-set segment file of `values` whose blocks from 0
+    /// hold `per_block` rows each, with an offsets file of `width` bytes.
+    fn write_segment(dir: &Path, values: &[&[u8]], per_block: &[(u64, u64)], width: u8) {
+        let static_files = dir.join("static_files");
+        std::fs::create_dir_all(&static_files).unwrap();
+        let data_path = static_files.join("static_file_storage-change-sets_0_499999");
+        std::fs::write(&data_path, values.concat()).unwrap();
+        let mut offsets = vec![width];
+        let mut at = 0u64;
+        for v in values.iter().map(|v| v.len() as u64).chain([0]) {
+            let le = at.to_le_bytes();
+            offsets.extend((0..width as usize).map(|i| le.get(i).copied().unwrap_or(0)));
+            at += v;
+        }
+        std::fs::write(format!("{}.off", data_path.display()), offsets).unwrap();
+        let csoff: Vec<u8> = per_block
+            .iter()
+            .flat_map(|(start, n)| [start.to_le_bytes(), n.to_le_bytes()].concat())
+            .collect();
+        std::fs::write(format!("{}.csoff", data_path.display()), csoff).unwrap();
+    }
+
+    fn changes(dir: &Path, from: u64) -> Result<Vec<(u64, Vec<u8>)>, RethError> {
+        let mut out = Vec::new();
+        for_each_change(dir, Segment::StorageChangeSets, from, |block, value| {
+            out.push((block, value.to_vec()));
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    #[test]
+    fn reads_the_rows_of_each_block() {
+        let dir = tempfile::tempdir().unwrap();
+        let values: [&[u8]; 3] = [b"ab", b"", b"cde"];
+        write_segment(dir.path(), &values, &[(0, 2), (2, 0), (2, 1)], 2);
+        let all = changes(dir.path(), 0).unwrap();
+        assert_eq!(
+            all,
+            vec![(0, b"ab".to_vec()), (0, Vec::new()), (2, b"cde".to_vec())]
+        );
+        assert_eq!(changes(dir.path(), 1).unwrap(), vec![(2, b"cde".to_vec())]);
+        // No static files at all: no changes.
+        let empty = tempfile::tempdir().unwrap();
+        assert!(changes(empty.path(), 0).unwrap().is_empty());
+    }
+
+    #[test]
+    fn malformed_files_are_errors() {
+        let malformed = |values: &[&[u8]], per_block: &[(u64, u64)], width: u8| {
+            let dir = tempfile::tempdir().unwrap();
+            write_segment(dir.path(), values, per_block, width);
+            matches!(
+                changes(dir.path(), 0),
+                Err(RethError::Malformed { table, .. }) if table == Segment::StorageChangeSets.table()
+            )
+        };
+        // Rows beyond the offsets, a count that overflows, offset widths
+        // that cannot be.
+        assert!(malformed(&[b"ab"], &[(0, 2)], 2));
+        assert!(malformed(&[b"ab"], &[(1, u64::MAX)], 2));
+        assert!(malformed(&[b"ab"], &[(0, 1)], 0));
+        assert!(malformed(&[b"ab"], &[(0, 1)], 9));
+        // A `.csoff` that is not whole pairs; offsets out of order or past
+        // the data; an empty offsets file.
+        let dir = tempfile::tempdir().unwrap();
+        write_segment(dir.path(), &[b"ab"], &[(0, 1)], 2);
+        let data = dir
+            .path()
+            .join("static_files/static_file_storage-change-sets_0_499999");
+        std::fs::write(format!("{}.csoff", data.display()), [0u8; 15]).unwrap();
+        assert!(changes(dir.path(), 0).is_err());
+        std::fs::write(
+            format!("{}.csoff", data.display()),
+            [[0u8; 8], 1u64.to_le_bytes()].concat(),
+        )
+        .unwrap();
+        assert_eq!(changes(dir.path(), 0).unwrap().len(), 1);
+        std::fs::write(format!("{}.off", data.display()), [1, 2, 1]).unwrap();
+        assert!(changes(dir.path(), 0).is_err());
+        std::fs::write(format!("{}.off", data.display()), [1, 0, 9]).unwrap();
+        assert!(changes(dir.path(), 0).is_err());
+        std::fs::write(format!("{}.off", data.display()), []).unwrap();
+        assert!(changes(dir.path(), 0).is_err());
+    }
+}
