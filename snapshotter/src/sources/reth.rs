@@ -127,24 +127,33 @@ struct StorageChange {
 /// never put under wrong keys. (A plain slot can equal some slot's hash,
 /// e.g. a Solidity array's first element at keccak256(p): one such slot
 /// alone does not decide.)
-fn check_plain_slots(
-    head: &BTreeMap<(Address, B256), U256>,
-    changes: &[StorageChange],
-) -> Result<(), RethError> {
-    let (mut plain, mut hashed) = (false, false);
-    for c in changes {
-        if head.contains_key(&(c.contract, alloy_primitives::keccak256(c.slot))) {
-            plain = true;
-            break;
+#[derive(Default)]
+struct SlotEvidence {
+    plain: bool,
+    hashed: bool,
+}
+
+impl SlotEvidence {
+    /// Weighs one account's `changes` against its `head` words (by hashed
+    /// slot).
+    fn weigh(&mut self, head: &BTreeMap<B256, U256>, changes: &[StorageChange]) {
+        for c in changes {
+            if head.contains_key(&alloy_primitives::keccak256(c.slot)) {
+                self.plain = true;
+                return;
+            }
+            self.hashed |= head.contains_key(&c.slot);
         }
-        hashed |= head.contains_key(&(c.contract, c.slot));
     }
-    if hashed && !plain {
-        return Err(RethError::Unsupported(
-            "storage change sets with hashed slots (reth 1.11's experimental v2 layout)",
-        ));
+
+    fn check(&self) -> Result<(), RethError> {
+        if self.hashed && !self.plain {
+            return Err(RethError::Unsupported(
+                "storage change sets with hashed slots (reth 1.11's experimental v2 layout)",
+            ));
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// An open datadir.
@@ -655,7 +664,7 @@ impl RethDatadir {
     }
 
     /// [`Self::storage`] at an older `block`: the head's words with every
-    /// change after `block` undone (see [`Self::words_at`]).
+    /// change after `block` undone (see [`Self::for_each_storage_at`]).
     pub fn storage_at(
         &self,
         block: u64,
@@ -668,58 +677,57 @@ impl RethDatadir {
         if block == head || contracts.is_empty() {
             return self.storage(contracts);
         }
-        Ok(self
-            .words_at(block, Some(contracts))?
-            .into_iter()
-            .filter(|(_, w)| !w.is_zero())
-            .map(|((contract, hashed_slot), word)| {
-                let mut r = StorageRecord::from_hashed(
-                    alloy_primitives::keccak256(contract),
-                    hashed_slot,
-                    word,
-                );
+        let mut out = Vec::new();
+        self.for_each_storage_at(block, Some(contracts), |contract, words| {
+            let hashed = alloy_primitives::keccak256(contract);
+            for (slot, word) in words.into_iter().filter(|(_, w)| !w.is_zero()) {
+                let mut r = StorageRecord::from_hashed(hashed, slot, word);
                 r.contract = Some(contract);
-                r
-            })
-            .collect())
+                out.push(r);
+            }
+        })?;
+        Ok(out)
     }
 
-    /// The words at `block` of `accounts` (`None`: of every account whose
-    /// storage changed after `block`), by (account, hashed slot): the
-    /// head's words with each slot's word before the first change after
-    /// `block` put back, from the storage change sets of either layout
-    /// (see [`Self::storage_changes_after`]). Zero words included.
-    fn words_at(
+    /// Hands the words at `block` of each of `accounts` (`None`: of every
+    /// account whose storage changed after `block`) to `each`, by hashed
+    /// slot, zero words included: the head's words with each slot's word
+    /// before the first change after `block` put back, from the storage
+    /// change sets of either layout ([`Self::storage_changes_after`]). One
+    /// account's storage is held at a time; an error at the end (see
+    /// [`SlotEvidence`]) voids what was handed over.
+    fn for_each_storage_at(
         &self,
         block: u64,
         accounts: Option<&[Address]>,
-    ) -> Result<BTreeMap<(Address, B256), U256>, RethError> {
-        let mut changes = self.storage_changes_after(block, accounts)?;
+        mut each: impl FnMut(Address, BTreeMap<B256, U256>),
+    ) -> Result<(), RethError> {
+        let mut changes: BTreeMap<Address, Vec<StorageChange>> = BTreeMap::new();
+        for c in self.storage_changes_after(block, accounts)? {
+            changes.entry(c.contract).or_default().push(c);
+        }
         let read: Vec<Address> = match accounts {
             Some(listed) => listed.to_vec(),
-            None => changes
-                .iter()
-                .map(|c| c.contract)
-                .collect::<BTreeSet<_>>()
-                .into_iter()
-                .collect(),
+            None => changes.keys().copied().collect(),
         };
-        let mut words: BTreeMap<(Address, B256), U256> = self
-            .storage(&read)?
-            .into_iter()
-            .map(|r| {
-                let contract = r.contract.expect("storage() names each record's contract");
-                ((contract, r.hashed_slot), r.value)
-            })
-            .collect();
-        check_plain_slots(&words, &changes)?;
-        // Newest first: the last word put back is the one from before the
-        // first change after `block`, i.e. the word at `block`.
-        changes.sort_by_key(|c| std::cmp::Reverse(c.block));
-        for c in changes {
-            words.insert((c.contract, alloy_primitives::keccak256(c.slot)), c.before);
+        let mut evidence = SlotEvidence::default();
+        for account in read {
+            let mut words: BTreeMap<B256, U256> = self
+                .storage(&[account])?
+                .into_iter()
+                .map(|r| (r.hashed_slot, r.value))
+                .collect();
+            let mut mine = changes.remove(&account).unwrap_or_default();
+            evidence.weigh(&words, &mine);
+            // Newest first: the last word put back is the one from before
+            // the first change after `block`, i.e. the word at `block`.
+            mine.sort_by_key(|c| std::cmp::Reverse(c.block));
+            for c in mine {
+                words.insert(alloy_primitives::keccak256(c.slot), c.before);
+            }
+            each(account, words);
         }
-        Ok(words)
+        evidence.check()
     }
 
     /// The storage changes in blocks after `block` of `contracts` (`None`:
@@ -728,7 +736,7 @@ impl RethDatadir {
     /// slot || word before the block). v2: the `storage-change-sets`
     /// static files (address || slot || word before the block, reth's
     /// `StorageBeforeTx`). Words big-endian without leading zeros; slots
-    /// plain in both (see [`check_plain_slots`]).
+    /// plain in both (see [`SlotEvidence`]).
     fn storage_changes_after(
         &self,
         block: u64,
@@ -841,7 +849,7 @@ impl RethDatadir {
     /// Every account at block `block`: the head state with the change sets
     /// of later blocks undone, newest first; each with its code hash (from
     /// the account) and storage root (the head's, or, where the storage
-    /// changed after `block`, its words there: [`Self::words_at`]).
+    /// changed after `block`, its words there: [`Self::for_each_storage_at`]).
     pub fn state_at(&self, block: u64) -> Result<Vec<AccountRecord>, RethError> {
         let head = self.head()?;
         if block > head {
@@ -851,15 +859,11 @@ impl RethDatadir {
             return self.full_state();
         }
         let mut state = self.accounts_at(block)?;
-        let mut by_account: BTreeMap<Address, Vec<(B256, U256)>> = BTreeMap::new();
-        for ((address, slot), word) in self.words_at(block, None)? {
-            by_account.entry(address).or_default().push((slot, word));
-        }
-        for (address, words) in by_account {
+        self.for_each_storage_at(block, None, |address, words| {
             if let Some(r) = state.get_mut(&crate::account::pir_key(&address)) {
-                r.storage_root = crate::state_root::storage_root(words);
+                r.storage_root = crate::state_root::storage_root(words.into_iter().collect());
             }
-        }
+        })?;
         Ok(state.into_values().collect())
     }
 
@@ -1149,28 +1153,35 @@ mod tests {
     #[test]
     fn tells_hashed_change_set_slots_from_plain_ones() {
         use alloy_primitives::keccak256;
-        let token = Address::repeat_byte(0x70);
         let change = |slot: B256| StorageChange {
             block: 9,
-            contract: token,
+            contract: Address::repeat_byte(0x70),
             slot,
             before: U256::from(1u8),
         };
         let (a, b) = (B256::with_last_byte(1), B256::with_last_byte(2));
-        let head: BTreeMap<(Address, B256), U256> = [(keccak256(a), 5u8), (keccak256(b), 6)]
+        let head: BTreeMap<B256, U256> = [(keccak256(a), 5u8), (keccak256(b), 6)]
             .into_iter()
-            .map(|(slot, w)| ((token, slot), U256::from(w)))
+            .map(|(slot, w)| (slot, U256::from(w)))
             .collect();
-        assert!(check_plain_slots(&head, &[change(a), change(b)]).is_ok());
+        let weighed = |accounts: &[(&BTreeMap<B256, U256>, &[StorageChange])]| {
+            let mut evidence = SlotEvidence::default();
+            for (head, changes) in accounts {
+                evidence.weigh(head, changes);
+            }
+            evidence.check()
+        };
+        assert!(weighed(&[(&head, &[change(a), change(b)])]).is_ok());
         let hashed = [change(keccak256(a)), change(keccak256(b))];
         assert!(matches!(
-            check_plain_slots(&head, &hashed),
+            weighed(&[(&head, &hashed)]),
             Err(RethError::Unsupported(_))
         ));
         // keccak256(a) as a plain slot (an array's first element) beside
-        // plain b: plain.
-        assert!(check_plain_slots(&head, &[change(keccak256(a)), change(b)]).is_ok());
+        // plain b, in this account or another: plain.
+        assert!(weighed(&[(&head, &[change(keccak256(a)), change(b)])]).is_ok());
+        assert!(weighed(&[(&head, &[change(keccak256(a))]), (&head, &[change(b)])]).is_ok());
         // Nothing at the head to tell by: read as plain.
-        assert!(check_plain_slots(&BTreeMap::new(), &hashed).is_ok());
+        assert!(weighed(&[(&BTreeMap::new(), &hashed)]).is_ok());
     }
 }
