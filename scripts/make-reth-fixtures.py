@@ -11,6 +11,14 @@ LLVM and a git dependency; nothing they add changes the state):
     git clone --branch v2.5.1 https://github.com/paradigmxyz/reth
     cd reth && cargo build -p reth --bin reth --no-default-features
 
+(about 15 minutes here, 2 cores, with CARGO_PROFILE_DEV_DEBUG=0; the
+node's speed does not matter for ~120 blocks). Building from a tree
+without git metadata, set VERGEN_GIT_SHA (the tag's commit),
+VERGEN_GIT_DESCRIBE=v2.5.1 and VERGEN_GIT_DIRTY=false; where GitHub
+cannot be reached, point the workspace's `discv5` git dependency at a
+local copy of that revision and drop the optional `revmc` one (it is
+only the JIT's).
+
 then, from this repository (anvil's cast and the OpenZeppelin artifacts of
 `scripts/install-test-deps.sh` are used; zstd from Debian):
 

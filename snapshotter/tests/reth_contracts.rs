@@ -71,6 +71,8 @@ struct Oracle {
     tokens: Vec<(Address, u64)>,
     hashes: Vec<B256>,
     state_roots: Vec<B256>,
+    /// By block: the accounts its transactions touched (the tracer's).
+    touched: Vec<Vec<Address>>,
     /// By block: every account the chain touched.
     state: Vec<BTreeMap<Address, Account>>,
     /// By block: every slot the chain ever wrote, by account (zero words
@@ -121,6 +123,10 @@ impl Oracle {
                 .collect(),
             hashes: blocks.iter().map(|b| parse(&b["hash"])).collect(),
             state_roots: blocks.iter().map(|b| parse(&b["stateRoot"])).collect(),
+            touched: blocks
+                .iter()
+                .map(|b| b["touched"].as_array().unwrap().iter().map(parse).collect())
+                .collect(),
             state: (0..=head)
                 .map(|n| {
                     at(n)
@@ -238,6 +244,74 @@ fn check_accounts(reth: &RethDatadir, oracle: &Oracle) {
             .count();
     }
     assert!(with_code >= 5, "contracts at the head: {with_code}");
+}
+
+/// Deltas and active sets from the change sets: a delta `(from, to]`
+/// holds every account whose balance or nonce changed in it, each as the
+/// node had it at `to` (0/0 where it no longer exists), and only accounts
+/// the node's tracer saw touched; an active set likewise at the head.
+fn check_deltas_and_active_sets(reth: &RethDatadir, oracle: &Oracle) {
+    let head = oracle.head;
+    let touched = |from: u64, to: u64| -> Vec<Address> {
+        (from + 1..=to)
+            .flat_map(|n| oracle.touched[n as usize].iter().copied())
+            .collect()
+    };
+    let changed = |from: u64, to: u64| -> Vec<Address> {
+        let at = |n: u64, a: &Address| {
+            oracle.state[n as usize]
+                .get(a)
+                .map(|x| (x.nonce, x.balance))
+                .unwrap_or_default()
+        };
+        touched(from, to)
+            .into_iter()
+            .filter(|a| at(from, a) != at(to, a))
+            .collect()
+    };
+    for (from, to) in [(0, head), (10, 20), (head / 2, head - 1), (head - 1, head)] {
+        let delta = reth.export_delta(from, to, oracle.chain_id).unwrap();
+        let got: BTreeMap<Address, (u64, U256)> = delta
+            .records
+            .iter()
+            .map(|r| (r.address.unwrap(), (r.nonce, r.balance)))
+            .collect();
+        let seen = touched(from, to);
+        for (address, state) in &got {
+            assert!(
+                seen.contains(address),
+                "{address} in ({from}, {to}] but not touched"
+            );
+            let want = oracle.state[to as usize]
+                .get(address)
+                .map(|x| (x.nonce, x.balance))
+                .unwrap_or_default();
+            assert_eq!(*state, want, "{address} at {to}");
+        }
+        for address in changed(from, to) {
+            assert!(
+                got.contains_key(&address),
+                "{address} changed in ({from}, {to}]"
+            );
+        }
+    }
+    for window in [1, 5, 40] {
+        let active = reth
+            .export(RethMode::Active { window }, oracle.chain_id)
+            .unwrap();
+        let got: Vec<Address> = active.records.iter().map(|r| r.address.unwrap()).collect();
+        let seen = touched(head - window, head);
+        assert!(
+            got.iter().all(|a| seen.contains(a)),
+            "active set of {window}"
+        );
+        for address in changed(head - window, head) {
+            assert!(
+                got.contains(&address),
+                "{address} changed in the last {window}"
+            );
+        }
+    }
 }
 
 /// The state root of `records` (in any order: a v1 head comes by address).
@@ -481,6 +555,7 @@ fn check_layout(layout: &str, want: Layout) {
     assert_eq!(reth.layout, want);
     let oracle = &fixture.oracle;
     check_accounts(&reth, oracle);
+    check_deltas_and_active_sets(&reth, oracle);
     check_storage_at_every_block(&reth, oracle);
     check_head_state_root(&reth, oracle);
     check_streamed_head(&reth, oracle);
