@@ -8,7 +8,7 @@
 //! root, and each listed contract its storage root
 //! ([`crate::verify::verify_state_root`]; minutes at mainnet's size), and
 //! the PIR database built again from its records gives the same setup
-//! (builds are deterministic: [`same_setup_from_records`]). A
+//! (builds are deterministic: `same_setup_from_records`). A
 //! delta: exported again from the node, every account read with its
 //! Merkle proof against that state root, its `records.bin` must be the same
 //! bytes (its digest); seconds, so that attesting keeps up with the head

@@ -2,16 +2,19 @@
 //! bindings, account values decoded with reth's published `Compact` codecs.
 //!
 //! Two layouts exist, and the datadir's `Metadata` table says which:
-//! - **v1** (reth 1.x, and 2.x with `--storage.v2=false`): accounts by
-//!   address in `PlainAccountState`, their earlier values in
-//!   `AccountChangeSets` (block -> address + account before the block).
-//!   Full state, state at an older block (undoing change sets), active set.
-//! - **v2** (reth 2.x default): accounts by keccak256(address) in
-//!   `HashedAccounts`, change sets in the `account-change-sets` static
-//!   files (raw values, a per-block row index in `.csoff`).
+//! - **v1** (reth 1.x, and 2.x with `--storage.v2=false`): accounts and
+//!   storage by address in `PlainAccountState` and `PlainStorageState`,
+//!   their earlier values in `AccountChangeSets` (block -> address +
+//!   account before the block) and `StorageChangeSets` (block + address
+//!   -> slot + word before the block).
+//! - **v2** (reth 2.x default): accounts and storage by keccak256(address)
+//!   in `HashedAccounts` and `HashedStorages` (slots hashed too), change
+//!   sets in the `account-change-sets` and `storage-change-sets` static
+//!   files (module `static_files`; slots plain there).
 //!
 //! Both give the full state, the state at an older block (undoing change
-//! sets) and the active set.
+//! sets; code hashes and storage roots included), the active set, and the
+//! storage of listed contracts at the head or an older block.
 //!
 //! Block hashes come from `HeaderNumbers`; state roots and timestamps from
 //! the header static files (NippyJar: an offsets file, LZ4-compressed
@@ -664,7 +667,8 @@ impl RethDatadir {
     }
 
     /// [`Self::storage`] at an older `block`: the head's words with every
-    /// change after `block` undone (see [`Self::for_each_storage_at`]).
+    /// change after `block` undone, from the storage change sets of
+    /// either layout.
     pub fn storage_at(
         &self,
         block: u64,
@@ -731,9 +735,8 @@ impl RethDatadir {
     }
 
     /// The storage changes in blocks after `block` of `contracts` (`None`:
-    /// of every account). v1:
-    /// MDBX `StorageChangeSets` (key: block (u64 BE) || address; values:
-    /// slot || word before the block). v2: the `storage-change-sets`
+    /// of every account). v1: MDBX `StorageChangeSets` (key: block (u64
+    /// BE) || address; values: slot || word before the block). v2: the `storage-change-sets`
     /// static files (address || slot || word before the block, reth's
     /// `StorageBeforeTx`). Words big-endian without leading zeros; slots
     /// plain in both (see [`SlotEvidence`]).
@@ -849,7 +852,7 @@ impl RethDatadir {
     /// Every account at block `block`: the head state with the change sets
     /// of later blocks undone, newest first; each with its code hash (from
     /// the account) and storage root (the head's, or, where the storage
-    /// changed after `block`, its words there: [`Self::for_each_storage_at`]).
+    /// changed after `block`, from its words there).
     pub fn state_at(&self, block: u64) -> Result<Vec<AccountRecord>, RethError> {
         let head = self.head()?;
         if block > head {
