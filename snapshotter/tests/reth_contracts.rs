@@ -560,8 +560,8 @@ fn check_layout(layout: &str, want: Layout) {
     check_head_state_root(&reth, oracle);
     check_streamed_head(&reth, oracle);
     drop(reth);
-    // Before the tokens existed, halfway, the block before the head, and
-    // the head itself.
+    // Block 3 (the first token just created, the second not yet), halfway,
+    // the block before the head, and the head itself.
     for block in [Some(3), Some(oracle.head / 2), Some(oracle.head - 1), None] {
         check_cli_build(&fixture.datadir, oracle, block);
     }
