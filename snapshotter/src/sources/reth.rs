@@ -325,10 +325,8 @@ impl<'t> StorageWalk<'t> {
 /// `Compact` form (absent when the account did not exist).
 fn parse_change(block: u64, v: &[u8], table: &'static str) -> Result<Change, RethError> {
     let bad = |reason: String| RethError::Malformed { table, reason };
-    if v.len() < 20 {
-        return Err(bad(format!("change of {} bytes", v.len())));
-    }
-    let before = match &v[20..] {
+    let (address, rest) = split_address(v, table)?;
+    let before = match rest {
         [] => None,
         account => {
             let (nonce, balance) = decode_account(account).map_err(bad)?;
@@ -339,7 +337,19 @@ fn parse_change(block: u64, v: &[u8], table: &'static str) -> Result<Change, Ret
             })
         }
     };
-    Ok((block, Address::from_slice(&v[..20]), before))
+    Ok((block, address, before))
+}
+
+/// A change-set value's leading address and the rest (both layouts'
+/// account and v2's storage change sets start so).
+fn split_address<'v>(v: &'v [u8], table: &'static str) -> Result<(Address, &'v [u8]), RethError> {
+    if v.len() < 20 {
+        return Err(RethError::Malformed {
+            table,
+            reason: format!("change of {} bytes", v.len()),
+        });
+    }
+    Ok((Address::from_slice(&v[..20]), &v[20..]))
 }
 
 /// reth's v2 table of accounts by keccak256(address).
@@ -768,18 +778,8 @@ impl RethDatadir {
             Layout::V2 => {
                 let segment = Segment::StorageChangeSets;
                 static_files::for_each_change(&self.path, segment, from, |block, value| {
-                    if value.len() < 20 {
-                        return Err(RethError::Malformed {
-                            table: segment.table(),
-                            reason: format!("change of {} bytes", value.len()),
-                        });
-                    }
-                    keep(
-                        block,
-                        Address::from_slice(&value[..20]),
-                        &value[20..],
-                        segment.table(),
-                    )
+                    let (contract, entry) = split_address(value, segment.table())?;
+                    keep(block, contract, entry, segment.table())
                 })?
             }
         }
@@ -876,8 +876,10 @@ impl RethDatadir {
     fn accounts_at(&self, block: u64) -> Result<BTreeMap<B256, AccountRecord>, RethError> {
         let mut state: BTreeMap<B256, AccountRecord> =
             self.full_state()?.into_iter().map(|r| (r.key, r)).collect();
-        let head_roots: BTreeMap<B256, B256> =
-            state.iter().map(|(k, r)| (*k, r.storage_root)).collect();
+        // Each record keeps the head's storage root as changes replace it;
+        // that of a record a change removed waits here (not a copy of
+        // every root: a mainnet state holds 3.5e8).
+        let mut removed_roots: BTreeMap<B256, B256> = BTreeMap::new();
         let mut changes = self.change_sets()?;
         changes.retain(|(b, _, _)| *b > block);
         changes.sort_by_key(|c| std::cmp::Reverse(c.0));
@@ -885,15 +887,20 @@ impl RethDatadir {
             let key = crate::account::pir_key(&address);
             match before {
                 Some(a) => {
-                    let root = head_roots
+                    let root = state
                         .get(&key)
-                        .copied()
+                        .map(|r| r.storage_root)
+                        .or_else(|| removed_roots.get(&key).copied())
                         .unwrap_or(crate::account::EMPTY_STORAGE_ROOT);
                     let record = AccountRecord::new(address, a.balance, a.nonce);
-                    state.insert(key, record.with_trie(a.code_hash, root))
+                    state.insert(key, record.with_trie(a.code_hash, root));
                 }
-                None => state.remove(&key),
-            };
+                None => {
+                    if let Some(r) = state.remove(&key) {
+                        removed_roots.entry(key).or_insert(r.storage_root);
+                    }
+                }
+            }
         }
         Ok(state)
     }
