@@ -28,8 +28,11 @@ use crate::levels::Found;
 /// (a bound on memory and on the file a load reads).
 pub const MAX_ANSWERS_PER_LEVEL: usize = 1 << 20;
 
-/// Largest value kept (the widest record of a level is far below it).
-const MAX_VALUE_BYTES: usize = 255;
+/// Largest value kept (the widest record of a level is far below it;
+/// 255 is the length byte's "absent" marker).
+const MAX_VALUE_BYTES: usize = 254;
+/// The length byte of an absent answer.
+const ABSENT: u8 = 0xff;
 
 /// The answers of one level.
 #[derive(Default)]
@@ -114,12 +117,37 @@ impl AnswerCache {
     }
 }
 
+impl AnswerCache {
+    /// Drops every answer kept of `level`, in memory and on disk (its
+    /// answers may come from a request a tamper let through).
+    pub fn forget(&self, level: &Sha3Digest) {
+        let mut levels = self.levels.lock().expect("answers lock");
+        levels.insert(
+            level.clone(),
+            LevelAnswers {
+                by_key: HashMap::new(),
+                loaded: true,
+            },
+        );
+        let path = self.path(level);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {
+                tracing::info!(file = %path.display(), "kept answers of a suspect level dropped")
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(error = %e, file = %path.display(), "cannot drop kept answers")
+            }
+        }
+    }
+}
+
 /// One record: the key, a length byte (0xff: absent; else the value's
 /// length), the value.
 fn encode(out: &mut Vec<u8>, key: &B256, value: &Found) {
     out.extend_from_slice(key.as_slice());
     match value {
-        None => out.push(0xff),
+        None => out.push(ABSENT),
         Some(v) => {
             out.push(v.len() as u8);
             out.extend_from_slice(v);
@@ -137,7 +165,7 @@ fn decode(bytes: &[u8]) -> HashMap<B256, Found> {
         let len = rest[32];
         rest = &rest[33..];
         let value = match len {
-            0xff => None,
+            ABSENT => None,
             n if rest.len() >= n as usize => {
                 let (v, tail) = rest.split_at(n as usize);
                 rest = tail;
@@ -213,5 +241,28 @@ mod tests {
         let torn = AnswerCache::new(dir.path().to_path_buf());
         assert_eq!(torn.known(&level, &keys), want);
         assert_eq!(torn.known(&level, &[B256::repeat_byte(9)]), vec![None]);
+
+        // Forgotten: in memory and on disk.
+        torn.forget(&level);
+        assert_eq!(torn.known(&level, &keys), vec![None, None, None]);
+        assert!(!path.exists());
+        let after = AnswerCache::new(dir.path().to_path_buf());
+        assert_eq!(after.known(&level, &keys), vec![None, None, None]);
+    }
+
+    /// A value as long as the "absent" marker is not kept (it would read
+    /// back as absent); one byte shorter is.
+    #[test]
+    fn no_value_is_kept_as_absent() {
+        let dir = tempfile::tempdir().unwrap();
+        let level = Sha3Digest::of(b"level");
+        let keys = [B256::repeat_byte(1), B256::repeat_byte(2)];
+        let cache = AnswerCache::new(dir.path().to_path_buf());
+        cache.keep(&level, &keys, &[Some(vec![1; 255]), Some(vec![2; 254])]);
+        let again = AnswerCache::new(dir.path().to_path_buf());
+        assert_eq!(
+            again.known(&level, &keys),
+            vec![None, Some(Some(vec![2; 254]))]
+        );
     }
 }

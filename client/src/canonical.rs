@@ -1,15 +1,18 @@
 //! Canonical blocks: with a header source the wallet already trusts (the
 //! proxy's upstream node; later a light client), a view is read only if
-//! its block hash is the source's at that number. The question names a
-//! block number, never an address. A view the source contradicts is left
-//! unused and logged; one it cannot judge (the source does not have the
-//! block yet, or is down; a snapshot without a block hash) is read as
-//! before.
+//! its chain is the source's and its block hash is the source's at that
+//! number. The questions name a chain and a block number, never an
+//! address. Nothing fails open: a view the source contradicts, one that
+//! names no block hash, and one the source cannot confirm (it does not have
+//! the block yet after a wait, or does not answer) are not read, unless
+//! the reader is set to read unconfirmed views (`read_unconfirmed_views`),
+//! which then reads the last two kinds as before.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use alloy_primitives::B256;
 
@@ -21,38 +24,87 @@ pub type BlockHashSource = Arc<
     dyn Fn(u64) -> Pin<Box<dyn Future<Output = Result<Option<B256>, String>> + Send>> + Send + Sync,
 >;
 
-/// The source and the hashes it confirmed.
+/// The chain id of the source.
+pub type ChainIdSource =
+    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<u64, String>> + Send>> + Send + Sync>;
+
+/// A header source: its chain and its blocks' hashes.
+#[derive(Clone)]
+pub struct HeaderSource {
+    pub chain_id: ChainIdSource,
+    pub block_hash: BlockHashSource,
+}
+
+/// The source, what it confirmed, and whether unconfirmed views are read.
 pub struct CanonicalCheck {
-    source: BlockHashSource,
+    source: HeaderSource,
+    /// The source's chain, once it said.
+    chain: Mutex<Option<u64>>,
     confirmed: Mutex<HashMap<u64, B256>>,
+    read_unconfirmed: bool,
+    /// How long a read waits for the source to have a view's block.
+    ahead_wait: Duration,
 }
 
 /// Most confirmed hashes remembered (a few hours of mainnet blocks).
 const REMEMBERED: usize = 4096;
 
-/// Longest a read waits for the source: a source that is down or slow
-/// must not hold private reads up (the view is then read unchecked).
-const PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
+/// Longest one question to the source may take.
+const PATIENCE: Duration = Duration::from_secs(2);
+
+/// Longest a read waits for the source to have a view's block (a PIR
+/// server that follows a faster node is a block or so ahead): a mainnet
+/// block's time.
+pub const AHEAD_WAIT: Duration = Duration::from_secs(12);
+
+/// Between two questions while waiting for a block.
+const POLL: Duration = Duration::from_millis(250);
 
 impl CanonicalCheck {
-    pub fn new(source: BlockHashSource) -> Self {
+    pub fn new(source: HeaderSource, read_unconfirmed: bool) -> Self {
         CanonicalCheck {
             source,
+            chain: Mutex::new(None),
             confirmed: Mutex::new(HashMap::new()),
+            read_unconfirmed,
+            ahead_wait: AHEAD_WAIT,
         }
     }
 
-    /// Whether the view at `block` whose hash is `hash` may be read: an
-    /// error when the source has another block there.
-    pub async fn check(&self, block: u64, hash: Option<B256>) -> Result<(), ReadError> {
+    /// The source's chain id (asked once, then remembered).
+    pub async fn chain(&self) -> Result<u64, String> {
+        if let Some(chain) = *self.chain.lock().expect("lock") {
+            return Ok(chain);
+        }
+        let asked = tokio::time::timeout(PATIENCE, (self.source.chain_id)()).await;
+        let chain = asked.unwrap_or_else(|_| Err("no answer in time".into()))?;
+        *self.chain.lock().expect("lock") = Some(chain);
+        Ok(chain)
+    }
+
+    /// Whether the view of chain `chain` at `block` whose hash is `hash`
+    /// may be read: see the module's doc.
+    pub async fn check(&self, chain: u64, block: u64, hash: Option<B256>) -> Result<(), ReadError> {
+        match self.chain().await {
+            Ok(theirs) if theirs != chain => {
+                return Err(ReadError::OtherChain {
+                    chain: theirs,
+                    catalog: vec![chain],
+                })
+            }
+            Ok(_) => {}
+            Err(why) => self.unconfirmed(block, format!("the upstream's chain id: {why}"))?,
+        }
         let Some(hash) = hash else {
-            return Ok(());
+            return match self.read_unconfirmed {
+                true => Ok(()),
+                false => Err(ReadError::Unbound { block }),
+            };
         };
         if self.confirmed.lock().expect("lock").get(&block) == Some(&hash) {
             return Ok(());
         }
-        let asked = tokio::time::timeout(PATIENCE, (self.source)(block)).await;
-        match asked.unwrap_or_else(|_| Err("no answer in time".into())) {
+        match self.hash_at(block).await {
             Ok(Some(theirs)) if theirs == hash => {
                 let mut confirmed = self.confirmed.lock().expect("lock");
                 if confirmed.len() >= REMEMBERED {
@@ -69,11 +121,116 @@ impl CanonicalCheck {
                     node: theirs,
                 })
             }
-            Ok(None) => Ok(()),
-            Err(e) => {
-                tracing::debug!(block, error = %e, "the block hash could not be checked");
+            Ok(None) => self.unconfirmed(
+                block,
+                format!(
+                    "the upstream does not have the block (waited {} s)",
+                    self.ahead_wait.as_secs()
+                ),
+            ),
+            Err(why) => self.unconfirmed(block, why),
+        }
+    }
+
+    /// The source's hash at `block`, waiting up to [`AHEAD_WAIT`] while it
+    /// does not have the block yet.
+    async fn hash_at(&self, block: u64) -> Result<Option<B256>, String> {
+        let deadline = tokio::time::Instant::now() + self.ahead_wait;
+        loop {
+            let asked = tokio::time::timeout(PATIENCE, (self.source.block_hash)(block)).await;
+            let found = asked.unwrap_or_else(|_| Err("no answer in time".into()))?;
+            if found.is_some() || tokio::time::Instant::now() + POLL > deadline {
+                return Ok(found);
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// A view the source could not confirm: read only when so set.
+    fn unconfirmed(&self, block: u64, why: String) -> Result<(), ReadError> {
+        match self.read_unconfirmed {
+            true => {
+                tracing::warn!(block, %why, "view read unconfirmed (read_unconfirmed_views)");
                 Ok(())
             }
+            false => Err(ReadError::Unconfirmed { block, why }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A source of chain 7 whose blocks are `blocks` (number, hash), or
+    /// one that fails.
+    fn source(blocks: Vec<(u64, B256)>, fails: bool) -> HeaderSource {
+        let blocks = Arc::new(blocks);
+        HeaderSource {
+            chain_id: Arc::new(move || {
+                Box::pin(async move {
+                    match fails {
+                        true => Err("connection refused".to_string()),
+                        false => Ok(7),
+                    }
+                })
+            }),
+            block_hash: Arc::new(move |n| {
+                let blocks = blocks.clone();
+                Box::pin(async move {
+                    match fails {
+                        true => Err("connection refused".to_string()),
+                        false => Ok(blocks.iter().find(|b| b.0 == n).map(|b| b.1)),
+                    }
+                })
+            }),
+        }
+    }
+
+    fn check(source: HeaderSource, read_unconfirmed: bool) -> CanonicalCheck {
+        let mut check = CanonicalCheck::new(source, read_unconfirmed);
+        check.ahead_wait = Duration::from_millis(300);
+        check
+    }
+
+    #[tokio::test]
+    async fn nothing_the_source_cannot_confirm_is_read() {
+        let (h1, h2) = (B256::repeat_byte(1), B256::repeat_byte(2));
+        let strict = check(source(vec![(1, h1)], false), false);
+        assert_eq!(strict.check(7, 1, Some(h1)).await, Ok(()));
+        assert!(matches!(
+            strict.check(7, 1, Some(h2)).await,
+            Err(ReadError::NotCanonical { .. })
+        ));
+        assert_eq!(
+            strict.check(8, 1, Some(h1)).await,
+            Err(ReadError::OtherChain {
+                chain: 7,
+                catalog: vec![8]
+            })
+        );
+        assert_eq!(
+            strict.check(7, 1, None).await,
+            Err(ReadError::Unbound { block: 1 })
+        );
+        // Ahead of the source: waited for, then refused.
+        let started = std::time::Instant::now();
+        let ahead = strict.check(7, 2, Some(h2)).await;
+        assert!(matches!(ahead, Err(ReadError::Unconfirmed { block: 2, .. })), "{ahead:?}");
+        assert!(started.elapsed() >= Duration::from_millis(250));
+        let down = check(source(vec![], true), false);
+        assert!(matches!(
+            down.check(7, 1, Some(h1)).await,
+            Err(ReadError::Unconfirmed { .. })
+        ));
+
+        // Read all the same only when so set; never a contradicted view.
+        let lax = check(source(vec![(1, h1)], false), true);
+        assert_eq!(lax.check(7, 1, None).await, Ok(()));
+        assert_eq!(lax.check(7, 2, Some(h2)).await, Ok(()));
+        assert!(lax.check(7, 1, Some(h2)).await.is_err());
+        assert!(lax.check(8, 1, Some(h1)).await.is_err());
+        let lax_down = check(source(vec![], true), true);
+        assert_eq!(lax_down.check(7, 1, Some(h1)).await, Ok(()));
     }
 }

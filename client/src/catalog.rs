@@ -6,9 +6,10 @@
 //! ([`protocol::api::CatalogListing::checked`]): a catalog that lies in
 //! one entry is refused whole, the one adopted before stays.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 
+use alloy_primitives::B256;
 use protocol::api::{CatalogEntry, CatalogListing};
 use protocol::view::{View, Views};
 use protocol::{Sha3Digest, SnapshotId};
@@ -30,9 +31,95 @@ pub struct Adopted {
     pub views: Views,
     /// The server's most queries per batch.
     pub max_batch: usize,
-    /// Entries of the chain read set aside for lacking the attestations
-    /// required, with how many valid ones they carry: in no view.
-    pub unattested: BTreeMap<SnapshotId, usize>,
+    /// Entries of the chain read set aside (in no view), and why.
+    pub set_aside: BTreeMap<SnapshotId, SetAside>,
+    /// The chains of the entries of other chains than the one read.
+    pub other_chains: Vec<u64>,
+}
+
+/// Why an entry of the chain read stands in no view.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SetAside {
+    /// Short of the attestations required: how many valid ones it carries.
+    Unattested(usize),
+    /// A manifest format this reader does not read.
+    Format(u32),
+}
+
+/// A fetched catalog's entries sorted: those that may be read, and the
+/// rest with why not.
+#[derive(Debug)]
+pub struct Judged {
+    entries: Vec<CatalogEntry>,
+    set_aside: BTreeMap<SnapshotId, SetAside>,
+    other_chains: Vec<u64>,
+    max_batch: usize,
+    etag: Option<String>,
+    digest: Sha3Digest,
+}
+
+/// The attestation policy and what its signature checks found before:
+/// a recovery per (signed hash, signature) ever, off the async runtime.
+#[derive(Debug)]
+struct AttestCheck {
+    policy: crate::config::AttestPolicy,
+    /// Whether a signature over a hash recovers to its signer, by
+    /// keccak256(hash || signer || signature).
+    recovered: Mutex<HashMap<B256, bool>>,
+}
+
+/// Signature verdicts remembered (a catalog's entries times their
+/// attestations, several catalogs over).
+const REMEMBERED_VERDICTS: usize = 1 << 18;
+
+impl AttestCheck {
+    /// How many distinct listed attesters signed `entry`'s manifest
+    /// validly (each signature recovered once ever).
+    fn signed(&self, entry: &CatalogEntry) -> usize {
+        let Ok(hash) = protocol::attest::signing_hash(&entry.manifest) else {
+            return 0;
+        };
+        let mut seen = Vec::new();
+        for a in &entry.attestations {
+            if !self.policy.attesters.contains(&a.signer) || seen.contains(&a.signer) {
+                continue;
+            }
+            let key = alloy_primitives::keccak256(
+                [
+                    hash.as_slice(),
+                    a.signer.as_slice(),
+                    &a.signature.as_bytes(),
+                ]
+                .concat(),
+            );
+            let known = self.recovered.lock().expect("lock").get(&key).copied();
+            let valid = known.unwrap_or_else(|| {
+                let valid = a.verify_hash(&hash).is_ok();
+                let mut recovered = self.recovered.lock().expect("lock");
+                if recovered.len() >= REMEMBERED_VERDICTS {
+                    recovered.clear();
+                }
+                recovered.insert(key, valid);
+                valid
+            });
+            if valid {
+                seen.push(a.signer);
+            }
+        }
+        seen.len()
+    }
+
+    /// Why `entry` may not be read, if it may not.
+    fn set_aside(&self, entry: &CatalogEntry) -> Option<SetAside> {
+        if entry.manifest.format < protocol::manifest::OLDEST_READ_FORMAT {
+            return Some(SetAside::Format(entry.manifest.format));
+        }
+        if !self.policy.required() {
+            return None;
+        }
+        let signed = self.signed(entry);
+        (signed < self.policy.quorum).then_some(SetAside::Unattested(signed))
+    }
 }
 
 /// Catalogs in a row behind the one adopted after which one is adopted
@@ -53,10 +140,11 @@ pub struct Fetched {
 /// The catalog as last fetched.
 #[derive(Debug)]
 pub struct Catalog {
-    /// The configured chain, if any.
-    chain_id: Option<u64>,
-    /// The attestations an entry needs to be read.
-    attest: crate::config::AttestPolicy,
+    /// The chain read: configured, or the upstream's once it said.
+    chain_id: RwLock<Option<u64>>,
+    /// The attestations an entry needs to be read, and the signatures
+    /// checked so far.
+    attest: Arc<AttestCheck>,
     adopted: RwLock<Arc<Adopted>>,
     /// The ETag of the catalog adopted (one refused is fetched again).
     etag: Mutex<Option<String>>,
@@ -74,8 +162,11 @@ pub struct Catalog {
 impl Catalog {
     pub fn new(chain_id: Option<u64>, attest: crate::config::AttestPolicy) -> Self {
         Catalog {
-            chain_id,
-            attest,
+            chain_id: RwLock::new(chain_id),
+            attest: Arc::new(AttestCheck {
+                policy: attest,
+                recovered: Mutex::new(HashMap::new()),
+            }),
             adopted: RwLock::new(Arc::new(Adopted {
                 max_batch: 1,
                 ..Default::default()
@@ -168,18 +259,20 @@ impl Catalog {
     /// [`MAX_BEHIND`] such catalogs in a row: levels really were removed
     /// (or the catalog adopted was a lie), and a catalog once adopted must
     /// not keep out every later one.
-    pub fn adopt(&self, fetched: Fetched, force: bool) -> Option<Arc<Adopted>> {
-        let Fetched {
-            listing: catalog,
+    pub fn adopt(&self, judged: Judged, force: bool) -> Option<Arc<Adopted>> {
+        let Judged {
+            mut entries,
+            set_aside,
+            other_chains,
+            max_batch,
             etag,
             digest,
-        } = fetched;
-        let (mut entries, unattested) = self.attested(catalog.snapshots);
+        } = judged;
         let views = Views::build(&entries);
         // Entries that stand in no view (a delta on a missing or too deep
         // base) are never read: not kept.
         entries.retain(|e| views.holds(&e.id));
-        let newest = |views: &Views| views.newest(self.chain_id).map(|v| v.block);
+        let newest = |views: &Views| views.newest(self.configured_chain()).map(|v| v.block);
         if !force && newest(&views) < newest(&self.adopted().views) {
             let mut behind = self.behind.lock().expect("lock");
             *behind += 1;
@@ -200,53 +293,69 @@ impl Catalog {
         let adopted = Arc::new(Adopted {
             entries: entries.into_iter().map(|e| (e.id, e)).collect(),
             views,
-            max_batch: catalog.max_batch.clamp(1, pir_core::wire::MAX_BATCH),
-            unattested,
+            max_batch: max_batch.clamp(1, pir_core::wire::MAX_BATCH),
+            set_aside,
+            other_chains,
         });
         *self.adopted.write().expect("lock") = adopted.clone();
         Some(adopted)
     }
 
-    /// The entries of the chain read that carry the attestations
-    /// required, and the others with how many valid ones they carry.
-    fn attested(
-        &self,
-        snapshots: Vec<CatalogEntry>,
-    ) -> (Vec<CatalogEntry>, BTreeMap<SnapshotId, usize>) {
-        let mut unattested = BTreeMap::new();
-        let entries = snapshots
-            .into_iter()
-            .filter(|e| self.chain_id.is_none_or(|c| c == e.manifest.chain_id))
-            .filter(|e| match self.attest.short_of_quorum(e) {
-                None => true,
-                Some(signed) => {
-                    unattested.insert(e.id, signed);
-                    false
-                }
-            })
-            .collect();
-        if !unattested.is_empty() {
-            tracing::debug!(
-                unattested = unattested.len(),
-                "snapshots without the attestations required set aside"
-            );
-        }
-        (entries, unattested)
+    /// Sorts a fetched catalog's entries (its signatures checked off the
+    /// async runtime): those of the chain read that may be read, those set
+    /// aside and why, and the other chains listed.
+    pub async fn judge(&self, fetched: Fetched) -> Result<Judged, ReadError> {
+        let chain = self.configured_chain();
+        let check = self.attest.clone();
+        tokio::task::spawn_blocking(move || judge(fetched, chain, &check))
+            .await
+            .map_err(|e| ReadError::Backend(format!("checking the catalog failed: {e}")))
     }
 
-    /// The error for a block whose view is missing because a snapshot at
-    /// it lacks attestations (`None`: no such snapshot).
-    fn unattested_at(&self, adopted: &Adopted, block: Option<u64>) -> Option<ReadError> {
-        let (id, signed) = adopted
-            .unattested
-            .iter()
-            .rev()
-            .find(|(id, _)| block.is_none_or(|b| id.block == b))?;
-        Some(ReadError::Unattested {
-            snapshot: id.url_form(),
-            signed: *signed,
-            quorum: self.attest.quorum,
-            attesters: self.attest.attesters.clone(),
+    /// The chain this reader is bound to (configured, or the upstream's
+    /// once it said), if any.
+    pub fn configured_chain(&self) -> Option<u64> {
+        *self.chain_id.read().expect("lock")
+    }
+
+    /// Binds the reader to `chain` (the upstream's): the entries of other
+    /// chains are set aside from the next catalog on, which is fetched
+    /// again whole (its ETag forgotten). Returns whether it changed.
+    pub fn bind_chain(&self, chain: u64) -> bool {
+        let mut bound = self.chain_id.write().expect("lock");
+        if *bound == Some(chain) {
+            return false;
+        }
+        *bound = Some(chain);
+        *self.etag.lock().expect("etag lock") = None;
+        *self.judged.lock().expect("lock") = None;
+        true
+    }
+
+    /// The error for a block whose view is missing because a snapshot was
+    /// set aside: one at that block, else the newest below it (a view's
+    /// base or delta); `None`: no such snapshot.
+    fn set_aside_at(&self, adopted: &Adopted, block: Option<u64>) -> Option<ReadError> {
+        let newest =
+            |at: &dyn Fn(u64) -> bool| adopted.set_aside.iter().rev().find(|(id, _)| at(id.block));
+        let (id, why) = match block {
+            None => newest(&|_| true),
+            Some(b) => newest(&|n| n == b).or_else(|| newest(&|n| n < b)),
+        }?;
+        Some(match why {
+            SetAside::Unattested(signed) => ReadError::Unattested {
+                snapshot: id.url_form(),
+                signed: *signed,
+                quorum: self.attest.policy.quorum,
+                attesters: self.attest.policy.attesters.clone(),
+            },
+            SetAside::Format(format) => ReadError::Unreadable {
+                snapshot: id.url_form(),
+                why: format!(
+                    "manifest format {format}: this reader reads format {} on (the operator rebuilds it with this version)",
+                    protocol::manifest::OLDEST_READ_FORMAT
+                ),
+            },
         })
     }
 
@@ -273,8 +382,8 @@ impl Catalog {
 
     /// The chain read: configured, or the only one the server has.
     pub fn chain_id(&self) -> Result<Option<u64>, ReadError> {
-        if self.chain_id.is_some() {
-            return Ok(self.chain_id);
+        if let Some(chain) = self.configured_chain() {
+            return Ok(Some(chain));
         }
         let mut chains: Vec<u64> = self
             .adopted()
@@ -323,8 +432,16 @@ impl Catalog {
             (_, block) => block.and_then(at_block),
         };
         if found.is_none() {
-            if let Some(unattested) = self.unattested_at(&adopted, block) {
-                return Err(unattested);
+            if let Some(set_aside) = self.set_aside_at(&adopted, block) {
+                return Err(set_aside);
+            }
+            if let (Some(chain), true) = (chain, adopted.entries.is_empty()) {
+                if !adopted.other_chains.is_empty() {
+                    return Err(ReadError::OtherChain {
+                        chain,
+                        catalog: adopted.other_chains.clone(),
+                    });
+                }
             }
         }
         if found.is_none() && adopted.views.is_empty() {
@@ -340,6 +457,47 @@ impl Catalog {
             },
             available: adopted.views.blocks(chain),
         })
+    }
+}
+
+/// [`Catalog::judge`]'s work: entries of other chains apart, the rest
+/// either read or set aside.
+fn judge(fetched: Fetched, chain: Option<u64>, check: &AttestCheck) -> Judged {
+    let Fetched {
+        listing,
+        etag,
+        digest,
+    } = fetched;
+    let mut other_chains: Vec<u64> = Vec::new();
+    let mut set_aside = BTreeMap::new();
+    let mut entries = Vec::new();
+    for e in listing.snapshots {
+        if chain.is_some_and(|c| c != e.manifest.chain_id) {
+            if !other_chains.contains(&e.manifest.chain_id) {
+                other_chains.push(e.manifest.chain_id);
+            }
+            continue;
+        }
+        match check.set_aside(&e) {
+            Some(why) => {
+                set_aside.insert(e.id, why);
+            }
+            None => entries.push(e),
+        }
+    }
+    if !set_aside.is_empty() {
+        tracing::debug!(
+            set_aside = set_aside.len(),
+            "snapshots without the attestations required, or of an older format, set aside"
+        );
+    }
+    Judged {
+        entries,
+        set_aside,
+        other_chains,
+        max_batch: listing.max_batch,
+        etag,
+        digest,
     }
 }
 
@@ -365,4 +523,63 @@ fn gunzip(bytes: &[u8], limit: u64) -> Result<Vec<u8>, ReadError> {
         )));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A signature counts only when it is a listed attester's, over this
+    /// very manifest, once per attester; a manifest of an older format is
+    /// set aside whatever it carries.
+    #[test]
+    fn attestations_count_for_their_manifest_and_listed_signers() {
+        use alloy_signer::SignerSync;
+        let signer: alloy_signer_local::PrivateKeySigner =
+            "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d"
+                .parse()
+                .unwrap();
+        let mut entry = protocol::testing::entry(1, 9, protocol::SnapshotKind::Full, &[]);
+        entry.manifest.block_hash = Some(B256::repeat_byte(1));
+        entry.manifest.state_root = Some(B256::repeat_byte(2));
+        let hash = protocol::attest::signing_hash(&entry.manifest).unwrap();
+        let signed = protocol::attest::Attestation {
+            signer: signer.address(),
+            signature: signer.sign_hash_sync(&hash).unwrap(),
+        };
+        let check = |attesters: Vec<alloy_primitives::Address>, quorum| AttestCheck {
+            policy: crate::config::AttestPolicy { attesters, quorum },
+            recovered: Mutex::new(HashMap::new()),
+        };
+        let one = check(vec![signer.address()], 1);
+        assert_eq!(one.set_aside(&entry), Some(SetAside::Unattested(0)));
+        entry.attestations = vec![signed.clone(), signed.clone()];
+        assert_eq!(one.set_aside(&entry), None);
+        assert_eq!(one.signed(&entry), 1, "once per attester");
+        assert_eq!(one.recovered.lock().unwrap().len(), 1, "recovered once");
+        assert_eq!(one.signed(&entry), 1, "from what was recovered before");
+        let two = check(
+            vec![signer.address(), alloy_primitives::Address::repeat_byte(7)],
+            2,
+        );
+        assert_eq!(two.set_aside(&entry), Some(SetAside::Unattested(1)));
+        // The same signature relayed on a forged snapshot (other records,
+        // or any other field changed) does not count.
+        let mut forged = entry.clone();
+        forged.manifest.content_digest = protocol::sha3_hex(b"forged records");
+        assert_eq!(one.set_aside(&forged), Some(SetAside::Unattested(0)));
+        let mut reformatted = entry.clone();
+        reformatted.manifest.pir.value_bytes += 1;
+        assert_eq!(one.set_aside(&reformatted), Some(SetAside::Unattested(0)));
+        let stranger = check(vec![alloy_primitives::Address::repeat_byte(7)], 1);
+        assert_eq!(stranger.set_aside(&entry), Some(SetAside::Unattested(0)));
+        assert_eq!(
+            check(vec![], 0).set_aside(&forged),
+            None,
+            "nothing required"
+        );
+        let mut old = entry.clone();
+        old.manifest.format = 2;
+        assert_eq!(check(vec![], 0).set_aside(&old), Some(SetAside::Format(2)));
+    }
 }

@@ -1,8 +1,13 @@
 //! Private `eth_getCode`. The account's PIR value (read like its balance,
 //! in the same request) names its code by place in the code table of the
-//! level it was found in; the place's hash comes from the server with a
-//! Merkle proof checked against the level's manifest (`protocol::codes`),
-//! and the code from the server's content-addressed route, checked by
+//! level it was found in. A base's place names a code and nothing more
+//! (its table holds every distinct code once), so its hash comes from the
+//! server with a Merkle proof checked against the base's manifest
+//! (`protocol::codes`). A delta's place would name the delta, and so
+//! nearly the account: a delta's whole table is downloaded when the level
+//! is opened ([`CodeCache::hold_table`]; every client downloads the same
+//! bytes, read or not) and its places are looked up here. The code itself
+//! comes from the server's content-addressed route, checked by
 //! keccak256 and kept on disk (mode 0600), so that a code is downloaded
 //! once for every account, level and restart that has it. What the
 //! server learns from that download (one hash, shared by every account
@@ -30,6 +35,8 @@ pub struct CodeCache {
     dir: PathBuf,
     /// `(level, place)` to hash, for entries proved this run.
     places: Mutex<HashMap<(String, u32), B256>>,
+    /// The whole code tables of the deltas opened, by level.
+    tables: Mutex<HashMap<String, std::sync::Arc<Vec<B256>>>>,
 }
 
 impl CodeCache {
@@ -37,6 +44,7 @@ impl CodeCache {
         CodeCache {
             dir: cache_dir.join("codes"),
             places: Mutex::new(HashMap::new()),
+            tables: Mutex::new(HashMap::new()),
         }
     }
 
@@ -66,8 +74,79 @@ impl CodeCache {
                 account.snapshot
             ))
         })?;
-        let hash = self.hash_at(link, &account.snapshot, &table, index).await?;
+        let held = self
+            .tables
+            .lock()
+            .expect("code tables")
+            .get(&account.snapshot)
+            .cloned();
+        let hash = match held {
+            Some(hashes) => *hashes.get(index as usize - 1).ok_or_else(|| {
+                ReadError::Unverifiable(format!(
+                    "{}: code entry {index} outside its table",
+                    account.snapshot
+                ))
+            })?,
+            // A delta's entry is never asked for by place.
+            None if is_delta(&account.snapshot) => {
+                return Err(ReadError::Backend(format!(
+                    "{}: its code table is not held yet",
+                    account.snapshot
+                )))
+            }
+            None => self.hash_at(link, &account.snapshot, &table, index).await?,
+        };
         self.code(link, &hash).await
+    }
+
+    /// Downloads `level`'s whole code table (a delta's, when the level is
+    /// opened) and holds it, checked against the manifest's root. A table
+    /// that is not the manifest's is a failed verification.
+    pub async fn hold_table(
+        &self,
+        link: &ServerLink,
+        level: &SnapshotId,
+        summary: &CodeTable,
+        max_bytes: u64,
+    ) -> Result<(), ReadError> {
+        let name = level.url_form();
+        if self.tables.lock().expect("code tables").contains_key(&name) {
+            return Ok(());
+        }
+        let bytes = summary.count as u64 * 32;
+        let what = format!("snapshot {name}: code table");
+        if bytes > max_bytes {
+            return Err(link.distrust(format!(
+                "{what}: {} entries, over the setup limit",
+                summary.count
+            )));
+        }
+        let resp = link
+            .download(
+                ApiPath::CodeTable(level),
+                &what,
+                Size::Exactly(bytes),
+                Duration::Long,
+            )
+            .await?;
+        if !resp.status.is_success() {
+            return Err(ReadError::Backend(format!("{what}: HTTP {}", resp.status)));
+        }
+        let hashes = protocol::codes::parse_table(&resp.body, summary)
+            .map_err(|e| link.distrust(format!("{what}: {e}")))?;
+        self.tables
+            .lock()
+            .expect("code tables")
+            .insert(name, std::sync::Arc::new(hashes));
+        Ok(())
+    }
+
+    /// Drops the tables of levels no longer held.
+    pub fn retain_tables(&self, keep: impl Fn(&str) -> bool) {
+        self.tables
+            .lock()
+            .expect("code tables")
+            .retain(|level, _| keep(level));
     }
 
     /// The codes at `places` of `level`'s table, proved and kept; how
@@ -162,4 +241,11 @@ impl CodeCache {
         }
         Ok(resp.body.into())
     }
+}
+
+/// Whether a level's id names a delta.
+fn is_delta(level: &str) -> bool {
+    level
+        .parse::<SnapshotId>()
+        .map_or(true, |id| id.kind == protocol::manifest::KindTag::Delta)
 }

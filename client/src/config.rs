@@ -42,6 +42,11 @@ pub struct ClientConfig {
     pub fresh_connection_per_lookup: bool,
     /// Whose signatures a snapshot needs before it is read.
     pub attest: AttestPolicy,
+    /// With a header source (the proxy's upstream): read a view it cannot
+    /// confirm (it does not have the block yet, does not answer, or the
+    /// view names no block hash) all the same. Off: such views are not
+    /// read (see [`crate::canonical`]).
+    pub read_unconfirmed_views: bool,
 }
 
 /// The attestations a snapshot needs before it is read: `quorum` valid
@@ -56,37 +61,22 @@ pub struct AttestPolicy {
 impl AttestPolicy {
     /// Whether the policy asks for anything.
     pub fn required(&self) -> bool {
-        !self.attesters.is_empty() && self.quorum > 0
+        !self.attesters.is_empty()
     }
 
-    /// How many distinct listed attesters signed `entry`'s manifest
-    /// validly.
-    pub fn signed(&self, entry: &protocol::CatalogEntry) -> usize {
-        let mut seen = Vec::new();
-        for a in &entry.attestations {
-            if self.attesters.contains(&a.signer)
-                && !seen.contains(&a.signer)
-                && a.verify(&entry.manifest).is_ok()
-            {
-                seen.push(a.signer);
-            }
+    /// A quorum of 0 with attesters listed (which would read anything) or
+    /// one above the distinct attesters listed (which no snapshot can
+    /// meet) is a mistake, refused. Without attesters the quorum is unused.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        let distinct: std::collections::BTreeSet<_> = self.attesters.iter().collect();
+        match (distinct.len(), self.quorum) {
+            (0, _) => Ok(()),
+            (n, q) if q >= 1 && q <= n => Ok(()),
+            (n, q) => Err(ConfigError::Quorum {
+                quorum: q,
+                attesters: n,
+            }),
         }
-        seen.len()
-    }
-
-    /// Whether `entry` carries the quorum.
-    pub fn holds(&self, entry: &protocol::CatalogEntry) -> bool {
-        self.short_of_quorum(entry).is_none()
-    }
-
-    /// How many valid signatures `entry` carries when they are short of
-    /// the quorum (each checked once); `None` when it holds.
-    pub fn short_of_quorum(&self, entry: &protocol::CatalogEntry) -> Option<usize> {
-        if !self.required() {
-            return None;
-        }
-        let signed = self.signed(entry);
-        (signed < self.quorum).then_some(signed)
     }
 }
 
@@ -108,6 +98,7 @@ impl Default for ClientConfig {
             pir_proxy: None,
             fresh_connection_per_lookup: false,
             attest: AttestPolicy::default(),
+            read_unconfirmed_views: false,
         }
     }
 }
@@ -139,13 +130,15 @@ impl Default for Timeouts {
 }
 
 /// The cache directory when none is configured: `$XDG_CACHE_HOME/ethpir`
-/// or `~/.cache/ethpir`.
+/// or `~/.cache/ethpir`; empty when neither variable is set (no shared
+/// fallback: the reader then asks for `cache_dir`, see
+/// [`ClientConfig::prepare_cache_dir`]).
 pub fn default_cache_dir() -> PathBuf {
     std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(std::env::temp_dir)
-        .join("ethpir")
+        .map(|dir| dir.join("ethpir"))
+        .unwrap_or_default()
 }
 
 /// Geometry limits on setups (`[limits]`): a setup beyond any of them is
@@ -161,6 +154,10 @@ pub struct Limits {
     pub max_setup_mib: u64,
     /// One prepared query, MiB.
     pub max_prepared_query_mib: u64,
+    /// Setup data (and whole tables) of all the levels of one view, MiB: a
+    /// catalog whose view needs more is not read (it could otherwise ask
+    /// for its depth times `max_setup_mib`).
+    pub max_view_setup_mib: u64,
 }
 
 impl Default for Limits {
@@ -171,11 +168,17 @@ impl Default for Limits {
             max_partitions: d.max_partitions,
             max_setup_mib: d.max_setup_bytes >> 20,
             max_prepared_query_mib: d.max_prepared_bytes >> 20,
+            max_view_setup_mib: 1024,
         }
     }
 }
 
 impl Limits {
+    /// [`Self::max_view_setup_mib`] in bytes.
+    pub fn max_view_setup_bytes(&self) -> u64 {
+        self.max_view_setup_mib.saturating_mul(1 << 20)
+    }
+
     pub fn client_limits(&self) -> pir_core::ClientLimits {
         pir_core::ClientLimits {
             max_rows: self.max_rows,
@@ -197,36 +200,96 @@ pub enum ConfigError {
     ProxyScheme,
     #[error("pir_proxy {url}: {reason}")]
     BadProxy { url: String, reason: String },
+    #[error("the upstream {0} is plain http:// or ws:// off this machine: anyone on the path could read the calls and rewrite the block hashes views are checked against. Use https:// or wss://, or --allow-insecure-transport (allow_insecure_transport = true) if you accept that")]
+    InsecureUpstream(String),
+    #[error("attest_quorum {quorum} with {attesters} distinct attester(s): the quorum must be 1 to the number of attesters")]
+    Quorum { quorum: usize, attesters: usize },
+    #[error(
+        "no cache directory: neither XDG_CACHE_HOME nor HOME is set; set cache_dir (--cache-dir)"
+    )]
+    NoCacheDir,
+    #[error("cache directory {dir}: {reason}")]
+    CacheDir { dir: String, reason: String },
     #[error("HTTP client: {0}")]
     Http(String),
 }
 
+/// The host of `url` (a parse error names the URL redacted).
+fn host_of(url: &str) -> Result<url::Host<String>, ConfigError> {
+    let bad = |reason: String| ConfigError::BadUrl {
+        url: protocol::url::redact(url),
+        reason,
+    };
+    let parsed = url::Url::parse(url).map_err(|e| bad(e.to_string()))?;
+    parsed
+        .host()
+        .map(|h| h.to_owned())
+        .ok_or_else(|| bad("no host".into()))
+}
+
+fn is_loopback(host: &url::Host<String>) -> bool {
+    match host {
+        url::Host::Ipv4(ip) => ip.is_loopback(),
+        url::Host::Ipv6(ip) => ip.is_loopback(),
+        url::Host::Domain(name) => name == "localhost",
+    }
+}
+
+/// Whether `url` is plain (`http://`, `ws://`) to a host off this machine:
+/// anyone on the path could read and rewrite what it carries. The one
+/// policy for the PIR server and the proxy's upstream.
+pub fn plain_off_loopback(url: &str) -> Result<bool, ConfigError> {
+    let plain = url.starts_with("http://") || url.starts_with("ws://");
+    Ok(plain && !is_loopback(&host_of(url)?))
+}
+
 impl ClientConfig {
+    /// Creates the cache folder readable by its owner only (mode 0700: the
+    /// answers and codes kept there say which accounts the user read), and
+    /// narrows an existing one to that; refuses an unset one.
+    pub fn prepare_cache_dir(&self) -> Result<(), ConfigError> {
+        let dir = &self.cache_dir;
+        if dir.as_os_str().is_empty() {
+            return Err(ConfigError::NoCacheDir);
+        }
+        let failed = |e: std::io::Error| ConfigError::CacheDir {
+            dir: dir.display().to_string(),
+            reason: e.to_string(),
+        };
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+            builder.mode(0o700);
+            builder.create(dir).map_err(failed)?;
+            let mode = std::fs::metadata(dir).map_err(failed)?.permissions().mode();
+            if mode & 0o077 != 0 {
+                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                    .map_err(failed)?;
+            }
+        }
+        #[cfg(not(unix))]
+        builder.create(dir).map_err(failed)?;
+        Ok(())
+    }
+
     /// Refuses a plain-HTTP PIR server off loopback unless allowed: anyone
     /// on the path could rewrite responses and their checksums.
     pub fn check_transport(&self) -> Result<(), ConfigError> {
-        if !self.pir_server.starts_with("http://") {
+        let url = &self.pir_server;
+        if !url.starts_with("http://") {
             return Ok(());
         }
-        let redacted = protocol::url::redact(&self.pir_server);
-        let url = url::Url::parse(&self.pir_server).map_err(|e| ConfigError::BadUrl {
-            url: redacted.clone(),
-            reason: e.to_string(),
-        })?;
-        let host = url.host_str().unwrap_or("");
-        let loopback = match url.host() {
-            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-            Some(url::Host::Domain(name)) => name == "localhost",
-            None => false,
-        };
+        let host = host_of(url)?;
         // An onion service through Tor is authenticated and encrypted end
         // to end by Tor itself.
-        let onion = host.ends_with(".onion") && self.pir_proxy.is_some();
-        if loopback || onion || self.allow_insecure_transport {
+        let onion = matches!(&host, url::Host::Domain(name) if name.ends_with(".onion"))
+            && self.pir_proxy.is_some();
+        if is_loopback(&host) || onion || self.allow_insecure_transport {
             return Ok(());
         }
-        Err(ConfigError::Insecure(redacted))
+        Err(ConfigError::Insecure(protocol::url::redact(url)))
     }
 
     /// The HTTP client for the PIR server: the connect timeout, through
@@ -257,47 +320,43 @@ impl ClientConfig {
 mod tests {
     use super::*;
 
-    /// A signature counts only when it is a listed attester's, over this
-    /// very manifest, once per attester.
     #[test]
-    fn attestations_count_for_their_manifest_and_listed_signers() {
-        use alloy_signer::SignerSync;
-        let signer: alloy_signer_local::PrivateKeySigner =
-            "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d"
-                .parse()
-                .unwrap();
-        let mut entry = protocol::testing::entry(1, 9, protocol::SnapshotKind::Full, &[]);
-        entry.manifest.block_hash = Some(alloy_primitives::B256::repeat_byte(1));
-        entry.manifest.state_root = Some(alloy_primitives::B256::repeat_byte(2));
-        let hash = protocol::attest::signing_hash(&entry.manifest).unwrap();
-        let signed = protocol::attest::Attestation {
-            signer: signer.address(),
-            signature: signer.sign_hash_sync(&hash).unwrap(),
+    fn a_quorum_must_be_one_to_the_attesters_listed() {
+        let a = alloy_primitives::Address::repeat_byte(1);
+        let b = alloy_primitives::Address::repeat_byte(2);
+        let policy = |attesters: Vec<_>, quorum| AttestPolicy { attesters, quorum };
+        assert!(policy(vec![], 0).check().is_ok());
+        assert!(policy(vec![a], 1).check().is_ok());
+        assert!(policy(vec![a, b], 2).check().is_ok());
+        assert!(
+            policy(vec![a], 0).check().is_err(),
+            "quorum 0 reads anything"
+        );
+        assert!(policy(vec![a, b], 3).check().is_err(), "never met");
+        assert!(policy(vec![a, a], 2).check().is_err(), "one attester twice");
+        assert!(policy(vec![], 1).check().is_ok(), "nothing required");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_cache_folder_is_its_owners_only_and_must_be_set() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("a/b");
+        let with = |dir: PathBuf| ClientConfig {
+            cache_dir: dir,
+            ..Default::default()
         };
-        let policy = AttestPolicy {
-            attesters: vec![signer.address()],
-            quorum: 1,
-        };
-        assert!(!policy.holds(&entry), "no attestation");
-        entry.attestations = vec![signed.clone(), signed.clone()];
-        assert!(policy.holds(&entry));
-        assert_eq!(policy.signed(&entry), 1, "once per attester");
-        let two = AttestPolicy {
-            quorum: 2,
-            ..policy.clone()
-        };
-        assert!(!two.holds(&entry));
-        // The same signature relayed on a forged snapshot (other records,
-        // the same block hash and root) does not count.
-        let mut forged = entry.clone();
-        forged.manifest.content_digest = protocol::sha3_hex(b"forged records");
-        assert!(!policy.holds(&forged));
-        let stranger = AttestPolicy {
-            attesters: vec![alloy_primitives::Address::repeat_byte(7)],
-            quorum: 1,
-        };
-        assert!(!stranger.holds(&entry));
-        assert!(AttestPolicy::default().holds(&forged), "nothing required");
+        with(dir.clone()).prepare_cache_dir().unwrap();
+        let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode();
+        assert_eq!(mode(&dir) & 0o777, 0o700);
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        with(dir.clone()).prepare_cache_dir().unwrap();
+        assert_eq!(mode(&dir) & 0o777, 0o700, "narrowed");
+        assert!(matches!(
+            with(PathBuf::new()).prepare_cache_dir(),
+            Err(ConfigError::NoCacheDir)
+        ));
     }
 
     #[test]
@@ -320,5 +379,15 @@ mod tests {
             .is_err());
         assert!(with("http://10.0.0.2", false).check_transport().is_err());
         assert!(with("http://pir.example", true).check_transport().is_ok());
+        for (url, plain) in [
+            ("http://127.0.0.1:8545", false),
+            ("ws://localhost:8545", false),
+            ("https://rpc.example/KEY", false),
+            ("wss://rpc.example/KEY", false),
+            ("http://rpc.example/KEY", true),
+            ("ws://10.0.0.2:8546", true),
+        ] {
+            assert_eq!(plain_off_loopback(url).unwrap(), plain, "{url}");
+        }
     }
 }

@@ -34,6 +34,24 @@ pub enum ReadError {
         quorum: usize,
         attesters: Vec<alloy_primitives::Address>,
     },
+    /// A snapshot at the block asked for that this reader does not read
+    /// (an older manifest format, a PIR level without canaries, a view
+    /// that needs more setup data than the limits allow): not read.
+    #[error("snapshot {snapshot} is not read: {why}")]
+    Unreadable { snapshot: String, why: String },
+    /// The view names no block hash, so the upstream cannot confirm it:
+    /// not read while an upstream is configured.
+    #[error("the snapshot at block {block} names no block hash: the upstream cannot confirm it")]
+    Unbound { block: u64 },
+    /// The upstream could not confirm the view's block (it does not have
+    /// the block yet, or did not answer): not read.
+    #[error("the upstream has not confirmed block {block} yet: {why}")]
+    Unconfirmed { block: u64, why: String },
+    /// The PIR server's snapshots are of another chain than the one read.
+    #[error(
+        "the PIR server's snapshots are of chain(s) {catalog:?}, this reader reads chain {chain}"
+    )]
+    OtherChain { chain: u64, catalog: Vec<u64> },
     #[error("snapshot {snapshot} does not say which code its accounts have")]
     CodeUnknown { snapshot: String },
     #[error("PIR server unavailable: {0}")]

@@ -19,9 +19,7 @@ use protocol::SnapshotId;
 use crate::pool::SnapshotClient;
 use crate::ReadError;
 
-/// The name of a whole table in a manifest's file list (the store's
-/// `TABLE_FILE`; a client does not link the store).
-pub const TABLE_FILE: &str = "table.bin";
+pub use protocol::manifest::TABLE_FILE;
 
 /// A privately read account.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -283,15 +281,23 @@ impl ViewClient {
     }
 }
 
-/// The bytes of a delta's whole table, when it has one cheaper to
-/// download than its hint. Bases are always read by PIR (their tables,
-/// when small, serve other clients).
+/// The bytes of a delta's whole table, when it is read whole: its table
+/// is cheaper to download than its hint, or it publishes no canary (a
+/// level is never read by PIR unchecked). Bases are always read by PIR
+/// (their tables, when small, serve other clients).
 pub fn whole_table_bytes(entry: &CatalogEntry) -> Option<u64> {
     if !matches!(entry.manifest.kind, protocol::SnapshotKind::Delta { .. }) {
         return None;
     }
     let bytes = entry.manifest.files.get(TABLE_FILE)?.bytes;
-    (bytes < entry.manifest.pir.hint_bytes).then_some(bytes)
+    let cheaper = bytes < entry.manifest.pir.hint_bytes;
+    (cheaper || entry.manifest.canaries.is_empty()).then_some(bytes)
+}
+
+/// The bytes a level costs to open at most: its table when it is read
+/// whole, else its setup.
+pub fn opening_bytes(entry: &CatalogEntry) -> u64 {
+    whole_table_bytes(entry).unwrap_or(entry.manifest.pir.hint_bytes)
 }
 
 /// The cheapest way to build `target`'s table from other levels: a chain

@@ -43,6 +43,11 @@ pub struct PrivateReader {
     answers: AnswerCache,
     pool_size: usize,
     limits: pir_core::ClientLimits,
+    /// Setup data and tables of one view's levels together, bytes.
+    max_view_bytes: u64,
+    /// PIR levels (by setup digest) of requests that failed verification:
+    /// their kept answers are dropped then and again at a trust reset.
+    suspect_levels: std::sync::Mutex<std::collections::BTreeSet<protocol::Sha3Digest>>,
     /// Queries per batch sent (1: as many as asked).
     pad_to: usize,
     /// Canaries mixed into each request (when padding: at least; fillers
@@ -54,7 +59,10 @@ pub struct PrivateReader {
     /// download it twice.
     opening: tokio::sync::Mutex<()>,
     /// The header source views are checked against, once set.
-    canonical: std::sync::OnceLock<crate::canonical::CanonicalCheck>,
+    canonical: std::sync::OnceLock<Arc<crate::canonical::CanonicalCheck>>,
+    /// Read views the header source cannot confirm (or that name no block
+    /// hash) all the same.
+    read_unconfirmed: bool,
     /// Held while a catalog is fetched and adopted: one at a time (a
     /// catalog can be 16 MiB, parsed; lookups that refresh it and the
     /// background refresh take turns).
@@ -84,6 +92,8 @@ impl PrivateReader {
     /// A reader of `config.pir_server`; nothing is fetched yet.
     pub fn new(config: &ClientConfig) -> Result<Self, ConfigError> {
         config.check_transport()?;
+        config.attest.check()?;
+        config.prepare_cache_dir()?;
         Ok(PrivateReader {
             link: Arc::new(ServerLink::new(
                 config.pir_http_client()?,
@@ -97,11 +107,14 @@ impl PrivateReader {
             answers: AnswerCache::new(config.cache_dir.clone()),
             pool_size: config.prepared_pool,
             limits: config.limits.client_limits(),
+            max_view_bytes: config.limits.max_view_setup_bytes(),
+            suspect_levels: Default::default(),
             pad_to: config.pad_batches_to.max(1),
             canaries_per_request: config.canaries_per_request,
             snapshots: RwLock::new(BTreeMap::new()),
             opening: tokio::sync::Mutex::new(()),
             canonical: std::sync::OnceLock::new(),
+            read_unconfirmed: config.read_unconfirmed_views,
             refreshing: tokio::sync::Mutex::new(()),
         })
     }
@@ -172,7 +185,24 @@ impl PrivateReader {
     /// Trusts the server again (`ethpir_trustReset`); returns the reason
     /// that had stopped private reads, if any.
     pub fn trust_reset(&self) -> Option<String> {
+        let suspects = std::mem::take(&mut *self.suspect_levels.lock().expect("lock"));
+        for level in &suspects {
+            self.answers.forget(level);
+        }
         self.link.trust.reset()
+    }
+
+    /// A request to `view` failed verification: what its PIR levels
+    /// answered before is dropped (kept answers may be from requests that
+    /// a partial tamper let through), in memory and on disk.
+    fn forget_answers_of(&self, view: &ViewClient) {
+        let mut suspects = self.suspect_levels.lock().expect("lock");
+        for level in &view.levels {
+            if let Level::Pir(snap) = level {
+                self.answers.forget(snap.setup_digest());
+                suspects.insert(snap.setup_digest().clone());
+            }
+        }
     }
 
     /// One lookup of a random address in the newest snapshot, sent exactly
@@ -269,13 +299,21 @@ impl PrivateReader {
     /// the one adopted (see [`Catalog::adopt`]).
     async fn refresh_with(&self, force: bool) -> Result<usize, ReadError> {
         let one_at_a_time = self.refreshing.lock().await;
-        let fetched = self.catalog.fetch(&self.link).await?;
-        if let Some(adopted) = fetched.and_then(|body| self.catalog.adopt(body, force)) {
+        let judged = match self.catalog.fetch(&self.link).await? {
+            Some(fetched) => Some(self.catalog.judge(fetched).await?),
+            None => None,
+        };
+        if let Some(adopted) = judged.and_then(|body| self.catalog.adopt(body, force)) {
             self.snapshots.write().expect("lock").retain(|id, s| {
                 adopted
                     .entries
                     .get(id)
                     .is_some_and(|e| e.manifest == s.entry().manifest)
+            });
+            self.codes.retain_tables(|level| {
+                level
+                    .parse::<SnapshotId>()
+                    .is_ok_and(|id| adopted.entries.contains_key(&id))
             });
         }
         drop(one_at_a_time);
@@ -287,17 +325,21 @@ impl PrivateReader {
         Ok(self.catalog.len())
     }
 
-    /// Reads a view only when `source` has its block hash at its number
-    /// (or cannot say): see [`crate::canonical`]. Set once; a second call
-    /// is ignored.
-    pub fn check_blocks_with(&self, source: crate::canonical::BlockHashSource) {
-        let _ = self
-            .canonical
-            .set(crate::canonical::CanonicalCheck::new(source));
+    /// Reads a view only when `source` confirms it (its chain, its block
+    /// hash at its number): see [`crate::canonical`]. The reader is bound
+    /// to the source's chain as soon as it says which (the catalog's
+    /// entries of other chains set aside). Set once; a second call is
+    /// ignored.
+    pub fn check_blocks_with(self: &Arc<Self>, source: crate::canonical::HeaderSource) {
+        let check = crate::canonical::CanonicalCheck::new(source, self.read_unconfirmed);
+        if self.canonical.set(Arc::new(check)).is_err() {
+            return;
+        }
+        tokio::spawn(bind_to_source_chain(Arc::downgrade(self)));
     }
 
     /// The view a block selector names, every level loaded; with a header
-    /// source, only if its block is the source's.
+    /// source, only if the source confirms it.
     pub async fn select(&self, sel: &BlockSelector) -> Result<ViewClient, ReadError> {
         let view = self.catalog.view_for(sel)?;
         if let Some(check) = self.canonical.get() {
@@ -305,7 +347,7 @@ impl PrivateReader {
                 .snapshots
                 .last()
                 .and_then(|id| self.catalog.block_hash(id));
-            check.check(view.block, hash).await?;
+            check.check(view.chain_id, view.block, hash).await?;
         }
         self.open_view(view).await
     }
@@ -448,7 +490,10 @@ impl PrivateReader {
                 _ => None,
             });
             match failed {
-                Some(why) => out.extend(all_failed(chunk.len(), &self.link.distrust(why))),
+                Some(why) => {
+                    self.forget_answers_of(view);
+                    out.extend(all_failed(chunk.len(), &self.link.distrust(why)))
+                }
                 None => out.extend(results),
             }
         }
@@ -565,16 +610,16 @@ impl PrivateReader {
             true => pad_to.saturating_sub(real),
             false => self.canaries_per_request,
         };
-        let canaries = canary::choose(&self.answers, pir, unknown, slots);
+        let canaries = canary::choose(&self.answers, pir, unknown, slots)?;
         let fillers = match pad_to > 0 {
             true => slots - canaries.len(),
             false => 0,
         };
-        let arranged = canary::arrange(unknown, unheld + fillers, &canaries);
-        let queries: Vec<B256> = arranged.iter().map(|q| q.0).collect();
-        let roles: Vec<canary::Role> = arranged.iter().map(|q| q.1).collect();
-        let answered = self.query_levels(pir, &queries).await?;
+        let arranged = canary::arrange(unknown, unheld + fillers, &canaries, pir.len());
+        let answered = self.query_levels(pir, &arranged.keys).await?;
         let found: Vec<Vec<Found>> = answered.into_iter().map(|(_, v)| v).collect();
+        let roles = arranged.roles;
+        // Only answers whose request's canaries held are kept.
         canary::check(&roles, &canaries, &found, pir)?;
         let mut fresh = vec![HashMap::new(); pir.len()];
         for (l, values) in found.into_iter().enumerate() {
@@ -591,16 +636,17 @@ impl PrivateReader {
         Ok(fresh)
     }
 
-    /// One request with the same queries to every PIR level; each level's
-    /// decoded values.
+    /// One request with as many queries to every PIR level (`level_keys`:
+    /// each level's keys, in order); each level's decoded values.
     async fn query_levels(
         &self,
         levels: &[(usize, &Arc<SnapshotClient>)],
-        keys: &[B256],
+        level_keys: &[Vec<B256>],
     ) -> Result<Vec<(usize, Vec<Found>)>, ReadError> {
         let mut bodies = Vec::with_capacity(levels.len());
         let mut pendings = Vec::with_capacity(levels.len());
-        for (_, snap) in levels {
+        let per_level = level_keys.first().map_or(0, Vec::len);
+        for ((_, snap), keys) in levels.iter().zip(level_keys) {
             let mut queries = Vec::with_capacity(keys.len());
             let mut level_pendings = Vec::with_capacity(keys.len());
             for key in keys {
@@ -626,7 +672,7 @@ impl PrivateReader {
         let request = protocol::multi::encode_request(&parts)
             .map_err(|e| ReadError::Backend(format!("request not encodable: {e}")))?;
         let expected = protocol::multi::response_bytes(
-            levels.iter().map(|(_, s)| s.response_bytes(keys.len())),
+            levels.iter().map(|(_, s)| s.response_bytes(per_level)),
         );
         let body = self.post_query(request, expected).await?;
         let answers = protocol::multi::decode_response(&body)
@@ -717,6 +763,25 @@ impl PrivateReader {
 
     /// Clients for every level of `view`, loading setups not loaded yet.
     async fn open_view(&self, view: View) -> Result<ViewClient, ReadError> {
+        let adopted = self.catalog.adopted();
+        let needed: u64 = view
+            .snapshots
+            .iter()
+            .filter_map(|id| adopted.entries.get(id))
+            .map(crate::levels::opening_bytes)
+            .fold(0, u64::saturating_add);
+        if needed > self.max_view_bytes {
+            return Err(ReadError::Unreadable {
+                snapshot: view.snapshots.last().map(|id| id.url_form()).unwrap_or_default(),
+                why: format!(
+                    "its view's {} levels need {} MiB of setup data and tables, over max_view_setup_mib ({} MiB)",
+                    view.snapshots.len(),
+                    needed >> 20,
+                    self.max_view_bytes >> 20
+                ),
+            });
+        }
+        drop(adopted);
         let mut levels = Vec::with_capacity(view.snapshots.len());
         for id in &view.snapshots {
             levels.push(self.open(id).await?);
@@ -760,12 +825,27 @@ impl PrivateReader {
                 }
             },
         };
+        self.hold_code_table(level.entry()).await?;
         tracing::info!(snapshot = %id.url_form(), read = ?level.mode(), "private snapshot ready");
         self.snapshots
             .write()
             .expect("lock")
             .insert(*id, level.clone());
         Ok(level)
+    }
+
+    /// A delta's whole code table, held with the level so that reading a
+    /// code of one of its accounts names no level (see [`crate::code`]).
+    async fn hold_code_table(&self, entry: &CatalogEntry) -> Result<(), ReadError> {
+        let m = &entry.manifest;
+        match (m.kind, m.codes) {
+            (protocol::SnapshotKind::Delta { .. }, Some(summary)) => {
+                self.codes
+                    .hold_table(&self.link, &entry.id, &summary, self.limits.max_setup_bytes)
+                    .await
+            }
+            _ => Ok(()),
+        }
     }
 
     /// A level's table already in the disk cache (downloaded, or built
@@ -855,6 +935,10 @@ impl PrivateReader {
         if bytes > self.limits.max_setup_bytes {
             return None;
         }
+        if let Err(e) = self.hold_code_table(&entry).await {
+            tracing::debug!(snapshot = %id.url_form(), error = %e, "a piece of a merge not loaded");
+            return None;
+        }
         match self.open_whole(entry, bytes).await {
             Ok(piece) => {
                 self.snapshots
@@ -933,6 +1017,16 @@ impl PrivateReader {
             self.link
                 .distrust(format!("snapshot {}: {e}", entry.id.url_form()))
         })?;
+        // The setup's public matrix seed is drawn from the manifest's
+        // fields that decide decoding (protocol::manifest::BuildSeeds): a
+        // manifest changed after the build names another one.
+        let seeds = entry.manifest.build_seeds();
+        if client.setup().matrix.seed() != &seeds.matrix.0 {
+            return Err(self.link.distrust(format!(
+                "snapshot {}: its setup was not built for this manifest (its format, contracts held, code table, table or records digest, chain, block, block hash or kind were changed)",
+                entry.id.url_form()
+            )));
+        }
         Ok(Arc::new(SnapshotClient::new(entry, client, self.pool_size)))
     }
 }
@@ -970,6 +1064,36 @@ async fn keep_fresh(
             (Ok(_), None) => {}
             (Err(e), None) => tracing::warn!(error = %e, "catalog refresh failed"),
         }
+    }
+}
+
+/// Binds the reader to its header source's chain once the source says
+/// which (asked again a little later each time it does not answer), and
+/// adopts the catalog again with other chains set aside.
+async fn bind_to_source_chain(reader: Weak<PrivateReader>) {
+    let mut wait = std::time::Duration::from_millis(200);
+    loop {
+        let Some(strong) = reader.upgrade() else {
+            return;
+        };
+        let Some(check) = strong.canonical.get().cloned() else {
+            return;
+        };
+        match check.chain().await {
+            Ok(chain) => {
+                if strong.catalog.bind_chain(chain) {
+                    tracing::info!(chain, "reading the upstream's chain");
+                    if let Err(e) = strong.refresh_with(true).await {
+                        tracing::debug!(error = %e, "catalog not fetched again yet");
+                    }
+                }
+                return;
+            }
+            Err(e) => tracing::debug!(error = %e, "the upstream's chain id not known yet"),
+        }
+        drop(strong);
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(std::time::Duration::from_secs(30));
     }
 }
 

@@ -65,6 +65,10 @@ pub enum CodeError {
     TooLong { len: usize },
     #[error("code whose keccak256 is {got}, not the {want} asked for")]
     WrongCode { want: B256, got: B256 },
+    #[error("a code table of {bytes} bytes for {count} entries")]
+    TableSize { bytes: usize, count: u32 },
+    #[error("the code table does not have the root its manifest names")]
+    TableRoot,
 }
 
 /// The table of these code hashes: sorted, each once, without the empty
@@ -105,6 +109,22 @@ fn level_up(level: &[B256]) -> Vec<B256> {
         .collect()
 }
 
+/// A code table as its route sends it (32 bytes a hash), checked against
+/// its summary: every hash, or why not.
+pub fn parse_table(bytes: &[u8], summary: &CodeTable) -> Result<Vec<B256>, CodeError> {
+    if bytes.len() != summary.count as usize * 32 {
+        return Err(CodeError::TableSize {
+            bytes: bytes.len(),
+            count: summary.count,
+        });
+    }
+    let hashes: Vec<B256> = bytes.chunks_exact(32).map(B256::from_slice).collect();
+    match CodeTree::new(hashes.clone()).summary() == Some(*summary) {
+        true => Ok(hashes),
+        false => Err(CodeError::TableRoot),
+    }
+}
+
 /// Every level of a table's tree, from the leaves up: what a server keeps
 /// to prove any entry in a few hashes (twice the table's size).
 pub struct CodeTree {
@@ -119,6 +139,11 @@ impl CodeTree {
             levels.push(up);
         }
         CodeTree { levels }
+    }
+
+    /// The table's hashes, in order.
+    pub fn leaves(&self) -> &[B256] {
+        &self.levels[0]
     }
 
     /// The table's size and root (`None` for an empty table).
@@ -271,5 +296,20 @@ mod tests {
             check_code(&keccak256(&long), &long),
             Err(CodeError::TooLong { .. })
         ));
+    }
+
+    #[test]
+    fn a_whole_table_is_checked_against_its_root() {
+        let table: Vec<B256> = (1..=5u8).map(B256::repeat_byte).collect();
+        let summary = CodeTree::new(table.clone()).summary().unwrap();
+        let bytes: Vec<u8> = table.iter().flat_map(|h| h.0).collect();
+        assert_eq!(parse_table(&bytes, &summary), Ok(table));
+        assert!(matches!(
+            parse_table(&bytes[..64], &summary),
+            Err(CodeError::TableSize { .. })
+        ));
+        let mut swapped = bytes.clone();
+        swapped[..32].copy_from_slice(&[9; 32]);
+        assert_eq!(parse_table(&swapped, &summary), Err(CodeError::TableRoot));
     }
 }

@@ -252,7 +252,7 @@ pub struct BuildStats {
     pub hint_device: String,
 }
 
-/// A record of a base published in its manifest: its PIR key and value.
+/// A record of a level published in its manifest: its PIR key and value.
 /// A client mixes queries of such keys (canaries) into its requests,
 /// indistinguishable from the real ones, and fails closed when one reads
 /// anything but this value (docs/security.md, "Blind shifts").
@@ -263,7 +263,7 @@ pub struct Canary {
     pub value: alloy_primitives::Bytes,
 }
 
-/// Canaries a base publishes, chosen from its records by its content
+/// Canaries a level publishes, chosen from its records by its content
 /// digest (the same state gives the same canaries).
 pub const CANARIES_PER_BASE: usize = 16;
 
@@ -285,6 +285,69 @@ pub fn canary_indices(content_digest: &crate::Sha3Digest, records: u64) -> Vec<u
         }
     }
     out
+}
+
+/// The name of a level's whole table in a manifest's file list.
+pub const TABLE_FILE: &str = "table.bin";
+
+/// What a build's seeds are drawn from: the fields of its manifest that
+/// decide how a client reads it.
+pub struct SeedInput<'a> {
+    pub format: u32,
+    pub chain_id: u64,
+    pub block_number: u64,
+    pub block_hash: Option<B256>,
+    pub id: SnapshotId,
+    pub records_digest: &'a crate::Sha3Digest,
+    pub storage: &'a crate::storage::PrivateStorage,
+    pub codes: Option<crate::codes::CodeTable>,
+    /// The digest of the level's whole table, when it has one.
+    pub table: Option<&'a crate::Sha3Digest>,
+}
+
+/// Every seed of a build, drawn from what is built: the same state at the
+/// same block gives byte for byte the same database and setup on any
+/// machine (anyone with a node can rebuild a snapshot and compare
+/// digests). The public matrix's seed is published in the setup, so a
+/// client recomputes it from the manifest and compares: a manifest whose
+/// format, contracts held, code table, table digest, records digest, chain,
+/// block, hash or kind was changed after the build names another seed than
+/// its setup has (docs/security.md, "What binds a manifest").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BuildSeeds {
+    /// The root all seeds derive from.
+    pub root: B256,
+    /// The public matrix's seed (in the setup).
+    pub matrix: B256,
+}
+
+impl BuildSeeds {
+    pub fn of(input: &SeedInput<'_>) -> Self {
+        let mut bytes = b"ethpir build seeds v2".to_vec();
+        bytes.extend_from_slice(&input.format.to_le_bytes());
+        bytes.extend_from_slice(&input.chain_id.to_le_bytes());
+        bytes.extend_from_slice(&input.block_number.to_le_bytes());
+        bytes.extend_from_slice(input.block_hash.unwrap_or_default().as_slice());
+        let id = input.id.to_string();
+        bytes.extend_from_slice(&(id.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(id.as_bytes());
+        bytes.extend_from_slice(input.records_digest.as_str().as_bytes());
+        let storage = serde_json::to_vec(input.storage).expect("a contract list serialises");
+        bytes.extend_from_slice(alloy_primitives::keccak256(storage).as_slice());
+        let (count, root) = input.codes.map_or((0, B256::ZERO), |c| (c.count, c.root));
+        bytes.extend_from_slice(&count.to_le_bytes());
+        bytes.extend_from_slice(root.as_slice());
+        match input.table {
+            Some(digest) => {
+                bytes.push(1);
+                bytes.extend_from_slice(digest.as_str().as_bytes());
+            }
+            None => bytes.push(0),
+        }
+        let root = alloy_primitives::keccak256(&bytes);
+        let matrix = alloy_primitives::keccak256([root.as_slice(), b"matrix"].concat());
+        BuildSeeds { root, matrix }
+    }
 }
 
 /// `manifest.json`.
@@ -323,7 +386,8 @@ pub struct Manifest {
     /// download ahead, so that reading one of them asks nothing.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub common_codes: Vec<u32>,
-    /// Records of a base published as canaries (none for deltas).
+    /// Records of the level published as canaries (every level from
+    /// format 3 on; bases only before).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub canaries: Vec<Canary>,
     /// RFC 3339.
@@ -333,10 +397,18 @@ pub struct Manifest {
     pub files: std::collections::BTreeMap<String, FileDigest>,
 }
 
-pub const MANIFEST_FORMAT: u32 = 2;
-/// The oldest format still read: 1, whose account values carry no code
-/// reference ([`crate::account::ValueLayout::Plain`]).
+/// Format 3: the build's seeds bind the fields that decide how the
+/// snapshot is read ([`BuildSeeds`]), and every level publishes canaries.
+/// Its values are laid out as format 2's ([`crate::account::ValueLayout`]).
+pub const MANIFEST_FORMAT: u32 = 3;
+/// The oldest format a store still opens (to list, prune or serve it): 1,
+/// whose account values carry no code reference
+/// ([`crate::account::ValueLayout::Plain`]).
 pub const OLDEST_MANIFEST_FORMAT: u32 = 1;
+/// The oldest format a client reads: 3. Older manifests leave the fields
+/// that decide decoding (the format itself, the contracts held) bound to
+/// nothing a client can check, and publish no canaries for deltas.
+pub const OLDEST_READ_FORMAT: u32 = 3;
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
@@ -345,6 +417,35 @@ fn is_zero(n: &u64) -> bool {
 impl Manifest {
     pub fn id(&self) -> SnapshotId {
         SnapshotId::new(self.chain_id, self.block_number, &self.kind)
+    }
+
+    /// The digest of everything a client reads of the manifest: keccak256
+    /// of its canonical JSON (fields in declaration order, the file list
+    /// sorted) without the build timings (`build`: floats, which JSON does
+    /// not carry bit for bit, and read by no client). What an attestation
+    /// signs ([`crate::attest`]), so that no field a client acts on can be
+    /// changed under a signature.
+    pub fn signed_digest(&self) -> B256 {
+        let mut canonical = self.clone();
+        canonical.build = BuildStats::default();
+        let bytes = serde_json::to_vec(&canonical).expect("a manifest serialises");
+        alloy_primitives::keccak256(bytes)
+    }
+
+    /// The seeds a build of this manifest drew ([`BuildSeeds`]), from the
+    /// manifest's own fields: what its setup's public matrix seed must be.
+    pub fn build_seeds(&self) -> BuildSeeds {
+        BuildSeeds::of(&SeedInput {
+            format: self.format,
+            chain_id: self.chain_id,
+            block_number: self.block_number,
+            block_hash: self.block_hash,
+            id: self.id(),
+            records_digest: &self.content_digest,
+            storage: &self.storage,
+            codes: self.codes,
+            table: self.files.get(TABLE_FILE).map(|f| &f.sha3_256),
+        })
     }
 
     /// How the snapshot's account values are laid out.

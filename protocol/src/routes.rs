@@ -20,6 +20,10 @@ pub enum Route {
     Table,
     /// `GET /v1/snapshots/{id}/files/{name}`: a stored file (replicas).
     File,
+    /// `GET /v1/snapshots/{id}/codes`: a level's whole code table (32
+    /// bytes a hash, in order), which a client downloads with the level so
+    /// that reading a code names no level.
+    CodeTable,
     /// `GET /v1/snapshots/{id}/codes/{index}`: a code table entry and its
     /// proof ([`crate::codes::CodeProof`]).
     CodeEntry,
@@ -50,11 +54,12 @@ pub const MAX_HEALTH_BYTES: u64 = 64 << 10;
 
 impl Route {
     /// Every route, in the order the server lists them.
-    pub const ALL: [Route; 9] = [
+    pub const ALL: [Route; 10] = [
         Route::Catalog,
         Route::Setup,
         Route::Table,
         Route::File,
+        Route::CodeTable,
         Route::CodeEntry,
         Route::Code,
         Route::Query,
@@ -77,6 +82,7 @@ impl Route {
             Route::Setup => "/v1/snapshots/{id}/setup",
             Route::Table => "/v1/snapshots/{id}/table",
             Route::File => "/v1/snapshots/{id}/files/{name}",
+            Route::CodeTable => "/v1/snapshots/{id}/codes",
             Route::CodeEntry => "/v1/snapshots/{id}/codes/{index}",
             Route::Code => "/v1/code/{hash}",
             Route::Query => "/v1/query",
@@ -97,6 +103,7 @@ impl Route {
             Route::Setup => "setup",
             Route::Table => "table",
             Route::File => "file",
+            Route::CodeTable => "code_table",
             Route::CodeEntry => "code_entry",
             Route::Code => "code",
             Route::Query => "query",
@@ -115,7 +122,12 @@ impl Route {
             Route::CodeEntry => Some(MAX_CODE_ENTRY_BYTES),
             Route::Code => Some(crate::codes::MAX_CODE_BYTES as u64),
             Route::Health => Some(MAX_HEALTH_BYTES),
-            Route::Setup | Route::Table | Route::File | Route::Query | Route::Metrics => None,
+            Route::Setup
+            | Route::Table
+            | Route::File
+            | Route::CodeTable
+            | Route::Query
+            | Route::Metrics => None,
         }
     }
 }
@@ -128,6 +140,7 @@ pub enum ApiPath<'a> {
     Setup(&'a SnapshotId),
     Table(&'a SnapshotId),
     File(&'a SnapshotId, &'a str),
+    CodeTable(&'a SnapshotId),
     CodeEntry(&'a SnapshotId, u32),
     Code(&'a B256),
     Query,
@@ -142,6 +155,7 @@ impl ApiPath<'_> {
             ApiPath::Setup(_) => Route::Setup,
             ApiPath::Table(_) => Route::Table,
             ApiPath::File(..) => Route::File,
+            ApiPath::CodeTable(_) => Route::CodeTable,
             ApiPath::CodeEntry(..) => Route::CodeEntry,
             ApiPath::Code(_) => Route::Code,
             ApiPath::Query => Route::Query,
@@ -158,6 +172,7 @@ impl fmt::Display for ApiPath<'_> {
             ApiPath::Setup(s) => write!(f, "/v1/snapshots/{}/setup", id(s)),
             ApiPath::Table(s) => write!(f, "/v1/snapshots/{}/table", id(s)),
             ApiPath::File(s, name) => write!(f, "/v1/snapshots/{}/files/{name}", id(s)),
+            ApiPath::CodeTable(s) => write!(f, "/v1/snapshots/{}/codes", id(s)),
             ApiPath::CodeEntry(s, n) => write!(f, "/v1/snapshots/{}/codes/{n}", id(s)),
             ApiPath::Code(hash) => write!(f, "/v1/code/{hash}"),
             fixed => f.write_str(fixed.route().template()),
@@ -192,6 +207,7 @@ mod tests {
             ApiPath::Setup(&id),
             ApiPath::Table(&id),
             ApiPath::File(&id, "db.bin"),
+            ApiPath::CodeTable(&id),
             ApiPath::CodeEntry(&id, 3),
             ApiPath::Code(&hash),
             ApiPath::Query,

@@ -43,7 +43,8 @@ pub struct ProxyConfig {
     pub download_timeout_secs: u64,
     /// What a PIR server's setup may ask of this proxy.
     pub limits: Limits,
-    /// Allow a plain `http://` PIR server that is not on loopback.
+    /// Allow a plain `http://` PIR server, or a plain `http://` or
+    /// `ws://` upstream, that is not on loopback.
     pub allow_insecure_transport: bool,
     /// Which methods may go to the upstream.
     pub upstream_methods: UpstreamMethods,
@@ -92,6 +93,11 @@ pub struct ProxyConfig {
     /// missing attestation (never an upstream answer); `latest` is the
     /// newest signed view.
     pub attest_quorum: usize,
+    /// Read a view the upstream cannot confirm (it does not have the
+    /// block yet after a wait, does not answer, or the view names no block
+    /// hash). Off: such views are not read (a view the upstream
+    /// contradicts, or of another chain, is never read).
+    pub read_unconfirmed_views: bool,
 }
 
 /// Which methods may go to the upstream node.
@@ -148,6 +154,7 @@ impl Default for ProxyConfig {
             balance_checker: None,
             attesters: Vec::new(),
             attest_quorum: 1,
+            read_unconfirmed_views: false,
         }
     }
 }
@@ -158,9 +165,16 @@ impl ProxyConfig {
     }
 
     /// Refuses a plain-HTTP PIR server off loopback unless allowed: anyone
-    /// on the path could rewrite responses and their checksums.
+    /// on the path could rewrite responses and their checksums. The same for a plain-HTTP (or WebSocket) upstream.
     pub fn check_transport(&self) -> Result<(), ethpir_client::config::ConfigError> {
-        self.client().check_transport()
+        use ethpir_client::config::{plain_off_loopback, ConfigError};
+        self.client().check_transport()?;
+        match &self.upstream {
+            Some(url) if !self.allow_insecure_transport && plain_off_loopback(url)? => {
+                Err(ConfigError::InsecureUpstream(protocol::url::redact(url)))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The private reader's part of the settings.
@@ -184,6 +198,7 @@ impl ProxyConfig {
                 attesters: self.attesters.clone(),
                 quorum: self.attest_quorum,
             },
+            read_unconfirmed_views: self.read_unconfirmed_views,
         }
     }
 

@@ -104,7 +104,11 @@ fn read_code(e: &ReadError) -> i32 {
     match e {
         ReadError::NoSnapshot { .. }
         | ReadError::NotCanonical { .. }
-        | ReadError::Unattested { .. } => NO_SNAPSHOT,
+        | ReadError::Unattested { .. }
+        | ReadError::Unreadable { .. }
+        | ReadError::Unbound { .. }
+        | ReadError::Unconfirmed { .. }
+        | ReadError::OtherChain { .. } => NO_SNAPSHOT,
         ReadError::NotInPrivateSet { .. }
         | ReadError::NotListed { .. }
         | ReadError::TooWide { .. }
@@ -162,6 +166,23 @@ fn read_message(e: &ReadError) -> (String, Option<Value>) {
         } => (
             "the PIR server's snapshot lacks the attestations this proxy requires: not read".into(),
             Some(json!({"snapshot": snapshot, "signed": signed, "quorum": quorum, "attesters": attesters})),
+        ),
+        ReadError::Unreadable { snapshot, why } => (
+            "the PIR server's snapshot is not read".into(),
+            Some(json!({"snapshot": snapshot, "why": why})),
+        ),
+        ReadError::Unbound { block } => (
+            "the PIR server's view names no block hash: the upstream cannot confirm it, not read"
+                .into(),
+            Some(json!({"block": block})),
+        ),
+        ReadError::Unconfirmed { block, why } => (
+            "the upstream has not confirmed the PIR server's view: not read".into(),
+            Some(json!({"block": block, "why": why})),
+        ),
+        ReadError::OtherChain { chain, catalog } => (
+            "the PIR server's snapshots are of another chain: not read".into(),
+            Some(json!({"chain": chain, "catalog_chains": catalog})),
         ),
         ReadError::Distrusted(reason) => (
             "private reads stopped: the PIR server failed verification; restart the proxy or run `ethpir-proxy trust-reset` once you trust it again".into(),

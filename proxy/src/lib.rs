@@ -40,6 +40,16 @@ use upstream::Upstream;
 /// Most calls in one JSON-RPC batch.
 pub const MAX_BATCH: u32 = 1024;
 
+/// Says at start which checks of the PIR server's answers are off.
+fn log_verification_policy(config: &ProxyConfig) {
+    if config.canaries_per_request == 0 {
+        tracing::warn!("canaries_per_request = 0: a PIR server that shifts some answers is not caught (docs/security.md, \"Blind shifts\")");
+    }
+    if config.read_unconfirmed_views && config.upstream.is_some() {
+        tracing::warn!("read_unconfirmed_views is on: views the upstream cannot confirm (no block hash, a block it does not have, no answer) are read all the same");
+    }
+}
+
 /// Says at start which forwarded methods reveal addresses to the upstream.
 fn log_upstream_policy(config: &ProxyConfig) {
     let Some(url) = config.upstream.as_deref() else {
@@ -94,11 +104,12 @@ async fn run_until(
         None => None,
     };
     log_upstream_policy(&config);
+    log_verification_policy(&config);
     // Listening does not wait for the PIR server: calls get a JSON-RPC
     // error until its catalog gives a view.
     let reader = PrivateReader::start_in_background(&config.client())?;
     if let Some(upstream) = &upstream {
-        reader.check_blocks_with(upstream::block_hash_source(upstream.clone()));
+        reader.check_blocks_with(upstream::header_source(upstream.clone()));
     }
     let (module, private) = rpc::module(RpcContext {
         reader: reader.clone(),

@@ -1,6 +1,6 @@
 //! The upstream node the proxy forwards non-private methods to, through
 //! jsonrpsee's clients: over HTTP(S) (`http://`, `https://`) or over a
-//! WebSocket (`ws://`), which also carries subscriptions. Each answer is
+//! WebSocket (`ws://`, `wss://`), which also carries subscriptions. Each answer is
 //! bounded in bytes ([`MAX_RESPONSE_BYTES`], counted as it streams) and in
 //! time (the configured connect and request timeouts). Errors never carry
 //! the URL (hosted nodes put their API key in it).
@@ -43,13 +43,13 @@ pub enum Upstream {
 
 /// Why an upstream URL was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("upstream URL must start with http://, https:// or ws:// (got {0})")]
+#[error("upstream URL must start with http://, https://, ws:// or wss:// (got {0})")]
 pub struct UpstreamUrlError(String);
 
 impl Upstream {
     /// An upstream from its URL.
     pub fn new(url: &str, timeouts: Timeouts) -> Result<Self, UpstreamUrlError> {
-        if url.starts_with("ws://") {
+        if url.starts_with("ws://") || url.starts_with("wss://") {
             Ok(Upstream::Ws {
                 url: url.to_string(),
                 timeouts,
@@ -173,9 +173,32 @@ impl Upstream {
     }
 }
 
-/// The upstream as the header source of the private reads: the hash of
-/// its block at a number (`eth_getBlockByNumber`, no address involved).
-pub fn block_hash_source(upstream: Arc<Upstream>) -> ethpir_client::canonical::BlockHashSource {
+/// The upstream as the header source of the private reads: its chain id
+/// (`eth_chainId`) and the hash of its block at a number
+/// (`eth_getBlockByNumber`); no address involved.
+pub fn header_source(upstream: Arc<Upstream>) -> ethpir_client::canonical::HeaderSource {
+    ethpir_client::canonical::HeaderSource {
+        chain_id: chain_id_source(upstream.clone()),
+        block_hash: block_hash_source(upstream),
+    }
+}
+
+fn chain_id_source(upstream: Arc<Upstream>) -> ethpir_client::canonical::ChainIdSource {
+    Arc::new(move || {
+        let upstream = upstream.clone();
+        Box::pin(async move {
+            let raw = upstream
+                .call("eth_chainId", None)
+                .await
+                .map_err(|e| e.to_string())?;
+            serde_json::from_str::<alloy_primitives::U64>(raw.get())
+                .map(|n| n.to::<u64>())
+                .map_err(|e| format!("eth_chainId: {e}"))
+        })
+    })
+}
+
+fn block_hash_source(upstream: Arc<Upstream>) -> ethpir_client::canonical::BlockHashSource {
     Arc::new(move |number: u64| {
         let upstream = upstream.clone();
         Box::pin(async move {

@@ -38,6 +38,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(Route::Setup.template(), get(setup))
         .route(Route::Table.template(), get(table))
         .route(Route::File.template(), get(file))
+        .route(Route::CodeTable.template(), get(code_table))
         .route(Route::CodeEntry.template(), get(code_entry))
         .route(Route::Code.template(), get(code))
         .route(Route::Query.template(), post(query))
@@ -172,6 +173,25 @@ async fn file(
         .await
         .map_err(|_| RouteError::Internal)?;
     Ok(served.map(axum::body::Body::new))
+}
+
+/// `GET /v1/snapshots/{id}/codes`: the snapshot's whole code table, 32
+/// bytes a hash (`protocol::codes::parse_table` reads it). The same
+/// bytes for every client: a small level's code table is downloaded with
+/// the level, so that reading a code names no level.
+async fn code_table(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+) -> Result<Response, RouteError> {
+    let snap = state
+        .get(&id)
+        .ok_or(RouteError::UnknownSnapshot(id.clone()))?;
+    let tree = snap.codes.as_ref().ok_or(RouteError::NoCodeEntry {
+        id,
+        index: "any".into(),
+    })?;
+    let bytes: Vec<u8> = tree.leaves().iter().flat_map(|h| h.0).collect();
+    Ok(bytes.into_response())
 }
 
 /// `GET /v1/snapshots/{id}/codes/{index}`: entry `index` (from 1) of the

@@ -15,7 +15,8 @@ use crate::progress::{report, ProgressEvent, ProgressFn, Step};
 use crate::records::{write_records, RecordsView};
 use protocol::account::{value_width, AccountRecord};
 use protocol::manifest::{
-    BuildStats, Manifest, PirParams, SnapshotId, SnapshotKind, MANIFEST_FORMAT,
+    BuildSeeds, BuildStats, Manifest, PirParams, SeedInput, SnapshotId, SnapshotKind,
+    MANIFEST_FORMAT,
 };
 use snapshot_store::failpoint;
 use snapshot_store::{
@@ -24,7 +25,8 @@ use snapshot_store::{
 };
 
 /// Snapshots of at most this many records also get a `table.bin`, so that
-/// clients may download them whole when that is cheaper than a hint.
+/// clients may download them whole when that is cheaper than a hint (the
+/// default of [`BuildOptions::whole_table_max_records`]).
 pub const WHOLE_MAX_RECORDS: usize = 1 << 20;
 
 /// Account state (and the storage of listed contracts) read from a
@@ -79,6 +81,9 @@ pub struct BuildOptions {
     /// partitions at a time as fit (records are read again for each such
     /// group; the database itself is written to its file as it is made).
     pub encode_memory_bytes: usize,
+    /// Snapshots of at most this many records also get a `table.bin`
+    /// (0: none).
+    pub whole_table_max_records: usize,
 }
 
 /// The encoder's default working memory: 1 GiB (a base of 2^26 accounts
@@ -95,6 +100,7 @@ impl Default for BuildOptions {
             expansion: Expansion::default(),
             progress: None,
             encode_memory_bytes: DEFAULT_ENCODE_MEMORY,
+            whole_table_max_records: WHOLE_MAX_RECORDS,
         }
     }
 }
@@ -331,13 +337,23 @@ fn build_staged(
     let view = RecordsView::new((*mapped).as_ref(), summary.width)?;
     let codes_s = t_codes.elapsed().as_secs_f64();
     tracing::info!(codes = view.codes().len(), codes_s, "code table gathered");
-    let table = whole_table(&view);
-    let canaries = match meta.kind {
-        SnapshotKind::Full => canaries_of(&view, &records.sha3_256),
-        _ => Vec::new(),
-    };
-    let seeds = BuildSeeds::of(meta, &records.sha3_256);
+    let table = whole_table(&view, opts.whole_table_max_records);
+    // Every level publishes canaries: a client reads no level by PIR
+    // without one (docs/security.md, "Blind shifts").
+    let canaries = canaries_of(&view, &records.sha3_256);
     let codes = protocol::codes::CodeTree::new(view.codes().to_vec()).summary();
+    let table_digest = table.as_deref().map(protocol::Sha3Digest::of);
+    let seeds = BuildSeeds::of(&SeedInput {
+        format: MANIFEST_FORMAT,
+        chain_id: meta.chain_id,
+        block_number: meta.block_number,
+        block_hash: meta.block_hash,
+        id: meta.id(),
+        records_digest: &records.sha3_256,
+        storage: &meta.listed,
+        codes,
+        table: table_digest.as_ref(),
+    });
     if codes.is_some() {
         staged.write_file(CODES_FILE, &code_table_bytes(view.codes()))?;
     }
@@ -413,37 +429,13 @@ fn check_records(state: &mut ExportedState) -> Result<(), BuildError> {
     Ok(())
 }
 
-/// Every seed of a build, drawn from what is built (chain, block, block
-/// hash, kind and the records' digest): the same state at the same block
-/// gives byte for byte the same `db.bin` and `setup.bin` on any machine,
-/// thread count, encoder budget or device (the encoder and every hint
-/// kernel are deterministic given their seeds), so anyone with a node can
-/// rebuild a snapshot and compare digests. Nothing is secret in them: the
-/// filters' and the public matrix's seeds are published in the setup.
-struct BuildSeeds {
-    root: B256,
-    matrix: [u8; pir_core::params::SEED_BYTES],
-}
-
-impl BuildSeeds {
-    fn of(meta: &ExportedState, records_digest: &protocol::Sha3Digest) -> Self {
-        let mut input = b"ethpir build seeds v1".to_vec();
-        input.extend_from_slice(&meta.chain_id.to_le_bytes());
-        input.extend_from_slice(&meta.block_number.to_le_bytes());
-        input.extend_from_slice(meta.block_hash.unwrap_or_default().as_slice());
-        input.extend_from_slice(meta.id().to_string().as_bytes());
-        input.extend_from_slice(records_digest.as_str().as_bytes());
-        let root = alloy_primitives::keccak256(&input);
-        let matrix = alloy_primitives::keccak256([root.as_slice(), b"matrix"].concat()).0;
-        BuildSeeds { root, matrix }
-    }
-
-    /// The encoder's random draws (partition and filter seeds).
-    fn encoder(&self) -> rand_chacha::ChaCha20Rng {
-        use rand::SeedableRng;
-        let seed = alloy_primitives::keccak256([self.root.as_slice(), b"encoder"].concat());
-        rand_chacha::ChaCha20Rng::from_seed(seed.0)
-    }
+/// The encoder's random draws (partition and filter seeds), from the
+/// build's seeds (protocol::manifest::BuildSeeds: deterministic, and
+/// bound to the manifest's fields).
+fn encoder_rng(seeds: &BuildSeeds) -> rand_chacha::ChaCha20Rng {
+    use rand::SeedableRng;
+    let seed = alloy_primitives::keccak256([seeds.root.as_slice(), b"encoder"].concat());
+    rand_chacha::ChaCha20Rng::from_seed(seed.0)
 }
 
 /// The encoded database (answered from its staged file) and how long it
@@ -476,7 +468,7 @@ fn encode_phase(
         source,
         &options,
         opts.encode_memory_bytes,
-        &mut seeds.encoder(),
+        &mut encoder_rng(seeds),
         &mut sink,
     );
     report(&opts.progress, ProgressEvent::End { step });
@@ -514,7 +506,7 @@ fn hint_phase(
     let step = Step::BuildHint;
     let total = Some(db.shape().lwe.dimension as u64);
     report(&opts.progress, ProgressEvent::Begin { step, total });
-    let matrix = PublicMatrix::new(opts.expansion, seeds.matrix);
+    let matrix = PublicMatrix::new(opts.expansion, seeds.matrix.0);
     let built = opts.hint.build_hint(&db, &matrix, &|done| {
         report(
             &opts.progress,
@@ -582,8 +574,8 @@ fn write_phase(
 
 /// The level as a table for whole download, when it is small: every
 /// record's key and PIR value, read from the staged `records.bin`.
-fn whole_table(records: &RecordsView) -> Option<Vec<u8>> {
-    if records.len() > WHOLE_MAX_RECORDS {
+fn whole_table(records: &RecordsView, max_records: usize) -> Option<Vec<u8>> {
+    if records.len() > max_records {
         return None;
     }
     let mut key = Vec::new();

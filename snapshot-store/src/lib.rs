@@ -37,10 +37,10 @@ pub const MANIFEST_FILE: &str = "manifest.json";
 pub const RECORDS_FILE: &str = "records.bin";
 pub const DB_FILE: &str = "db.bin";
 pub const SETUP_FILE: &str = "setup.bin";
+pub use codes::{code_table_bytes, CODES_FILE};
 /// A small level's entries, for clients that download it whole
 /// (`protocol::table`); absent from large snapshots.
-pub const TABLE_FILE: &str = "table.bin";
-pub use codes::{code_table_bytes, CODES_FILE};
+pub use protocol::manifest::TABLE_FILE;
 const STAGING: &str = ".staging";
 const TRASH: &str = ".trash";
 /// Attestations, beside the snapshots (a published snapshot's folder is

@@ -12,7 +12,11 @@
 //! delta: exported again from the node, every account read with its
 //! Merkle proof against that state root, its `records.bin` must be the same
 //! bytes (its digest); seconds, so that attesting keeps up with the head
-//! (its whole view's root is what `verify --state-root` recomputes).
+//! (its whole view's root is what `verify --state-root` recomputes). Both
+//! kinds are then built again from their records: the setup, the table,
+//! the canaries and every other field a client reads must come out as the
+//! manifest says, since the signature binds the whole manifest
+//! ([`protocol::Manifest::signed_digest`]).
 
 use alloy_primitives::Address;
 use alloy_signer::SignerSync;
@@ -127,15 +131,21 @@ impl Attester {
                 m.block_number, m.state_root
             ));
         }
-        if let SnapshotKind::Delta { from } = m.kind {
-            return self.same_delta_on_node(snap, from).await;
-        }
+        let is_delta = match m.kind {
+            SnapshotKind::Delta { from } => {
+                self.same_delta_on_node(snap, from).await?;
+                true
+            }
+            _ => false,
+        };
         let store = self.store.clone();
-        let base = snap.clone();
+        let level = snap.clone();
         tokio::task::spawn_blocking(move || {
-            crate::verify::verify_state_root(&store, &base, &[], Some(root))
-                .map_err(|e| e.to_string())?;
-            same_setup_from_records(&store, &base)
+            if !is_delta {
+                crate::verify::verify_state_root(&store, &level, &[], Some(root))
+                    .map_err(|e| e.to_string())?;
+            }
+            same_build_from_records(&store, &level)
         })
         .await
         .map_err(|e| e.to_string())?
@@ -185,9 +195,10 @@ impl Attester {
 /// Builds `snap`'s database again from its `records.bin` (streamed from
 /// the mapped file, as a fold writes one) with the parameters its
 /// manifest and setup name, in a scratch store beside the store, and
-/// compares the setup digest: the hint the clients download is the one the
-/// records make.
-fn same_setup_from_records(store: &SnapshotStore, snap: &StoredSnapshot) -> Result<(), String> {
+/// compares the manifests: every field a client reads (setup and table
+/// digests, PIR parameters, canaries, code table, contracts held) must be
+/// what the records make, so that what is signed is what was rebuilt.
+fn same_build_from_records(store: &SnapshotStore, snap: &StoredSnapshot) -> Result<(), String> {
     let m = &snap.manifest;
     let options = rebuild_options(store, snap)?;
     let mapped = store
@@ -198,11 +209,10 @@ fn same_setup_from_records(store: &SnapshotStore, snap: &StoredSnapshot) -> Resu
     let scratch_dir = store.root().join(".attest-scratch");
     let _ = std::fs::remove_dir_all(&scratch_dir);
     let scratch = SnapshotStore::open(&scratch_dir).map_err(|e| e.to_string())?;
-    let source = "attest: rebuilt from records".to_string();
     let meta = crate::levels::Levels::like(
         std::slice::from_ref(snap),
         m.kind,
-        source,
+        m.source.clone(),
         Default::default(),
     );
     let (accounts, slots) = (records.accounts(), records.slots());
@@ -217,17 +227,40 @@ fn same_setup_from_records(store: &SnapshotStore, snap: &StoredSnapshot) -> Resu
     });
     let _ = std::fs::remove_dir_all(&scratch_dir);
     let rebuilt = rebuilt.map_err(|e| e.to_string())?;
-    let (want, got) = (&m.pir.setup_digest, &rebuilt.manifest.pir.setup_digest);
-    let same = want == got
-        && rebuilt.manifest.content_digest == m.content_digest
-        && rebuilt.manifest.codes == m.codes;
-    match same {
-        true => Ok(()),
-        false => Err(format!(
-            "built again from its records, the setup has digest {got} (the snapshot's {want}) and code table {:?} (the snapshot's {:?})",
-            rebuilt.manifest.codes, m.codes
+    match differing_fields(m, &rebuilt.manifest) {
+        fields if fields.is_empty() => Ok(()),
+        fields => Err(format!(
+            "built again from its records, its manifest differs in {} (setup digest {} rebuilt, {} served)",
+            fields.join(", "),
+            rebuilt.manifest.pir.setup_digest,
+            m.pir.setup_digest
         )),
     }
+}
+
+/// The manifest fields a client reads in which `served` and `rebuilt`
+/// differ (not the build's timings, source text or time).
+fn differing_fields(served: &protocol::Manifest, rebuilt: &protocol::Manifest) -> Vec<String> {
+    let fields = |m: &protocol::Manifest| {
+        let mut m = m.clone();
+        m.build = Default::default();
+        m.source.clear();
+        m.created_at.clear();
+        match serde_json::to_value(&m) {
+            Ok(serde_json::Value::Object(map)) => map,
+            _ => Default::default(),
+        }
+    };
+    let (a, b) = (fields(served), fields(rebuilt));
+    let mut names: Vec<String> = a
+        .keys()
+        .chain(b.keys())
+        .filter(|k| a.get(*k) != b.get(*k))
+        .cloned()
+        .collect();
+    names.sort();
+    names.dedup();
+    names
 }
 
 /// The build options that made `snap`: its manifest's arity and
@@ -246,11 +279,17 @@ fn rebuild_options(
         .setup()
         .matrix
         .expansion();
+    // A table again exactly where the snapshot has one.
+    let whole_table_max_records = match m.files.contains_key(crate::store::TABLE_FILE) {
+        true => usize::MAX,
+        false => 0,
+    };
     Ok(crate::pipeline::BuildOptions {
         arity: pir_core::Arity::from_u8(m.pir.arity).map_err(|e| e.to_string())?,
         packing: pir_core::Packing::Fixed(m.pir.partitions),
         base_packing: None,
         expansion,
+        whole_table_max_records,
         ..Default::default()
     })
 }

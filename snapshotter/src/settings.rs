@@ -58,6 +58,11 @@ pub struct BuildSettings {
     /// group (the database is written to its file as it is made).
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..))]
     pub encode_memory_mib: u64,
+    /// Levels of at most this many records also publish their whole table,
+    /// which clients download instead of the hint when it is smaller (0:
+    /// none; every level is then read by PIR).
+    #[arg(long, default_value_t = snapshot_build::pipeline::WHOLE_MAX_RECORDS as u64)]
+    pub whole_table_max_records: u64,
 }
 
 /// Why settings cannot make a build.
@@ -112,6 +117,8 @@ impl BuildSettings {
             encode_memory_bytes: usize::try_from(self.encode_memory_mib.saturating_mul(1 << 20))
                 .unwrap_or(usize::MAX)
                 .max(1),
+            whole_table_max_records: usize::try_from(self.whole_table_max_records)
+                .unwrap_or(usize::MAX),
         })
     }
 }
@@ -130,6 +137,7 @@ struct BuildTable {
     lookup_target_kib: Option<u64>,
     hint_cap_mib: Option<u64>,
     encode_memory_mib: Option<u64>,
+    whole_table_max_records: Option<u64>,
 }
 
 /// A text field parsed into its type, or `None` when the table leaves it out.
@@ -156,6 +164,9 @@ impl TryFrom<BuildTable> for BuildSettings {
                 hint_cap_mib: t.hint_cap_mib.unwrap_or(d.layout.hint_cap_mib),
             },
             encode_memory_mib: t.encode_memory_mib.unwrap_or(d.encode_memory_mib),
+            whole_table_max_records: t
+                .whole_table_max_records
+                .unwrap_or(d.whole_table_max_records),
         };
         // What the flags check when parsed, checked here too.
         settings.layout.resolve()?;

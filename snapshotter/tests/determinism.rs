@@ -45,3 +45,50 @@ fn two_builds_of_one_state_are_the_same_bytes() {
     let most = protocol::manifest::CANARIES_PER_BASE as u64;
     assert_eq!(ma.canaries.len() as u64, ma.record_count.min(most));
 }
+
+/// The setup's public matrix seed is what the manifest's own fields draw
+/// (`Manifest::build_seeds`): a proxy recomputes it, so a manifest whose
+/// format, contracts held, code table or table digest was changed after
+/// the build does not match its setup.
+#[test]
+fn the_setup_seed_is_drawn_from_the_manifest() {
+    let dir = tempfile::tempdir().unwrap();
+    build(dir.path(), "2", "1024");
+    let store = SnapshotStore::open(dir.path()).unwrap();
+    let snap = store.list().unwrap().pop().unwrap();
+    let setup = store.read_checked(&snap, "setup.bin").unwrap();
+    let client = pir_core::PirClient::from_setup_bytes(&setup).unwrap();
+    let seed = *client.setup().matrix.seed();
+    let m = snap.manifest;
+    assert_eq!(seed, m.build_seeds().matrix.0);
+    let changes: Vec<(&str, Box<dyn Fn(&mut protocol::Manifest)>)> = vec![
+        ("format", Box::new(|m| m.format = 2)),
+        (
+            "storage",
+            Box::new(|m| m.storage.contracts.push(alloy_primitives::Address::ZERO)),
+        ),
+        (
+            "codes",
+            Box::new(|m| {
+                m.codes = Some(protocol::codes::CodeTable {
+                    count: 1,
+                    root: alloy_primitives::B256::repeat_byte(7),
+                })
+            }),
+        ),
+        (
+            "table",
+            Box::new(|m| {
+                let file = m.files["db.bin"].clone();
+                m.files.insert("table.bin".into(), file);
+            }),
+        ),
+        ("records", Box::new(|m| m.content_digest = protocol::sha3_hex(b"x"))),
+        ("block", Box::new(|m| m.block_number += 1)),
+    ];
+    for (what, change) in changes {
+        let mut changed = m.clone();
+        change(&mut changed);
+        assert_ne!(seed, changed.build_seeds().matrix.0, "{what} not bound");
+    }
+}

@@ -81,10 +81,15 @@ struct ServeArgs {
     /// socks5h://127.0.0.1:9050 for Tor (hides your IP address from it).
     #[arg(long)]
     pir_proxy: Option<String>,
-    /// Allow a plain http:// PIR server that is not on loopback (anyone on
-    /// the path could then rewrite its answers; use https://).
+    /// Allow a plain http:// PIR server, or a plain http:// or ws://
+    /// upstream, that is not on loopback (anyone on the path could then
+    /// rewrite their answers; use https:// and wss://).
     #[arg(long)]
     allow_insecure_transport: bool,
+    /// Read snapshots the upstream cannot confirm (no block hash, a block
+    /// it does not have after a 12-s wait, no answer) all the same.
+    #[arg(long)]
+    read_unconfirmed_views: bool,
     /// Which methods may go upstream: all, or no-address-reads (refuse the
     /// forwarded reads that name an address, such as eth_getCode).
     #[arg(long)]
@@ -98,7 +103,8 @@ struct ServeArgs {
     /// (`ethpir-snapshot attest`); repeat for several.
     #[arg(long = "attester", value_name = "ADDRESS")]
     attesters: Vec<alloy_primitives::Address>,
-    /// How many of the attesters must have signed a snapshot (default 1).
+    /// How many of the attesters must have signed a snapshot (default 1;
+    /// 1 to the number of attesters).
     #[arg(long, value_name = "N")]
     attest_quorum: Option<usize>,
 }
@@ -126,6 +132,9 @@ impl ServeArgs {
         }
         if self.allow_insecure_transport {
             c.allow_insecure_transport = true;
+        }
+        if self.read_unconfirmed_views {
+            c.read_unconfirmed_views = true;
         }
         if let Some(v) = &self.pir_proxy {
             c.pir_proxy = Some(v.clone());
