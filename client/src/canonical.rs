@@ -216,7 +216,10 @@ mod tests {
         // Ahead of the source: waited for, then refused.
         let started = std::time::Instant::now();
         let ahead = strict.check(7, 2, Some(h2)).await;
-        assert!(matches!(ahead, Err(ReadError::Unconfirmed { block: 2, .. })), "{ahead:?}");
+        assert!(
+            matches!(ahead, Err(ReadError::Unconfirmed { block: 2, .. })),
+            "{ahead:?}"
+        );
         assert!(started.elapsed() >= Duration::from_millis(250));
         let down = check(source(vec![], true), false);
         assert!(matches!(

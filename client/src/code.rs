@@ -90,7 +90,7 @@ impl CodeCache {
             // A delta's entry is never asked for by place.
             None if is_delta(&account.snapshot) => {
                 return Err(ReadError::Backend(format!(
-                    "{}: its code table is not held yet",
+                    "{}: its code table is not held",
                     account.snapshot
                 )))
             }
@@ -129,6 +129,9 @@ impl CodeCache {
                 Duration::Long,
             )
             .await?;
+        if resp.status == StatusCode::NOT_FOUND {
+            return Err(ReadError::Retired(name));
+        }
         if !resp.status.is_success() {
             return Err(ReadError::Backend(format!("{what}: HTTP {}", resp.status)));
         }
@@ -139,6 +142,11 @@ impl CodeCache {
             .expect("code tables")
             .insert(name, std::sync::Arc::new(hashes));
         Ok(())
+    }
+
+    /// Whether `level`'s whole code table is held.
+    pub fn holds_table(&self, level: &str) -> bool {
+        self.tables.lock().expect("code tables").contains_key(level)
     }
 
     /// Drops the tables of levels no longer held.

@@ -381,6 +381,15 @@ impl PrivateReader {
         if let Some(reason) = self.distrusted() {
             return Err(ReadError::Distrusted(reason));
         }
+        let is_delta = account
+            .snapshot
+            .parse::<SnapshotId>()
+            .is_ok_and(|id| id.kind == protocol::KindTag::Delta);
+        if is_delta && !self.codes.holds_table(&account.snapshot) {
+            // Not downloaded in the background yet (or it failed): every
+            // missing one now.
+            self.hold_missing_code_tables().await?;
+        }
         self.codes.code_of(&self.link, account).await
     }
 
@@ -825,7 +834,7 @@ impl PrivateReader {
                 }
             },
         };
-        self.hold_code_table(level.entry()).await?;
+        self.hold_code_table(level.entry());
         tracing::info!(snapshot = %id.url_form(), read = ?level.mode(), "private snapshot ready");
         self.snapshots
             .write()
@@ -834,18 +843,46 @@ impl PrivateReader {
         Ok(level)
     }
 
-    /// A delta's whole code table, held with the level so that reading a
-    /// code of one of its accounts names no level (see [`crate::code`]).
-    async fn hold_code_table(&self, entry: &CatalogEntry) -> Result<(), ReadError> {
+    /// A delta's whole code table, downloaded in the background when the
+    /// level is opened (every client alike, read or not), so that reading
+    /// a code of one of its accounts names no level (see [`crate::code`]).
+    fn hold_code_table(&self, entry: &CatalogEntry) {
         let m = &entry.manifest;
-        match (m.kind, m.codes) {
-            (protocol::SnapshotKind::Delta { .. }, Some(summary)) => {
-                self.codes
-                    .hold_table(&self.link, &entry.id, &summary, self.limits.max_setup_bytes)
-                    .await
-            }
-            _ => Ok(()),
+        let (protocol::SnapshotKind::Delta { .. }, Some(summary)) = (m.kind, m.codes) else {
+            return;
+        };
+        if self.codes.holds_table(&entry.id.url_form()) {
+            return;
         }
+        let (codes, link, id) = (self.codes.clone(), self.link.clone(), entry.id);
+        let most = self.limits.max_setup_bytes;
+        tokio::spawn(async move {
+            if let Err(e) = codes.hold_table(&link, &id, &summary, most).await {
+                tracing::debug!(snapshot = %id.url_form(), error = %e, "code table not held yet");
+            }
+        });
+    }
+
+    /// The code tables of every delta loaded that lacks one, fetched now
+    /// (all of them, so the fetch names no level); the first error.
+    async fn hold_missing_code_tables(&self) -> Result<(), ReadError> {
+        let mut first = Ok(());
+        for level in self.snapshots() {
+            let entry = level.entry();
+            let m = &entry.manifest;
+            let (protocol::SnapshotKind::Delta { .. }, Some(summary)) = (m.kind, m.codes) else {
+                continue;
+            };
+            let most = self.limits.max_setup_bytes;
+            let held = self
+                .codes
+                .hold_table(&self.link, &entry.id, &summary, most)
+                .await;
+            if first.is_ok() {
+                first = held;
+            }
+        }
+        first
     }
 
     /// A level's table already in the disk cache (downloaded, or built
@@ -935,10 +972,7 @@ impl PrivateReader {
         if bytes > self.limits.max_setup_bytes {
             return None;
         }
-        if let Err(e) = self.hold_code_table(&entry).await {
-            tracing::debug!(snapshot = %id.url_form(), error = %e, "a piece of a merge not loaded");
-            return None;
-        }
+        self.hold_code_table(&entry);
         match self.open_whole(entry, bytes).await {
             Ok(piece) => {
                 self.snapshots

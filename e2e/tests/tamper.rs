@@ -96,7 +96,9 @@ async fn tampered_proxy(
 ) -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
     let (link, _) = start_relay(server, rewrite).await;
     // The upstream: a recorder in front of the PIR server (it answers no
-    // JSON-RPC; only what reaches it matters).
+    // JSON-RPC; only what reaches it matters). It cannot confirm a view,
+    // so views are read unconfirmed (what is tested here is the PIR
+    // server's answers).
     let (upstream, upstream_saw) = start_relay(server, passthrough()).await;
     let proxy = start_proxy_with(proxy::ProxyConfig {
         pir_server: link,
@@ -104,6 +106,7 @@ async fn tampered_proxy(
         cache_dir: cache.to_path_buf(),
         limits,
         private_fallback_to_upstream: true,
+        read_unconfirmed_views: true,
         ..Default::default()
     })
     .await;

@@ -731,11 +731,11 @@ impl Wallet<'_> {
             );
             (q, e, c)
         };
+        // Five contracts' codes downloaded by hash; their places resolved
+        // by proved entries (a base's) or from the whole code tables of
+        // the deltas, held since those levels were opened.
         let before = downloads().await;
-        assert!(
-            before.1 >= 5 && before.2 >= 5,
-            "codes were downloaded: {before:?}"
-        );
+        assert!(before.2 >= 5, "codes were downloaded: {before:?}");
         for a in accounts {
             read(a).await;
         }

@@ -10,8 +10,9 @@
 //!   serves; its `canaries` removed; a delta's setup swapped for another
 //!   level's (a real, forged database); a shift of every answer element of
 //!   the newest delta only (no signature is touched);
-//! - under a proxy with no quorum (the upstream checks only): a
-//!   `block_hash` removed (its setup's seed no longer matches, or the
+//! - under a proxy with no quorum (the setup's seed and the upstream
+//!   checks only): the `storage` again (its setup was built for another
+//!   manifest); a `block_hash` removed (its setup's seed no longer matches, or the
 //!   upstream cannot confirm it); a view ahead of anvil's head (anvil
 //!   reverted);
 //!   a catalog of another chain (the bundled mainnet genesis).
@@ -182,6 +183,9 @@ impl Chain {
 }
 
 const DELTA3: &str = "4242-3-delta-2";
+const DELTA2: &str = "4242-2-delta-1";
+/// anvil's dev key 2: a second attester.
+const SECOND_KEY: &str = "0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804e8ab365a";
 const BASE1: &str = "4242-1-full";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -212,7 +216,11 @@ async fn a_signed_snapshot_is_read_only_as_it_was_signed() {
             e["storage"] = json!({"contracts": ["0x00000000000000000000000000000000000000c0"]});
         }
     });
-    chain.refused(storage, true, "attestations").await;
+    chain.refused(storage.clone(), true, "attestations").await;
+    // Without a quorum, the manifest is still bound to its own setup.
+    chain
+        .refused(storage, false, "not built for this manifest")
+        .await;
     chain
         .refused(forged_table(&chain), true, "attestations")
         .await;
@@ -271,7 +279,7 @@ fn forged_table(chain: &Chain) -> Rewrite {
 /// The newest delta's setup answered with the other delta's (a real
 /// database of the same chain, built by the same code).
 fn swapped_setup(chain: &Chain) -> Rewrite {
-    let other = chain.snapshot("4242-2-delta-1");
+    let other = chain.snapshot(DELTA2);
     let store = snapshotter::SnapshotStore::open(&chain.store).unwrap();
     let forged = Bytes::from(store.read_checked(&other, "setup.bin").unwrap());
     Arc::new(move |path, body| match path {
@@ -383,5 +391,51 @@ async fn ahead_of_the_upstream(chain: Chain) {
     })
     .await;
     assert!(error.contains("does not have the block"), "{error}");
+    chain.anvil.stop().await;
+}
+
+/// The attester builds a delta again from its records before it signs: a
+/// delta whose records are honest (the node exports them again, byte for
+/// byte) but whose setup is another database's, its manifest naming that
+/// setup's digest, is refused, and the refusal names the setup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_attester_rebuilds_a_delta_before_it_signs() {
+    let chain = chain().await;
+    let (forged, other) = (chain.snapshot(DELTA3), chain.snapshot(DELTA2));
+    std::fs::copy(other.path.join("setup.bin"), forged.path.join("setup.bin")).unwrap();
+    let manifest_path = forged.path.join("manifest.json");
+    let mut manifest: Value =
+        serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();
+    manifest["pir"] = serde_json::to_value(&other.manifest.pir).unwrap();
+    manifest["files"]["setup.bin"] =
+        serde_json::to_value(&other.manifest.files["setup.bin"]).unwrap();
+    std::fs::write(
+        &manifest_path,
+        serde_json::to_vec_pretty(&manifest).unwrap(),
+    )
+    .unwrap();
+
+    let node = snapshotter::sources::rpc::RpcSource::connect(&chain.anvil.url, Default::default())
+        .await
+        .unwrap();
+    let store = snapshotter::SnapshotStore::open(&chain.store).unwrap();
+    let outcomes = Attester::new(store, node, SECOND_KEY)
+        .unwrap()
+        .attest_store()
+        .await
+        .unwrap();
+    let outcome = |id: &str| {
+        outcomes
+            .iter()
+            .find(|(s, _)| s.url_form() == id)
+            .map(|(_, o)| o.clone())
+            .unwrap()
+    };
+    assert_eq!(outcome(BASE1), Outcome::Signed);
+    assert_eq!(outcome(DELTA2), Outcome::Signed);
+    match outcome(DELTA3) {
+        Outcome::Refused(why) => assert!(why.contains("pir"), "{why}"),
+        other => panic!("a forged delta was attested: {other:?}"),
+    }
     chain.anvil.stop().await;
 }

@@ -122,6 +122,9 @@ mod tests {
     use alloy_primitives::Bytes;
     use alloy_signer::SignerSync;
 
+    /// One change to a manifest.
+    type Change = Box<dyn Fn(&mut Manifest)>;
+
     /// A bound manifest of chain 1 at block 7.
     fn manifest() -> Manifest {
         let mut m = crate::testing::entry(1, 7, crate::SnapshotKind::Full, &[]).manifest;
@@ -147,7 +150,7 @@ mod tests {
             bytes: 9,
             sha3_256: crate::sha3_hex(b"table"),
         };
-        let changes: Vec<(&str, Box<dyn Fn(&mut Manifest)>)> = vec![
+        let changes: Vec<(&str, Change)> = vec![
             ("format", Box::new(|m| m.format = 2)),
             (
                 "storage",

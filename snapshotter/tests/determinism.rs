@@ -46,6 +46,9 @@ fn two_builds_of_one_state_are_the_same_bytes() {
     assert_eq!(ma.canaries.len() as u64, ma.record_count.min(most));
 }
 
+/// One change to a manifest.
+type Change = Box<dyn Fn(&mut protocol::Manifest)>;
+
 /// The setup's public matrix seed is what the manifest's own fields draw
 /// (`Manifest::build_seeds`): a proxy recomputes it, so a manifest whose
 /// format, contracts held, code table or table digest was changed after
@@ -61,7 +64,7 @@ fn the_setup_seed_is_drawn_from_the_manifest() {
     let seed = *client.setup().matrix.seed();
     let m = snap.manifest;
     assert_eq!(seed, m.build_seeds().matrix.0);
-    let changes: Vec<(&str, Box<dyn Fn(&mut protocol::Manifest)>)> = vec![
+    let changes: Vec<(&str, Change)> = vec![
         ("format", Box::new(|m| m.format = 2)),
         (
             "storage",
@@ -83,7 +86,10 @@ fn the_setup_seed_is_drawn_from_the_manifest() {
                 m.files.insert("table.bin".into(), file);
             }),
         ),
-        ("records", Box::new(|m| m.content_digest = protocol::sha3_hex(b"x"))),
+        (
+            "records",
+            Box::new(|m| m.content_digest = protocol::sha3_hex(b"x")),
+        ),
         ("block", Box::new(|m| m.block_number += 1)),
     ];
     for (what, change) in changes {
