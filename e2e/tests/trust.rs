@@ -8,8 +8,8 @@
 //! - under a quorum-1 proxy: the manifest's `format`; its `storage`; its
 //!   `files` and `hint_bytes`, pointing at a forged table the relay
 //!   serves; its `canaries` removed; a delta's setup swapped for another
-//!   level's (a real, forged database); a shift of every answer element of
-//!   the newest delta only (no signature is touched);
+//!   level's (a real, forged database); a shift of part of every record
+//!   of the newest delta's answers only (no signature is touched);
 //! - under a proxy with no quorum (the setup's seed and the upstream
 //!   checks only): the `storage` again (its setup was built for another
 //!   manifest); a `block_hash` removed (its setup's seed no longer matches, or the
@@ -288,9 +288,11 @@ fn swapped_setup(chain: &Chain) -> Rewrite {
     })
 }
 
-/// Adds `by` to every element of the last snapshot's answers in a
-/// multi-snapshot query response (the view's freshest level).
-fn shift_last_level(by: u32) -> Rewrite {
+/// Adds `by` to the first element of every partition's record (`w`
+/// elements a record) of the last snapshot's answers in a multi-snapshot
+/// query response (the view's freshest level): a shift no tag check alone
+/// can tell from an absent key.
+fn shift_last_level(by: u32, w: usize) -> Rewrite {
     Arc::new(move |path, body| {
         if path != "/v1/query" {
             return body;
@@ -305,16 +307,20 @@ fn shift_last_level(by: u32) -> Rewrite {
         let last = parts.len() - 1;
         let mut responses = pir_core::wire::decode_responses(&parts[last]).unwrap();
         for r in &mut responses {
-            r.elems.iter_mut().for_each(|e| *e = e.wrapping_add(by));
+            r.elems
+                .iter_mut()
+                .step_by(w)
+                .for_each(|e| *e = e.wrapping_add(by));
         }
         parts[last] = pir_core::wire::encode_responses(&responses);
         Bytes::from(protocol::multi::encode_response(&parts))
     })
 }
 
-/// A blind shift of the newest delta's answers only (the base answers
-/// honestly, no signature changes): without a canary on the delta, the
-/// account reads "absent" there and its block-1 balance comes back. It is
+/// A blind shift of part of the newest delta's records only (the base
+/// answers honestly, no signature changes): without a canary on the
+/// delta, the account reads "absent" there and its block-1 balance comes
+/// back. It is
 /// caught; a proxy started again on the same cache, in front of the honest
 /// server, reads the right balance (nothing kept from the tampered
 /// request).
@@ -322,13 +328,10 @@ async fn shift_on_the_delta_only(chain: &Chain, right: &Value) {
     let delta = chain.snapshot(DELTA3);
     let store = snapshotter::SnapshotStore::open(&chain.store).unwrap();
     let setup = store.read_checked(&delta, "setup.bin").unwrap();
-    let by = pir_core::wire::SetupData::from_bytes(&setup)
-        .unwrap()
-        .shape
-        .lwe
-        .delta();
+    let shape = pir_core::wire::SetupData::from_bytes(&setup).unwrap().shape;
     let server = start_server(&chain.store).await;
-    let (relay, _) = start_relay(&server, shift_last_level(by)).await;
+    let shift = shift_last_level(shape.lwe.delta(), shape.record_elems());
+    let (relay, _) = start_relay(&server, shift).await;
     let cache = tempfile::tempdir().unwrap();
     let shifted = proxy(&relay, &chain.anvil, cache.path(), true).await;
     let stale = json!(chain.anvil.balance(&fresh(), 1).await);
