@@ -47,6 +47,27 @@ pub struct ClientConfig {
     /// view names no block hash) all the same. Off: such views are not
     /// read (see [`crate::canonical`]).
     pub read_unconfirmed_views: bool,
+    /// After this long without a private read the reader goes idle: it
+    /// loads no new view (no setup, table or code table downloaded) and
+    /// fetches the catalog only every `idle_refresh`; the next read brings
+    /// it up to date before it answers. `None`: never idle.
+    pub idle_after: Option<Duration>,
+    /// Between catalog fetches while idle.
+    pub idle_refresh: Duration,
+    /// A read of `latest` may be answered from a view already loaded when
+    /// it is at most this many blocks older than the catalog's newest
+    /// (`None`: always the newest): a wallet back from idle then answers
+    /// at once, from a slightly older view, while the newest loads.
+    pub max_lag: Option<u64>,
+}
+
+/// When a reader goes idle and what it does then (see
+/// [`ClientConfig::idle_after`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IdlePolicy {
+    pub after: Option<Duration>,
+    pub refresh: Duration,
+    pub max_lag: Option<u64>,
 }
 
 /// The attestations a snapshot needs before it is read: `quorum` valid
@@ -99,6 +120,9 @@ impl Default for ClientConfig {
             fresh_connection_per_lookup: false,
             attest: AttestPolicy::default(),
             read_unconfirmed_views: false,
+            idle_after: Some(Duration::from_secs(600)),
+            idle_refresh: Duration::from_secs(60),
+            max_lag: None,
         }
     }
 }
@@ -244,6 +268,15 @@ pub fn plain_off_loopback(url: &str) -> Result<bool, ConfigError> {
 }
 
 impl ClientConfig {
+    /// The idle settings together.
+    pub fn idle_policy(&self) -> IdlePolicy {
+        IdlePolicy {
+            after: self.idle_after,
+            refresh: self.idle_refresh,
+            max_lag: self.max_lag,
+        }
+    }
+
     /// Creates the cache folder readable by its owner only (mode 0700: the
     /// answers and codes kept there say which accounts the user read), and
     /// narrows an existing one to that; refuses an unset one.

@@ -63,10 +63,25 @@ pub struct PrivateReader {
     /// Read views the header source cannot confirm (or that name no block
     /// hash) all the same.
     read_unconfirmed: bool,
+    /// When to go idle, how often to look at the catalog then, and how old
+    /// a loaded view `latest` may be read from.
+    idle: crate::config::IdlePolicy,
+    /// The last private read (cover lookups not counted), or the start.
+    last_read: std::sync::Mutex<std::time::Instant>,
+    /// The last catalog fetch.
+    last_catalog: std::sync::Mutex<Option<std::time::Instant>>,
     /// Held while a catalog is fetched and adopted: one at a time (a
     /// catalog can be 16 MiB, parsed; lookups that refresh it and the
     /// background refresh take turns).
     refreshing: tokio::sync::Mutex<()>,
+}
+
+/// Whether a read counts as the user's (and wakes an idle reader).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Waking {
+    Yes,
+    /// A cover lookup.
+    No,
 }
 
 /// Catalog fetches a lookup may make for a view it did not find.
@@ -115,6 +130,9 @@ impl PrivateReader {
             opening: tokio::sync::Mutex::new(()),
             canonical: std::sync::OnceLock::new(),
             read_unconfirmed: config.read_unconfirmed_views,
+            idle: config.idle_policy(),
+            last_read: std::sync::Mutex::new(std::time::Instant::now()),
+            last_catalog: std::sync::Mutex::new(None),
             refreshing: tokio::sync::Mutex::new(()),
         })
     }
@@ -207,9 +225,43 @@ impl PrivateReader {
 
     /// One lookup of a random address in the newest snapshot, sent exactly
     /// like a real one (cover traffic).
+    /// While idle there is none (it would wake the reader, and downloads
+    /// would follow), and it never counts as a read.
     pub async fn cover_lookup(&self) {
-        let address = Address::from(rand::random::<[u8; 20]>());
-        let _ = self.lookup(&BlockSelector::Newest, &[address]).await;
+        if self.is_idle() {
+            return;
+        }
+        let key = ReadKey::Account(Address::from(rand::random::<[u8; 20]>()));
+        let _ = self
+            .lookup_keys_as(&BlockSelector::Newest, &[key], Waking::No)
+            .await;
+    }
+
+    /// Whether the reader is idle: no private read for the policy's time.
+    /// It then loads no new view and looks at the catalog rarely; the
+    /// next read catches up first.
+    pub fn is_idle(&self) -> bool {
+        self.idle
+            .after
+            .is_some_and(|after| self.last_read.lock().expect("lock").elapsed() >= after)
+    }
+
+    /// Counts a private read; returns whether the reader was idle.
+    fn wake(&self) -> bool {
+        let was = self.is_idle();
+        *self.last_read.lock().expect("lock") = std::time::Instant::now();
+        if was {
+            tracing::info!("a private read: catching up from idle");
+        }
+        was
+    }
+
+    /// Whether the catalog is due while idle.
+    fn idle_catalog_due(&self) -> bool {
+        self.last_catalog
+            .lock()
+            .expect("lock")
+            .is_none_or(|at| at.elapsed() >= self.idle.refresh)
     }
 
     /// Snapshots whose setup data is loaded now.
@@ -298,7 +350,20 @@ impl PrivateReader {
     /// [`Self::refresh`]; `force` adopts a catalog even if it is behind
     /// the one adopted (see [`Catalog::adopt`]).
     async fn refresh_with(&self, force: bool) -> Result<usize, ReadError> {
+        let listed = self.refresh_catalog(force).await?;
+        if let Some(view) = self.catalog.newest() {
+            if let Err(e) = self.open_view(view).await {
+                tracing::warn!(error = %e, "newest view not loaded");
+            }
+        }
+        Ok(listed)
+    }
+
+    /// Fetches and adopts the catalog, and drops the levels it no longer
+    /// lists; loads nothing. Returns how many snapshots it lists.
+    async fn refresh_catalog(&self, force: bool) -> Result<usize, ReadError> {
         let one_at_a_time = self.refreshing.lock().await;
+        *self.last_catalog.lock().expect("lock") = Some(std::time::Instant::now());
         let judged = match self.catalog.fetch(&self.link).await? {
             Some(fetched) => Some(self.catalog.judge(fetched).await?),
             None => None,
@@ -317,11 +382,6 @@ impl PrivateReader {
             });
         }
         drop(one_at_a_time);
-        if let Some(view) = self.catalog.newest() {
-            if let Err(e) = self.open_view(view).await {
-                tracing::warn!(error = %e, "newest view not loaded");
-            }
-        }
         Ok(self.catalog.len())
     }
 
@@ -341,7 +401,26 @@ impl PrivateReader {
     /// The view a block selector names, every level loaded; with a header
     /// source, only if the source confirms it.
     pub async fn select(&self, sel: &BlockSelector) -> Result<ViewClient, ReadError> {
-        let view = self.catalog.view_for(sel)?;
+        self.select_as(sel, Waking::Yes).await
+    }
+
+    async fn select_as(
+        &self,
+        sel: &BlockSelector,
+        waking: Waking,
+    ) -> Result<ViewClient, ReadError> {
+        let lagging = self.loaded_view_within_lag(sel);
+        if waking == Waking::Yes && self.wake() && lagging.is_none() {
+            // Back from idle: the catalog as it is now, and its newest
+            // view loaded, before the answer.
+            if let Err(e) = self.refresh().await {
+                tracing::debug!(error = %e, "catching up from idle failed");
+            }
+        }
+        let view = match lagging {
+            Some(view) => view,
+            None => self.catalog.view_for(sel)?,
+        };
         if let Some(check) = self.canonical.get() {
             let hash = view
                 .snapshots
@@ -350,6 +429,22 @@ impl PrivateReader {
             check.check(view.chain_id, view.block, hash).await?;
         }
         self.open_view(view).await
+    }
+
+    /// For `latest` with a `max_lag`: the newest view whose levels are all
+    /// loaded, when it is at most that many blocks older than the
+    /// catalog's newest.
+    fn loaded_view_within_lag(&self, sel: &BlockSelector) -> Option<View> {
+        let (BlockSelector::Newest, Some(lag)) = (sel, self.idle.max_lag) else {
+            return None;
+        };
+        let newest = self.catalog.newest()?.block;
+        let loaded = self.snapshots.read().expect("lock");
+        self.views()
+            .into_iter()
+            .rev()
+            .take_while(|v| v.block.saturating_add(lag) >= newest)
+            .find(|v| v.snapshots.iter().all(|id| loaded.contains_key(id)))
     }
 
     /// Reads accounts at the block `sel` names: one result per address.
@@ -435,9 +530,18 @@ impl PrivateReader {
         sel: &BlockSelector,
         keys: &[ReadKey],
     ) -> Vec<Result<KeyState, ReadError>> {
+        self.lookup_keys_as(sel, keys, Waking::Yes).await
+    }
+
+    async fn lookup_keys_as(
+        &self,
+        sel: &BlockSelector,
+        keys: &[ReadKey],
+        waking: Waking,
+    ) -> Vec<Result<KeyState, ReadError>> {
         let mut attempt = 0;
         loop {
-            let results = match self.select(sel).await {
+            let results = match self.select_as(sel, waking).await {
                 Ok(view) => self.read(&view, keys).await,
                 Err(e) => all_failed(keys.len(), &e),
             };
@@ -1087,7 +1191,12 @@ async fn keep_fresh(
         let Some(reader) = reader.upgrade() else {
             return;
         };
-        let refreshed = reader.refresh().await;
+        // Idle: the catalog now and then, nothing loaded.
+        let refreshed = match reader.is_idle() {
+            true if !reader.idle_catalog_due() => continue,
+            true => reader.refresh_catalog(false).await,
+            false => reader.refresh().await,
+        };
         match (refreshed, first.take()) {
             (Ok(n), Some(server)) => {
                 tracing::info!(snapshots = n, %server, "connected to the PIR server")

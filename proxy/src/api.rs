@@ -107,6 +107,9 @@ pub struct Status {
     pub bytes_up: u64,
     pub bytes_down: u64,
     pub private_reads: PrivateReads,
+    /// No private read for `idle_secs`: no new level is loaded, the
+    /// catalog is fetched every `idle_refresh_secs`.
+    pub idle: bool,
 }
 
 /// One level (snapshot) of the newest view.

@@ -98,6 +98,16 @@ pub struct ProxyConfig {
     /// hash). Off: such views are not read (a view the upstream
     /// contradicts, or of another chain, is never read).
     pub read_unconfirmed_views: bool,
+    /// Seconds without a private read after which the proxy goes idle: it
+    /// downloads no new level (setups, tables) and fetches the catalog only
+    /// every `idle_refresh_secs`; the next private read brings it up to
+    /// date first. 0: never idle.
+    pub idle_secs: f64,
+    /// Seconds between catalog fetches while idle.
+    pub idle_refresh_secs: f64,
+    /// Answer `latest` from a view already loaded when it is at most this
+    /// many blocks older than the newest (unset: always the newest).
+    pub max_lag_blocks: Option<u64>,
 }
 
 /// Which methods may go to the upstream node.
@@ -155,6 +165,9 @@ impl Default for ProxyConfig {
             attesters: Vec::new(),
             attest_quorum: 1,
             read_unconfirmed_views: false,
+            idle_secs: 600.0,
+            idle_refresh_secs: 60.0,
+            max_lag_blocks: None,
         }
     }
 }
@@ -199,6 +212,10 @@ impl ProxyConfig {
                 quorum: self.attest_quorum,
             },
             read_unconfirmed_views: self.read_unconfirmed_views,
+            idle_after: (self.idle_secs > 0.0)
+                .then(|| Duration::from_secs_f64(self.idle_secs.min(1e9))),
+            idle_refresh: Duration::from_secs_f64(self.idle_refresh_secs.clamp(0.05, 1e9)),
+            max_lag: self.max_lag_blocks,
         }
     }
 

@@ -180,6 +180,7 @@ impl EthpirApiServer for RpcContext {
                 Some(reason) => PrivateReads::Stopped(reason),
                 None => PrivateReads::On,
             },
+            idle: self.reader.is_idle(),
         })
     }
 

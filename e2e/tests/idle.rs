@@ -1,0 +1,122 @@
+//! An idle proxy downloads nothing it does not need: anvil from a genesis
+//! file, the follower publishing a delta per block, a PIR server, and a
+//! proxy that goes idle after a second without a private read. While
+//! idle, new blocks are followed and listed (the proxy sees them in the
+//! catalog) but no setup, table or code table is downloaded; the next read
+//! of every key catches up first and answers each right at the newest
+//! view (anvil's at the head), also for a proxy that, idle, did not look at
+//! the catalog at all. A cover lookup never wakes it.
+
+mod common;
+
+use common::*;
+use proxy::ProxyConfig;
+use serde_json::{json, Value};
+use test_support::{proxy_status, write_genesis, Anvil, ALL_DEV_ACCOUNTS};
+
+/// The level downloads a server has answered (setups, whole tables, code
+/// tables), from its own metrics.
+async fn level_downloads(server: &str) -> u64 {
+    let text = reqwest::get(format!("{server}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let routes = ["setup", "table", "code_table"].map(|r| format!("route=\"{r}\""));
+    text.lines()
+        .filter(|l| l.starts_with("ethpir_http_requests_total"))
+        .filter(|l| routes.iter().any(|r| l.contains(r.as_str())))
+        .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+        .sum()
+}
+
+async fn balance(url: &str, who: &str) -> Result<Value, String> {
+    test_support::rpc(url, "eth_getBalance", json!([who, "latest"])).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_idle_proxy_downloads_no_level_and_catches_up_on_the_next_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let genesis = dir.path().join("genesis.json");
+    write_genesis(&genesis);
+    let anvil = Anvil::start_from_genesis(&genesis).await;
+    let store = dir.path().join("store");
+    let follower = Follower::start(follow_config(&store, &anvil.url, &genesis, 0, 4, 1000));
+    let server = start_server(&store).await;
+    let cache = tempfile::tempdir().unwrap();
+    let proxy = start_proxy_with(ProxyConfig {
+        pir_server: server.clone(),
+        upstream: Some(anvil.url.clone()),
+        cache_dir: cache.path().to_path_buf(),
+        idle_secs: 1.0,
+        idle_refresh_secs: 0.3,
+        cover_lookups_per_hour: 3600.0 * 10.0,
+        ..Default::default()
+    })
+    .await;
+    // A second proxy that, idle, does not look at the catalog at all: its
+    // next read must fetch it first.
+    let cache_two = tempfile::tempdir().unwrap();
+    let asleep = start_proxy_with(ProxyConfig {
+        pir_server: server.clone(),
+        upstream: Some(anvil.url.clone()),
+        cache_dir: cache_two.path().to_path_buf(),
+        idle_secs: 1.0,
+        idle_refresh_secs: 3600.0,
+        ..Default::default()
+    })
+    .await;
+    let fresh = format!("0x{}", "22".repeat(20));
+    let who = [ALL_DEV_ACCOUNTS[0], ALL_DEV_ACCOUNTS[1], fresh.as_str()];
+    let at_genesis = json!(anvil.balance(who[0], 0).await);
+    for url in [&proxy, &asleep] {
+        let got =
+            test_support::eventually("a first read", || async { balance(url, who[0]).await.ok() })
+                .await;
+        assert_eq!(got, at_genesis);
+    }
+
+    // No read for a second: idle (cover lookups at 10 a second do not
+    // count).
+    for url in [&proxy, &asleep] {
+        test_support::eventually("the proxy goes idle", || async {
+            (proxy_status(url).await["idle"] == json!(true)).then_some(())
+        })
+        .await;
+    }
+    let before = level_downloads(&server).await;
+
+    // Three blocks, each followed and listed while the proxy is idle.
+    for (from, value) in [(0, "0x100"), (1, "0x20"), (2, "0x3")] {
+        let tx = json!({"from": ALL_DEV_ACCOUNTS[from], "to": fresh, "value": value});
+        anvil.send(tx).await;
+    }
+    let head = anvil.head().await;
+    test_support::eventually("the idle proxy sees the new blocks listed", || async {
+        let s = proxy_status(&proxy).await;
+        (s["viewBlock"].as_u64()? >= head).then_some(())
+    })
+    .await;
+    let status = proxy_status(&proxy).await;
+    assert_eq!(status["idle"], json!(true), "{status}");
+    assert_eq!(
+        level_downloads(&server).await,
+        before,
+        "an idle proxy downloaded levels"
+    );
+
+    // The next read catches up (the catalog first where it was not
+    // looked at), and answers every key at the head.
+    for url in [&asleep, &proxy] {
+        for w in who {
+            let got = balance(url, w).await.unwrap();
+            assert_eq!(got, json!(anvil.balance(w, head).await), "{w}");
+        }
+    }
+    let status = proxy_status(&proxy).await;
+    assert_eq!(status["idle"], json!(false), "{status}");
+    assert!(level_downloads(&server).await > before);
+    follower.stop().await;
+    anvil.stop().await;
+}
