@@ -13,7 +13,9 @@ use alloy_primitives::B256;
 use protocol::api::{CatalogEntry, CatalogListing};
 use protocol::view::{View, Views};
 use protocol::{Sha3Digest, SnapshotId};
-use reqwest::header::{HeaderValue, ACCEPT_ENCODING, CONTENT_ENCODING, ETAG, IF_NONE_MATCH};
+use reqwest::header::{
+    HeaderName, HeaderValue, ACCEPT_ENCODING, CONTENT_ENCODING, ETAG, IF_NONE_MATCH,
+};
 use reqwest::StatusCode;
 
 use crate::block::BlockSelector;
@@ -50,6 +52,8 @@ pub enum SetAside {
 /// rest with why not.
 #[derive(Debug)]
 pub struct Judged {
+    /// The listing as fetched (what a later difference applies to).
+    raw: Arc<Vec<CatalogEntry>>,
     entries: Vec<CatalogEntry>,
     set_aside: BTreeMap<SnapshotId, SetAside>,
     other_chains: Vec<u64>,
@@ -148,6 +152,9 @@ pub struct Catalog {
     adopted: RwLock<Arc<Adopted>>,
     /// The ETag of the catalog adopted (one refused is fetched again).
     etag: Mutex<Option<String>>,
+    /// The entries of the catalog adopted, as listed: what a difference
+    /// the server sends applies to.
+    held: Mutex<Option<Arc<Vec<CatalogEntry>>>>,
     /// Catalogs in a row found behind the one adopted.
     behind: Mutex<u32>,
     /// The digest of the last catalog body adopted (`None`) or refused by
@@ -172,6 +179,7 @@ impl Catalog {
                 ..Default::default()
             })),
             etag: Mutex::new(None),
+            held: Mutex::new(None),
             behind: Mutex::new(0),
             judged: Mutex::new(None),
             failure: Mutex::new(Some(ReadError::Backend(
@@ -194,16 +202,21 @@ impl Catalog {
     }
 
     async fn fetch_once(&self, link: &ServerLink) -> Result<Option<Fetched>, ReadError> {
-        let etag = self.etag.lock().expect("etag lock").clone();
+        let sent = self.etag.lock().expect("etag lock").clone();
+        let held = self.held.lock().expect("lock").clone();
         let mut headers = vec![(ACCEPT_ENCODING, HeaderValue::from_static("gzip"))];
-        if let Some(value) = etag.as_deref().and_then(|e| HeaderValue::from_str(e).ok()) {
+        if let Some(value) = sent.as_deref().and_then(|e| HeaderValue::from_str(e).ok()) {
             headers.push((IF_NONE_MATCH, value));
+            if held.is_some() {
+                let accept = HeaderName::from_static(protocol::api::ACCEPT_CATALOG_DIFF);
+                headers.push((accept, HeaderValue::from_static("1")));
+            }
         }
         let size = Size::AtMost(MAX_CATALOG_BYTES);
         let resp = link
             .get(ApiPath::Catalog, "catalog", &headers, size, Duration::Short)
             .await?;
-        if resp.status == StatusCode::NOT_MODIFIED && etag.is_some() {
+        if resp.status == StatusCode::NOT_MODIFIED && sent.is_some() {
             return Ok(None);
         }
         if !resp.status.is_success() {
@@ -231,9 +244,15 @@ impl Catalog {
                 };
             }
         }
-        let listing = serde_json::from_slice::<CatalogListing>(&bytes)
-            .map_err(|e| e.to_string())
-            .and_then(|l| l.checked().map_err(|e| e.to_string()));
+        let diff_since = resp
+            .headers
+            .get(protocol::api::CATALOG_DIFF_HEADER)
+            .and_then(|v| v.to_str().ok());
+        let listing = match diff_since {
+            None => serde_json::from_slice::<CatalogListing>(&bytes).map_err(|e| e.to_string()),
+            Some(since) => apply_diff(&bytes, since, sent.as_deref(), held.as_deref()),
+        }
+        .and_then(|l| l.checked().map_err(|e| e.to_string()));
         drop(bytes);
         match listing {
             Ok(listing) => Ok(Some(Fetched {
@@ -244,6 +263,10 @@ impl Catalog {
             Err(why) => {
                 let refused = ReadError::Backend(format!("catalog refused: {why}"));
                 *self.judged.lock().expect("lock") = Some((digest, Some(refused.clone())));
+                if diff_since.is_some() {
+                    // The whole catalog next time, not the same difference.
+                    *self.held.lock().expect("lock") = None;
+                }
                 Err(refused)
             }
         }
@@ -261,6 +284,7 @@ impl Catalog {
     /// not keep out every later one.
     pub fn adopt(&self, judged: Judged, force: bool) -> Option<Arc<Adopted>> {
         let Judged {
+            raw,
             mut entries,
             set_aside,
             other_chains,
@@ -288,6 +312,9 @@ impl Catalog {
             );
         }
         *self.behind.lock().expect("lock") = 0;
+        // A catalog without an ETag cannot be named in a request: no
+        // difference from it is asked for.
+        *self.held.lock().expect("lock") = etag.is_some().then_some(raw);
         *self.etag.lock().expect("etag lock") = etag;
         *self.judged.lock().expect("lock") = Some((digest, None));
         let adopted = Arc::new(Adopted {
@@ -328,6 +355,7 @@ impl Catalog {
         }
         *bound = Some(chain);
         *self.etag.lock().expect("etag lock") = None;
+        *self.held.lock().expect("lock") = None;
         *self.judged.lock().expect("lock") = None;
         true
     }
@@ -460,6 +488,26 @@ impl Catalog {
     }
 }
 
+/// The listing a difference makes from the catalog held, when it starts
+/// from that catalog (the one whose ETag was sent); else why not.
+fn apply_diff(
+    bytes: &[u8],
+    since: &str,
+    sent: Option<&str>,
+    held: Option<&Vec<CatalogEntry>>,
+) -> Result<CatalogListing, String> {
+    let held = match (sent, held) {
+        (Some(sent), Some(held)) if sent == since => held,
+        _ => return Err(format!("a difference from {since}, a catalog not held")),
+    };
+    let diff: protocol::api::CatalogDiff =
+        serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    if diff.added.len() > protocol::api::MAX_CATALOG_ENTRIES {
+        return Err(format!("{} entries added", diff.added.len()));
+    }
+    Ok(diff.apply(held))
+}
+
 /// [`Catalog::judge`]'s work: entries of other chains apart, the rest
 /// either read or set aside.
 fn judge(fetched: Fetched, chain: Option<u64>, check: &AttestCheck) -> Judged {
@@ -468,6 +516,7 @@ fn judge(fetched: Fetched, chain: Option<u64>, check: &AttestCheck) -> Judged {
         etag,
         digest,
     } = fetched;
+    let raw = Arc::new(listing.snapshots.clone());
     let mut other_chains: Vec<u64> = Vec::new();
     let mut set_aside = BTreeMap::new();
     let mut entries = Vec::new();
@@ -492,6 +541,7 @@ fn judge(fetched: Fetched, chain: Option<u64>, check: &AttestCheck) -> Judged {
         );
     }
     Judged {
+        raw,
         entries,
         set_aside,
         other_chains,

@@ -57,6 +57,52 @@ pub struct CatalogListing {
     pub max_batch: usize,
 }
 
+/// The request header by which a client asks for a catalog by difference
+/// (`1`): with `If-None-Match` naming a catalog the server served
+/// recently, the answer is a [`CatalogDiff`] from it (marked by
+/// [`CATALOG_DIFF_HEADER`] naming that catalog's ETag); otherwise the whole
+/// catalog, as without it.
+pub const ACCEPT_CATALOG_DIFF: &str = "x-ethpir-accept-diff";
+/// The response header that marks a body as a [`CatalogDiff`]: the ETag
+/// of the catalog it starts from.
+pub const CATALOG_DIFF_HEADER: &str = "x-ethpir-diff-since";
+
+/// What changed in `GET /v1/snapshots` since a catalog the client holds:
+/// the entries added (or changed: listed whole again) and the ids no
+/// longer listed (or changed). Applied to the catalog it starts from, it
+/// gives the catalog whose ETag the response carries; the client checks
+/// the result as it checks a whole catalog.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CatalogDiff {
+    pub added: Vec<CatalogEntry>,
+    pub retired: Vec<SnapshotId>,
+    pub max_batch: usize,
+}
+
+impl CatalogDiff {
+    /// `held`'s entries with this diff applied, sorted by chain, block
+    /// and id (as the server sorts them).
+    pub fn apply(self, held: &[CatalogEntry]) -> CatalogListing {
+        let gone: BTreeSet<SnapshotId> = self
+            .retired
+            .iter()
+            .chain(self.added.iter().map(|e| &e.id))
+            .copied()
+            .collect();
+        let mut snapshots: Vec<CatalogEntry> = held
+            .iter()
+            .filter(|e| !gone.contains(&e.id))
+            .cloned()
+            .chain(self.added)
+            .collect();
+        snapshots.sort_by_key(|e| (e.manifest.chain_id, e.manifest.block_number, e.id));
+        CatalogListing {
+            snapshots,
+            max_batch: self.max_batch,
+        }
+    }
+}
+
 /// Most snapshots a catalog may list (a store following the head holds a
 /// few hundred; more is a server's attempt to take the client's memory).
 pub const MAX_CATALOG_ENTRIES: usize = 20_000;

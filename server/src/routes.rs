@@ -27,7 +27,7 @@ use tower_http::services::ServeFile;
 use crate::batch;
 use crate::error::RouteError;
 use crate::loaded::{LoadedSnapshot, Part};
-use crate::state::AppState;
+use crate::state::{AppState, CatalogBody};
 
 /// The router over a shared state.
 pub fn router(state: Arc<AppState>) -> Router {
@@ -86,6 +86,9 @@ async fn catalog(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
         )
             .into_response();
     }
+    if let Some(diff) = catalog_diff(&state, &headers, &body) {
+        return diff;
+    }
     let gzip = headers
         .get_all(header::ACCEPT_ENCODING)
         .iter()
@@ -111,6 +114,31 @@ async fn catalog(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
         );
     }
     response
+}
+
+/// The difference from the catalog `If-None-Match` names to `body`, for a
+/// client that asks for differences ([`protocol::api::ACCEPT_CATALOG_DIFF`])
+/// and holds a catalog served recently; `None`: the whole catalog.
+fn catalog_diff(state: &AppState, headers: &HeaderMap, body: &CatalogBody) -> Option<Response> {
+    let wanted = headers
+        .get(protocol::api::ACCEPT_CATALOG_DIFF)
+        .is_some_and(|v| v.as_bytes() == b"1");
+    let since = headers.get(header::IF_NONE_MATCH)?.to_str().ok()?;
+    let old = state.catalog_before(since).filter(|_| wanted)?;
+    let json = serde_json::to_vec(&body.diff_from(&old)).expect("a diff serialises");
+    let response = (
+        [
+            (header::ETAG, body.etag.clone()),
+            (header::CONTENT_TYPE, "application/json".to_string()),
+            (header::VARY, "accept-encoding".to_string()),
+            (
+                header::HeaderName::from_static(protocol::api::CATALOG_DIFF_HEADER),
+                old.etag.clone(),
+            ),
+        ],
+        json,
+    );
+    Some(response.into_response())
 }
 
 /// Whether `If-None-Match` names `etag` (or `*`).

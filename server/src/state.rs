@@ -36,6 +36,9 @@ pub struct AppState {
     /// The catalog as served, made when the served set changes (never per
     /// request: every proxy polls it).
     catalog: RwLock<Arc<CatalogBody>>,
+    /// The catalogs served before it, newest last (at most
+    /// [`CATALOG_HISTORY`]).
+    history: RwLock<std::collections::VecDeque<Arc<CatalogBody>>>,
     /// The attestations the store keeps for each served snapshot (looked
     /// at every rescan: an attester signs after a snapshot is served; read
     /// and verified again only when their folder changed).
@@ -52,12 +55,45 @@ struct KeptAttestations {
 /// Attestations by snapshot id (url form).
 type Attestations = BTreeMap<String, KeptAttestations>;
 
-/// `GET /v1/snapshots` made once: its JSON, gzipped, and its ETag.
+/// `GET /v1/snapshots` made once: its JSON, gzipped, and its ETag; its
+/// entries with the digest of each, for differences from it.
 pub struct CatalogBody {
     pub json: Bytes,
     pub gzip: Bytes,
     /// `"<SHA3-256 of the JSON>"`.
     pub etag: String,
+    entries: Vec<protocol::CatalogEntry>,
+    /// keccak256 of each entry's JSON, by id.
+    digests: BTreeMap<protocol::SnapshotId, alloy_primitives::B256>,
+    max_batch: usize,
+}
+
+/// Catalogs served before the current one that a client may ask a
+/// difference from (a client polls every second or so; one that fell
+/// further behind gets the whole catalog).
+const CATALOG_HISTORY: usize = 64;
+
+impl CatalogBody {
+    /// The difference from `old` to this catalog.
+    pub fn diff_from(&self, old: &CatalogBody) -> protocol::api::CatalogDiff {
+        let changed =
+            |e: &protocol::CatalogEntry| old.digests.get(&e.id) != self.digests.get(&e.id);
+        protocol::api::CatalogDiff {
+            added: self
+                .entries
+                .iter()
+                .filter(|e| changed(e))
+                .cloned()
+                .collect(),
+            retired: old
+                .digests
+                .iter()
+                .filter(|(id, digest)| self.digests.get(id) != Some(digest))
+                .map(|(id, _)| *id)
+                .collect(),
+            max_batch: self.max_batch,
+        }
+    }
 }
 
 impl CatalogBody {
@@ -82,12 +118,19 @@ impl CatalogBody {
             .collect();
         entries.sort_by_key(|e| (e.manifest.chain_id, e.manifest.block_number, e.id));
         let views = protocol::view::views(&entries);
-        let json = serde_json::to_vec(&protocol::Catalog {
+        let digests = entries
+            .iter()
+            .map(|e| {
+                let json = serde_json::to_vec(e).expect("an entry serialises");
+                (e.id, alloy_primitives::keccak256(json))
+            })
+            .collect();
+        let catalog = protocol::Catalog {
             snapshots: entries,
             max_batch,
             views,
-        })
-        .expect("catalog serialises");
+        };
+        let json = serde_json::to_vec(&catalog).expect("catalog serialises");
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
         gz.write_all(&json).expect("gzip into memory");
         let gzip = gz.finish().expect("gzip into memory");
@@ -95,6 +138,9 @@ impl CatalogBody {
             etag: format!("\"{}\"", protocol::sha3_hex(&json)),
             json: json.into(),
             gzip: gzip.into(),
+            entries: catalog.snapshots,
+            digests,
+            max_batch,
         }
     }
 }
@@ -132,6 +178,7 @@ impl AppState {
             metrics: Metrics::new(),
             failed: RwLock::new(BTreeMap::new()),
             catalog: RwLock::new(Arc::new(CatalogBody::of(&[], &BTreeMap::new(), max_batch))),
+            history: RwLock::new(std::collections::VecDeque::new()),
             attestations: RwLock::new(BTreeMap::new()),
         })
     }
@@ -145,7 +192,18 @@ impl AppState {
     fn remake_catalog(&self) {
         let attestations = self.attestations.read().expect("lock").clone();
         let body = CatalogBody::of(&self.all(), &attestations, self.max_batch);
-        *self.catalog.write().expect("lock") = Arc::new(body);
+        let old = std::mem::replace(&mut *self.catalog.write().expect("lock"), Arc::new(body));
+        let mut history = self.history.write().expect("lock");
+        if history.len() == CATALOG_HISTORY {
+            history.pop_front();
+        }
+        history.push_back(old);
+    }
+
+    /// A catalog served recently, by its ETag (not the current one).
+    pub fn catalog_before(&self, etag: &str) -> Option<Arc<CatalogBody>> {
+        let history = self.history.read().expect("lock");
+        history.iter().rev().find(|b| b.etag == etag).cloned()
     }
 
     pub fn get(&self, url_id: &str) -> Option<Arc<LoadedSnapshot>> {

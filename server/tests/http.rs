@@ -651,3 +651,85 @@ async fn wallet(
         .collect();
     (status, values)
 }
+
+/// The catalog's ETag, and its entries as a client lists them.
+async fn catalog_with_etag(
+    http: &reqwest::Client,
+    base: &str,
+) -> (String, Vec<protocol::CatalogEntry>) {
+    let resp = http
+        .get(format!("{base}/v1/snapshots"))
+        .send()
+        .await
+        .unwrap();
+    let etag = resp.headers()["etag"].to_str().unwrap().to_string();
+    let catalog: Catalog = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
+    (etag, catalog.snapshots)
+}
+
+/// A client holding a catalog asks for what changed since (`If-None-Match`
+/// and the opt-in header): snapshots published and retired come as a
+/// difference which, applied to what it held, is the catalog as served
+/// whole; a catalog the server no longer knows, or no opt-in, gets the
+/// whole catalog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_catalog_comes_by_difference_from_one_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = publish_view(dir.path(), 40, 5);
+    let base = start(dir.path(), 2, 8).await;
+    let http = reqwest::Client::new();
+    let (etag, held) = catalog_with_etag(&http, &base).await;
+    assert_eq!(held.len(), 2);
+
+    // A new delta; the first delta retired.
+    let mut delta = state(7, 3);
+    delta.kind = SnapshotKind::Delta { from: 6 };
+    build_and_publish(&store, delta, &opts()).unwrap();
+    let first = store
+        .list()
+        .unwrap()
+        .into_iter()
+        .find(|s| s.id.block == 6)
+        .unwrap();
+    store.remove(&first.id).unwrap();
+    let (now, whole) = test_support::eventually("the server picks both up", || async {
+        let (etag, entries) = catalog_with_etag(&http, &base).await;
+        let blocks: Vec<u64> = entries.iter().map(|e| e.id.block).collect();
+        (blocks == [5, 7]).then_some((etag, entries))
+    })
+    .await;
+
+    let ask = |since: &str, opt_in: bool| {
+        let mut req = http
+            .get(format!("{base}/v1/snapshots"))
+            .header("if-none-match", since);
+        if opt_in {
+            req = req.header(protocol::api::ACCEPT_CATALOG_DIFF, "1");
+        }
+        req.send()
+    };
+    let resp = ask(&etag, true).await.unwrap();
+    assert_eq!(resp.headers()["etag"].to_str().unwrap(), now);
+    let since = resp.headers()[protocol::api::CATALOG_DIFF_HEADER]
+        .to_str()
+        .unwrap();
+    assert_eq!(since, etag);
+    let diff: protocol::api::CatalogDiff =
+        serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
+    assert_eq!(diff.added.len(), 1, "only the new delta");
+    assert_eq!(diff.retired.len(), 1, "only the retired one");
+    assert_eq!(diff.apply(&held).snapshots, whole);
+
+    // The current catalog: 304. Unknown, or no opt-in: whole.
+    let resp = ask(&now, true).await.unwrap();
+    assert_eq!(resp.status(), reqwest::StatusCode::NOT_MODIFIED);
+    for (since, opt_in) in [("\"unknown\"", true), (etag.as_str(), false)] {
+        let resp = ask(since, opt_in).await.unwrap();
+        assert!(resp
+            .headers()
+            .get(protocol::api::CATALOG_DIFF_HEADER)
+            .is_none());
+        let catalog: Catalog = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
+        assert_eq!(catalog.snapshots, whole);
+    }
+}
