@@ -5,7 +5,9 @@
 //! catalog) but no setup, table or code table is downloaded; the next read
 //! of every key catches up first and answers each right at the newest
 //! view (anvil's at the head), also for a proxy that, idle, did not look at
-//! the catalog at all. A cover lookup never wakes it.
+//! the catalog at all. A cover lookup never wakes it. With `max_lag_blocks`
+//! a read back from idle answers at once from the view already loaded, and
+//! the newest loads in the background.
 
 mod common;
 
@@ -67,6 +69,20 @@ async fn an_idle_proxy_downloads_no_level_and_catches_up_on_the_next_read() {
         ..Default::default()
     })
     .await;
+    // A third that may answer `latest` from a view it holds up to 1000
+    // blocks old: back from idle it answers at once from the view it had,
+    // and the newest follows in the background.
+    let cache_three = tempfile::tempdir().unwrap();
+    let lagging = start_proxy_with(ProxyConfig {
+        pir_server: server.clone(),
+        upstream: Some(anvil.url.clone()),
+        cache_dir: cache_three.path().to_path_buf(),
+        idle_secs: 1.0,
+        idle_refresh_secs: 0.3,
+        max_lag_blocks: Some(1000),
+        ..Default::default()
+    })
+    .await;
     let fresh = format!("0x{}", "22".repeat(20));
     let who = [ALL_DEV_ACCOUNTS[0], ALL_DEV_ACCOUNTS[1], fresh.as_str()];
     let at_genesis = json!(anvil.balance(who[0], 0).await);
@@ -79,7 +95,7 @@ async fn an_idle_proxy_downloads_no_level_and_catches_up_on_the_next_read() {
 
     // No read for a second: idle (cover lookups at 10 a second do not
     // count).
-    for url in [&proxy, &asleep] {
+    for url in [&proxy, &asleep, &lagging] {
         test_support::eventually("the proxy goes idle", || async {
             (proxy_status(url).await["idle"] == json!(true)).then_some(())
         })
@@ -117,6 +133,19 @@ async fn an_idle_proxy_downloads_no_level_and_catches_up_on_the_next_read() {
     let status = proxy_status(&proxy).await;
     assert_eq!(status["idle"], json!(false), "{status}");
     assert!(level_downloads(&server).await > before);
+
+    // Within its lag: the view it held (block 0) at once, then the newest.
+    test_support::eventually("the lagging proxy sees the new blocks", || async {
+        let s = proxy_status(&lagging).await;
+        (s["viewBlock"].as_u64()? >= head).then_some(())
+    })
+    .await;
+    assert_eq!(balance(&lagging, who[0]).await.unwrap(), at_genesis);
+    let newest = json!(anvil.balance(who[0], head).await);
+    test_support::eventually("the newest view loaded in the background", || async {
+        (balance(&lagging, who[0]).await.ok()? == newest).then_some(())
+    })
+    .await;
     follower.stop().await;
     anvil.stop().await;
 }
