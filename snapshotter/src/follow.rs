@@ -273,6 +273,10 @@ impl Follower {
             if let Some(base) = based.as_ref().filter(|b| b.manifest.storage != configured) {
                 tracing::warn!(base = %base.id, "the configured tokens and contracts differ from the base's; they take effect with the next base");
             }
+            let oldest_read = protocol::manifest::OLDEST_READ_FORMAT;
+            if let Some(base) = based.as_ref().filter(|b| b.manifest.format < oldest_read) {
+                tracing::warn!(base = %base.id, format = base.manifest.format, "the base is of a manifest format proxies no longer read ({oldest_read} on): its views are set aside until a new base; start the follower on a new store");
+            }
             let followed = based.as_ref().map_or(&configured, |b| &b.manifest.storage);
             if !followed.is_empty() && !node.has_state_diffs().await? {
                 return Err(Refusal::NoStateDiffs {
