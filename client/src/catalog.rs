@@ -204,14 +204,7 @@ impl Catalog {
     async fn fetch_once(&self, link: &ServerLink) -> Result<Option<Fetched>, ReadError> {
         let sent = self.etag.lock().expect("etag lock").clone();
         let held = self.held.lock().expect("lock").clone();
-        let mut headers = vec![(ACCEPT_ENCODING, HeaderValue::from_static("gzip"))];
-        if let Some(value) = sent.as_deref().and_then(|e| HeaderValue::from_str(e).ok()) {
-            headers.push((IF_NONE_MATCH, value));
-            if held.is_some() {
-                let accept = HeaderName::from_static(protocol::api::ACCEPT_CATALOG_DIFF);
-                headers.push((accept, HeaderValue::from_static("1")));
-            }
-        }
+        let headers = request_headers(sent.as_deref(), held.is_some());
         let size = Size::AtMost(MAX_CATALOG_BYTES);
         let resp = link
             .get(ApiPath::Catalog, "catalog", &headers, size, Duration::Short)
@@ -486,6 +479,21 @@ impl Catalog {
             available: adopted.views.blocks(chain),
         })
     }
+}
+
+/// A catalog request's headers: gzip, and with the ETag of the catalog
+/// adopted (`sent`) a 304 while unchanged, and a difference from it when
+/// its listing is `held`.
+fn request_headers(sent: Option<&str>, held: bool) -> Vec<(HeaderName, HeaderValue)> {
+    let mut headers = vec![(ACCEPT_ENCODING, HeaderValue::from_static("gzip"))];
+    if let Some(value) = sent.and_then(|e| HeaderValue::from_str(e).ok()) {
+        headers.push((IF_NONE_MATCH, value));
+        if held {
+            let accept = HeaderName::from_static(protocol::api::ACCEPT_CATALOG_DIFF);
+            headers.push((accept, HeaderValue::from_static("1")));
+        }
+    }
+    headers
 }
 
 /// The listing a difference makes from the catalog held, when it starts

@@ -5,6 +5,7 @@
 //! the proxy answers from. One home for all three: the snapshotter's
 //! `tokens detect` writes list entries, every other program reads them.
 
+#[cfg(feature = "config")]
 use std::path::Path;
 
 use alloy_primitives::{keccak256, Address, B256, U256};
@@ -310,6 +311,7 @@ impl TokenList {
         Ok(list)
     }
 
+    #[cfg(any(feature = "config", test))]
     fn check(&self) -> Result<(), TokenListError> {
         let mut seen = std::collections::BTreeSet::new();
         for t in &self.tokens {
