@@ -23,12 +23,17 @@ pub struct DemoConfig {
     pub upstream: Option<String>,
 }
 
-/// Builds the mainnet genesis snapshot unless the store has it.
+/// Builds the mainnet genesis snapshot unless the store has it in a
+/// format the proxy reads (one left by an older version is built again).
 pub fn ensure_genesis_snapshot(store: &SnapshotStore) -> Result<()> {
     let id = SnapshotId::new(1, 0, &SnapshotKind::Full);
-    if store.get(&id).is_ok() {
-        tracing::info!(snapshot = %id, "reusing the mainnet genesis snapshot");
-        return Ok(());
+    if let Ok(kept) = store.get(&id) {
+        if kept.manifest.format >= protocol::manifest::OLDEST_READ_FORMAT {
+            tracing::info!(snapshot = %id, "reusing the mainnet genesis snapshot");
+            return Ok(());
+        }
+        tracing::info!(snapshot = %id, format = kept.manifest.format, "the kept genesis snapshot is of an older format: building it again");
+        store.remove(&id)?;
     }
     tracing::info!("building a PIR snapshot of the bundled mainnet genesis (8,893 accounts)");
     build_and_publish(store, genesis::mainnet(), &BuildOptions::default())?;

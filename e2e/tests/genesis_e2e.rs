@@ -294,3 +294,26 @@ async fn dead_server(http: &reqwest::Client) {
     assert!(v.get("result").is_none(), "{v}");
     assert!(matches!(code(&v), Some(-32001) | Some(-32003)), "{v}");
 }
+
+/// A demo store left by an older version (its genesis snapshot of manifest
+/// format 2, which proxies no longer read) gets the snapshot built again,
+/// so that the demo answers instead of setting its only view aside.
+#[test]
+fn the_demo_builds_an_older_genesis_snapshot_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = snapshotter::SnapshotStore::open(dir.path()).unwrap();
+    demo::ensure_genesis_snapshot(&store).unwrap();
+    let snap = store.list().unwrap().pop().unwrap();
+    let read = protocol::manifest::OLDEST_READ_FORMAT;
+    assert!(snap.manifest.format >= read);
+    let path = snap.path.join("manifest.json");
+    let mut manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    manifest["format"] = serde_json::json!(2);
+    std::fs::write(&path, serde_json::to_vec(&manifest).unwrap()).unwrap();
+    assert_eq!(store.list().unwrap()[0].manifest.format, 2);
+    demo::ensure_genesis_snapshot(&store).unwrap();
+    let again = store.list().unwrap();
+    assert_eq!(again.len(), 1);
+    assert!(again[0].manifest.format >= read);
+}
