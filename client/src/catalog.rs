@@ -220,14 +220,7 @@ impl Catalog {
             .get(ETAG)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
-        let zipped = resp
-            .headers
-            .get(CONTENT_ENCODING)
-            .is_some_and(|v| v.as_bytes() == b"gzip");
-        let bytes = match zipped {
-            true => gunzip(&resp.body, MAX_CATALOG_BYTES)?,
-            false => resp.body,
-        };
+        let bytes = unzipped(&resp.headers, resp.body)?;
         let digest = Sha3Digest::of(&bytes);
         if let Some((seen, verdict)) = self.judged.lock().expect("lock").as_ref() {
             if *seen == digest {
@@ -565,6 +558,17 @@ fn block_of_hash(adopted: &Adopted, hash: &alloy_primitives::B256) -> Option<u64
         .values()
         .find(|e| e.manifest.block_hash == Some(*hash))
         .map(|e| e.manifest.block_number)
+}
+
+/// A catalog body as sent, gunzipped when its headers say gzip.
+fn unzipped(headers: &reqwest::header::HeaderMap, body: Vec<u8>) -> Result<Vec<u8>, ReadError> {
+    let zipped = headers
+        .get(CONTENT_ENCODING)
+        .is_some_and(|v| v.as_bytes() == b"gzip");
+    match zipped {
+        true => gunzip(&body, MAX_CATALOG_BYTES),
+        false => Ok(body),
+    }
 }
 
 /// Decompresses a gzip body of at most `limit` bytes.

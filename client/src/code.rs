@@ -251,8 +251,18 @@ impl CodeCache {
     }
 }
 
-/// Whether a level's id names a delta.
-fn is_delta(level: &str) -> bool {
+/// The code table of a delta, which is held whole (`None`: a base, or a
+/// delta whose accounts have no code).
+pub(crate) fn delta_code_table(entry: &protocol::CatalogEntry) -> Option<CodeTable> {
+    match entry.manifest.kind {
+        protocol::SnapshotKind::Delta { .. } => entry.manifest.codes,
+        _ => None,
+    }
+}
+
+/// Whether a level's id names a delta (an id that does not parse is taken
+/// for one: its entries are never asked for by place).
+pub(crate) fn is_delta(level: &str) -> bool {
     level
         .parse::<SnapshotId>()
         .map_or(true, |id| id.kind == protocol::manifest::KindTag::Delta)

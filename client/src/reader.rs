@@ -476,11 +476,7 @@ impl PrivateReader {
         if let Some(reason) = self.distrusted() {
             return Err(ReadError::Distrusted(reason));
         }
-        let is_delta = account
-            .snapshot
-            .parse::<SnapshotId>()
-            .is_ok_and(|id| id.kind == protocol::KindTag::Delta);
-        if is_delta && !self.codes.holds_table(&account.snapshot) {
+        if crate::code::is_delta(&account.snapshot) && !self.codes.holds_table(&account.snapshot) {
             // Not downloaded in the background yet (or it failed): every
             // missing one now.
             self.hold_missing_code_tables().await?;
@@ -951,8 +947,7 @@ impl PrivateReader {
     /// level is opened (every client alike, read or not), so that reading
     /// a code of one of its accounts names no level (see [`crate::code`]).
     fn hold_code_table(&self, entry: &CatalogEntry) {
-        let m = &entry.manifest;
-        let (protocol::SnapshotKind::Delta { .. }, Some(summary)) = (m.kind, m.codes) else {
+        let Some(summary) = crate::code::delta_code_table(entry) else {
             return;
         };
         if self.codes.holds_table(&entry.id.url_form()) {
@@ -973,8 +968,7 @@ impl PrivateReader {
         let mut first = Ok(());
         for level in self.snapshots() {
             let entry = level.entry();
-            let m = &entry.manifest;
-            let (protocol::SnapshotKind::Delta { .. }, Some(summary)) = (m.kind, m.codes) else {
+            let Some(summary) = crate::code::delta_code_table(entry) else {
                 continue;
             };
             let most = self.limits.max_setup_bytes;
@@ -1214,8 +1208,7 @@ async fn keep_fresh(
 /// which (asked again a little later each time it does not answer), and
 /// adopts the catalog again with other chains set aside.
 async fn bind_to_source_chain(reader: Weak<PrivateReader>) {
-    let mut wait = std::time::Duration::from_millis(200);
-    loop {
+    for attempt in 0.. {
         let Some(strong) = reader.upgrade() else {
             return;
         };
@@ -1235,8 +1228,11 @@ async fn bind_to_source_chain(reader: Weak<PrivateReader>) {
             Err(e) => tracing::debug!(error = %e, "the upstream's chain id not known yet"),
         }
         drop(strong);
-        tokio::time::sleep(wait).await;
-        wait = (wait * 2).min(std::time::Duration::from_secs(30));
+        let (base, cap) = (
+            std::time::Duration::from_millis(200),
+            std::time::Duration::from_secs(30),
+        );
+        tokio::time::sleep(protocol::retry::backoff(base, cap, attempt)).await;
     }
 }
 

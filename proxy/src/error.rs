@@ -154,6 +154,23 @@ fn read_message(e: &ReadError) -> (String, Option<Value>) {
             Some(json!(reason)),
         ),
         ReadError::AmbiguousChain(chains) => (e.to_string(), Some(json!(chains))),
+        ReadError::NotCanonical { .. }
+        | ReadError::Unattested { .. }
+        | ReadError::Unreadable { .. }
+        | ReadError::Unbound { .. }
+        | ReadError::Unconfirmed { .. }
+        | ReadError::OtherChain { .. } => view_refused_message(e),
+        ReadError::Distrusted(reason) => (
+            "private reads stopped: the PIR server failed verification; restart the proxy or run `ethpir-proxy trust-reset` once you trust it again".into(),
+            Some(json!(reason)),
+        ),
+    }
+}
+
+/// [`read_message`] of a view the proxy does not read (not the chain's,
+/// not signed, not confirmed, not readable).
+fn view_refused_message(e: &ReadError) -> (String, Option<Value>) {
+    match e {
         ReadError::NotCanonical { block, view, node } => (
             "the PIR server's view is not the upstream's block: not read".into(),
             Some(json!({"block": block, "view_hash": view, "node_hash": node})),
@@ -165,7 +182,9 @@ fn read_message(e: &ReadError) -> (String, Option<Value>) {
             attesters,
         } => (
             "the PIR server's snapshot lacks the attestations this proxy requires: not read".into(),
-            Some(json!({"snapshot": snapshot, "signed": signed, "quorum": quorum, "attesters": attesters})),
+            Some(
+                json!({"snapshot": snapshot, "signed": signed, "quorum": quorum, "attesters": attesters}),
+            ),
         ),
         ReadError::Unreadable { snapshot, why } => (
             "the PIR server's snapshot is not read".into(),
@@ -184,10 +203,7 @@ fn read_message(e: &ReadError) -> (String, Option<Value>) {
             "the PIR server's snapshots are of another chain: not read".into(),
             Some(json!({"chain": chain, "catalog_chains": catalog})),
         ),
-        ReadError::Distrusted(reason) => (
-            "private reads stopped: the PIR server failed verification; restart the proxy or run `ethpir-proxy trust-reset` once you trust it again".into(),
-            Some(json!(reason)),
-        ),
+        other => (other.to_string(), None),
     }
 }
 
