@@ -16,21 +16,26 @@ use proxy::ProxyConfig;
 use serde_json::{json, Value};
 use test_support::{proxy_status, write_genesis, Anvil, ALL_DEV_ACCOUNTS};
 
-/// The level downloads a server has answered (setups, whole tables, code
-/// tables), from its own metrics.
+/// The level downloads (setups, whole tables, code tables) a server has
+/// been asked for, whatever it answered.
 async fn level_downloads(server: &str) -> u64 {
-    let text = reqwest::get(format!("{server}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let routes = ["setup", "table", "code_table"].map(|r| format!("route=\"{r}\""));
-    text.lines()
-        .filter(|l| l.starts_with("ethpir_http_requests_total"))
-        .filter(|l| routes.iter().any(|r| l.contains(r.as_str())))
-        .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
-        .sum()
+    let mut n = 0;
+    for route in ["setup", "table", "code_table"] {
+        n += route_requests(server, route, false).await;
+    }
+    n
+}
+
+/// A proxy of `server` with anvil as its upstream, idle after a second
+/// without a private read.
+fn idle_after_a_second(server: &str, anvil: &Anvil, cache: &std::path::Path) -> ProxyConfig {
+    ProxyConfig {
+        pir_server: server.to_string(),
+        upstream: Some(anvil.url.clone()),
+        cache_dir: cache.to_path_buf(),
+        idle_secs: 1.0,
+        ..Default::default()
+    }
 }
 
 async fn balance(url: &str, who: &str) -> Result<Value, String> {
@@ -46,47 +51,33 @@ async fn an_idle_proxy_downloads_no_level_and_catches_up_on_the_next_read() {
     let store = dir.path().join("store");
     let follower = Follower::start(follow_config(&store, &anvil.url, &genesis, 0, 4, 1000));
     let server = start_server(&store).await;
-    let cache = tempfile::tempdir().unwrap();
+    let caches = [(); 3].map(|()| tempfile::tempdir().unwrap());
     let proxy = start_proxy_with(ProxyConfig {
-        pir_server: server.clone(),
-        upstream: Some(anvil.url.clone()),
-        cache_dir: cache.path().to_path_buf(),
-        idle_secs: 1.0,
         idle_refresh_secs: 0.3,
         cover_lookups_per_hour: 3600.0 * 10.0,
-        ..Default::default()
+        ..idle_after_a_second(&server, &anvil, caches[0].path())
     })
     .await;
     // A second proxy that, idle, does not look at the catalog at all: its
     // next read must fetch it first.
-    let cache_two = tempfile::tempdir().unwrap();
     let asleep = start_proxy_with(ProxyConfig {
-        pir_server: server.clone(),
-        upstream: Some(anvil.url.clone()),
-        cache_dir: cache_two.path().to_path_buf(),
-        idle_secs: 1.0,
         idle_refresh_secs: 3600.0,
-        ..Default::default()
+        ..idle_after_a_second(&server, &anvil, caches[1].path())
     })
     .await;
     // A third that may answer `latest` from a view it holds up to 1000
     // blocks old: back from idle it answers at once from the view it had,
     // and the newest follows in the background.
-    let cache_three = tempfile::tempdir().unwrap();
     let lagging = start_proxy_with(ProxyConfig {
-        pir_server: server.clone(),
-        upstream: Some(anvil.url.clone()),
-        cache_dir: cache_three.path().to_path_buf(),
-        idle_secs: 1.0,
         idle_refresh_secs: 0.3,
         max_lag_blocks: Some(1000),
-        ..Default::default()
+        ..idle_after_a_second(&server, &anvil, caches[2].path())
     })
     .await;
     let fresh = format!("0x{}", "22".repeat(20));
     let who = [ALL_DEV_ACCOUNTS[0], ALL_DEV_ACCOUNTS[1], fresh.as_str()];
     let at_genesis = json!(anvil.balance(who[0], 0).await);
-    for url in [&proxy, &asleep] {
+    for url in [&proxy, &asleep, &lagging] {
         let got =
             test_support::eventually("a first read", || async { balance(url, who[0]).await.ok() })
                 .await;

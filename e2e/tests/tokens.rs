@@ -155,25 +155,9 @@ async fn queries_served(server: &str) -> u64 {
     served(server, "query").await
 }
 
-/// How many requests of `route` (its metric label) the server answered.
+/// Requests `server` answered with 200 on `route`.
 async fn served(server: &str, route: &str) -> u64 {
-    let label = format!("route=\"{route}\"");
-    let text = reqwest::Client::new()
-        .get(format!("{server}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .filter(|l| {
-            l.starts_with("ethpir_http_requests_total")
-                && l.contains(&label)
-                && l.contains("\"200\"")
-        })
-        .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
-        .sum()
+    route_requests(server, route, true).await
 }
 
 /// What viem reads through `url`: (token, holder, balance) one by one,

@@ -121,6 +121,17 @@ async fn client_for(http: &reqwest::Client, base: &str, id: &str) -> PirClient {
     PirClient::from_setup_bytes(&setup).unwrap()
 }
 
+/// The catalog and its ETag.
+async fn catalog_with_etag(http: &reqwest::Client, base: &str) -> (String, Catalog) {
+    let resp = http
+        .get(format!("{base}/v1/snapshots"))
+        .send()
+        .await
+        .unwrap();
+    let etag = resp.headers()["etag"].to_str().unwrap().to_string();
+    (etag, resp.json().await.unwrap())
+}
+
 async fn fetch_catalog(http: &reqwest::Client, base: &str) -> Catalog {
     let bytes = http
         .get(format!("{base}/v1/snapshots"))
@@ -363,13 +374,7 @@ async fn one_request_queries_every_level_of_a_view() {
     let base = start(dir.path(), 2, 16).await;
     let http = reqwest::Client::new();
 
-    let resp = http
-        .get(format!("{base}/v1/snapshots"))
-        .send()
-        .await
-        .unwrap();
-    let etag = resp.headers()["etag"].to_str().unwrap().to_string();
-    let catalog: Catalog = resp.json().await.unwrap();
+    let (etag, catalog) = catalog_with_etag(&http, &base).await;
     let top = catalog.views.last().unwrap();
     assert_eq!(top.block, 6);
     let listed: Vec<String> = top.snapshots.iter().map(|id| id.url_form()).collect();
@@ -652,21 +657,6 @@ async fn wallet(
     (status, values)
 }
 
-/// The catalog's ETag, and its entries as a client lists them.
-async fn catalog_with_etag(
-    http: &reqwest::Client,
-    base: &str,
-) -> (String, Vec<protocol::CatalogEntry>) {
-    let resp = http
-        .get(format!("{base}/v1/snapshots"))
-        .send()
-        .await
-        .unwrap();
-    let etag = resp.headers()["etag"].to_str().unwrap().to_string();
-    let catalog: Catalog = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
-    (etag, catalog.snapshots)
-}
-
 /// A client holding a catalog asks for what changed since (`If-None-Match`
 /// and the opt-in header): snapshots published and retired come as a
 /// difference which, applied to what it held, is the catalog as served
@@ -679,6 +669,7 @@ async fn a_catalog_comes_by_difference_from_one_held() {
     let base = start(dir.path(), 2, 8).await;
     let http = reqwest::Client::new();
     let (etag, held) = catalog_with_etag(&http, &base).await;
+    let held = held.snapshots;
     assert_eq!(held.len(), 2);
 
     // A new delta; the first delta retired.
@@ -693,7 +684,8 @@ async fn a_catalog_comes_by_difference_from_one_held() {
         .unwrap();
     store.remove(&first.id).unwrap();
     let (now, whole) = test_support::eventually("the server picks both up", || async {
-        let (etag, entries) = catalog_with_etag(&http, &base).await;
+        let (etag, catalog) = catalog_with_etag(&http, &base).await;
+        let entries = catalog.snapshots;
         let blocks: Vec<u64> = entries.iter().map(|e| e.id.block).collect();
         (blocks == [5, 7]).then_some((etag, entries))
     })

@@ -267,3 +267,20 @@ pub fn trickle(bytes: Bytes) -> axum::body::Body {
     });
     axum::body::Body::from_stream(chunks)
 }
+
+/// Requests a PIR server has answered on `route` (its metrics label), from
+/// its own `/metrics`: with status 200 only, or with any status.
+pub async fn route_requests(server: &str, route: &str, ok_only: bool) -> u64 {
+    let label = format!("route=\"{route}\"");
+    let text = reqwest::get(format!("{server}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("ethpir_http_requests_total") && l.contains(&label))
+        .filter(|l| !ok_only || l.contains("\"200\""))
+        .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+        .sum()
+}
