@@ -17,14 +17,8 @@ DIR=${DIR:-./server-bench-data}
 BIN=target/release
 cargo build --release --quiet --bin ethpir-server --bin server-bench
 store=$($BIN/server-bench --log2-accounts "$LOG2" --dir "$DIR" --build-only)
-work=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
+# $work, $pids and their cleanup on exit.
+source scripts/processes.sh
 
 # serve PORT ARGS...: an ethpir-server on 127.0.0.1:PORT, once it serves.
 serve() {

@@ -15,14 +15,8 @@ cd "$(dirname "$0")/.."
 secs=${1:-60}
 bin=${BIN:-target/release}
 anvil=.tools/node_modules/.bin/anvil
-work=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
+# $work, $pids and their cleanup on exit.
+source scripts/processes.sh
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 rpc() { curl -s -X POST "$1" -H 'content-type: application/json' -d "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"$2\",\"params\":$3}"; }
