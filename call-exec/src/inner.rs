@@ -1,0 +1,167 @@
+//! Inner calls: the top-level contract's calls to others, watched so
+//! that one whose reads cannot be answered privately is answered on its
+//! own, elsewhere, and the rest of a batch stays private.
+
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::rc::Rc;
+
+use alloy_primitives::Bytes;
+use revm::bytecode::opcode;
+use revm::context::ContextTr;
+use revm::interpreter::interpreter_types::Jumps;
+use revm::interpreter::{
+    CallInputs, CallOutcome, CallScheme, Gas, InstructionResult, Interpreter, InterpreterResult,
+    InterpreterTypes,
+};
+use revm::Inspector;
+
+use crate::{InnerAnswer, InnerCall, KnownState, Need, Unanswerable};
+
+/// What a run noted.
+#[derive(Debug, Default)]
+pub(crate) struct Trace {
+    /// Reads the state lacks, each once, in the order met.
+    pub(crate) misses: Vec<Need>,
+    seen: HashSet<Need>,
+    /// The first unanswerable read outside any inner call that could take
+    /// it apart.
+    pub(crate) unanswerable: Option<Unanswerable>,
+    /// Inner calls under which an unanswerable read was made.
+    pub(crate) inner_unanswerable: Vec<InnerCall>,
+    /// The inner call running, when it could be answered apart.
+    current: Option<InnerCall>,
+}
+
+impl Trace {
+    pub(crate) fn miss(&mut self, need: Need) {
+        if self.seen.insert(need) {
+            self.misses.push(need);
+        }
+    }
+
+    pub(crate) fn unanswerable(&mut self, why: Unanswerable) {
+        match &self.current {
+            Some(call) if !self.inner_unanswerable.contains(call) => {
+                self.inner_unanswerable.push(call.clone())
+            }
+            Some(_) => {}
+            None => {
+                self.unanswerable.get_or_insert(why);
+            }
+        }
+    }
+}
+
+/// Frames of the top-level call ([`Trace`]'s `current`), and the answers
+/// taken elsewhere put in place of their calls.
+pub(crate) struct InnerCalls<'a> {
+    known: &'a KnownState,
+    trace: Rc<RefCell<Trace>>,
+    /// Frames open: 1 inside the top-level call, 2 inside its calls.
+    depth: usize,
+    /// Something in the transaction changed state (a storage write, a
+    /// creation, value moved): an inner call after it could see other
+    /// state than a call of its own would, so it is not taken apart.
+    wrote: bool,
+    /// Whether the block's header is known: else its facts are
+    /// unanswerable.
+    header_known: bool,
+}
+
+/// Opcodes that read a fact only the block's header has.
+const HEADER_FACTS: [u8; 5] = [
+    opcode::COINBASE,
+    opcode::DIFFICULTY,
+    opcode::GASLIMIT,
+    opcode::BASEFEE,
+    opcode::BLOBBASEFEE,
+];
+
+/// Frames whose calls are the inner calls: the top-level contract's own.
+const INNER_DEPTH: usize = 2;
+
+impl<'a> InnerCalls<'a> {
+    pub(crate) fn new(
+        known: &'a KnownState,
+        trace: Rc<RefCell<Trace>>,
+        moves_value: bool,
+        header_known: bool,
+    ) -> Self {
+        InnerCalls {
+            known,
+            trace,
+            depth: 0,
+            wrote: moves_value,
+            header_known,
+        }
+    }
+}
+
+/// The outcome of an inner call answered elsewhere: its data, and no gas
+/// spent.
+fn answered(answer: &InnerAnswer, inputs: &CallInputs) -> CallOutcome {
+    let (result, output) = match answer {
+        InnerAnswer::Returned(data) => (InstructionResult::Return, data.clone()),
+        InnerAnswer::Reverted(data) => (InstructionResult::Revert, data.clone()),
+    };
+    CallOutcome::new(
+        InterpreterResult::new(result, output, Gas::new(inputs.gas_limit)),
+        inputs.return_memory_offset.clone(),
+    )
+}
+
+impl<CTX: ContextTr, INTR: InterpreterTypes> Inspector<CTX, INTR> for InnerCalls<'_> {
+    fn step(&mut self, interp: &mut Interpreter<INTR>, _context: &mut CTX) {
+        let op = interp.bytecode.opcode();
+        if !self.header_known && HEADER_FACTS.contains(&op) {
+            self.trace
+                .borrow_mut()
+                .unanswerable(Unanswerable::BlockField(op));
+        }
+        if matches!(
+            op,
+            opcode::SSTORE
+                | opcode::TSTORE
+                | opcode::CREATE
+                | opcode::CREATE2
+                | opcode::SELFDESTRUCT
+        ) {
+            self.wrote = true;
+        }
+    }
+
+    fn call(&mut self, context: &mut CTX, inputs: &mut CallInputs) -> Option<CallOutcome> {
+        self.depth += 1;
+        if inputs.transfers_value() && self.depth > 1 {
+            self.wrote = true;
+        }
+        if self.depth != INNER_DEPTH {
+            return None;
+        }
+        let apart = matches!(inputs.scheme, CallScheme::Call | CallScheme::StaticCall)
+            && !inputs.transfers_value()
+            && !self.wrote;
+        if !apart {
+            self.trace.borrow_mut().current = None;
+            return None;
+        }
+        let call = InnerCall {
+            caller: inputs.caller,
+            target: inputs.target_address,
+            input: Bytes::copy_from_slice(&inputs.input.as_bytes(context)),
+        };
+        if let Some(answer) = self.known.inner.get(&call) {
+            return Some(answered(answer, inputs));
+        }
+        self.trace.borrow_mut().current = Some(call);
+        None
+    }
+
+    fn call_end(&mut self, _context: &mut CTX, _inputs: &CallInputs, _outcome: &mut CallOutcome) {
+        if self.depth == INNER_DEPTH {
+            self.trace.borrow_mut().current = None;
+        }
+        self.depth = self.depth.saturating_sub(1);
+    }
+}

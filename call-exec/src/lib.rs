@@ -1,0 +1,394 @@
+//! Runs an `eth_call` in revm over state read privately, in rounds.
+//!
+//! The caller holds what it has read so far ([`KnownState`]: accounts,
+//! their code, storage words, and the answers of inner calls that went
+//! their own way). [`run`] executes the call over it. Every read the
+//! state lacks is noted and answered as "absent" for the rest of that run
+//! (whose result is then thrown away): the outcome is the whole list of
+//! reads to make ([`Outcome::Needs`]), which the caller fetches in one
+//! private request and runs again. Most calls settle in two or three
+//! rounds: the contract's account and code, then a proxy's
+//! implementation, then the mappings.
+//!
+//! What the state can never answer privately (a storage word of a
+//! contract whose storage the snapshot does not hold, an old block's
+//! hash) ends the run as [`Outcome::Unanswerable`], never as a zero
+//! read. Inside a batch, it is the inner call that made the read which
+//! is set apart ([`Outcome::Needs`]`::inner`): a call of the top-level
+//! contract to another one ([`InnerCall`]), made before anything in the
+//! transaction wrote state, so that its answer taken elsewhere (the
+//! upstream node, or a failure under private-only settings) is the one it
+//! would have given here. The next run uses that answer in its place and
+//! the rest of the batch stays private.
+//!
+//! Semantics are geth's `eth_call`: no nonce or sender-code checks, no
+//! block gas limit, a gas cap of [`GAS_CAP`], a zero base fee when the
+//! call names no gas price (so that it pays nothing), the zero address as
+//! the sender when none is given.
+
+#![forbid(unsafe_code)]
+
+mod db;
+mod inner;
+mod spec;
+
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
+
+use alloy_primitives::{keccak256, Address, Bytes, B256, U256};
+use revm::bytecode::Bytecode;
+use revm::context::result::{ExecutionResult, HaltReason, OutOfGasError};
+use revm::context::{BlockEnv, CfgEnv, TxEnv};
+use revm::primitives::TxKind;
+use revm::{Context, InspectEvm, MainBuilder, MainContext};
+
+pub use revm::primitives::hardfork::SpecId;
+pub use spec::spec_for;
+
+/// geth's default `--rpc.gascap`: the gas of a call that names none, and
+/// the most one may name.
+pub const GAS_CAP: u64 = 50_000_000;
+
+/// The block a call runs in: what the view's manifest says (number,
+/// time, chain), and its header when one was fetched and checked against
+/// the block hash the view names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockContext {
+    pub chain_id: u64,
+    pub number: u64,
+    pub timestamp: u64,
+    /// `None`: no header could be had (no upstream node); a call that
+    /// reads a fact only the header has is unanswerable
+    /// ([`Unanswerable::BlockField`]).
+    pub header: Option<HeaderFacts>,
+}
+
+/// What a call may read of its block's header.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeaderFacts {
+    /// `None` before London.
+    pub base_fee: Option<u64>,
+    pub coinbase: Address,
+    /// The header's mix hash: PREVRANDAO after the merge.
+    pub mix_hash: B256,
+    pub difficulty: U256,
+    pub gas_limit: u64,
+    /// BLOCKHASH of the block before (the only one a call may ask).
+    pub parent_hash: B256,
+    /// `None` before Cancun.
+    pub excess_blob_gas: Option<u64>,
+}
+
+/// What an `eth_call` asks, as a wallet sends it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CallArgs {
+    pub from: Option<Address>,
+    pub to: Address,
+    pub gas: Option<u64>,
+    pub gas_price: Option<u128>,
+    pub max_fee_per_gas: Option<u128>,
+    pub max_priority_fee_per_gas: Option<u128>,
+    pub value: U256,
+    pub input: Bytes,
+}
+
+/// An account as read privately.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AccountFacts {
+    /// In the state at all (an absent account reads as no account).
+    pub exists: bool,
+    pub balance: U256,
+    pub nonce: u64,
+    /// Whether it has code (its bytes are a read of their own).
+    pub has_code: bool,
+}
+
+/// A read the state lacks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Need {
+    Account(Address),
+    /// The code of an account read with `has_code`.
+    Code(Address),
+    Slot {
+        contract: Address,
+        slot: B256,
+    },
+}
+
+/// A call the top-level contract made to another contract, answered
+/// elsewhere because something under it is unanswerable privately.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct InnerCall {
+    /// The contract that made it (the top-level one).
+    pub caller: Address,
+    pub target: Address,
+    pub input: Bytes,
+}
+
+/// An inner call's answer, taken elsewhere.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InnerAnswer {
+    Returned(Bytes),
+    Reverted(Bytes),
+}
+
+/// Why a call cannot be answered privately.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unanswerable {
+    /// It reads storage of a contract whose storage is not held.
+    Storage(Address),
+    /// It asks the hash of a block other than the one before (or of that
+    /// one without a header).
+    BlockHash(u64),
+    /// It reads a fact of the block only its header has, without one
+    /// (the opcode).
+    BlockField(u8),
+}
+
+/// What the state holds: every read so far, and the contracts whose whole
+/// storage may be read.
+#[derive(Clone, Debug, Default)]
+pub struct KnownState {
+    accounts: HashMap<Address, AccountFacts>,
+    codes: HashMap<Address, (B256, Bytecode)>,
+    slots: HashMap<(Address, B256), U256>,
+    held: HashSet<Address>,
+    inner: HashMap<InnerCall, InnerAnswer>,
+}
+
+impl KnownState {
+    /// A state that may read the storage of `held` contracts.
+    pub fn new(held: impl IntoIterator<Item = Address>) -> Self {
+        KnownState {
+            held: held.into_iter().collect(),
+            ..Default::default()
+        }
+    }
+
+    pub fn add_account(&mut self, address: Address, facts: AccountFacts) {
+        self.accounts.insert(address, facts);
+    }
+
+    pub fn add_code(&mut self, address: Address, code: Bytes) {
+        let hash = keccak256(&code);
+        self.codes.insert(
+            address,
+            (hash, Bytecode::new_raw_checked(code).unwrap_or_default()),
+        );
+    }
+
+    pub fn add_slot(&mut self, contract: Address, slot: B256, word: U256) {
+        self.slots.insert((contract, slot), word);
+    }
+
+    pub fn add_inner(&mut self, call: InnerCall, answer: InnerAnswer) {
+        self.inner.insert(call, answer);
+    }
+
+    pub fn account(&self, address: &Address) -> Option<&AccountFacts> {
+        self.accounts.get(address)
+    }
+
+    /// Whether `contract`'s storage may be read.
+    pub fn holds(&self, contract: &Address) -> bool {
+        self.held.contains(contract)
+    }
+
+    /// Accounts, codes and words held.
+    pub fn len(&self) -> usize {
+        self.accounts.len() + self.codes.len() + self.slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A call's end, as the node reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CallResult {
+    Success {
+        output: Bytes,
+        gas_used: u64,
+    },
+    Revert {
+        output: Bytes,
+        gas_used: u64,
+    },
+    /// It ran out of gas, or hit an invalid instruction: geth's message.
+    Halt {
+        message: String,
+        gas_used: u64,
+    },
+    /// The call was refused before running (e.g. the sender cannot pay
+    /// the value): geth's message.
+    Invalid {
+        message: String,
+    },
+}
+
+/// What one run gives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Done(CallResult),
+    /// Reads to make and inner calls to answer elsewhere, then run again.
+    Needs {
+        reads: Vec<Need>,
+        inner: Vec<InnerCall>,
+    },
+    Unanswerable(Unanswerable),
+}
+
+/// Runs `args` in `block` over `known`.
+pub fn run(block: &BlockContext, spec: SpecId, args: &CallArgs, known: &KnownState) -> Outcome {
+    let trace = Rc::new(RefCell::new(inner::Trace::default()));
+    let db = db::RoundDb::new(known, block, trace.clone());
+    let inspector = inner::InnerCalls::new(
+        known,
+        trace.clone(),
+        !args.value.is_zero(),
+        block.header.is_some(),
+    );
+    let mut evm = Context::mainnet()
+        .with_db(db)
+        .with_cfg(call_cfg(block, spec))
+        .with_block(block_env(block, spec, args))
+        .build_mainnet_with_inspector(inspector);
+    let result = evm.inspect_tx(tx_env(block, args));
+    drop(evm);
+    let trace = trace.take();
+    if !trace.misses.is_empty() {
+        return Outcome::Needs {
+            reads: trace.misses,
+            inner: Vec::new(),
+        };
+    }
+    if let Some(why) = trace.unanswerable {
+        return Outcome::Unanswerable(why);
+    }
+    if !trace.inner_unanswerable.is_empty() {
+        return Outcome::Needs {
+            reads: Vec::new(),
+            inner: trace.inner_unanswerable,
+        };
+    }
+    Outcome::Done(match result {
+        Ok(done) => call_result(done.result),
+        Err(e) => CallResult::Invalid {
+            message: invalid_message(&e.to_string()),
+        },
+    })
+}
+
+/// geth's `eth_call` settings.
+fn call_cfg(block: &BlockContext, spec: SpecId) -> CfgEnv {
+    let mut cfg = CfgEnv::new_with_spec(spec);
+    cfg.chain_id = block.chain_id;
+    cfg.disable_nonce_check = true;
+    cfg.disable_base_fee = true;
+    cfg.disable_eip3607 = true;
+    cfg.disable_block_gas_limit = true;
+    // The gas cap is the call's own (GAS_CAP), not a transaction's.
+    cfg.tx_gas_limit_cap = Some(u64::MAX);
+    cfg
+}
+
+/// The block as its header says; a call that names no gas price sees a
+/// zero base fee (as geth gives it, so that it pays nothing). Without a
+/// header, the facts only it has are zero (and reading them is
+/// unanswerable, see [`inner`]).
+fn block_env(block: &BlockContext, spec: SpecId, args: &CallArgs) -> BlockEnv {
+    let priced = args.gas_price.is_some() || args.max_fee_per_gas.is_some();
+    let mut env = BlockEnv {
+        number: U256::from(block.number),
+        timestamp: U256::from(block.timestamp),
+        gas_limit: GAS_CAP,
+        basefee: 0,
+        prevrandao: spec.is_enabled_in(SpecId::MERGE).then_some(B256::ZERO),
+        ..Default::default()
+    };
+    let blobs = spec.is_enabled_in(SpecId::CANCUN);
+    let excess = block.header.as_ref().and_then(|h| h.excess_blob_gas);
+    env.blob_excess_gas_and_price = None;
+    if blobs {
+        env.set_blob_excess_gas_and_price(excess.unwrap_or(0), spec::blob_update_fraction(spec));
+    }
+    let Some(header) = &block.header else {
+        return env;
+    };
+    env.beneficiary = header.coinbase;
+    env.gas_limit = header.gas_limit;
+    env.difficulty = header.difficulty;
+    if priced {
+        env.basefee = header.base_fee.unwrap_or(0);
+    }
+    if spec.is_enabled_in(SpecId::MERGE) {
+        env.prevrandao = Some(header.mix_hash);
+    }
+    env
+}
+
+fn tx_env(block: &BlockContext, args: &CallArgs) -> TxEnv {
+    let dynamic = args.max_fee_per_gas.is_some() || args.max_priority_fee_per_gas.is_some();
+    TxEnv {
+        tx_type: if dynamic { 2 } else { 0 },
+        caller: args.from.unwrap_or_default(),
+        gas_limit: args.gas.unwrap_or(GAS_CAP).min(GAS_CAP),
+        gas_price: match dynamic {
+            true => args.max_fee_per_gas.unwrap_or(0),
+            false => args.gas_price.unwrap_or(0),
+        },
+        gas_priority_fee: dynamic.then(|| args.max_priority_fee_per_gas.unwrap_or(0)),
+        kind: TxKind::Call(args.to),
+        value: args.value,
+        data: args.input.clone(),
+        chain_id: Some(block.chain_id),
+        ..Default::default()
+    }
+}
+
+fn call_result(result: ExecutionResult) -> CallResult {
+    match result {
+        ExecutionResult::Success { output, gas, .. } => CallResult::Success {
+            output: output.into_data(),
+            gas_used: gas.tx_gas_used(),
+        },
+        ExecutionResult::Revert { output, gas, .. } => CallResult::Revert {
+            output,
+            gas_used: gas.tx_gas_used(),
+        },
+        ExecutionResult::Halt { reason, gas, .. } => CallResult::Halt {
+            message: halt_message(&reason),
+            gas_used: gas.tx_gas_used(),
+        },
+    }
+}
+
+/// geth's words for a halt.
+fn halt_message(reason: &HaltReason) -> String {
+    match reason {
+        HaltReason::OutOfGas(OutOfGasError::Basic | OutOfGasError::Memory) => "out of gas".into(),
+        HaltReason::OutOfGas(_) => "out of gas".into(),
+        HaltReason::OpcodeNotFound | HaltReason::InvalidFEOpcode => "invalid opcode".into(),
+        HaltReason::StackUnderflow => "stack underflow".into(),
+        HaltReason::StackOverflow => "stack limit reached 1024".into(),
+        HaltReason::InvalidJump => "invalid jump destination".into(),
+        HaltReason::CallTooDeep => "max call depth exceeded".into(),
+        HaltReason::StateChangeDuringStaticCall => "write protection".into(),
+        HaltReason::OutOfOffset => "return data out of bounds".into(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// geth's words for a refused call, where revm's say the same thing.
+fn invalid_message(revm: &str) -> String {
+    if revm.contains("lack of funds") {
+        "insufficient funds for gas * price + value".into()
+    } else {
+        revm.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,259 @@
+use alloy_primitives::{address, b256, bytes, Address, Bytes, B256, U256};
+
+use super::*;
+
+fn block() -> BlockContext {
+    BlockContext {
+        chain_id: 31337,
+        number: 100,
+        timestamp: 1_800_000_000,
+        header: Some(HeaderFacts {
+            base_fee: Some(7),
+            coinbase: address!("00000000000000000000000000000000000000c0"),
+            mix_hash: b256!("1111111111111111111111111111111111111111111111111111111111111111"),
+            difficulty: U256::ZERO,
+            gas_limit: 30_000_000,
+            parent_hash: b256!("2222222222222222222222222222222222222222222222222222222222222222"),
+            excess_blob_gas: Some(0),
+        }),
+    }
+}
+
+const CONTRACT: Address = address!("00000000000000000000000000000000000000aa");
+const OTHER: Address = address!("00000000000000000000000000000000000000bb");
+
+fn contract(known: &mut KnownState, at: Address, code: Bytes) {
+    known.add_account(
+        at,
+        AccountFacts {
+            exists: true,
+            balance: U256::ZERO,
+            nonce: 1,
+            has_code: true,
+        },
+    );
+    known.add_code(at, code);
+}
+
+/// Runs until done, answering reads from `answer` and counting rounds.
+fn settle(
+    known: &mut KnownState,
+    args: &CallArgs,
+    answer: impl Fn(&Need, &mut KnownState),
+) -> (Outcome, usize) {
+    settle_in(&block(), known, args, answer)
+}
+
+fn settle_in(
+    block: &BlockContext,
+    known: &mut KnownState,
+    args: &CallArgs,
+    answer: impl Fn(&Need, &mut KnownState),
+) -> (Outcome, usize) {
+    for round in 1..10 {
+        match run(block, SpecId::PRAGUE, args, known) {
+            Outcome::Needs { reads, inner } if inner.is_empty() => {
+                for need in &reads {
+                    answer(need, known);
+                }
+            }
+            other => return (other, round),
+        }
+    }
+    panic!("no end in 10 rounds")
+}
+
+fn absent(need: &Need, known: &mut KnownState) {
+    if let Need::Account(a) = need {
+        known.add_account(
+            *a,
+            AccountFacts {
+                exists: false,
+                balance: U256::ZERO,
+                nonce: 0,
+                has_code: false,
+            },
+        );
+    }
+}
+
+#[test]
+fn a_slot_read_is_gathered_then_answered() {
+    // SLOAD(0), return it: PUSH0 SLOAD PUSH0 MSTORE PUSH1 32 PUSH0 RETURN
+    let mut known = KnownState::new([CONTRACT]);
+    contract(&mut known, CONTRACT, bytes!("5f545f5260205ff3"));
+    let args = CallArgs {
+        to: CONTRACT,
+        ..Default::default()
+    };
+    let (outcome, rounds) = settle(&mut known, &args, |need, known| match need {
+        Need::Slot { contract, slot } => known.add_slot(*contract, *slot, U256::from(42)),
+        other => absent(other, known),
+    });
+    let Outcome::Done(CallResult::Success { output, .. }) = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(U256::from_be_slice(&output), U256::from(42));
+    assert_eq!(rounds, 2, "the sender, coinbase and slot in one round");
+}
+
+#[test]
+fn storage_not_held_is_unanswerable_never_zero() {
+    let mut known = KnownState::new([]);
+    contract(&mut known, CONTRACT, bytes!("5f545f5260205ff3"));
+    let args = CallArgs {
+        to: CONTRACT,
+        ..Default::default()
+    };
+    let (outcome, _) = settle(&mut known, &args, absent);
+    assert_eq!(
+        outcome,
+        Outcome::Unanswerable(Unanswerable::Storage(CONTRACT))
+    );
+}
+
+/// Code that calls `OTHER` with no input and returns its first word, or
+/// reverts with 0xdead when the call failed.
+fn caller_of_other() -> Bytes {
+    // PUSH1 32 PUSH0 PUSH0 PUSH0 PUSH20 OTHER GAS STATICCALL
+    // ISZERO PUSH1 fail JUMPI PUSH1 32 PUSH0 RETURN
+    // fail: JUMPDEST PUSH2 dead PUSH0 MSTORE PUSH1 2 PUSH1 30 REVERT
+    let mut code = vec![0x60, 0x20, 0x5f, 0x5f, 0x5f, 0x73];
+    code.extend_from_slice(OTHER.as_slice());
+    code.extend_from_slice(&[0x5a, 0xfa, 0x15, 0x60, 0x00, 0x57, 0x60, 0x20, 0x5f, 0xf3]);
+    let fail = code.len() as u8;
+    let at = code.len() - 6;
+    code[at] = fail;
+    code.extend_from_slice(&[
+        0x5b, 0x61, 0xde, 0xad, 0x5f, 0x52, 0x60, 0x02, 0x60, 0x1e, 0xfd,
+    ]);
+    Bytes::from(code)
+}
+
+#[test]
+fn an_inner_call_reading_storage_not_held_is_set_apart_and_answered_elsewhere() {
+    let mut known = KnownState::new([]);
+    contract(&mut known, CONTRACT, caller_of_other());
+    contract(&mut known, OTHER, bytes!("5f545f5260205ff3"));
+    let args = CallArgs {
+        to: CONTRACT,
+        ..Default::default()
+    };
+    let (outcome, _) = settle(&mut known, &args, absent);
+    let Outcome::Needs { inner, reads } = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert!(reads.is_empty());
+    let call = InnerCall {
+        caller: CONTRACT,
+        target: OTHER,
+        input: Bytes::new(),
+    };
+    assert_eq!(inner, vec![call.clone()]);
+
+    // Answered elsewhere: its data in place of the call.
+    let mut answered = known.clone();
+    let word = B256::with_last_byte(9);
+    answered.add_inner(call.clone(), InnerAnswer::Returned(Bytes::from(word.0)));
+    let Outcome::Done(CallResult::Success { output, .. }) =
+        run(&block(), SpecId::PRAGUE, &args, &answered)
+    else {
+        panic!("not done")
+    };
+    assert_eq!(output.as_ref(), word.as_slice());
+
+    // Failed (private-only settings): the caller sees a failed call.
+    known.add_inner(call, InnerAnswer::Reverted(Bytes::new()));
+    let outcome = run(&block(), SpecId::PRAGUE, &args, &known);
+    assert_eq!(
+        outcome,
+        Outcome::Done(CallResult::Revert {
+            output: bytes!("dead"),
+            gas_used: match &outcome {
+                Outcome::Done(CallResult::Revert { gas_used, .. }) => *gas_used,
+                _ => 0,
+            }
+        })
+    );
+}
+
+#[test]
+fn only_the_block_before_has_a_hash() {
+    // PUSH1 n BLOCKHASH PUSH0 MSTORE PUSH1 32 PUSH0 RETURN
+    let code = |n: u8| Bytes::from(vec![0x60, n, 0x40, 0x5f, 0x52, 0x60, 0x20, 0x5f, 0xf3]);
+    let mut known = KnownState::new([]);
+    contract(&mut known, CONTRACT, code(99));
+    let args = CallArgs {
+        to: CONTRACT,
+        ..Default::default()
+    };
+    let (outcome, _) = settle(&mut known, &args, absent);
+    let Outcome::Done(CallResult::Success { output, .. }) = outcome else {
+        panic!("{outcome:?}")
+    };
+    let parent = block().header.unwrap().parent_hash;
+    assert_eq!(output.as_ref(), parent.as_slice());
+    contract(&mut known, CONTRACT, code(98));
+    let (outcome, _) = settle(&mut known, &args, absent);
+    assert_eq!(outcome, Outcome::Unanswerable(Unanswerable::BlockHash(98)));
+}
+
+#[test]
+fn the_sender_must_hold_the_value_sent() {
+    let mut known = KnownState::new([]);
+    contract(&mut known, CONTRACT, bytes!("00"));
+    let args = CallArgs {
+        to: CONTRACT,
+        value: U256::from(5),
+        from: Some(OTHER),
+        ..Default::default()
+    };
+    let (outcome, _) = settle(&mut known, &args, absent);
+    assert_eq!(
+        outcome,
+        Outcome::Done(CallResult::Invalid {
+            message: "insufficient funds for gas * price + value".into()
+        })
+    );
+}
+
+#[test]
+fn mainnet_forks_by_block_and_time() {
+    assert_eq!(spec_for(1, 100, 0, SpecId::OSAKA), SpecId::FRONTIER);
+    assert_eq!(spec_for(1, 13_000_000, 0, SpecId::OSAKA), SpecId::LONDON);
+    assert_eq!(
+        spec_for(1, 20_000_000, 1_720_000_000, SpecId::OSAKA),
+        SpecId::CANCUN
+    );
+    assert_eq!(
+        spec_for(1, 23_000_000, 1_800_000_000, SpecId::OSAKA),
+        SpecId::OSAKA
+    );
+    assert_eq!(spec_for(31337, 1, 0, SpecId::PRAGUE), SpecId::PRAGUE);
+}
+
+#[test]
+fn without_a_header_its_facts_are_unanswerable() {
+    // COINBASE PUSH0 MSTORE PUSH1 32 PUSH0 RETURN
+    let mut known = KnownState::new([]);
+    contract(&mut known, CONTRACT, bytes!("415f5260205ff3"));
+    let args = CallArgs {
+        to: CONTRACT,
+        ..Default::default()
+    };
+    let headless = BlockContext {
+        header: None,
+        ..block()
+    };
+    let (outcome, _) = settle_in(&headless, &mut known, &args, absent);
+    assert_eq!(
+        outcome,
+        Outcome::Unanswerable(Unanswerable::BlockField(0x41))
+    );
+    // With it, the header's coinbase.
+    let (outcome, _) = settle(&mut known, &args, absent);
+    let Outcome::Done(CallResult::Success { output, .. }) = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(&output[12..], block().header.unwrap().coinbase.as_slice());
+}
