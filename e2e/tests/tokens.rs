@@ -63,15 +63,15 @@ fn wide_word() -> U256 {
     U256::from(1u8) << 200
 }
 
-/// The test's genesis: test-support's, plus the listed contract.
-fn write_genesis_with_store(path: &Path) {
+/// The test's genesis: test-support's, plus the listed contract and
+/// Multicall3 at its canonical address (as on mainnet, where its creation
+/// long precedes any snapshot).
+async fn write_genesis_with_store(path: &Path) {
     write_genesis(path);
     let mut genesis: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
-    // Multicall3's account exists from genesis: on mainnet its creation
-    // made it (nonce 1), here anvil_setCode puts its code there later,
-    // which no block's trace shows to the follower. The proxy answers a
-    // call to Multicall3 only where its account exists (else `0x`).
-    genesis["alloc"][MULTICALL3.to_string()] = json!({"balance": "0x1"});
+    let multicall = test_support::runtime_code(&test_support::multicall3_bytecode()).await;
+    genesis["alloc"][MULTICALL3.to_string()] =
+        json!({"balance": "0x1", "nonce": "0x1", "code": multicall});
     genesis["alloc"][STORE] = json!({
         "balance": "0x0",
         "code": "0x00",
@@ -92,17 +92,6 @@ async fn send(anvil: &Anvil, from: usize, to: Address, data: Vec<u8>) {
     anvil
         .transact(DEV_ACCOUNTS[from], Some(&to.to_string()), &data)
         .await;
-}
-
-/// Multicall3 at its canonical address: viem's creation code deployed,
-/// its runtime code set there (its account exists from genesis: see
-/// [`write_genesis_with_store`]).
-async fn install_multicall3(anvil: &Anvil) {
-    let deployed = anvil
-        .deploy(DEV_ACCOUNTS[3], &test_support::multicall3_bytecode())
-        .await;
-    let code = anvil.rpc("eth_getCode", json!([deployed, "latest"])).await;
-    anvil.rpc("anvil_setCode", json!([MULTICALL3, code])).await;
 }
 
 /// An OpenZeppelin ERC-20 (the preset with mint) deployed by dev account 0.
@@ -184,10 +173,9 @@ fn viem_balances(url: &str, block: u64, tokens: &[Address], holders: &[Address])
 async fn wallets_read_token_balances_privately_through_viem() {
     let dir = tempfile::tempdir().unwrap();
     let genesis = dir.path().join("genesis.json");
-    write_genesis_with_store(&genesis);
+    write_genesis_with_store(&genesis).await;
     let anvil =
         Anvil::start_with(&["--init", genesis.to_str().unwrap(), "--chain-id", "4242"]).await;
-    install_multicall3(&anvil).await;
 
     // The listed tokens are the next two contracts dev account 0 creates.
     let nonce = test_support::quantity(

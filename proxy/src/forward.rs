@@ -26,9 +26,17 @@ use crate::calls::Answerable;
 use crate::config::MAX_RESPONSE_BYTES;
 use crate::config::{UpstreamMethods, ADDRESS_READS};
 use crate::error::ProxyError;
+use crate::execute;
 use crate::rpc::{private_params, Prefetched};
 use crate::storage;
 use crate::upstream::Upstream;
+
+/// A storage read a rule planned, and its keys' results when a batch
+/// read them ahead.
+type Planned = (
+    storage::StorageRead,
+    Option<Vec<Result<ethpir_client::KeyState, ReadError>>>,
+);
 use ethpir_client::PrivateReader;
 use ethpir_client::{BlockSelector, ReadError};
 
@@ -49,6 +57,8 @@ pub struct ForwardPolicy {
     /// The BalanceChecker's address set by the user (else the chain's
     /// known one, see [`protocol::tokens::known_balance_checker`]).
     pub balance_checker: Option<Address>,
+    /// Runs `eth_call`s over privately read state.
+    pub executor: crate::execute::Executor,
 }
 
 impl ForwardPolicy {
@@ -133,6 +143,11 @@ where
                 storage::plan(&copy.method, copy.params.as_deref(), answerable).map(|r| (r, None))
             }
         };
+        if copy.method == "eth_call" {
+            if let Some((args, sel)) = execute::call_of(copy.params.as_deref()) {
+                return self.execute_call(copy, args, sel, planned).await;
+            }
+        }
         if let Some((read, ahead)) = planned {
             return self.answer_storage(copy, read, ahead).await;
         }
@@ -218,6 +233,73 @@ where
             }
             Err(e) => {
                 tracing::info!(method = %call.method, error = %e, "private read failed");
+                MethodResponse::error(call.id, ProxyError::from(e))
+            }
+        }
+    }
+
+    /// An `eth_call` run here over privately read state: the node's answer
+    /// (its return data, or its revert); what cannot be answered privately
+    /// takes `eth_call`'s fallback (upstream when `upstream_methods`
+    /// allows it, else an error). A rule's plan (`planned`) only says which
+    /// keys to read first, or gives them read with a batch's.
+    async fn execute_call(
+        &self,
+        call: CallCopy,
+        args: call_exec::CallArgs,
+        sel: BlockSelector,
+        planned: Option<Planned>,
+    ) -> MethodResponse {
+        let reader = &self.policy.reader;
+        if let Some(reason) = reader.distrusted() {
+            return MethodResponse::error(call.id, ProxyError::from(ReadError::Distrusted(reason)));
+        }
+        let Some(answerable) = self.policy.answerable(&sel) else {
+            tracing::info!(contract = %args.to, "eth_call: no view at that block; taking the fallback");
+            return self.forward(call).await;
+        };
+        let held = answerable.storage.all_contracts();
+        let (first, ahead) = match planned {
+            Some((read, Some(results))) => {
+                let read_ok = read.keys.into_iter().zip(results);
+                (
+                    Vec::new(),
+                    read_ok.filter_map(|(k, r)| Some((k, r.ok()?))).collect(),
+                )
+            }
+            Some((read, None)) => (read.keys, Vec::new()),
+            None => (Vec::new(), Vec::new()),
+        };
+        let executor = &self.policy.executor;
+        match executor.execute(&args, &sel, held, first, ahead).await {
+            Ok(execute::Executed::Answered(done)) => {
+                tracing::info!(
+                    contract = %args.to,
+                    rounds = done.rounds,
+                    keys = done.keys,
+                    inner_apart = done.inner_apart,
+                    snapshot = %done.snapshot,
+                    "eth_call executed privately"
+                );
+                match execute::node_answer(&done.result) {
+                    Ok(data) => MethodResponse::response(
+                        call.id,
+                        ResponsePayload::success(data),
+                        MAX_RESPONSE_BYTES,
+                    ),
+                    Err(reverted) => MethodResponse::error(call.id, reverted),
+                }
+            }
+            Ok(execute::Executed::NotPrivate(why)) => {
+                tracing::info!(contract = %args.to, %why, "eth_call not answerable privately; taking the fallback");
+                self.forward(call).await
+            }
+            Err(e) if e.is_unanswerable() => {
+                tracing::info!(contract = %args.to, error = %e, "eth_call not answerable privately; taking the fallback");
+                self.forward(call).await
+            }
+            Err(e) => {
+                tracing::info!(contract = %args.to, error = %e, "private read failed");
                 MethodResponse::error(call.id, ProxyError::from(e))
             }
         }

@@ -16,6 +16,7 @@ pub mod calls;
 pub mod config;
 pub mod envelope;
 pub mod error;
+pub mod execute;
 pub mod forward;
 pub mod replay;
 pub mod rpc;
@@ -115,7 +116,15 @@ async fn run_until(
         reader: reader.clone(),
         upstream: upstream.clone(),
     });
+    // An inner call of a batch that cannot be answered privately goes
+    // upstream on its own where eth_call may go upstream at all.
+    let inner = match (&upstream, config.upstream_methods) {
+        (Some(_), config::UpstreamMethods::All) => execute::InnerPolicy::Upstream,
+        _ => execute::InnerPolicy::Fail,
+    };
+    let executor = execute::Executor::new(reader.clone(), upstream.clone(), inner);
     let policy = Arc::new(ForwardPolicy {
+        executor,
         reader,
         upstream,
         local: module.method_names().collect(),

@@ -142,7 +142,7 @@ pub fn plan(
 }
 
 /// The block parameter at `at` (absent or null: latest).
-fn block_at(params: &[Value], at: usize) -> Option<BlockSelector> {
+pub(crate) fn block_at(params: &[Value], at: usize) -> Option<BlockSelector> {
     match params.get(at) {
         None | Some(Value::Null) => Some(BlockSelector::Newest),
         Some(v) => serde_json::from_value::<BlockId>(v.clone())

@@ -80,6 +80,16 @@ pub fn multicall3_bytecode() -> Vec<u8> {
     hex_bytes(&text[start..end])
 }
 
+/// The runtime code `init_code` deploys, as a hex string: run on a
+/// throwaway anvil (for a genesis file that holds a contract from the
+/// start, as mainnet's holds Multicall3).
+pub async fn runtime_code(init_code: &[u8]) -> String {
+    let anvil = Anvil::start().await;
+    let deployed = anvil.deploy(DEV_ACCOUNTS[0], init_code).await;
+    let code = anvil.rpc("eth_getCode", json!([deployed, "latest"])).await;
+    code.as_str().expect("hex code").to_string()
+}
+
 fn hex_bytes(hex: &str) -> Vec<u8> {
     let digits = hex.trim_start_matches("0x").as_bytes();
     assert!(digits.len().is_multiple_of(2), "odd hex");

@@ -1,0 +1,594 @@
+//! `eth_call` executed here: the contract's own code run in revm
+//! ([`call_exec`]) over state read privately from one view, in rounds.
+//! Each round reads every account and storage word the last run lacked in
+//! one PIR request (padded like any other, with its canaries), and the
+//! code of every contract account it read; answers are kept per base
+//! (the reader's kept answers), so repeats cost nothing. The block is the
+//! view's: its header, fetched from the upstream by the hash the view
+//! names and checked against it, gives coinbase, base fee, prevrandao and
+//! gas limit (without an upstream, a call that reads them is not
+//! answered privately).
+//!
+//! A call that cannot be answered privately (storage of a contract the
+//! view does not hold, another block's hash, the bound on rounds or keys)
+//! takes the configured fallback, decided by the caller; the log names the
+//! contract, never the caller. Inside a batch (any contract calling
+//! others: Multicall3, Multicall2, the BalanceChecker), only the inner
+//! calls that cannot be answered go their own way ([`InnerPolicy`]).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use alloy_primitives::{Address, Bytes, B256, U256};
+use call_exec::{
+    AccountFacts, BlockContext, CallArgs, CallResult, HeaderFacts, InnerAnswer, InnerCall,
+    KnownState, Need, Outcome, SpecId, Unanswerable,
+};
+use ethpir_client::levels::ViewClient;
+use ethpir_client::{AccountState, BlockSelector, KeyState, PrivateReader, ReadError, ReadKey};
+use protocol::CodeRef;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use crate::upstream::Upstream;
+
+/// Most runs of one call (the first included): a proxy slot, an
+/// implementation, mappings, nested calls settle well within it.
+pub const MAX_ROUNDS: usize = 8;
+/// Most keys (accounts and words) one call reads.
+pub const MAX_KEYS: usize = 1024;
+/// Headers kept (by hash).
+const HEADERS_KEPT: usize = 64;
+
+/// How an inner call that cannot be answered privately is answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InnerPolicy {
+    /// Asked of the upstream on its own (the configured fallback of
+    /// `eth_call` is the upstream): only that call is sent.
+    Upstream,
+    /// It fails (private-only settings): `success = false` inside a
+    /// batch, the BalanceChecker's 0.
+    Fail,
+}
+
+/// What executing a call gave.
+#[derive(Debug)]
+pub enum Executed {
+    Answered(Answered),
+    /// Not answerable privately: why (names a contract, never the caller).
+    NotPrivate(String),
+}
+
+/// A call answered, and what it cost.
+#[derive(Debug)]
+pub struct Answered {
+    pub result: CallResult,
+    pub rounds: usize,
+    /// Keys read (accounts and words) over every round.
+    pub keys: usize,
+    /// Inner calls answered elsewhere.
+    pub inner_apart: usize,
+    pub snapshot: String,
+}
+
+/// Executes calls over a reader's views.
+pub struct Executor {
+    reader: Arc<PrivateReader>,
+    upstream: Option<Arc<Upstream>>,
+    inner: InnerPolicy,
+    /// The rules of chains other than mainnet.
+    latest: SpecId,
+    /// Headers checked, with their time, by hash.
+    headers: Mutex<HashMap<B256, (HeaderFacts, u64)>>,
+}
+
+/// A call's state while it runs: what it read, and the accounts whose
+/// code it may need.
+struct Reads {
+    known: KnownState,
+    accounts: HashMap<Address, AccountState>,
+    keys: usize,
+}
+
+impl Executor {
+    pub fn new(
+        reader: Arc<PrivateReader>,
+        upstream: Option<Arc<Upstream>>,
+        inner: InnerPolicy,
+    ) -> Self {
+        Executor {
+            reader,
+            upstream,
+            inner,
+            latest: SpecId::OSAKA,
+            headers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Runs `args` at the view `sel` names over contracts `held` (those
+    /// whose whole storage the view holds, as far as this proxy trusts
+    /// it), reading `first` (the keys a rule predicts) in the first round
+    /// with what `ahead` already read.
+    pub async fn execute(
+        &self,
+        args: &CallArgs,
+        sel: &BlockSelector,
+        held: Vec<Address>,
+        first: Vec<ReadKey>,
+        ahead: Vec<(ReadKey, KeyState)>,
+    ) -> Result<Executed, ReadError> {
+        let view = self.reader.select(sel).await?;
+        let block = self.block_context(&view).await?;
+        let spec = call_exec::spec_for(block.chain_id, block.number, block.timestamp, self.latest);
+        let held: Vec<Address> = held
+            .into_iter()
+            .filter(|c| view.storage().holds(c))
+            .collect();
+        let mut reads = Reads {
+            known: KnownState::new(held),
+            accounts: HashMap::new(),
+            keys: 0,
+        };
+        if let Some(why) = self.learn(&mut reads, ahead).await? {
+            return Ok(Executed::NotPrivate(why));
+        }
+        let mut pending = first;
+        pending.push(ReadKey::Account(args.to));
+        pending.push(ReadKey::Account(args.from.unwrap_or_default()));
+        let mut inner_apart = 0;
+        for round in 1..=MAX_ROUNDS {
+            if let Some(why) = self.read_round(&view, &mut reads, pending).await? {
+                return Ok(Executed::NotPrivate(why));
+            }
+            let (outcome, known) =
+                run_blocking(block.clone(), spec, args.clone(), reads.known).await;
+            reads.known = known;
+            match outcome {
+                Outcome::Done(result) => {
+                    return Ok(Executed::Answered(Answered {
+                        result,
+                        rounds: round,
+                        keys: reads.keys,
+                        inner_apart,
+                        snapshot: view.top(),
+                    }))
+                }
+                Outcome::Unanswerable(why) => return Ok(Executed::NotPrivate(describe(&why))),
+                Outcome::Needs {
+                    reads: needs,
+                    inner,
+                } => {
+                    pending = self.keys_of(&mut reads, needs).await?;
+                    inner_apart += inner.len();
+                    for call in inner {
+                        let answer = self.answer_apart(&call, &view).await?;
+                        reads.known.add_inner(call, answer);
+                    }
+                }
+            }
+        }
+        Ok(Executed::NotPrivate(format!(
+            "more than {MAX_ROUNDS} rounds of reads"
+        )))
+    }
+
+    /// Reads `keys` (those not known yet) in one request, and the code of
+    /// each contract account read: `Some(why)` when one cannot be answered
+    /// privately.
+    async fn read_round(
+        &self,
+        view: &ViewClient,
+        reads: &mut Reads,
+        keys: Vec<ReadKey>,
+    ) -> Result<Option<String>, ReadError> {
+        let mut unread: Vec<ReadKey> = Vec::new();
+        for key in keys {
+            let known = match key {
+                ReadKey::Account(a) => reads.known.account(&a).is_some(),
+                ReadKey::Slot { .. } => false,
+            };
+            if !known && !unread.contains(&key) && view.holds(&key).is_ok() {
+                unread.push(key);
+            }
+        }
+        reads.keys += unread.len();
+        if reads.keys > MAX_KEYS {
+            return Ok(Some(format!("more than {MAX_KEYS} keys")));
+        }
+        if unread.is_empty() {
+            return Ok(None);
+        }
+        let results = self.reader.read(view, &unread).await;
+        let mut states = Vec::with_capacity(unread.len());
+        for (key, result) in unread.into_iter().zip(results) {
+            match result {
+                Ok(state) => states.push((key, state)),
+                Err(e) if e.is_unanswerable() => return Ok(Some(e.to_string())),
+                Err(e) => return Err(e),
+            }
+        }
+        self.learn(reads, states).await
+    }
+
+    /// Adds reads to the state, with the code of each contract account
+    /// (downloaded together; each code once per machine).
+    async fn learn(
+        &self,
+        reads: &mut Reads,
+        states: Vec<(ReadKey, KeyState)>,
+    ) -> Result<Option<String>, ReadError> {
+        let mut coded = Vec::new();
+        for (key, state) in states {
+            match (key, state) {
+                (ReadKey::Slot { contract, slot }, KeyState::Slot(s)) => {
+                    reads.known.add_slot(contract, slot, s.word);
+                }
+                (ReadKey::Account(address), KeyState::Account(a)) => {
+                    if a.code == CodeRef::Unknown {
+                        return Ok(Some(format!(
+                            "snapshot {} does not say which code accounts have",
+                            a.snapshot
+                        )));
+                    }
+                    let facts = AccountFacts {
+                        exists: !a.absent,
+                        balance: a.balance,
+                        nonce: a.nonce,
+                        has_code: a.code != CodeRef::None,
+                    };
+                    if facts.has_code {
+                        coded.push(address);
+                    }
+                    reads.known.add_account(address, facts);
+                    reads.accounts.insert(address, a);
+                }
+                _ => return Err(ReadError::Backend("a key read as another kind".into())),
+            }
+        }
+        self.add_codes(reads, &coded).await?;
+        Ok(None)
+    }
+
+    /// The codes of accounts read, downloaded together.
+    async fn add_codes(&self, reads: &mut Reads, accounts: &[Address]) -> Result<(), ReadError> {
+        let codes = futures_util::future::join_all(
+            accounts
+                .iter()
+                .filter_map(|a| reads.accounts.get(a))
+                .map(|state| self.reader.code_of(state)),
+        )
+        .await;
+        for (address, code) in accounts.iter().zip(codes) {
+            reads.known.add_code(*address, code?);
+        }
+        Ok(())
+    }
+
+    /// The keys of the reads a run lacked (a code is read with its
+    /// account, so a code missing is a new account's).
+    async fn keys_of(
+        &self,
+        reads: &mut Reads,
+        needs: Vec<Need>,
+    ) -> Result<Vec<ReadKey>, ReadError> {
+        let mut keys = Vec::with_capacity(needs.len());
+        let mut codes = Vec::new();
+        for need in needs {
+            match need {
+                Need::Account(a) => keys.push(ReadKey::Account(a)),
+                Need::Slot { contract, slot } => keys.push(ReadKey::Slot { contract, slot }),
+                Need::Code(a) if reads.accounts.contains_key(&a) => codes.push(a),
+                Need::Code(a) => keys.push(ReadKey::Account(a)),
+            }
+        }
+        self.add_codes(reads, &codes).await?;
+        Ok(keys)
+    }
+
+    /// An inner call's answer from elsewhere: the upstream's, at the
+    /// view's block, when the policy allows (only this call is sent);
+    /// else a failure.
+    async fn answer_apart(
+        &self,
+        call: &InnerCall,
+        view: &ViewClient,
+    ) -> Result<InnerAnswer, ReadError> {
+        let upstream = match (&self.upstream, self.inner) {
+            (Some(upstream), InnerPolicy::Upstream) => upstream,
+            _ => {
+                tracing::info!(contract = %call.target, "an inner call is not answerable privately: it fails (private-only)");
+                return Ok(InnerAnswer::Reverted(Bytes::new()));
+            }
+        };
+        tracing::info!(contract = %call.target, "an inner call is not answerable privately: only it goes upstream");
+        let block = self.block_of(view);
+        let object =
+            serde_json::json!({"from": call.caller, "to": call.target, "input": call.input});
+        let params = serde_json::value::to_raw_value(&(object, block))
+            .map_err(|e| ReadError::Backend(e.to_string()))?;
+        match upstream.call("eth_call", Some(params)).await {
+            Ok(raw) => {
+                let data: Bytes = serde_json::from_str(raw.get())
+                    .map_err(|e| ReadError::Backend(format!("upstream eth_call: {e}")))?;
+                Ok(InnerAnswer::Returned(data))
+            }
+            Err(crate::error::ProxyError::Upstream(e)) if e.code() == REVERTED => {
+                let data = e
+                    .data()
+                    .and_then(|d| serde_json::from_str::<Bytes>(d.get()).ok())
+                    .unwrap_or_default();
+                Ok(InnerAnswer::Reverted(data))
+            }
+            Err(e) => Err(ReadError::Backend(format!("upstream eth_call: {e}"))),
+        }
+    }
+
+    /// The view's block as the upstream names it: by hash where the view
+    /// has one (EIP-1898), else by number.
+    fn block_of(&self, view: &ViewClient) -> Value {
+        match self.manifest_hash(view) {
+            Some(hash) => serde_json::json!({"blockHash": hash}),
+            None => Value::String(format!("{:#x}", view.view.block)),
+        }
+    }
+
+    fn manifest_hash(&self, view: &ViewClient) -> Option<B256> {
+        view.levels
+            .last()
+            .and_then(|l| l.entry().manifest.block_hash)
+    }
+
+    /// The block a call at `view` runs in: the manifest's number, time and
+    /// chain, and the header checked against the view's hash.
+    async fn block_context(&self, view: &ViewClient) -> Result<BlockContext, ReadError> {
+        let manifest = &view
+            .levels
+            .last()
+            .expect("a view has a level")
+            .entry()
+            .manifest;
+        let header = match manifest.block_hash {
+            Some(hash) => self.header(hash).await,
+            None => None,
+        };
+        let timestamp = match (&header, manifest.block_time) {
+            (Some((_, time)), _) => *time,
+            (None, Some(time)) => time,
+            (None, None) => {
+                return Err(ReadError::Backend(format!(
+                    "the view at block {} records no time",
+                    view.view.block
+                )))
+            }
+        };
+        Ok(BlockContext {
+            chain_id: view.view.chain_id,
+            number: view.view.block,
+            timestamp,
+            header: header.map(|(facts, _)| facts),
+        })
+    }
+
+    /// The header whose hash is `hash`, from the upstream, checked; with
+    /// its timestamp. None without an upstream or a header that is not
+    /// that hash's.
+    async fn header(&self, hash: B256) -> Option<(HeaderFacts, u64)> {
+        if let Some(kept) = self.headers.lock().expect("headers").get(&hash) {
+            return Some(kept.clone());
+        }
+        let upstream = self.upstream.as_ref()?;
+        let params = serde_json::value::to_raw_value(&(hash, false)).ok()?;
+        let raw = match upstream.call("eth_getBlockByHash", Some(params)).await {
+            Ok(raw) => raw,
+            Err(e) => {
+                tracing::debug!(error = %e, "no header for the view's block");
+                return None;
+            }
+        };
+        let header: alloy_consensus::Header = match serde_json::from_str::<Option<_>>(raw.get()) {
+            Ok(Some(header)) => header,
+            _ => {
+                tracing::warn!(%hash, "the upstream has no readable header for the view's block");
+                return None;
+            }
+        };
+        if header.hash_slow() != hash {
+            tracing::warn!(%hash, "the upstream's header is not the view's block: not used");
+            return None;
+        }
+        let facts = HeaderFacts {
+            base_fee: header.base_fee_per_gas,
+            coinbase: header.beneficiary,
+            mix_hash: header.mix_hash,
+            difficulty: header.difficulty,
+            gas_limit: header.gas_limit,
+            parent_hash: header.parent_hash,
+            excess_blob_gas: header.excess_blob_gas,
+        };
+        let mut kept = self.headers.lock().expect("headers");
+        if kept.len() >= HEADERS_KEPT {
+            kept.clear();
+        }
+        kept.insert(hash, (facts.clone(), header.timestamp));
+        Some((facts, header.timestamp))
+    }
+}
+
+/// The JSON-RPC code of a reverted call (geth's).
+pub const REVERTED: i32 = 3;
+
+/// Runs one round off the async runtime (a call may run long: up to the
+/// gas cap), handing the state back.
+async fn run_blocking(
+    block: BlockContext,
+    spec: SpecId,
+    args: CallArgs,
+    known: KnownState,
+) -> (Outcome, KnownState) {
+    tokio::task::spawn_blocking(move || {
+        let outcome = call_exec::run(&block, spec, &args, &known);
+        (outcome, known)
+    })
+    .await
+    .expect("a call run does not panic")
+}
+
+fn describe(why: &Unanswerable) -> String {
+    match why {
+        Unanswerable::Storage(contract) => {
+            format!("it reads storage of {contract}, which the snapshots do not hold")
+        }
+        Unanswerable::BlockHash(n) => format!("it reads the hash of block {n}"),
+        Unanswerable::BlockField(op) => {
+            format!("it reads a fact of the block's header (opcode {op:#04x}) and none was had")
+        }
+    }
+}
+
+/// The call object of `eth_call`: what the call runs with. Fields that
+/// change state before it runs (overrides) or that this executor does
+/// not model (blobs, authorizations) make it not executable here.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct CallObject {
+    from: Option<Address>,
+    to: Option<Address>,
+    gas: Option<alloy_primitives::U64>,
+    gas_price: Option<U256>,
+    max_fee_per_gas: Option<U256>,
+    max_priority_fee_per_gas: Option<U256>,
+    value: Option<U256>,
+    data: Option<Bytes>,
+    input: Option<Bytes>,
+    /// Inert here: a call's type follows from its fee fields.
+    #[serde(rename = "type")]
+    _type: Option<Value>,
+    #[serde(rename = "chainId")]
+    _chain_id: Option<Value>,
+    #[serde(rename = "nonce")]
+    _nonce: Option<Value>,
+    #[serde(rename = "accessList")]
+    _access_list: Option<Value>,
+}
+
+/// The call `eth_call(params)` asks for, and at which block, when it can
+/// be executed here: a call (not a creation), no state or block
+/// overrides, `data` and `input` the same where both are given.
+pub fn call_of(params: Option<&RawValue>) -> Option<(CallArgs, BlockSelector)> {
+    let params: Vec<Value> = serde_json::from_str(params?.get()).ok()?;
+    if params.is_empty() || params.len() > 2 {
+        return None;
+    }
+    let object: CallObject = serde_json::from_value(params[0].clone()).ok()?;
+    let block = crate::storage::block_at(&params, 1)?;
+    let input = match (object.data, object.input) {
+        (Some(d), Some(i)) if d != i => return None,
+        (Some(d), _) | (None, Some(d)) => d,
+        (None, None) => Bytes::new(),
+    };
+    // A fee field past u128 is not a call a node runs either.
+    let fee = |v: Option<U256>| match v {
+        None => Some(None),
+        Some(v) => u128::try_from(v).ok().map(Some),
+    };
+    let args = CallArgs {
+        from: object.from,
+        to: object.to?,
+        gas: object.gas.map(|g| g.to::<u64>()),
+        gas_price: fee(object.gas_price)?,
+        max_fee_per_gas: fee(object.max_fee_per_gas)?,
+        max_priority_fee_per_gas: fee(object.max_priority_fee_per_gas)?,
+        value: object.value.unwrap_or_default(),
+        input,
+    };
+    Some((args, block))
+}
+
+/// The node's answer to a call that ended so: its return data, or the
+/// error geth gives (a revert: code 3 with its data and reason).
+pub fn node_answer(result: &CallResult) -> Result<Bytes, jsonrpsee::types::ErrorObjectOwned> {
+    use jsonrpsee::types::ErrorObjectOwned;
+    match result {
+        CallResult::Success { output, .. } => Ok(output.clone()),
+        CallResult::Revert { output, .. } => Err(ErrorObjectOwned::owned(
+            REVERTED,
+            revert_message(output),
+            Some(output.clone()),
+        )),
+        CallResult::Halt { message, .. } | CallResult::Invalid { message } => {
+            Err(ErrorObjectOwned::owned(-32000, message.clone(), None::<()>))
+        }
+    }
+}
+
+/// geth's message for a revert: its reason where the data is an
+/// `Error(string)` or a `Panic(uint256)`.
+fn revert_message(data: &[u8]) -> String {
+    use alloy_sol_types::{Panic, Revert, SolError};
+    if let Ok(revert) = Revert::abi_decode(data) {
+        return format!("execution reverted: {}", revert.reason);
+    }
+    if let Ok(panic) = Panic::abi_decode(data) {
+        let code = panic.code;
+        let reason = panic
+            .kind()
+            .map(|k| k.as_str().to_string())
+            .unwrap_or_else(|| format!("unknown panic code: {code:#x}"));
+        return format!("execution reverted: {reason}");
+    }
+    "execution reverted".into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn raw(v: Value) -> Box<RawValue> {
+        serde_json::value::to_raw_value(&v).unwrap()
+    }
+
+    #[test]
+    fn call_objects_as_wallets_send_them() {
+        let to = Address::repeat_byte(0xaa);
+        let (args, block) = call_of(Some(&raw(json!([{"to": to, "input": "0x1234", "gas": "0x5208", "type": "0x2", "maxFeePerGas": "0x10"}, "0x10"])))).unwrap();
+        assert_eq!(args.to, to);
+        assert_eq!(args.input.as_ref(), [0x12, 0x34]);
+        assert_eq!(args.gas, Some(21_000));
+        assert_eq!(args.max_fee_per_gas, Some(16));
+        assert_eq!(block, BlockSelector::Number(16));
+        // Overrides, a creation, differing data and input, unknown fields.
+        for params in [
+            json!([{"to": to}, "latest", {}]),
+            json!([{"data": "0x00"}]),
+            json!([{"to": to, "data": "0x00", "input": "0x01"}]),
+            json!([{"to": to, "blobVersionedHashes": []}]),
+        ] {
+            assert!(call_of(Some(&raw(params.clone()))).is_none(), "{params}");
+        }
+    }
+
+    #[test]
+    fn reverts_read_as_geth_gives_them() {
+        use alloy_sol_types::{Revert, SolError};
+        let data = Bytes::from(Revert::from("no").abi_encode());
+        let e = node_answer(&CallResult::Revert {
+            output: data.clone(),
+            gas_used: 1,
+        })
+        .unwrap_err();
+        assert_eq!(e.code(), 3);
+        assert_eq!(e.message(), "execution reverted: no");
+        assert_eq!(
+            e.data().map(|d| d.get().to_string()),
+            Some(format!("\"{data}\""))
+        );
+        let empty = node_answer(&CallResult::Revert {
+            output: Bytes::new(),
+            gas_used: 1,
+        })
+        .unwrap_err();
+        assert_eq!(empty.message(), "execution reverted");
+    }
+}
