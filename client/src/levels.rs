@@ -49,6 +49,11 @@ pub struct SlotState {
     /// Absent from every level of a complete view that holds the
     /// contract: the word is 0 (never written, or cleared).
     pub absent: bool,
+    /// `word` is only the low part of a wide word (format 4): set between
+    /// the reads of its two parts, never in what
+    /// [`crate::PrivateReader::read`] returns (it reads the high part and
+    /// joins them).
+    pub low_part: bool,
 }
 
 /// What one level holds for a key: its value's bytes, or nothing.
@@ -61,6 +66,9 @@ pub enum ReadKey {
     Account(Address),
     /// A storage slot of a contract.
     Slot { contract: Address, slot: B256 },
+    /// The high part of a slot's wide word (its own record, format 4),
+    /// read after the slot's value said so.
+    HighPart { contract: Address, slot: B256 },
 }
 
 impl ReadKey {
@@ -69,6 +77,9 @@ impl ReadKey {
         match self {
             ReadKey::Account(a) => protocol::pir_key(a),
             ReadKey::Slot { contract, slot } => protocol::storage::storage_key_of(contract, slot),
+            ReadKey::HighPart { contract, slot } => {
+                protocol::storage::high_part_key(&protocol::storage::storage_key_of(contract, slot))
+            }
         }
     }
 }
@@ -125,10 +136,15 @@ impl Hit {
                     code_table: self.code_table,
                 }))
             }
-            ReadKey::Slot { contract, .. } => {
-                let word = match &self.value {
+            ReadKey::Slot { contract, .. } | ReadKey::HighPart { contract, .. } => {
+                let high = matches!(key, ReadKey::HighPart { .. });
+                let (word, low_part) = match &self.value {
                     Some(v) => match decode_word(v).map_err(|e| unverifiable(&e))? {
-                        StoredWord::Word(w) => w,
+                        StoredWord::Word(w) => (w, false),
+                        StoredWord::Low(_) if high => {
+                            return Err(unverifiable(&"a wide word's high part is itself wide"))
+                        }
+                        StoredWord::Low(w) => (w, true),
                         StoredWord::TooWide => {
                             return Err(ReadError::TooWide {
                                 contract: *contract,
@@ -136,13 +152,17 @@ impl Hit {
                             })
                         }
                     },
-                    None => U256::ZERO,
+                    None if high => {
+                        return Err(unverifiable(&"a wide word's high part is missing"))
+                    }
+                    None => (U256::ZERO, false),
                 };
                 Ok(KeyState::Slot(SlotState {
                     word,
                     snapshot: self.snapshot,
                     block: self.block,
                     absent,
+                    low_part,
                 }))
             }
         }
@@ -230,7 +250,9 @@ impl ViewClient {
     /// of a contract whose storage it holds.
     pub fn holds(&self, key: &ReadKey) -> Result<(), ReadError> {
         match key {
-            ReadKey::Slot { contract, .. } if !self.storage().holds(contract) => {
+            ReadKey::Slot { contract, .. } | ReadKey::HighPart { contract, .. }
+                if !self.storage().holds(contract) =>
+            {
                 Err(ReadError::NotListed {
                     contract: *contract,
                     snapshot: self.top(),

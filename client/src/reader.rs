@@ -98,6 +98,31 @@ fn ahead_of_catalog(sel: &BlockSelector, result: &Result<KeyState, ReadError>) -
     }
 }
 
+/// A wide word's low part joined with its high part, which must come from
+/// the same level (both records are written together).
+fn join_high_part(
+    low: Result<KeyState, ReadError>,
+    high: Result<KeyState, ReadError>,
+) -> Result<KeyState, ReadError> {
+    let Ok(KeyState::Slot(mut low)) = low else {
+        return Err(ReadError::Backend(
+            "a wide word's low part is not a slot".into(),
+        ));
+    };
+    let high = match high? {
+        KeyState::Slot(h) if h.snapshot == low.snapshot => h.word,
+        _ => {
+            return Err(ReadError::Unverifiable(format!(
+                "{}: a wide word's high part is not of its level",
+                low.snapshot
+            )))
+        }
+    };
+    low.word = protocol::storage::join_word(low.word, high, protocol::account::COMPACT_VALUE_BYTES);
+    low.low_part = false;
+    Ok(KeyState::Slot(low))
+}
+
 /// Results, one per address, all the same error.
 fn all_failed<T>(n: usize, e: &ReadError) -> Vec<Result<T, ReadError>> {
     (0..n).map(|_| Err(e.clone())).collect()
@@ -193,6 +218,12 @@ impl PrivateReader {
     /// catalogs and setup downloads: background traffic).
     pub fn lookup_traffic(&self) -> (u64, u64) {
         self.link.traffic.lookups()
+    }
+
+    /// Lookup requests sent (each one batch of queries to every PIR
+    /// level of a view).
+    pub fn lookup_requests(&self) -> u64 {
+        self.link.traffic.lookup_requests()
     }
 
     /// Why private reads are stopped, if they are.
@@ -566,7 +597,43 @@ impl PrivateReader {
 
     /// Reads keys privately from every level of one view, in as few
     /// requests as the server's batch limit allows. One result per key.
+    /// A wide storage word (format 4) is read whole: its high part in one
+    /// more request, after the value that says so.
     pub async fn read(
+        &self,
+        view: &ViewClient,
+        keys: &[ReadKey],
+    ) -> Vec<Result<KeyState, ReadError>> {
+        let mut out = self.read_values(view, keys).await;
+        let wide: Vec<(usize, ReadKey)> = out
+            .iter()
+            .zip(keys)
+            .enumerate()
+            .filter_map(|(i, (result, key))| match (result, key) {
+                (Ok(KeyState::Slot(s)), ReadKey::Slot { contract, slot }) if s.low_part => {
+                    let high = ReadKey::HighPart {
+                        contract: *contract,
+                        slot: *slot,
+                    };
+                    Some((i, high))
+                }
+                _ => None,
+            })
+            .collect();
+        if wide.is_empty() {
+            return out;
+        }
+        let high_keys: Vec<ReadKey> = wide.iter().map(|(_, k)| *k).collect();
+        let highs = self.read_values(view, &high_keys).await;
+        for ((i, _), high) in wide.into_iter().zip(highs) {
+            let low = std::mem::replace(&mut out[i], Err(ReadError::Backend(String::new())));
+            out[i] = join_high_part(low, high);
+        }
+        out
+    }
+
+    /// [`Self::read`] without completing wide words.
+    async fn read_values(
         &self,
         view: &ViewClient,
         keys: &[ReadKey],

@@ -11,6 +11,8 @@ pub struct Traffic {
     down: AtomicU64,
     lookup_up: AtomicU64,
     lookup_down: AtomicU64,
+    /// Lookup requests sent (each a batch of queries).
+    lookup_requests: AtomicU64,
 }
 
 /// Which kind of traffic a transfer is.
@@ -27,6 +29,7 @@ impl Traffic {
         self.up.fetch_add(bytes, Ordering::Relaxed);
         if kind == Kind::Lookup {
             self.lookup_up.fetch_add(bytes, Ordering::Relaxed);
+            self.lookup_requests.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -43,6 +46,11 @@ impl Traffic {
             self.up.load(Ordering::Relaxed),
             self.down.load(Ordering::Relaxed),
         )
+    }
+
+    /// Lookup requests sent.
+    pub fn lookup_requests(&self) -> u64 {
+        self.lookup_requests.load(Ordering::Relaxed)
     }
 
     /// (up, down): lookups only.

@@ -42,14 +42,6 @@ alloy_sol_types::sol! {
     }
 }
 
-/// The creation code of a test contract compiled into e2e/contracts
-/// (scripts/compile-test-contracts.sh).
-fn test_contract(name: &str) -> Vec<u8> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("contracts/{name}.bin"));
-    let hex = std::fs::read_to_string(&path).unwrap();
-    alloy_primitives::hex::decode(hex.trim()).unwrap()
-}
-
 /// The getter `getShares(address)` of e2e/contracts/PooledShares.sol.
 fn get_shares() -> Getter {
     "getShares(address)".parse().unwrap()
@@ -69,9 +61,7 @@ fn wide_word() -> U256 {
 async fn write_genesis_with_store(path: &Path) {
     write_genesis(path);
     let mut genesis: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
-    let multicall = test_support::runtime_code(&test_support::multicall3_bytecode()).await;
-    genesis["alloc"][MULTICALL3.to_string()] =
-        json!({"balance": "0x1", "nonce": "0x1", "code": multicall});
+    add_multicall3(&mut genesis).await;
     genesis["alloc"][STORE] = json!({
         "balance": "0x0",
         "code": "0x00",
@@ -81,17 +71,6 @@ async fn write_genesis_with_store(path: &Path) {
         },
     });
     std::fs::write(path, serde_json::to_vec_pretty(&genesis).unwrap()).unwrap();
-}
-
-fn dev(i: usize) -> Address {
-    DEV_ACCOUNTS[i].parse().unwrap()
-}
-
-/// A call from dev account `from` to `to` that must succeed.
-async fn send(anvil: &Anvil, from: usize, to: Address, data: Vec<u8>) {
-    anvil
-        .transact(DEV_ACCOUNTS[from], Some(&to.to_string()), &data)
-        .await;
 }
 
 /// An OpenZeppelin ERC-20 (the preset with mint) deployed by dev account 0.
@@ -519,21 +498,6 @@ async fn delegate(anvil: &Anvil, target: Address) {
         "cast send --auth: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-/// `call` (an `eth_call` object) at `at`, through the proxy and at anvil:
-/// equal, byte for byte. The proxy's answer.
-async fn same_as_anvil(proxy: &str, anvil: &Anvil, call: &Value, at: &str) -> Value {
-    let private = test_support::rpc(proxy, "eth_call", json!([call, at]))
-        .await
-        .unwrap();
-    let node = anvil.rpc("eth_call", json!([call, at])).await;
-    assert_eq!(private, node, "{call} at {at}");
-    private
-}
-
-fn call_object(to: Address, data: &[u8]) -> Value {
-    json!({"to": to, "data": alloy_primitives::hex::encode_prefixed(data)})
 }
 
 /// Reads at a block before the listed tokens existed: what the node

@@ -397,10 +397,14 @@ pub struct Manifest {
     pub files: std::collections::BTreeMap<String, FileDigest>,
 }
 
-/// Format 3: the build's seeds bind the fields that decide how the
-/// snapshot is read ([`BuildSeeds`]), and every level publishes canaries.
-/// Its values are laid out as format 2's ([`crate::account::ValueLayout`]).
-pub const MANIFEST_FORMAT: u32 = 3;
+/// Format 4: as format 3, whose build seeds bind the fields that decide
+/// how the snapshot is read ([`BuildSeeds`]) and whose every level
+/// publishes canaries; a storage word wider than a compact value is held
+/// whole, its high part in a record of its own
+/// ([`crate::storage::high_part_record`]; format 3 marked it "too wide").
+/// Account values are laid out as format 2's
+/// ([`crate::account::ValueLayout`]).
+pub const MANIFEST_FORMAT: u32 = 4;
 /// The oldest format a store still opens (to list, prune or serve it): 1,
 /// whose account values carry no code reference
 /// ([`crate::account::ValueLayout::Plain`]).

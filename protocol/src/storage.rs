@@ -9,15 +9,17 @@
 //! and the slot it is asked about. A 64-byte preimage cannot give an
 //! account's key (keccak256 of a 20-byte address) short of a collision.
 //!
-//! PIR value, in the snapshot's value width `w` (24 or 40 bytes, the
+//! PIR value, in the snapshot's value width `w` (24 or 44 bytes, the
 //! accounts' width): a flag byte, then the word little-endian in the
 //! remaining `w - 1` bytes (at most 32 of them used, the rest zero). Flag
-//! 0: the word is stored. Flag 1 (24-byte values only): the word needs
-//! more than 23 bytes and is not stored (an infinite allowance, a hash):
-//! the reader must not answer it from the snapshot. Every balance
-//! fits (`2^184` is far beyond any token's supply), so a token's
-//! `balanceOf` is always answered; widening every value of the database to
-//! 32 bytes for the rare wide word would cost the accounts a third more.
+//! 0: the word is stored. Flag 2 (manifest format 4, 24-byte values
+//! only): the word needs more than 23 bytes (an unlimited allowance, a
+//! flagged balance, a hash, a packed struct): its low 23 bytes are here,
+//! its high 9 in a record of their own at [`high_part_key`] (flag 0),
+//! read after it. Widening every value of the database to 32 bytes for
+//! the rare wide word would cost the accounts a third more; the escape
+//! costs one record per wide word. Flag 1 (format 3 and before): the word
+//! was too wide and not stored; the reader must not answer it.
 
 use alloy_primitives::{keccak256, Address, B256, U256};
 use serde::{Deserialize, Serialize};
@@ -130,15 +132,55 @@ pub fn storage_key_of(contract: &Address, slot: &B256) -> B256 {
 
 /// A stored word.
 const STORED: u8 = 0;
-/// A word too wide for the snapshot's values, not stored.
+/// A word too wide for the snapshot's values, not stored (format 3).
 const TOO_WIDE: u8 = 1;
+/// A wide word's low part; its high part has a record of its own.
+const LOW_PART: u8 = 2;
 
 /// What a storage value says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StoredWord {
     Word(U256),
-    /// The word is wider than the snapshot's values hold: ask elsewhere.
+    /// The word is wider than the snapshot's values hold: ask elsewhere
+    /// (format 3).
     TooWide,
+    /// The low bytes of a wide word (as many as the value holds); the
+    /// rest is the word at [`high_part_key`], shifted ([`join_word`]).
+    Low(U256),
+}
+
+/// The PIR key of the record holding the high part of the wide word at
+/// `key` (a slot's key): a preimage no account's or slot's key has.
+pub fn high_part_key(key: &B256) -> B256 {
+    let mut input = b"ethpir high part".to_vec();
+    input.extend_from_slice(key.as_slice());
+    keccak256(input)
+}
+
+/// Bits of a word a value of `width` bytes holds.
+fn held_bits(width: usize) -> usize {
+    8 * (width - 1).min(32)
+}
+
+/// A wide word's high part's record at `key`'s companion key, when the
+/// word does not fit a value of `width` bytes.
+pub fn high_part_record(
+    key: &B256,
+    value: U256,
+    width: usize,
+) -> Result<Option<(B256, Vec<u8>)>, StorageValueError> {
+    check_width(width)?;
+    if value.bit_len() <= held_bits(width) {
+        return Ok(None);
+    }
+    let high = encode_word(value >> held_bits(width), width)?;
+    Ok(Some((high_part_key(key), high)))
+}
+
+/// The word whose low part is `low` and high part `high`, in a value of
+/// `width` bytes.
+pub fn join_word(low: U256, high: U256, width: usize) -> U256 {
+    low | (high << held_bits(width))
 }
 
 /// Why bytes are not a storage value.
@@ -163,16 +205,16 @@ fn check_width(width: usize) -> Result<(), StorageValueError> {
     }
 }
 
-/// Encodes a word in `width` bytes (24, or 44: format 1's 40 still read): stored when it fits in
-/// `width - 1` bytes, else the too-wide marker.
+/// Encodes a word in `width` bytes (24, or 44: format 1's 40 still read):
+/// stored when it fits in `width - 1` bytes, else its low part (and
+/// [`high_part_record`] the rest).
 pub fn encode_word(value: U256, width: usize) -> Result<Vec<u8>, StorageValueError> {
     check_width(width)?;
     let mut out = vec![0u8; width];
-    if value.byte_len() > width - 1 {
-        out[0] = TOO_WIDE;
-        return Ok(out);
-    }
-    out[0] = STORED;
+    out[0] = match value.bit_len() > held_bits(width) {
+        true => LOW_PART,
+        false => STORED,
+    };
     let le: [u8; 32] = value.to_le_bytes();
     let used = (width - 1).min(32);
     out[1..1 + used].copy_from_slice(&le[..used]);
@@ -183,7 +225,7 @@ pub fn encode_word(value: U256, width: usize) -> Result<Vec<u8>, StorageValueErr
 pub fn decode_word(bytes: &[u8]) -> Result<StoredWord, StorageValueError> {
     check_width(bytes.len())?;
     match bytes[0] {
-        STORED => {
+        STORED | LOW_PART => {
             // A 40-byte value has 39 bytes for a 32-byte word: the rest is 0.
             let (word, rest) = bytes[1..].split_at((bytes.len() - 1).min(32));
             if rest.iter().any(|&b| b != 0) {
@@ -191,7 +233,14 @@ pub fn decode_word(bytes: &[u8]) -> Result<StoredWord, StorageValueError> {
             }
             let mut le = [0u8; 32];
             le[..word.len()].copy_from_slice(word);
-            Ok(StoredWord::Word(U256::from_le_bytes(le)))
+            let word = U256::from_le_bytes(le);
+            match bytes[0] {
+                STORED => Ok(StoredWord::Word(word)),
+                _ if bytes.len() > crate::account::COMPACT_VALUE_BYTES => {
+                    Err(StorageValueError::Flag(LOW_PART))
+                }
+                _ => Ok(StoredWord::Low(word)),
+            }
         }
         TOO_WIDE if bytes[1..].iter().all(|&b| b == 0) => Ok(StoredWord::TooWide),
         TOO_WIDE => Err(StorageValueError::MarkerWithWord),
@@ -229,28 +278,49 @@ mod tests {
     }
 
     #[test]
-    fn words_round_trip_or_are_marked_too_wide() {
+    fn words_round_trip_and_wide_ones_in_two_records() {
         // The widest word a 24-byte value stores: 23 bytes.
         let fits = (U256::from(1u8) << (8 * (COMPACT_VALUE_BYTES - 1))) - U256::from(1u8);
+        let key = B256::repeat_byte(7);
         for width in [COMPACT_VALUE_BYTES, WIDE_VALUE_BYTES] {
             for word in [U256::ZERO, U256::from(10u64).pow(U256::from(24u8)), fits] {
                 let bytes = encode_word(word, width).unwrap();
                 assert_eq!(bytes.len(), width);
                 assert_eq!(decode_word(&bytes), Ok(StoredWord::Word(word)), "{word}");
+                assert_eq!(high_part_record(&key, word, width), Ok(None));
             }
         }
-        let wide = fits + U256::from(1u8);
-        let bytes = encode_word(wide, COMPACT_VALUE_BYTES).unwrap();
-        assert_eq!(decode_word(&bytes), Ok(StoredWord::TooWide));
-        // Every word fits the wide width (39 bytes hold 256 bits).
+        // Wider: the low 23 bytes here, the rest in the high part's record.
+        for wide in [fits + U256::from(1u8), U256::MAX, U256::from(1u8) << 255] {
+            let bytes = encode_word(wide, COMPACT_VALUE_BYTES).unwrap();
+            let Ok(StoredWord::Low(low)) = decode_word(&bytes) else {
+                panic!("{wide}: not a low part")
+            };
+            let (at, high) = high_part_record(&key, wide, COMPACT_VALUE_BYTES)
+                .unwrap()
+                .unwrap();
+            assert_eq!(at, high_part_key(&key));
+            assert_ne!(at, key);
+            let Ok(StoredWord::Word(high)) = decode_word(&high) else {
+                panic!("{wide}: the high part is a plain word")
+            };
+            assert_eq!(join_word(low, high, COMPACT_VALUE_BYTES), wide);
+        }
+        // Every word fits the wide width (43 bytes hold 256 bits).
         assert_eq!(
             decode_word(&encode_word(U256::MAX, WIDE_VALUE_BYTES).unwrap()),
             Ok(StoredWord::Word(U256::MAX))
         );
+        let mut low_in_wide = encode_word(U256::MAX, WIDE_VALUE_BYTES).unwrap();
+        low_in_wide[0] = LOW_PART;
         assert_eq!(
-            decode_word(&encode_word(U256::MAX, COMPACT_VALUE_BYTES).unwrap()),
-            Ok(StoredWord::TooWide)
+            decode_word(&low_in_wide),
+            Err(StorageValueError::Flag(LOW_PART))
         );
+        // Format 3's marker is still read.
+        let mut marker = vec![0u8; COMPACT_VALUE_BYTES];
+        marker[0] = TOO_WIDE;
+        assert_eq!(decode_word(&marker), Ok(StoredWord::TooWide));
     }
 
     #[test]

@@ -1,35 +1,23 @@
-//! The `eth_call`s the proxy answers privately, and their answers encoded
-//! exactly as the contract returns them:
+//! The `eth_call` shapes whose reads are known before the call runs: the
+//! first round's keys of the executor ([`crate::execute`]), so that the
+//! common calls settle in one PIR request. The contract's own code decides
+//! every answer; these rules only predict what it will read:
 //!
 //! - a listed getter (`balanceOf(holder)`, or another `f(address)` backed
-//!   by a mapping, e.g. `getShares`) of a listed contract;
-//! - Multicall3's `getEthBalance(addr)` (the account's balance) and its
-//!   address-free views of the block (`getBlockNumber`, `getChainId`,
-//!   `getCurrentBlockTimestamp`);
-//! - Multicall3's batches (`aggregate`, `tryAggregate`, `aggregate3`,
+//!   by a mapping, e.g. `getShares`) of a listed contract: its account and
+//!   the mapping's slot;
+//! - Multicall3's `getEthBalance(addr)` (the account), its block views,
+//!   and its batches (`aggregate`, `tryAggregate`, `aggregate3`,
 //!   `aggregate3Value` with zero values, `blockAndAggregate`,
-//!   `tryBlockAndAggregate`) whose every inner call is one of the above;
+//!   `tryBlockAndAggregate`) whose every inner call is one of these;
 //! - the BalanceChecker's `balances(users, tokens)` when every token is
 //!   listed (its `balanceOf`) or the zero address (ETH).
 //!
-//! Every call also reads the account of each contract it runs: where the
-//! account does not exist at that block, a call to it runs no code (the
-//! node answers `0x`; inside a batch, success with no return data; the
-//! BalanceChecker counts such a token as 0). (An account that exists
-//! without code is not told apart until account records carry their code
-//! hash.) The inner calls answered never fail, so `allowFailure` and
-//! `requireSuccess` never change an answer.
-//!
-//! Not private (the call goes its usual way): other views of Multicall3
-//! (`getBasefee`, `getBlockHash`, coinbase, difficulty, gas limit: the
-//! snapshots do not hold them), nested batches, a value sent, anything
-//! not canonically encoded.
+//! A call they do not predict still runs: its reads are found in rounds.
 
-use std::collections::HashMap;
-
-use alloy_primitives::{Address, Bytes, B256, U256};
-use alloy_sol_types::{SolCall, SolValue};
-use ethpir_client::{KeyState, ReadKey};
+use alloy_primitives::{Address, Bytes};
+use alloy_sol_types::SolCall;
+use ethpir_client::ReadKey;
 use protocol::storage::PrivateStorage;
 use protocol::tokens::{Getter, IBalanceChecker, IMulticall3, MULTICALL3};
 
@@ -262,158 +250,28 @@ impl CallPlan {
     }
 }
 
-/// What an answer is made from: each key's state at the view, and the
-/// view's block.
-pub struct Facts {
-    pub states: HashMap<ReadKey, KeyState>,
-    pub block: u64,
-    pub chain_id: u64,
-    /// The block's timestamp, when the snapshots record it.
-    pub timestamp: Option<u64>,
-}
-
-/// Why an answer cannot be made from what was read.
-#[derive(Debug, thiserror::Error)]
-pub enum AnswerError {
-    #[error("the snapshot does not record block {0}'s timestamp")]
-    NoTimestamp(u64),
-    #[error("a key of the call was not read")]
-    Missing,
-}
-
-impl Facts {
-    fn exists(&self, account: &Address) -> Result<bool, AnswerError> {
-        match self.states.get(&ReadKey::Account(*account)) {
-            Some(KeyState::Account(a)) => Ok(!a.absent),
-            _ => Err(AnswerError::Missing),
-        }
-    }
-
-    /// A key's word: a slot's, or an account's balance.
-    pub fn word(&self, key: &ReadKey) -> Result<U256, AnswerError> {
-        match self.states.get(key) {
-            Some(KeyState::Account(a)) => Ok(a.balance),
-            Some(KeyState::Slot(s)) => Ok(s.word),
-            None => Err(AnswerError::Missing),
-        }
-    }
-
-    fn fact(&self, fact: BlockFact) -> Result<U256, AnswerError> {
-        Ok(U256::from(match fact {
-            BlockFact::Number => self.block,
-            BlockFact::ChainId => self.chain_id,
-            BlockFact::Timestamp => self.timestamp.ok_or(AnswerError::NoTimestamp(self.block))?,
-        }))
-    }
-
-    /// An inner call's return data: a uint256, or nothing where a getter's
-    /// contract has no account (a call to no code returns nothing).
-    fn returned(&self, call: &Inner) -> Result<Bytes, AnswerError> {
-        let word = match call {
-            Inner::Getter { target, slot } => match self.exists(target)? {
-                true => self.word(slot)?,
-                false => return Ok(Bytes::new()),
-            },
-            Inner::EthBalance(a) => self.word(&ReadKey::Account(*a))?,
-            Inner::Block(fact) => self.fact(*fact)?,
-        };
-        Ok(Bytes::from(word.abi_encode()))
-    }
-
-    fn results(&self, calls: &[Inner]) -> Result<Vec<IMulticall3::Result>, AnswerError> {
-        calls
-            .iter()
-            .map(|c| {
-                Ok(IMulticall3::Result {
-                    success: true,
-                    returnData: self.returned(c)?,
-                })
-            })
-            .collect()
-    }
-
-    fn checked(&self, entry: &Checked) -> Result<U256, AnswerError> {
-        match entry {
-            Checked::Eth(a) => self.word(&ReadKey::Account(*a)),
-            Checked::Token { token, slot } => match self.exists(token)? {
-                true => self.word(slot),
-                false => Ok(U256::ZERO),
-            },
-        }
-    }
-}
-
-/// The bytes the node returns for `plan` at the view `facts` describe:
-/// `0x` where the contract called has no account.
-pub fn answer(plan: &CallPlan, facts: &Facts) -> Result<Bytes, AnswerError> {
-    if !facts.exists(&plan.to)? {
-        return Ok(Bytes::new());
-    }
-    let block = U256::from(facts.block);
-    let encoded = match &plan.body {
-        Body::Single(call) => return facts.returned(call),
-        Body::Results(calls) => {
-            IMulticall3::aggregate3Call::abi_encode_returns(&facts.results(calls)?)
-        }
-        Body::Aggregate(calls) => {
-            let data = calls
-                .iter()
-                .map(|c| facts.returned(c))
-                .collect::<Result<Vec<_>, _>>()?;
-            let ret = IMulticall3::aggregateReturn {
-                blockNumber: block,
-                returnData: data,
-            };
-            IMulticall3::aggregateCall::abi_encode_returns(&ret)
-        }
-        // Multicall3 returns `blockhash(block.number)`: always zero (the
-        // EVM knows only the hashes of the blocks before).
-        Body::BlockAndAggregate(calls) => {
-            let ret = IMulticall3::blockAndAggregateReturn {
-                blockNumber: block,
-                blockHash: B256::ZERO,
-                returnData: facts.results(calls)?,
-            };
-            IMulticall3::blockAndAggregateCall::abi_encode_returns(&ret)
-        }
-        Body::Balances(entries) => {
-            let balances = entries
-                .iter()
-                .map(|e| facts.checked(e))
-                .collect::<Result<Vec<U256>, _>>()?;
-            IBalanceChecker::balancesCall::abi_encode_returns(&balances)
-        }
-    };
-    Ok(Bytes::from(encoded))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::tests::{balance_of, facts, plan_of};
-    use crate::storage::StorageRead;
-    use protocol::tokens::IERC20;
+    use crate::storage::tests::{balance_of, plan_of, token};
+    use alloy_primitives::U256;
     use serde_json::json;
 
-    fn call_to(to: Address, data: Vec<u8>) -> StorageRead {
-        plan_of("eth_call", json!([{"to": to, "data": Bytes::from(data)}])).expect("private")
+    fn keys_of(to: Address, data: Vec<u8>) -> Vec<ReadKey> {
+        plan_of("eth_call", json!([{"to": to, "data": Bytes::from(data)}]))
+            .expect("predicted")
+            .keys
     }
 
-    fn answered(read: &StorageRead, absent: impl Fn(&ReadKey) -> bool) -> Bytes {
-        let value = |k: &ReadKey| match k {
-            ReadKey::Account(a) => U256::from(a.0[0]),
-            ReadKey::Slot { slot, .. } => U256::from(slot.0[31]),
-        };
-        let v = crate::storage::answer(read, &facts(read, value, absent)).unwrap();
-        serde_json::from_value(v).unwrap()
-    }
-
-    fn no_absent(_: &ReadKey) -> bool {
-        false
+    fn slot_of(t: Address, h: &Address) -> ReadKey {
+        ReadKey::Slot {
+            contract: t,
+            slot: token(t.0[0]).balance_slot_of(h),
+        }
     }
 
     #[test]
-    fn every_multicall3_batch_form_and_its_views() {
+    fn every_multicall3_batch_form_predicts_its_inner_reads() {
         let h = Address::repeat_byte(0x11);
         let a = Address::repeat_byte(0xaa);
         let eth = Bytes::from(IMulticall3::getEthBalanceCall { addr: h }.abi_encode());
@@ -427,51 +285,12 @@ mod tests {
             plain(MULTICALL3, eth.clone()),
             plain(MULTICALL3, number.clone()),
         ];
-        let slot =
-            |t: Address| U256::from(crate::storage::tests::token(t.0[0]).balance_slot_of(&h).0[31]);
-        let want = [slot(a), U256::from(0x11), U256::from(16)];
-        let words = |returned: Vec<Bytes>| -> Vec<U256> {
-            returned.iter().map(|r| U256::from_be_slice(r)).collect()
-        };
-
-        let read = call_to(
-            MULTICALL3,
-            IMulticall3::aggregateCall {
-                calls: calls.clone(),
-            }
-            .abi_encode(),
-        );
-        let out =
-            IMulticall3::aggregateCall::abi_decode_returns(&answered(&read, no_absent)).unwrap();
-        assert_eq!(out.blockNumber, U256::from(16));
-        assert_eq!(words(out.returnData), want);
-
-        for data in [
-            IMulticall3::blockAndAggregateCall {
-                calls: calls.clone(),
-            }
-            .abi_encode(),
-            IMulticall3::tryBlockAndAggregateCall {
-                requireSuccess: true,
-                calls: calls.clone(),
-            }
-            .abi_encode(),
-        ] {
-            let read = call_to(MULTICALL3, data);
-            let out =
-                IMulticall3::blockAndAggregateCall::abi_decode_returns(&answered(&read, no_absent))
-                    .unwrap();
-            assert_eq!(
-                (out.blockNumber, out.blockHash),
-                (U256::from(16), B256::ZERO)
-            );
-            assert!(out.returnData.iter().all(|r| r.success));
-            assert_eq!(
-                words(out.returnData.into_iter().map(|r| r.returnData).collect()),
-                want
-            );
-        }
-
+        let want = vec![
+            ReadKey::Account(MULTICALL3),
+            ReadKey::Account(a),
+            slot_of(a, &h),
+            ReadKey::Account(h),
+        ];
         let call3 = |target, data| IMulticall3::Call3 {
             target,
             allowFailure: false,
@@ -484,6 +303,19 @@ mod tests {
             callData: data,
         };
         for data in [
+            IMulticall3::aggregateCall {
+                calls: calls.clone(),
+            }
+            .abi_encode(),
+            IMulticall3::blockAndAggregateCall {
+                calls: calls.clone(),
+            }
+            .abi_encode(),
+            IMulticall3::tryBlockAndAggregateCall {
+                requireSuccess: true,
+                calls: calls.clone(),
+            }
+            .abi_encode(),
             IMulticall3::tryAggregateCall {
                 requireSuccess: false,
                 calls: calls.clone(),
@@ -506,14 +338,10 @@ mod tests {
             }
             .abi_encode(),
         ] {
-            let read = call_to(MULTICALL3, data);
-            let out = IMulticall3::aggregate3Call::abi_decode_returns(&answered(&read, no_absent))
-                .unwrap();
-            assert_eq!(words(out.into_iter().map(|r| r.returnData).collect()), want);
+            assert_eq!(keys_of(MULTICALL3, data), want);
         }
-
         // A value sent with an inner call, an unlisted target, a view the
-        // snapshots do not hold: not private.
+        // rules do not know: nothing predicted (the call still runs).
         let valued = IMulticall3::aggregate3ValueCall {
             calls: vec![value(a, balance_of(h), 1)],
         };
@@ -537,41 +365,10 @@ mod tests {
             )
             .is_none());
         }
-
-        // A token with no account yet: success, no return data; Multicall3
-        // with no account: `0x` for the whole call.
-        let read = call_to(
-            MULTICALL3,
-            IMulticall3::aggregateCall {
-                calls: calls.clone(),
-            }
-            .abi_encode(),
-        );
-        let token_absent = |k: &ReadKey| *k == ReadKey::Account(a);
-        let out =
-            IMulticall3::aggregateCall::abi_decode_returns(&answered(&read, token_absent)).unwrap();
-        assert!(out.returnData[0].is_empty());
-        let multicall_absent = |k: &ReadKey| *k == ReadKey::Account(MULTICALL3);
-        assert!(answered(&read, multicall_absent).is_empty());
-
-        // The block's views alone: chain id and timestamp from the view.
-        let read = call_to(MULTICALL3, IMulticall3::getChainIdCall {}.abi_encode());
-        assert_eq!(
-            U256::from_be_slice(&answered(&read, no_absent)),
-            U256::from(1)
-        );
-        let read = call_to(
-            MULTICALL3,
-            IMulticall3::getCurrentBlockTimestampCall {}.abi_encode(),
-        );
-        assert_eq!(
-            U256::from_be_slice(&answered(&read, no_absent)),
-            U256::from(1_700_000_000u64)
-        );
     }
 
     #[test]
-    fn the_balance_checker_reads_listed_tokens_and_eth() {
+    fn the_balance_checker_predicts_listed_tokens_and_eth() {
         let checker = Address::repeat_byte(0xbc);
         let users = vec![Address::repeat_byte(0x11), Address::repeat_byte(0x22)];
         let (a, b) = (Address::repeat_byte(0xaa), Address::repeat_byte(0xbb));
@@ -581,23 +378,14 @@ mod tests {
             tokens: tokens.clone(),
         }
         .abi_encode();
-        let read = call_to(checker, data);
-        assert_eq!(read.keys[0], ReadKey::Account(checker));
-        let b_absent = |k: &ReadKey| *k == ReadKey::Account(b);
-        let out =
-            IBalanceChecker::balancesCall::abi_decode_returns(&answered(&read, b_absent)).unwrap();
-        let slot = |t: Address, u: &Address| {
-            U256::from(crate::storage::tests::token(t.0[0]).balance_slot_of(u).0[31])
-        };
-        let want: Vec<U256> = users
-            .iter()
-            .flat_map(|u| [U256::from(u.0[0]), slot(a, u), U256::ZERO])
-            .collect();
-        assert_eq!(
-            out, want,
-            "entry j + tokens.len() * i; a token with no account is 0"
-        );
-        // An unlisted token, or another contract: not private.
+        let keys = keys_of(checker, data);
+        assert_eq!(keys[0], ReadKey::Account(checker));
+        for u in &users {
+            for want in [ReadKey::Account(*u), slot_of(a, u), slot_of(b, u)] {
+                assert!(keys.contains(&want), "{want:?}");
+            }
+        }
+        // An unlisted token, or another contract: nothing predicted.
         let unlisted = IBalanceChecker::balancesCall {
             users: users.clone(),
             tokens: vec![Address::repeat_byte(0xdd)],
@@ -613,6 +401,5 @@ mod tests {
             json!([{"to": a, "data": Bytes::from(elsewhere.abi_encode())}])
         )
         .is_none());
-        let _ = IERC20::balanceOfCall::SELECTOR;
     }
 }

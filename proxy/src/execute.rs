@@ -186,7 +186,7 @@ impl Executor {
         for key in keys {
             let known = match key {
                 ReadKey::Account(a) => reads.known.account(&a).is_some(),
-                ReadKey::Slot { .. } => false,
+                ReadKey::Slot { .. } | ReadKey::HighPart { .. } => false,
             };
             if !known && !unread.contains(&key) && view.holds(&key).is_ok() {
                 unread.push(key);

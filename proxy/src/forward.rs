@@ -206,7 +206,7 @@ where
         }
         match storage::read_facts(reader, &read, ahead).await {
             Ok(found) => {
-                let answer = match storage::answer(&read, &found.facts) {
+                let answer = match storage::answer(&read, &found) {
                     Ok(answer) => answer,
                     Err(e) => {
                         tracing::info!(method = %call.method, error = %e, "private answer not made");

@@ -23,7 +23,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::calls::{self, Answerable, CallPlan, Facts};
+use crate::calls::{self, Answerable, CallPlan};
 
 /// The catalog's list for a view, less the getters whose entry is not
 /// the trusted list's: those are read as any unlisted contract's calls.
@@ -71,7 +71,7 @@ impl StorageRead {
             .iter()
             .filter_map(|k| match k {
                 ReadKey::Slot { contract, slot } => Some((*contract, *slot)),
-                ReadKey::Account(_) => None,
+                ReadKey::Account(_) | ReadKey::HighPart { .. } => None,
             })
             .collect()
     }
@@ -196,13 +196,18 @@ fn plan_eth_call(
     })
 }
 
-/// The answer, as the node would give it, from what was read.
-pub fn answer(read: &StorageRead, facts: &Facts) -> Result<Value, calls::AnswerError> {
-    let value = match &read.answer {
-        Answer::Word(key) => serde_json::to_value(B256::from(facts.word(key)?)),
-        Answer::Call(plan) => serde_json::to_value(calls::answer(plan, facts)?),
+/// The answer to `eth_getStorageAt`, as the node gives it: the word, 32
+/// bytes. (An `eth_call` is executed, never answered from its plan.)
+pub fn answer(read: &StorageRead, found: &Found) -> Result<Value, ReadError> {
+    let Answer::Word(key) = &read.answer else {
+        return Err(ReadError::Backend(
+            "an eth_call is executed, not planned".into(),
+        ));
     };
-    Ok(value.expect("hex serialises"))
+    match found.states.get(key) {
+        Some(KeyState::Slot(s)) => Ok(serde_json::to_value(B256::from(s.word)).expect("hex")),
+        _ => Err(ReadError::Backend("the slot was not read".into())),
+    }
 }
 
 /// A storage read, planned and read ahead with the other storage reads of
@@ -235,13 +240,12 @@ pub async fn read_together(
 
 /// What a private read found, and the level its first key was found in.
 pub struct Found {
-    pub facts: Facts,
+    pub states: HashMap<ReadKey, KeyState>,
     pub snapshot: String,
 }
 
 /// The keys of `read`, read privately (one PIR batch) unless `ahead`
-/// holds their results already, with the view's block; or the first
-/// failure.
+/// holds their results already; or the first failure.
 pub async fn read_facts(
     reader: &PrivateReader,
     read: &StorageRead,
@@ -254,26 +258,13 @@ pub async fn read_facts(
     let states = results
         .into_iter()
         .collect::<Result<Vec<KeyState>, ReadError>>()?;
-    let (block, snapshot) = match states.first() {
-        Some(KeyState::Account(a)) => (a.block, a.snapshot.clone()),
-        Some(KeyState::Slot(s)) => (s.block, s.snapshot.clone()),
+    let snapshot = match states.first() {
+        Some(KeyState::Account(a)) => a.snapshot.clone(),
+        Some(KeyState::Slot(s)) => s.snapshot.clone(),
         None => return Err(ReadError::Backend("a read of no keys".into())),
     };
-    let (chain_id, timestamp) = reader
-        .block_record(block)
-        .ok_or_else(|| ReadError::Retired(format!("the view at block {block}")))?;
-    let facts = Facts {
-        states: read
-            .keys
-            .iter()
-            .copied()
-            .zip(states)
-            .collect::<HashMap<_, _>>(),
-        block,
-        chain_id,
-        timestamp,
-    };
-    Ok(Found { facts, snapshot })
+    let states = read.keys.iter().copied().zip(states).collect();
+    Ok(Found { states, snapshot })
 }
 
 #[cfg(test)]
@@ -281,7 +272,7 @@ pub(crate) mod tests {
     use super::*;
     use crate::calls::Body;
     use alloy_sol_types::SolCall;
-    use ethpir_client::{AccountState, SlotState};
+    use ethpir_client::SlotState;
     use protocol::tokens::{
         Getter, IMulticall3, MappingLayout, SlotIndex, TokenEntry, IERC20, MULTICALL3,
     };
@@ -323,43 +314,26 @@ pub(crate) mod tests {
         IERC20::balanceOfCall { holder }.abi_encode().into()
     }
 
-    /// The facts of a view at block 16 where every key read holds
-    /// `value(key)` (an account: as its balance) and exists unless
-    /// `absent` says so.
-    pub fn facts(
-        read: &StorageRead,
-        value: impl Fn(&ReadKey) -> U256,
-        absent: impl Fn(&ReadKey) -> bool,
-    ) -> Facts {
+    /// What a read of `read`'s keys found: each slot's word `value(key)`.
+    pub fn found(read: &StorageRead, value: impl Fn(&ReadKey) -> U256) -> Found {
         let states = read
             .keys
             .iter()
-            .map(|k| {
-                let state = match k {
-                    ReadKey::Account(_) => KeyState::Account(AccountState {
-                        balance: value(k),
-                        nonce: 1,
-                        snapshot: "s".into(),
-                        block: 16,
-                        absent: absent(k),
-                        code: protocol::CodeRef::None,
-                        code_table: None,
-                    }),
-                    ReadKey::Slot { .. } => KeyState::Slot(SlotState {
-                        word: value(k),
-                        snapshot: "s".into(),
-                        block: 16,
-                        absent: absent(k),
-                    }),
-                };
-                (*k, state)
+            .filter_map(|k| {
+                let ReadKey::Slot { .. } = k else { return None };
+                let state = KeyState::Slot(SlotState {
+                    word: value(k),
+                    snapshot: "s".into(),
+                    block: 16,
+                    absent: false,
+                    low_part: false,
+                });
+                Some((*k, state))
             })
             .collect();
-        Facts {
+        Found {
             states,
-            block: 16,
-            chain_id: 1,
-            timestamp: Some(1_700_000_000),
+            snapshot: "s".into(),
         }
     }
 
@@ -422,9 +396,8 @@ pub(crate) mod tests {
             |_| None,
         );
         assert!(none.is_none());
-        let f = facts(&read, |_| U256::from(7), |_| false);
         assert_eq!(
-            answer(&read, &f).unwrap(),
+            answer(&read, &found(&read, |_| U256::from(7))).unwrap(),
             serde_json::json!(format!("0x{:064x}", 7))
         );
     }
@@ -441,14 +414,10 @@ pub(crate) mod tests {
             vec![(t, token(0xaa).balance_slot_of(&holder))]
         );
         assert_eq!(read.keys[0], ReadKey::Account(t), "the token's account");
-        let f = facts(&read, |_| U256::from(5), |_| false);
-        assert_eq!(
-            answer(&read, &f).unwrap(),
-            serde_json::json!(format!("0x{:064x}", 5))
+        assert!(
+            answer(&read, &found(&read, |_| U256::from(5))).is_err(),
+            "a call is executed, not answered from its plan"
         );
-        // Before the token exists: what the node answers, `0x`.
-        let before = facts(&read, |_| U256::ZERO, |k| matches!(k, ReadKey::Account(_)));
-        assert_eq!(answer(&read, &before).unwrap(), serde_json::json!("0x"));
         // Another listed getter, at its own slot; balanceOf of that
         // contract is not listed.
         let shares = Address::repeat_byte(0xee);

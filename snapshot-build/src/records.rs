@@ -18,7 +18,7 @@
 
 use alloy_primitives::{Address, B256, U256};
 use pir_core::encode::RecordSource;
-use protocol::storage::{encode_word, StorageRecord};
+use protocol::storage::{encode_word, high_part_record, StorageRecord};
 
 use protocol::account::{encode_value, AccountRecord};
 use protocol::account::{AccountValue, CodeRef};
@@ -431,6 +431,10 @@ pub struct RecordsView<'a> {
     codes: Vec<B256>,
     /// The places of the codes most accounts have.
     common: Vec<u32>,
+    /// The slots whose words are wider than a value holds: each has a
+    /// second record, its high part ([`protocol::storage::high_part_record`]),
+    /// after every account and slot.
+    wide: Vec<usize>,
 }
 
 impl<'a> RecordsView<'a> {
@@ -448,12 +452,24 @@ impl<'a> RecordsView<'a> {
         let codes = protocol::codes::table_of(counts.keys().copied());
         let places = codes.iter().enumerate();
         let common = protocol::codes::common_places(places.map(|(i, h)| (i as u32 + 1, counts[h])));
+        let wide = (0..file.slots())
+            .filter(|&i| {
+                let s = file.slot(i);
+                matches!(high_part_record(&s.key, s.value, width), Ok(Some(_)))
+            })
+            .collect();
         Ok(RecordsView {
             file,
             width,
             codes,
             common,
+            wide,
         })
+    }
+
+    /// Slots whose words have a second record (their high part).
+    pub fn wide_words(&self) -> usize {
+        self.wide.len()
     }
 
     /// The level's code table: the sorted distinct code hashes.
@@ -483,7 +499,7 @@ pub fn account_value(a: &AccountRecord, codes: &[B256]) -> AccountValue {
 
 impl RecordSource for RecordsView<'_> {
     fn len(&self) -> usize {
-        self.file.accounts() + self.file.slots()
+        self.file.accounts() + self.file.slots() + self.wide.len()
     }
 
     fn value_bytes(&self) -> usize {
@@ -496,11 +512,20 @@ impl RecordSource for RecordsView<'_> {
             let a = self.file.account(i);
             key.extend_from_slice(a.key.as_slice());
             value.copy_from_slice(&encode_value(&account_value(&a, &self.codes), self.width));
-        } else {
+        } else if i < self.file.accounts() + self.file.slots() {
             let s = self.file.slot(i - self.file.accounts());
             key.extend_from_slice(s.key.as_slice());
             let word = encode_word(s.value, self.width).expect("an account value width");
             value.copy_from_slice(&word);
+        } else {
+            let s = self
+                .file
+                .slot(self.wide[i - self.file.accounts() - self.file.slots()]);
+            let (at, high) = high_part_record(&s.key, s.value, self.width)
+                .expect("an account value width")
+                .expect("a wide word");
+            key.extend_from_slice(at.as_slice());
+            value.copy_from_slice(&high);
         }
     }
 }
@@ -530,6 +555,46 @@ mod tests {
             assert_eq!(back.storage.len(), with_slots as usize);
             assert!(decode_records(&old[..old.len() - 1]).is_err());
         }
+    }
+
+    /// A slot whose word is wider than a compact value has a second
+    /// record, its high part, after every account and slot; in a wide
+    /// snapshot every word fits one.
+    #[test]
+    fn wide_words_have_a_record_for_their_high_part() {
+        use protocol::storage::{decode_word, high_part_key, join_word, StoredWord};
+        let accounts = vec![AccountRecord::new(
+            Address::repeat_byte(1),
+            U256::from(1),
+            1,
+        )];
+        let contract = Address::repeat_byte(0xc0);
+        let mut slots = vec![
+            StorageRecord::new(contract, B256::with_last_byte(1), U256::from(5)),
+            StorageRecord::new(contract, B256::with_last_byte(2), U256::MAX),
+        ];
+        slots.sort_by_key(|s| s.key);
+        let bytes = encode_records(&accounts, &slots);
+        let width = protocol::account::COMPACT_VALUE_BYTES;
+        let view = RecordsView::new(&bytes, width).unwrap();
+        assert_eq!(view.len(), 4);
+        assert_eq!(view.wide_words(), 1);
+        let mut entries = std::collections::HashMap::new();
+        for i in 0..view.len() {
+            let (mut key, mut value) = (Vec::new(), vec![0u8; width]);
+            view.read(i, &mut key, &mut value);
+            entries.insert(B256::from_slice(&key), value);
+        }
+        let wide = slots.iter().find(|s| s.value == U256::MAX).unwrap();
+        let Ok(StoredWord::Low(low)) = decode_word(&entries[&wide.key]) else {
+            panic!("the wide word's record holds its low part")
+        };
+        let Ok(StoredWord::Word(high)) = decode_word(&entries[&high_part_key(&wide.key)]) else {
+            panic!("its high part has a record")
+        };
+        assert_eq!(join_word(low, high, width), U256::MAX);
+        let whole = RecordsView::new(&bytes, protocol::account::WIDE_VALUE_BYTES).unwrap();
+        assert_eq!((whole.len(), whole.wide_words()), (3, 0));
     }
 
     #[test]

@@ -29,7 +29,7 @@ impl Expected {
 }
 use crate::records::RecordsFile;
 use crate::store::{SnapshotStore, StoreError, StoredSnapshot, RECORDS_FILE};
-use protocol::storage::encode_word;
+use protocol::storage::{encode_word, high_part_record};
 
 /// Problems found in a snapshot.
 fn invalid(snap: &StoredSnapshot, problem: impl Into<String>) -> StoreError {
@@ -122,6 +122,11 @@ fn sampled(
         let s = records.slot(i);
         let value = encode_word(s.value, width).map_err(|e| invalid(snap, e.to_string()))?;
         expected.push((s.key, Expected::Bytes(value)));
+        // A wide word's high part has a record of its own.
+        let high = high_part_record(&s.key, s.value, width);
+        if let Some((key, value)) = high.map_err(|e| invalid(snap, e.to_string()))? {
+            expected.push((key, Expected::Bytes(value)));
+        }
     }
     Ok(expected)
 }

@@ -135,6 +135,8 @@ struct Relay {
     target: String,
     http: reqwest::Client,
     seen: Arc<Mutex<Vec<String>>>,
+    /// Every JSON-RPC call relayed, whole.
+    calls: Arc<Mutex<Vec<serde_json::Value>>>,
     rewrite: Rewrite,
 }
 
@@ -149,6 +151,7 @@ async fn relay(State(r): State<Relay>, method: Method, uri: Uri, body: Bytes) ->
             if let Some(m) = c.get("method").and_then(|m| m.as_str()) {
                 r.seen.lock().unwrap().push(m.to_string());
             }
+            r.calls.lock().unwrap().push(c);
         }
     }
     let url = format!(
@@ -174,18 +177,32 @@ async fn relay(State(r): State<Relay>, method: Method, uri: Uri, body: Bytes) ->
 /// An HTTP middleman to `target`: records JSON-RPC method names and
 /// rewrites response bodies. Returns its URL and the recorded methods.
 pub async fn start_relay(target: &str, rewrite: Rewrite) -> (String, Arc<Mutex<Vec<String>>>) {
+    let (url, seen, _) = start_recording_relay(target, rewrite).await;
+    (url, seen)
+}
+
+/// Every JSON-RPC call a relay passed on, whole.
+pub type RelayedCalls = Arc<Mutex<Vec<serde_json::Value>>>;
+
+/// [`start_relay`], also recording every call whole (what a node learns).
+pub async fn start_recording_relay(
+    target: &str,
+    rewrite: Rewrite,
+) -> (String, Arc<Mutex<Vec<String>>>, RelayedCalls) {
     let seen = Arc::new(Mutex::new(Vec::new()));
+    let calls = Arc::new(Mutex::new(Vec::new()));
     let state = Relay {
         target: target.trim_end_matches('/').to_string(),
         http: reqwest::Client::new(),
         seen: seen.clone(),
+        calls: calls.clone(),
         rewrite,
     };
     let app = Router::new().fallback(relay).with_state(state);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr: SocketAddr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{addr}"), seen)
+    (format!("http://{addr}"), seen, calls)
 }
 
 pub fn passthrough() -> Rewrite {
@@ -283,4 +300,63 @@ pub async fn route_requests(server: &str, route: &str, ok_only: bool) -> u64 {
         .filter(|l| !ok_only || l.contains("\"200\""))
         .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
         .sum()
+}
+
+/// The creation code of a test contract compiled into e2e/contracts
+/// (scripts/compile-test-contracts.sh).
+pub fn test_contract(name: &str) -> Vec<u8> {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("contracts/{name}.bin"));
+    let hex = std::fs::read_to_string(&path).unwrap();
+    alloy_primitives::hex::decode(hex.trim()).unwrap()
+}
+
+/// Anvil's dev account `i`.
+pub fn dev(i: usize) -> alloy_primitives::Address {
+    test_support::DEV_ACCOUNTS[i].parse().unwrap()
+}
+
+/// A call from dev account `from` to `to` that must succeed.
+pub async fn send(
+    anvil: &test_support::Anvil,
+    from: usize,
+    to: alloy_primitives::Address,
+    data: Vec<u8>,
+) {
+    anvil
+        .transact(
+            test_support::DEV_ACCOUNTS[from],
+            Some(&to.to_string()),
+            &data,
+        )
+        .await;
+}
+
+/// Multicall3 at its canonical address in a genesis file's alloc (as on
+/// mainnet, where its creation long precedes any snapshot).
+pub async fn add_multicall3(genesis: &mut serde_json::Value) {
+    let multicall = test_support::runtime_code(&test_support::multicall3_bytecode()).await;
+    genesis["alloc"][protocol::tokens::MULTICALL3.to_string()] =
+        serde_json::json!({"balance": "0x1", "nonce": "0x1", "code": multicall});
+}
+
+/// `call` (an `eth_call` object) at `at`, through the proxy and at anvil:
+/// equal, byte for byte. The proxy's answer.
+pub async fn same_as_anvil(
+    proxy: &str,
+    anvil: &test_support::Anvil,
+    call: &serde_json::Value,
+    at: &str,
+) -> serde_json::Value {
+    let private = test_support::rpc(proxy, "eth_call", serde_json::json!([call, at]))
+        .await
+        .unwrap();
+    let node = anvil.rpc("eth_call", serde_json::json!([call, at])).await;
+    assert_eq!(private, node, "{call} at {at}");
+    private
+}
+
+/// An `eth_call` object.
+pub fn call_object(to: alloy_primitives::Address, data: &[u8]) -> serde_json::Value {
+    serde_json::json!({"to": to, "data": alloy_primitives::hex::encode_prefixed(data)})
 }

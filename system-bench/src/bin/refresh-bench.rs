@@ -1,10 +1,11 @@
 //! `refresh-bench`: what a wallet's balance refresh costs, first and then
-//! every few blocks, through the proxy's own planning and reading on
-//! loopback (snapshotter levels, PIR server, private reader). Prints one
-//! JSON line.
+//! every few blocks, through the proxy's own executor on loopback
+//! (snapshotter levels, PIR server, private reader, the call run in revm
+//! over privately read state). Prints one JSON line.
 //!
 //! The chain: a random base of 2^N accounts, `--tokens` listed tokens
-//! (each a contract account with a plain balances mapping), Multicall3;
+//! (each a contract with a plain balances mapping at slot 0, and code that
+//! reads it), Multicall3 (its deployed code, `data/multicall3-runtime.hex`);
 //! every block changes `--changes-per-block` accounts and as many token
 //! balances (the wallet's among them, now and then), published as a delta
 //! at once. The wallet: `--wallet-accounts` accounts, each refreshed as
@@ -16,7 +17,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use alloy_primitives::{Address, Bytes, U256};
+use alloy_primitives::{Address, Bytes, B256, U256};
 use alloy_sol_types::SolCall;
 use anyhow::{bail, Context, Result};
 use clap::Parser;
@@ -26,6 +27,7 @@ use protocol::tokens::{
     Getter, IMulticall3, MappingLayout, SlotIndex, TokenEntry, IERC20, MULTICALL3,
 };
 use proxy::calls::Answerable;
+use proxy::execute::{Executed, Executor, InnerPolicy};
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 use snapshotter::levels::{LevelPolicy, Levels};
@@ -37,13 +39,13 @@ use system_bench::{cpu_model, percentile, serve_and_read, served, splitmix};
 #[derive(Parser)]
 #[command(
     name = "refresh-bench",
-    about = "A wallet's balance refresh (MetaMask's aggregate3) through the proxy's reading on loopback: bytes and time of the first refresh and of the steady state (JSON)",
-    long_about = "A wallet's balance refresh through the proxy's own planning and reading on loopback.\n\n\
+    about = "A wallet's balance refresh (MetaMask's aggregate3) through the proxy's executor on loopback: bytes, PIR requests and time of the first refresh and of the steady state (JSON)",
+    long_about = "A wallet's balance refresh through the proxy's own executor (Multicall3's code run in revm over privately read state) on loopback.\n\n\
 A random base of 2^N accounts with --tokens listed tokens is built as a full snapshot; every block \
 then changes --changes-per-block accounts and token balances and is published as a delta. Every \
 --refresh-every blocks the wallet refreshes its accounts as MetaMask does (one aggregate3 of \
 balanceOf on every token and getEthBalance per account), each answer checked. Prints one JSON \
-line: the first refresh's PIR bytes and time, the steady state's, and wrong answers.\n\n\
+line: the first refresh's PIR bytes, requests, rounds and time, the steady state's, and wrong answers.\n\n\
 Example: cargo run --release --bin refresh-bench -- --log2-accounts 24 --blocks 40"
 )]
 struct Args {
@@ -83,6 +85,23 @@ struct Args {
 }
 
 const CHAIN_ID: u64 = 1;
+
+/// A token's code: `balanceOf(holder)` (any selector) returns the word at
+/// the holder's place in the mapping at slot 0.
+const TOKEN_CODE: [u8; 20] = [
+    0x60, 0x04, 0x35, // PUSH1 4 CALLDATALOAD: the holder
+    0x5f, 0x52, // PUSH0 MSTORE
+    0x5f, 0x60, 0x20, 0x52, // slot 0 after it
+    0x60, 0x40, 0x5f, 0x20, // KECCAK256 of the 64 bytes
+    0x54, 0x5f, 0x52, // SLOAD, stored at 0
+    0x60, 0x20, 0x5f, 0xf3, // RETURN 32 bytes
+];
+
+/// Multicall3's deployed code (viem's creation code run on anvil).
+fn multicall3_code() -> Bytes {
+    let hex = include_str!("../../data/multicall3-runtime.hex");
+    hex.trim().parse().expect("hex code")
+}
 
 fn token(t: usize) -> TokenEntry {
     let mut address = [0x70u8; 20];
@@ -136,6 +155,8 @@ impl Chain {
         for c in tokens.iter().map(|t| t.address).chain([MULTICALL3]) {
             accounts.insert(c, vec![(0, U256::ZERO, 1)]);
         }
+        // The caller (no `from`: the zero address) exists too.
+        accounts.insert(Address::ZERO, vec![(0, U256::from(1u8), 0)]);
         let wallet = addresses[..args.wallet_accounts].to_vec();
         let mut balances = HashMap::new();
         for t in 0..tokens.len() {
@@ -164,9 +185,25 @@ impl Chain {
         }
     }
 
-    fn account_record(a: &Address, history: &[(u64, U256, u64)]) -> AccountRecord {
+    fn account_record(&self, a: &Address, history: &[(u64, U256, u64)]) -> AccountRecord {
         let &(_, balance, nonce) = history.last().expect("a value");
-        AccountRecord::new(*a, balance, nonce)
+        let record = AccountRecord::new(*a, balance, nonce);
+        let code = match self.code_of(a) {
+            Some(code) => alloy_primitives::keccak256(code),
+            None => return record,
+        };
+        record.with_trie(code, B256::ZERO)
+    }
+
+    /// The code of a contract of the chain.
+    fn code_of(&self, a: &Address) -> Option<Bytes> {
+        if *a == MULTICALL3 {
+            return Some(multicall3_code());
+        }
+        self.tokens
+            .iter()
+            .any(|t| t.address == *a)
+            .then(|| Bytes::from(TOKEN_CODE.to_vec()))
     }
 
     fn slot_record(&self, t: usize, holder: &Address, word: U256) -> StorageRecord {
@@ -178,14 +215,16 @@ impl Chain {
         let records = self
             .accounts
             .iter()
-            .map(|(a, h)| Self::account_record(a, h))
+            .map(|(a, h)| self.account_record(a, h))
             .collect();
         let storage = self
             .balances
             .iter()
             .map(|((t, holder), h)| self.slot_record(*t, holder, h[0].1))
             .collect();
-        state(0, SnapshotKind::Full, records, storage, self.listed())
+        let mut base = state(0, SnapshotKind::Full, records, storage, self.listed());
+        base.codes = vec![multicall3_code(), Bytes::from(TOKEN_CODE.to_vec())];
+        base
     }
 
     /// The changes of `block`, recorded; its delta.
@@ -216,7 +255,7 @@ impl Chain {
             );
             history.retain(|v| v.0 != block);
             history.push((block, next.0, next.1));
-            records.insert(a, AccountRecord::new(a, next.0, next.1));
+            records.insert(a, self.account_record(&a, &[(block, next.0, next.1)]));
         }
         let mut storage = HashMap::new();
         for (t, holder) in slots {
@@ -310,18 +349,21 @@ fn state(
     }
 }
 
-/// One refresh: PIR bytes (up, down), milliseconds, and the keys read.
+/// One refresh: PIR bytes (up, down), requests, milliseconds, the
+/// executor's rounds and the keys it read.
 struct Refresh {
     up: u64,
     down: u64,
+    requests: u64,
     ms: f64,
+    rounds: usize,
     keys: usize,
 }
 
 /// Refreshes the wallet at the newest view as the proxy answers the call
-/// (its planning, one read, its ABI encoding); checks every balance.
+/// (the rules' first keys, the executor's rounds); checks every balance.
 async fn refresh(
-    reader: &PrivateReader,
+    reader: &std::sync::Arc<PrivateReader>,
     chain: &Chain,
     wrong: &mut Vec<String>,
 ) -> Result<Refresh> {
@@ -336,15 +378,30 @@ async fn refresh(
             balance_checker: None,
         })
     };
-    let read =
-        proxy::storage::plan("eth_call", Some(&params), answerable).context("not private")?;
+    let first = proxy::storage::plan("eth_call", Some(&params), answerable)
+        .map(|read| read.keys)
+        .unwrap_or_default();
+    let (args, sel) = proxy::execute::call_of(Some(&params)).context("not a call")?;
+    let executor = Executor::new(reader.clone(), None, InnerPolicy::Fail);
+    let held = reader
+        .private_storage(&sel)
+        .context("no view")?
+        .all_contracts();
     let (up0, down0) = reader.lookup_traffic();
+    let requests0 = reader.lookup_requests();
     let started = Instant::now();
-    let found = proxy::storage::read_facts(reader, &read, None).await?;
-    let answer = proxy::storage::answer(&read, &found.facts)?;
+    let done = match executor
+        .execute(&args, &sel, held, first, Vec::new())
+        .await?
+    {
+        Executed::Answered(done) => done,
+        Executed::NotPrivate(why) => bail!("not answered privately: {why}"),
+    };
     let ms = started.elapsed().as_secs_f64() * 1e3;
     let (up, down) = reader.lookup_traffic();
-    let bytes: Bytes = serde_json::from_value(answer)?;
+    let requests = reader.lookup_requests() - requests0;
+    let bytes = proxy::execute::node_answer(&done.result)
+        .map_err(|e| anyhow::anyhow!("the call failed: {}", e.message()))?;
     let results = IMulticall3::aggregate3Call::abi_decode_returns(&bytes)?;
     for (i, (r, w)) in results.iter().zip(&want).enumerate() {
         let got = U256::from_be_slice(&r.returnData);
@@ -358,8 +415,10 @@ async fn refresh(
     Ok(Refresh {
         up: up - up0,
         down: down - down0,
+        requests,
         ms,
-        keys: read.keys.len(),
+        rounds: done.rounds,
+        keys: done.keys,
     })
 }
 
@@ -394,7 +453,7 @@ async fn start(
 async fn follow_and_refresh(
     args: &Args,
     chain: &mut Chain,
-    reader: &PrivateReader,
+    reader: &std::sync::Arc<PrivateReader>,
     levels: &std::sync::Arc<Levels>,
     wrong: &mut Vec<String>,
 ) -> Result<Vec<Refresh>> {
@@ -431,6 +490,8 @@ async fn main() -> Result<()> {
     let first = refresh(&reader, &chain, &mut wrong).await?;
     let steady = follow_and_refresh(&args, &mut chain, &reader, &levels, &mut wrong).await?;
     let steady_bytes: Vec<f64> = steady.iter().map(|r| (r.up + r.down) as f64).collect();
+    let steady_requests: Vec<f64> = steady.iter().map(|r| r.requests as f64).collect();
+    let steady_rounds: Vec<f64> = steady.iter().map(|r| r.rounds as f64).collect();
     let mut steady_ms: Vec<f64> = steady.iter().map(|r| r.ms).collect();
     steady_ms.sort_by(f64::total_cmp);
     let first_bytes = (first.up + first.down) as f64;
@@ -450,6 +511,10 @@ async fn main() -> Result<()> {
         "first_refresh_bytes_up": first.up,
         "first_refresh_bytes_down": first.down,
         "first_refresh_ms": first.ms,
+        "first_refresh_requests": first.requests,
+        "first_refresh_rounds": first.rounds,
+        "steady_requests_max": steady_requests.iter().cloned().fold(0.0, f64::max),
+        "steady_rounds_max": steady_rounds.iter().cloned().fold(0.0, f64::max),
         "steady_refreshes": steady.len(),
         "steady_bytes_mean": mean,
         "steady_bytes_max": steady_bytes.iter().cloned().fold(0.0, f64::max),

@@ -1,0 +1,542 @@
+//! Every read-only call private: contracts written for the test (see
+//! e2e/contracts) deployed on anvil and listed whole (their storage in
+//! the snapshots), then called through the proxy as wallets call them: a
+//! FiatToken-2.2-style flagged balance behind an EIP-1967 proxy (one holder
+//! blacklisted, an ordinary and an unlimited allowance), a stETH-style
+//! shares token after a rebase, an ERC-4626-style vault (`getShares`, then
+//! `convertToAssets` of the shares), ERC-721 and ERC-1155 collections, a
+//! call that reverts, Multicall3 at its canonical address (in the genesis
+//! alloc) and the same code elsewhere, the BalanceChecker over them. Each
+//! answer is anvil's at the same block, byte for byte, and a recording
+//! relay in front of anvil sees no call naming a holder. A batch with an
+//! unlisted token sends that inner call alone upstream; with private-only
+//! settings that inner call fails and the rest is answered.
+
+mod common;
+
+use alloy_primitives::{Address, U256};
+use alloy_sol_types::{SolCall, SolValue};
+use common::*;
+use protocol::tokens::{IBalanceChecker, IMulticall3, MULTICALL3};
+use serde_json::{json, Value};
+use test_support::{proxy_status as status, write_genesis, Anvil, DEV_ACCOUNTS};
+
+alloy_sol_types::sol! {
+    interface IFlagged {
+        function initialize(address newOwner);
+        function mint(address to, uint256 amount);
+        function blacklist(address holder);
+        function isBlacklisted(address holder) returns (bool);
+        function balanceOf(address holder) returns (uint256);
+        function transfer(address to, uint256 amount) returns (bool);
+        function approve(address spender, uint256 amount) returns (bool);
+        function allowance(address holder, address spender) returns (uint256);
+        function totalSupply() returns (uint256);
+    }
+    interface IShares {
+        function mintShares(address to, uint256 amount);
+        function rebase(uint256 pooled);
+        function sharesOf(address holder) returns (uint256);
+        function getPooledEthByShares(uint256 amount) returns (uint256);
+    }
+    interface IVault {
+        function deposit(address to, uint256 newShares, uint256 assets);
+        function reward(uint256 assets);
+        function getShares(address account) returns (uint256);
+        function convertToAssets(uint256 amount) returns (uint256);
+    }
+    interface ICollectibles {
+        function mint(address to, uint256 id);
+        function ownerOf(uint256 id) returns (address);
+    }
+    interface IMultiTokens {
+        function mint(address to, uint256 id, uint256 amount);
+        function balanceOf(address holder, uint256 id) returns (uint256);
+        function balanceOfBatch(address[] holders, uint256[] ids) returns (uint256[]);
+    }
+}
+
+/// The test's contracts, at the addresses dev account 0 creates them.
+struct Contracts {
+    implementation: Address,
+    flagged: Address,
+    shares: Address,
+    vault: Address,
+    nft: Address,
+    multi: Address,
+    /// The same flagged token behind another proxy, not listed.
+    unlisted: Address,
+    multicall_copy: Address,
+    checker: Address,
+}
+
+impl Contracts {
+    fn from_nonce(n: u64) -> Self {
+        let at = |k: u64| dev(0).create(n + k);
+        Contracts {
+            implementation: at(0),
+            flagged: at(1),
+            shares: at(2),
+            vault: at(3),
+            nft: at(4),
+            multi: at(5),
+            unlisted: at(6),
+            multicall_copy: at(7),
+            checker: at(8),
+        }
+    }
+
+    /// The contracts the snapshots hold whole.
+    fn listed(&self) -> Vec<Address> {
+        vec![self.flagged, self.shares, self.vault, self.nft, self.multi]
+    }
+
+    /// Deploys them in order, each where it was predicted.
+    async fn deploy(&self, anvil: &Anvil) {
+        let behind_proxy = |implementation: Address| {
+            let mut init = test_contract("Proxy1967");
+            init.extend_from_slice(&implementation.abi_encode());
+            init
+        };
+        let codes = [
+            (self.implementation, test_contract("FlaggedToken")),
+            (self.flagged, behind_proxy(self.implementation)),
+            (self.shares, test_contract("SharesToken")),
+            (self.vault, test_contract("StakingVault")),
+            (self.nft, test_contract("Collectibles")),
+            (self.multi, test_contract("MultiTokens")),
+            (self.unlisted, behind_proxy(self.implementation)),
+            (self.multicall_copy, test_support::multicall3_bytecode()),
+            (self.checker, test_contract("BalanceChecker")),
+        ];
+        for (want, code) in codes {
+            let got: Address = anvil.deploy(DEV_ACCOUNTS[0], &code).await.parse().unwrap();
+            assert_eq!(got, want);
+        }
+    }
+}
+
+/// Holders: two dev accounts (they approve and transfer) and two fresh
+/// addresses, the last blacklisted.
+fn holders() -> [Address; 4] {
+    [
+        dev(1),
+        dev(2),
+        Address::repeat_byte(0x11),
+        Address::repeat_byte(0x22),
+    ]
+}
+
+const SPENDER: Address = Address::repeat_byte(0x5e);
+const NFT_IDS: [u64; 3] = [7, 42, 1001];
+const MULTI_ID: u64 = 77;
+
+/// Shares of holder `i` (distinctive numbers, searched for in what the
+/// upstream saw).
+fn shares_of(i: usize) -> U256 {
+    U256::from(7_700_000_123u64 + 1_000_003 * i as u64)
+}
+
+/// The chain's history: mints, a blacklisting, allowances (one
+/// unlimited), a transfer, shares and a rebase, vault deposits and a
+/// reward, NFTs and multi-tokens.
+async fn make_history(anvil: &Anvil, c: &Contracts) {
+    for token in [c.flagged, c.unlisted] {
+        let init = IFlagged::initializeCall { newOwner: dev(0) };
+        send(anvil, 0, token, init.abi_encode()).await;
+    }
+    for (i, h) in holders().iter().enumerate() {
+        let amount = U256::from(1_000_000u64 * (i as u64 + 1));
+        for token in [c.flagged, c.unlisted] {
+            let mint = IFlagged::mintCall { to: *h, amount };
+            send(anvil, 0, token, mint.abi_encode()).await;
+        }
+        let shares = IShares::mintSharesCall {
+            to: *h,
+            amount: shares_of(i),
+        };
+        send(anvil, 0, c.shares, shares.abi_encode()).await;
+        let deposit = IVault::depositCall {
+            to: *h,
+            newShares: shares_of(i),
+            assets: shares_of(i) + U256::from(i),
+        };
+        send(anvil, 0, c.vault, deposit.abi_encode()).await;
+        let multi = IMultiTokens::mintCall {
+            to: *h,
+            id: U256::from(MULTI_ID),
+            amount: U256::from(5 + i),
+        };
+        send(anvil, 0, c.multi, multi.abi_encode()).await;
+    }
+    for (id, h) in NFT_IDS.iter().zip(holders()) {
+        let mint = ICollectibles::mintCall {
+            to: h,
+            id: U256::from(*id),
+        };
+        send(anvil, 0, c.nft, mint.abi_encode()).await;
+    }
+    let blacklist = IFlagged::blacklistCall {
+        holder: holders()[3],
+    };
+    send(anvil, 0, c.flagged, blacklist.abi_encode()).await;
+    let approve = |amount| IFlagged::approveCall {
+        spender: SPENDER,
+        amount,
+    };
+    send(
+        anvil,
+        1,
+        c.flagged,
+        approve(U256::from(1234u64)).abi_encode(),
+    )
+    .await;
+    send(anvil, 2, c.flagged, approve(U256::MAX).abi_encode()).await;
+    let transfer = IFlagged::transferCall {
+        to: holders()[2],
+        amount: U256::from(5u64),
+    };
+    send(anvil, 1, c.flagged, transfer.abi_encode()).await;
+    let rebase = IShares::rebaseCall {
+        pooled: U256::from(9_999_999_999_999u64),
+    };
+    send(anvil, 0, c.shares, rebase.abi_encode()).await;
+    let reward = IVault::rewardCall {
+        assets: U256::from(123_456_789u64),
+    };
+    send(anvil, 0, c.vault, reward.abi_encode()).await;
+}
+
+/// The calls a wallet makes of each contract: (target, calldata).
+fn wallet_calls(c: &Contracts) -> Vec<(Address, Vec<u8>)> {
+    let mut calls = Vec::new();
+    for (i, h) in holders().iter().enumerate() {
+        let holder = *h;
+        calls.push((c.flagged, IFlagged::balanceOfCall { holder }.abi_encode()));
+        calls.push((c.shares, IFlagged::balanceOfCall { holder }.abi_encode()));
+        calls.push((c.shares, IShares::sharesOfCall { holder }.abi_encode()));
+        calls.push((
+            c.vault,
+            IVault::getSharesCall { account: holder }.abi_encode(),
+        ));
+        let assets = IVault::convertToAssetsCall {
+            amount: shares_of(i),
+        };
+        calls.push((c.vault, assets.abi_encode()));
+        calls.push((c.nft, IFlagged::balanceOfCall { holder }.abi_encode()));
+        let multi = IMultiTokens::balanceOfCall {
+            holder,
+            id: U256::from(MULTI_ID),
+        };
+        calls.push((c.multi, multi.abi_encode()));
+        let allowance = IFlagged::allowanceCall {
+            holder,
+            spender: SPENDER,
+        };
+        calls.push((c.flagged, allowance.abi_encode()));
+    }
+    let blacklisted = IFlagged::isBlacklistedCall {
+        holder: holders()[3],
+    };
+    calls.push((c.flagged, blacklisted.abi_encode()));
+    calls.push((c.flagged, IFlagged::totalSupplyCall {}.abi_encode()));
+    let pooled = IShares::getPooledEthBySharesCall {
+        amount: U256::from(777u64),
+    };
+    calls.push((c.shares, pooled.abi_encode()));
+    for id in NFT_IDS {
+        let owner = ICollectibles::ownerOfCall { id: U256::from(id) };
+        calls.push((c.nft, owner.abi_encode()));
+    }
+    let batch = IMultiTokens::balanceOfBatchCall {
+        holders: holders().to_vec(),
+        ids: vec![U256::from(MULTI_ID); 4],
+    };
+    calls.push((c.multi, batch.abi_encode()));
+    calls
+}
+
+/// An `eth_call` at `at` through the proxy and at anvil: the whole
+/// response (result or error) the same.
+async fn same_response_as_anvil(proxy: &str, anvil: &Anvil, call: &Value, at: &str) -> Value {
+    let http = reqwest::Client::new();
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "eth_call", "params": [call, at]});
+    let private = test_support::rpc_raw(&http, proxy, &body.to_string()).await;
+    let node = test_support::rpc_raw(&http, &anvil.url, &body.to_string()).await;
+    assert_eq!(private, node, "{call} at {at}");
+    private
+}
+
+fn aggregate3(calls: &[(Address, Vec<u8>)], allow_failure: bool) -> Vec<u8> {
+    let calls = calls
+        .iter()
+        .map(|(target, data)| IMulticall3::Call3 {
+            target: *target,
+            allowFailure: allow_failure,
+            callData: data.clone().into(),
+        })
+        .collect();
+    IMulticall3::aggregate3Call { calls }.abi_encode()
+}
+
+/// Whether anything the upstream saw names a holder or a holder's shares.
+fn names_a_holder(calls: &[Value]) -> Option<String> {
+    let words: Vec<String> = holders()
+        .iter()
+        .map(|h| format!("{h:x}").trim_start_matches("0x").to_string())
+        .chain((0..4).map(|i| format!("{:064x}", shares_of(i))))
+        .collect();
+    calls.iter().find_map(|c| {
+        let text = c.to_string().to_lowercase();
+        words
+            .iter()
+            .any(|w| text.contains(w.as_str()))
+            .then_some(text)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn contracts_run_here_over_private_state_as_the_node_runs_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let genesis_path = dir.path().join("genesis.json");
+    write_genesis(&genesis_path);
+    let mut genesis: Value =
+        serde_json::from_slice(&std::fs::read(&genesis_path).unwrap()).unwrap();
+    add_multicall3(&mut genesis).await;
+    std::fs::write(&genesis_path, serde_json::to_vec(&genesis).unwrap()).unwrap();
+    let anvil = Anvil::start_with(&[
+        "--init",
+        genesis_path.to_str().unwrap(),
+        "--chain-id",
+        "4242",
+    ])
+    .await;
+    let nonce = test_support::quantity(
+        &anvil
+            .rpc(
+                "eth_getTransactionCount",
+                json!([DEV_ACCOUNTS[0], "latest"]),
+            )
+            .await,
+    );
+    let c = Contracts::from_nonce(nonce);
+
+    let store = dir.path().join("store");
+    let mut config = follow_config(&store, &anvil.url, &genesis_path, 0, 4, 16);
+    config.source.contracts = c.listed();
+    let follower = Follower::start(config);
+    let server = start_server(&store).await;
+    let (upstream, _, relayed) = start_recording_relay(&anvil.url, passthrough()).await;
+    let cache = tempfile::tempdir().unwrap();
+    let proxy = start_proxy_with(proxy::ProxyConfig {
+        pir_server: server.clone(),
+        upstream: Some(upstream.clone()),
+        cache_dir: cache.path().to_path_buf(),
+        balance_checker: Some(c.checker),
+        ..Default::default()
+    })
+    .await;
+    c.deploy(&anvil).await;
+    make_history(&anvil, &c).await;
+    let head = anvil.head().await;
+    let caught_up =
+        || async { (status(&proxy).await["viewBlock"].as_u64()? >= head).then_some(()) };
+    test_support::eventually("the proxy's view reaches the head", caught_up).await;
+    let block = status(&proxy).await["viewBlock"].as_u64().unwrap();
+    let at = format!("{block:#x}");
+    relayed.lock().unwrap().clear();
+
+    // Each call alone, then all of them in one aggregate3 (a reverting
+    // ownerOf among them, allowed to fail) at Multicall3 and at its copy,
+    // and in tryAggregate.
+    let mut calls = wallet_calls(&c);
+    for (target, data) in &calls {
+        same_as_anvil(&proxy, &anvil, &call_object(*target, data), &at).await;
+    }
+    let missing = ICollectibles::ownerOfCall {
+        id: U256::from(999u64),
+    };
+    let reverted = same_response_as_anvil(
+        &proxy,
+        &anvil,
+        &call_object(c.nft, &missing.abi_encode()),
+        &at,
+    )
+    .await;
+    assert_eq!(reverted["error"]["code"], 3, "{reverted}");
+    calls.push((c.nft, missing.abi_encode()));
+    let batch = aggregate3(&calls, true);
+    for multicall in [MULTICALL3, c.multicall_copy] {
+        same_as_anvil(&proxy, &anvil, &call_object(multicall, &batch), &at).await;
+    }
+    let plain: Vec<IMulticall3::Call> = calls
+        .iter()
+        .map(|(target, data)| IMulticall3::Call {
+            target: *target,
+            callData: data.clone().into(),
+        })
+        .collect();
+    let try_aggregate = IMulticall3::tryAggregateCall {
+        requireSuccess: false,
+        calls: plain,
+    };
+    same_as_anvil(
+        &proxy,
+        &anvil,
+        &call_object(MULTICALL3, &try_aggregate.abi_encode()),
+        &at,
+    )
+    .await;
+    // A wallet's own call object: from the holder, with gas and fees.
+    let from_holder = json!({
+        "from": holders()[0], "to": c.flagged, "gas": "0x2dc6c0", "maxFeePerGas": "0x174876e800",
+        "input": alloy_primitives::hex::encode_prefixed(IFlagged::balanceOfCall { holder: holders()[0] }.abi_encode()),
+    });
+    same_as_anvil(&proxy, &anvil, &from_holder, &at).await;
+    // The BalanceChecker over ETH and the listed tokens.
+    let checked = IBalanceChecker::balancesCall {
+        users: holders().to_vec(),
+        tokens: vec![Address::ZERO, c.flagged, c.shares, c.nft],
+    };
+    same_as_anvil(
+        &proxy,
+        &anvil,
+        &call_object(c.checker, &checked.abi_encode()),
+        &at,
+    )
+    .await;
+    // The unlimited allowance is a wide word, read whole.
+    let unlimited = IFlagged::allowanceCall {
+        holder: holders()[1],
+        spender: SPENDER,
+    };
+    let word = same_as_anvil(
+        &proxy,
+        &anvil,
+        &call_object(c.flagged, &unlimited.abi_encode()),
+        &at,
+    )
+    .await;
+    assert_eq!(word, json!(format!("{:#066x}", U256::MAX)));
+
+    let seen = relayed.lock().unwrap().clone();
+    assert!(
+        !seen.iter().any(|c| c["method"] == "eth_call"),
+        "no eth_call upstream: {seen:?}"
+    );
+    assert_eq!(names_a_holder(&seen), None, "the upstream saw a holder");
+
+    // A repeat costs no PIR query (answers kept per base).
+    let before = route_requests(&server, "query", true).await;
+    same_as_anvil(&proxy, &anvil, &call_object(MULTICALL3, &batch), &at).await;
+    assert_eq!(route_requests(&server, "query", true).await, before);
+
+    unlisted_inner_calls(&proxy, &anvil, &c, &relayed, &at).await;
+    private_only(&server, &anvil, &c, &upstream, &at).await;
+    follower.stop().await;
+}
+
+/// A batch holding an unlisted token's `balanceOf`: that inner call alone
+/// goes upstream (the rest of the batch is private).
+async fn unlisted_inner_calls(
+    proxy: &str,
+    anvil: &Anvil,
+    c: &Contracts,
+    relayed: &RelayedCalls,
+    at: &str,
+) {
+    relayed.lock().unwrap().clear();
+    let holder = holders()[2];
+    let balance_of = IFlagged::balanceOfCall { holder }.abi_encode();
+    let mixed = [
+        (c.flagged, balance_of.clone()),
+        (c.unlisted, balance_of.clone()),
+    ];
+    same_as_anvil(
+        proxy,
+        anvil,
+        &call_object(MULTICALL3, &aggregate3(&mixed, false)),
+        at,
+    )
+    .await;
+    let seen = relayed.lock().unwrap().clone();
+    let forwarded: Vec<&Value> = seen.iter().filter(|c| c["method"] == "eth_call").collect();
+    assert_eq!(forwarded.len(), 1, "{seen:?}");
+    let call = &forwarded[0]["params"][0];
+    assert_eq!(
+        call["to"].as_str().unwrap().parse::<Address>().unwrap(),
+        c.unlisted
+    );
+    assert_eq!(
+        call["input"],
+        json!(alloy_primitives::hex::encode_prefixed(&balance_of)),
+        "only the inner call"
+    );
+    let text = seen
+        .iter()
+        .map(Value::to_string)
+        .collect::<String>()
+        .to_lowercase();
+    assert!(
+        !text.contains(
+            &format!("{:x}", c.flagged)
+                .trim_start_matches("0x")
+                .to_string()
+        ),
+        "the listed token's call stayed private"
+    );
+}
+
+/// With private-only settings (no address reads upstream): an inner call
+/// that cannot be answered privately fails, the rest is answered; the
+/// same call alone is refused; nothing goes upstream.
+async fn private_only(server: &str, anvil: &Anvil, c: &Contracts, upstream: &str, at: &str) {
+    let (relay, seen) = start_relay(upstream, passthrough()).await;
+    let cache = tempfile::tempdir().unwrap();
+    let proxy = start_proxy_with(proxy::ProxyConfig {
+        pir_server: server.to_string(),
+        upstream: Some(relay),
+        cache_dir: cache.path().to_path_buf(),
+        upstream_methods: proxy::config::UpstreamMethods::NoAddressReads,
+        ..Default::default()
+    })
+    .await;
+    wait_for_chain(&proxy).await;
+    let holder = holders()[2];
+    let balance_of = IFlagged::balanceOfCall { holder }.abi_encode();
+    let mixed = [
+        (c.flagged, balance_of.clone()),
+        (c.unlisted, balance_of.clone()),
+    ];
+    let out = test_support::rpc(
+        &proxy,
+        "eth_call",
+        json!([call_object(MULTICALL3, &aggregate3(&mixed, true)), at]),
+    )
+    .await
+    .unwrap();
+    let bytes = alloy_primitives::hex::decode(out.as_str().unwrap()).unwrap();
+    let results = IMulticall3::aggregate3Call::abi_decode_returns(&bytes).unwrap();
+    let listed = anvil
+        .rpc("eth_call", json!([call_object(c.flagged, &balance_of), at]))
+        .await;
+    assert!(results[0].success);
+    assert_eq!(
+        json!(alloy_primitives::hex::encode_prefixed(
+            &results[0].returnData
+        )),
+        listed
+    );
+    assert!(!results[1].success, "the unlisted token's call fails");
+    let alone = test_support::rpc(
+        &proxy,
+        "eth_call",
+        json!([call_object(c.unlisted, &balance_of), at]),
+    )
+    .await;
+    assert!(alone.is_err(), "{alone:?}");
+    assert!(
+        !seen.lock().unwrap().iter().any(|m| m == "eth_call"),
+        "private-only: nothing upstream"
+    );
+}
