@@ -66,6 +66,11 @@ pub struct ProxyConfig {
     /// Lookups of random addresses at random times, sent exactly like real
     /// ones, so the server cannot tell when the user acts. 0: none.
     pub cover_lookups_per_hour: f64,
+    /// Every `eth_call` executed here that reads anything sends at least
+    /// this many PIR requests (cover lookups fill up its rounds), so that
+    /// the server cannot tell a balance (one round) from an allowance or a
+    /// token behind a proxy (more). 1: no padding.
+    pub pad_call_rounds_to: usize,
     /// A SOCKS5 proxy for all traffic to the PIR server
     /// (`socks5h://127.0.0.1:9050` for Tor), so the server does not see the
     /// wallet's IP address.
@@ -158,6 +163,7 @@ impl Default for ProxyConfig {
             canaries_per_request: 1,
             prefetch_codes: 16,
             cover_lookups_per_hour: 0.0,
+            pad_call_rounds_to: 1,
             pir_proxy: None,
             fresh_connection_per_lookup: false,
             tokens: None,

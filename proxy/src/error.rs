@@ -22,6 +22,11 @@ pub const UNVERIFIABLE: i32 = -32004;
 /// The upstream node could not be reached.
 pub const UPSTREAM_UNAVAILABLE: i32 = -32005;
 
+/// Why an upstream URL was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("upstream URL must start with http://, https://, ws:// or wss:// (got {0})")]
+pub struct UpstreamUrlError(pub(crate) String);
+
 /// Why the proxy cannot start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -31,7 +36,7 @@ pub enum StartError {
     #[error(transparent)]
     Client(#[from] ethpir_client::config::ConfigError),
     #[error(transparent)]
-    Upstream(#[from] crate::upstream::UpstreamUrlError),
+    Upstream(#[from] UpstreamUrlError),
     #[error(transparent)]
     Tokens(#[from] protocol::tokens::TokenListError),
     #[error("starting the JSON-RPC server: {0}")]

@@ -67,6 +67,10 @@ pub struct Answered {
     pub rounds: usize,
     /// Keys read (accounts and words) over every round.
     pub keys: usize,
+    /// PIR requests sent (cover ones included).
+    pub requests: u64,
+    /// Time spent in the EVM, over every round.
+    pub evm_time: std::time::Duration,
     /// Inner calls answered elsewhere.
     pub inner_apart: usize,
     pub snapshot: String,
@@ -77,10 +81,24 @@ pub struct Executor {
     reader: Arc<PrivateReader>,
     upstream: Option<Arc<Upstream>>,
     inner: InnerPolicy,
+    /// Fewest PIR requests of a call that reads anything.
+    pad_rounds_to: usize,
     /// The rules of chains other than mainnet.
     latest: SpecId,
     /// Headers checked, with their time, by hash.
     headers: Mutex<HashMap<B256, (HeaderFacts, u64)>>,
+}
+
+/// One view's state as the runs of a call read it.
+pub struct Session {
+    view: ViewClient,
+    block: BlockContext,
+    spec: SpecId,
+    reads: Reads,
+    requests_before: u64,
+    rounds: usize,
+    inner_apart: usize,
+    evm_time: std::time::Duration,
 }
 
 /// A call's state while it runs: what it read, and the accounts whose
@@ -101,9 +119,16 @@ impl Executor {
             reader,
             upstream,
             inner,
+            pad_rounds_to: 1,
             latest: SpecId::OSAKA,
             headers: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Every call that reads anything sends at least `n` PIR requests.
+    pub fn pad_rounds_to(mut self, n: usize) -> Self {
+        self.pad_rounds_to = n.max(1);
+        self
     }
 
     /// Runs `args` at the view `sel` names over contracts `held` (those
@@ -118,6 +143,25 @@ impl Executor {
         first: Vec<ReadKey>,
         ahead: Vec<(ReadKey, KeyState)>,
     ) -> Result<Executed, ReadError> {
+        let mut session = match self.open(sel, held, ahead).await? {
+            Ok(session) => session,
+            Err(why) => return Ok(Executed::NotPrivate(why)),
+        };
+        let result = match self.run(&mut session, args, first).await? {
+            Ok(result) => result,
+            Err(why) => return Ok(Executed::NotPrivate(why)),
+        };
+        Ok(Executed::Answered(self.close(session, result).await))
+    }
+
+    /// A session over the view `sel` names: its block, and what `ahead`
+    /// read of it.
+    pub async fn open(
+        &self,
+        sel: &BlockSelector,
+        held: Vec<Address>,
+        ahead: Vec<(ReadKey, KeyState)>,
+    ) -> Result<Result<Session, String>, ReadError> {
         let view = self.reader.select(sel).await?;
         let block = self.block_context(&view).await?;
         let spec = call_exec::spec_for(block.chain_id, block.number, block.timestamp, self.latest);
@@ -125,52 +169,81 @@ impl Executor {
             .into_iter()
             .filter(|c| view.storage().holds(c))
             .collect();
-        let mut reads = Reads {
-            known: KnownState::new(held),
-            accounts: HashMap::new(),
-            keys: 0,
+        let mut session = Session {
+            view,
+            block,
+            spec,
+            reads: Reads {
+                known: KnownState::new(held),
+                accounts: HashMap::new(),
+                keys: 0,
+            },
+            requests_before: self.reader.lookup_requests(),
+            rounds: 0,
+            inner_apart: 0,
+            evm_time: std::time::Duration::ZERO,
         };
-        if let Some(why) = self.learn(&mut reads, ahead).await? {
-            return Ok(Executed::NotPrivate(why));
+        if let Some(why) = self.learn(&mut session.reads, ahead).await? {
+            return Ok(Err(why));
         }
+        Ok(Ok(session))
+    }
+
+    /// Runs `args` in `session` until it ends, reading what it lacks in
+    /// rounds (`first` in the first): its result, or why it cannot be
+    /// answered privately.
+    pub async fn run(
+        &self,
+        session: &mut Session,
+        args: &CallArgs,
+        first: Vec<ReadKey>,
+    ) -> Result<Result<CallResult, String>, ReadError> {
         let mut pending = first;
         pending.push(ReadKey::Account(args.to));
         pending.push(ReadKey::Account(args.from.unwrap_or_default()));
-        let mut inner_apart = 0;
-        for round in 1..=MAX_ROUNDS {
-            if let Some(why) = self.read_round(&view, &mut reads, pending).await? {
-                return Ok(Executed::NotPrivate(why));
+        for _ in 0..MAX_ROUNDS {
+            let reads = &mut session.reads;
+            if let Some(why) = self.read_round(&session.view, reads, pending).await? {
+                return Ok(Err(why));
             }
-            let (outcome, known) =
-                run_blocking(block.clone(), spec, args.clone(), reads.known).await;
-            reads.known = known;
+            session.rounds += 1;
+            let known = std::mem::take(&mut reads.known);
+            let (outcome, known, took) =
+                run_blocking(session.block.clone(), session.spec, args.clone(), known).await;
+            session.reads.known = known;
+            session.evm_time += took;
             match outcome {
-                Outcome::Done(result) => {
-                    return Ok(Executed::Answered(Answered {
-                        result,
-                        rounds: round,
-                        keys: reads.keys,
-                        inner_apart,
-                        snapshot: view.top(),
-                    }))
-                }
-                Outcome::Unanswerable(why) => return Ok(Executed::NotPrivate(describe(&why))),
+                Outcome::Done(result) => return Ok(Ok(result)),
+                Outcome::Unanswerable(why) => return Ok(Err(describe(&why))),
                 Outcome::Needs {
                     reads: needs,
                     inner,
                 } => {
-                    pending = self.keys_of(&mut reads, needs).await?;
-                    inner_apart += inner.len();
+                    pending = self.keys_of(&mut session.reads, needs).await?;
+                    session.inner_apart += inner.len();
                     for call in inner {
-                        let answer = self.answer_apart(&call, &view).await?;
-                        reads.known.add_inner(call, answer);
+                        let answer = self.answer_apart(&call, &session.view).await?;
+                        session.reads.known.add_inner(call, answer);
                     }
                 }
             }
         }
-        Ok(Executed::NotPrivate(format!(
-            "more than {MAX_ROUNDS} rounds of reads"
-        )))
+        Ok(Err(format!("more than {MAX_ROUNDS} rounds of reads")))
+    }
+
+    /// What a session cost, its PIR requests padded up to
+    /// `pad_rounds_to` when it sent any.
+    pub async fn close(&self, session: Session, result: CallResult) -> Answered {
+        let requests = self.pad_requests(&session).await;
+        Answered {
+            result,
+            rounds: session.rounds,
+            keys: session.reads.keys,
+            requests,
+            evm_time: session.evm_time,
+            inner_apart: session.inner_apart,
+            snapshot: session.view.top(),
+        }
     }
 
     /// Reads `keys` (those not known yet) in one request, and the code of
@@ -415,6 +488,162 @@ impl Executor {
     }
 }
 
+/// What `eth_estimateGas` gives.
+#[derive(Debug)]
+pub enum Estimated {
+    /// The least gas (within geth's 1.5 %) with which the call succeeds.
+    Gas(u64),
+    /// It fails at the most gas it may have: the node's error.
+    Failed(CallResult),
+    /// It runs out of gas even at the most it may have.
+    Exceeds(u64),
+}
+
+/// geth's tolerance of an estimate above the least gas that works
+/// (wallets add a margin anyway).
+const ESTIMATE_ERROR_RATIO: f64 = 0.015;
+/// Gas of a plain transfer.
+const TX_GAS: u64 = 21_000;
+/// Gas a call passes to a value transfer's recipient for free.
+const CALL_STIPEND: u64 = 2_300;
+
+impl Executor {
+    /// `eth_estimateGas` as geth computes it: the call at the most gas it
+    /// may have (the block's limit, the gas cap, what the sender can pay),
+    /// then an optimistic guess from the gas it used, then a bisection,
+    /// every run over the same privately read state (later runs read
+    /// nothing new, or little).
+    pub async fn estimate(
+        &self,
+        args: &CallArgs,
+        sel: &BlockSelector,
+        held: Vec<Address>,
+        first: Vec<ReadKey>,
+    ) -> Result<Result<Estimated, String>, ReadError> {
+        let mut session = match self.open(sel, held, Vec::new()).await? {
+            Ok(session) => session,
+            Err(why) => return Ok(Err(why)),
+        };
+        let estimated = self.estimate_in(&mut session, args, first).await;
+        self.pad_requests(&session).await;
+        estimated
+    }
+
+    async fn estimate_in(
+        &self,
+        session: &mut Session,
+        args: &CallArgs,
+        first: Vec<ReadKey>,
+    ) -> Result<Result<Estimated, String>, ReadError> {
+        let mut hi = session
+            .block
+            .header
+            .as_ref()
+            .map_or(call_exec::GAS_CAP, |h| h.gas_limit);
+        if let Some(gas) = args.gas.filter(|g| *g >= TX_GAS) {
+            hi = gas;
+        }
+        hi = hi.min(call_exec::GAS_CAP);
+        let mut top = match self.attempt(session, args, hi, first).await? {
+            Ok(result) => result,
+            Err(why) => return Ok(Err(why)),
+        };
+        // The sender must afford the gas at its fee cap (its account was
+        // read by the first run).
+        if let Some(allowance) = self.affordable(session, args).filter(|a| *a < hi) {
+            hi = allowance;
+            top = match self.attempt(session, args, hi, Vec::new()).await? {
+                Ok(result) => result,
+                Err(why) => return Ok(Err(why)),
+            };
+        }
+        let plain_transfer = args.input.is_empty()
+            && session
+                .reads
+                .known
+                .account(&args.to)
+                .is_some_and(|a| !a.has_code);
+        if plain_transfer {
+            let transfer = self.attempt(session, args, TX_GAS, Vec::new()).await?;
+            if let Ok(CallResult::Success { .. }) = transfer {
+                return Ok(Ok(Estimated::Gas(TX_GAS)));
+            }
+        }
+        let used = match &top {
+            CallResult::Success { gas_used, .. } => *gas_used,
+            CallResult::Halt { message, .. } if message == "out of gas" => {
+                return Ok(Ok(Estimated::Exceeds(hi)))
+            }
+            _ => return Ok(Ok(Estimated::Failed(top))),
+        };
+        let mut lo = used.saturating_sub(1);
+        let optimistic = used.saturating_add(CALL_STIPEND).saturating_mul(64) / 63;
+        if optimistic < hi {
+            match self.attempt(session, args, optimistic, Vec::new()).await? {
+                Ok(CallResult::Success { .. }) => hi = optimistic,
+                Ok(_) => lo = optimistic,
+                Err(why) => return Ok(Err(why)),
+            }
+        }
+        while lo + 1 < hi {
+            if (hi - lo) as f64 / (hi as f64) < ESTIMATE_ERROR_RATIO {
+                break;
+            }
+            let mid = ((hi + lo) / 2).min(lo.saturating_mul(2));
+            match self.attempt(session, args, mid, Vec::new()).await? {
+                Ok(CallResult::Success { .. }) => hi = mid,
+                Ok(_) => lo = mid,
+                Err(why) => return Ok(Err(why)),
+            }
+        }
+        Ok(Ok(Estimated::Gas(hi)))
+    }
+
+    /// One run of the call with `gas`.
+    async fn attempt(
+        &self,
+        session: &mut Session,
+        args: &CallArgs,
+        gas: u64,
+        first: Vec<ReadKey>,
+    ) -> Result<Result<CallResult, String>, ReadError> {
+        let args = CallArgs {
+            gas: Some(gas),
+            ..args.clone()
+        };
+        self.run(session, &args, first).await
+    }
+
+    /// The PIR requests `session` sent, padded up to `pad_rounds_to` with
+    /// cover lookups when it sent any.
+    async fn pad_requests(&self, session: &Session) -> u64 {
+        let sent = self.reader.lookup_requests() - session.requests_before;
+        // (Requests of other calls running at the same time count too:
+        // under concurrency a call may be padded less.)
+        let mut requests = sent;
+        if sent > 0 {
+            for _ in sent..self.pad_rounds_to as u64 {
+                self.reader.cover_lookup().await;
+                requests += 1;
+            }
+        }
+        requests
+    }
+
+    /// The most gas the sender can pay at the call's fee cap, when it
+    /// names one.
+    fn affordable(&self, session: &Session, args: &CallArgs) -> Option<u64> {
+        let cap = args.max_fee_per_gas.or(args.gas_price).filter(|c| *c > 0)?;
+        let from = session
+            .reads
+            .known
+            .account(&args.from.unwrap_or_default())?;
+        let left = from.balance.saturating_sub(args.value);
+        let allowance = left / U256::from(cap);
+        Some(u64::try_from(allowance).unwrap_or(u64::MAX))
+    }
+}
+
 /// The JSON-RPC code of a reverted call (geth's).
 pub const REVERTED: i32 = 3;
 
@@ -425,10 +654,11 @@ async fn run_blocking(
     spec: SpecId,
     args: CallArgs,
     known: KnownState,
-) -> (Outcome, KnownState) {
+) -> (Outcome, KnownState, std::time::Duration) {
     tokio::task::spawn_blocking(move || {
+        let started = std::time::Instant::now();
         let outcome = call_exec::run(&block, spec, &args, &known);
-        (outcome, known)
+        (outcome, known, started.elapsed())
     })
     .await
     .expect("a call run does not panic")

@@ -31,6 +31,14 @@ use crate::rpc::{private_params, Prefetched};
 use crate::storage;
 use crate::upstream::Upstream;
 
+/// Why a call is not run here.
+enum Refusal {
+    /// Private reads are stopped: the call fails (closed).
+    Distrusted(ProxyError),
+    /// No view at the block: the fallback.
+    NoView,
+}
+
 /// A storage read a rule planned, and its keys' results when a batch
 /// read them ahead.
 type Planned = (
@@ -148,6 +156,11 @@ where
                 return self.execute_call(copy, args, sel, planned).await;
             }
         }
+        if copy.method == "eth_estimateGas" {
+            if let Some((args, sel)) = execute::call_of(copy.params.as_deref()) {
+                return self.estimate_gas(copy, args, sel).await;
+            }
+        }
         if let Some((read, ahead)) = planned {
             return self.answer_storage(copy, read, ahead).await;
         }
@@ -250,15 +263,11 @@ where
         sel: BlockSelector,
         planned: Option<Planned>,
     ) -> MethodResponse {
-        let reader = &self.policy.reader;
-        if let Some(reason) = reader.distrusted() {
-            return MethodResponse::error(call.id, ProxyError::from(ReadError::Distrusted(reason)));
-        }
-        let Some(answerable) = self.policy.answerable(&sel) else {
-            tracing::info!(contract = %args.to, "eth_call: no view at that block; taking the fallback");
-            return self.forward(call).await;
+        let held = match self.held_at(&args, &sel) {
+            Ok(held) => held,
+            Err(Refusal::Distrusted(e)) => return MethodResponse::error(call.id, e),
+            Err(Refusal::NoView) => return self.forward(call).await,
         };
-        let held = answerable.storage.all_contracts();
         let (first, ahead) = match planned {
             Some((read, Some(results))) => {
                 let read_ok = read.keys.into_iter().zip(results);
@@ -277,6 +286,8 @@ where
                     contract = %args.to,
                     rounds = done.rounds,
                     keys = done.keys,
+                    requests = done.requests,
+                    evm_us = done.evm_time.as_micros() as u64,
                     inner_apart = done.inner_apart,
                     snapshot = %done.snapshot,
                     "eth_call executed privately"
@@ -302,6 +313,76 @@ where
                 tracing::info!(contract = %args.to, error = %e, "private read failed");
                 MethodResponse::error(call.id, ProxyError::from(e))
             }
+        }
+    }
+
+    /// The contracts whose storage a call at `sel` may read privately;
+    /// or why it is not run here.
+    fn held_at(
+        &self,
+        args: &call_exec::CallArgs,
+        sel: &BlockSelector,
+    ) -> Result<Vec<Address>, Refusal> {
+        if let Some(reason) = self.policy.reader.distrusted() {
+            return Err(Refusal::Distrusted(ProxyError::from(
+                ReadError::Distrusted(reason),
+            )));
+        }
+        let Some(answerable) = self.policy.answerable(sel) else {
+            tracing::info!(contract = %args.to, "no view at that block; taking the fallback");
+            return Err(Refusal::NoView);
+        };
+        Ok(answerable.storage.all_contracts())
+    }
+
+    /// `eth_estimateGas` run here as geth estimates (see
+    /// [`execute::Executor::estimate`]); what cannot be answered privately
+    /// takes the fallback, as `eth_call`.
+    async fn estimate_gas(
+        &self,
+        call: CallCopy,
+        args: call_exec::CallArgs,
+        sel: BlockSelector,
+    ) -> MethodResponse {
+        let held = match self.held_at(&args, &sel) {
+            Ok(held) => held,
+            Err(Refusal::Distrusted(e)) => return MethodResponse::error(call.id, e),
+            Err(Refusal::NoView) => return self.forward(call).await,
+        };
+        let executor = &self.policy.executor;
+        let estimated = match executor.estimate(&args, &sel, held, Vec::new()).await {
+            Ok(Ok(estimated)) => estimated,
+            Ok(Err(why)) => {
+                tracing::info!(contract = %args.to, %why, "eth_estimateGas not answerable privately; taking the fallback");
+                return self.forward(call).await;
+            }
+            Err(e) if e.is_unanswerable() => {
+                tracing::info!(contract = %args.to, error = %e, "eth_estimateGas not answerable privately; taking the fallback");
+                return self.forward(call).await;
+            }
+            Err(e) => return MethodResponse::error(call.id, ProxyError::from(e)),
+        };
+        tracing::info!(contract = %args.to, "eth_estimateGas run privately");
+        match estimated {
+            execute::Estimated::Gas(gas) => MethodResponse::response(
+                call.id,
+                ResponsePayload::success(alloy_primitives::U64::from(gas)),
+                MAX_RESPONSE_BYTES,
+            ),
+            execute::Estimated::Failed(result) => match execute::node_answer(&result) {
+                Err(error) => MethodResponse::error(call.id, error),
+                Ok(_) => {
+                    MethodResponse::error(call.id, ProxyError::NotAnswerable("no estimate".into()))
+                }
+            },
+            execute::Estimated::Exceeds(hi) => MethodResponse::error(
+                call.id,
+                jsonrpsee::types::ErrorObjectOwned::owned(
+                    -32000,
+                    format!("gas required exceeds allowance ({hi})"),
+                    None::<()>,
+                ),
+            ),
         }
     }
 

@@ -122,7 +122,8 @@ async fn run_until(
         (Some(_), config::UpstreamMethods::All) => execute::InnerPolicy::Upstream,
         _ => execute::InnerPolicy::Fail,
     };
-    let executor = execute::Executor::new(reader.clone(), upstream.clone(), inner);
+    let executor = execute::Executor::new(reader.clone(), upstream.clone(), inner)
+        .pad_rounds_to(config.pad_call_rounds_to);
     let policy = Arc::new(ForwardPolicy {
         executor,
         reader,

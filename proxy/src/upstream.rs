@@ -19,7 +19,7 @@ use tokio::sync::Mutex;
 use protocol::url::{redact, redact_urls_in};
 
 use crate::config::MAX_RESPONSE_BYTES;
-use crate::error::ProxyError;
+use crate::error::{ProxyError, UpstreamUrlError};
 
 /// The raw params of a call, passed on untouched.
 pub struct RawParams(pub Option<Box<RawValue>>);
@@ -40,11 +40,6 @@ pub enum Upstream {
         client: Mutex<Option<Arc<WsClient>>>,
     },
 }
-
-/// Why an upstream URL was refused.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("upstream URL must start with http://, https://, ws:// or wss:// (got {0})")]
-pub struct UpstreamUrlError(String);
 
 impl Upstream {
     /// An upstream from its URL.

@@ -11,9 +11,21 @@ use protocol::storage::StorageRecord;
 use protocol::view::newest_of;
 
 use crate::account::AccountRecord;
-use crate::levels::LevelsError;
+use crate::pipeline::BuildError;
 use crate::records::{decode_records, Records, RecordsFile};
-use crate::store::{SnapshotStore, StoredSnapshot, RECORDS_FILE};
+use crate::store::{SnapshotStore, StoreError, StoredSnapshot, RECORDS_FILE};
+
+/// Why the levels could not be updated (or a level read: the folds
+/// and merges of `crate::levels` read levels through here).
+#[derive(Debug, thiserror::Error)]
+pub enum LevelsError {
+    #[error(transparent)]
+    Build(#[from] BuildError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("snapshot {id} is damaged: {reason}")]
+    Damaged { id: String, reason: String },
+}
 
 /// A base and the newer records of the deltas above it (overlaid, newest
 /// each).

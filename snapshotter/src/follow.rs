@@ -526,7 +526,11 @@ pub async fn run(
                 failures = 0;
                 poll
             }
-            Err(FollowError::Refused(refusal)) => return Err(refusal.into()),
+            Err(FollowError::Refused(refusal)) => {
+                // The task ends here: say why where the operator looks.
+                tracing::error!(error = %refusal, "the follower stops");
+                return Err(refusal.into());
+            }
             Err(e) => {
                 failures += 1;
                 let wait = backoff(failures);

@@ -62,16 +62,7 @@ impl Default for LevelPolicy {
     }
 }
 
-/// Why the levels could not be updated.
-#[derive(Debug, thiserror::Error)]
-pub enum LevelsError {
-    #[error(transparent)]
-    Build(#[from] BuildError),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("snapshot {id} is damaged: {reason}")]
-    Damaged { id: String, reason: String },
-}
+pub use crate::folded::LevelsError;
 
 /// What one update did, for logs and benchmarks.
 #[derive(Clone, Debug, Default)]

@@ -196,6 +196,12 @@ fn is_pruned(message: &str) -> bool {
     .any(|p| m.contains(p))
 }
 
+/// Longest a connection to the node may take to open.
+const NODE_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Longest one request to the node may take (a batch of proofs, a block's
+/// traces on mainnet: seconds; a node that takes longer is asked again).
+const NODE_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 impl RpcSource {
     /// A transport error's text with the node URL (which may carry an API
     /// key in its path) replaced by its redacted form.
@@ -208,7 +214,14 @@ impl RpcSource {
         let parsed: reqwest::Url = url
             .parse()
             .map_err(|_| RpcSourceError::Url(protocol::url::redact(url)))?;
-        let client = ClientBuilder::default().http(parsed);
+        // Every request bounded in time: a node that never answers one is
+        // asked again (the follower's retries), never waited on forever.
+        let http = reqwest::Client::builder()
+            .connect_timeout(NODE_CONNECT_TIMEOUT)
+            .timeout(NODE_REQUEST_TIMEOUT)
+            .build()
+            .map_err(|e| RpcSourceError::Url(format!("{}: {e}", protocol::url::redact(url))))?;
+        let client = ClientBuilder::default().http_with_client(http, parsed);
         let mut source = RpcSource {
             provider: RootProvider::new(client.clone()),
             client,

@@ -356,6 +356,8 @@ struct Refresh {
     down: u64,
     requests: u64,
     ms: f64,
+    /// Of `ms`, in the EVM (every round).
+    evm_ms: f64,
     rounds: usize,
     keys: usize,
 }
@@ -417,6 +419,7 @@ async fn refresh(
         down: down - down0,
         requests,
         ms,
+        evm_ms: done.evm_time.as_secs_f64() * 1e3,
         rounds: done.rounds,
         keys: done.keys,
     })
@@ -513,6 +516,8 @@ async fn main() -> Result<()> {
         "first_refresh_ms": first.ms,
         "first_refresh_requests": first.requests,
         "first_refresh_rounds": first.rounds,
+        "first_refresh_evm_ms": first.evm_ms,
+        "steady_evm_ms_max": steady.iter().map(|r| r.evm_ms).fold(0.0, f64::max),
         "steady_requests_max": steady_requests.iter().cloned().fold(0.0, f64::max),
         "steady_rounds_max": steady_rounds.iter().cloned().fold(0.0, f64::max),
         "steady_refreshes": steady.len(),
