@@ -103,6 +103,37 @@ pub struct Hit {
 }
 
 impl Hit {
+    /// A slot's word (or a wide word's part) of `contract`.
+    fn decode_slot(self, contract: &Address, high: bool) -> Result<KeyState, ReadError> {
+        let absent = self.value.is_none();
+        let unverifiable =
+            |e: &dyn std::fmt::Display| ReadError::Unverifiable(format!("{}: {e}", self.snapshot));
+        let (word, low_part) = match &self.value {
+            Some(v) => match decode_word(v).map_err(|e| unverifiable(&e))? {
+                StoredWord::Word(w) => (w, false),
+                StoredWord::Low(_) if high => {
+                    return Err(unverifiable(&"a wide word's high part is itself wide"))
+                }
+                StoredWord::Low(w) => (w, true),
+                StoredWord::TooWide => {
+                    return Err(ReadError::TooWide {
+                        contract: *contract,
+                        snapshot: self.snapshot,
+                    })
+                }
+            },
+            None if high => return Err(unverifiable(&"a wide word's high part is missing")),
+            None => (U256::ZERO, false),
+        };
+        Ok(KeyState::Slot(SlotState {
+            word,
+            snapshot: self.snapshot,
+            block: self.block,
+            absent,
+            low_part,
+        }))
+    }
+
     /// Decoded as `key`'s kind; a value that is not one is a failed
     /// verification.
     pub fn decode(self, key: &ReadKey) -> Result<KeyState, ReadError> {
@@ -138,32 +169,7 @@ impl Hit {
             }
             ReadKey::Slot { contract, .. } | ReadKey::HighPart { contract, .. } => {
                 let high = matches!(key, ReadKey::HighPart { .. });
-                let (word, low_part) = match &self.value {
-                    Some(v) => match decode_word(v).map_err(|e| unverifiable(&e))? {
-                        StoredWord::Word(w) => (w, false),
-                        StoredWord::Low(_) if high => {
-                            return Err(unverifiable(&"a wide word's high part is itself wide"))
-                        }
-                        StoredWord::Low(w) => (w, true),
-                        StoredWord::TooWide => {
-                            return Err(ReadError::TooWide {
-                                contract: *contract,
-                                snapshot: self.snapshot,
-                            })
-                        }
-                    },
-                    None if high => {
-                        return Err(unverifiable(&"a wide word's high part is missing"))
-                    }
-                    None => (U256::ZERO, false),
-                };
-                Ok(KeyState::Slot(SlotState {
-                    word,
-                    snapshot: self.snapshot,
-                    block: self.block,
-                    absent,
-                    low_part,
-                }))
+                self.decode_slot(contract, high)
             }
         }
     }

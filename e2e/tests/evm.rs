@@ -311,15 +311,7 @@ async fn contracts_run_here_over_private_state_as_the_node_runs_them() {
         "4242",
     ])
     .await;
-    let nonce = test_support::quantity(
-        &anvil
-            .rpc(
-                "eth_getTransactionCount",
-                json!([DEV_ACCOUNTS[0], "latest"]),
-            )
-            .await,
-    );
-    let c = Contracts::from_nonce(nonce);
+    let c = Contracts::from_nonce(next_nonce(&anvil, 0).await);
 
     let store = dir.path().join("store");
     let mut config = follow_config(&store, &anvil.url, &genesis_path, 0, 4, 16);

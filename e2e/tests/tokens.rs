@@ -157,24 +157,10 @@ async fn wallets_read_token_balances_privately_through_viem() {
         Anvil::start_with(&["--init", genesis.to_str().unwrap(), "--chain-id", "4242"]).await;
 
     // The listed tokens are the next two contracts dev account 0 creates.
-    let nonce = test_support::quantity(
-        &anvil
-            .rpc(
-                "eth_getTransactionCount",
-                json!([DEV_ACCOUNTS[0], "latest"]),
-            )
-            .await,
-    );
+    let nonce = next_nonce(&anvil, 0).await;
     let listed = [dev(0).create(nonce), dev(0).create(nonce + 1)];
     // The staking pool is dev account 2's next contract.
-    let nonce2 = test_support::quantity(
-        &anvil
-            .rpc(
-                "eth_getTransactionCount",
-                json!([DEV_ACCOUNTS[2], "latest"]),
-            )
-            .await,
-    );
+    let nonce2 = next_nonce(&anvil, 2).await;
     let shares = dev(2).create(nonce2);
     let tokens_path = dir.path().join("tokens.toml");
     write_token_list(&tokens_path, &listed, shares);

@@ -499,6 +499,20 @@ pub enum Estimated {
     Exceeds(u64),
 }
 
+/// The most gas an estimate may give: the call's own gas, else the
+/// block's gas limit (the gas cap without a header), never past the cap.
+fn ceiling(session: &Session, args: &CallArgs) -> u64 {
+    let block = session
+        .block
+        .header
+        .as_ref()
+        .map_or(call_exec::GAS_CAP, |h| h.gas_limit);
+    args.gas
+        .filter(|g| *g >= TX_GAS)
+        .unwrap_or(block)
+        .min(call_exec::GAS_CAP)
+}
+
 /// geth's tolerance of an estimate above the least gas that works
 /// (wallets add a margin anyway).
 const ESTIMATE_ERROR_RATIO: f64 = 0.015;
@@ -535,15 +549,7 @@ impl Executor {
         args: &CallArgs,
         first: Vec<ReadKey>,
     ) -> Result<Result<Estimated, String>, ReadError> {
-        let mut hi = session
-            .block
-            .header
-            .as_ref()
-            .map_or(call_exec::GAS_CAP, |h| h.gas_limit);
-        if let Some(gas) = args.gas.filter(|g| *g >= TX_GAS) {
-            hi = gas;
-        }
-        hi = hi.min(call_exec::GAS_CAP);
+        let mut hi = ceiling(session, args);
         let mut top = match self.attempt(session, args, hi, first).await? {
             Ok(result) => result,
             Err(why) => return Ok(Err(why)),
@@ -576,6 +582,22 @@ impl Executor {
             }
             _ => return Ok(Ok(Estimated::Failed(top))),
         };
+        Ok(self
+            .bisect(session, args, used, hi)
+            .await?
+            .map(Estimated::Gas))
+    }
+
+    /// The least gas (within [`ESTIMATE_ERROR_RATIO`]) between the gas a
+    /// run used and `hi`, with which the call succeeds: an optimistic
+    /// guess first, then halves, skewed low (geth's search).
+    async fn bisect(
+        &self,
+        session: &mut Session,
+        args: &CallArgs,
+        used: u64,
+        mut hi: u64,
+    ) -> Result<Result<u64, String>, ReadError> {
         let mut lo = used.saturating_sub(1);
         let optimistic = used.saturating_add(CALL_STIPEND).saturating_mul(64) / 63;
         if optimistic < hi {
@@ -596,7 +618,7 @@ impl Executor {
                 Err(why) => return Ok(Err(why)),
             }
         }
-        Ok(Ok(Estimated::Gas(hi)))
+        Ok(Ok(hi))
     }
 
     /// One run of the call with `gas`.

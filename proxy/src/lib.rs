@@ -72,6 +72,22 @@ fn log_upstream_policy(config: &ProxyConfig) {
     }
 }
 
+/// The executor of `eth_call`s: an inner call of a batch that cannot be
+/// answered privately goes upstream on its own where `eth_call` may go
+/// upstream at all, else it fails.
+fn executor_for(
+    config: &ProxyConfig,
+    reader: &Arc<PrivateReader>,
+    upstream: &Option<Arc<Upstream>>,
+) -> execute::Executor {
+    let inner = match (upstream, config.upstream_methods) {
+        (Some(_), config::UpstreamMethods::All) => execute::InnerPolicy::Upstream,
+        _ => execute::InnerPolicy::Fail,
+    };
+    execute::Executor::new(reader.clone(), upstream.clone(), inner)
+        .pad_rounds_to(config.pad_call_rounds_to)
+}
+
 /// Runs the proxy (JSON-RPC over HTTP and WebSocket on the same address)
 /// on a bound listener until `shutdown` resolves.
 pub async fn serve_on(
@@ -92,6 +108,15 @@ pub fn serve_on_boxed(
     shutdown: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), StartError>> + Send>> {
     Box::pin(run_until(listener, config, shutdown))
+}
+
+/// What one request may carry: body, response and batch bounds.
+fn server_limits() -> jsonrpsee::server::ServerConfig {
+    ServerConfig::builder()
+        .max_request_body_size(MAX_BODY as u32)
+        .max_response_body_size(MAX_RESPONSE_BYTES as u32)
+        .set_batch_request_config(BatchRequestConfig::Limit(MAX_BATCH))
+        .build()
 }
 
 async fn run_until(
@@ -116,14 +141,7 @@ async fn run_until(
         reader: reader.clone(),
         upstream: upstream.clone(),
     });
-    // An inner call of a batch that cannot be answered privately goes
-    // upstream on its own where eth_call may go upstream at all.
-    let inner = match (&upstream, config.upstream_methods) {
-        (Some(_), config::UpstreamMethods::All) => execute::InnerPolicy::Upstream,
-        _ => execute::InnerPolicy::Fail,
-    };
-    let executor = execute::Executor::new(reader.clone(), upstream.clone(), inner)
-        .pad_rounds_to(config.pad_call_rounds_to);
+    let executor = executor_for(&config, &reader, &upstream);
     let policy = Arc::new(ForwardPolicy {
         executor,
         reader,
@@ -135,13 +153,8 @@ async fn run_until(
         trusted_tokens: config.trusted_tokens()?,
         balance_checker: config.balance_checker,
     });
-    let limits = ServerConfig::builder()
-        .max_request_body_size(MAX_BODY as u32)
-        .max_response_body_size(MAX_RESPONSE_BYTES as u32)
-        .set_batch_request_config(BatchRequestConfig::Limit(MAX_BATCH))
-        .build();
     let server = Server::builder()
-        .set_config(limits)
+        .set_config(server_limits())
         .set_http_middleware(tower::ServiceBuilder::new().layer(EnvelopeLayer))
         .set_rpc_middleware(RpcServiceBuilder::new().layer(ForwardLayer(policy)))
         .build_from_tcp(listener.into_std()?)?;
@@ -152,7 +165,7 @@ async fn run_until(
         upstream = config.upstream.as_deref().map(redact).unwrap_or_else(|| "none".into()),
         "ethpir-proxy listening on http:// and ws://"
     );
-    tracing::info!("private (never sent upstream): eth_getBalance, eth_getTransactionCount, eth_getCode (where the snapshots say which code); for the contracts the catalog lists: eth_getStorageAt and eth_call of listed getters (balanceOf, ...), Multicall3's getEthBalance, getBlockNumber, getChainId, getCurrentBlockTimestamp and its batches of them (aggregate, tryAggregate, aggregate3, aggregate3Value, blockAndAggregate, tryBlockAndAggregate), the BalanceChecker's balances; eth_blockNumber is the upstream's head capped at the newest view");
+    tracing::info!("private (never sent upstream): eth_getBalance, eth_getTransactionCount, eth_getCode (where the snapshots say which code), eth_getStorageAt of the contracts the catalog lists; eth_call and eth_estimateGas executed here (revm) over privately read state, where every storage word they read is of a listed contract (inside a batch, only an inner call that is not goes its own way); eth_blockNumber is the upstream's head capped at the newest view");
     tokio::select! {
         _ = shutdown => {
             let _ = handle.stop();

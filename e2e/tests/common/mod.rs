@@ -360,3 +360,10 @@ pub async fn same_as_anvil(
 pub fn call_object(to: alloy_primitives::Address, data: &[u8]) -> serde_json::Value {
     serde_json::json!({"to": to, "data": alloy_primitives::hex::encode_prefixed(data)})
 }
+
+/// The nonce dev account `i` sends its next transaction with (the
+/// addresses of the contracts it creates next follow from it).
+pub async fn next_nonce(anvil: &test_support::Anvil, i: usize) -> u64 {
+    let params = serde_json::json!([test_support::DEV_ACCOUNTS[i], "latest"]);
+    test_support::quantity(&anvil.rpc("eth_getTransactionCount", params).await)
+}
