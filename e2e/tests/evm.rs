@@ -297,6 +297,7 @@ fn names_a_holder(calls: &[Value]) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn contracts_run_here_over_private_state_as_the_node_runs_them() {
+    log_if_asked();
     let dir = tempfile::tempdir().unwrap();
     let genesis_path = dir.path().join("genesis.json");
     write_genesis(&genesis_path);

@@ -367,3 +367,12 @@ pub async fn next_nonce(anvil: &test_support::Anvil, i: usize) -> u64 {
     let params = serde_json::json!([test_support::DEV_ACCOUNTS[i], "latest"]);
     test_support::quantity(&anvil.rpc("eth_getTransactionCount", params).await)
 }
+
+/// Logs of everything the test runs (the follower, server and proxy in
+/// this process) when `ETHPIR_TEST_LOG` names a filter
+/// (`ETHPIR_TEST_LOG=info cargo test ... -- --nocapture`).
+pub fn log_if_asked() {
+    if let Ok(filter) = std::env::var("ETHPIR_TEST_LOG") {
+        let _ = protocol::logging::init(&filter);
+    }
+}
