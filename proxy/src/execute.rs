@@ -386,7 +386,13 @@ impl Executor {
                     .map_err(|e| ReadError::Backend(format!("upstream eth_call: {e}")))?;
                 Ok(InnerAnswer::Returned(data))
             }
-            Err(crate::error::ProxyError::Upstream(e)) if e.code() == REVERTED => {
+            // The node ran it and it failed (a revert, code 3 with its
+            // data; out of gas or another halt, geth's -32000): the inner
+            // call fails, with the revert's data where there is one. Other
+            // errors (a limit, bad parameters) fail the whole call.
+            Err(crate::error::ProxyError::Upstream(e))
+                if e.code() == REVERTED || e.code() == EXECUTION_FAILED =>
+            {
                 let data = e
                     .data()
                     .and_then(|d| serde_json::from_str::<Bytes>(d.get()).ok())
@@ -668,6 +674,8 @@ impl Executor {
 
 /// The JSON-RPC code of a reverted call (geth's).
 pub const REVERTED: i32 = 3;
+/// geth's code for a call that halted (out of gas, an invalid opcode).
+pub const EXECUTION_FAILED: i32 = -32000;
 
 /// Runs one round off the async runtime (a call may run long: up to the
 /// gas cap), handing the state back.
@@ -768,9 +776,9 @@ pub fn node_answer(result: &CallResult) -> Result<Bytes, jsonrpsee::types::Error
             revert_message(output),
             Some(output.clone()),
         )),
-        CallResult::Halt { message, .. } | CallResult::Invalid { message } => {
-            Err(ErrorObjectOwned::owned(-32000, message.clone(), None::<()>))
-        }
+        CallResult::Halt { message, .. } | CallResult::Invalid { message } => Err(
+            ErrorObjectOwned::owned(EXECUTION_FAILED, message.clone(), None::<()>),
+        ),
     }
 }
 

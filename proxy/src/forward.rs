@@ -378,7 +378,7 @@ where
             execute::Estimated::Exceeds(hi) => MethodResponse::error(
                 call.id,
                 jsonrpsee::types::ErrorObjectOwned::owned(
-                    -32000,
+                    execute::EXECUTION_FAILED,
                     format!("gas required exceeds allowance ({hi})"),
                     None::<()>,
                 ),
