@@ -28,6 +28,7 @@
 
 #![forbid(unsafe_code)]
 
+mod access;
 mod db;
 mod inner;
 mod spec;
@@ -43,6 +44,7 @@ use revm::context::{BlockEnv, CfgEnv, TxEnv};
 use revm::primitives::TxKind;
 use revm::{Context, InspectEvm, MainBuilder, MainContext};
 
+pub use access::Touched;
 pub use revm::primitives::hardfork::SpecId;
 pub use spec::spec_for;
 
@@ -242,22 +244,52 @@ pub enum Outcome {
 
 /// Runs `args` in `block` over `known`.
 pub fn run(block: &BlockContext, spec: SpecId, args: &CallArgs, known: &KnownState) -> Outcome {
+    run_traced(block, spec, args, known, &Touched::new()).0
+}
+
+/// Runs `args` with `access_list` (EIP-2930: those accounts and slots
+/// warm from the start) over `known`; with what the run touched, as an
+/// access list (the sender and the precompiles left out).
+pub fn run_traced(
+    block: &BlockContext,
+    spec: SpecId,
+    args: &CallArgs,
+    known: &KnownState,
+    access_list: &Touched,
+) -> (Outcome, Touched) {
     let trace = Rc::new(RefCell::new(inner::Trace::default()));
     let db = db::RoundDb::new(known, block, trace.clone());
-    let inspector = inner::InnerCalls::new(
+    let inner = inner::InnerCalls::new(
         known,
         trace.clone(),
         !args.value.is_zero(),
         block.header.is_some(),
     );
+    let precompiles =
+        revm::precompile::Precompiles::new(revm::precompile::PrecompileSpecId::from_spec_id(spec));
+    // As reth and anvil list it (revm's inspectors): the recipient and its
+    // slots included (geth leaves the recipient out).
+    let excluded =
+        std::iter::once(args.from.unwrap_or_default()).chain(precompiles.addresses().copied());
+    let recorder = access::AccessRecorder::new(excluded);
     let mut evm = Context::mainnet()
         .with_db(db)
         .with_cfg(call_cfg(block, spec))
         .with_block(block_env(block, spec, args))
-        .build_mainnet_with_inspector(inspector);
-    let result = evm.inspect_tx(tx_env(block, args));
+        .build_mainnet_with_inspector((inner, recorder));
+    let result = evm.inspect_tx(tx_env(block, args, access_list));
+    let touched = std::mem::take(&mut evm.inspector.1.touched);
     drop(evm);
-    let trace = trace.take();
+    (outcome_of(trace.take(), result), touched)
+}
+
+/// What a run's trace and result say: reads first (a run that lacked any
+/// is thrown away), then what is unanswerable, then the inner calls to
+/// answer apart, then the answer.
+fn outcome_of<E: std::fmt::Display>(
+    trace: inner::Trace,
+    result: Result<revm::context::result::ExecResultAndState<ExecutionResult>, E>,
+) -> Outcome {
     if !trace.misses.is_empty() {
         return Outcome::Needs {
             reads: trace.misses,
@@ -329,10 +361,25 @@ fn block_env(block: &BlockContext, spec: SpecId, args: &CallArgs) -> BlockEnv {
     env
 }
 
-fn tx_env(block: &BlockContext, args: &CallArgs) -> TxEnv {
+fn tx_env(block: &BlockContext, args: &CallArgs, access_list: &Touched) -> TxEnv {
     let dynamic = args.max_fee_per_gas.is_some() || args.max_priority_fee_per_gas.is_some();
+    let items = access_list
+        .iter()
+        .map(
+            |(address, slots)| revm::context::transaction::AccessListItem {
+                address: *address,
+                storage_keys: slots.iter().copied().collect(),
+            },
+        )
+        .collect();
     TxEnv {
-        tx_type: if dynamic { 2 } else { 0 },
+        // An access list needs a typed transaction (EIP-2930's, or 1559's).
+        tx_type: match (dynamic, access_list.is_empty()) {
+            (true, _) => 2,
+            (false, false) => 1,
+            (false, true) => 0,
+        },
+        access_list: revm::context::transaction::AccessList(items),
         caller: args.from.unwrap_or_default(),
         gas_limit: args.gas.unwrap_or(GAS_CAP).min(GAS_CAP),
         gas_price: match dynamic {

@@ -257,3 +257,30 @@ fn without_a_header_its_facts_are_unanswerable() {
     };
     assert_eq!(&output[12..], block().header.unwrap().coinbase.as_slice());
 }
+
+#[test]
+fn a_traced_run_lists_what_it_touched() {
+    // SLOAD(0), return it; the sender is left out of the list.
+    let mut known = KnownState::new([CONTRACT]);
+    contract(&mut known, CONTRACT, bytes!("5f545f5260205ff3"));
+    let args = CallArgs {
+        to: CONTRACT,
+        from: Some(OTHER),
+        ..Default::default()
+    };
+    settle(&mut known, &args, |need, known| match need {
+        Need::Slot { contract, slot } => known.add_slot(*contract, *slot, U256::from(1)),
+        other => absent(other, known),
+    });
+    let (outcome, touched) = run_traced(&block(), SpecId::PRAGUE, &args, &known, &Touched::new());
+    assert!(matches!(outcome, Outcome::Done(CallResult::Success { .. })));
+    let want: Touched = [(CONTRACT, [B256::ZERO].into())].into();
+    assert_eq!(touched, want);
+    // With that list the slot is warm: the run costs less.
+    let gas = |outcome: Outcome| match outcome {
+        Outcome::Done(CallResult::Success { gas_used, .. }) => gas_used,
+        other => panic!("{other:?}"),
+    };
+    let (again, _) = run_traced(&block(), SpecId::PRAGUE, &args, &known, &touched);
+    assert_ne!(gas(again), gas(outcome));
+}

@@ -466,11 +466,57 @@ async fn estimates(proxy: &str, anvil: &Anvil, c: &Contracts, relayed: &RelayedC
         let ran = test_support::rpc(&anvil.url, "eth_call", json!([enough, at])).await;
         assert!(ran.is_ok(), "{ran:?} with the estimate");
     }
+    access_lists(proxy, anvil, c, at).await;
     let seen = relayed.lock().unwrap().clone();
     assert!(
-        !seen.iter().any(|c| c["method"] == "eth_estimateGas"),
+        !seen
+            .iter()
+            .any(|c| c["method"] == "eth_estimateGas" || c["method"] == "eth_createAccessList"),
         "{seen:?}"
     );
+}
+
+/// `eth_createAccessList` through the proxy: anvil's list (as a set: its
+/// order is a hash map's) and gas. A transfer of the token behind its
+/// proxy touches the proxy's slots (the implementation's address, two
+/// balance words) and the implementation; a BalanceChecker read touches
+/// the tokens and their words.
+async fn access_lists(proxy: &str, anvil: &Anvil, c: &Contracts, at: &str) {
+    let transfer = IFlagged::transferCall {
+        to: holders()[2],
+        amount: U256::from(3u64),
+    };
+    let checked = IBalanceChecker::balancesCall {
+        users: holders()[..2].to_vec(),
+        tokens: vec![Address::ZERO, c.flagged, c.shares],
+    };
+    let calls = [
+        json!({"from": dev(1), "to": c.flagged, "data": alloy_primitives::hex::encode_prefixed(transfer.abi_encode())}),
+        json!({"to": c.checker, "data": alloy_primitives::hex::encode_prefixed(checked.abi_encode())}),
+    ];
+    for call in calls {
+        let private = test_support::rpc(proxy, "eth_createAccessList", json!([call, at]))
+            .await
+            .unwrap();
+        let node = anvil.rpc("eth_createAccessList", json!([call, at])).await;
+        assert_eq!(as_set(&private), as_set(&node), "{private} vs {node}");
+        assert!(!as_set(&private).is_empty(), "{private}");
+        assert_eq!(private["gasUsed"], node["gasUsed"], "{private} vs {node}");
+    }
+}
+
+/// An access list's accounts and (account, slot) pairs.
+fn as_set(answer: &Value) -> std::collections::BTreeSet<String> {
+    let items = answer["accessList"].as_array().expect("an access list");
+    let mut set = std::collections::BTreeSet::new();
+    for item in items {
+        let address = item["address"].as_str().unwrap().to_lowercase();
+        for key in item["storageKeys"].as_array().unwrap() {
+            set.insert(format!("{address}/{}", key.as_str().unwrap()));
+        }
+        set.insert(address);
+    }
+    set
 }
 
 /// A batch holding an unlisted token's `balanceOf`: that inner call alone

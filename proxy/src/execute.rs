@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use alloy_primitives::{Address, Bytes, B256, U256};
 use call_exec::{
     AccountFacts, BlockContext, CallArgs, CallResult, HeaderFacts, InnerAnswer, InnerCall,
-    KnownState, Need, Outcome, SpecId, Unanswerable,
+    KnownState, Need, Outcome, SpecId, Touched, Unanswerable,
 };
 use ethpir_client::levels::ViewClient;
 use ethpir_client::{AccountState, BlockSelector, KeyState, PrivateReader, ReadError, ReadKey};
@@ -198,6 +198,21 @@ impl Executor {
         args: &CallArgs,
         first: Vec<ReadKey>,
     ) -> Result<Result<CallResult, String>, ReadError> {
+        let traced = self
+            .run_traced(session, args, first, &Touched::new())
+            .await?;
+        Ok(traced.map(|(result, _)| result))
+    }
+
+    /// [`Self::run`] with `access_list` warm from the start; with what the
+    /// run touched, as an access list.
+    pub async fn run_traced(
+        &self,
+        session: &mut Session,
+        args: &CallArgs,
+        first: Vec<ReadKey>,
+        access_list: &Touched,
+    ) -> Result<Result<(CallResult, Touched), String>, ReadError> {
         let mut pending = first;
         pending.push(ReadKey::Account(args.to));
         pending.push(ReadKey::Account(args.from.unwrap_or_default()));
@@ -208,12 +223,17 @@ impl Executor {
             }
             session.rounds += 1;
             let known = std::mem::take(&mut reads.known);
-            let (outcome, known, took) =
-                run_blocking(session.block.clone(), session.spec, args.clone(), known).await;
+            let run = Run {
+                block: session.block.clone(),
+                spec: session.spec,
+                args: args.clone(),
+                access_list: access_list.clone(),
+            };
+            let (outcome, touched, known, took) = run_blocking(run, known).await;
             session.reads.known = known;
             session.evm_time += took;
             match outcome {
-                Outcome::Done(result) => return Ok(Ok(result)),
+                Outcome::Done(result) => return Ok(Ok((result, touched))),
                 Outcome::Unanswerable(why) => return Ok(Err(describe(&why))),
                 Outcome::Needs {
                     reads: needs,
@@ -505,6 +525,73 @@ pub enum Estimated {
     Exceeds(u64),
 }
 
+/// Most runs of `eth_createAccessList` (each with the list the last one
+/// touched) before it settles.
+const ACCESS_LIST_RUNS: usize = 8;
+
+impl Executor {
+    /// `eth_createAccessList` as geth makes it: run with the list the last
+    /// run touched until a run touches no other; that list, and the gas
+    /// the call uses with it (and how it ended).
+    pub async fn access_list(
+        &self,
+        args: &CallArgs,
+        sel: &BlockSelector,
+        held: Vec<Address>,
+    ) -> Result<Result<(Touched, CallResult), String>, ReadError> {
+        let mut session = match self.open(sel, held, Vec::new()).await? {
+            Ok(session) => session,
+            Err(why) => return Ok(Err(why)),
+        };
+        let mut list = Touched::new();
+        let mut settled = None;
+        for _ in 0..ACCESS_LIST_RUNS {
+            let (result, touched) = match self
+                .run_traced(&mut session, args, Vec::new(), &list)
+                .await?
+            {
+                Ok(run) => run,
+                Err(why) => return Ok(Err(why)),
+            };
+            if touched == list {
+                settled = Some(result);
+                break;
+            }
+            list = touched;
+        }
+        self.pad_requests(&session).await;
+        Ok(match settled {
+            Some(result) => Ok((list, result)),
+            None => Err(format!(
+                "the access list did not settle in {ACCESS_LIST_RUNS} runs"
+            )),
+        })
+    }
+}
+
+/// `eth_createAccessList`'s answer: the list, the gas used with it, and
+/// why the call failed where it did (geth's fields).
+pub fn access_list_answer(list: &Touched, result: &CallResult) -> Value {
+    let items: Vec<Value> = list
+        .iter()
+        .map(|(address, slots)| serde_json::json!({"address": address, "storageKeys": slots}))
+        .collect();
+    let (gas, error) = match result {
+        CallResult::Success { gas_used, .. } => (*gas_used, None),
+        CallResult::Revert { gas_used, output } => (*gas_used, Some(revert_message(output))),
+        CallResult::Halt { gas_used, message } => (*gas_used, Some(message.clone())),
+        CallResult::Invalid { message } => (0, Some(message.clone())),
+    };
+    let mut answer = serde_json::json!({
+        "accessList": items,
+        "gasUsed": alloy_primitives::U64::from(gas),
+    });
+    if let Some(error) = error {
+        answer["error"] = Value::String(error);
+    }
+    answer
+}
+
 /// The most gas an estimate may give: the call's own gas, else the
 /// block's gas limit (the gas cap without a header), never past the cap.
 fn ceiling(session: &Session, args: &CallArgs) -> u64 {
@@ -677,18 +764,25 @@ pub const REVERTED: i32 = 3;
 /// geth's code for a call that halted (out of gas, an invalid opcode).
 pub const EXECUTION_FAILED: i32 = -32000;
 
-/// Runs one round off the async runtime (a call may run long: up to the
-/// gas cap), handing the state back.
-async fn run_blocking(
+/// One run's inputs (besides the state).
+struct Run {
     block: BlockContext,
     spec: SpecId,
     args: CallArgs,
+    access_list: Touched,
+}
+
+/// Runs one round off the async runtime (a call may run long: up to the
+/// gas cap), handing the state back.
+async fn run_blocking(
+    run: Run,
     known: KnownState,
-) -> (Outcome, KnownState, std::time::Duration) {
+) -> (Outcome, Touched, KnownState, std::time::Duration) {
     tokio::task::spawn_blocking(move || {
         let started = std::time::Instant::now();
-        let outcome = call_exec::run(&block, spec, &args, &known);
-        (outcome, known, started.elapsed())
+        let (outcome, touched) =
+            call_exec::run_traced(&run.block, run.spec, &run.args, &known, &run.access_list);
+        (outcome, touched, known, started.elapsed())
     })
     .await
     .expect("a call run does not panic")

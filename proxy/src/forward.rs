@@ -161,6 +161,11 @@ where
                 return self.estimate_gas(copy, args, sel).await;
             }
         }
+        if copy.method == "eth_createAccessList" {
+            if let Some((args, sel)) = execute::call_of(copy.params.as_deref()) {
+                return self.create_access_list(copy, args, sel).await;
+            }
+        }
         if let Some((read, ahead)) = planned {
             return self.answer_storage(copy, read, ahead).await;
         }
@@ -383,6 +388,39 @@ where
                     None::<()>,
                 ),
             ),
+        }
+    }
+
+    /// `eth_createAccessList` run here as geth makes it (see
+    /// [`execute::Executor::access_list`]); what cannot be answered
+    /// privately takes the fallback, as `eth_call`.
+    async fn create_access_list(
+        &self,
+        call: CallCopy,
+        args: call_exec::CallArgs,
+        sel: BlockSelector,
+    ) -> MethodResponse {
+        let held = match self.held_at(&args, &sel) {
+            Ok(held) => held,
+            Err(Refusal::Distrusted(e)) => return MethodResponse::error(call.id, e),
+            Err(Refusal::NoView) => return self.forward(call).await,
+        };
+        match self.policy.executor.access_list(&args, &sel, held).await {
+            Ok(Ok((list, result))) => {
+                tracing::info!(contract = %args.to, "eth_createAccessList run privately");
+                let answer = execute::access_list_answer(&list, &result);
+                MethodResponse::response(
+                    call.id,
+                    ResponsePayload::success(answer),
+                    MAX_RESPONSE_BYTES,
+                )
+            }
+            Ok(Err(why)) => {
+                tracing::info!(contract = %args.to, %why, "eth_createAccessList not answerable privately; taking the fallback");
+                self.forward(call).await
+            }
+            Err(e) if e.is_unanswerable() => self.forward(call).await,
+            Err(e) => MethodResponse::error(call.id, ProxyError::from(e)),
         }
     }
 
