@@ -183,6 +183,12 @@ impl Executor {
             inner_apart: 0,
             evm_time: std::time::Duration::ZERO,
         };
+        // Reads made ahead (a JSON-RPC batch's) count only where they are
+        // of this view's block: the newest view may have moved since.
+        let ahead = ahead
+            .into_iter()
+            .filter(|(_, state)| block_of_state(state) == session.view.view.block)
+            .collect();
         if let Some(why) = self.learn(&mut session.reads, ahead).await? {
             return Ok(Err(why));
         }
@@ -241,9 +247,15 @@ impl Executor {
                 } => {
                     pending = self.keys_of(&mut session.reads, needs).await?;
                     session.inner_apart += inner.len();
-                    for call in inner {
-                        let answer = self.answer_apart(&call, &session.view).await?;
-                        session.reads.known.add_inner(call, answer);
+                    // Asked together (a refresh may hold several unlisted
+                    // tokens).
+                    let view = &session.view;
+                    let answers = futures_util::future::join_all(
+                        inner.iter().map(|call| self.answer_apart(call, view)),
+                    )
+                    .await;
+                    for (call, answer) in inner.into_iter().zip(answers) {
+                        session.reads.known.add_inner(call, answer?);
                     }
                 }
             }
@@ -764,6 +776,14 @@ pub const REVERTED: i32 = 3;
 /// geth's code for a call that halted (out of gas, an invalid opcode).
 pub const EXECUTION_FAILED: i32 = -32000;
 
+/// The block of the view a key was read from.
+fn block_of_state(state: &KeyState) -> u64 {
+    match state {
+        KeyState::Account(a) => a.block,
+        KeyState::Slot(s) => s.block,
+    }
+}
+
 /// One run's inputs (besides the state).
 struct Run {
     block: BlockContext,
@@ -921,6 +941,30 @@ mod tests {
         ] {
             assert!(call_of(Some(&raw(params.clone()))).is_none(), "{params}");
         }
+    }
+
+    #[test]
+    fn access_lists_read_as_nodes_give_them() {
+        let a = Address::repeat_byte(0xaa);
+        let list: Touched = [(a, [B256::with_last_byte(1)].into())].into();
+        let ok = CallResult::Success {
+            output: Bytes::new(),
+            gas_used: 0x5208,
+        };
+        assert_eq!(
+            access_list_answer(&list, &ok),
+            json!({"accessList": [{"address": a, "storageKeys": [B256::with_last_byte(1)]}], "gasUsed": "0x5208"})
+        );
+        let halted = CallResult::Halt {
+            message: "out of gas".into(),
+            gas_used: 7,
+        };
+        assert_eq!(
+            access_list_answer(&Touched::new(), &halted)["error"],
+            "out of gas"
+        );
+        let e = node_answer(&halted).unwrap_err();
+        assert_eq!((e.code(), e.message()), (EXECUTION_FAILED, "out of gas"));
     }
 
     #[test]
