@@ -229,7 +229,8 @@ async fn private_answers_equal_anvil_at_every_snapshot_height() {
     );
 
     // upstream_methods = "no-address-reads": the reads that name an address
-    // are refused before they reach the upstream; the others pass.
+    // and are not answered privately are refused before they reach the
+    // upstream; the others pass.
     let (upstream2, upstream2_saw) = start_relay(&anvil.url, passthrough()).await;
     let cache2 = tempfile::tempdir().unwrap();
     let strict = start_proxy_with(proxy::ProxyConfig {
@@ -246,7 +247,9 @@ async fn private_answers_equal_anvil_at_every_snapshot_height() {
             "eth_getStorageAt" => json!([who, "0x0", "latest"]),
             "eth_getProof" => json!([who, [], "latest"]),
             "eth_getLogs" | "eth_newFilter" => json!([{"address": who}]),
-            _ => json!([{"from": who, "to": who, "data": "0x70a08231"}, "latest"]),
+            // With state overrides: a call the proxy does not run itself
+            // (a plain one it answers privately where it can).
+            _ => json!([{"from": who, "to": who, "data": "0x70a08231"}, "latest", {}]),
         };
         let v = rpc_raw(
             &http,
