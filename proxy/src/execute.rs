@@ -581,6 +581,22 @@ impl Executor {
     }
 }
 
+/// `eth_estimateGas`'s answer: the gas, or the node's error (a revert
+/// as code 3; "gas required exceeds allowance" where even the most gas
+/// does not do).
+pub fn estimate_answer(estimated: &Estimated) -> Result<Value, jsonrpsee::types::ErrorObjectOwned> {
+    use jsonrpsee::types::ErrorObjectOwned;
+    let failed = |message: String| ErrorObjectOwned::owned(EXECUTION_FAILED, message, None::<()>);
+    match estimated {
+        Estimated::Gas(gas) => Ok(serde_json::json!(alloy_primitives::U64::from(*gas))),
+        Estimated::Failed(result) => match node_answer(result) {
+            Err(error) => Err(error),
+            Ok(_) => Err(failed("no estimate".into())),
+        },
+        Estimated::Exceeds(hi) => Err(failed(format!("gas required exceeds allowance ({hi})"))),
+    }
+}
+
 /// `eth_createAccessList`'s answer: the list, the gas used with it, and
 /// why the call failed where it did (geth's fields).
 pub fn access_list_answer(list: &Touched, result: &CallResult) -> Value {

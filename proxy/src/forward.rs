@@ -268,11 +268,6 @@ where
         sel: BlockSelector,
         planned: Option<Planned>,
     ) -> MethodResponse {
-        let held = match self.held_at(&args, &sel) {
-            Ok(held) => held,
-            Err(Refusal::Distrusted(e)) => return MethodResponse::error(call.id, e),
-            Err(Refusal::NoView) => return self.forward(call).await,
-        };
         let (first, ahead) = match planned {
             Some((read, Some(results))) => {
                 let read_ok = read.keys.into_iter().zip(results);
@@ -285,40 +280,69 @@ where
             None => (Vec::new(), Vec::new()),
         };
         let executor = &self.policy.executor;
-        match executor.execute(&args, &sel, held, first, ahead).await {
-            Ok(execute::Executed::Answered(done)) => {
-                tracing::info!(
-                    contract = %args.to,
-                    rounds = done.rounds,
-                    keys = done.keys,
-                    requests = done.requests,
-                    evm_us = done.evm_time.as_micros() as u64,
-                    inner_apart = done.inner_apart,
-                    snapshot = %done.snapshot,
-                    "eth_call executed privately"
-                );
-                match execute::node_answer(&done.result) {
-                    Ok(data) => MethodResponse::response(
+        let run = |held| async {
+            let executed = executor.execute(&args, &sel, held, first, ahead).await?;
+            Ok(match executed {
+                execute::Executed::Answered(done) => Ok(done),
+                execute::Executed::NotPrivate(why) => Err(why),
+            })
+        };
+        let answer = |done: execute::Answered| {
+            tracing::info!(
+                contract = %args.to,
+                rounds = done.rounds,
+                keys = done.keys,
+                requests = done.requests,
+                evm_us = done.evm_time.as_micros() as u64,
+                inner_apart = done.inner_apart,
+                snapshot = %done.snapshot,
+                "eth_call executed privately"
+            );
+            execute::node_answer(&done.result).map(|data| serde_json::json!(data))
+        };
+        self.run_here(call, &args, &sel, run, answer).await
+    }
+
+    /// A call run here (`run`, given the contracts whose storage it may
+    /// read) answered as `answer` makes it; what cannot be answered
+    /// privately takes the fallback (the upstream, or an error with
+    /// private-only settings); private reads stopped fail it (closed).
+    async fn run_here<T, Fut>(
+        &self,
+        call: CallCopy,
+        args: &call_exec::CallArgs,
+        sel: &BlockSelector,
+        run: impl FnOnce(Vec<Address>) -> Fut,
+        answer: impl FnOnce(T) -> Result<serde_json::Value, jsonrpsee::types::ErrorObjectOwned>,
+    ) -> MethodResponse
+    where
+        Fut: Future<Output = Result<Result<T, String>, ReadError>>,
+    {
+        let held = match self.held_at(args, sel) {
+            Ok(held) => held,
+            Err(Refusal::Distrusted(e)) => return MethodResponse::error(call.id, e),
+            Err(Refusal::NoView) => return self.forward(call).await,
+        };
+        let why = match run(held).await {
+            Ok(Ok(done)) => {
+                return match answer(done) {
+                    Ok(value) => MethodResponse::response(
                         call.id,
-                        ResponsePayload::success(data),
+                        ResponsePayload::success(value),
                         MAX_RESPONSE_BYTES,
                     ),
-                    Err(reverted) => MethodResponse::error(call.id, reverted),
+                    Err(error) => MethodResponse::error(call.id, error),
                 }
             }
-            Ok(execute::Executed::NotPrivate(why)) => {
-                tracing::info!(contract = %args.to, %why, "eth_call not answerable privately; taking the fallback");
-                self.forward(call).await
-            }
-            Err(e) if e.is_unanswerable() => {
-                tracing::info!(contract = %args.to, error = %e, "eth_call not answerable privately; taking the fallback");
-                self.forward(call).await
-            }
+            Ok(Err(why)) => why,
+            Err(e) if e.is_unanswerable() => e.to_string(),
             Err(e) => {
-                tracing::info!(contract = %args.to, error = %e, "private read failed");
-                MethodResponse::error(call.id, ProxyError::from(e))
+                tracing::info!(method = %call.method, contract = %args.to, error = %e, "private read failed");
+                return MethodResponse::error(call.id, ProxyError::from(e));
             }
-        }
+        };
+        tracing::info!(method = %call.method, contract = %args.to, %why, "not answerable privately; taking the fallback");
+        self.forward(call).await
     }
 
     /// The contracts whose storage a call at `sel` may read privately;
@@ -341,87 +365,31 @@ where
     }
 
     /// `eth_estimateGas` run here as geth estimates (see
-    /// [`execute::Executor::estimate`]); what cannot be answered privately
-    /// takes the fallback, as `eth_call`.
+    /// [`execute::Executor::estimate`]).
     async fn estimate_gas(
         &self,
         call: CallCopy,
         args: call_exec::CallArgs,
         sel: BlockSelector,
     ) -> MethodResponse {
-        let held = match self.held_at(&args, &sel) {
-            Ok(held) => held,
-            Err(Refusal::Distrusted(e)) => return MethodResponse::error(call.id, e),
-            Err(Refusal::NoView) => return self.forward(call).await,
-        };
         let executor = &self.policy.executor;
-        let estimated = match executor.estimate(&args, &sel, held, Vec::new()).await {
-            Ok(Ok(estimated)) => estimated,
-            Ok(Err(why)) => {
-                tracing::info!(contract = %args.to, %why, "eth_estimateGas not answerable privately; taking the fallback");
-                return self.forward(call).await;
-            }
-            Err(e) if e.is_unanswerable() => {
-                tracing::info!(contract = %args.to, error = %e, "eth_estimateGas not answerable privately; taking the fallback");
-                return self.forward(call).await;
-            }
-            Err(e) => return MethodResponse::error(call.id, ProxyError::from(e)),
-        };
-        tracing::info!(contract = %args.to, "eth_estimateGas run privately");
-        match estimated {
-            execute::Estimated::Gas(gas) => MethodResponse::response(
-                call.id,
-                ResponsePayload::success(alloy_primitives::U64::from(gas)),
-                MAX_RESPONSE_BYTES,
-            ),
-            execute::Estimated::Failed(result) => match execute::node_answer(&result) {
-                Err(error) => MethodResponse::error(call.id, error),
-                Ok(_) => {
-                    MethodResponse::error(call.id, ProxyError::NotAnswerable("no estimate".into()))
-                }
-            },
-            execute::Estimated::Exceeds(hi) => MethodResponse::error(
-                call.id,
-                jsonrpsee::types::ErrorObjectOwned::owned(
-                    execute::EXECUTION_FAILED,
-                    format!("gas required exceeds allowance ({hi})"),
-                    None::<()>,
-                ),
-            ),
-        }
+        let run = |held| executor.estimate(&args, &sel, held, Vec::new());
+        let answer = |estimated| execute::estimate_answer(&estimated);
+        self.run_here(call, &args, &sel, run, answer).await
     }
 
-    /// `eth_createAccessList` run here as geth makes it (see
-    /// [`execute::Executor::access_list`]); what cannot be answered
-    /// privately takes the fallback, as `eth_call`.
+    /// `eth_createAccessList` run here as reth and anvil make it (see
+    /// [`execute::Executor::access_list`]).
     async fn create_access_list(
         &self,
         call: CallCopy,
         args: call_exec::CallArgs,
         sel: BlockSelector,
     ) -> MethodResponse {
-        let held = match self.held_at(&args, &sel) {
-            Ok(held) => held,
-            Err(Refusal::Distrusted(e)) => return MethodResponse::error(call.id, e),
-            Err(Refusal::NoView) => return self.forward(call).await,
-        };
-        match self.policy.executor.access_list(&args, &sel, held).await {
-            Ok(Ok((list, result))) => {
-                tracing::info!(contract = %args.to, "eth_createAccessList run privately");
-                let answer = execute::access_list_answer(&list, &result);
-                MethodResponse::response(
-                    call.id,
-                    ResponsePayload::success(answer),
-                    MAX_RESPONSE_BYTES,
-                )
-            }
-            Ok(Err(why)) => {
-                tracing::info!(contract = %args.to, %why, "eth_createAccessList not answerable privately; taking the fallback");
-                self.forward(call).await
-            }
-            Err(e) if e.is_unanswerable() => self.forward(call).await,
-            Err(e) => MethodResponse::error(call.id, ProxyError::from(e)),
-        }
+        let executor = &self.policy.executor;
+        let run = |held| executor.access_list(&args, &sel, held);
+        let answer = |(list, result)| Ok(execute::access_list_answer(&list, &result));
+        self.run_here(call, &args, &sel, run, answer).await
     }
 
     /// `eth_blockNumber`: the upstream's head, but never past the newest
