@@ -100,6 +100,7 @@ fn write_token_list(path: &Path, tokens: &[Address], shares: Address) {
             .map(|&address| entry(address, Getter::balance_of(), 2, preset))
             .chain([entry(shares, get_shares(), 3, "test: PooledShares.sol")])
             .collect(),
+        ..Default::default()
     };
     std::fs::write(path, list.to_toml()).unwrap();
 }

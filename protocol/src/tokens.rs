@@ -276,12 +276,30 @@ impl TokenEntry {
     }
 }
 
-/// A token list file: `[[token]]` tables.
+/// A token list file: `[[token]]` tables (a getter backed by a mapping:
+/// its keys are known before the call runs) and `[[contract]]` tables
+/// (a contract whose whole storage the snapshots export, of any layout:
+/// the proxy runs its code).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TokenList {
     #[serde(default, rename = "token")]
     pub tokens: Vec<TokenEntry>,
+    #[serde(default, rename = "contract", skip_serializing_if = "Vec::is_empty")]
+    pub contracts: Vec<ContractEntry>,
+}
+
+/// A contract listed whole: no slot, no layout.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContractEntry {
+    pub chain_id: u64,
+    pub address: Address,
+    #[serde(default)]
+    pub symbol: String,
+    /// Why it is listed, and its storage's size when measured.
+    #[serde(default)]
+    pub source: String,
 }
 
 /// The shipped mainnet list's text.
@@ -300,6 +318,8 @@ pub enum TokenListError {
         address: Address,
         function: Getter,
     },
+    #[error("contract {address} on chain {chain_id} is listed twice")]
+    DuplicateContract { chain_id: u64, address: Address },
 }
 
 impl TokenList {
@@ -323,7 +343,25 @@ impl TokenList {
                 });
             }
         }
+        let mut contracts = std::collections::BTreeSet::new();
+        for c in &self.contracts {
+            if !contracts.insert((c.chain_id, c.address)) {
+                return Err(TokenListError::DuplicateContract {
+                    chain_id: c.chain_id,
+                    address: c.address,
+                });
+            }
+        }
         Ok(())
+    }
+
+    /// The contracts listed whole on `chain_id`.
+    pub fn contracts_of(&self, chain_id: u64) -> Vec<Address> {
+        self.contracts
+            .iter()
+            .filter(|c| c.chain_id == chain_id)
+            .map(|c| c.address)
+            .collect()
     }
 
     /// The list's `balanceOf` entry for `address` on `chain_id`.
@@ -458,25 +496,45 @@ mod tests {
             balance_slot: SlotIndex::Word(erc7201_base(OPENZEPPELIN_ERC20_NAMESPACE)),
             ..entry.clone()
         };
+        let usdc = ContractEntry {
+            chain_id: 1,
+            address: address!("a0b86991c6218b36c1d19d4a2e9eb0ce3606eb48"),
+            symbol: "USDC".into(),
+            source: "test".into(),
+        };
         let list = TokenList {
             tokens: vec![entry.clone(), namespaced],
+            contracts: vec![usdc.clone()],
         };
         let text = list.to_toml();
+        assert!(text.contains("[[contract]]"), "{text}");
         let back: TokenList = toml::from_str(&text).unwrap();
         assert_eq!(back, list);
         assert!(back.get(1, &entry.address).is_some());
         assert!(back.get(5, &entry.address).is_none());
+        assert_eq!(back.contracts_of(1), vec![usdc.address]);
+        assert!(back.contracts_of(5).is_empty());
 
         let dir = std::env::temp_dir().join(format!("ethpir-tokens-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let twice = dir.join("twice.toml");
         let doubled = TokenList {
             tokens: vec![entry.clone(), entry.clone()],
+            contracts: Vec::new(),
         };
         std::fs::write(&twice, doubled.to_toml()).unwrap();
         assert!(matches!(
             TokenList::from_file(&twice),
             Err(TokenListError::Duplicate { chain_id: 1, .. })
+        ));
+        let twice_whole = TokenList {
+            tokens: Vec::new(),
+            contracts: vec![usdc.clone(), usdc],
+        };
+        std::fs::write(&twice, twice_whole.to_toml()).unwrap();
+        assert!(matches!(
+            TokenList::from_file(&twice),
+            Err(TokenListError::DuplicateContract { chain_id: 1, .. })
         ));
         let unknown = dir.join("unknown.toml");
         std::fs::write(&unknown, text.replace("layout", "layuot")).unwrap();

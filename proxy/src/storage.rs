@@ -342,6 +342,7 @@ pub(crate) mod tests {
         let catalog = listed().storage;
         let same = protocol::tokens::TokenList {
             tokens: catalog.tokens.clone(),
+            ..Default::default()
         };
         assert_eq!(checked_list(catalog.clone(), &same), catalog);
         let none = checked_list(catalog.clone(), &Default::default());
@@ -350,6 +351,7 @@ pub(crate) mod tests {
         moved.balance_slot = SlotIndex::Position(9);
         let pinned = protocol::tokens::TokenList {
             tokens: vec![token(0xaa), moved],
+            ..Default::default()
         };
         let checked = checked_list(catalog.clone(), &pinned);
         assert_eq!(

@@ -109,23 +109,29 @@ impl FollowConfig {
 
 impl SourceConfig {
     /// The contracts whose storage a new base of `chain_id` holds: the
-    /// list's tokens of that chain and `contracts`.
+    /// list's tokens of that chain, `contracts` and the list's contracts
+    /// of that chain.
     pub fn private_storage(
         &self,
         chain_id: u64,
     ) -> Result<PrivateStorage, protocol::tokens::TokenListError> {
-        let tokens = match &self.tokens {
-            Some(path) => protocol::tokens::TokenList::from_file(path)?
-                .tokens
-                .into_iter()
-                .filter(|t| t.chain_id == chain_id)
-                .collect(),
-            None => Vec::new(),
+        let list = match &self.tokens {
+            Some(path) => protocol::tokens::TokenList::from_file(path)?,
+            None => Default::default(),
         };
-        Ok(PrivateStorage {
-            tokens,
-            contracts: self.contracts.clone(),
-        })
+        // The contracts named here, then those the list names whole.
+        let mut contracts = self.contracts.clone();
+        for c in list.contracts_of(chain_id) {
+            if !contracts.contains(&c) {
+                contracts.push(c);
+            }
+        }
+        let tokens = list
+            .tokens
+            .into_iter()
+            .filter(|t| t.chain_id == chain_id)
+            .collect();
+        Ok(PrivateStorage { tokens, contracts })
     }
 }
 
@@ -561,6 +567,31 @@ mod tests {
     use super::*;
     use crate::pipeline::HintBudget;
     use pir_core::Packing;
+
+    #[test]
+    fn a_lists_contracts_are_held_whole_beside_the_configured_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens.toml");
+        let listed = Address::repeat_byte(0xc1);
+        let configured = Address::repeat_byte(0xc2);
+        let text = format!(
+            "[[contract]]\nchain_id = 7\naddress = \"{listed}\"\n\n[[contract]]\nchain_id = 8\naddress = \"{}\"\n",
+            Address::repeat_byte(0xc3)
+        );
+        std::fs::write(&path, text).unwrap();
+        let source = SourceConfig {
+            tokens: Some(path),
+            contracts: vec![configured, listed],
+            ..Default::default()
+        };
+        let storage = source.private_storage(7).unwrap();
+        assert_eq!(
+            storage.contracts,
+            vec![configured, listed],
+            "each once, this chain's"
+        );
+        assert!(storage.tokens.is_empty());
+    }
 
     #[test]
     fn the_example_config_parses() {

@@ -194,6 +194,7 @@ impl Oracle {
                     source: "test: scripts/make-reth-fixtures.py".into(),
                 })
                 .collect(),
+            ..Default::default()
         }
     }
 }

@@ -68,6 +68,7 @@ fn write_token_list(path: &Path, shares: Address) {
             layout: MappingLayout::Solidity,
             source: "test: PooledShares.sol".into(),
         }],
+        ..Default::default()
     };
     std::fs::write(path, list.to_toml()).unwrap();
 }

@@ -116,6 +116,7 @@ async fn finds_the_balances_mapping_of_a_real_erc20() {
     // The entry is a list the loader reads back.
     let list = TokenList {
         tokens: vec![entry.clone()],
+        ..Default::default()
     };
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tokens.toml");
@@ -215,6 +216,7 @@ fn one_shot_builds_take_the_token_list() {
             layout: MappingLayout::Solidity,
             source: "test".into(),
         }],
+        ..Default::default()
     };
     let tokens_file = dir.path().join("tokens.toml");
     std::fs::write(&tokens_file, list.to_toml()).unwrap();

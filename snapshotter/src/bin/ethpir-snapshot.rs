@@ -314,13 +314,14 @@ struct GenesisArgs {
 #[derive(Args, Clone, Default)]
 struct StorageArgs {
     /// A token list (`[[token]]` entries, as `tokens detect` prints and
-    /// configs/tokens-mainnet.toml ships): every storage slot of the
-    /// chain's tokens is exported, so that the proxy answers their
-    /// balanceOf privately.
+    /// configs/tokens-mainnet.toml ships, and `[[contract]]` entries,
+    /// contracts listed whole): every storage slot of the chain's tokens
+    /// and contracts is exported, so that the proxy runs their calls
+    /// privately.
     #[arg(long)]
     tokens: Option<PathBuf>,
     /// Another contract whose every storage slot is exported (repeat for
-    /// more; answered to eth_getStorageAt).
+    /// more): its calls and eth_getStorageAt are answered privately.
     #[arg(long = "contract")]
     contracts: Vec<alloy_primitives::Address>,
 }
@@ -544,6 +545,7 @@ fn detect_token(args: &DetectArgs) -> Result<()> {
         Some(entry) => {
             let list = protocol::tokens::TokenList {
                 tokens: vec![entry],
+                ..Default::default()
             };
             print!("{}", list.to_toml());
             Ok(())
