@@ -43,10 +43,6 @@ fn peek<S: StackTr>(stack: &S, n: usize) -> Option<B256> {
         .map(|i| B256::from(data[i].to_be_bytes::<32>()))
 }
 
-fn address_of(word: B256) -> Address {
-    Address::from_word(word)
-}
-
 impl<CTX, INTR: InterpreterTypes> Inspector<CTX, INTR> for AccessRecorder {
     fn step(&mut self, interp: &mut Interpreter<INTR>, _context: &mut CTX) {
         match interp.bytecode.opcode() {
@@ -63,12 +59,12 @@ impl<CTX, INTR: InterpreterTypes> Inspector<CTX, INTR> for AccessRecorder {
             | opcode::BALANCE
             | opcode::SELFDESTRUCT => {
                 if let Some(word) = peek(&interp.stack, 0) {
-                    self.account(address_of(word));
+                    self.account(Address::from_word(word));
                 }
             }
             opcode::DELEGATECALL | opcode::CALL | opcode::STATICCALL | opcode::CALLCODE => {
                 if let Some(word) = peek(&interp.stack, 1) {
-                    self.account(address_of(word));
+                    self.account(Address::from_word(word));
                 }
             }
             _ => {}

@@ -39,7 +39,7 @@ use std::rc::Rc;
 
 use alloy_primitives::{keccak256, Address, Bytes, B256, U256};
 use revm::bytecode::Bytecode;
-use revm::context::result::{ExecutionResult, HaltReason, OutOfGasError};
+use revm::context::result::{ExecutionResult, HaltReason};
 use revm::context::{BlockEnv, CfgEnv, TxEnv};
 use revm::primitives::TxKind;
 use revm::{Context, InspectEvm, MainBuilder, MainContext};
@@ -51,6 +51,9 @@ pub use spec::spec_for;
 /// geth's default `--rpc.gascap`: the gas of a call that names none, and
 /// the most one may name.
 pub const GAS_CAP: u64 = 50_000_000;
+
+/// geth's message for a call that ran out of gas.
+pub const OUT_OF_GAS: &str = "out of gas";
 
 /// The block a call runs in: what the view's manifest says (number,
 /// time, chain), and its header when one was fetched and checked against
@@ -195,15 +198,6 @@ impl KnownState {
     /// Whether `contract`'s storage may be read.
     pub fn holds(&self, contract: &Address) -> bool {
         self.held.contains(contract)
-    }
-
-    /// Accounts, codes and words held.
-    pub fn len(&self) -> usize {
-        self.accounts.len() + self.codes.len() + self.slots.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -415,8 +409,7 @@ fn call_result(result: ExecutionResult) -> CallResult {
 /// geth's words for a halt.
 fn halt_message(reason: &HaltReason) -> String {
     match reason {
-        HaltReason::OutOfGas(OutOfGasError::Basic | OutOfGasError::Memory) => "out of gas".into(),
-        HaltReason::OutOfGas(_) => "out of gas".into(),
+        HaltReason::OutOfGas(_) => OUT_OF_GAS.into(),
         HaltReason::OpcodeNotFound | HaltReason::InvalidFEOpcode => "invalid opcode".into(),
         HaltReason::StackUnderflow => "stack underflow".into(),
         HaltReason::StackOverflow => "stack limit reached 1024".into(),

@@ -91,6 +91,24 @@ pub enum KeyState {
     Slot(SlotState),
 }
 
+impl KeyState {
+    /// The block of the view it was read from.
+    pub fn block(&self) -> u64 {
+        match self {
+            KeyState::Account(a) => a.block,
+            KeyState::Slot(s) => s.block,
+        }
+    }
+
+    /// The level it was found in (the view's top when absent).
+    pub fn snapshot(&self) -> &str {
+        match self {
+            KeyState::Account(a) => &a.snapshot,
+            KeyState::Slot(s) => &s.snapshot,
+        }
+    }
+}
+
 /// The freshest level's value of a key: its bytes (`None`: absent from a
 /// complete view), the level and the view's block.
 pub struct Hit {

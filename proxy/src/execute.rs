@@ -187,7 +187,7 @@ impl Executor {
         // of this view's block: the newest view may have moved since.
         let ahead = ahead
             .into_iter()
-            .filter(|(_, state)| block_of_state(state) == session.view.view.block)
+            .filter(|(_, state)| state.block() == session.view.view.block)
             .collect();
         if let Some(why) = self.learn(&mut session.reads, ahead).await? {
             return Ok(Err(why));
@@ -235,7 +235,7 @@ impl Executor {
                 args: args.clone(),
                 access_list: access_list.clone(),
             };
-            let (outcome, touched, known, took) = run_blocking(run, known).await;
+            let (outcome, touched, known, took) = run_blocking(run, known).await?;
             session.reads.known = known;
             session.evm_time += took;
             match outcome {
@@ -357,15 +357,19 @@ impl Executor {
 
     /// The codes of accounts read, downloaded together.
     async fn add_codes(&self, reads: &mut Reads, accounts: &[Address]) -> Result<(), ReadError> {
+        // Each code beside its own address (an account not read has none
+        // to fetch).
+        let wanted: Vec<(Address, &AccountState)> = accounts
+            .iter()
+            .filter_map(|a| Some((*a, reads.accounts.get(a)?)))
+            .collect();
         let codes = futures_util::future::join_all(
-            accounts
-                .iter()
-                .filter_map(|a| reads.accounts.get(a))
-                .map(|state| self.reader.code_of(state)),
+            wanted.iter().map(|(_, state)| self.reader.code_of(state)),
         )
         .await;
-        for (address, code) in accounts.iter().zip(codes) {
-            reads.known.add_code(*address, code?);
+        let addresses: Vec<Address> = wanted.into_iter().map(|(a, _)| a).collect();
+        for (address, code) in addresses.into_iter().zip(codes) {
+            reads.known.add_code(address, code?);
         }
         Ok(())
     }
@@ -445,20 +449,13 @@ impl Executor {
     }
 
     fn manifest_hash(&self, view: &ViewClient) -> Option<B256> {
-        view.levels
-            .last()
-            .and_then(|l| l.entry().manifest.block_hash)
+        top_manifest(view).block_hash
     }
 
     /// The block a call at `view` runs in: the manifest's number, time and
     /// chain, and the header checked against the view's hash.
     async fn block_context(&self, view: &ViewClient) -> Result<BlockContext, ReadError> {
-        let manifest = &view
-            .levels
-            .last()
-            .expect("a view has a level")
-            .entry()
-            .manifest;
+        let manifest = top_manifest(view);
         let header = match manifest.block_hash {
             Some(hash) => self.header(hash).await,
             None => None,
@@ -698,7 +695,7 @@ impl Executor {
         }
         let used = match &top {
             CallResult::Success { gas_used, .. } => *gas_used,
-            CallResult::Halt { message, .. } if message == "out of gas" => {
+            CallResult::Halt { message, .. } if message == call_exec::OUT_OF_GAS => {
                 return Ok(Ok(Estimated::Exceeds(hi)))
             }
             _ => return Ok(Ok(Estimated::Failed(top))),
@@ -792,12 +789,14 @@ pub const REVERTED: i32 = 3;
 /// geth's code for a call that halted (out of gas, an invalid opcode).
 pub const EXECUTION_FAILED: i32 = -32000;
 
-/// The block of the view a key was read from.
-fn block_of_state(state: &KeyState) -> u64 {
-    match state {
-        KeyState::Account(a) => a.block,
-        KeyState::Slot(s) => s.block,
-    }
+/// The manifest of a view's freshest level (its block, hash and time).
+fn top_manifest(view: &ViewClient) -> &protocol::manifest::Manifest {
+    &view
+        .levels
+        .last()
+        .expect("a view has a level")
+        .entry()
+        .manifest
 }
 
 /// One run's inputs (besides the state).
@@ -813,7 +812,7 @@ struct Run {
 async fn run_blocking(
     run: Run,
     known: KnownState,
-) -> (Outcome, Touched, KnownState, std::time::Duration) {
+) -> Result<(Outcome, Touched, KnownState, std::time::Duration), ReadError> {
     tokio::task::spawn_blocking(move || {
         let started = std::time::Instant::now();
         let (outcome, touched) =
@@ -821,7 +820,7 @@ async fn run_blocking(
         (outcome, touched, known, started.elapsed())
     })
     .await
-    .expect("a call run does not panic")
+    .map_err(|e| ReadError::Backend(format!("the EVM failed: {e}")))
 }
 
 fn describe(why: &Unanswerable) -> String {

@@ -31,6 +31,26 @@ use crate::rpc::{private_params, Prefetched};
 use crate::storage;
 use crate::upstream::Upstream;
 
+/// The methods the proxy runs itself (their call executed over privately
+/// read state).
+#[derive(Clone, Copy)]
+enum RunHere {
+    Call,
+    EstimateGas,
+    AccessList,
+}
+
+impl RunHere {
+    fn of(method: &str) -> Option<Self> {
+        match method {
+            "eth_call" => Some(RunHere::Call),
+            "eth_estimateGas" => Some(RunHere::EstimateGas),
+            "eth_createAccessList" => Some(RunHere::AccessList),
+            _ => None,
+        }
+    }
+}
+
 /// Why a call is not run here.
 enum Refusal {
     /// Private reads are stopped: the call fails (closed).
@@ -151,19 +171,9 @@ where
                 storage::plan(&copy.method, copy.params.as_deref(), answerable).map(|r| (r, None))
             }
         };
-        if copy.method == "eth_call" {
+        if let Some(kind) = RunHere::of(&copy.method) {
             if let Some((args, sel)) = execute::call_of(copy.params.as_deref()) {
-                return self.execute_call(copy, args, sel, planned).await;
-            }
-        }
-        if copy.method == "eth_estimateGas" {
-            if let Some((args, sel)) = execute::call_of(copy.params.as_deref()) {
-                return self.estimate_gas(copy, args, sel).await;
-            }
-        }
-        if copy.method == "eth_createAccessList" {
-            if let Some((args, sel)) = execute::call_of(copy.params.as_deref()) {
-                return self.create_access_list(copy, args, sel).await;
+                return self.run_method(kind, copy, args, sel, planned).await;
             }
         }
         if let Some((read, ahead)) = planned {
@@ -364,32 +374,32 @@ where
         Ok(answerable.storage.all_contracts())
     }
 
-    /// `eth_estimateGas` run here as geth estimates (see
-    /// [`execute::Executor::estimate`]).
-    async fn estimate_gas(
+    /// A method the proxy runs itself: `eth_call` (see
+    /// [`Self::execute_call`]), `eth_estimateGas` as geth estimates
+    /// ([`execute::Executor::estimate`]), `eth_createAccessList` as reth and
+    /// anvil make it ([`execute::Executor::access_list`]).
+    async fn run_method(
         &self,
+        kind: RunHere,
         call: CallCopy,
         args: call_exec::CallArgs,
         sel: BlockSelector,
+        planned: Option<Planned>,
     ) -> MethodResponse {
         let executor = &self.policy.executor;
-        let run = |held| executor.estimate(&args, &sel, held, Vec::new());
-        let answer = |estimated| execute::estimate_answer(&estimated);
-        self.run_here(call, &args, &sel, run, answer).await
-    }
-
-    /// `eth_createAccessList` run here as reth and anvil make it (see
-    /// [`execute::Executor::access_list`]).
-    async fn create_access_list(
-        &self,
-        call: CallCopy,
-        args: call_exec::CallArgs,
-        sel: BlockSelector,
-    ) -> MethodResponse {
-        let executor = &self.policy.executor;
-        let run = |held| executor.access_list(&args, &sel, held);
-        let answer = |(list, result)| Ok(execute::access_list_answer(&list, &result));
-        self.run_here(call, &args, &sel, run, answer).await
+        match kind {
+            RunHere::Call => self.execute_call(call, args, sel, planned).await,
+            RunHere::EstimateGas => {
+                let run = |held| executor.estimate(&args, &sel, held, Vec::new());
+                let answer = |estimated| execute::estimate_answer(&estimated);
+                self.run_here(call, &args, &sel, run, answer).await
+            }
+            RunHere::AccessList => {
+                let run = |held| executor.access_list(&args, &sel, held);
+                let answer = |(list, result)| Ok(execute::access_list_answer(&list, &result));
+                self.run_here(call, &args, &sel, run, answer).await
+            }
+        }
     }
 
     /// `eth_blockNumber`: the upstream's head, but never past the newest

@@ -259,8 +259,7 @@ pub async fn read_facts(
         .into_iter()
         .collect::<Result<Vec<KeyState>, ReadError>>()?;
     let snapshot = match states.first() {
-        Some(KeyState::Account(a)) => a.snapshot.clone(),
-        Some(KeyState::Slot(s)) => s.snapshot.clone(),
+        Some(state) => state.snapshot().to_string(),
         None => return Err(ReadError::Backend("a read of no keys".into())),
     };
     let states = read.keys.iter().copied().zip(states).collect();
