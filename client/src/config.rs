@@ -16,7 +16,8 @@ pub struct ClientConfig {
     pub chain_id: Option<u64>,
     /// Where setup data is cached, checked against its digest on load.
     pub cache_dir: PathBuf,
-    /// Prepared queries kept ready per snapshot.
+    /// Prepared queries kept ready per snapshot (a new snapshot is first
+    /// filled to the largest request so far: `pool`).
     pub prepared_pool: usize,
     /// Between catalog refreshes.
     pub refresh: Duration,

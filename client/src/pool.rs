@@ -2,7 +2,14 @@
 //! prepared queries (`b0 = s·A + e`, made ahead of time, used once),
 //! refilled in the background after each request is answered so that
 //! the refill never competes with the request for the CPU.
+//!
+//! Queries are prepared in batches (`PirClient::prepare_many`: the public
+//! matrix expanded once for all of them). A new snapshot's pool is first
+//! filled to as many queries as the wallet's largest request took so far
+//! (its first refresh there reads every key again), then kept at the
+//! configured size.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use pir_core::{PirClient, PreparedQuery};
@@ -17,28 +24,53 @@ pub struct SnapshotClient {
     pub client: PirClient,
     pool: Mutex<Vec<PreparedQuery>>,
     pool_size: usize,
+    /// Queries to have ready before the first request (0 once made).
+    first_fill: AtomicUsize,
     wanted: Arc<Notify>,
 }
 
+/// Bytes of prepared queries a snapshot's first fill may hold: at 2^24
+/// accounts (555 KB a query) about 480 queries, at mainnet's shape
+/// (1.5 MiB) about 170.
+const FIRST_FILL_MAX_BYTES: usize = 256 << 20;
+
 impl SnapshotClient {
-    /// A client with an empty pool; [`refill`] fills it.
-    pub fn new(entry: CatalogEntry, client: PirClient, pool_size: usize) -> Self {
+    /// A client with an empty pool; [`refill`] fills it, first to
+    /// `first_fill` queries (within [`FIRST_FILL_MAX_BYTES`]), then to
+    /// `pool_size`.
+    pub fn new(
+        entry: CatalogEntry,
+        client: PirClient,
+        pool_size: usize,
+        first_fill: usize,
+    ) -> Self {
+        let query_bytes = 4 * client.setup().shape.rows().max(1);
+        let first_fill = first_fill.min(FIRST_FILL_MAX_BYTES / query_bytes);
         SnapshotClient {
             entry,
             client,
             pool: Mutex::new(Vec::new()),
             pool_size,
+            first_fill: AtomicUsize::new(first_fill),
             wanted: Arc::new(Notify::new()),
         }
     }
 
-    /// Takes a prepared query, making one now if the pool is empty.
-    pub async fn take_prepared(self: &Arc<Self>) -> Result<PreparedQuery, ReadError> {
-        let ready = self.pool.lock().expect("pool lock").pop();
-        match ready {
-            Some(p) => Ok(p),
-            None => self.prepare_off_thread().await,
+    /// Takes `count` prepared queries, the pool's first and the rest
+    /// made now, together.
+    pub async fn take_prepared(
+        self: &Arc<Self>,
+        count: usize,
+    ) -> Result<Vec<PreparedQuery>, ReadError> {
+        let mut taken = {
+            let mut pool = self.pool.lock().expect("pool lock");
+            let keep = pool.len().saturating_sub(count);
+            pool.split_off(keep)
+        };
+        if taken.len() < count {
+            taken.extend(self.prepare_off_thread(count - taken.len()).await?);
         }
+        Ok(taken)
     }
 
     /// Asks the refill task to top the pool up (after an answer).
@@ -46,13 +78,25 @@ impl SnapshotClient {
         self.wanted.notify_one();
     }
 
-    /// Prepares a query on the blocking pool (it takes milliseconds of
-    /// all-core work).
-    async fn prepare_off_thread(self: &Arc<Self>) -> Result<PreparedQuery, ReadError> {
+    /// Prepares `count` queries together on the blocking pool (it takes
+    /// milliseconds of all-core work).
+    async fn prepare_off_thread(
+        self: &Arc<Self>,
+        count: usize,
+    ) -> Result<Vec<PreparedQuery>, ReadError> {
         let me = self.clone();
-        tokio::task::spawn_blocking(move || me.client.prepare(&mut rand::rng()))
+        tokio::task::spawn_blocking(move || me.client.prepare_many(count, &mut rand::rng()))
             .await
-            .map_err(|e| ReadError::Backend(format!("preparing a query failed: {e}")))
+            .map_err(|e| ReadError::Backend(format!("preparing queries failed: {e}")))
+    }
+
+    /// Queries the pool lacks: to the first fill until it is made, then to
+    /// the configured size.
+    fn shortfall(&self) -> usize {
+        let target = self
+            .pool_size
+            .max(self.first_fill.load(Ordering::Relaxed));
+        target.saturating_sub(self.pool_len())
     }
 
     /// What names this level's content (its setup's digest): the key of
@@ -76,9 +120,11 @@ impl SnapshotClient {
 pub async fn refill(weak: Weak<SnapshotClient>) {
     loop {
         let Some(snap) = weak.upgrade() else { return };
-        if snap.pool_len() < snap.pool_size {
-            if let Ok(p) = snap.prepare_off_thread().await {
-                snap.pool.lock().expect("pool lock").push(p);
+        let short = snap.shortfall();
+        if short > 0 {
+            if let Ok(made) = snap.prepare_off_thread(short).await {
+                snap.pool.lock().expect("pool lock").extend(made);
+                snap.first_fill.store(0, Ordering::Relaxed);
             }
             continue;
         }

@@ -42,6 +42,9 @@ pub struct PrivateReader {
     /// What each PIR level answered before, per key.
     answers: AnswerCache,
     pool_size: usize,
+    /// The most queries one request took of a PIR level so far: a new
+    /// level's pool is filled to it ahead of its first refresh.
+    largest_request: std::sync::atomic::AtomicUsize,
     limits: pir_core::ClientLimits,
     /// Setup data and tables of one view's levels together, bytes.
     max_view_bytes: u64,
@@ -146,6 +149,7 @@ impl PrivateReader {
             prefetch_codes: config.prefetch_codes,
             answers: AnswerCache::new(config.cache_dir.clone()),
             pool_size: config.prepared_pool,
+            largest_request: Default::default(),
             limits: config.limits.client_limits(),
             max_view_bytes: config.limits.max_view_setup_bytes(),
             suspect_levels: Default::default(),
@@ -822,11 +826,13 @@ impl PrivateReader {
         let mut bodies = Vec::with_capacity(levels.len());
         let mut pendings = Vec::with_capacity(levels.len());
         let per_level = level_keys.first().map_or(0, Vec::len);
+        self.largest_request
+            .fetch_max(per_level, std::sync::atomic::Ordering::Relaxed);
         for ((_, snap), keys) in levels.iter().zip(level_keys) {
             let mut queries = Vec::with_capacity(keys.len());
             let mut level_pendings = Vec::with_capacity(keys.len());
-            for key in keys {
-                let prepared = snap.take_prepared().await?;
+            let prepared = snap.take_prepared(keys.len()).await?;
+            for (key, prepared) in keys.iter().zip(prepared) {
                 let (q, p) = snap
                     .client
                     .query(prepared, key.as_slice())
@@ -1226,7 +1232,15 @@ impl PrivateReader {
                 entry.id.url_form()
             )));
         }
-        Ok(Arc::new(SnapshotClient::new(entry, client, self.pool_size)))
+        let first_fill = self
+            .largest_request
+            .load(std::sync::atomic::Ordering::Relaxed);
+        Ok(Arc::new(SnapshotClient::new(
+            entry,
+            client,
+            self.pool_size,
+            first_fill,
+        )))
     }
 }
 

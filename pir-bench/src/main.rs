@@ -33,6 +33,11 @@ struct Args {
     /// way), then AES-128 in counter mode.
     #[arg(long)]
     prepare_rows: Option<usize>,
+    /// With --prepare-rows: also prepare this many queries on all cores,
+    /// one by one and then as one batch (what a first refresh of that many
+    /// keys waits on), AES-128 only.
+    #[arg(long)]
+    prepare_batch: Option<usize>,
     /// log2 of the number of keys.
     #[arg(long, default_value_t = 16)]
     log2_keys: u32,
@@ -102,6 +107,9 @@ fn time_ms<T>(f: impl FnOnce() -> T) -> (T, f64) {
 fn main() -> Result<()> {
     let args = Args::parse();
     if let Some(rows) = args.prepare_rows {
+        if let Some(count) = args.prepare_batch {
+            return bench_prepare_batch(rows, count, args.reps);
+        }
         return bench_prepare(rows, args.reps);
     }
     ensure!(args.log2_keys <= 26, "--log2-keys at most 26");
@@ -410,6 +418,39 @@ fn bench_prepare(rows: usize, reps: usize) -> Result<()> {
         add_machine(&mut line, false);
         println!("{}", Value::Object(line));
     }
+    Ok(())
+}
+
+/// `--prepare-rows R --prepare-batch C`: one JSON line: `C` queries on all
+/// cores prepared one after another, then as one batch (medians of `reps`).
+fn bench_prepare_batch(rows: usize, count: usize, reps: usize) -> Result<()> {
+    use pir_core::client::{prepare_b0, prepare_b0_many};
+    use pir_core::{Expansion, PublicMatrix};
+    let n = pir_core::params::LWE_DIMENSION as usize;
+    let mut rng = ChaCha20Rng::seed_from_u64(7);
+    let matrix = PublicMatrix::new(Expansion::Aes128Ctr, rng.random());
+    let mut one_by_one = Vec::new();
+    let mut batched = Vec::new();
+    for _ in 0..reps.max(1) {
+        one_by_one.push(
+            time_ms(|| (0..count).for_each(|_| drop(prepare_b0(&matrix, n, rows, &mut rng)))).1,
+        );
+        batched.push(time_ms(|| prepare_b0_many(&matrix, n, rows, count, &mut rng)).1);
+    }
+    let (alone_ms, batch_ms) = (median(one_by_one), median(batched));
+    let mut line = Map::new();
+    line.insert("bench".into(), json!("prepare-batch"));
+    line.insert("rows".into(), json!(rows));
+    line.insert("queries".into(), json!(count));
+    line.insert("threads".into(), json!(rayon::current_num_threads()));
+    line.insert("expansion".into(), json!(Expansion::Aes128Ctr.name()));
+    line.insert("kernel".into(), json!(kernel::active().name()));
+    line.insert("one_by_one_ms".into(), json!(alone_ms));
+    line.insert("batch_ms".into(), json!(batch_ms));
+    line.insert("speedup".into(), json!(alone_ms / batch_ms));
+    line.insert("reps".into(), json!(reps));
+    add_machine(&mut line, false);
+    println!("{}", Value::Object(line));
     Ok(())
 }
 

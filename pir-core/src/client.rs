@@ -243,6 +243,115 @@ pub fn prepare_b0(
     (secret, b0)
 }
 
+/// Queries accumulated together by one task of [`prepare_b0_many`]: their
+/// tiles of `b0` (a block of columns each) stay in a core's L2 cache while
+/// one expanded tile of `A` is added to each of them.
+const PREPARE_GROUP: usize = 96;
+
+/// [`prepare_b0`] for `count` queries at once, the same numbers as `count`
+/// calls in a row with the same `rng` (each query's secret, then its
+/// error): every tile of `A` is expanded once per group of queries instead
+/// of once per query, so a batch costs about one query's expansion plus
+/// the additions. What a first refresh of dozens of keys waits on.
+pub fn prepare_b0_many(
+    matrix: &PublicMatrix,
+    n: usize,
+    rows: usize,
+    count: usize,
+    rng: &mut (impl CryptoRng + ?Sized),
+) -> Vec<(Vec<i8>, Vec<u32>)> {
+    prepare_b0_many_with(crate::kernel::active(), matrix, n, rows, count, rng)
+}
+
+/// [`prepare_b0_many`] with a given kernel (the tests check each one the
+/// CPU has against the others).
+pub fn prepare_b0_many_with(
+    kernel: crate::kernel::Kernel,
+    matrix: &PublicMatrix,
+    n: usize,
+    rows: usize,
+    count: usize,
+    rng: &mut (impl CryptoRng + ?Sized),
+) -> Vec<(Vec<i8>, Vec<u32>)> {
+    let mut drawn: Vec<(Vec<i8>, Vec<i8>)> = (0..count)
+        .map(|_| {
+            let mut secret = vec![0i8; n];
+            ternary(rng, &mut secret);
+            let mut error = vec![0i8; rows];
+            ternary(rng, &mut error);
+            (secret, error)
+        })
+        .collect();
+    let groups = count.div_ceil(PREPARE_GROUP).max(1);
+    let per_group = count.div_ceil(groups).max(1);
+    let secrets: Vec<&[i8]> = drawn.iter().map(|(s, _)| s.as_slice()).collect();
+    let tiles = rows.div_ceil(crate::matrix::BLOCK_COLS);
+    let mut b0s: Vec<Vec<u32>> = vec![vec![0u32; rows]; count];
+    let parts: Vec<(usize, usize, Vec<u32>)> = (0..tiles)
+        .flat_map(|t| (0..groups).map(move |g| (t, g)))
+        .collect::<Vec<_>>()
+        .into_par_iter()
+        .map(|(t, g)| {
+            let first = (g * per_group).min(count);
+            let last = (first + per_group).min(count);
+            let start = t * crate::matrix::BLOCK_COLS;
+            let width = crate::matrix::BLOCK_COLS.min(rows - start);
+            let acc = accumulate_group(kernel, matrix, &secrets[first..last], start, width);
+            (t, g, acc)
+        })
+        .collect();
+    for (t, g, mut acc) in parts {
+        let first = (g * per_group).min(count);
+        let start = t * crate::matrix::BLOCK_COLS;
+        for (q, tile) in acc
+            .chunks(crate::matrix::BLOCK_COLS.min(rows - start))
+            .enumerate()
+        {
+            b0s[first + q][start..start + tile.len()].copy_from_slice(tile);
+        }
+        acc.zeroize();
+    }
+    drawn
+        .iter_mut()
+        .zip(b0s)
+        .map(|((secret, error), mut b0)| {
+            for (b, &e) in b0.iter_mut().zip(error.iter()) {
+                *b = b.wrapping_add(e as i32 as u32);
+            }
+            error.zeroize();
+            (std::mem::take(secret), b0)
+        })
+        .collect()
+}
+
+/// Columns `start .. start + width` of `s.A` for each secret of a group,
+/// one after another: each row of `A` expanded once for all of them.
+fn accumulate_group(
+    kernel: crate::kernel::Kernel,
+    matrix: &PublicMatrix,
+    secrets: &[&[i8]],
+    start: usize,
+    width: usize,
+) -> Vec<u32> {
+    let mut acc = vec![0u32; secrets.len() * width];
+    let mut row = vec![0u32; width];
+    let mut signs = vec![0i8; secrets.len()];
+    let n = secrets.first().map_or(0, |s| s.len());
+    for i in 0..n {
+        for (sign, secret) in signs.iter_mut().zip(secrets) {
+            *sign = secret[i];
+        }
+        if signs.iter().all(|&s| s == 0) {
+            continue;
+        }
+        matrix.expand_row_segment_with(kernel, i as u32, start, &mut row);
+        crate::kernel::add_signed_row(kernel, &mut acc, &signs, &row);
+    }
+    row.zeroize();
+    signs.zeroize();
+    acc
+}
+
 /// `acc += sum_i secret[i] . A[first + i]`, one column tile at a time.
 fn accumulate_rows(matrix: &PublicMatrix, secret: &[i8], first: usize, acc: &mut [u32]) {
     let mut row = vec![0u32; PREPARE_TILE_COLS.min(acc.len())];
@@ -328,6 +437,26 @@ impl PirClient {
             secret,
             b0,
         }
+    }
+
+    /// `count` prepared queries made together ([`prepare_b0_many`]):
+    /// the same work as one [`Self::prepare`] for the expansion of `A`,
+    /// plus an addition per query.
+    pub fn prepare_many(
+        &self,
+        count: usize,
+        rng: &mut (impl CryptoRng + ?Sized),
+    ) -> Vec<PreparedQuery> {
+        let shape = &self.setup.shape;
+        let n = shape.lwe.dimension as usize;
+        prepare_b0_many(&self.setup.matrix, n, shape.rows(), count, rng)
+            .into_iter()
+            .map(|(secret, b0)| PreparedQuery {
+                setup_id: self.id,
+                secret,
+                b0,
+            })
+            .collect()
     }
 
     /// The online step: consumes a prepared query, adds `Delta` at the key's
@@ -466,4 +595,40 @@ fn uniformly_shifted(elems: &[u8], bits: u32, value_bytes: usize, key: &[u8]) ->
     });
     moved.zeroize();
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha20Rng;
+
+    /// A batch is the same numbers as preparing its queries one by one
+    /// with the same random stream: group edges, a partial last tile,
+    /// both expansions.
+    #[test]
+    fn a_batch_prepares_what_one_by_one_does() {
+        for expansion in Expansion::ALL {
+            let matrix = PublicMatrix::new(expansion, [7u8; 32]);
+            for (n, rows, count) in [
+                (40, 2 * BLOCK + 300, 1),
+                (33, 900, PREPARE_GROUP + 5),
+                (64, BLOCK, 3),
+            ] {
+                let mut one = ChaCha20Rng::seed_from_u64(count as u64);
+                let alone: Vec<_> = (0..count)
+                    .map(|_| prepare_b0(&matrix, n, rows, &mut one))
+                    .collect();
+                let mut many = ChaCha20Rng::seed_from_u64(count as u64);
+                let batch = prepare_b0_many(&matrix, n, rows, count, &mut many);
+                assert!(
+                    batch == alone,
+                    "{expansion:?} n={n} rows={rows} count={count}"
+                );
+            }
+        }
+    }
+
+    const BLOCK: usize = crate::matrix::BLOCK_COLS;
+    use crate::matrix::Expansion;
 }

@@ -366,6 +366,73 @@ pub fn tile_product(
     }
 }
 
+/// `tiles[q] += row` where `signs[q]` is 1, `-= row` where it is -1
+/// (`tiles` holds `signs.len()` tiles of `row.len()` entries, one after
+/// another): one expanded row of `A` added into each query of a group
+/// being prepared. Plain Rust, compiled again for the kernel's vector width
+/// (the baseline target would use 128-bit vectors only).
+pub fn add_signed_row(kernel: Kernel, tiles: &mut [u32], signs: &[i8], row: &[u32]) {
+    assert_eq!(tiles.len(), signs.len() * row.len(), "one tile per sign");
+    match kernel {
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx512Vnni => {
+            assert!(kernel.is_supported(), "avx512 kernel on a CPU without it");
+            // SAFETY: the CPU has AVX-512 F (asserted above); the body is
+            // safe Rust, every access bounds-checked.
+            unsafe { signed::add_avx512(tiles, signs, row) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx2 => {
+            assert!(kernel.is_supported(), "avx2 kernel on a CPU without it");
+            // SAFETY: as above, for AVX2.
+            unsafe { signed::add_avx2(tiles, signs, row) }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        Kernel::Avx512Vnni | Kernel::Avx2 => {
+            unreachable!("{kernel} is never supported off x86-64")
+        }
+        Kernel::Portable => signed::add(tiles, signs, row),
+    }
+}
+
+/// [`add_signed_row`]'s body, and its copies for wider vectors.
+mod signed {
+    #[inline(always)]
+    pub(super) fn add(tiles: &mut [u32], signs: &[i8], row: &[u32]) {
+        for (tile, &sign) in tiles.chunks_exact_mut(row.len()).zip(signs) {
+            match sign {
+                1 => tile
+                    .iter_mut()
+                    .zip(row)
+                    .for_each(|(a, &x)| *a = a.wrapping_add(x)),
+                -1 => tile
+                    .iter_mut()
+                    .zip(row)
+                    .for_each(|(a, &x)| *a = a.wrapping_sub(x)),
+                _ => {}
+            }
+        }
+    }
+
+    /// # Safety
+    ///
+    /// The CPU supports AVX-512 F.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn add_avx512(tiles: &mut [u32], signs: &[i8], row: &[u32]) {
+        add(tiles, signs, row)
+    }
+
+    /// # Safety
+    ///
+    /// The CPU supports AVX2.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn add_avx2(tiles: &mut [u32], signs: &[i8], row: &[u32]) {
+        add(tiles, signs, row)
+    }
+}
+
 /// The 16-bit-halves product in plain Rust. Written as fixed-size
 /// multiply-accumulates over 4 columns (16 bytes) so that the compiler turns
 /// them into SIMD multiplies on any target.
