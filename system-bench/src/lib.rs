@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use alloy_primitives::{Address, U256};
 use anyhow::{ensure, Result};
+use ethpir_client::ClientConfig;
 use rand::{Rng, SeedableRng};
 use snapshotter::pipeline::{build_and_publish, BuildOptions, ExportedState};
 use snapshotter::{AccountRecord, SnapshotKind, SnapshotStore};
@@ -149,10 +150,22 @@ pub async fn serve_and_read(
         ..Default::default()
     })
     .await?;
-    let reader = ethpir_client::PrivateReader::start(&ethpir_client::ClientConfig {
-        pir_server: server.clone(),
+    let reader = read_from(&server, cache_dir, ClientConfig::default().idle_after).await?;
+    Ok((server, reader))
+}
+
+/// A reader of `server` (catalog looked at every 0.25 s, idle after
+/// `idle_after` without reads, `None`: never), once it has loaded the base.
+pub async fn read_from(
+    server: &str,
+    cache_dir: std::path::PathBuf,
+    idle_after: Option<Duration>,
+) -> Result<Arc<ethpir_client::PrivateReader>> {
+    let reader = ethpir_client::PrivateReader::start(&ClientConfig {
+        pir_server: server.to_string(),
         cache_dir,
         refresh: Duration::from_secs_f64(0.25),
+        idle_after,
         ..Default::default()
     })
     .await?;
@@ -160,7 +173,7 @@ pub async fn serve_and_read(
         served(&reader, 0, Duration::from_secs(600)).await.is_some(),
         "the reader never loaded the base"
     );
-    Ok((server, reader))
+    Ok(reader)
 }
 
 /// The splitmix64 finaliser: a seeded synthetic chain's values made from

@@ -32,9 +32,9 @@ use snapshotter::levels::{LevelPolicy, Levels};
 use snapshotter::pipeline::ExportedState;
 use snapshotter::settings::BuildSettings;
 use snapshotter::{AccountRecord, SnapshotKind, SnapshotStore};
-use system_bench::{cpu_model, serve_and_read, served, splitmix};
+use system_bench::{cpu_model, read_from, serve_and_read, served, splitmix};
 
-#[derive(Parser)]
+#[derive(Parser, Clone)]
 #[command(
     name = "chain-sim",
     about = "A synthetic chain through the real snapshotter, PIR server and proxy: freshness, bytes, CPU, wrong answers (JSON)",
@@ -80,7 +80,38 @@ struct Args {
     /// Token balance slots changed per block.
     #[arg(long, default_value_t = 0)]
     slot_changes_per_block: usize,
+    /// Share of the changes that go to a hot set (mainnet's routers,
+    /// exchange wallets, fee recipients, a big token's busiest holders),
+    /// the rest uniform over the base (and new accounts). Unset: the
+    /// older skew (an account's index drawn as N * u^3).
+    #[arg(long, value_parser = share)]
+    hot_share: Option<f64>,
+    /// Accounts in the hot set: the base's first N (with a token, its
+    /// first N holders' balance slots too).
+    #[arg(long, default_value_t = 5000)]
+    hot_accounts: usize,
+    /// An idle span: the wallet reads its keys once, then nothing for
+    /// this many blocks (no other lookups run), then every key again.
+    /// Measures what an idle proxy downloads and what catching up costs,
+    /// beside an always-on proxy over the same span. 0: lookups all along.
+    #[arg(long, default_value_t = 0)]
+    idle_blocks: u64,
+    /// The idle proxy's `idle_secs` in an --idle-blocks run.
+    #[arg(long, default_value_t = 10)]
+    idle_secs: u64,
 }
+
+/// A share in 0..=1.
+fn share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if (0.0..=1.0).contains(&f) => Ok(f),
+        _ => Err(format!("{s:?} is not a share between 0 and 1")),
+    }
+}
+
+/// Accounts a wallet reads in an --idle-blocks run (with a token, also
+/// one view of `TOKEN_VIEW` balances).
+const WALLET_ACCOUNTS: usize = 3;
 
 /// Balances a wallet's token view reads at once (one `aggregate3`).
 const TOKEN_VIEW: usize = 20;
@@ -120,6 +151,8 @@ struct Chain {
     slot_base_len: usize,
     /// Token balance changes per holder (account index): (block, word).
     slot_history: HashMap<usize, Vec<(u64, U256)>>,
+    /// `--hot-share` and the hot set's size.
+    hot: Option<(f64, usize)>,
 }
 
 impl Chain {
@@ -184,7 +217,14 @@ impl Chain {
     /// A skewed pick of a holder (a few new ones beyond the base's).
     fn pick_holder(&self, rng: &mut impl Rng) -> usize {
         let u: f64 = rng.random();
-        let i = (self.slot_base_len as f64 * 1.05 * u * u * u) as usize;
+        let spread = self.slot_base_len as f64 * 1.05;
+        let i = match self.hot {
+            Some((share, hot)) if rng.random_bool(share) => {
+                rng.random_range(0..hot.clamp(1, self.slot_base_len.max(1)))
+            }
+            Some(_) => (spread * u) as usize,
+            None => (spread * u * u * u) as usize,
+        };
         i.min(self.base_len - 1)
     }
 
@@ -225,13 +265,26 @@ impl Chain {
         }
     }
 
-    /// A skewed pick of an existing account: index ~ N * u^3 (a hot set).
+    /// With `--hot-share`, that often one of the hot set.
+    fn pick_hot(&self, rng: &mut impl Rng) -> Option<(Address, Option<usize>)> {
+        let (share, hot) = self.hot?;
+        rng.random_bool(share).then(|| {
+            let i = rng.random_range(0..hot.clamp(1, self.base_len));
+            (self.base_address(i), Some(i))
+        })
+    }
+
+    /// A pick of an existing account: uniform with `--hot-share` (the hot
+    /// set is drawn apart), else skewed (index ~ N * u^3).
     fn pick_existing(&self, rng: &mut impl Rng) -> (Address, Option<usize>) {
         if !self.created.is_empty() && rng.random_bool(0.2) {
             return (self.created[rng.random_range(0..self.created.len())], None);
         }
         let u: f64 = rng.random();
-        let i = ((self.base_len as f64) * u * u * u) as usize;
+        let i = match self.hot {
+            Some(_) => (self.base_len as f64 * u) as usize,
+            None => ((self.base_len as f64) * u * u * u) as usize,
+        };
         let i = i.min(self.base_len - 1);
         (self.base_address(i), Some(i))
     }
@@ -240,8 +293,9 @@ impl Chain {
     fn next_block(&mut self, block: u64, changes: usize, rng: &mut impl Rng) -> Vec<AccountRecord> {
         let mut touched: HashMap<Address, (U256, u64)> = HashMap::new();
         for _ in 0..changes {
-            let (address, value) = if rng.random_bool(0.8) {
-                let (a, base) = self.pick_existing(rng);
+            let hot = self.pick_hot(rng);
+            let (address, value) = if hot.is_some() || rng.random_bool(0.8) {
+                let (a, base) = hot.unwrap_or_else(|| self.pick_existing(rng));
                 let (balance, nonce) = self.truth(&a, base, block);
                 if rng.random_bool(0.02) {
                     (a, (U256::ZERO, 0))
@@ -505,9 +559,22 @@ async fn main() -> Result<()> {
     eprintln!("building the base of 2^{} accounts...", args.log2_accounts);
     let base_build_s = publish_base(&levels, &chain, with_token).await?;
     let (server, reader) = serve_and_read(store_dir, args.dir.join("cache")).await?;
+    if args.idle_blocks > 0 {
+        return idle_run(
+            &args,
+            chain,
+            levels,
+            &server,
+            reader,
+            base_build_s,
+            with_token,
+        )
+        .await;
+    }
     let (up0, down0) = reader.traffic();
     let (lup0, ldown0) = reader.lookup_traffic();
-    let run = run_chain(&args, chain, levels, reader.clone(), with_token).await?;
+    let chain = Arc::new(RwLock::new(chain));
+    let run = run_chain(&args, chain, levels, reader.clone(), with_token, None).await?;
     let (up, down) = reader.traffic();
     let (lup, ldown) = reader.lookup_traffic();
     let answer_ms = answer_ms(&reqwest::Client::new(), &server).await;
@@ -551,6 +618,7 @@ fn new_chain(args: &Args) -> Chain {
             s => (1usize << s).min(1usize << args.log2_accounts),
         },
         slot_history: HashMap::new(),
+        hot: args.hot_share.map(|share| (share, args.hot_accounts)),
     }
 }
 
@@ -588,25 +656,28 @@ struct ChainRun {
 /// running beside it, until the last block.
 async fn run_chain(
     args: &Args,
-    chain: Chain,
+    chain: Arc<RwLock<Chain>>,
     levels: Arc<Levels>,
     reader: Arc<PrivateReader>,
     with_token: bool,
+    mut idle: Option<&mut IdleWatch>,
 ) -> Result<ChainRun> {
-    let chain = Arc::new(RwLock::new(chain));
     let head = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let stats = Arc::new(Mutex::new(LookupStats::default()));
     let block_time = Duration::from_millis(args.block_time_ms);
-    let lookup_task = tokio::spawn(lookups(
-        reader.clone(),
-        chain.clone(),
-        head.clone(),
-        block_time.div_f64(args.lookups_per_block.max(0.01)),
-        stop.clone(),
-        stats.clone(),
-        args.seed ^ 0x100c,
-    ));
+    // An idle span has no lookups: its wallet reads before and after.
+    let lookup_task = idle.is_none().then(|| {
+        tokio::spawn(lookups(
+            reader.clone(),
+            chain.clone(),
+            head.clone(),
+            block_time.div_f64(args.lookups_per_block.max(0.01)),
+            stop.clone(),
+            stats.clone(),
+            args.seed ^ 0x100c,
+        ))
+    });
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
     let mut run = ChainRun {
         cpu_per_block: Vec::new(),
@@ -632,12 +703,17 @@ async fn run_chain(
             Some(_) => run.publish_s.push(seen.elapsed().as_secs_f64()),
             None => run.unserved += 1,
         }
+        if let Some(watch) = idle.as_deref_mut() {
+            watch.look();
+        }
         if block % 10 == 0 {
             eprintln!("block {block}/{}", args.blocks);
         }
     }
     stop.store(true, Ordering::SeqCst);
-    lookup_task.await?;
+    if let Some(task) = lookup_task {
+        task.await?;
+    }
     run.stats = std::mem::take(&mut *stats.lock().expect("stats lock"));
     Ok(run)
 }
@@ -694,4 +770,187 @@ fn run_json(args: &Args, run: &ChainRun) -> Value {
         "cpu_model": cpu_model(),
         "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
     })
+}
+
+/// An idle proxy's traffic from the moment it went idle.
+struct IdleWatch {
+    reader: Arc<PrivateReader>,
+    /// When it went idle and its traffic (up + down) then.
+    went_idle: Option<(Instant, u64)>,
+}
+
+impl IdleWatch {
+    /// Notes the moment the reader went idle (looked at every block).
+    fn look(&mut self) {
+        if self.went_idle.is_none() && self.reader.is_idle() {
+            self.went_idle = Some((Instant::now(), total(&self.reader)));
+        }
+    }
+}
+
+/// Bytes a reader sent and received so far.
+fn total(reader: &PrivateReader) -> u64 {
+    let (up, down) = reader.traffic();
+    up + down
+}
+
+/// The wallet of an --idle-blocks run: `WALLET_ACCOUNTS` accounts of the
+/// base outside the hot set, and (with the token) a view of balances.
+struct Wallet {
+    accounts: Vec<usize>,
+    holders: Vec<usize>,
+}
+
+impl Wallet {
+    fn new(chain: &Chain, rng: &mut impl Rng) -> Self {
+        let cold = chain.hot.map_or(0, |(_, hot)| hot).min(chain.base_len - 1);
+        let pick =
+            |rng: &mut dyn rand::RngCore, len: usize| rng.random_range(cold.min(len - 1)..len);
+        Wallet {
+            accounts: (0..WALLET_ACCOUNTS)
+                .map(|_| pick(rng, chain.base_len))
+                .collect(),
+            holders: match chain.slot_base_len {
+                0 => Vec::new(),
+                len => (0..TOKEN_VIEW).map(|_| pick(rng, len)).collect(),
+            },
+        }
+    }
+
+    /// Reads every key at the newest view, each checked against the
+    /// chain: the view's block and what was wrong.
+    async fn read(
+        &self,
+        reader: &PrivateReader,
+        chain: &RwLock<Chain>,
+    ) -> Result<(u64, Vec<String>)> {
+        let (addresses, slots) = {
+            let c = chain.read().expect("chain lock");
+            let entry = token_entry();
+            let addresses: Vec<Address> =
+                self.accounts.iter().map(|&i| c.base_address(i)).collect();
+            let slots: Vec<_> = self
+                .holders
+                .iter()
+                .map(|&i| (entry.address, entry.balance_slot_of(&c.base_address(i))))
+                .collect();
+            (addresses, slots)
+        };
+        let accounts = reader.lookup(&BlockSelector::Newest, &addresses).await;
+        let words = reader.lookup_slots(&BlockSelector::Newest, &slots).await;
+        let c = chain.read().expect("chain lock");
+        let mut wrong = Vec::new();
+        let mut blocks = Vec::new();
+        for (&i, state) in self.accounts.iter().zip(accounts) {
+            let state = state.context("a wallet account")?;
+            let want = c.truth(&c.base_address(i), Some(i), state.block);
+            if (state.balance, state.nonce) != want {
+                wrong.push(format!("account {i} at {}", state.block));
+            }
+            blocks.push(state.block);
+        }
+        for (&i, state) in self.holders.iter().zip(words) {
+            let state = state.context("a wallet token balance")?;
+            if state.word != c.slot_truth(i, state.block) {
+                wrong.push(format!("token balance of account {i} at {}", state.block));
+            }
+            blocks.push(state.block);
+        }
+        let block = blocks.iter().copied().min().unwrap_or(0);
+        if blocks.iter().any(|&b| b != block) {
+            wrong.push(format!("answers from several views: {blocks:?}"));
+        }
+        Ok((block, wrong))
+    }
+}
+
+/// `--idle-blocks`: a wallet reads its keys at the base through a proxy
+/// that goes idle after `--idle-secs`; the chain runs `--idle-blocks`
+/// blocks without reads (an always-on proxy following it); then the
+/// wallet reads every key again. One JSON line.
+async fn idle_run(
+    args: &Args,
+    chain: Chain,
+    levels: Arc<Levels>,
+    server: &str,
+    always_on: Arc<PrivateReader>,
+    base_build_s: f64,
+    with_token: bool,
+) -> Result<()> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed ^ 0x1d1e);
+    let wallet = Wallet::new(&chain, &mut rng);
+    let chain = Arc::new(RwLock::new(chain));
+    let idle = read_from(
+        server,
+        args.dir.join("idle-cache"),
+        Some(Duration::from_secs(args.idle_secs)),
+    )
+    .await?;
+    let (_, mut wrong) = wallet.read(&idle, &chain).await?;
+    let mut watch = IdleWatch {
+        reader: idle.clone(),
+        went_idle: None,
+    };
+    let always_on_before = total(&always_on);
+    let span_args = Args {
+        blocks: args.idle_blocks,
+        ..args.clone()
+    };
+    let run = run_chain(
+        &span_args,
+        chain.clone(),
+        levels,
+        always_on.clone(),
+        with_token,
+        Some(&mut watch),
+    )
+    .await?;
+    let always_on_bytes = total(&always_on) - always_on_before;
+    let idle_per_hour = watch.went_idle.map(|(at, bytes)| {
+        (total(&idle) - bytes) as f64 / at.elapsed().as_secs_f64().max(1e-3) * 3600.0
+    });
+    let before = total(&idle);
+    let started = Instant::now();
+    let (block, more_wrong) = wallet.read(&idle, &chain).await?;
+    let catch_up_s = started.elapsed().as_secs_f64();
+    let catch_up_bytes = total(&idle) - before;
+    wrong.extend(more_wrong);
+    if block != args.idle_blocks {
+        wrong.push(format!(
+            "caught up to block {block}, not the newest ({})",
+            args.idle_blocks
+        ));
+    }
+    for w in wrong.iter().take(5) {
+        eprintln!("problem: {w}");
+    }
+    let out = json!({
+        "bench": "chain-sim",
+        "mode": "idle",
+        "log2_accounts": args.log2_accounts,
+        "changes_per_block": args.changes_per_block,
+        "hot_share": args.hot_share,
+        "hot_accounts": args.hot_accounts,
+        "log2_slots": args.log2_slots,
+        "slot_changes_per_block": args.slot_changes_per_block,
+        "block_time_ms": args.block_time_ms,
+        "fanout": args.fanout,
+        "keep_blocks": args.keep_blocks,
+        "idle_secs": args.idle_secs,
+        "base_build_s": base_build_s,
+        "wallet_keys": wallet.accounts.len() + wallet.holders.len(),
+        "idle_bytes_per_hour": idle_per_hour,
+        "catch_up_blocks": block,
+        "catch_up_bytes": catch_up_bytes,
+        "catch_up_s": catch_up_s,
+        "always_on_bytes_same_span": always_on_bytes,
+        "catch_up_over_always_on": catch_up_bytes as f64 / always_on_bytes.max(1) as f64,
+        "blocks_not_served_in_time": run.unserved,
+        "server_cpu_s_per_block": run.cpu_per_block.iter().sum::<f64>() / args.idle_blocks as f64,
+        "wrong_answers": wrong.len(),
+        "cpu_model": cpu_model(),
+        "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
+    });
+    println!("{out}");
+    Ok(())
 }
