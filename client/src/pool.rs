@@ -93,9 +93,7 @@ impl SnapshotClient {
     /// Queries the pool lacks: to the first fill until it is made, then to
     /// the configured size.
     fn shortfall(&self) -> usize {
-        let target = self
-            .pool_size
-            .max(self.first_fill.load(Ordering::Relaxed));
+        let target = self.pool_size.max(self.first_fill.load(Ordering::Relaxed));
         target.saturating_sub(self.pool_len())
     }
 

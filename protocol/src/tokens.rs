@@ -433,6 +433,17 @@ mod tests {
             .get(1, &address!("0xC02aaA39b223FE8D0A0e5C4F27eAD9083C756Cc2"))
             .unwrap();
         assert_eq!(weth.balance_slot, SlotIndex::Position(3));
+        // Listed whole: the contracts no slot reads (issue 44).
+        for whole in [
+            address!("0xA0b86991c6218b36c1d19D4a2e9Eb0cE3606eB48"),
+            address!("0xae7ab96520DE3A18E5e111B5EaAb095312D7fE84"),
+            address!("0xb8FFC3Cd6e7Cf5a098A1c92F48009765B24088Dc"),
+            address!("0x7f39C581F595B53c5cb19bD0b3f8dA6c935E2Ca0"),
+            address!("0x4fef9d741011476750a243ac70b9789a63dd47df"),
+        ] {
+            assert!(list.contracts_of(1).contains(&whole), "{whole}");
+        }
+        assert!(list.contracts.iter().all(|c| !c.source.is_empty()));
     }
     use alloy_sol_types::SolCall;
 

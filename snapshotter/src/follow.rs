@@ -373,6 +373,7 @@ impl Follower {
         };
         let meta = base.meta();
         tracing::info!(block = meta.block_number, accounts = meta.records.len(), slots = meta.storage.len(), streamed = !matches!(base, Base::Held(_)), contracts = listed.all_contracts().len(), source = %meta.source, "building the base");
+        log_storage_sizes(&meta.storage);
         let store = self.store.clone();
         let opts = self.build.clone();
         blocking(move || base.publish(&store, &opts)).await?;
@@ -559,6 +560,30 @@ pub async fn run_once(config: FollowConfig) -> Result<u64, FollowError> {
     let mut follower = Follower::new(config)?;
     match follower.step().await? {
         StepOutcome::UpToDate { block } | StepOutcome::Published { block, .. } => Ok(block),
+    }
+}
+
+/// Each contract's storage in the base, logged: what listing it costs
+/// (a record per slot, and one more per word wider than 23 bytes in a
+/// 24-byte base; docs/benchmarks.md, "Contracts listed whole").
+fn log_storage_sizes(storage: &[protocol::storage::StorageRecord]) {
+    let mut sizes: std::collections::BTreeMap<_, (Option<Address>, usize, usize)> =
+        Default::default();
+    for r in storage {
+        let size = sizes.entry(r.hashed_contract).or_default();
+        size.0 = size.0.or(r.contract);
+        size.1 += 1;
+        size.2 += usize::from(r.value.bit_len() > 8 * 23);
+    }
+    for (hashed, (contract, slots, wide)) in sizes {
+        match contract {
+            Some(address) => {
+                tracing::info!(%address, slots, wide, "a contract's storage in the base")
+            }
+            None => {
+                tracing::info!(hashed_address = %hashed, slots, wide, "a contract's storage in the base")
+            }
+        }
     }
 }
 
