@@ -485,26 +485,7 @@ impl Executor {
         if let Some(kept) = self.headers.lock().expect("headers").get(&hash) {
             return Some(kept.clone());
         }
-        let upstream = self.upstream.as_ref()?;
-        let params = serde_json::value::to_raw_value(&(hash, false)).ok()?;
-        let raw = match upstream.call("eth_getBlockByHash", Some(params)).await {
-            Ok(raw) => raw,
-            Err(e) => {
-                tracing::debug!(error = %e, "no header for the view's block");
-                return None;
-            }
-        };
-        let header: alloy_consensus::Header = match serde_json::from_str::<Option<_>>(raw.get()) {
-            Ok(Some(header)) => header,
-            _ => {
-                tracing::warn!(%hash, "the upstream has no readable header for the view's block");
-                return None;
-            }
-        };
-        if header.hash_slow() != hash {
-            tracing::warn!(%hash, "the upstream's header is not the view's block: not used");
-            return None;
-        }
+        let header = self.upstream.as_ref()?.header_by_hash(hash).await?;
         let facts = HeaderFacts {
             base_fee: header.base_fee_per_gas,
             coinbase: header.beneficiary,

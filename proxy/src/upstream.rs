@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use alloy_primitives::B256;
 use ethpir_client::config::Timeouts;
 use jsonrpsee::core::client::{ClientT, Error as ClientError, Subscription, SubscriptionClientT};
 use jsonrpsee::core::traits::ToRpcParams;
@@ -159,6 +160,32 @@ fn client_error(e: ClientError) -> ProxyError {
 }
 
 impl Upstream {
+    /// The header of the block whose hash is `hash` (`eth_getBlockByHash`),
+    /// checked against the hash. None when the upstream fails, has no such
+    /// block, or gives a header that is not that hash's (logged).
+    pub async fn header_by_hash(&self, hash: B256) -> Option<alloy_consensus::Header> {
+        let params = serde_json::value::to_raw_value(&(hash, false)).ok()?;
+        let raw = match self.call("eth_getBlockByHash", Some(params)).await {
+            Ok(raw) => raw,
+            Err(e) => {
+                tracing::debug!(error = %e, "no header for the view's block");
+                return None;
+            }
+        };
+        let header: alloy_consensus::Header = match serde_json::from_str::<Option<_>>(raw.get()) {
+            Ok(Some(header)) => header,
+            _ => {
+                tracing::warn!(%hash, "the upstream has no readable header for the view's block");
+                return None;
+            }
+        };
+        if header.hash_slow() != hash {
+            tracing::warn!(%hash, "the upstream's header is not the view's block: not used");
+            return None;
+        }
+        Some(header)
+    }
+
     /// The upstream's head block (`eth_blockNumber`), if it answers.
     pub async fn head(&self) -> Option<u64> {
         let raw = self.call("eth_blockNumber", None).await.ok()?;
