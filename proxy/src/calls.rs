@@ -30,68 +30,31 @@ pub struct Answerable {
     pub balance_checker: Option<Address>,
 }
 
-/// A fact of the view's block.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BlockFact {
-    Number,
-    ChainId,
-    Timestamp,
+/// Keys in the order first named, each once.
+#[derive(Default)]
+struct Keys(Vec<ReadKey>);
+
+impl Keys {
+    fn add(&mut self, key: ReadKey) {
+        if !self.0.contains(&key) {
+            self.0.push(key);
+        }
+    }
 }
 
-/// One private call: what it returns.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Inner {
-    /// A listed getter of `target`: the slot's word.
-    Getter { target: Address, slot: ReadKey },
-    /// Multicall3's `getEthBalance(addr)`.
-    EthBalance(Address),
-    /// Multicall3's view of the block.
-    Block(BlockFact),
-}
-
-/// One entry of the BalanceChecker's answer.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Checked {
-    /// A user's ETH balance (token 0x0).
-    Eth(Address),
-    /// A listed token's `balanceOf(user)`; 0 where the token has no account.
-    Token { token: Address, slot: ReadKey },
-}
-
-/// The contract's answer, by its shape.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Body {
-    /// One call's return data (a getter, `getEthBalance`, a block view).
-    Single(Inner),
-    /// `Result[]`: `aggregate3`, `aggregate3Value`, `tryAggregate`.
-    Results(Vec<Inner>),
-    /// `(blockNumber, bytes[])`: `aggregate`.
-    Aggregate(Vec<Inner>),
-    /// `(blockNumber, blockHash, Result[])`: `blockAndAggregate`,
-    /// `tryBlockAndAggregate`.
-    BlockAndAggregate(Vec<Inner>),
-    /// The BalanceChecker's `uint256[]`.
-    Balances(Vec<Checked>),
-}
-
-/// A private `eth_call`: the contract called and its answer's plan.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CallPlan {
-    pub to: Address,
-    pub body: Body,
-}
-
-/// The plan of `to`'s answer to `data`, when it is private at a view
-/// that can answer `what`.
-pub fn plan_call(to: Address, data: &[u8], what: &Answerable) -> Option<CallPlan> {
-    let body = if to == MULTICALL3 {
-        multicall_body(data, &what.storage)?
+/// The keys `to`'s answer to `data` reads, each once, when the rules know
+/// the call's shape at a view that can answer `what`: the contract
+/// called's account, then each inner call's reads.
+pub fn first_keys(to: Address, data: &[u8], what: &Answerable) -> Option<Vec<ReadKey>> {
+    let mut keys = Keys(vec![ReadKey::Account(to)]);
+    if to == MULTICALL3 {
+        multicall_keys(data, &what.storage, &mut keys)?;
     } else if Some(to) == what.balance_checker {
-        Body::Balances(checker_entries(data, &what.storage)?)
+        checker_keys(data, &what.storage, &mut keys)?;
     } else {
-        Body::Single(getter(&what.storage, to, data)?)
-    };
-    Some(CallPlan { to, body })
+        getter_keys(&what.storage, to, data, &mut keys)?;
+    }
+    Some(keys.0)
 }
 
 /// Exactly the canonical encoding of a call (a call with trailing bytes
@@ -101,92 +64,93 @@ fn decode<C: SolCall>(data: &[u8]) -> Option<C> {
     (call.abi_encode() == data).then_some(call)
 }
 
-/// A listed getter's call of `target`.
-fn getter(storage: &PrivateStorage, target: Address, data: &[u8]) -> Option<Inner> {
+/// A listed getter's call of `target`: its account and the mapping's slot.
+fn getter_keys(
+    storage: &PrivateStorage,
+    target: Address,
+    data: &[u8],
+    keys: &mut Keys,
+) -> Option<()> {
     let selector: [u8; 4] = data.get(..4)?.try_into().ok()?;
     let entry = storage.getter(&target, selector)?;
     let holder = entry.function.holder_in(data)?;
-    Some(Inner::Getter {
-        target,
-        slot: ReadKey::Slot {
-            contract: target,
-            slot: entry.balance_slot_of(&holder),
-        },
-    })
+    keys.add(ReadKey::Account(target));
+    keys.add(ReadKey::Slot {
+        contract: target,
+        slot: entry.balance_slot_of(&holder),
+    });
+    Some(())
 }
 
-/// A call Multicall3 makes to itself, when private.
-fn multicall_view(data: &[u8]) -> Option<Inner> {
+/// A call Multicall3 makes to itself: `getEthBalance` reads the account,
+/// its views of the block read nothing.
+fn multicall_view_keys(data: &[u8], keys: &mut Keys) -> Option<()> {
     if let Some(call) = decode::<IMulticall3::getEthBalanceCall>(data) {
-        return Some(Inner::EthBalance(call.addr));
+        keys.add(ReadKey::Account(call.addr));
+        return Some(());
     }
-    let fact = if decode::<IMulticall3::getBlockNumberCall>(data).is_some() {
-        BlockFact::Number
-    } else if decode::<IMulticall3::getChainIdCall>(data).is_some() {
-        BlockFact::ChainId
-    } else if decode::<IMulticall3::getCurrentBlockTimestampCall>(data).is_some() {
-        BlockFact::Timestamp
-    } else {
-        return None;
-    };
-    Some(Inner::Block(fact))
+    let block_view = decode::<IMulticall3::getBlockNumberCall>(data).is_some()
+        || decode::<IMulticall3::getChainIdCall>(data).is_some()
+        || decode::<IMulticall3::getCurrentBlockTimestampCall>(data).is_some();
+    block_view.then_some(())
 }
 
-/// One call inside a Multicall3 batch, when private.
-fn inner(storage: &PrivateStorage, target: Address, data: &[u8]) -> Option<Inner> {
-    match target == MULTICALL3 {
-        true => multicall_view(data),
-        false => getter(storage, target, data),
+/// A call to Multicall3: one of its views, or a batch whose every inner
+/// call is a listed getter or one of its views.
+fn multicall_keys(data: &[u8], storage: &PrivateStorage, keys: &mut Keys) -> Option<()> {
+    if multicall_view_keys(data, keys).is_some() {
+        return Some(());
     }
+    batch_calls(data)?
+        .iter()
+        .try_for_each(|(target, data)| match *target == MULTICALL3 {
+            true => multicall_view_keys(data, keys),
+            false => getter_keys(storage, *target, data, keys),
+        })
 }
 
-fn inners<'a>(
-    storage: &PrivateStorage,
-    calls: impl IntoIterator<Item = (Address, &'a Bytes)>,
-) -> Option<Vec<Inner>> {
-    calls
-        .into_iter()
-        .map(|(target, data)| inner(storage, target, data))
-        .collect()
-}
-
-/// The answer's plan of a call to Multicall3.
-fn multicall_body(data: &[u8], storage: &PrivateStorage) -> Option<Body> {
-    if let Some(view) = multicall_view(data) {
-        return Some(Body::Single(view));
-    }
-    let plain = |calls: &[IMulticall3::Call]| {
-        inners(storage, calls.iter().map(|c| (c.target, &c.callData)))
-    };
+/// The inner calls of a Multicall3 batch, every form (`aggregate3Value`
+/// only when no value is sent).
+fn batch_calls(data: &[u8]) -> Option<Vec<(Address, Bytes)>> {
+    let plain =
+        |calls: Vec<IMulticall3::Call>| calls.into_iter().map(|c| (c.target, c.callData)).collect();
     if let Some(call) = decode::<IMulticall3::aggregate3Call>(data) {
-        let calls = call.calls.iter().map(|c| (c.target, &c.callData));
-        return Some(Body::Results(inners(storage, calls)?));
+        return Some(
+            call.calls
+                .into_iter()
+                .map(|c| (c.target, c.callData))
+                .collect(),
+        );
     }
     if let Some(call) = decode::<IMulticall3::aggregate3ValueCall>(data) {
         if call.calls.iter().any(|c| !c.value.is_zero()) {
             return None;
         }
-        let calls = call.calls.iter().map(|c| (c.target, &c.callData));
-        return Some(Body::Results(inners(storage, calls)?));
+        return Some(
+            call.calls
+                .into_iter()
+                .map(|c| (c.target, c.callData))
+                .collect(),
+        );
     }
     if let Some(call) = decode::<IMulticall3::tryAggregateCall>(data) {
-        return Some(Body::Results(plain(&call.calls)?));
+        return Some(plain(call.calls));
     }
     if let Some(call) = decode::<IMulticall3::aggregateCall>(data) {
-        return Some(Body::Aggregate(plain(&call.calls)?));
+        return Some(plain(call.calls));
     }
     if let Some(call) = decode::<IMulticall3::blockAndAggregateCall>(data) {
-        return Some(Body::BlockAndAggregate(plain(&call.calls)?));
+        return Some(plain(call.calls));
     }
     if let Some(call) = decode::<IMulticall3::tryBlockAndAggregateCall>(data) {
-        return Some(Body::BlockAndAggregate(plain(&call.calls)?));
+        return Some(plain(call.calls));
     }
     None
 }
 
-/// The entries of a BalanceChecker `balances(users, tokens)` call whose
-/// every token is listed (its `balanceOf`) or the zero address.
-fn checker_entries(data: &[u8], storage: &PrivateStorage) -> Option<Vec<Checked>> {
+/// A BalanceChecker `balances(users, tokens)` call whose every token is
+/// listed (its `balanceOf`) or the zero address (the user's account).
+fn checker_keys(data: &[u8], storage: &PrivateStorage, keys: &mut Keys) -> Option<()> {
     let call = decode::<IBalanceChecker::balancesCall>(data)?;
     let balance_of = Getter::balance_of().selector();
     let tokens: Vec<Option<&protocol::tokens::TokenEntry>> = call
@@ -197,57 +161,21 @@ fn checker_entries(data: &[u8], storage: &PrivateStorage) -> Option<Vec<Checked>
             false => storage.getter(t, balance_of).map(Some),
         })
         .collect::<Option<_>>()?;
-    let entries = call.users.iter().flat_map(|user| {
-        tokens.iter().map(move |token| match token {
-            None => Checked::Eth(*user),
-            Some(entry) => Checked::Token {
-                token: entry.address,
-                slot: ReadKey::Slot {
-                    contract: entry.address,
-                    slot: entry.balance_slot_of(user),
-                },
-            },
-        })
-    });
-    Some(entries.collect())
-}
-
-impl CallPlan {
-    /// Every key the answer needs, each once: the contract called's
-    /// account, then each inner call's.
-    pub fn keys(&self) -> Vec<ReadKey> {
-        let mut keys = vec![ReadKey::Account(self.to)];
-        let mut add = |k: ReadKey| {
-            if !keys.contains(&k) {
-                keys.push(k);
-            }
-        };
-        let inner_keys = |i: &Inner| -> Vec<ReadKey> {
-            match i {
-                Inner::Getter { target, slot } => vec![ReadKey::Account(*target), *slot],
-                Inner::EthBalance(a) => vec![ReadKey::Account(*a)],
-                Inner::Block(_) => Vec::new(),
-            }
-        };
-        match &self.body {
-            Body::Single(i) => inner_keys(i).into_iter().for_each(&mut add),
-            Body::Results(calls) | Body::Aggregate(calls) | Body::BlockAndAggregate(calls) => {
-                calls.iter().flat_map(inner_keys).for_each(&mut add)
-            }
-            Body::Balances(entries) => {
-                for e in entries {
-                    match e {
-                        Checked::Eth(a) => add(ReadKey::Account(*a)),
-                        Checked::Token { token, slot } => {
-                            add(ReadKey::Account(*token));
-                            add(*slot);
-                        }
-                    }
+    for user in &call.users {
+        for token in &tokens {
+            match token {
+                None => keys.add(ReadKey::Account(*user)),
+                Some(entry) => {
+                    keys.add(ReadKey::Account(entry.address));
+                    keys.add(ReadKey::Slot {
+                        contract: entry.address,
+                        slot: entry.balance_slot_of(user),
+                    });
                 }
             }
         }
-        keys
     }
+    Some(())
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::calls::{self, Answerable, CallPlan};
+use crate::calls::{self, Answerable};
 
 /// The catalog's list for a view, less the getters whose entry is not
 /// the trusted list's: those are read as any unlisted contract's calls.
@@ -50,8 +50,9 @@ pub fn checked_list(
 pub enum Answer {
     /// `eth_getStorageAt`: the slot's word, 32 bytes.
     Word(ReadKey),
-    /// `eth_call`: what the contract returns.
-    Call(CallPlan),
+    /// `eth_call`: what the contract returns (it runs in the executor;
+    /// the keys are its first round's).
+    Call,
 }
 
 /// A read answerable privately: which keys (storage slots, accounts), at
@@ -188,11 +189,11 @@ fn plan_eth_call(
     let block = block_at(params, 1)?;
     let to = call.to?;
     let data = call.plain_data()?;
-    let plan = calls::plan_call(to, data, &answerable(&block)?)?;
+    let keys = calls::first_keys(to, data, &answerable(&block)?)?;
     Some(StorageRead {
         block,
-        keys: plan.keys(),
-        answer: Answer::Call(plan),
+        keys,
+        answer: Answer::Call,
     })
 }
 
@@ -269,7 +270,6 @@ pub async fn read_facts(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::calls::Body;
     use alloy_sol_types::SolCall;
     use ethpir_client::SlotState;
     use protocol::tokens::{
@@ -470,6 +470,6 @@ pub(crate) mod tests {
             read.keys,
             [ReadKey::Account(MULTICALL3), ReadKey::Account(h)]
         );
-        assert!(matches!(&read.answer, Answer::Call(p) if matches!(p.body, Body::Single(_))));
+        assert_eq!(read.answer, Answer::Call);
     }
 }
