@@ -354,6 +354,7 @@ fn accumulate_group(
 
 /// `acc += sum_i secret[i] . A[first + i]`, one column tile at a time.
 fn accumulate_rows(matrix: &PublicMatrix, secret: &[i8], first: usize, acc: &mut [u32]) {
+    let kernel = crate::kernel::active();
     let mut row = vec![0u32; PREPARE_TILE_COLS.min(acc.len())];
     for (t, acc_tile) in acc.chunks_mut(PREPARE_TILE_COLS).enumerate() {
         let row = &mut row[..acc_tile.len()];
@@ -361,18 +362,8 @@ fn accumulate_rows(matrix: &PublicMatrix, secret: &[i8], first: usize, acc: &mut
             if s == 0 {
                 continue;
             }
-            matrix.expand_row_segment((first + i) as u32, t * PREPARE_TILE_COLS, row);
-            if s > 0 {
-                acc_tile
-                    .iter_mut()
-                    .zip(&*row)
-                    .for_each(|(a, &x)| *a = a.wrapping_add(x));
-            } else {
-                acc_tile
-                    .iter_mut()
-                    .zip(&*row)
-                    .for_each(|(a, &x)| *a = a.wrapping_sub(x));
-            }
+            matrix.expand_row_segment_with(kernel, (first + i) as u32, t * PREPARE_TILE_COLS, row);
+            crate::kernel::add_signed_row(kernel, acc_tile, &[s], row);
         }
     }
     row.zeroize();
@@ -517,19 +508,10 @@ impl PirClient {
         // a server that perturbs any partition's columns makes every lookup
         // fail alike, whichever partition holds the key.
         let mut sm = vec![0u32; cols];
+        let kernel = crate::kernel::active();
         for (i, &s) in pending.secret.iter().enumerate() {
             let row = &self.setup.hint[i * cols..(i + 1) * cols];
-            match s {
-                1 => sm
-                    .iter_mut()
-                    .zip(row)
-                    .for_each(|(a, &m)| *a = a.wrapping_add(m)),
-                -1 => sm
-                    .iter_mut()
-                    .zip(row)
-                    .for_each(|(a, &m)| *a = a.wrapping_sub(m)),
-                _ => {}
-            }
+            crate::kernel::add_signed_row(kernel, &mut sm, &[s], row);
         }
         let bits = shape.lwe.plaintext_bits;
         let delta = shape.lwe.delta();

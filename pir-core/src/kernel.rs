@@ -689,6 +689,32 @@ mod tests {
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha20Rng;
 
+    /// Every kernel adds and subtracts rows as the portable one does,
+    /// odd widths (vector tails) included.
+    #[test]
+    fn signed_rows_agree_across_kernels() {
+        let mut rng = ChaCha20Rng::seed_from_u64(3);
+        for width in [1usize, 15, 16, 17, 100, 2048] {
+            let row: Vec<u32> = (0..width).map(|_| rng.random()).collect();
+            let signs: Vec<i8> = (0..7).map(|_| rng.random_range(-1..=1)).collect();
+            let start: Vec<u32> = (0..width * signs.len()).map(|_| rng.random()).collect();
+            let mut want = start.clone();
+            add_signed_row(Kernel::Portable, &mut want, &signs, &row);
+            for (q, &sign) in signs.iter().enumerate() {
+                let got = &want[q * width..(q + 1) * width];
+                let first = &start[q * width..(q + 1) * width];
+                for ((g, f), r) in got.iter().zip(first).zip(&row) {
+                    assert_eq!(*g, f.wrapping_add(r.wrapping_mul(sign as i32 as u32)));
+                }
+            }
+            for kernel in Kernel::supported() {
+                let mut got = start.clone();
+                add_signed_row(kernel, &mut got, &signs, &row);
+                assert_eq!(got, want, "{kernel} at width {width}");
+            }
+        }
+    }
+
     #[test]
     fn halves_recombine() {
         for v in [
