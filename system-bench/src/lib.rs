@@ -150,7 +150,7 @@ pub async fn serve_and_read(
         ..Default::default()
     })
     .await?;
-    let reader = read_from(&server, cache_dir, ClientConfig::default().idle_after).await?;
+    let reader = read_from(&server, cache_dir, None).await?;
     Ok((server, reader))
 }
 

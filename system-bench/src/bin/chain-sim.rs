@@ -704,7 +704,7 @@ async fn run_chain(
             None => run.unserved += 1,
         }
         if let Some(watch) = idle.as_deref_mut() {
-            watch.look();
+            watch.look(block);
         }
         if block % 10 == 0 {
             eprintln!("block {block}/{}", args.blocks);
@@ -775,15 +775,16 @@ fn run_json(args: &Args, run: &ChainRun) -> Value {
 /// An idle proxy's traffic from the moment it went idle.
 struct IdleWatch {
     reader: Arc<PrivateReader>,
-    /// When it went idle and its traffic (up + down) then.
-    went_idle: Option<(Instant, u64)>,
+    /// When it went idle, its traffic (up + down) then, and the head.
+    went_idle: Option<(Instant, u64, u64)>,
 }
 
 impl IdleWatch {
-    /// Notes the moment the reader went idle (looked at every block).
-    fn look(&mut self) {
+    /// Notes the moment the reader went idle (looked at after every
+    /// block, `block` the head).
+    fn look(&mut self, block: u64) {
         if self.went_idle.is_none() && self.reader.is_idle() {
-            self.went_idle = Some((Instant::now(), total(&self.reader)));
+            self.went_idle = Some((Instant::now(), total(&self.reader), block));
         }
     }
 }
@@ -906,8 +907,16 @@ async fn idle_run(
     )
     .await?;
     let always_on_bytes = total(&always_on) - always_on_before;
-    let idle_per_hour = watch.went_idle.map(|(at, bytes)| {
-        (total(&idle) - bytes) as f64 / at.elapsed().as_secs_f64().max(1e-3) * 3600.0
+    // Per wall-clock hour of this run, per block, and per hour of
+    // mainnet's 12-s blocks (the run's blocks may be shorter).
+    let idle_per_hour = watch.went_idle.map(|(at, bytes, block)| {
+        let spent = (total(&idle) - bytes) as f64;
+        let blocks = (args.idle_blocks - block).max(1) as f64;
+        (
+            spent / at.elapsed().as_secs_f64().max(1e-3) * 3600.0,
+            spent / blocks,
+            spent / blocks * 300.0,
+        )
     });
     let before = total(&idle);
     let started = Instant::now();
@@ -939,7 +948,9 @@ async fn idle_run(
         "idle_secs": args.idle_secs,
         "base_build_s": base_build_s,
         "wallet_keys": wallet.accounts.len() + wallet.holders.len(),
-        "idle_bytes_per_hour": idle_per_hour,
+        "idle_bytes_per_hour": idle_per_hour.map(|i| i.0),
+        "idle_bytes_per_block": idle_per_hour.map(|i| i.1),
+        "idle_bytes_per_hour_at_12s_blocks": idle_per_hour.map(|i| i.2),
         "catch_up_blocks": block,
         "catch_up_bytes": catch_up_bytes,
         "catch_up_s": catch_up_s,
