@@ -26,6 +26,9 @@ pub struct SnapshotClient {
     pool_size: usize,
     /// Queries to have ready before the first request (0 once made).
     first_fill: AtomicUsize,
+    /// Held while the refill task prepares: a request that finds the
+    /// pool short waits for that batch instead of making it twice.
+    filling: tokio::sync::Mutex<()>,
     wanted: Arc<Notify>,
 }
 
@@ -52,25 +55,33 @@ impl SnapshotClient {
             pool: Mutex::new(Vec::new()),
             pool_size,
             first_fill: AtomicUsize::new(first_fill),
+            filling: tokio::sync::Mutex::new(()),
             wanted: Arc::new(Notify::new()),
         }
     }
 
-    /// Takes `count` prepared queries, the pool's first and the rest
-    /// made now, together.
+    /// Takes `count` prepared queries: the pool's (after the batch being
+    /// prepared for it, if any), and the rest made now, together.
     pub async fn take_prepared(
         self: &Arc<Self>,
         count: usize,
     ) -> Result<Vec<PreparedQuery>, ReadError> {
-        let mut taken = {
-            let mut pool = self.pool.lock().expect("pool lock");
-            let keep = pool.len().saturating_sub(count);
-            pool.split_off(keep)
-        };
+        let mut taken = self.take_ready(count);
+        if taken.len() < count {
+            drop(self.filling.lock().await);
+            taken.extend(self.take_ready(count - taken.len()));
+        }
         if taken.len() < count {
             taken.extend(self.prepare_off_thread(count - taken.len()).await?);
         }
         Ok(taken)
+    }
+
+    /// Up to `count` queries from the pool.
+    fn take_ready(&self, count: usize) -> Vec<PreparedQuery> {
+        let mut pool = self.pool.lock().expect("pool lock");
+        let keep = pool.len().saturating_sub(count);
+        pool.split_off(keep)
     }
 
     /// Asks the refill task to top the pool up (after an answer).
@@ -118,14 +129,17 @@ impl SnapshotClient {
 pub async fn refill(weak: Weak<SnapshotClient>) {
     loop {
         let Some(snap) = weak.upgrade() else { return };
+        let filling = snap.filling.lock().await;
         let short = snap.shortfall();
         if short > 0 {
             if let Ok(made) = snap.prepare_off_thread(short).await {
                 snap.pool.lock().expect("pool lock").extend(made);
                 snap.first_fill.store(0, Ordering::Relaxed);
             }
+            drop(filling);
             continue;
         }
+        drop(filling);
         let wanted = snap.wanted.clone();
         drop(snap);
         // Wake when a query is taken; look again now and then so that the
