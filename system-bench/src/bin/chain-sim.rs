@@ -9,6 +9,12 @@
 //! concurrently at random times (a Poisson process), each checked against
 //! the simulator's own state at the block the proxy answered from.
 //!
+//! With `--hot-share F --hot-accounts N`, a share F of the changes land
+//! on a hot set of N accounts (and holders) and the rest uniformly, as a
+//! model of mainnet's skew. With `--idle-blocks N`, no lookups run: a
+//! wallet reads once, a proxy goes idle for N blocks beside an always-on
+//! one, and the wallet reads again (what idle and catching up cost).
+//!
 //! With `--log2-slots S`, a listed token's balances are in the snapshots
 //! too: 2^S holders in the base, `--slot-changes-per-block` balance slots
 //! changed per block, and half the lookups are a wallet's 20-balance view
@@ -93,7 +99,8 @@ struct Args {
     /// An idle span: the wallet reads its keys once, then nothing for
     /// this many blocks (no other lookups run), then every key again.
     /// Measures what an idle proxy downloads and what catching up costs,
-    /// beside an always-on proxy over the same span. 0: lookups all along.
+    /// beside an always-on proxy over the same span (`--blocks` is not
+    /// used then). 0: lookups all along.
     #[arg(long, default_value_t = 0)]
     idle_blocks: u64,
     /// The idle proxy's `idle_secs` in an --idle-blocks run.
