@@ -147,3 +147,62 @@ pub async fn refill(weak: Weak<SnapshotClient>) {
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), wanted.notified()).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pir_core::{EncodeOptions, EncodedDb, Expansion, PirServer, PublicMatrix};
+    use protocol::SnapshotKind;
+    use std::time::{Duration, Instant};
+
+    /// A snapshot client over a small random database.
+    fn snapshot(pool_size: usize, first_fill: usize) -> Arc<SnapshotClient> {
+        let mut rng = rand::rng();
+        let records: Vec<(Vec<u8>, Vec<u8>)> = (0..300u32)
+            .map(|i| (i.to_le_bytes().to_vec(), vec![i as u8; 8]))
+            .collect();
+        let db = EncodedDb::encode(&records, 8, &EncodeOptions::default(), &mut rng).unwrap();
+        let server = PirServer::build_cpu(db, PublicMatrix::new(Expansion::Aes128Ctr, [1; 32]));
+        let client = PirClient::from_setup_bytes(server.setup_bytes()).unwrap();
+        let entry = protocol::testing::entry(1, 0, SnapshotKind::Full, &[]);
+        Arc::new(SnapshotClient::new(entry, client, pool_size, first_fill))
+    }
+
+    /// Polls `pool_len` until it is `want` (at most 30 s).
+    async fn pool_reaches(snap: &SnapshotClient, want: usize) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if snap.pool_len() == want {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        false
+    }
+
+    /// A new level's pool is first filled to the largest request so far,
+    /// then only topped up to the configured size; a request takes what
+    /// is ready and makes the rest.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_first_fill_then_the_configured_size() {
+        let snap = snapshot(2, 9);
+        tokio::spawn(refill(Arc::downgrade(&snap)));
+        assert!(
+            pool_reaches(&snap, 9).await,
+            "first fill: {}",
+            snap.pool_len()
+        );
+        let taken = snap.take_prepared(12).await.unwrap();
+        assert_eq!(taken.len(), 12);
+        snap.want_more();
+        assert!(pool_reaches(&snap, 2).await, "top-up: {}", snap.pool_len());
+        // Every query taken is its own (a fresh secret each).
+        let vectors: Vec<_> = taken
+            .into_iter()
+            .map(|p| snap.client.query(p, b"key").unwrap().0.vector)
+            .collect();
+        for (i, a) in vectors.iter().enumerate() {
+            assert!(vectors[i + 1..].iter().all(|b| a != b));
+        }
+    }
+}
