@@ -374,6 +374,15 @@ fn delta_state(
     }
 }
 
+/// What the lookup task shares with the chain's loop: the chain, its
+/// head, the stop flag and what the lookups saw.
+type LookupShared = (
+    Arc<RwLock<Chain>>,
+    Arc<AtomicU64>,
+    Arc<AtomicBool>,
+    Arc<Mutex<LookupStats>>,
+);
+
 /// What the lookup task saw.
 #[derive(Default)]
 struct LookupStats {
@@ -391,11 +400,8 @@ struct LookupStats {
 /// answer against the chain at the block it came from.
 async fn lookups(
     reader: Arc<PrivateReader>,
-    chain: Arc<RwLock<Chain>>,
-    head: Arc<AtomicU64>,
+    (chain, head, stop, stats): LookupShared,
     mean_gap: Duration,
-    stop: Arc<AtomicBool>,
-    stats: Arc<Mutex<LookupStats>>,
     seed: u64,
 ) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
@@ -548,10 +554,34 @@ async fn main() -> Result<()> {
     let args = Args::parse();
     protocol::logging::init(&std::env::var("ETHPIR_LOG").unwrap_or_else(|_| "warn".into()))?;
     let kernel = pir_core::kernel::init_from_env().context(pir_core::kernel::KERNEL_ENV)?;
+    let (chain, levels, base_build_s, expansion) = build_base(&args).await?;
+    let with_token = chain.slot_base_len > 0;
+    let (server, reader) = serve_and_read(args.dir.join("store"), args.dir.join("cache")).await?;
+    let built = BaseFigures {
+        base_build_s,
+        expansion: expansion.name(),
+        kernel: kernel.name(),
+    };
+    match args.idle_blocks {
+        0 => lookups_run(&args, chain, levels, &server, reader, with_token, built).await,
+        _ => idle_run(&args, chain, levels, &server, reader, built, with_token).await,
+    }
+}
+
+/// What the base's build says of the run (every mode prints it).
+struct BaseFigures {
+    base_build_s: f64,
+    expansion: &'static str,
+    kernel: &'static str,
+}
+
+/// An empty store with the chain's base built and published in it (the
+/// follower's level policy and build settings): the chain, the levels,
+/// the build's seconds and the public matrix's expansion.
+async fn build_base(args: &Args) -> Result<(Chain, Arc<Levels>, f64, pir_core::Expansion)> {
     let _ = std::fs::remove_dir_all(&args.dir);
-    let store_dir = args.dir.join("store");
-    let store = SnapshotStore::open(&store_dir)?;
-    let chain = new_chain(&args);
+    let store = SnapshotStore::open(args.dir.join("store"))?;
+    let chain = new_chain(args);
     let with_token = chain.slot_base_len > 0;
     let policy = LevelPolicy {
         fanout: args.fanout,
@@ -562,46 +592,47 @@ async fn main() -> Result<()> {
     // (hint 32..512 MiB), the levels under a 32 MiB hint, AES expansion.
     let build = BuildSettings::default().options(None)?;
     let expansion = build.expansion;
-    let levels = Arc::new(Levels::new(store.clone(), CHAIN_ID, policy, build));
+    let levels = Arc::new(Levels::new(store, CHAIN_ID, policy, build));
     eprintln!("building the base of 2^{} accounts...", args.log2_accounts);
     let base_build_s = publish_base(&levels, &chain, with_token).await?;
-    let (server, reader) = serve_and_read(store_dir, args.dir.join("cache")).await?;
-    if args.idle_blocks > 0 {
-        return idle_run(
-            &args,
-            chain,
-            levels,
-            &server,
-            reader,
-            base_build_s,
-            with_token,
-        )
-        .await;
-    }
+    Ok((chain, levels, base_build_s, expansion))
+}
+
+/// The chain run with lookups all along: one JSON line of freshness,
+/// bytes, server CPU and wrong answers.
+async fn lookups_run(
+    args: &Args,
+    chain: Chain,
+    levels: Arc<Levels>,
+    server: &str,
+    reader: Arc<PrivateReader>,
+    with_token: bool,
+    built: BaseFigures,
+) -> Result<()> {
     let (up0, down0) = reader.traffic();
     let (lup0, ldown0) = reader.lookup_traffic();
     let chain = Arc::new(RwLock::new(chain));
-    let run = run_chain(&args, chain, levels, reader.clone(), with_token, None).await?;
+    let run = run_chain(args, chain, levels, reader.clone(), with_token, None).await?;
     let (up, down) = reader.traffic();
     let (lup, ldown) = reader.lookup_traffic();
-    let answer_ms = answer_ms(&reqwest::Client::new(), &server).await;
+    let answer_ms = answer_ms(&reqwest::Client::new(), server).await;
     let stats = &run.stats;
     let n = stats.latencies_ms.len().max(1) as f64;
     let view_up: u64 = stats.view_bytes.iter().map(|b| b.0).sum();
     let view_down: u64 = stats.view_bytes.iter().map(|b| b.1).sum();
     let background = (up - up0) - (lup - lup0) + (down - down0) - (ldown - ldown0);
-    let mut out = run_json(&args, &run);
+    let mut out = run_json(args, &run);
     let figures = json!({
-        "base_build_s": base_build_s,
+        "base_build_s": built.base_build_s,
         // What the reader fetched before the run: the base's setup (hint)
         // and the first catalog.
         "initial_download_bytes": down0,
-        "expansion": expansion.name(),
+        "expansion": built.expansion,
         "lookup_bytes_up": (lup - lup0 - view_up) as f64 / n,
         "lookup_bytes_down": (ldown - ldown0 - view_down) as f64 / n,
         "background_bytes_per_300_blocks": background as f64 * 300.0 / args.blocks as f64,
         "answer_ms_per_lookup": answer_ms,
-        "kernel": kernel.name(),
+        "kernel": built.kernel,
     });
     if let (Some(out), Value::Object(more)) = (out.as_object_mut(), figures) {
         out.extend(more);
@@ -675,15 +706,9 @@ async fn run_chain(
     let block_time = Duration::from_millis(args.block_time_ms);
     // An idle span has no lookups: its wallet reads before and after.
     let lookup_task = idle.is_none().then(|| {
-        tokio::spawn(lookups(
-            reader.clone(),
-            chain.clone(),
-            head.clone(),
-            block_time.div_f64(args.lookups_per_block.max(0.01)),
-            stop.clone(),
-            stats.clone(),
-            args.seed ^ 0x100c,
-        ))
+        let gap = block_time.div_f64(args.lookups_per_block.max(0.01));
+        let shared = (chain.clone(), head.clone(), stop.clone(), stats.clone());
+        tokio::spawn(lookups(reader.clone(), shared, gap, args.seed ^ 0x100c))
     });
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
     let mut run = ChainRun {
@@ -872,6 +897,17 @@ impl Wallet {
     }
 }
 
+/// What an --idle-blocks run measured.
+struct IdleFigures {
+    /// Idle bytes per wall-clock hour, per block, per hour of 12-s blocks.
+    idle: Option<(f64, f64, f64)>,
+    always_on_bytes: u64,
+    catch_up_block: u64,
+    catch_up_bytes: u64,
+    catch_up_s: f64,
+    wrong: Vec<String>,
+}
+
 /// `--idle-blocks`: a wallet reads its keys at the base through a proxy
 /// that goes idle after `--idle-secs`; the chain runs `--idle-blocks`
 /// blocks without reads (an always-on proxy following it); then the
@@ -882,7 +918,7 @@ async fn idle_run(
     levels: Arc<Levels>,
     server: &str,
     always_on: Arc<PrivateReader>,
-    base_build_s: f64,
+    built: BaseFigures,
     with_token: bool,
 ) -> Result<()> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed ^ 0x1d1e);
@@ -895,11 +931,52 @@ async fn idle_run(
     )
     .await?;
     let (_, mut wrong) = wallet.read(&idle, &chain).await?;
+    let (run, idle_rates, always_on_bytes) =
+        idle_span(args, &chain, levels, &always_on, &idle, with_token).await?;
+    let before = total(&idle);
+    let started = Instant::now();
+    let (block, more_wrong) = wallet.read(&idle, &chain).await?;
+    let catch_up_s = started.elapsed().as_secs_f64();
+    wrong.extend(more_wrong);
+    if block != args.idle_blocks {
+        wrong.push(format!(
+            "caught up to block {block}, not the newest ({})",
+            args.idle_blocks
+        ));
+    }
+    for w in wrong.iter().take(5) {
+        eprintln!("problem: {w}");
+    }
+    let figures = IdleFigures {
+        idle: idle_rates,
+        always_on_bytes,
+        catch_up_block: block,
+        catch_up_bytes: total(&idle) - before,
+        catch_up_s,
+        wrong,
+    };
+    let keys = wallet.accounts.len() + wallet.holders.len();
+    println!("{}", idle_json(args, &built, keys, &figures, &run));
+    Ok(())
+}
+
+/// The idle span: `--idle-blocks` blocks with no reads, `always_on`
+/// following them. The run, the idle proxy's rates once idle (bytes per
+/// wall-clock hour, per block, per hour of 12-s blocks) and what the
+/// always-on proxy downloaded.
+async fn idle_span(
+    args: &Args,
+    chain: &Arc<RwLock<Chain>>,
+    levels: Arc<Levels>,
+    always_on: &Arc<PrivateReader>,
+    idle: &Arc<PrivateReader>,
+    with_token: bool,
+) -> Result<(ChainRun, Option<(f64, f64, f64)>, u64)> {
     let mut watch = IdleWatch {
         reader: idle.clone(),
         went_idle: None,
     };
-    let always_on_before = total(&always_on);
+    let always_on_before = total(always_on);
     let span_args = Args {
         blocks: args.idle_blocks,
         ..args.clone()
@@ -913,11 +990,9 @@ async fn idle_run(
         Some(&mut watch),
     )
     .await?;
-    let always_on_bytes = total(&always_on) - always_on_before;
-    // Per wall-clock hour of this run, per block, and per hour of
-    // mainnet's 12-s blocks (the run's blocks may be shorter).
-    let idle_per_hour = watch.went_idle.map(|(at, bytes, block)| {
-        let spent = (total(&idle) - bytes) as f64;
+    let always_on_bytes = total(always_on) - always_on_before;
+    let rates = watch.went_idle.map(|(at, bytes, block)| {
+        let spent = (total(idle) - bytes) as f64;
         let blocks = (args.idle_blocks - block).max(1) as f64;
         (
             spent / at.elapsed().as_secs_f64().max(1e-3) * 3600.0,
@@ -925,22 +1000,18 @@ async fn idle_run(
             spent / blocks * 300.0,
         )
     });
-    let before = total(&idle);
-    let started = Instant::now();
-    let (block, more_wrong) = wallet.read(&idle, &chain).await?;
-    let catch_up_s = started.elapsed().as_secs_f64();
-    let catch_up_bytes = total(&idle) - before;
-    wrong.extend(more_wrong);
-    if block != args.idle_blocks {
-        wrong.push(format!(
-            "caught up to block {block}, not the newest ({})",
-            args.idle_blocks
-        ));
-    }
-    for w in wrong.iter().take(5) {
-        eprintln!("problem: {w}");
-    }
-    let out = json!({
+    Ok((run, rates, always_on_bytes))
+}
+
+/// An --idle-blocks run's JSON line.
+fn idle_json(
+    args: &Args,
+    built: &BaseFigures,
+    keys: usize,
+    f: &IdleFigures,
+    run: &ChainRun,
+) -> Value {
+    json!({
         "bench": "chain-sim",
         "mode": "idle",
         "log2_accounts": args.log2_accounts,
@@ -953,22 +1024,22 @@ async fn idle_run(
         "fanout": args.fanout,
         "keep_blocks": args.keep_blocks,
         "idle_secs": args.idle_secs,
-        "base_build_s": base_build_s,
-        "wallet_keys": wallet.accounts.len() + wallet.holders.len(),
-        "idle_bytes_per_hour": idle_per_hour.map(|i| i.0),
-        "idle_bytes_per_block": idle_per_hour.map(|i| i.1),
-        "idle_bytes_per_hour_at_12s_blocks": idle_per_hour.map(|i| i.2),
-        "catch_up_blocks": block,
-        "catch_up_bytes": catch_up_bytes,
-        "catch_up_s": catch_up_s,
-        "always_on_bytes_same_span": always_on_bytes,
-        "catch_up_over_always_on": catch_up_bytes as f64 / always_on_bytes.max(1) as f64,
+        "base_build_s": built.base_build_s,
+        "expansion": built.expansion,
+        "kernel": built.kernel,
+        "wallet_keys": keys,
+        "idle_bytes_per_hour": f.idle.map(|i| i.0),
+        "idle_bytes_per_block": f.idle.map(|i| i.1),
+        "idle_bytes_per_hour_at_12s_blocks": f.idle.map(|i| i.2),
+        "catch_up_blocks": f.catch_up_block,
+        "catch_up_bytes": f.catch_up_bytes,
+        "catch_up_s": f.catch_up_s,
+        "always_on_bytes_same_span": f.always_on_bytes,
+        "catch_up_over_always_on": f.catch_up_bytes as f64 / f.always_on_bytes.max(1) as f64,
         "blocks_not_served_in_time": run.unserved,
         "server_cpu_s_per_block": run.cpu_per_block.iter().sum::<f64>() / args.idle_blocks as f64,
-        "wrong_answers": wrong.len(),
+        "wrong_answers": f.wrong.len(),
         "cpu_model": cpu_model(),
         "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
-    });
-    println!("{out}");
-    Ok(())
+    })
 }
