@@ -70,33 +70,30 @@ async fn drain(state: Arc<AppState>, snap: Arc<LoadedSnapshot>) {
         if jobs.is_empty() {
             return;
         }
-        let started = Instant::now();
-        let pass_snap = snap.clone();
+        let (pass_snap, pass_state) = (snap.clone(), state.clone());
         let pass = tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            run_pass(&pass_snap, jobs)
+            run_pass(&pass_snap, jobs, &pass_state.metrics)
         })
         .await;
-        match pass {
-            Ok((parts, queries)) => {
-                state
-                    .metrics
-                    .observe_pass(&snap.url_id, parts, queries, started.elapsed())
-            }
-            Err(e) => tracing::error!(snapshot = %snap.url_id, error = %e, "answer pass failed"),
+        if let Err(e) = pass {
+            tracing::error!(snapshot = %snap.url_id, error = %e, "answer pass failed");
         }
     }
 }
 
-/// One pass: every job's queries answered together, each job sent its
-/// own responses. Returns the numbers of jobs and queries.
-fn run_pass(snap: &LoadedSnapshot, jobs: Vec<Job>) -> (usize, usize) {
+/// One pass: every job's queries answered together, the pass counted in
+/// `metrics`, then each job sent its own responses (counted first, so
+/// that a client that has its answer finds its pass in the metrics).
+fn run_pass(snap: &LoadedSnapshot, jobs: Vec<Job>, metrics: &crate::metrics::Metrics) {
+    let started = Instant::now();
     let sizes: Vec<usize> = jobs.iter().map(|j| j.queries.len()).collect();
     let (queries, replies): (Vec<Vec<Query>>, Vec<_>) =
         jobs.into_iter().map(|j| (j.queries, j.reply)).unzip();
     let all: Vec<Query> = queries.into_iter().flatten().collect();
-    let total = all.len();
-    match snap.answer_batch(&all) {
+    let answered = snap.answer_batch(&all);
+    metrics.observe_pass(&snap.url_id, sizes.len(), all.len(), started.elapsed());
+    match answered {
         Ok(responses) => {
             let mut responses = responses.into_iter();
             for (reply, n) in replies.into_iter().zip(&sizes) {
@@ -111,5 +108,4 @@ fn run_pass(snap: &LoadedSnapshot, jobs: Vec<Job>) -> (usize, usize) {
             }
         }
     }
-    (sizes.len(), total)
 }
