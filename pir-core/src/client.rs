@@ -198,49 +198,20 @@ fn ternary(rng: &mut (impl Rng + ?Sized), out: &mut [i8]) {
     buf.zeroize();
 }
 
-/// Public-matrix rows per task while preparing.
-const PREPARE_ROWS_PER_TASK: usize = 64;
-/// Columns of `b0` accumulated at a time: the accumulator's tile and one
-/// expanded row's tile stay in the core's L1/L2 cache instead of streaming
-/// a whole row of `A` through memory per secret entry.
-const PREPARE_TILE_COLS: usize = 4 * crate::matrix::BLOCK_COLS;
-
 /// A ternary secret `s` of `n` entries and `b0 = s.A + e` over `rows`
 /// columns of `matrix`: the rows of `A` where `s` is 0 are never expanded,
-/// the others are added or subtracted (no multiplications), on all cores of
-/// the current rayon pool.
+/// the others are added or subtracted (no multiplications), a tile of
+/// columns per task on all cores of the current rayon pool. A batch of one
+/// ([`prepare_b0_many`]), measured as fast as a pass of its own.
 pub fn prepare_b0(
     matrix: &PublicMatrix,
     n: usize,
     rows: usize,
     rng: &mut (impl CryptoRng + ?Sized),
 ) -> (Vec<i8>, Vec<u32>) {
-    let mut secret = vec![0i8; n];
-    ternary(rng, &mut secret);
-    let mut error = vec![0i8; rows];
-    ternary(rng, &mut error);
-    let mut b0 = (0..n.div_ceil(PREPARE_ROWS_PER_TASK))
-        .into_par_iter()
-        .map(|task| {
-            let first = task * PREPARE_ROWS_PER_TASK;
-            let last = (first + PREPARE_ROWS_PER_TASK).min(n);
-            let mut acc = vec![0u32; rows];
-            accumulate_rows(matrix, &secret[first..last], first, &mut acc);
-            acc
-        })
-        .reduce_with(|mut a, mut b| {
-            a.iter_mut()
-                .zip(&b)
-                .for_each(|(x, &y)| *x = x.wrapping_add(y));
-            b.zeroize();
-            a
-        })
-        .unwrap_or_else(|| vec![0u32; rows]);
-    for (b, &e) in b0.iter_mut().zip(&error) {
-        *b = b.wrapping_add(e as i32 as u32);
-    }
-    error.zeroize();
-    (secret, b0)
+    prepare_b0_many(matrix, n, rows, 1, rng)
+        .pop()
+        .expect("a batch of one")
 }
 
 /// Queries accumulated together by one task of [`prepare_b0_many`]: their
@@ -350,23 +321,6 @@ fn accumulate_group(
     row.zeroize();
     signs.zeroize();
     acc
-}
-
-/// `acc += sum_i secret[i] . A[first + i]`, one column tile at a time.
-fn accumulate_rows(matrix: &PublicMatrix, secret: &[i8], first: usize, acc: &mut [u32]) {
-    let kernel = crate::kernel::active();
-    let mut row = vec![0u32; PREPARE_TILE_COLS.min(acc.len())];
-    for (t, acc_tile) in acc.chunks_mut(PREPARE_TILE_COLS).enumerate() {
-        let row = &mut row[..acc_tile.len()];
-        for (i, &s) in secret.iter().enumerate() {
-            if s == 0 {
-                continue;
-            }
-            matrix.expand_row_segment_with(kernel, (first + i) as u32, t * PREPARE_TILE_COLS, row);
-            crate::kernel::add_signed_row(kernel, acc_tile, &[s], row);
-        }
-    }
-    row.zeroize();
 }
 
 impl PirClient {
