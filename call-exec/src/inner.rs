@@ -31,6 +31,10 @@ pub(crate) struct Trace {
     pub(crate) inner_unanswerable: Vec<InnerCall>,
     /// The inner call running, when it could be answered apart.
     current: Option<InnerCall>,
+    /// An answer taken elsewhere was put in place of a call.
+    substituted: bool,
+    /// Gas was observed after that (see [`crate::Unanswerable::GasAfterInner`]).
+    pub(crate) gas_after_inner: bool,
 }
 
 impl Trace {
@@ -111,9 +115,25 @@ fn answered(answer: &InnerAnswer, inputs: &CallInputs) -> CallOutcome {
     )
 }
 
+fn out_of_gas(result: InstructionResult) -> bool {
+    matches!(
+        result,
+        InstructionResult::OutOfGas
+            | InstructionResult::MemoryOOG
+            | InstructionResult::MemoryLimitOOG
+            | InstructionResult::PrecompileOOG
+            | InstructionResult::InvalidOperandOOG
+            | InstructionResult::ReentrancySentryOOG
+    )
+}
+
 impl<CTX: ContextTr, INTR: InterpreterTypes> Inspector<CTX, INTR> for InnerCalls<'_> {
     fn step(&mut self, interp: &mut Interpreter<INTR>, _context: &mut CTX) {
         let op = interp.bytecode.opcode();
+        if op == opcode::GAS {
+            let mut trace = self.trace.borrow_mut();
+            trace.gas_after_inner |= trace.substituted;
+        }
         if !self.header_known && HEADER_FACTS.contains(&op) {
             self.trace
                 .borrow_mut()
@@ -152,13 +172,20 @@ impl<CTX: ContextTr, INTR: InterpreterTypes> Inspector<CTX, INTR> for InnerCalls
             input: Bytes::copy_from_slice(&inputs.input.as_bytes(context)),
         };
         if let Some(answer) = self.known.inner.get(&call) {
+            self.trace.borrow_mut().substituted = true;
             return Some(answered(answer, inputs));
         }
         self.trace.borrow_mut().current = Some(call);
         None
     }
 
-    fn call_end(&mut self, _context: &mut CTX, _inputs: &CallInputs, _outcome: &mut CallOutcome) {
+    fn call_end(&mut self, _context: &mut CTX, _inputs: &CallInputs, outcome: &mut CallOutcome) {
+        // A frame out of gas after a substitution: with the node's gas it
+        // might not have run out (or might have, earlier).
+        if out_of_gas(outcome.result.result) {
+            let mut trace = self.trace.borrow_mut();
+            trace.gas_after_inner |= trace.substituted;
+        }
         if self.depth == INNER_DEPTH {
             self.trace.borrow_mut().current = None;
         }

@@ -149,6 +149,11 @@ pub enum Unanswerable {
     /// It reads a fact of the block only its header has, without one
     /// (the opcode).
     BlockField(u8),
+    /// It observes gas (the `GAS` opcode, or a frame running out of gas)
+    /// after an inner call answered elsewhere, whose gas is not known
+    /// here: the node's answer could differ (a quoter that measures
+    /// `gasleft()` around a call), so none is made.
+    GasAfterInner,
 }
 
 /// What the state holds: every read so far, and the contracts whose whole
@@ -159,6 +164,9 @@ pub struct KnownState {
     codes: HashMap<Address, (B256, Bytecode)>,
     slots: HashMap<(Address, B256), U256>,
     held: HashSet<Address>,
+    /// Every contract's storage may be read (a whole-state view): a slot
+    /// never read is a miss to read, never unanswerable.
+    whole_state: bool,
     inner: HashMap<InnerCall, InnerAnswer>,
 }
 
@@ -167,6 +175,15 @@ impl KnownState {
     pub fn new(held: impl IntoIterator<Item = Address>) -> Self {
         KnownState {
             held: held.into_iter().collect(),
+            ..Default::default()
+        }
+    }
+
+    /// A state that may read every contract's storage (the view holds the
+    /// whole state, and says so under its signature).
+    pub fn whole_state() -> Self {
+        KnownState {
+            whole_state: true,
             ..Default::default()
         }
     }
@@ -197,7 +214,7 @@ impl KnownState {
 
     /// Whether `contract`'s storage may be read.
     pub fn holds(&self, contract: &Address) -> bool {
-        self.held.contains(contract)
+        self.whole_state || self.held.contains(contract)
     }
 }
 
@@ -292,6 +309,9 @@ fn outcome_of<E: std::fmt::Display>(
     }
     if let Some(why) = trace.unanswerable {
         return Outcome::Unanswerable(why);
+    }
+    if trace.gas_after_inner {
+        return Outcome::Unanswerable(Unanswerable::GasAfterInner);
     }
     if !trace.inner_unanswerable.is_empty() {
         return Outcome::Needs {

@@ -284,3 +284,69 @@ fn a_traced_run_lists_what_it_touched() {
     let (again, _) = run_traced(&block(), SpecId::PRAGUE, &args, &known, &touched);
     assert_ne!(gas(again), gas(outcome));
 }
+
+#[test]
+fn a_whole_state_reads_any_contracts_storage() {
+    // The same read as above, of a contract no list names.
+    let mut known = KnownState::whole_state();
+    contract(&mut known, CONTRACT, bytes!("5f545f5260205ff3"));
+    let args = CallArgs {
+        to: CONTRACT,
+        ..Default::default()
+    };
+    let (outcome, _) = settle(&mut known, &args, |need, known| match need {
+        Need::Slot { contract, slot } => known.add_slot(*contract, *slot, U256::from(7)),
+        other => absent(other, known),
+    });
+    let Outcome::Done(CallResult::Success { output, .. }) = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(U256::from_be_slice(&output), U256::from(7));
+}
+
+/// Code that calls `OTHER`, then returns the gas left (a quoter
+/// measuring `gasleft()` around a call).
+fn gas_after_call() -> Bytes {
+    // PUSH0 PUSH0 PUSH0 PUSH0 PUSH20 OTHER GAS STATICCALL POP
+    // GAS PUSH0 MSTORE PUSH1 32 PUSH0 RETURN
+    let mut code = vec![0x5f, 0x5f, 0x5f, 0x5f, 0x73];
+    code.extend_from_slice(OTHER.as_slice());
+    code.extend_from_slice(&[0x5a, 0xfa, 0x50, 0x5a, 0x5f, 0x52, 0x60, 0x20, 0x5f, 0xf3]);
+    Bytes::from(code)
+}
+
+#[test]
+fn gas_observed_after_an_answer_taken_elsewhere_is_unanswerable() {
+    let mut known = KnownState::new([]);
+    contract(&mut known, CONTRACT, gas_after_call());
+    contract(&mut known, OTHER, bytes!("5f545f5260205ff3"));
+    let args = CallArgs {
+        to: CONTRACT,
+        ..Default::default()
+    };
+    let (outcome, _) = settle(&mut known, &args, absent);
+    let Outcome::Needs { inner, .. } = outcome else {
+        panic!("{outcome:?}")
+    };
+    known.add_inner(
+        inner[0].clone(),
+        InnerAnswer::Returned(Bytes::from(B256::ZERO.0)),
+    );
+    // The node's gas left would count the call's own gas: no answer.
+    assert_eq!(
+        run(&block(), SpecId::PRAGUE, &args, &known),
+        Outcome::Unanswerable(Unanswerable::GasAfterInner)
+    );
+    // Run here in full (its storage held), the same code is answered.
+    let mut held = KnownState::new([OTHER]);
+    contract(&mut held, CONTRACT, gas_after_call());
+    contract(&mut held, OTHER, bytes!("5f545f5260205ff3"));
+    let (outcome, _) = settle(&mut held, &args, |need, known| match need {
+        Need::Slot { contract, slot } => known.add_slot(*contract, *slot, U256::from(1)),
+        other => absent(other, known),
+    });
+    assert!(
+        matches!(outcome, Outcome::Done(CallResult::Success { .. })),
+        "{outcome:?}"
+    );
+}

@@ -370,6 +370,13 @@ impl PrivateReader {
         Some(base.manifest.storage)
     }
 
+    /// Whether the newest view holds the whole state (its base's manifest
+    /// claims every slot of every contract).
+    pub fn holds_whole_state(&self) -> bool {
+        self.private_storage(&BlockSelector::Newest)
+            .is_some_and(|s| s.whole_state)
+    }
+
     /// The chain read: configured, or the only one the server has.
     pub fn chain_id(&self) -> Result<Option<u64>, ReadError> {
         self.catalog.chain_id()

@@ -49,6 +49,9 @@ alloy_sol_types::sol! {
         function mint(address to, uint256 id);
         function ownerOf(uint256 id) returns (address);
     }
+    interface IGasQuoter {
+        function quote(address target, bytes data) returns (bool ok, uint256 used);
+    }
     interface IMultiTokens {
         function mint(address to, uint256 id, uint256 amount);
         function balanceOf(address holder, uint256 id) returns (uint256);
@@ -68,6 +71,8 @@ struct Contracts {
     unlisted: Address,
     multicall_copy: Address,
     checker: Address,
+    /// Measures the gas of a call with gasleft() around it.
+    quoter: Address,
 }
 
 impl Contracts {
@@ -83,6 +88,7 @@ impl Contracts {
             unlisted: at(6),
             multicall_copy: at(7),
             checker: at(8),
+            quoter: at(9),
         }
     }
 
@@ -108,6 +114,7 @@ impl Contracts {
             (self.unlisted, behind_proxy(self.implementation)),
             (self.multicall_copy, test_support::multicall3_bytecode()),
             (self.checker, test_contract("BalanceChecker")),
+            (self.quoter, test_contract("GasQuoter")),
         ];
         for (want, code) in codes {
             let got: Address = anvil.deploy(DEV_ACCOUNTS[0], &code).await.parse().unwrap();
@@ -568,6 +575,67 @@ async fn unlisted_inner_calls(
         ),
         "the listed token's call stayed private"
     );
+    gas_after_an_inner_call_apart(proxy, anvil, c, relayed, at).await;
+}
+
+/// A quoter measuring gasleft() around an unlisted token's call: that
+/// call answered apart would make the figure wrong (no gas spent here),
+/// so the whole call takes the fallback and the answer is the node's, the
+/// figure included; its estimate too.
+async fn gas_after_an_inner_call_apart(
+    proxy: &str,
+    anvil: &Anvil,
+    c: &Contracts,
+    relayed: &RelayedCalls,
+    at: &str,
+) {
+    relayed.lock().unwrap().clear();
+    let quote = IGasQuoter::quoteCall {
+        target: c.unlisted,
+        data: IFlagged::balanceOfCall {
+            holder: holders()[2],
+        }
+        .abi_encode()
+        .into(),
+    };
+    let call = call_object(c.quoter, &quote.abi_encode());
+    let answer = same_response_as_anvil(proxy, anvil, &call, at).await;
+    let bytes = alloy_primitives::hex::decode(answer["result"].as_str().unwrap()).unwrap();
+    let quoted = IGasQuoter::quoteCall::abi_decode_returns(&bytes).unwrap();
+    assert!(
+        quoted.ok && quoted.used > U256::from(1000u64),
+        "{}",
+        quoted.used
+    );
+    let seen = relayed.lock().unwrap().clone();
+    let forwarded: Vec<&Value> = seen.iter().filter(|c| c["method"] == "eth_call").collect();
+    assert_eq!(forwarded.len(), 1, "{seen:?}");
+    assert_eq!(
+        forwarded[0]["params"][0]["to"]
+            .as_str()
+            .unwrap()
+            .parse::<Address>()
+            .unwrap(),
+        c.quoter,
+        "the whole call went upstream, not its inner call: {seen:?}"
+    );
+    // A transfer of the unlisted token through the quoter, estimated: the
+    // inner call would be answered apart, so the node estimates it.
+    let transfer = IFlagged::transferCall {
+        to: holders()[2],
+        amount: U256::from(1u64),
+    };
+    let quote = IGasQuoter::quoteCall {
+        target: c.unlisted,
+        data: transfer.abi_encode().into(),
+    };
+    let mut call = call_object(c.quoter, &quote.abi_encode());
+    call["from"] = json!(dev(1));
+    let private = test_support::rpc(proxy, "eth_estimateGas", json!([call, at]))
+        .await
+        .unwrap();
+    let node = anvil.rpc("eth_estimateGas", json!([call, at])).await;
+    assert_eq!(private, node, "the node's estimate");
 }
 
 /// With private-only settings (no address reads upstream): an inner call
@@ -624,4 +692,114 @@ async fn private_only(server: &str, anvil: &Anvil, c: &Contracts, upstream: &str
         !seen.lock().unwrap().iter().any(|m| m == "eth_call"),
         "private-only: nothing upstream"
     );
+}
+
+/// The whole state held (`storage = "all"`, nothing listed), every level
+/// read by PIR queries: every contract (all created after the base, so
+/// each is held from its first block by the deltas) answered here as the
+/// node answers, at the newest view and at an older block, the unlisted
+/// token and the gas quoter included; estimates and access lists too; and
+/// with the default settings no read naming an address goes upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_whole_state_answers_every_call_without_naming_a_holder() {
+    log_if_asked();
+    let dir = tempfile::tempdir().unwrap();
+    let genesis_path = dir.path().join("genesis.json");
+    write_genesis(&genesis_path);
+    let mut genesis: Value =
+        serde_json::from_slice(&std::fs::read(&genesis_path).unwrap()).unwrap();
+    add_multicall3(&mut genesis).await;
+    std::fs::write(&genesis_path, serde_json::to_vec(&genesis).unwrap()).unwrap();
+    let anvil = Anvil::start_with(&[
+        "--init",
+        genesis_path.to_str().unwrap(),
+        "--chain-id",
+        "4243",
+    ])
+    .await;
+    let c = Contracts::from_nonce(next_nonce(&anvil, 0).await);
+
+    let store = dir.path().join("store");
+    let mut config = follow_config(&store, &anvil.url, &genesis_path, 0, 4, 256);
+    config.source.storage = snapshotter::follow::StorageScope::All;
+    config.build.whole_table_max_records = 0;
+    let follower = Follower::start(config);
+    let server = start_server(&store).await;
+    let (upstream, _, relayed) = start_recording_relay(&anvil.url, passthrough()).await;
+    let cache = tempfile::tempdir().unwrap();
+    let proxy = start_proxy_with(proxy::ProxyConfig {
+        pir_server: server.clone(),
+        upstream: Some(upstream.clone()),
+        cache_dir: cache.path().to_path_buf(),
+        balance_checker: Some(c.checker),
+        ..Default::default()
+    })
+    .await;
+    let has_view = || async { status(&proxy).await["viewBlock"].as_u64() };
+    test_support::eventually("the proxy has a view", has_view).await;
+    assert_eq!(status(&proxy).await["wholeState"], json!(true));
+    c.deploy(&anvil).await;
+    make_history(&anvil, &c).await;
+    let older = anvil.head().await;
+    // Newer changes, so that the older block's answers differ.
+    let transfer = IFlagged::transferCall {
+        to: holders()[3],
+        amount: U256::from(17u64),
+    };
+    send(&anvil, 2, c.unlisted, transfer.abi_encode()).await;
+    let mint = ICollectibles::mintCall {
+        to: holders()[0],
+        id: U256::from(5u64),
+    };
+    send(&anvil, 0, c.nft, mint.abi_encode()).await;
+    let head = anvil.head().await;
+    let caught_up =
+        || async { (status(&proxy).await["viewBlock"].as_u64()? >= head).then_some(()) };
+    test_support::eventually("the proxy's view reaches the head", caught_up).await;
+    relayed.lock().unwrap().clear();
+
+    let mut calls = wallet_calls(&c);
+    for holder in holders() {
+        let balance_of = IFlagged::balanceOfCall { holder }.abi_encode();
+        calls.push((c.unlisted, balance_of.clone()));
+        let quote = IGasQuoter::quoteCall {
+            target: c.unlisted,
+            data: balance_of.into(),
+        };
+        calls.push((c.quoter, quote.abi_encode()));
+    }
+    for at in [format!("{older:#x}"), format!("{head:#x}")] {
+        for (target, data) in &calls {
+            same_as_anvil(&proxy, &anvil, &call_object(*target, data), &at).await;
+        }
+        let batch = aggregate3(&calls, true);
+        same_as_anvil(&proxy, &anvil, &call_object(MULTICALL3, &batch), &at).await;
+        let checked = IBalanceChecker::balancesCall {
+            users: holders().to_vec(),
+            tokens: vec![Address::ZERO, c.flagged, c.unlisted, c.shares, c.nft],
+        };
+        let checker = call_object(c.checker, &checked.abi_encode());
+        same_as_anvil(&proxy, &anvil, &checker, &at).await;
+        estimates(&proxy, &anvil, &c, &relayed, &at).await;
+    }
+    let seen = relayed.lock().unwrap().clone();
+    let named = ["eth_call", "eth_estimateGas", "eth_createAccessList"];
+    assert!(
+        !seen
+            .iter()
+            .any(|c| named.contains(&c["method"].as_str().unwrap_or(""))),
+        "nothing run upstream: {seen:?}"
+    );
+    assert_eq!(names_a_holder(&seen), None, "the upstream saw a holder");
+    // Every level was read by PIR: none downloaded whole.
+    let levels = status(&proxy).await["levels"].clone();
+    assert!(
+        levels
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|l| l["read"] == "pir"),
+        "{levels}"
+    );
+    follower.stop().await;
 }

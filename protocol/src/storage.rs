@@ -32,6 +32,15 @@ use crate::tokens::TokenEntry;
 /// answers to `eth_getStorageAt`. Every level of a view lists what its
 /// base lists: a contract enters a chain's private set with a new base,
 /// which holds all of its storage.
+///
+/// `whole_state`: the snapshot holds every slot of every contract (the
+/// snapshotter's `storage = "all"`), so a slot it lacks is zero, as the
+/// EVM reads an unset slot. It is a claim of the manifest, covered by the
+/// build seeds and by every attestation (both take this whole struct),
+/// and checkable against the state root (`ethpir-snapshot verify
+/// --state-root` recomputes each contract's storage root from the
+/// records); only under it does a reader take a missing slot of an
+/// unlisted contract as zero.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PrivateStorage {
@@ -39,16 +48,30 @@ pub struct PrivateStorage {
     pub tokens: Vec<TokenEntry>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub contracts: Vec<Address>,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub whole_state: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl PrivateStorage {
+    /// The claim of a snapshot that holds every slot of every contract.
+    pub fn whole_state() -> Self {
+        PrivateStorage {
+            whole_state: true,
+            ..Default::default()
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
-        self.tokens.is_empty() && self.contracts.is_empty()
+        self.tokens.is_empty() && self.contracts.is_empty() && !self.whole_state
     }
 
     /// Whether every slot of `contract` is held.
     pub fn holds(&self, contract: &Address) -> bool {
-        self.token(contract).is_some() || self.contracts.contains(contract)
+        self.whole_state || self.token(contract).is_some() || self.contracts.contains(contract)
     }
 
     /// A token entry of `contract` (any of its getters), if it is listed.
@@ -252,6 +275,26 @@ pub fn decode_word(bytes: &[u8]) -> Result<StoredWord, StorageValueError> {
 mod tests {
     use super::*;
     use crate::account::{pir_key, COMPACT_VALUE_BYTES, WIDE_VALUE_BYTES};
+
+    #[test]
+    fn only_a_whole_state_claim_holds_every_contract() {
+        let listed = Address::repeat_byte(1);
+        let other = Address::repeat_byte(2);
+        let some = PrivateStorage {
+            contracts: vec![listed],
+            ..Default::default()
+        };
+        assert!(some.holds(&listed) && !some.holds(&other));
+        let all = PrivateStorage::whole_state();
+        assert!(all.holds(&listed) && all.holds(&other));
+        assert!(!all.is_empty());
+        // The claim is in the serialised form (what seeds and signatures
+        // take), and absent from a list that does not make it.
+        let text = serde_json::to_string(&all).unwrap();
+        assert_eq!(text, r#"{"whole_state":true}"#);
+        assert_eq!(serde_json::from_str::<PrivateStorage>(&text).unwrap(), all);
+        assert_eq!(serde_json::to_string(&some).unwrap().find("whole"), None);
+    }
 
     #[test]
     fn keys_from_preimages_and_from_hashes_agree() {

@@ -101,6 +101,11 @@ pub struct Status {
     pub chain_id: Option<u64>,
     pub view_block: Option<u64>,
     pub complete: Option<bool>,
+    /// Whether the newest view holds the whole state (every slot of every
+    /// contract, as its base's manifest claims): then every call runs
+    /// here and no read naming an address needs the upstream.
+    #[serde(default)]
+    pub whole_state: bool,
     pub view_blocks: Vec<u64>,
     pub head_block: Option<u64>,
     pub levels: Vec<LevelStatus>,

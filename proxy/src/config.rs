@@ -119,8 +119,13 @@ pub struct ProxyConfig {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum UpstreamMethods {
-    /// Every method the proxy does not answer itself.
+    /// As `no-address-reads` while the newest view holds the whole state
+    /// (its manifest claims every slot of every contract, so every read
+    /// runs here and none needs to name an address upstream); as `all`
+    /// while it does not.
     #[default]
+    Auto,
+    /// Every method the proxy does not answer itself.
     All,
     /// Not the reads that name an address (eth_call, eth_estimateGas,
     /// eth_createAccessList, eth_getStorageAt, eth_getProof,
@@ -158,7 +163,7 @@ impl Default for ProxyConfig {
             download_timeout_secs: 600,
             limits: Limits::default(),
             allow_insecure_transport: false,
-            upstream_methods: UpstreamMethods::All,
+            upstream_methods: UpstreamMethods::Auto,
             pad_batches_to: 1,
             canaries_per_request: 1,
             prefetch_codes: 16,

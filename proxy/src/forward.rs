@@ -30,6 +30,7 @@ use crate::execute;
 use crate::rpc::{private_params, Prefetched};
 use crate::storage;
 use crate::upstream::Upstream;
+use protocol::storage::PrivateStorage;
 
 /// The methods the proxy runs itself (their call executed over privately
 /// read state).
@@ -106,9 +107,13 @@ impl ForwardPolicy {
 
     /// Why `method` may not go upstream, if it may not.
     fn refuses(&self, method: &str) -> Option<ProxyError> {
-        (self.upstream_methods == UpstreamMethods::NoAddressReads
-            && ADDRESS_READS.contains(&method))
-        .then(|| ProxyError::AddressReadRefused(method.to_string()))
+        let strict = match self.upstream_methods {
+            UpstreamMethods::All => false,
+            UpstreamMethods::NoAddressReads => true,
+            UpstreamMethods::Auto => self.reader.holds_whole_state(),
+        };
+        (strict && ADDRESS_READS.contains(&method))
+            .then(|| ProxyError::AddressReadRefused(method.to_string()))
     }
 }
 
@@ -306,7 +311,8 @@ where
                 evm_us = done.evm_time.as_micros() as u64,
                 inner_apart = done.inner_apart,
                 snapshot = %done.snapshot,
-                "eth_call executed privately"
+                method = "eth_call",
+                "executed privately"
             );
             execute::node_answer(&done.result).map(|data| serde_json::json!(data))
         };
@@ -322,7 +328,7 @@ where
         call: CallCopy,
         args: &call_exec::CallArgs,
         sel: &BlockSelector,
-        run: impl FnOnce(Vec<Address>) -> Fut,
+        run: impl FnOnce(PrivateStorage) -> Fut,
         answer: impl FnOnce(T) -> Result<serde_json::Value, jsonrpsee::types::ErrorObjectOwned>,
     ) -> MethodResponse
     where
@@ -361,7 +367,7 @@ where
         &self,
         args: &call_exec::CallArgs,
         sel: &BlockSelector,
-    ) -> Result<Vec<Address>, Refusal> {
+    ) -> Result<PrivateStorage, Refusal> {
         if let Some(reason) = self.policy.reader.distrusted() {
             return Err(Refusal::Distrusted(ProxyError::from(
                 ReadError::Distrusted(reason),
@@ -371,7 +377,7 @@ where
             tracing::info!(contract = %args.to, "no view at that block; taking the fallback");
             return Err(Refusal::NoView);
         };
-        Ok(answerable.storage.all_contracts())
+        Ok(answerable.storage)
     }
 
     /// A method the proxy runs itself: `eth_call` (see

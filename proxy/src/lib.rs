@@ -66,6 +66,10 @@ fn log_upstream_policy(config: &ProxyConfig) {
             upstream = %redact(url),
             "refusing the forwarded reads that name an address: {reads}"
         ),
+        config::UpstreamMethods::Auto => tracing::info!(
+            upstream = %redact(url),
+            "the forwarded reads that name an address ({reads}) are refused while the newest view holds the whole state, and reveal those addresses to the upstream while it does not (upstream_methods = \"no-address-reads\" always refuses them)"
+        ),
     }
     if config.private_fallback_to_upstream {
         tracing::warn!("private_fallback_to_upstream is on: a balance or nonce the snapshots cannot answer goes upstream with its address, and the PIR server can make that happen (an empty catalog)");
@@ -82,6 +86,7 @@ fn executor_for(
 ) -> execute::Executor {
     let inner = match (upstream, config.upstream_methods) {
         (Some(_), config::UpstreamMethods::All) => execute::InnerPolicy::Upstream,
+        (Some(_), config::UpstreamMethods::Auto) => execute::InnerPolicy::UpstreamUnlessWholeState,
         _ => execute::InnerPolicy::Fail,
     };
     execute::Executor::new(reader.clone(), upstream.clone(), inner)

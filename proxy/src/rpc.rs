@@ -171,6 +171,7 @@ impl EthpirApiServer for RpcContext {
             chain_id: chain,
             view_block: newest.as_ref().map(|v| v.block),
             complete: newest.as_ref().map(|v| v.complete),
+            whole_state: self.reader.holds_whole_state(),
             view_blocks: self.reader.view_blocks(),
             head_block: self.upstream_head().await,
             levels,

@@ -42,6 +42,7 @@ pub fn checked_list(
     PrivateStorage {
         tokens: kept,
         contracts: catalog.contracts,
+        whole_state: catalog.whole_state,
     }
 }
 
@@ -296,6 +297,7 @@ pub(crate) mod tests {
             storage: PrivateStorage {
                 tokens: vec![token(0xaa), token(0xbb), shares],
                 contracts: vec![Address::repeat_byte(0xcc)],
+                ..Default::default()
             },
             balance_checker: Some(Address::repeat_byte(0xbc)),
         }

@@ -99,10 +99,13 @@ pub fn parse_genesis_listed(
                 .with_trie(trie.code_hash, trie.storage_root)
         })
         .collect();
-    let storage = listed
-        .all_contracts()
+    // Every contract's storage the alloc gives, for a whole-state
+    // snapshot; else the listed contracts'.
+    let storage = genesis
+        .alloc
         .iter()
-        .filter_map(|c| Some((*c, genesis.alloc.get(c)?.storage.as_ref()?)))
+        .filter(|(c, _)| listed.holds(c))
+        .filter_map(|(c, account)| Some((*c, account.storage.as_ref()?)))
         .flat_map(|(c, slots)| {
             slots
                 .iter()
@@ -254,6 +257,11 @@ mod tests {
         assert_eq!(got, want, "zero words and unlisted contracts left out");
         assert_eq!(state.listed, listed);
         assert!(parse_genesis(&text, None, "t").unwrap().storage.is_empty());
+        // The whole state: every contract's non-zero slots.
+        let all = PrivateStorage::whole_state();
+        let state = parse_genesis_listed(&text, None, "t", &all).unwrap();
+        assert_eq!(state.storage.len(), 3);
+        assert_eq!(state.listed, all);
     }
 
     #[test]

@@ -65,6 +65,21 @@ pub struct SourceConfig {
     /// Other contracts whose every storage slot goes into the snapshots
     /// (answered to `eth_getStorageAt`).
     pub contracts: Vec<Address>,
+    /// Which storage the snapshots hold: `"listed"` (the contracts above)
+    /// or `"all"` (every slot of every contract: the whole state, which
+    /// the manifest claims and a proxy then reads any contract from).
+    pub storage: StorageScope,
+}
+
+/// Which contracts' storage a snapshot holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum StorageScope {
+    /// Only the listed contracts' (`tokens`, `contracts`).
+    #[default]
+    Listed,
+    /// Every slot of every contract: the whole state.
+    All,
 }
 
 impl Default for SourceConfig {
@@ -78,6 +93,7 @@ impl Default for SourceConfig {
             concurrency: 4,
             tokens: None,
             contracts: Vec::new(),
+            storage: StorageScope::Listed,
         }
     }
 }
@@ -131,7 +147,11 @@ impl SourceConfig {
             .into_iter()
             .filter(|t| t.chain_id == chain_id)
             .collect();
-        Ok(PrivateStorage { tokens, contracts })
+        Ok(PrivateStorage {
+            tokens,
+            contracts,
+            whole_state: self.storage == StorageScope::All,
+        })
     }
 }
 
@@ -351,9 +371,14 @@ impl Follower {
         let delta = node
             .export_delta(top, head, &view[0].manifest.storage)
             .await?;
-        let records = delta.records.len() + delta.storage.len();
+        let records = delta.state.records.len() + delta.state.storage.len();
         let levels = self.levels();
-        let report = blocking(move || levels.publish(delta)).await?;
+        let report = blocking(move || {
+            let mut state = delta.state;
+            levels.hide_destroyed(&view, &mut state, &delta.destroyed)?;
+            levels.publish(state)
+        })
+        .await?;
         tracing::info!(from = top, block = head, records, published = ?report.published, retired = report.removed.len(), "delta published");
         Ok(StepOutcome::Published {
             block: head,

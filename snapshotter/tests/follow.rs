@@ -254,3 +254,101 @@ async fn the_follower_rides_out_a_node_outage_and_stops_on_request() {
         .unwrap()
         .unwrap();
 }
+
+/// Every slot of the newest view, by PIR key: its levels' storage records
+/// overlaid, the freshest winning (absent: 0, as a whole-state view reads).
+fn view_slots(store: &SnapshotStore) -> BTreeMap<B256, U256> {
+    let snaps = store.list().unwrap();
+    let views = protocol::view::views(&snapshotter::levels::as_entries(&snaps));
+    let view = protocol::view::newest(&views, None).unwrap();
+    let mut slots = BTreeMap::new();
+    for id in &view.snapshots {
+        let snap = snaps.iter().find(|s| s.id == *id).unwrap();
+        assert!(
+            snap.manifest.storage.whole_state,
+            "{id} claims the whole state"
+        );
+        let bytes = store.read_checked(snap, RECORDS_FILE).unwrap();
+        for s in snapshotter::records::decode_records(&bytes)
+            .unwrap()
+            .storage
+        {
+            slots.insert(s.key, s.value);
+        }
+    }
+    slots
+}
+
+/// The whole state followed on a chain before Cancun (anvil
+/// `--hardfork shanghai`): the genesis alloc's storage in the base, a
+/// slot written later in a delta, and a contract destroyed by
+/// SELFDESTRUCT: every slot it held reads 0 after, though the state diff
+/// names none of the genesis ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_whole_state_is_followed_and_a_destroyed_contracts_slots_read_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let genesis = dir.path().join("genesis.json");
+    write_genesis(&genesis);
+    // Empty calldata: SELFDESTRUCT to the caller; else SSTORE(3, word 0).
+    let contract: Address = "0x00000000000000000000000000000000000c0de5"
+        .parse()
+        .unwrap();
+    let mut file: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&genesis).unwrap()).unwrap();
+    file["alloc"][contract.to_string()] = json!({
+        "balance": "0x0",
+        "code": "0x3615600b575f35600355005b33ff",
+        "storage": {
+            "0x0000000000000000000000000000000000000000000000000000000000000001": "0x05",
+            "0x0000000000000000000000000000000000000000000000000000000000000002": "0x07",
+        },
+    });
+    std::fs::write(&genesis, serde_json::to_vec(&file).unwrap()).unwrap();
+    let anvil = Anvil::start_with(&[
+        "--init",
+        genesis.to_str().unwrap(),
+        "--chain-id",
+        "4242",
+        "--hardfork",
+        "shanghai",
+    ])
+    .await;
+    let store_dir = dir.path().join("store");
+    let mut config = config(&store_dir, &anvil.url, Some(&genesis));
+    config.source.storage = follow::StorageScope::All;
+    let mut follower = Follower::new(config).unwrap();
+    let store = SnapshotStore::open(&store_dir).unwrap();
+    let key = |slot: u8| protocol::storage::storage_key_of(&contract, &B256::with_last_byte(slot));
+    let word =
+        |slots: &BTreeMap<B256, U256>, slot: u8| slots.get(&key(slot)).copied().unwrap_or_default();
+
+    follower.step().await.unwrap();
+    let slots = view_slots(&store);
+    assert_eq!(
+        (word(&slots, 1), word(&slots, 2)),
+        (U256::from(5), U256::from(7))
+    );
+
+    let to = contract.to_string();
+    let written = B256::with_last_byte(0x2a);
+    anvil
+        .transact(DEV_ACCOUNTS[0], Some(&to), written.as_slice())
+        .await;
+    follower.step().await.unwrap();
+    let slots = view_slots(&store);
+    assert_eq!(word(&slots, 3), U256::from(0x2a), "a slot written later");
+    assert_eq!(word(&slots, 1), U256::from(5));
+
+    anvil.transact(DEV_ACCOUNTS[0], Some(&to), &[]).await;
+    let code = anvil.rpc("eth_getCode", json!([to, "latest"])).await;
+    assert_eq!(code, json!("0x"), "destroyed");
+    follower.step().await.unwrap();
+    let slots = view_slots(&store);
+    for slot in [1, 2, 3] {
+        assert_eq!(
+            word(&slots, slot),
+            U256::ZERO,
+            "slot {slot} after the destruction"
+        );
+    }
+}

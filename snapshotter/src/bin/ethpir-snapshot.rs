@@ -13,7 +13,7 @@ use std::io::Write as _;
 
 use pir_core::Packing;
 use protocol::storage::PrivateStorage;
-use snapshotter::follow::{self, FollowConfig};
+use snapshotter::follow::{self, FollowConfig, StorageScope};
 use snapshotter::pipeline::{BuildError, BuildOptions, ExportedState};
 use snapshotter::progress::{ProgressEvent, ProgressFn, Step};
 use snapshotter::settings::{BuildSettings, LayoutSettings};
@@ -278,6 +278,11 @@ struct RunArgs {
     /// One step and exit: the base if missing, then the blocks up to the head.
     #[arg(long)]
     once: bool,
+    /// Which storage the snapshots hold (overrides `[source] storage`):
+    /// `listed` or `all` (every slot of every contract: the whole state;
+    /// following it needs the node's trace_replayBlockTransactions).
+    #[arg(long, value_enum)]
+    storage: Option<StorageScope>,
 }
 
 #[derive(Subcommand)]
@@ -324,6 +329,11 @@ struct StorageArgs {
     /// more): its calls and eth_getStorageAt are answered privately.
     #[arg(long = "contract")]
     contracts: Vec<alloy_primitives::Address>,
+    /// Which storage the snapshot holds: `listed` (the contracts above) or
+    /// `all` (every slot of every contract: the whole state, which the
+    /// manifest claims; a proxy then runs any contract's calls privately).
+    #[arg(long, value_enum, default_value_t = StorageScope::Listed)]
+    storage: StorageScope,
 }
 
 impl StorageArgs {
@@ -332,6 +342,7 @@ impl StorageArgs {
         let source = snapshotter::follow::SourceConfig {
             tokens: self.tokens.clone(),
             contracts: self.contracts.clone(),
+            storage: self.storage,
             ..Default::default()
         };
         Ok(source.private_storage(chain_id)?)
@@ -584,6 +595,7 @@ fn run_follower(store: &std::path::Path, store_given: bool, args: &RunArgs) -> R
         source.datadir = args.datadir.clone();
     }
     source.allow_incomplete |= args.allow_incomplete;
+    source.storage = args.storage.unwrap_or(source.storage);
     if let Some(device) = args.device {
         config.build.device = device;
     }

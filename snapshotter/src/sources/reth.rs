@@ -676,6 +676,85 @@ impl RethDatadir {
         Ok(out)
     }
 
+    /// Every non-zero slot of every contract at the head (the whole
+    /// state's storage): one cursor walk over the whole table, v1 keyed by
+    /// address, v2 by keccak256(address) (whose records then name no
+    /// contract, as reth's hashed tables do not).
+    pub fn storage_all(&self) -> Result<Vec<StorageRecord>, RethError> {
+        let table = self.layout.storage_table();
+        let txn = self.db.begin_ro_txn().map_err(read_err(table))?;
+        let Some(t) = open_optional(&txn, table)? else {
+            return Ok(Vec::new());
+        };
+        let mut cursor = txn.cursor(&t).map_err(read_err(table))?;
+        let mut out = Vec::new();
+        while let Some((key, value)) = cursor.next::<Vec<u8>, Vec<u8>>().map_err(read_err(table))? {
+            let (slot, word) = decode_storage_entry(&value)
+                .map_err(|reason| RethError::Malformed { table, reason })?;
+            if word.is_zero() {
+                continue;
+            }
+            let malformed = |_| RethError::Malformed {
+                table,
+                reason: format!("a storage key of {} bytes", key.len()),
+            };
+            out.push(match self.layout {
+                Layout::V1 => {
+                    let contract = Address::try_from(key.as_slice()).map_err(malformed)?;
+                    StorageRecord::new(contract, slot, word)
+                }
+                Layout::V2 => {
+                    let hashed = B256::try_from(key.as_slice()).map_err(malformed)?;
+                    StorageRecord::from_hashed(hashed, slot, word)
+                }
+            });
+        }
+        Ok(out)
+    }
+
+    /// [`Self::storage_all`] at an older `block`: every account whose
+    /// storage changed after it read back to `block` from the change sets,
+    /// every other account's as at the head.
+    pub fn storage_all_at(&self, block: u64) -> Result<Vec<StorageRecord>, RethError> {
+        let head = self.head()?;
+        if block > head {
+            return Err(RethError::FutureBlock { block, head });
+        }
+        let mut out = self.storage_all()?;
+        if block == head {
+            return Ok(out);
+        }
+        let mut changed: BTreeMap<B256, (Address, BTreeMap<B256, U256>)> = BTreeMap::new();
+        self.for_each_storage_at(block, None, |contract, words| {
+            changed.insert(alloy_primitives::keccak256(contract), (contract, words));
+        })?;
+        out.retain(|r| !changed.contains_key(&r.hashed_contract));
+        for (hashed, (contract, words)) in changed {
+            for (slot, word) in words.into_iter().filter(|(_, w)| !w.is_zero()) {
+                let mut r = StorageRecord::from_hashed(hashed, slot, word);
+                r.contract = Some(contract);
+                out.push(r);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The storage a snapshot of `listed` holds, at the head or at an
+    /// older `block`.
+    pub fn storage_of(
+        &self,
+        listed: &PrivateStorage,
+        block: Option<u64>,
+    ) -> Result<Vec<StorageRecord>, RethError> {
+        let contracts = listed.all_contracts();
+        match (listed.whole_state, block) {
+            (true, None) => self.storage_all(),
+            (true, Some(block)) => self.storage_all_at(block),
+            (false, None) => self.storage(&contracts),
+            (false, Some(block)) => self.storage_at(block, &contracts),
+        }
+    }
+
     /// [`Self::storage`] at an older `block`: the head's words with every
     /// change after `block` undone, from the storage change sets of
     /// either layout.
@@ -1036,10 +1115,9 @@ pub fn export_base(
     }
     let mut state = reth.export(mode, chain_id)?;
     if !listed.is_empty() {
-        let contracts = listed.all_contracts();
         state.storage = match mode {
-            RethMode::Full => reth.storage(&contracts)?,
-            RethMode::FullAt { block } => reth.storage_at(block, &contracts)?,
+            RethMode::Full => reth.storage_of(&listed, None)?,
+            RethMode::FullAt { block } => reth.storage_of(&listed, Some(block))?,
             RethMode::Active { .. } => return Err(RethError::ListedActiveSet),
         };
         state.listed = listed;
@@ -1073,7 +1151,7 @@ impl StreamedHead {
         }
         let storage = match listed.is_empty() {
             true => Vec::new(),
-            false => reth.storage(&listed.all_contracts())?,
+            false => reth.storage_of(&listed, None)?,
         };
         let mut meta = reth.head_metadata(chain_id)?;
         meta.listed = listed;

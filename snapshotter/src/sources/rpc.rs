@@ -22,7 +22,7 @@ use alloy_provider::transport::{TransportError, TransportResult};
 use alloy_provider::{Provider, RootProvider};
 use alloy_rpc_client::{ClientBuilder, RpcClient};
 use alloy_rpc_types_trace::parity::{
-    Action, LocalizedTransactionTrace, TraceOutput, TraceResultsWithTransactionHash,
+    Action, Delta, LocalizedTransactionTrace, TraceOutput, TraceResultsWithTransactionHash,
 };
 use futures_util::stream::{self, StreamExt, TryStreamExt};
 
@@ -374,7 +374,18 @@ impl RpcSource {
     /// hashes, EIP-7002 and EIP-7251 request queues; a chain before their
     /// fork reads them as empty accounts).
     pub async fn touched(&self, from: u64, to: u64) -> Result<BTreeSet<Address>, RpcSourceError> {
+        Ok(self.touched_traced(from, to).await?.0)
+    }
+
+    /// [`Self::touched`], with the `SELFDESTRUCT`s the call traces name:
+    /// (block, contract).
+    async fn touched_traced(
+        &self,
+        from: u64,
+        to: u64,
+    ) -> Result<(BTreeSet<Address>, Vec<(u64, Address)>), RpcSourceError> {
         let mut out = BTreeSet::from(SYSTEM_CONTRACTS);
+        let mut destructs = Vec::new();
         let mut traces = self.options.traces;
         for n in from..=to {
             let block = self.block(n, true).await?;
@@ -387,7 +398,13 @@ impl RpcSource {
                 continue;
             }
             match self.traces(n).await {
-                Ok(t) => out.extend(t.iter().flat_map(trace_participants)),
+                Ok(t) => {
+                    out.extend(t.iter().flat_map(trace_participants));
+                    destructs.extend(t.iter().filter_map(|t| match &t.trace.action {
+                        Action::Selfdestruct(d) => Some((n, d.address)),
+                        _ => None,
+                    }));
+                }
                 Err(e) if traces == Traces::Auto => {
                     tracing::info!(error = %e, "node offers no trace_block; using blocks and receipts only");
                     traces = Traces::Off;
@@ -395,7 +412,7 @@ impl RpcSource {
                 Err(e) => return Err(e),
             }
         }
-        Ok(out)
+        Ok((out, destructs))
     }
 
     /// The contracts that block `n`'s transactions created (its receipts).
@@ -633,17 +650,19 @@ impl RpcSource {
             .collect())
     }
 
-    /// The slots of `contracts` that blocks `from..=to` wrote (the
-    /// `stateDiff` of `trace_replayBlockTransactions`, which every slot a
-    /// transaction changed appears in, a selfdestruct's included).
+    /// The slots of the contracts `listed` holds (every contract's, for
+    /// the whole state) that blocks `from..=to` wrote: the `stateDiff` of
+    /// `trace_replayBlockTransactions`, which every slot a transaction
+    /// changed appears in; and the contracts destroyed in them, whose
+    /// earlier slots the diff does not list (see [`NodeDelta`]).
     pub async fn written_slots(
         &self,
-        contracts: &[Address],
+        listed: &PrivateStorage,
         from: u64,
         to: u64,
-    ) -> Result<BTreeMap<Address, BTreeSet<B256>>, RpcSourceError> {
-        let mut out: BTreeMap<Address, BTreeSet<B256>> = BTreeMap::new();
-        if contracts.is_empty() {
+    ) -> Result<Written, RpcSourceError> {
+        let mut out = Written::default();
+        if listed.is_empty() {
             return Ok(out);
         }
         for n in from..=to {
@@ -651,9 +670,13 @@ impl RpcSource {
                 let Some(diff) = replay.full_trace.state_diff else {
                     continue;
                 };
-                for contract in contracts {
-                    if let Some(account) = diff.get(contract) {
-                        out.entry(*contract)
+                for (contract, account) in diff.iter().filter(|(c, _)| listed.holds(c)) {
+                    if matches!(account.code, Delta::Removed(_)) {
+                        out.destroyed.insert(*contract);
+                    }
+                    if !account.storage.is_empty() {
+                        out.slots
+                            .entry(*contract)
                             .or_default()
                             .extend(account.storage.keys().copied());
                     }
@@ -729,29 +752,42 @@ impl RpcSource {
         from: u64,
         to: u64,
         listed: &PrivateStorage,
-    ) -> Result<ExportedState, RpcSourceError> {
+    ) -> Result<NodeDelta, RpcSourceError> {
         let started = Instant::now();
         let (hash, _, _) = self.block_header(to).await?;
-        let addresses: Vec<Address> = self.touched(from + 1, to).await?.into_iter().collect();
-        let written = self
-            .written_slots(&listed.all_contracts(), from + 1, to)
-            .await?;
+        let (touched, destructs) = self.touched_traced(from + 1, to).await?;
+        let addresses: Vec<Address> = touched.into_iter().collect();
+        let mut written = self.written_slots(listed, from + 1, to).await?;
+        for (n, contract) in destructs {
+            // Before Cancun a SELFDESTRUCT removes the account at the end
+            // of its block (its code is gone there); since, it only does
+            // for a contract created in the same transaction, which had
+            // no earlier slots. (A node's state diff may not say so:
+            // anvil's reports the account unchanged.)
+            if listed.holds(&contract) && self.code_at(contract, n).await?.is_empty() {
+                written.destroyed.insert(contract);
+            }
+        }
         tracing::debug!(
             from,
             to,
             accounts = addresses.len(),
-            contracts = written.len(),
+            contracts = written.slots.len(),
+            destroyed = written.destroyed.len(),
             "changed accounts and slots collected"
         );
         let mut state = self
             .export(addresses, to, SnapshotKind::Delta { from }, started)
             .await?;
-        state.storage = self.read_slots(&written, to).await?;
+        state.storage = self.read_slots(&written.slots, to).await?;
         state.listed = listed.clone();
         if self.block_header(to).await?.0 != hash || state.block_hash != Some(hash) {
             return Err(RpcSourceError::Reorged { block: to });
         }
-        Ok(state)
+        Ok(NodeDelta {
+            state,
+            destroyed: written.destroyed.into_iter().collect(),
+        })
     }
 
     /// Chosen accounts at an older block (an archive node keeps them).
@@ -806,6 +842,27 @@ impl RpcSource {
             codes,
         })
     }
+}
+
+/// What blocks wrote of the contracts a snapshot holds.
+#[derive(Debug, Default)]
+pub struct Written {
+    /// Each contract's slots written, by slot number.
+    pub slots: BTreeMap<Address, BTreeSet<B256>>,
+    /// Contracts destroyed (pre-Cancun `SELFDESTRUCT`), perhaps created
+    /// again since.
+    pub destroyed: BTreeSet<Address>,
+}
+
+/// A delta as the node gives it. A destroyed contract's storage is gone
+/// at once, but the state diff lists only the slots its last transaction
+/// touched: its other slots, still in the levels below, must be hidden by
+/// zero records, which only the holder of those levels can list
+/// ([`crate::follow`] does it from its store).
+#[derive(Debug)]
+pub struct NodeDelta {
+    pub state: ExportedState,
+    pub destroyed: Vec<Address>,
 }
 
 /// Who block `block` names: its fee recipient, its transactions' senders

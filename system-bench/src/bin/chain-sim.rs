@@ -139,7 +139,7 @@ fn token_entry() -> TokenEntry {
 fn listed(with_token: bool) -> PrivateStorage {
     PrivateStorage {
         tokens: with_token.then(token_entry).into_iter().collect(),
-        contracts: Vec::new(),
+        ..Default::default()
     }
 }
 

@@ -181,7 +181,7 @@ impl Chain {
     fn listed(&self) -> PrivateStorage {
         PrivateStorage {
             tokens: self.tokens.clone(),
-            contracts: Vec::new(),
+            ..Default::default()
         }
     }
 
@@ -385,10 +385,7 @@ async fn refresh(
         .unwrap_or_default();
     let (args, sel) = proxy::execute::call_of(Some(&params)).context("not a call")?;
     let executor = Executor::new(reader.clone(), None, InnerPolicy::Fail);
-    let held = reader
-        .private_storage(&sel)
-        .context("no view")?
-        .all_contracts();
+    let held = reader.private_storage(&sel).context("no view")?;
     let (up0, down0) = reader.lookup_traffic();
     let requests0 = reader.lookup_requests();
     let started = Instant::now();

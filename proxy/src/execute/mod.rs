@@ -15,6 +15,11 @@
 //! contract, never the caller. Inside a batch (any contract calling
 //! others: Multicall3, Multicall2, the BalanceChecker), only the inner
 //! calls that cannot be answered go their own way ([`InnerPolicy`]).
+//!
+//! Here: the rounds of a call over one view ([`Executor::run`]); beside
+//! it, `eth_estimateGas` (estimate), `eth_createAccessList` (access_list)
+//! and the call objects and answers of the JSON-RPC methods
+//! (call_object).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -26,6 +31,7 @@ use call_exec::{
 };
 use ethpir_client::levels::ViewClient;
 use ethpir_client::{AccountState, BlockSelector, KeyState, PrivateReader, ReadError, ReadKey};
+use protocol::storage::PrivateStorage;
 use protocol::CodeRef;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -33,9 +39,21 @@ use serde_json::Value;
 
 use crate::upstream::Upstream;
 
-/// Most runs of one call (the first included): a proxy slot, an
-/// implementation, mappings, nested calls settle well within it.
-pub const MAX_ROUNDS: usize = 8;
+mod access_list;
+mod call_object;
+mod estimate;
+
+pub use access_list::access_list_answer;
+pub use call_object::{call_of, node_answer};
+pub use estimate::{estimate_answer, Estimated};
+
+/// Most runs of one call (the first included). A token's balance takes
+/// 2-3; issue 48 reports a multisig's owner list at 6, a concentrated-
+/// liquidity quote crossing one tick at 7 and a router's swap past 8, and
+/// each further pool or tick of a multi-hop swap adds one or two: 24
+/// leaves that margin. The keys stay bounded by [`MAX_KEYS`] whatever
+/// the rounds, and every round is one padded PIR request.
+pub const MAX_ROUNDS: usize = 24;
 /// Most keys (accounts and words) one call reads.
 pub const MAX_KEYS: usize = 1024;
 /// Headers kept (by hash).
@@ -47,6 +65,9 @@ pub enum InnerPolicy {
     /// Asked of the upstream on its own (the configured fallback of
     /// `eth_call` is the upstream): only that call is sent.
     Upstream,
+    /// As `Upstream` over a view that does not hold the whole state; as
+    /// `Fail` over one that does (`upstream_methods = "auto"`).
+    UpstreamUnlessWholeState,
     /// It fails (private-only settings): `success = false` inside a
     /// batch, the BalanceChecker's 0.
     Fail,
@@ -133,13 +154,14 @@ impl Executor {
 
     /// Runs `args` at the view `sel` names over contracts `held` (those
     /// whose whole storage the view holds, as far as this proxy trusts
-    /// it), reading `first` (the keys a rule predicts) in the first round
-    /// with what `ahead` already read.
+    /// it; every contract under a whole-state claim), reading `first` (the
+    /// keys a rule predicts) in the first round with what `ahead` already
+    /// read.
     pub async fn execute(
         &self,
         args: &CallArgs,
         sel: &BlockSelector,
-        held: Vec<Address>,
+        held: PrivateStorage,
         first: Vec<ReadKey>,
         ahead: Vec<(ReadKey, KeyState)>,
     ) -> Result<Executed, ReadError> {
@@ -159,22 +181,29 @@ impl Executor {
     pub async fn open(
         &self,
         sel: &BlockSelector,
-        held: Vec<Address>,
+        held: PrivateStorage,
         ahead: Vec<(ReadKey, KeyState)>,
     ) -> Result<Result<Session, String>, ReadError> {
         let view = self.reader.select(sel).await?;
         let block = self.block_context(&view).await?;
         let spec = call_exec::spec_for(block.chain_id, block.number, block.timestamp, self.latest);
-        let held: Vec<Address> = held
-            .into_iter()
-            .filter(|c| view.storage().holds(c))
-            .collect();
+        // A slot of any contract is read (absent: zero) only where both
+        // this view's base and the list this proxy trusts claim the whole
+        // state; else only the listed contracts' slots are.
+        let known = match held.whole_state && view.storage().whole_state {
+            true => KnownState::whole_state(),
+            false => KnownState::new(
+                held.all_contracts()
+                    .into_iter()
+                    .filter(|c| view.storage().holds(c)),
+            ),
+        };
         let mut session = Session {
             view,
             block,
             spec,
             reads: Reads {
-                known: KnownState::new(held),
+                known,
                 accounts: HashMap::new(),
                 keys: 0,
             },
@@ -403,8 +432,10 @@ impl Executor {
         call: &InnerCall,
         view: &ViewClient,
     ) -> Result<InnerAnswer, ReadError> {
+        let whole = view.storage().whole_state;
         let upstream = match (&self.upstream, self.inner) {
             (Some(upstream), InnerPolicy::Upstream) => upstream,
+            (Some(upstream), InnerPolicy::UpstreamUnlessWholeState) if !whole => upstream,
             _ => {
                 tracing::info!(contract = %call.target, "an inner call is not answerable privately: it fails (private-only)");
                 return Ok(InnerAnswer::Reverted(Bytes::new()));
@@ -504,237 +535,7 @@ impl Executor {
     }
 }
 
-/// What `eth_estimateGas` gives.
-#[derive(Debug)]
-pub enum Estimated {
-    /// The least gas (within geth's 1.5 %) with which the call succeeds.
-    Gas(u64),
-    /// It fails at the most gas it may have: the node's error.
-    Failed(CallResult),
-    /// It runs out of gas even at the most it may have.
-    Exceeds(u64),
-}
-
-/// Most runs of `eth_createAccessList` (each with the list the last one
-/// touched) before it settles.
-const ACCESS_LIST_RUNS: usize = 8;
-
 impl Executor {
-    /// `eth_createAccessList` as geth makes it: run with the list the last
-    /// run touched until a run touches no other; that list, and the gas
-    /// the call uses with it (and how it ended).
-    pub async fn access_list(
-        &self,
-        args: &CallArgs,
-        sel: &BlockSelector,
-        held: Vec<Address>,
-    ) -> Result<Result<(Touched, CallResult), String>, ReadError> {
-        let mut session = match self.open(sel, held, Vec::new()).await? {
-            Ok(session) => session,
-            Err(why) => return Ok(Err(why)),
-        };
-        let mut list = Touched::new();
-        let mut settled = None;
-        for _ in 0..ACCESS_LIST_RUNS {
-            let (result, touched) = match self
-                .run_traced(&mut session, args, Vec::new(), &list)
-                .await?
-            {
-                Ok(run) => run,
-                Err(why) => return Ok(Err(why)),
-            };
-            if touched == list {
-                settled = Some(result);
-                break;
-            }
-            list = touched;
-        }
-        self.pad_requests(&session).await;
-        Ok(match settled {
-            Some(result) => Ok((list, result)),
-            None => Err(format!(
-                "the access list did not settle in {ACCESS_LIST_RUNS} runs"
-            )),
-        })
-    }
-}
-
-/// `eth_estimateGas`'s answer: the gas, or the node's error (a revert
-/// as code 3; "gas required exceeds allowance" where even the most gas
-/// does not do).
-pub fn estimate_answer(estimated: &Estimated) -> Result<Value, jsonrpsee::types::ErrorObjectOwned> {
-    use jsonrpsee::types::ErrorObjectOwned;
-    let failed = |message: String| ErrorObjectOwned::owned(EXECUTION_FAILED, message, None::<()>);
-    match estimated {
-        Estimated::Gas(gas) => Ok(serde_json::json!(alloy_primitives::U64::from(*gas))),
-        Estimated::Failed(result) => match node_answer(result) {
-            Err(error) => Err(error),
-            Ok(_) => Err(failed("no estimate".into())),
-        },
-        Estimated::Exceeds(hi) => Err(failed(format!("gas required exceeds allowance ({hi})"))),
-    }
-}
-
-/// `eth_createAccessList`'s answer: the list, the gas used with it, and
-/// why the call failed where it did (geth's fields).
-pub fn access_list_answer(list: &Touched, result: &CallResult) -> Value {
-    let items: Vec<Value> = list
-        .iter()
-        .map(|(address, slots)| serde_json::json!({"address": address, "storageKeys": slots}))
-        .collect();
-    let (gas, error) = match result {
-        CallResult::Success { gas_used, .. } => (*gas_used, None),
-        CallResult::Revert { gas_used, output } => (*gas_used, Some(revert_message(output))),
-        CallResult::Halt { gas_used, message } => (*gas_used, Some(message.clone())),
-        CallResult::Invalid { message } => (0, Some(message.clone())),
-    };
-    let mut answer = serde_json::json!({
-        "accessList": items,
-        "gasUsed": alloy_primitives::U64::from(gas),
-    });
-    if let Some(error) = error {
-        answer["error"] = Value::String(error);
-    }
-    answer
-}
-
-/// The most gas an estimate may give: the call's own gas, else the
-/// block's gas limit (the gas cap without a header), never past the cap.
-fn ceiling(session: &Session, args: &CallArgs) -> u64 {
-    let block = session
-        .block
-        .header
-        .as_ref()
-        .map_or(call_exec::GAS_CAP, |h| h.gas_limit);
-    args.gas
-        .filter(|g| *g >= TX_GAS)
-        .unwrap_or(block)
-        .min(call_exec::GAS_CAP)
-}
-
-/// geth's tolerance of an estimate above the least gas that works
-/// (wallets add a margin anyway).
-const ESTIMATE_ERROR_RATIO: f64 = 0.015;
-/// Gas of a plain transfer.
-const TX_GAS: u64 = 21_000;
-/// Gas a call passes to a value transfer's recipient for free.
-const CALL_STIPEND: u64 = 2_300;
-
-impl Executor {
-    /// `eth_estimateGas` as geth computes it: the call at the most gas it
-    /// may have (the block's limit, the gas cap, what the sender can pay),
-    /// then an optimistic guess from the gas it used, then a bisection,
-    /// every run over the same privately read state (later runs read
-    /// nothing new, or little).
-    pub async fn estimate(
-        &self,
-        args: &CallArgs,
-        sel: &BlockSelector,
-        held: Vec<Address>,
-        first: Vec<ReadKey>,
-    ) -> Result<Result<Estimated, String>, ReadError> {
-        let mut session = match self.open(sel, held, Vec::new()).await? {
-            Ok(session) => session,
-            Err(why) => return Ok(Err(why)),
-        };
-        let estimated = self.estimate_in(&mut session, args, first).await;
-        self.pad_requests(&session).await;
-        estimated
-    }
-
-    async fn estimate_in(
-        &self,
-        session: &mut Session,
-        args: &CallArgs,
-        first: Vec<ReadKey>,
-    ) -> Result<Result<Estimated, String>, ReadError> {
-        let mut hi = ceiling(session, args);
-        let mut top = match self.attempt(session, args, hi, first).await? {
-            Ok(result) => result,
-            Err(why) => return Ok(Err(why)),
-        };
-        // The sender must afford the gas at its fee cap (its account was
-        // read by the first run).
-        if let Some(allowance) = self.affordable(session, args).filter(|a| *a < hi) {
-            hi = allowance;
-            top = match self.attempt(session, args, hi, Vec::new()).await? {
-                Ok(result) => result,
-                Err(why) => return Ok(Err(why)),
-            };
-        }
-        let plain_transfer = args.input.is_empty()
-            && session
-                .reads
-                .known
-                .account(&args.to)
-                .is_some_and(|a| !a.has_code);
-        if plain_transfer {
-            let transfer = self.attempt(session, args, TX_GAS, Vec::new()).await?;
-            if let Ok(CallResult::Success { .. }) = transfer {
-                return Ok(Ok(Estimated::Gas(TX_GAS)));
-            }
-        }
-        let used = match &top {
-            CallResult::Success { gas_used, .. } => *gas_used,
-            CallResult::Halt { message, .. } if message == call_exec::OUT_OF_GAS => {
-                return Ok(Ok(Estimated::Exceeds(hi)))
-            }
-            _ => return Ok(Ok(Estimated::Failed(top))),
-        };
-        Ok(self
-            .bisect(session, args, used, hi)
-            .await?
-            .map(Estimated::Gas))
-    }
-
-    /// The least gas (within [`ESTIMATE_ERROR_RATIO`]) between the gas a
-    /// run used and `hi`, with which the call succeeds: an optimistic
-    /// guess first, then halves, skewed low (geth's search).
-    async fn bisect(
-        &self,
-        session: &mut Session,
-        args: &CallArgs,
-        used: u64,
-        mut hi: u64,
-    ) -> Result<Result<u64, String>, ReadError> {
-        let mut lo = used.saturating_sub(1);
-        let optimistic = used.saturating_add(CALL_STIPEND).saturating_mul(64) / 63;
-        if optimistic < hi {
-            match self.attempt(session, args, optimistic, Vec::new()).await? {
-                Ok(CallResult::Success { .. }) => hi = optimistic,
-                Ok(_) => lo = optimistic,
-                Err(why) => return Ok(Err(why)),
-            }
-        }
-        while lo + 1 < hi {
-            if (hi - lo) as f64 / (hi as f64) < ESTIMATE_ERROR_RATIO {
-                break;
-            }
-            let mid = ((hi + lo) / 2).min(lo.saturating_mul(2));
-            match self.attempt(session, args, mid, Vec::new()).await? {
-                Ok(CallResult::Success { .. }) => hi = mid,
-                Ok(_) => lo = mid,
-                Err(why) => return Ok(Err(why)),
-            }
-        }
-        Ok(Ok(hi))
-    }
-
-    /// One run of the call with `gas`.
-    async fn attempt(
-        &self,
-        session: &mut Session,
-        args: &CallArgs,
-        gas: u64,
-        first: Vec<ReadKey>,
-    ) -> Result<Result<CallResult, String>, ReadError> {
-        let args = CallArgs {
-            gas: Some(gas),
-            ..args.clone()
-        };
-        self.run(session, &args, first).await
-    }
-
     /// The PIR requests `session` sent, padded up to `pad_rounds_to` with
     /// cover lookups when it sent any.
     async fn pad_requests(&self, session: &Session) -> u64 {
@@ -750,19 +551,35 @@ impl Executor {
         }
         requests
     }
+}
 
-    /// The most gas the sender can pay at the call's fee cap, when it
-    /// names one.
-    fn affordable(&self, session: &Session, args: &CallArgs) -> Option<u64> {
-        let cap = args.max_fee_per_gas.or(args.gas_price).filter(|c| *c > 0)?;
-        let from = session
-            .reads
-            .known
-            .account(&args.from.unwrap_or_default())?;
-        let left = from.balance.saturating_sub(args.value);
-        let allowance = left / U256::from(cap);
-        Some(u64::try_from(allowance).unwrap_or(u64::MAX))
-    }
+/// What a method run here cost, logged (names the contract, never the
+/// caller): its rounds, keys and PIR requests.
+fn log_cost(method: &str, args: &CallArgs, session: &Session, requests: u64) {
+    tracing::info!(
+        method,
+        contract = %args.to,
+        rounds = session.rounds,
+        keys = session.reads.keys,
+        requests,
+        evm_us = session.evm_time.as_micros() as u64,
+        inner_apart = session.inner_apart,
+        snapshot = %session.view.top(),
+        "executed privately"
+    );
+}
+
+/// Why a gas figure or an access list made in `session` is not the
+/// node's: an inner call answered elsewhere spent no gas and touched
+/// nothing here, so both answers would be wrong (the whole call takes the
+/// fallback instead).
+fn apart_taints_gas(session: &Session) -> Option<String> {
+    (session.inner_apart > 0).then(|| {
+        format!(
+            "{} inner call(s) answered elsewhere: their gas and the state they touch are unknown here",
+            session.inner_apart
+        )
+    })
 }
 
 /// The JSON-RPC code of a reverted call (geth's).
@@ -813,176 +630,9 @@ fn describe(why: &Unanswerable) -> String {
         Unanswerable::BlockField(op) => {
             format!("it reads a fact of the block's header (opcode {op:#04x}) and none was had")
         }
-    }
-}
-
-/// The call object of `eth_call`: what the call runs with. Fields that
-/// change state before it runs (overrides) or that this executor does
-/// not model (blobs, authorizations) make it not executable here.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct CallObject {
-    from: Option<Address>,
-    to: Option<Address>,
-    gas: Option<alloy_primitives::U64>,
-    gas_price: Option<U256>,
-    max_fee_per_gas: Option<U256>,
-    max_priority_fee_per_gas: Option<U256>,
-    value: Option<U256>,
-    data: Option<Bytes>,
-    input: Option<Bytes>,
-    /// Inert here: a call's type follows from its fee fields.
-    #[serde(rename = "type")]
-    _type: Option<Value>,
-    #[serde(rename = "chainId")]
-    _chain_id: Option<Value>,
-    #[serde(rename = "nonce")]
-    _nonce: Option<Value>,
-    #[serde(rename = "accessList")]
-    _access_list: Option<Value>,
-}
-
-/// The call `eth_call(params)` asks for, and at which block, when it can
-/// be executed here: a call (not a creation), no state or block
-/// overrides, `data` and `input` the same where both are given.
-pub fn call_of(params: Option<&RawValue>) -> Option<(CallArgs, BlockSelector)> {
-    let params: Vec<Value> = serde_json::from_str(params?.get()).ok()?;
-    if params.is_empty() || params.len() > 2 {
-        return None;
-    }
-    let object: CallObject = serde_json::from_value(params[0].clone()).ok()?;
-    let block = crate::storage::block_at(&params, 1)?;
-    let input = match (object.data, object.input) {
-        (Some(d), Some(i)) if d != i => return None,
-        (Some(d), _) | (None, Some(d)) => d,
-        (None, None) => Bytes::new(),
-    };
-    // A fee field past u128 is not a call a node runs either.
-    let fee = |v: Option<U256>| match v {
-        None => Some(None),
-        Some(v) => u128::try_from(v).ok().map(Some),
-    };
-    let args = CallArgs {
-        from: object.from,
-        to: object.to?,
-        gas: object.gas.map(|g| g.to::<u64>()),
-        gas_price: fee(object.gas_price)?,
-        max_fee_per_gas: fee(object.max_fee_per_gas)?,
-        max_priority_fee_per_gas: fee(object.max_priority_fee_per_gas)?,
-        value: object.value.unwrap_or_default(),
-        input,
-    };
-    Some((args, block))
-}
-
-/// The node's answer to a call that ended so: its return data, or the
-/// error geth gives (a revert: code 3 with its data and reason).
-pub fn node_answer(result: &CallResult) -> Result<Bytes, jsonrpsee::types::ErrorObjectOwned> {
-    use jsonrpsee::types::ErrorObjectOwned;
-    match result {
-        CallResult::Success { output, .. } => Ok(output.clone()),
-        CallResult::Revert { output, .. } => Err(ErrorObjectOwned::owned(
-            REVERTED,
-            revert_message(output),
-            Some(output.clone()),
-        )),
-        CallResult::Halt { message, .. } | CallResult::Invalid { message } => Err(
-            ErrorObjectOwned::owned(EXECUTION_FAILED, message.clone(), None::<()>),
-        ),
-    }
-}
-
-/// geth's message for a revert: its reason where the data is an
-/// `Error(string)` or a `Panic(uint256)`.
-fn revert_message(data: &[u8]) -> String {
-    use alloy_sol_types::{Panic, Revert, SolError};
-    if let Ok(revert) = Revert::abi_decode(data) {
-        return format!("execution reverted: {}", revert.reason);
-    }
-    if let Ok(panic) = Panic::abi_decode(data) {
-        let code = panic.code;
-        let reason = panic
-            .kind()
-            .map(|k| k.as_str().to_string())
-            .unwrap_or_else(|| format!("unknown panic code: {code:#x}"));
-        return format!("execution reverted: {reason}");
-    }
-    "execution reverted".into()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn raw(v: Value) -> Box<RawValue> {
-        serde_json::value::to_raw_value(&v).unwrap()
-    }
-
-    #[test]
-    fn call_objects_as_wallets_send_them() {
-        let to = Address::repeat_byte(0xaa);
-        let (args, block) = call_of(Some(&raw(json!([{"to": to, "input": "0x1234", "gas": "0x5208", "type": "0x2", "maxFeePerGas": "0x10"}, "0x10"])))).unwrap();
-        assert_eq!(args.to, to);
-        assert_eq!(args.input.as_ref(), [0x12, 0x34]);
-        assert_eq!(args.gas, Some(21_000));
-        assert_eq!(args.max_fee_per_gas, Some(16));
-        assert_eq!(block, BlockSelector::Number(16));
-        // Overrides, a creation, differing data and input, unknown fields.
-        for params in [
-            json!([{"to": to}, "latest", {}]),
-            json!([{"data": "0x00"}]),
-            json!([{"to": to, "data": "0x00", "input": "0x01"}]),
-            json!([{"to": to, "blobVersionedHashes": []}]),
-        ] {
-            assert!(call_of(Some(&raw(params.clone()))).is_none(), "{params}");
+        Unanswerable::GasAfterInner => {
+            "it observes gas after an inner call answered elsewhere (whose gas is unknown here)"
+                .into()
         }
-    }
-
-    #[test]
-    fn access_lists_read_as_nodes_give_them() {
-        let a = Address::repeat_byte(0xaa);
-        let list: Touched = [(a, [B256::with_last_byte(1)].into())].into();
-        let ok = CallResult::Success {
-            output: Bytes::new(),
-            gas_used: 0x5208,
-        };
-        assert_eq!(
-            access_list_answer(&list, &ok),
-            json!({"accessList": [{"address": a, "storageKeys": [B256::with_last_byte(1)]}], "gasUsed": "0x5208"})
-        );
-        let halted = CallResult::Halt {
-            message: "out of gas".into(),
-            gas_used: 7,
-        };
-        assert_eq!(
-            access_list_answer(&Touched::new(), &halted)["error"],
-            "out of gas"
-        );
-        let e = node_answer(&halted).unwrap_err();
-        assert_eq!((e.code(), e.message()), (EXECUTION_FAILED, "out of gas"));
-    }
-
-    #[test]
-    fn reverts_read_as_geth_gives_them() {
-        use alloy_sol_types::{Revert, SolError};
-        let data = Bytes::from(Revert::from("no").abi_encode());
-        let e = node_answer(&CallResult::Revert {
-            output: data.clone(),
-            gas_used: 1,
-        })
-        .unwrap_err();
-        assert_eq!(e.code(), 3);
-        assert_eq!(e.message(), "execution reverted: no");
-        assert_eq!(
-            e.data().map(|d| d.get().to_string()),
-            Some(format!("\"{data}\""))
-        );
-        let empty = node_answer(&CallResult::Revert {
-            output: Bytes::new(),
-            gas_used: 1,
-        })
-        .unwrap_err();
-        assert_eq!(empty.message(), "execution reverted");
     }
 }

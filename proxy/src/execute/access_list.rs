@@ -1,0 +1,76 @@
+//! `eth_createAccessList` as geth makes it, over a session's privately
+//! read state.
+
+use super::call_object::revert_message;
+use super::*;
+
+/// Most runs of `eth_createAccessList` (each with the list the last one
+/// touched) before it settles.
+const ACCESS_LIST_RUNS: usize = 8;
+
+impl Executor {
+    /// `eth_createAccessList` as geth makes it: run with the list the last
+    /// run touched until a run touches no other; that list, and the gas
+    /// the call uses with it (and how it ended).
+    pub async fn access_list(
+        &self,
+        args: &CallArgs,
+        sel: &BlockSelector,
+        held: PrivateStorage,
+    ) -> Result<Result<(Touched, CallResult), String>, ReadError> {
+        let mut session = match self.open(sel, held, Vec::new()).await? {
+            Ok(session) => session,
+            Err(why) => return Ok(Err(why)),
+        };
+        let mut list = Touched::new();
+        let mut settled = None;
+        for _ in 0..ACCESS_LIST_RUNS {
+            let (result, touched) = match self
+                .run_traced(&mut session, args, Vec::new(), &list)
+                .await?
+            {
+                Ok(run) => run,
+                Err(why) => return Ok(Err(why)),
+            };
+            if touched == list {
+                settled = Some(result);
+                break;
+            }
+            list = touched;
+        }
+        let requests = self.pad_requests(&session).await;
+        log_cost("eth_createAccessList", args, &session, requests);
+        if let Some(why) = apart_taints_gas(&session) {
+            return Ok(Err(why));
+        }
+        Ok(match settled {
+            Some(result) => Ok((list, result)),
+            None => Err(format!(
+                "the access list did not settle in {ACCESS_LIST_RUNS} runs"
+            )),
+        })
+    }
+}
+
+/// `eth_createAccessList`'s answer: the list, the gas used with it, and
+/// why the call failed where it did (geth's fields).
+pub fn access_list_answer(list: &Touched, result: &CallResult) -> Value {
+    let items: Vec<Value> = list
+        .iter()
+        .map(|(address, slots)| serde_json::json!({"address": address, "storageKeys": slots}))
+        .collect();
+    let (gas, error) = match result {
+        CallResult::Success { gas_used, .. } => (*gas_used, None),
+        CallResult::Revert { gas_used, output } => (*gas_used, Some(revert_message(output))),
+        CallResult::Halt { gas_used, message } => (*gas_used, Some(message.clone())),
+        CallResult::Invalid { message } => (0, Some(message.clone())),
+    };
+    let mut answer = serde_json::json!({
+        "accessList": items,
+        "gasUsed": alloy_primitives::U64::from(gas),
+    });
+    if let Some(error) = error {
+        answer["error"] = Value::String(error);
+    }
+    answer
+}
