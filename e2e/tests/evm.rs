@@ -608,17 +608,16 @@ async fn gas_after_an_inner_call_apart(
         quoted.used
     );
     let seen = relayed.lock().unwrap().clone();
+    // (The inner call was asked first, before the run that observed gas
+    // after it; the answer is then the whole call's.)
     let forwarded: Vec<&Value> = seen.iter().filter(|c| c["method"] == "eth_call").collect();
-    assert_eq!(forwarded.len(), 1, "{seen:?}");
-    assert_eq!(
-        forwarded[0]["params"][0]["to"]
+    let whole = forwarded.iter().filter(|call| {
+        call["params"][0]["to"]
             .as_str()
-            .unwrap()
-            .parse::<Address>()
-            .unwrap(),
-        c.quoter,
-        "the whole call went upstream, not its inner call: {seen:?}"
-    );
+            .and_then(|t| t.parse::<Address>().ok())
+            == Some(c.quoter)
+    });
+    assert_eq!(whole.count(), 1, "the whole call went upstream: {seen:?}");
     // A transfer of the unlisted token through the quoter, estimated: the
     // inner call would be answered apart, so the node estimates it.
     let transfer = IFlagged::transferCall {
@@ -740,7 +739,13 @@ async fn the_whole_state_answers_every_call_without_naming_a_holder() {
     assert_eq!(status(&proxy).await["wholeState"], json!(true));
     c.deploy(&anvil).await;
     make_history(&anvil, &c).await;
-    let older = anvil.head().await;
+    // A block with a view of its own (the follower's deltas may span
+    // several blocks: only their ends are views).
+    let history = anvil.head().await;
+    let reached =
+        || async { (status(&proxy).await["viewBlock"].as_u64()? >= history).then_some(()) };
+    test_support::eventually("the proxy's view reaches the history", reached).await;
+    let older = status(&proxy).await["viewBlock"].as_u64().unwrap();
     // Newer changes, so that the older block's answers differ.
     let transfer = IFlagged::transferCall {
         to: holders()[3],
