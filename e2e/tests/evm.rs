@@ -796,6 +796,24 @@ async fn the_whole_state_answers_every_call_without_naming_a_holder() {
         "nothing run upstream: {seen:?}"
     );
     assert_eq!(names_a_holder(&seen), None, "the upstream saw a holder");
+    // At a newer view the refresh asks in its first round what it read
+    // last time (learned here): one request, where it took a round per
+    // level of dependency (Multicall3, the tokens, a proxy's
+    // implementation, its code) before; a wide word's high part is read
+    // after its low part, in a second request of the same round.
+    send(&anvil, 1, c.unlisted, transfer.abi_encode()).await;
+    let newer = anvil.head().await;
+    let moved = || async { (status(&proxy).await["viewBlock"].as_u64()? >= newer).then_some(()) };
+    test_support::eventually("the proxy's view moves on", moved).await;
+    let at = format!("{:#x}", status(&proxy).await["viewBlock"].as_u64().unwrap());
+    let batch = aggregate3(&calls, true);
+    let before = route_requests(&server, "query", true).await;
+    same_as_anvil(&proxy, &anvil, &call_object(MULTICALL3, &batch), &at).await;
+    let requests = route_requests(&server, "query", true).await - before;
+    assert!(
+        requests <= 2,
+        "{requests} requests: the refresh's keys asked at once"
+    );
     // Every level was read by PIR: none downloaded whole.
     let levels = status(&proxy).await["levels"].clone();
     assert!(

@@ -108,6 +108,8 @@ pub struct Executor {
     latest: SpecId,
     /// Headers checked, with their time, by hash.
     headers: Mutex<HashMap<B256, (HeaderFacts, u64)>>,
+    /// What the last call of each contract and selector read.
+    learned: Learned,
 }
 
 /// One view's state as the runs of a call read it.
@@ -128,6 +130,46 @@ struct Reads {
     known: KnownState,
     accounts: HashMap<Address, AccountState>,
     keys: usize,
+    /// Every key asked, in order (what the next call of the same contract
+    /// and selector asks in its first round: [`Learned`]).
+    asked: Vec<ReadKey>,
+}
+
+/// The keys the last call of each (contract, selector) read, kept here
+/// and never sent: the next such call asks them all in its first round,
+/// so that a deep call (a proxy's implementation, then its code, then
+/// mappings; a router's pools, ticks and tokens) settles in one or two
+/// rounds instead of one per level of dependency. A wallet repeats the
+/// same calls (its refresh, its quotes), so the keys mostly repeat too; a
+/// key that does not only costs a query in a request that is padded
+/// anyway. Bounded: [`LEARNED_CALLS`] calls, each at most [`MAX_KEYS`].
+#[derive(Default)]
+struct Learned(Mutex<HashMap<(Address, [u8; 4]), Vec<ReadKey>>>);
+
+/// Calls whose keys are kept (all are dropped when full).
+const LEARNED_CALLS: usize = 4096;
+
+impl Learned {
+    fn of(args: &CallArgs) -> (Address, [u8; 4]) {
+        let mut selector = [0u8; 4];
+        let n = args.input.len().min(4);
+        selector[..n].copy_from_slice(&args.input[..n]);
+        (args.to, selector)
+    }
+
+    fn keys(&self, args: &CallArgs) -> Vec<ReadKey> {
+        let kept = self.0.lock().expect("learned keys");
+        kept.get(&Self::of(args)).cloned().unwrap_or_default()
+    }
+
+    fn remember(&self, args: &CallArgs, keys: &[ReadKey]) {
+        let mut kept = self.0.lock().expect("learned keys");
+        if kept.len() >= LEARNED_CALLS {
+            kept.clear();
+        }
+        let keys = keys.iter().take(MAX_KEYS).copied().collect();
+        kept.insert(Self::of(args), keys);
+    }
 }
 
 impl Executor {
@@ -143,6 +185,7 @@ impl Executor {
             pad_rounds_to: 1,
             latest: SpecId::OSAKA,
             headers: Mutex::new(HashMap::new()),
+            learned: Learned::default(),
         }
     }
 
@@ -206,6 +249,7 @@ impl Executor {
                 known,
                 accounts: HashMap::new(),
                 keys: 0,
+                asked: Vec::new(),
             },
             requests_before: self.reader.lookup_requests(),
             rounds: 0,
@@ -251,6 +295,11 @@ impl Executor {
         let mut pending = first;
         pending.push(ReadKey::Account(args.to));
         pending.push(ReadKey::Account(args.from.unwrap_or_default()));
+        for key in self.learned.keys(args) {
+            if !pending.contains(&key) {
+                pending.push(key);
+            }
+        }
         for _ in 0..MAX_ROUNDS {
             let reads = &mut session.reads;
             if let Some(why) = self.read_round(&session.view, reads, pending).await? {
@@ -268,7 +317,10 @@ impl Executor {
             session.reads.known = known;
             session.evm_time += took;
             match outcome {
-                Outcome::Done(result) => return Ok(Ok((result, touched))),
+                Outcome::Done(result) => {
+                    self.learned.remember(args, &session.reads.asked);
+                    return Ok(Ok((result, touched)));
+                }
                 Outcome::Unanswerable(why) => return Ok(Err(describe(&why))),
                 Outcome::Needs {
                     reads: needs,
@@ -327,6 +379,7 @@ impl Executor {
             }
         }
         reads.keys += unread.len();
+        reads.asked.extend(&unread);
         if reads.keys > MAX_KEYS {
             return Ok(Some(format!("more than {MAX_KEYS} keys")));
         }
