@@ -180,8 +180,11 @@ pub fn view_state_root(
     };
     let root = crate::state_root::state_root(|n| Box::new(folded.accounts_of(n..n + 1)))
         .map_err(|e| invalid(top, e.to_string()))?;
-    let contracts = check_storage_roots(&folded, &base.manifest.storage.all_contracts())
-        .map_err(|problem| invalid(top, problem))?;
+    let contracts = match base.manifest.storage.whole_state {
+        true => check_whole_storage(&folded),
+        false => check_storage_roots(&folded, &base.manifest.storage.all_contracts()),
+    }
+    .map_err(|problem| invalid(top, problem))?;
     Ok(StateRootCheck {
         block: top.manifest.block_number,
         root,
@@ -226,6 +229,48 @@ pub fn verify_state_root(
         ));
     }
     Ok(check)
+}
+
+/// Under a whole-state claim: every account's storage root from the slots
+/// the view holds of it (none: the empty root), so that a slot left out,
+/// added or changed anywhere is caught; and no slot of an account the
+/// records lack. The slots are grouped by contract in memory (a pass per
+/// contract, as for listed ones, would be one pass per account).
+/// Returns how many accounts with storage were checked.
+fn check_whole_storage(folded: &crate::folded::Folded<'_>) -> Result<usize, String> {
+    use alloy_primitives::{B256, U256};
+    let mut by_contract: std::collections::HashMap<B256, Vec<(B256, U256)>> =
+        std::collections::HashMap::new();
+    for s in folded.slots().filter(|s| !s.value.is_zero()) {
+        by_contract
+            .entry(s.hashed_contract)
+            .or_default()
+            .push((s.hashed_slot, s.value));
+    }
+    let mut checked = 0;
+    for account in folded.accounts() {
+        let words = by_contract.remove(&account.key).unwrap_or_default();
+        let computed = crate::state_root::storage_root(words);
+        if account.storage_root.is_zero() {
+            return Err(format!(
+                "account {} has no storage root in the records, though the snapshot claims the whole state",
+                account.key
+            ));
+        }
+        if account.storage_root != computed {
+            return Err(format!(
+                "account {}: the slots the snapshot holds give storage root {computed}, its account has {} (the whole state is claimed)",
+                account.key, account.storage_root
+            ));
+        }
+        checked += usize::from(computed != crate::account::EMPTY_STORAGE_ROOT);
+    }
+    if let Some(stray) = by_contract.keys().next() {
+        return Err(format!(
+            "slots of {stray}, an account the records do not hold"
+        ));
+    }
+    Ok(checked)
 }
 
 /// Each listed contract's storage root, from every slot the view holds of

@@ -283,7 +283,8 @@ fn view_slots(store: &SnapshotStore) -> BTreeMap<B256, U256> {
 /// `--hardfork shanghai`): the genesis alloc's storage in the base, a
 /// slot written later in a delta, and a contract destroyed by
 /// SELFDESTRUCT: every slot it held reads 0 after, though the state diff
-/// names none of the genesis ones.
+/// names none of the genesis ones. A base leaving a slot out under the
+/// claim is refused by the state-root check.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_whole_state_is_followed_and_a_destroyed_contracts_slots_read_zero() {
     let dir = tempfile::tempdir().unwrap();
@@ -328,6 +329,7 @@ async fn the_whole_state_is_followed_and_a_destroyed_contracts_slots_read_zero()
         (word(&slots, 1), word(&slots, 2)),
         (U256::from(5), U256::from(7))
     );
+    a_slot_left_out_is_caught(&store, &dir.path().join("forged")).await;
 
     let to = contract.to_string();
     let written = B256::with_last_byte(0x2a);
@@ -351,4 +353,48 @@ async fn the_whole_state_is_followed_and_a_destroyed_contracts_slots_read_zero()
             "slot {slot} after the destruction"
         );
     }
+}
+
+/// A base that claims the whole state but leaves one slot out: its state
+/// root is still the manifest's (the account keeps its storage root), but
+/// the storage root its slots give is not, and `verify --state-root` says
+/// so.
+async fn a_slot_left_out_is_caught(store: &SnapshotStore, forged_dir: &std::path::Path) {
+    let base = store.list().unwrap().into_iter().next().unwrap();
+    let bytes = store.read_checked(&base, RECORDS_FILE).unwrap();
+    let mut records = snapshotter::records::decode_records(&bytes).unwrap();
+    records.storage.pop();
+    let m = &base.manifest;
+    // The root the accounts give (anvil's genesis header names none).
+    let root = snapshotter::state_root::state_root(|n| {
+        let of_nibble: Vec<_> = records
+            .accounts
+            .iter()
+            .filter(|a| a.key[0] >> 4 == n)
+            .cloned()
+            .collect();
+        Box::new(of_nibble.into_iter())
+    })
+    .unwrap();
+    let state = snapshotter::pipeline::ExportedState {
+        chain_id: m.chain_id,
+        block_number: m.block_number,
+        block_hash: m.block_hash,
+        state_root: Some(root),
+        block_time: m.block_time,
+        kind: m.kind.clone(),
+        source: "test: a slot left out".into(),
+        records: records.accounts,
+        storage: records.storage,
+        listed: m.storage.clone(),
+        export_s: 0.0,
+        codes: Vec::new(),
+    };
+    let forged_store = SnapshotStore::open(forged_dir).unwrap();
+    let options = snapshotter::pipeline::BuildOptions::default();
+    let forged = snapshotter::pipeline::build_and_publish(&forged_store, state, &options).unwrap();
+    let refused = snapshotter::verify::verify_state_root(&forged_store, &forged, &[], Some(root))
+        .expect_err("a slot left out")
+        .to_string();
+    assert!(refused.contains("storage root"), "{refused}");
 }
