@@ -183,9 +183,23 @@ ethpir-snapshot plan --accounts 16777216 --hint-budget-mib 32 --json"
         /// Accounts (records) in the database.
         #[arg(long)]
         accounts: usize,
+        /// Storage slots beside them (the whole state: every contract's;
+        /// mainnet 2025 ~1.1e9 beside ~2.9e8 accounts). Wide words add one
+        /// record each: count them here too.
+        #[arg(long, default_value_t = 0)]
+        slots: usize,
         /// Value bytes per record: 24 (balances below 2^128) or 40.
         #[arg(long, default_value_t = 24)]
         value_bytes: usize,
+        /// Row shards behind the router: each holds and scans a share of
+        /// the rows (printed per shard).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+        shards: u64,
+        /// Memory read bandwidth of one core, GB/s, for the time one pass
+        /// over a shard's database takes on one core (a pass is
+        /// memory-bound for a lone query; measure yours with pir-bench).
+        #[arg(long, default_value_t = 19.0)]
+        core_gbs: f64,
         #[command(flatten)]
         layout: LayoutSettings,
         /// JSON lines instead of a table.
@@ -505,10 +519,23 @@ fn main() -> Result<()> {
         } => pull(&open_store()?, from, *every, *file_timeout_secs),
         Command::Plan {
             accounts,
+            slots,
             value_bytes,
+            shards,
+            core_gbs,
             layout,
             json,
-        } => plan(*accounts, *value_bytes, layout, *json),
+        } => plan(
+            &PlanSize {
+                accounts: *accounts,
+                slots: *slots,
+                value_bytes: *value_bytes,
+                shards: *shards,
+                core_gbs: *core_gbs,
+            },
+            layout,
+            *json,
+        ),
         Command::Verify {
             ids,
             lookups,
@@ -745,7 +772,19 @@ fn export_rpc(args: &RpcArgs) -> Result<ExportedState> {
 
 /// `list`: one line per snapshot, or the manifests as JSON lines.
 /// `plan`: the estimated database of a base and of a level.
-fn plan(accounts: usize, value_bytes: usize, layout: &LayoutSettings, json: bool) -> Result<()> {
+/// What `plan` is asked about.
+struct PlanSize {
+    accounts: usize,
+    slots: usize,
+    value_bytes: usize,
+    shards: u64,
+    core_gbs: f64,
+}
+
+fn plan(size: &PlanSize, layout: &LayoutSettings, json: bool) -> Result<()> {
+    let records = size.accounts.saturating_add(size.slots);
+    let (accounts, value_bytes) = (records, size.value_bytes);
+    let shards = size.shards;
     let (arity, packing, base_packing) = layout.resolve()?;
     let kinds = [
         ("base", base_packing.unwrap_or(packing)),
@@ -754,7 +793,8 @@ fn plan(accounts: usize, value_bytes: usize, layout: &LayoutSettings, json: bool
     // Written, not printed: a closed pipe (`| head`) ends it with an error.
     let mut out = std::io::stdout().lock();
     if !json {
-        writeln!(out, "kind   packing  k      rows        query KiB  response KiB  lookup KiB  hint MiB  database MiB")?;
+        writeln!(out, "records: {} accounts + {} slots = {records}; {shards} shard(s)", size.accounts, size.slots)?;
+        writeln!(out, "kind   packing  k      rows        query KiB  response KiB  lookup KiB  hint MiB  database MiB  shard MiB  pass s/core")?;
     }
     for (kind, packing) in kinds {
         let options = pir_core::EncodeOptions { arity, packing };
@@ -763,9 +803,13 @@ fn plan(accounts: usize, value_bytes: usize, layout: &LayoutSettings, json: bool
         let kib = |b: u64| b as f64 / 1024.0;
         let mib = |b: u64| b as f64 / (1 << 20) as f64;
         let lookup = p.query_bytes + p.response_bytes;
+        let shard_bytes = p.database_bytes.div_ceil(shards);
+        let pass_s = shard_bytes as f64 / (size.core_gbs * 1e9);
         if json {
             let line = serde_json::json!({
-                "accounts": accounts, "kind": kind, "packing": format!("{packing:?}"),
+                "accounts": size.accounts, "slots": size.slots, "records": records,
+                "shards": shards, "shard_database_bytes": shard_bytes, "pass_s_per_core": pass_s,
+                "kind": kind, "packing": format!("{packing:?}"),
                 "partitions": p.partitions, "rows": p.rows, "plaintext_bits": p.plaintext_bits,
                 "query_bytes": p.query_bytes, "response_bytes": p.response_bytes,
                 "lookup_bytes": lookup, "hint_bytes": p.hint_bytes, "database_bytes": p.database_bytes,
@@ -780,14 +824,16 @@ fn plan(accounts: usize, value_bytes: usize, layout: &LayoutSettings, json: bool
         };
         writeln!(
             out,
-            "{kind:<6} {name:<8} {:<6} {:<11} {:<10.1} {:<13.1} {:<11.1} {:<9.1} {:.1}",
+            "{kind:<6} {name:<8} {:<6} {:<11} {:<10.1} {:<13.1} {:<11.1} {:<9.1} {:<13.1} {:<10.1} {:.3}",
             p.partitions,
             p.rows,
             kib(p.query_bytes),
             kib(p.response_bytes),
             kib(lookup),
             mib(p.hint_bytes),
-            mib(p.database_bytes)
+            mib(p.database_bytes),
+            mib(shard_bytes),
+            pass_s
         )?;
     }
     Ok(())
