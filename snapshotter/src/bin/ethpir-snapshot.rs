@@ -793,7 +793,11 @@ fn plan(size: &PlanSize, layout: &LayoutSettings, json: bool) -> Result<()> {
     // Written, not printed: a closed pipe (`| head`) ends it with an error.
     let mut out = std::io::stdout().lock();
     if !json {
-        writeln!(out, "records: {} accounts + {} slots = {records}; {shards} shard(s)", size.accounts, size.slots)?;
+        writeln!(
+            out,
+            "records: {} accounts + {} slots = {records}; {shards} shard(s)",
+            size.accounts, size.slots
+        )?;
         writeln!(out, "kind   packing  k      rows        query KiB  response KiB  lookup KiB  hint MiB  database MiB  shard MiB  pass s/core")?;
     }
     for (kind, packing) in kinds {
