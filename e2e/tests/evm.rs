@@ -49,6 +49,28 @@ alloy_sol_types::sol! {
         function mint(address to, uint256 id);
         function ownerOf(uint256 id) returns (address);
     }
+    interface ITokenFactory {
+        function create(uint256 supply) returns (address token);
+    }
+    interface ISimpleToken {
+        function balanceOf(address holder) returns (uint256);
+        function approve(address spender, uint256 amount) returns (bool);
+        function transfer(address to, uint256 amount) returns (bool);
+    }
+    interface IPool {
+        function addLiquidity(uint256 amount);
+        function getReserves() returns (uint256, uint256);
+    }
+    interface IRouter {
+        function quote(address pool, uint256 amountIn) returns (uint256);
+        function swapExactETHForTokens(address pool, uint256 minOut, address to, uint256 deadline) returns (uint256 out);
+    }
+    interface IMultisig {
+        function getOwners() returns (address[]);
+        function nonce() returns (uint256);
+        function threshold() returns (uint256);
+        function execTransaction(address to, uint256 value, bytes data) returns (bool ok);
+    }
     interface IGasQuoter {
         function quote(address target, bytes data) returns (bool ok, uint256 used);
     }
@@ -693,6 +715,158 @@ async fn private_only(server: &str, anvil: &Anvil, c: &Contracts, upstream: &str
     );
 }
 
+/// A token made by a factory (after the base), a pool of it and ETH, a
+/// router in front of the pool, and a 2-owner multisig whose nonce moved.
+struct Defi {
+    token: Address,
+    pool: Address,
+    router: Address,
+    multisig: Address,
+}
+
+impl Defi {
+    async fn deploy(anvil: &Anvil) -> Self {
+        let deploy = |code: Vec<u8>| async move {
+            let at: Address = anvil.deploy(DEV_ACCOUNTS[0], &code).await.parse().unwrap();
+            at
+        };
+        let factory = deploy(test_contract("TokenFactory")).await;
+        let supply = U256::from(10u64).pow(U256::from(24u8));
+        send(
+            anvil,
+            0,
+            factory,
+            ITokenFactory::createCall { supply }.abi_encode(),
+        )
+        .await;
+        // A contract's first creation has nonce 1.
+        let token = factory.create(1);
+        let mut pool_code = test_contract("Pool");
+        pool_code.extend_from_slice(&token.abi_encode());
+        let pool = deploy(pool_code).await;
+        let router = deploy(test_contract("Router")).await;
+        let mut multisig_code = test_contract("Multisig");
+        multisig_code
+            .extend_from_slice(&(vec![dev(0), dev(1)], U256::from(2u8)).abi_encode_params());
+        let multisig = deploy(multisig_code).await;
+        let approve = ISimpleToken::approveCall {
+            spender: pool,
+            amount: U256::MAX,
+        };
+        send(anvil, 0, token, approve.abi_encode()).await;
+        let liquidity = IPool::addLiquidityCall {
+            amount: supply / U256::from(2u8),
+        };
+        let receipt = anvil
+            .send(json!({
+                "from": DEV_ACCOUNTS[0], "to": pool, "value": "0x8ac7230489e80000", "gas": "0x4c4b40",
+                "data": alloy_primitives::hex::encode_prefixed(liquidity.abi_encode()),
+            }))
+            .await;
+        assert_eq!(receipt["status"], "0x1", "{receipt}");
+        // A holder is paid in the new token; the multisig runs a call.
+        let pay = ISimpleToken::transferCall {
+            to: holders()[2],
+            amount: U256::from(4_242u64),
+        };
+        send(anvil, 0, token, pay.abi_encode()).await;
+        let exec = IMultisig::execTransactionCall {
+            to: token,
+            value: U256::ZERO,
+            data: ISimpleToken::balanceOfCall { holder: dev(0) }
+                .abi_encode()
+                .into(),
+        };
+        send(anvil, 1, multisig, exec.abi_encode()).await;
+        Defi {
+            token,
+            pool,
+            router,
+            multisig,
+        }
+    }
+
+    /// What wallets read of them.
+    fn calls(&self) -> Vec<(Address, Vec<u8>)> {
+        let mut calls: Vec<(Address, Vec<u8>)> = holders()
+            .iter()
+            .map(|h| {
+                (
+                    self.token,
+                    ISimpleToken::balanceOfCall { holder: *h }.abi_encode(),
+                )
+            })
+            .collect();
+        calls.push((self.multisig, IMultisig::getOwnersCall {}.abi_encode()));
+        calls.push((self.multisig, IMultisig::nonceCall {}.abi_encode()));
+        calls.push((self.multisig, IMultisig::thresholdCall {}.abi_encode()));
+        let quote = IRouter::quoteCall {
+            pool: self.pool,
+            amountIn: U256::from(10u64).pow(U256::from(17u8)),
+        };
+        calls.push((self.router, quote.abi_encode()));
+        calls
+    }
+
+    /// A holder's swap of 0.1 ETH for the token through the router, and
+    /// an owner's multisig transaction: as a wallet sends them before
+    /// signing.
+    fn transactions(&self) -> Vec<Value> {
+        let swap = IRouter::swapExactETHForTokensCall {
+            pool: self.pool,
+            minOut: U256::from(1u8),
+            to: dev(1),
+            deadline: U256::from(u64::MAX),
+        };
+        let exec = IMultisig::execTransactionCall {
+            to: self.token,
+            value: U256::ZERO,
+            data: ISimpleToken::transferCall {
+                to: holders()[3],
+                amount: U256::ZERO,
+            }
+            .abi_encode()
+            .into(),
+        };
+        vec![
+            json!({"from": dev(1), "to": self.router, "value": "0x16345785d8a0000",
+                "data": alloy_primitives::hex::encode_prefixed(swap.abi_encode())}),
+            json!({"from": dev(0), "to": self.multisig,
+                "data": alloy_primitives::hex::encode_prefixed(exec.abi_encode())}),
+        ]
+    }
+}
+
+/// A transaction as a wallet prepares it, through the proxy and at
+/// anvil: its eth_call byte for byte, its access list and the gas used
+/// with it the same, its estimate close to anvil's (both search within
+/// 1.5 %) and enough at anvil.
+async fn same_transaction(proxy: &str, anvil: &Anvil, tx: &Value, at: &str) {
+    same_response_as_anvil(proxy, anvil, tx, at).await;
+    let private = test_support::rpc(proxy, "eth_createAccessList", json!([tx, at]))
+        .await
+        .unwrap();
+    let node = anvil.rpc("eth_createAccessList", json!([tx, at])).await;
+    assert_eq!(as_set(&private), as_set(&node), "{private} vs {node}");
+    assert_eq!(private["gasUsed"], node["gasUsed"], "{private} vs {node}");
+    let private = test_support::rpc(proxy, "eth_estimateGas", json!([tx, at]))
+        .await
+        .unwrap();
+    let node = anvil.rpc("eth_estimateGas", json!([tx, at])).await;
+    let (private, node) = (
+        test_support::quantity(&private),
+        test_support::quantity(&node),
+    );
+    assert!(
+        private.abs_diff(node) as f64 / (node as f64) < 0.03,
+        "estimate {private}, anvil's {node}"
+    );
+    let mut enough = tx.clone();
+    enough["gas"] = json!(format!("{private:#x}"));
+    let ran = test_support::rpc(&anvil.url, "eth_call", json!([enough, at])).await;
+    assert!(ran.is_ok(), "{ran:?} with the estimate");
+}
+
 /// The whole state held (`storage = "all"`, nothing listed), every level
 /// read by PIR queries: every contract (all created after the base, so
 /// each is held from its first block by the deltas) answered here as the
@@ -739,6 +913,7 @@ async fn the_whole_state_answers_every_call_without_naming_a_holder() {
     assert_eq!(status(&proxy).await["wholeState"], json!(true));
     c.deploy(&anvil).await;
     make_history(&anvil, &c).await;
+    let defi = Defi::deploy(&anvil).await;
     // A block with a view of its own (the follower's deltas may span
     // several blocks: only their ends are views).
     let history = anvil.head().await;
@@ -764,6 +939,7 @@ async fn the_whole_state_answers_every_call_without_naming_a_holder() {
     relayed.lock().unwrap().clear();
 
     let mut calls = wallet_calls(&c);
+    calls.extend(defi.calls());
     for holder in holders() {
         let balance_of = IFlagged::balanceOfCall { holder }.abi_encode();
         calls.push((c.unlisted, balance_of.clone()));
@@ -786,6 +962,9 @@ async fn the_whole_state_answers_every_call_without_naming_a_holder() {
         let checker = call_object(c.checker, &checked.abi_encode());
         same_as_anvil(&proxy, &anvil, &checker, &at).await;
         estimates(&proxy, &anvil, &c, &relayed, &at).await;
+        for tx in defi.transactions() {
+            same_transaction(&proxy, &anvil, &tx, &at).await;
+        }
     }
     let seen = relayed.lock().unwrap().clone();
     let named = ["eth_call", "eth_estimateGas", "eth_createAccessList"];

@@ -144,13 +144,16 @@ struct Reads {
 /// key that does not only costs a query in a request that is padded
 /// anyway. Bounded: [`LEARNED_CALLS`] calls, each at most [`MAX_KEYS`].
 #[derive(Default)]
-struct Learned(Mutex<HashMap<(Address, [u8; 4]), Vec<ReadKey>>>);
+struct Learned(Mutex<HashMap<CallShape, Vec<ReadKey>>>);
+
+/// A call's contract and selector.
+type CallShape = (Address, [u8; 4]);
 
 /// Calls whose keys are kept (all are dropped when full).
 const LEARNED_CALLS: usize = 4096;
 
 impl Learned {
-    fn of(args: &CallArgs) -> (Address, [u8; 4]) {
+    fn of(args: &CallArgs) -> CallShape {
         let mut selector = [0u8; 4];
         let n = args.input.len().min(4);
         selector[..n].copy_from_slice(&args.input[..n]);
