@@ -324,11 +324,69 @@ fn names_a_holder(calls: &[Value]) -> Option<String> {
     })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn contracts_run_here_over_private_state_as_the_node_runs_them() {
-    log_if_asked();
-    let dir = tempfile::tempdir().unwrap();
-    let genesis_path = dir.path().join("genesis.json");
+/// Waits until `proxy`'s newest view is at `block` or later; its block.
+async fn view_reaches(proxy: &str, block: u64) -> u64 {
+    let reached = || async {
+        status(proxy).await["viewBlock"]
+            .as_u64()
+            .filter(|b| *b >= block)
+    };
+    test_support::eventually(&format!("the proxy's view reaches block {block}"), reached).await
+}
+
+/// The follower (`config`), a PIR server over its store, a recording
+/// relay in front of anvil and a proxy with the default settings over
+/// them (the BalanceChecker at `checker`), once the proxy has a view.
+struct Stack {
+    follower: Follower,
+    server: String,
+    upstream: String,
+    relayed: RelayedCalls,
+    proxy: String,
+    _cache: tempfile::TempDir,
+}
+
+impl Stack {
+    async fn start(
+        config: snapshotter::follow::FollowConfig,
+        anvil: &Anvil,
+        checker: Address,
+    ) -> Self {
+        let store = config.store.clone().expect("a store");
+        let follower = Follower::start(config);
+        let server = start_server(&store).await;
+        let (upstream, _, relayed) = start_recording_relay(&anvil.url, passthrough()).await;
+        let cache = tempfile::tempdir().unwrap();
+        let proxy = start_proxy_with(proxy::ProxyConfig {
+            pir_server: server.clone(),
+            upstream: Some(upstream.clone()),
+            cache_dir: cache.path().to_path_buf(),
+            balance_checker: Some(checker),
+            ..Default::default()
+        })
+        .await;
+        // The base first (the follower checks the genesis file against the
+        // node's block 0, which anvil may answer from later state once
+        // blocks are mined under load).
+        view_reaches(&proxy, 0).await;
+        Stack {
+            follower,
+            server,
+            upstream,
+            relayed,
+            proxy,
+            _cache: cache,
+        }
+    }
+}
+
+/// anvil (chain `chain_id`) from the test genesis with Multicall3 in its
+/// alloc; the genesis file written in `dir`.
+async fn chain_with_multicall3(
+    dir: &std::path::Path,
+    chain_id: &str,
+) -> (Anvil, std::path::PathBuf) {
+    let genesis_path = dir.join("genesis.json");
     write_genesis(&genesis_path);
     let mut genesis: Value =
         serde_json::from_slice(&std::fs::read(&genesis_path).unwrap()).unwrap();
@@ -338,38 +396,33 @@ async fn contracts_run_here_over_private_state_as_the_node_runs_them() {
         "--init",
         genesis_path.to_str().unwrap(),
         "--chain-id",
-        "4242",
+        chain_id,
     ])
     .await;
+    (anvil, genesis_path)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn contracts_run_here_over_private_state_as_the_node_runs_them() {
+    log_if_asked();
+    let dir = tempfile::tempdir().unwrap();
+    let (anvil, genesis_path) = chain_with_multicall3(dir.path(), "4242").await;
     let c = Contracts::from_nonce(next_nonce(&anvil, 0).await);
 
     let store = dir.path().join("store");
     let mut config = follow_config(&store, &anvil.url, &genesis_path, 0, 4, 16);
     config.source.contracts = c.listed();
-    let follower = Follower::start(config);
-    let server = start_server(&store).await;
-    let (upstream, _, relayed) = start_recording_relay(&anvil.url, passthrough()).await;
-    let cache = tempfile::tempdir().unwrap();
-    let proxy = start_proxy_with(proxy::ProxyConfig {
-        pir_server: server.clone(),
-        upstream: Some(upstream.clone()),
-        cache_dir: cache.path().to_path_buf(),
-        balance_checker: Some(c.checker),
-        ..Default::default()
-    })
-    .await;
-    // The base first (the follower checks the genesis file against the
-    // node's block 0, which anvil may answer from later state once blocks
-    // are mined under load).
-    let has_view = || async { status(&proxy).await["viewBlock"].as_u64() };
-    test_support::eventually("the proxy has a view", has_view).await;
+    let Stack {
+        follower,
+        server,
+        upstream,
+        relayed,
+        proxy,
+        _cache,
+    } = Stack::start(config, &anvil, c.checker).await;
     c.deploy(&anvil).await;
     make_history(&anvil, &c).await;
-    let head = anvil.head().await;
-    let caught_up =
-        || async { (status(&proxy).await["viewBlock"].as_u64()? >= head).then_some(()) };
-    test_support::eventually("the proxy's view reaches the head", caught_up).await;
-    let block = status(&proxy).await["viewBlock"].as_u64().unwrap();
+    let block = view_reaches(&proxy, anvil.head().await).await;
     let at = format!("{block:#x}");
     relayed.lock().unwrap().clear();
 
@@ -674,8 +727,7 @@ async fn private_only(server: &str, anvil: &Anvil, c: &Contracts, upstream: &str
     })
     .await;
     let block = test_support::quantity(&json!(at));
-    let loaded = || async { (status(&proxy).await["viewBlock"].as_u64()? >= block).then_some(()) };
-    test_support::eventually("the second proxy loads the view", loaded).await;
+    view_reaches(&proxy, block).await;
     let holder = holders()[2];
     let balance_of = IFlagged::balanceOfCall { holder }.abi_encode();
     let mixed = [
@@ -877,50 +929,28 @@ async fn same_transaction(proxy: &str, anvil: &Anvil, tx: &Value, at: &str) {
 async fn the_whole_state_answers_every_call_without_naming_a_holder() {
     log_if_asked();
     let dir = tempfile::tempdir().unwrap();
-    let genesis_path = dir.path().join("genesis.json");
-    write_genesis(&genesis_path);
-    let mut genesis: Value =
-        serde_json::from_slice(&std::fs::read(&genesis_path).unwrap()).unwrap();
-    add_multicall3(&mut genesis).await;
-    std::fs::write(&genesis_path, serde_json::to_vec(&genesis).unwrap()).unwrap();
-    let anvil = Anvil::start_with(&[
-        "--init",
-        genesis_path.to_str().unwrap(),
-        "--chain-id",
-        "4243",
-    ])
-    .await;
+    let (anvil, genesis_path) = chain_with_multicall3(dir.path(), "4243").await;
     let c = Contracts::from_nonce(next_nonce(&anvil, 0).await);
 
     let store = dir.path().join("store");
     let mut config = follow_config(&store, &anvil.url, &genesis_path, 0, 4, 256);
     config.source.storage = snapshotter::follow::StorageScope::All;
     config.build.whole_table_max_records = 0;
-    let follower = Follower::start(config);
-    let server = start_server(&store).await;
-    let (upstream, _, relayed) = start_recording_relay(&anvil.url, passthrough()).await;
-    let cache = tempfile::tempdir().unwrap();
-    let proxy = start_proxy_with(proxy::ProxyConfig {
-        pir_server: server.clone(),
-        upstream: Some(upstream.clone()),
-        cache_dir: cache.path().to_path_buf(),
-        balance_checker: Some(c.checker),
-        ..Default::default()
-    })
-    .await;
-    let has_view = || async { status(&proxy).await["viewBlock"].as_u64() };
-    test_support::eventually("the proxy has a view", has_view).await;
+    let Stack {
+        follower,
+        server,
+        relayed,
+        proxy,
+        _cache,
+        ..
+    } = Stack::start(config, &anvil, c.checker).await;
     assert_eq!(status(&proxy).await["wholeState"], json!(true));
     c.deploy(&anvil).await;
     make_history(&anvil, &c).await;
     let defi = Defi::deploy(&anvil).await;
     // A block with a view of its own (the follower's deltas may span
     // several blocks: only their ends are views).
-    let history = anvil.head().await;
-    let reached =
-        || async { (status(&proxy).await["viewBlock"].as_u64()? >= history).then_some(()) };
-    test_support::eventually("the proxy's view reaches the history", reached).await;
-    let older = status(&proxy).await["viewBlock"].as_u64().unwrap();
+    let older = view_reaches(&proxy, anvil.head().await).await;
     // Newer changes, so that the older block's answers differ.
     let transfer = IFlagged::transferCall {
         to: holders()[3],
@@ -932,10 +962,7 @@ async fn the_whole_state_answers_every_call_without_naming_a_holder() {
         id: U256::from(5u64),
     };
     send(&anvil, 0, c.nft, mint.abi_encode()).await;
-    let head = anvil.head().await;
-    let caught_up =
-        || async { (status(&proxy).await["viewBlock"].as_u64()? >= head).then_some(()) };
-    test_support::eventually("the proxy's view reaches the head", caught_up).await;
+    let head = view_reaches(&proxy, anvil.head().await).await;
     relayed.lock().unwrap().clear();
 
     let mut calls = wallet_calls(&c);
@@ -981,10 +1008,8 @@ async fn the_whole_state_answers_every_call_without_naming_a_holder() {
     // implementation, its code) before; a wide word's high part is read
     // after its low part, in a second request of the same round.
     send(&anvil, 1, c.unlisted, transfer.abi_encode()).await;
-    let newer = anvil.head().await;
-    let moved = || async { (status(&proxy).await["viewBlock"].as_u64()? >= newer).then_some(()) };
-    test_support::eventually("the proxy's view moves on", moved).await;
-    let at = format!("{:#x}", status(&proxy).await["viewBlock"].as_u64().unwrap());
+    let newer = view_reaches(&proxy, anvil.head().await).await;
+    let at = format!("{newer:#x}");
     let batch = aggregate3(&calls, true);
     let before = route_requests(&server, "query", true).await;
     same_as_anvil(&proxy, &anvil, &call_object(MULTICALL3, &batch), &at).await;
