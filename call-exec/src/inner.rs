@@ -44,6 +44,11 @@ impl Trace {
         }
     }
 
+    /// Gas was observed here: it matters only after a substitution.
+    fn gas_observed(&mut self) {
+        self.gas_after_inner |= self.substituted;
+    }
+
     pub(crate) fn unanswerable(&mut self, why: Unanswerable) {
         match &self.current {
             Some(call) if !self.inner_unanswerable.contains(call) => {
@@ -131,8 +136,7 @@ impl<CTX: ContextTr, INTR: InterpreterTypes> Inspector<CTX, INTR> for InnerCalls
     fn step(&mut self, interp: &mut Interpreter<INTR>, _context: &mut CTX) {
         let op = interp.bytecode.opcode();
         if op == opcode::GAS {
-            let mut trace = self.trace.borrow_mut();
-            trace.gas_after_inner |= trace.substituted;
+            self.trace.borrow_mut().gas_observed();
         }
         if !self.header_known && HEADER_FACTS.contains(&op) {
             self.trace
@@ -183,8 +187,7 @@ impl<CTX: ContextTr, INTR: InterpreterTypes> Inspector<CTX, INTR> for InnerCalls
         // A frame out of gas after a substitution: with the node's gas it
         // might not have run out (or might have, earlier).
         if out_of_gas(outcome.result.result) {
-            let mut trace = self.trace.borrow_mut();
-            trace.gas_after_inner |= trace.substituted;
+            self.trace.borrow_mut().gas_observed();
         }
         if self.depth == INNER_DEPTH {
             self.trace.borrow_mut().current = None;

@@ -302,18 +302,8 @@ where
                 execute::Executed::NotPrivate(why) => Err(why),
             })
         };
+        // (Its cost is logged where it was run: execute::log_cost.)
         let answer = |done: execute::Answered| {
-            tracing::info!(
-                contract = %args.to,
-                rounds = done.rounds,
-                keys = done.keys,
-                requests = done.requests,
-                evm_us = done.evm_time.as_micros() as u64,
-                inner_apart = done.inner_apart,
-                snapshot = %done.snapshot,
-                method = "eth_call",
-                "executed privately"
-            );
             execute::node_answer(&done.result).map(|data| serde_json::json!(data))
         };
         self.run_here(call, &args, &sel, run, answer).await

@@ -99,20 +99,7 @@ pub fn parse_genesis_listed(
                 .with_trie(trie.code_hash, trie.storage_root)
         })
         .collect();
-    // Every contract's storage the alloc gives, for a whole-state
-    // snapshot; else the listed contracts'.
-    let storage = genesis
-        .alloc
-        .iter()
-        .filter(|(c, _)| listed.holds(c))
-        .filter_map(|(c, account)| Some((*c, account.storage.as_ref()?)))
-        .flat_map(|(c, slots)| {
-            slots
-                .iter()
-                .filter(|(_, word)| !word.is_zero())
-                .map(move |(slot, word)| StorageRecord::new(c, *slot, (*word).into()))
-        })
-        .collect();
+    let storage = alloc_storage(&genesis, listed);
     Ok(ExportedState {
         chain_id,
         block_number: 0,
@@ -132,6 +119,23 @@ pub fn parse_genesis_listed(
             .filter(|c| !c.is_empty())
             .collect(),
     })
+}
+
+/// The non-zero slots the alloc gives the contracts `listed` holds (every
+/// contract, for a whole-state snapshot).
+fn alloc_storage(genesis: &Genesis, listed: &PrivateStorage) -> Vec<StorageRecord> {
+    genesis
+        .alloc
+        .iter()
+        .filter(|(c, _)| listed.holds(c))
+        .filter_map(|(c, account)| Some((*c, account.storage.as_ref()?)))
+        .flat_map(|(c, slots)| {
+            slots
+                .iter()
+                .filter(|(_, word)| !word.is_zero())
+                .map(move |(slot, word)| StorageRecord::new(c, *slot, (*word).into()))
+        })
+        .collect()
 }
 
 /// Reads and parses a genesis file.

@@ -404,19 +404,21 @@ fn check_records(state: &mut ExportedState) -> Result<(), BuildError> {
         return Err(BuildError::Duplicate(pair[0].key));
     }
     if !state.storage.is_empty() {
-        let listed: std::collections::HashSet<B256> = state
-            .listed
-            .all_contracts()
-            .iter()
-            .map(alloy_primitives::keccak256)
-            .collect();
         // (A whole-state snapshot holds every contract's slots.)
-        if let Some(stray) = state
-            .storage
-            .iter()
-            .find(|s| !state.listed.whole_state && !listed.contains(&s.hashed_contract))
-        {
-            return Err(BuildError::UnlistedStorage(stray.key));
+        if !state.listed.whole_state {
+            let listed: std::collections::HashSet<B256> = state
+                .listed
+                .all_contracts()
+                .iter()
+                .map(alloy_primitives::keccak256)
+                .collect();
+            if let Some(stray) = state
+                .storage
+                .iter()
+                .find(|s| !listed.contains(&s.hashed_contract))
+            {
+                return Err(BuildError::UnlistedStorage(stray.key));
+            }
         }
         // Keys of both kinds share one database: one set must not meet
         // the other (keccak256 of 20 and of 64 bytes never do, short of a

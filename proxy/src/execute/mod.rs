@@ -219,7 +219,7 @@ impl Executor {
             Ok(result) => result,
             Err(why) => return Ok(Executed::NotPrivate(why)),
         };
-        Ok(Executed::Answered(self.close(session, result).await))
+        Ok(Executed::Answered(self.close(session, args, result).await))
     }
 
     /// A session over the view `sel` names: its block, and what `ahead`
@@ -349,8 +349,9 @@ impl Executor {
 
     /// What a session cost, its PIR requests padded up to
     /// `pad_rounds_to` when it sent any.
-    pub async fn close(&self, session: Session, result: CallResult) -> Answered {
+    pub async fn close(&self, session: Session, args: &CallArgs, result: CallResult) -> Answered {
         let requests = self.pad_requests(&session).await;
+        log_cost("eth_call", args, &session, requests);
         Answered {
             result,
             rounds: session.rounds,

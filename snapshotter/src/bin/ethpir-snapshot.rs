@@ -179,33 +179,7 @@ lookup (query + response), hint and database bytes. One line for a base (a full 
 the other levels.\n\nExamples:\n  ethpir-snapshot plan --accounts 350000000\n  \
 ethpir-snapshot plan --accounts 16777216 --hint-budget-mib 32 --json"
     )]
-    Plan {
-        /// Accounts (records) in the database.
-        #[arg(long)]
-        accounts: usize,
-        /// Storage slots beside them (the whole state: every contract's;
-        /// mainnet 2025 ~1.1e9 beside ~2.9e8 accounts). Wide words add one
-        /// record each: count them here too.
-        #[arg(long, default_value_t = 0)]
-        slots: usize,
-        /// Value bytes per record: 24 (balances below 2^128) or 40.
-        #[arg(long, default_value_t = 24)]
-        value_bytes: usize,
-        /// Row shards behind the router: each holds and scans a share of
-        /// the rows (printed per shard).
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
-        shards: u64,
-        /// Memory read bandwidth of one core, GB/s, for the time one pass
-        /// over a shard's database takes on one core (a pass is
-        /// memory-bound for a lone query; measure yours with pir-bench).
-        #[arg(long, default_value_t = 19.0)]
-        core_gbs: f64,
-        #[command(flatten)]
-        layout: LayoutSettings,
-        /// JSON lines instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
+    Plan(PlanArgs),
     /// ERC-20 tokens: where a token keeps its balances (for the token list
     /// that makes its balanceOf private).
     Tokens {
@@ -267,6 +241,36 @@ struct DetectArgs {
     /// Highest plain mapping slot index tried.
     #[arg(long, default_value_t = 255)]
     max_index: u64,
+}
+
+/// `plan`: the database of a size, laid out as a build would.
+#[derive(Args)]
+struct PlanArgs {
+    /// Accounts (records) in the database.
+    #[arg(long)]
+    accounts: usize,
+    /// Storage slots beside them (the whole state: every contract's;
+    /// mainnet 2025 ~1.1e9 beside ~2.9e8 accounts). Wide words add one
+    /// record each: count them here too.
+    #[arg(long, default_value_t = 0)]
+    slots: usize,
+    /// Value bytes per record: 24 (balances below 2^128) or 40.
+    #[arg(long, default_value_t = 24)]
+    value_bytes: usize,
+    /// Row shards behind the router: each holds and scans a share of
+    /// the rows (printed per shard).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    shards: u64,
+    /// Memory read bandwidth of one core, GB/s, for the time one pass
+    /// over a shard's database takes on one core (a pass is
+    /// memory-bound for a lone query; measure yours with pir-bench).
+    #[arg(long, default_value_t = 19.0)]
+    core_gbs: f64,
+    #[command(flatten)]
+    layout: LayoutSettings,
+    /// JSON lines instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -517,25 +521,7 @@ fn main() -> Result<()> {
             every,
             file_timeout_secs,
         } => pull(&open_store()?, from, *every, *file_timeout_secs),
-        Command::Plan {
-            accounts,
-            slots,
-            value_bytes,
-            shards,
-            core_gbs,
-            layout,
-            json,
-        } => plan(
-            &PlanSize {
-                accounts: *accounts,
-                slots: *slots,
-                value_bytes: *value_bytes,
-                shards: *shards,
-                core_gbs: *core_gbs,
-            },
-            layout,
-            *json,
-        ),
+        Command::Plan(args) => plan(args),
         Command::Verify {
             ids,
             lookups,
@@ -772,20 +758,10 @@ fn export_rpc(args: &RpcArgs) -> Result<ExportedState> {
 
 /// `list`: one line per snapshot, or the manifests as JSON lines.
 /// `plan`: the estimated database of a base and of a level.
-/// What `plan` is asked about.
-struct PlanSize {
-    accounts: usize,
-    slots: usize,
-    value_bytes: usize,
-    shards: u64,
-    core_gbs: f64,
-}
-
-fn plan(size: &PlanSize, layout: &LayoutSettings, json: bool) -> Result<()> {
-    let records = size.accounts.saturating_add(size.slots);
-    let (accounts, value_bytes) = (records, size.value_bytes);
-    let shards = size.shards;
-    let (arity, packing, base_packing) = layout.resolve()?;
+fn plan(args: &PlanArgs) -> Result<()> {
+    let records = args.accounts.saturating_add(args.slots);
+    let (accounts, value_bytes, shards, json) = (records, args.value_bytes, args.shards, args.json);
+    let (arity, packing, base_packing) = args.layout.resolve()?;
     let kinds = [
         ("base", base_packing.unwrap_or(packing)),
         ("level", packing),
@@ -796,7 +772,7 @@ fn plan(size: &PlanSize, layout: &LayoutSettings, json: bool) -> Result<()> {
         writeln!(
             out,
             "records: {} accounts + {} slots = {records}; {shards} shard(s)",
-            size.accounts, size.slots
+            args.accounts, args.slots
         )?;
         writeln!(out, "kind   packing  k      rows        query KiB  response KiB  lookup KiB  hint MiB  database MiB  shard MiB  pass s/core")?;
     }
@@ -808,10 +784,10 @@ fn plan(size: &PlanSize, layout: &LayoutSettings, json: bool) -> Result<()> {
         let mib = |b: u64| b as f64 / (1 << 20) as f64;
         let lookup = p.query_bytes + p.response_bytes;
         let shard_bytes = p.database_bytes.div_ceil(shards);
-        let pass_s = shard_bytes as f64 / (size.core_gbs * 1e9);
+        let pass_s = shard_bytes as f64 / (args.core_gbs * 1e9);
         if json {
             let line = serde_json::json!({
-                "accounts": size.accounts, "slots": size.slots, "records": records,
+                "accounts": args.accounts, "slots": args.slots, "records": records,
                 "shards": shards, "shard_database_bytes": shard_bytes, "pass_s_per_core": pass_s,
                 "kind": kind, "packing": format!("{packing:?}"),
                 "partitions": p.partitions, "rows": p.rows, "plaintext_bits": p.plaintext_bits,

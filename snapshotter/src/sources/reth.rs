@@ -438,16 +438,30 @@ impl RethDatadir {
 
     /// Every `(key, value)` of a table (empty if the table does not exist).
     fn entries(&self, table: &'static str) -> Result<RawEntries, RethError> {
+        let mut out = Vec::new();
+        self.for_each_entry(table, |k, v| {
+            out.push((k, v));
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Hands every `(key, value)` of a table to `f` in key order, one at a
+    /// time (nothing if the table does not exist).
+    fn for_each_entry(
+        &self,
+        table: &'static str,
+        mut f: impl FnMut(Vec<u8>, Vec<u8>) -> Result<(), RethError>,
+    ) -> Result<(), RethError> {
         let txn = self.db.begin_ro_txn().map_err(read_err(table))?;
         let Some(t) = open_optional(&txn, table)? else {
-            return Ok(Vec::new());
+            return Ok(());
         };
         let mut cursor = txn.cursor(&t).map_err(read_err(table))?;
-        let mut out = Vec::new();
         while let Some((k, v)) = cursor.next::<Vec<u8>, Vec<u8>>().map_err(read_err(table))? {
-            out.push((k, v));
+            f(k, v)?;
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Block hashes by number, from `HeaderNumbers`.
@@ -676,23 +690,27 @@ impl RethDatadir {
         Ok(out)
     }
 
+    /// The head, refusing a `block` past it (a state at a future block).
+    fn head_not_before(&self, block: u64) -> Result<u64, RethError> {
+        let head = self.head()?;
+        if block > head {
+            return Err(RethError::FutureBlock { block, head });
+        }
+        Ok(head)
+    }
+
     /// Every non-zero slot of every contract at the head (the whole
     /// state's storage): one cursor walk over the whole table, v1 keyed by
     /// address, v2 by keccak256(address) (whose records then name no
     /// contract, as reth's hashed tables do not).
     pub fn storage_all(&self) -> Result<Vec<StorageRecord>, RethError> {
         let table = self.layout.storage_table();
-        let txn = self.db.begin_ro_txn().map_err(read_err(table))?;
-        let Some(t) = open_optional(&txn, table)? else {
-            return Ok(Vec::new());
-        };
-        let mut cursor = txn.cursor(&t).map_err(read_err(table))?;
         let mut out = Vec::new();
-        while let Some((key, value)) = cursor.next::<Vec<u8>, Vec<u8>>().map_err(read_err(table))? {
+        self.for_each_entry(table, |key, value| {
             let (slot, word) = decode_storage_entry(&value)
                 .map_err(|reason| RethError::Malformed { table, reason })?;
             if word.is_zero() {
-                continue;
+                return Ok(());
             }
             let malformed = |_| RethError::Malformed {
                 table,
@@ -708,7 +726,8 @@ impl RethDatadir {
                     StorageRecord::from_hashed(hashed, slot, word)
                 }
             });
-        }
+            Ok(())
+        })?;
         Ok(out)
     }
 
@@ -716,10 +735,7 @@ impl RethDatadir {
     /// storage changed after it read back to `block` from the change sets,
     /// every other account's as at the head.
     pub fn storage_all_at(&self, block: u64) -> Result<Vec<StorageRecord>, RethError> {
-        let head = self.head()?;
-        if block > head {
-            return Err(RethError::FutureBlock { block, head });
-        }
+        let head = self.head_not_before(block)?;
         let mut out = self.storage_all()?;
         if block == head {
             return Ok(out);
@@ -763,10 +779,7 @@ impl RethDatadir {
         block: u64,
         contracts: &[Address],
     ) -> Result<Vec<StorageRecord>, RethError> {
-        let head = self.head()?;
-        if block > head {
-            return Err(RethError::FutureBlock { block, head });
-        }
+        let head = self.head_not_before(block)?;
         if block == head || contracts.is_empty() {
             return self.storage(contracts);
         }
@@ -933,10 +946,7 @@ impl RethDatadir {
     /// the account) and storage root (the head's, or, where the storage
     /// changed after `block`, from its words there).
     pub fn state_at(&self, block: u64) -> Result<Vec<AccountRecord>, RethError> {
-        let head = self.head()?;
-        if block > head {
-            return Err(RethError::FutureBlock { block, head });
-        }
+        let head = self.head_not_before(block)?;
         if block == head {
             return self.full_state();
         }
