@@ -37,6 +37,10 @@ pub struct Adopted {
     pub set_aside: BTreeMap<SnapshotId, SetAside>,
     /// The chains of the entries of other chains than the one read.
     pub other_chains: Vec<u64>,
+    /// Whether a fetched catalog was adopted (false only for the empty
+    /// one a reader starts with): until then a read is not ready, not
+    /// unanswerable.
+    pub fetched: bool,
 }
 
 /// Why an entry of the chain read stands in no view.
@@ -309,6 +313,7 @@ impl Catalog {
             max_batch: max_batch.clamp(1, pir_core::wire::MAX_BATCH),
             set_aside,
             other_chains,
+            fetched: true,
         });
         *self.adopted.write().expect("lock") = adopted.clone();
         Some(adopted)
@@ -461,6 +466,13 @@ impl Catalog {
         if found.is_none() && adopted.views.is_empty() {
             if let Some(failure) = self.failure.lock().expect("failure lock").clone() {
                 return Err(failure);
+            }
+            // Fetched but still being checked (its attestations): a read
+            // at start is early, not at a block the server lacks.
+            if !adopted.fetched {
+                return Err(ReadError::NotReady(
+                    "the PIR server's catalog is being checked".into(),
+                ));
             }
         }
         found.ok_or_else(|| ReadError::NoSnapshot {

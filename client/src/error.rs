@@ -56,6 +56,10 @@ pub enum ReadError {
     CodeUnknown { snapshot: String },
     #[error("PIR server unavailable: {0}")]
     Backend(String),
+    /// No view can answer yet (the catalog is fetched but not yet
+    /// adopted): the same read soon will.
+    #[error("not ready: {0}")]
+    NotReady(String),
     /// A snapshot of the view left the server between catalog and query
     /// (merged or retired); the lookup is retried on the new catalog.
     #[error("a snapshot of the view was retired: {0}")]

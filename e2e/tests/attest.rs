@@ -76,6 +76,53 @@ async fn balance(url: &str, who: &str, block: &str) -> Result<Value, String> {
     test_support::rpc(url, "eth_getBalance", json!([who, block])).await
 }
 
+/// A balance or, while no view can answer yet, -32003 (not ready, try
+/// again): any other error fails the test.
+async fn balance_or_not_ready(url: &str, who: &str, block: &str) -> Option<Value> {
+    match balance(url, who, block).await {
+        Ok(v) => Some(v),
+        Err(e) => {
+            let code = serde_json::from_str::<Value>(&e).ok().map(|v| v["code"].clone());
+            assert_eq!(code, Some(json!(-32003)), "a read before the view is ready: {e}");
+            None
+        }
+    }
+}
+
+/// Reads from the first moment `url` listens, every 5 ms, until it
+/// answers: only -32003 on the way.
+async fn read_from_start(url: &str, who: &str, block: &str) -> Value {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        if let Some(v) = balance_or_not_ready(url, who, block).await {
+            return v;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no view within 60 s");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+/// Reads `latest` in a loop until `stop`, while the catalog changes: each
+/// answer must be one of `allowed`, each error -32003. Returns the count.
+fn read_through_changes(
+    url: String,
+    who: String,
+    allowed: Vec<Value>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<usize> {
+    tokio::spawn(async move {
+        let mut reads = 0;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            if let Some(v) = balance_or_not_ready(&url, &who, "latest").await {
+                assert!(allowed.contains(&v), "{v} is none of {allowed:?}");
+            }
+            reads += 1;
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        reads
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_proxy_reads_only_what_its_attesters_signed() {
     let dir = tempfile::tempdir().unwrap();
@@ -101,15 +148,12 @@ async fn a_proxy_reads_only_what_its_attesters_signed() {
     let server = start_server(&store).await;
     let caches = [(); 3].map(|()| tempfile::tempdir().unwrap());
     let trusting = proxy_requiring(&server, &anvil, caches[0].path(), ATTESTER).await;
-    let strict = proxy_requiring(&server, &anvil, caches[1].path(), STRANGER).await;
-    let plain = start_proxy(&server, None, caches[2].path()).await;
     let at_head = format!("{head:#x}");
     let want = anvil.balance(&fresh, head).await;
-    let got = test_support::eventually("the attested view at the head", || async {
-        balance(&trusting, &fresh, &at_head).await.ok()
-    })
-    .await;
+    let got = read_from_start(&trusting, &fresh, &at_head).await;
     assert_eq!(got, json!(want));
+    let strict = proxy_requiring(&server, &anvil, caches[1].path(), STRANGER).await;
+    let plain = start_proxy(&server, None, caches[2].path()).await;
     for who in [ALL_DEV_ACCOUNTS[0], ALL_DEV_ACCOUNTS[3]] {
         let got = balance(&trusting, who, "latest").await.unwrap();
         assert_eq!(got, json!(anvil.balance(who, head).await), "{who}");
@@ -142,12 +186,21 @@ async fn a_proxy_reads_only_what_its_attesters_signed() {
     .await;
     let stale = balance(&trusting, &fresh, "latest").await.unwrap();
     assert_eq!(stale, json!(want), "latest is the newest signed view");
-    attest(&store, &anvil).await;
     let moved = anvil.balance(&fresh, next).await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = read_through_changes(
+        trusting.clone(),
+        fresh.clone(),
+        vec![json!(want), json!(moved)],
+        stop.clone(),
+    );
+    attest(&store, &anvil).await;
     test_support::eventually("latest moves to the signed view", || async {
         (balance(&trusting, &fresh, "latest").await.ok()? == json!(moved)).then_some(())
     })
     .await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(reader.await.unwrap() > 0);
     forged_server_is_not_read(dir.path(), &anvil).await;
     anvil.stop().await;
 }

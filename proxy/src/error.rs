@@ -118,7 +118,10 @@ fn read_code(e: &ReadError) -> i32 {
         | ReadError::NotListed { .. }
         | ReadError::TooWide { .. }
         | ReadError::CodeUnknown { .. } => NOT_IN_PRIVATE_SET,
-        ReadError::Backend(_) | ReadError::Retired(_) | ReadError::Setup { .. } => PIR_UNAVAILABLE,
+        ReadError::Backend(_)
+        | ReadError::Retired(_)
+        | ReadError::Setup { .. }
+        | ReadError::NotReady(_) => PIR_UNAVAILABLE,
         ReadError::Unverifiable(_) | ReadError::Distrusted(_) => UNVERIFIABLE,
         ReadError::AmbiguousChain(_) => INTERNAL_ERROR_CODE,
     }
@@ -154,6 +157,7 @@ fn read_message(e: &ReadError) -> (String, Option<Value>) {
         ReadError::Backend(reason)
         | ReadError::Retired(reason)
         | ReadError::Setup { reason, .. } => ("PIR server unavailable".into(), Some(json!(reason))),
+        ReadError::NotReady(reason) => ("not ready; try again".into(), Some(json!(reason))),
         ReadError::Unverifiable(reason) => (
             "private answer failed verification".into(),
             Some(json!(reason)),

@@ -22,6 +22,7 @@ use jsonrpsee::types::{Id, Request};
 use jsonrpsee::ResponsePayload;
 use serde_json::value::RawValue;
 
+use crate::activity::{Activity, Reason, WarningKind};
 use crate::calls::Answerable;
 use crate::config::MAX_RESPONSE_BYTES;
 use crate::config::{UpstreamMethods, ADDRESS_READS};
@@ -88,6 +89,8 @@ pub struct ForwardPolicy {
     pub balance_checker: Option<Address>,
     /// Runs `eth_call`s over privately read state.
     pub executor: crate::execute::Executor,
+    /// What was answered privately and what went upstream (the page).
+    pub activity: Arc<Activity>,
 }
 
 impl ForwardPolicy {
@@ -188,7 +191,7 @@ where
             return self.block_number(copy).await;
         }
         if !self.policy.local.contains(copy.method.as_str()) {
-            return self.forward(copy).await;
+            return self.forward(copy, Reason::NotPrivateMethod).await;
         }
         if self.policy.private.contains(copy.method.as_str()) {
             if let Some(read) = self.read_ahead(&req).await {
@@ -199,7 +202,10 @@ where
                 let unanswerable = matches!(&read.0, Err(e) if e.is_unanswerable()) || code_unknown;
                 if unanswerable && self.policy.private_fallback && self.policy.upstream.is_some() {
                     tracing::warn!(method = %copy.method, "private answer unavailable; forwarding upstream as configured (reveals the address)");
-                    return self.forward(copy).await;
+                    return self.forward(copy, Reason::ConfiguredFallback).await;
+                }
+                if read.0.is_ok() && !code_unknown {
+                    self.policy.activity.private(&copy.method);
                 }
                 req.extensions_mut().insert(read);
             }
@@ -250,6 +256,7 @@ where
                     }
                 };
                 tracing::info!(method = %call.method, keys = read.keys.len(), snapshot = %found.snapshot, "answered privately");
+                self.policy.activity.private(&call.method);
                 MethodResponse::response(
                     call.id,
                     ResponsePayload::success(answer),
@@ -262,7 +269,7 @@ where
                     && self.policy.upstream.is_some() =>
             {
                 tracing::warn!(method = %call.method, error = %e, "private answer unavailable; forwarding upstream as configured (reveals the read)");
-                self.forward(call).await
+                self.forward(call, Reason::ConfiguredFallback).await
             }
             Err(e) => {
                 tracing::info!(method = %call.method, error = %e, "private read failed");
@@ -327,10 +334,11 @@ where
         let held = match self.held_at(args, sel) {
             Ok(held) => held,
             Err(Refusal::Distrusted(e)) => return MethodResponse::error(call.id, e),
-            Err(Refusal::NoView) => return self.forward(call).await,
+            Err(Refusal::NoView) => return self.forward(call, Reason::NoView).await,
         };
         let why = match run(held).await {
             Ok(Ok(done)) => {
+                self.policy.activity.private(&call.method);
                 return match answer(done) {
                     Ok(value) => MethodResponse::response(
                         call.id,
@@ -348,7 +356,15 @@ where
             }
         };
         tracing::info!(method = %call.method, contract = %args.to, %why, "not answerable privately; taking the fallback");
-        self.forward(call).await
+        let taken = match self.policy.upstream {
+            Some(_) if self.policy.refuses(&call.method).is_none() => "went upstream",
+            _ => "failed (private-only)",
+        };
+        self.policy.activity.warn(
+            WarningKind::Fallback,
+            format!("{} of {} {taken}: {why}", call.method, args.to),
+        );
+        self.forward(call, Reason::NotHeld).await
     }
 
     /// The contracts whose storage a call at `sel` may read privately;
@@ -405,7 +421,7 @@ where
     async fn block_number(&self, call: CallCopy) -> MethodResponse {
         let view = self.policy.reader.newest_view().map(|v| v.block);
         let Some(view) = view else {
-            return self.forward(call).await;
+            return self.forward(call, Reason::NoView).await;
         };
         let head = match &self.policy.upstream {
             Some(upstream) => upstream.head().await,
@@ -420,14 +436,23 @@ where
         )
     }
 
-    async fn forward(&self, call: CallCopy) -> MethodResponse {
+    /// Sends `call` upstream (recorded, with why) where it may go.
+    async fn forward(&self, call: CallCopy, reason: Reason) -> MethodResponse {
         let Some(upstream) = &self.policy.upstream else {
             return MethodResponse::error(call.id, ProxyError::NoUpstream(call.method));
         };
         if let Some(refused) = self.policy.refuses(&call.method) {
+            self.policy.activity.refused(&call.method);
             return MethodResponse::error(call.id, refused);
         }
         tracing::debug!(method = %call.method, "forwarding upstream");
+        let params = call.params.as_deref().map(RawValue::get);
+        self.policy.activity.upstream(
+            &call.method,
+            params,
+            crate::activity::contract_of(&call.method, params),
+            reason,
+        );
         match upstream.call(&call.method, call.params).await {
             Ok(result) => MethodResponse::response(
                 call.id,
@@ -594,6 +619,10 @@ where
         }
         if let Some(upstream) = &self.policy.upstream {
             let params = n.params.as_ref().map(|p| p.as_ref().to_owned());
+            let text = params.as_deref().map(RawValue::get);
+            let contract = crate::activity::contract_of(method, text);
+            let reason = Reason::NotPrivateMethod;
+            self.policy.activity.upstream(method, text, contract, reason);
             upstream.notify(method, params).await;
         }
     }

@@ -11,6 +11,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod activity;
 pub mod api;
 pub mod calls;
 pub mod config;
@@ -18,6 +19,7 @@ pub mod envelope;
 pub mod error;
 pub mod execute;
 pub mod forward;
+pub mod page;
 pub mod replay;
 pub mod rpc;
 pub mod storage;
@@ -83,6 +85,7 @@ fn executor_for(
     config: &ProxyConfig,
     reader: &Arc<PrivateReader>,
     upstream: &Option<Arc<Upstream>>,
+    activity: &Arc<activity::Activity>,
 ) -> execute::Executor {
     let inner = match (upstream, config.upstream_methods) {
         (Some(_), config::UpstreamMethods::All) => execute::InnerPolicy::Upstream,
@@ -91,6 +94,7 @@ fn executor_for(
     };
     execute::Executor::new(reader.clone(), upstream.clone(), inner)
         .pad_rounds_to(config.pad_call_rounds_to)
+        .recording(activity.clone())
 }
 
 /// Runs the proxy (JSON-RPC over HTTP and WebSocket on the same address)
@@ -142,13 +146,22 @@ async fn run_until(
     if let Some(upstream) = &upstream {
         reader.check_blocks_with(upstream::header_source(upstream.clone()));
     }
-    let (module, private) = rpc::module(RpcContext {
+    let ctx = RpcContext {
         reader: reader.clone(),
         upstream: upstream.clone(),
+    };
+    let (module, private) = rpc::module(ctx.clone());
+    let activity = Arc::new(activity::Activity::new());
+    let page = Arc::new(page::PageSource {
+        ctx,
+        activity: activity.clone(),
+        attesters: config.attesters.clone(),
+        quorum: config.attest_quorum,
     });
-    let executor = executor_for(&config, &reader, &upstream);
+    let executor = executor_for(&config, &reader, &upstream, &activity);
     let policy = Arc::new(ForwardPolicy {
         executor,
+        activity,
         reader,
         upstream,
         local: module.method_names().collect(),
@@ -160,7 +173,11 @@ async fn run_until(
     });
     let server = Server::builder()
         .set_config(server_limits())
-        .set_http_middleware(tower::ServiceBuilder::new().layer(EnvelopeLayer))
+        .set_http_middleware(
+            tower::ServiceBuilder::new()
+                .layer(page::PageLayer(page))
+                .layer(EnvelopeLayer),
+        )
         .set_rpc_middleware(RpcServiceBuilder::new().layer(ForwardLayer(policy)))
         .build_from_tcp(listener.into_std()?)?;
     let addr = server.local_addr()?;
@@ -168,7 +185,7 @@ async fn run_until(
     tracing::info!(
         %addr,
         upstream = config.upstream.as_deref().map(redact).unwrap_or_else(|| "none".into()),
-        "ethpir-proxy listening on http:// and ws://"
+        "ethpir-proxy listening on http:// and ws://; its page (what stayed private) at http://{addr}/"
     );
     tracing::info!("private (never sent upstream): eth_getBalance, eth_getTransactionCount, eth_getCode (where the snapshots say which code), eth_getStorageAt of the contracts the catalog lists (of every contract under a whole-state view); eth_call, eth_estimateGas and eth_createAccessList executed here (revm) over privately read state, where every storage word they read is of a listed contract, or of any contract while the view holds the whole state (inside a batch, only an inner call that is not goes its own way, and never where gas is observed after it); eth_blockNumber is the upstream's head capped at the newest view");
     tokio::select! {

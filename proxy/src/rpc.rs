@@ -151,6 +151,19 @@ impl NodeInfoApiServer for RpcContext {
 #[async_trait]
 impl EthpirApiServer for RpcContext {
     async fn status(&self) -> Result<Status, ProxyError> {
+        Ok(self.status_now().await)
+    }
+
+    fn trust_reset(&self) -> Result<TrustReset, ProxyError> {
+        Ok(TrustReset {
+            was_distrusted: self.reader.trust_reset(),
+        })
+    }
+}
+
+impl RpcContext {
+    /// `ethpir_status`'s answer (also the page's).
+    pub async fn status_now(&self) -> Status {
         let chain = self.reader.chain_id().ok().flatten();
         let newest = self.reader.newest_view();
         let levels = newest
@@ -167,7 +180,7 @@ impl EthpirApiServer for RpcContext {
             })
             .collect();
         let (bytes_up, bytes_down) = self.reader.traffic();
-        Ok(Status {
+        Status {
             chain_id: chain,
             view_block: newest.as_ref().map(|v| v.block),
             complete: newest.as_ref().map(|v| v.complete),
@@ -182,17 +195,9 @@ impl EthpirApiServer for RpcContext {
                 None => PrivateReads::On,
             },
             idle: self.reader.is_idle(),
-        })
+        }
     }
 
-    fn trust_reset(&self) -> Result<TrustReset, ProxyError> {
-        Ok(TrustReset {
-            was_distrusted: self.reader.trust_reset(),
-        })
-    }
-}
-
-impl RpcContext {
     /// How a level of the newest view is read: as loaded, or (not loaded
     /// yet) as it would be from its size.
     fn level_read(&self, entry: &protocol::api::CatalogEntry) -> LevelRead {

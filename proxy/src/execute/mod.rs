@@ -110,6 +110,8 @@ pub struct Executor {
     headers: Mutex<HashMap<B256, (HeaderFacts, u64)>>,
     /// What the last call of each contract and selector read.
     learned: Learned,
+    /// Where an inner call sent upstream is recorded (the page).
+    activity: Arc<crate::activity::Activity>,
 }
 
 /// One view's state as the runs of a call read it.
@@ -189,7 +191,14 @@ impl Executor {
             latest: SpecId::OSAKA,
             headers: Mutex::new(HashMap::new()),
             learned: Learned::default(),
+            activity: Arc::default(),
         }
+    }
+
+    /// Records the inner calls sent upstream in `activity`.
+    pub fn recording(mut self, activity: Arc<crate::activity::Activity>) -> Self {
+        self.activity = activity;
+        self
     }
 
     /// Every call that reads anything sends at least `n` PIR requests.
@@ -504,6 +513,8 @@ impl Executor {
             serde_json::json!({"from": call.caller, "to": call.target, "input": call.input});
         let params = serde_json::value::to_raw_value(&(object, block))
             .map_err(|e| ReadError::Backend(e.to_string()))?;
+        let reason = crate::activity::Reason::InnerCall;
+        (self.activity).upstream("eth_call", Some(params.get()), Some(call.target), reason);
         match upstream.call("eth_call", Some(params)).await {
             Ok(raw) => {
                 let data: Bytes = serde_json::from_str(raw.get())

@@ -1,0 +1,466 @@
+//! What the proxy did with the wallet's calls, kept in memory for the
+//! page (`GET /`) and `GET /status.json`: reads answered privately and
+//! requests sent upstream, by method, per minute over the last day; each
+//! forwarded request that named an address (its method, contract and
+//! reason, never the address); how many distinct addresses left the
+//! machine; the bytes moved; warnings an operator or a user should see.
+//!
+//! The addresses named are counted by a salted hash (the keys are this
+//! process's, random): the ledger can say "3 addresses" without holding a
+//! list of them.
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use std::hash::BuildHasher;
+
+use alloy_primitives::Address;
+use serde::Serialize;
+use serde_json::Value;
+
+/// Minutes kept (one day).
+const MINUTES_KEPT: u64 = 24 * 60;
+/// Forwarded requests naming an address listed (newest kept).
+const NAMED_KEPT: usize = 200;
+/// Warnings listed (newest kept; a repeat counts, it is not listed again).
+const WARNINGS_KEPT: usize = 50;
+/// Distinct addresses counted (past it, the count says "at least").
+const ADDRESSES_COUNTED: usize = 1 << 16;
+
+/// Why a request went upstream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Reason {
+    /// A method the proxy never answers itself (sending a transaction, a
+    /// receipt, logs).
+    NotPrivateMethod,
+    /// No private view at the block asked about.
+    NoView,
+    /// Run here, but it read state the view does not hold (a contract
+    /// not listed), or it observed gas after an inner call answered
+    /// elsewhere: the whole call took the fallback.
+    NotHeld,
+    /// Only an inner call of a call run here went upstream (its
+    /// contract's storage is not held).
+    InnerCall,
+    /// A private read the snapshots could not answer, sent upstream as
+    /// `private_fallback_to_upstream` allows.
+    ConfiguredFallback,
+}
+
+/// What became of a warning's kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WarningKind {
+    /// A call read a contract the view does not hold.
+    UnlistedContract,
+    /// A call took the fallback (upstream, or an error).
+    Fallback,
+    /// A request naming an address was refused (kept private).
+    Refused,
+    /// The PIR server failed verification: private reads stopped.
+    Verification,
+}
+
+/// A forwarded request that named an address.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Named {
+    /// Unix seconds.
+    pub at: u64,
+    pub method: String,
+    /// The contract it was about (a call's `to`, a storage read's
+    /// account); `None` for an account's own read, whose address is the
+    /// one hidden.
+    pub contract: Option<Address>,
+    pub reason: Reason,
+    /// Distinct addresses the request named.
+    pub addresses: usize,
+}
+
+/// A warning, with how often it was seen.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Warning {
+    /// Unix seconds of the last time.
+    pub at: u64,
+    pub kind: WarningKind,
+    pub text: String,
+    pub count: u64,
+}
+
+/// Counts by method.
+pub type ByMethod = BTreeMap<String, u64>;
+
+/// What happened in one minute.
+#[derive(Clone, Debug, Default)]
+struct Minute {
+    index: u64,
+    private: ByMethod,
+    upstream: ByMethod,
+    refused: ByMethod,
+    /// The reader's byte counters as this minute began.
+    traffic_at_start: Traffic,
+}
+
+/// Bytes moved: queries up, answers down, and the background (catalogs
+/// and hints, both ways).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Traffic {
+    pub up: u64,
+    pub down: u64,
+    pub background: u64,
+}
+
+impl Traffic {
+    fn since(self, earlier: Traffic) -> Traffic {
+        Traffic {
+            up: self.up.saturating_sub(earlier.up),
+            down: self.down.saturating_sub(earlier.down),
+            background: self.background.saturating_sub(earlier.background),
+        }
+    }
+}
+
+/// Counts over a span of time.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Span {
+    pub private: ByMethod,
+    pub upstream: ByMethod,
+    pub refused: ByMethod,
+    pub bytes: Traffic,
+}
+
+/// The ledger as the page shows it.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// Unix seconds, now and at start.
+    pub now: u64,
+    pub started: u64,
+    pub last_hour: Span,
+    pub last_day: Span,
+    pub since_start: Span,
+    /// Forwarded requests that named an address, newest first.
+    pub named: Vec<Named>,
+    /// Distinct addresses those requests named.
+    pub addresses_named: usize,
+    /// Newest first.
+    pub warnings: Vec<Warning>,
+}
+
+#[derive(Default)]
+struct Ledger {
+    minutes: VecDeque<Minute>,
+    total: Span,
+    named: VecDeque<Named>,
+    /// The salted hashes of the addresses named.
+    addresses: HashSet<u64>,
+    warnings: VecDeque<Warning>,
+}
+
+/// The proxy's record of what it did (one per proxy, shared).
+pub struct Activity {
+    ledger: Mutex<Ledger>,
+    /// This process's random hash keys.
+    salt: std::collections::hash_map::RandomState,
+    started: u64,
+}
+
+impl Default for Activity {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl Activity {
+    pub fn new() -> Self {
+        Activity {
+            ledger: Mutex::new(Ledger::default()),
+            salt: std::collections::hash_map::RandomState::new(),
+            started: unix_now(),
+        }
+    }
+
+    /// A read answered privately (a balance, a storage word, a call run
+    /// here).
+    pub fn private(&self, method: &str) {
+        let mut ledger = self.ledger.lock().expect("activity");
+        *ledger.minute(None).private.entry(method.into()).or_default() += 1;
+        *ledger.total.private.entry(method.into()).or_default() += 1;
+    }
+
+    /// A request sent upstream: listed when it names an address
+    /// (`params` are looked through for them).
+    pub fn upstream(
+        &self,
+        method: &str,
+        params: Option<&str>,
+        contract: Option<Address>,
+        reason: Reason,
+    ) {
+        let named = params.map(named_addresses).unwrap_or_default();
+        let mut ledger = self.ledger.lock().expect("activity");
+        *ledger.minute(None).upstream.entry(method.into()).or_default() += 1;
+        *ledger.total.upstream.entry(method.into()).or_default() += 1;
+        if named.is_empty() {
+            return;
+        }
+        for address in &named {
+            if ledger.addresses.len() < ADDRESSES_COUNTED {
+                ledger.addresses.insert(self.salt.hash_one(address));
+            }
+        }
+        if ledger.named.len() == NAMED_KEPT {
+            ledger.named.pop_front();
+        }
+        ledger.named.push_back(Named {
+            at: unix_now(),
+            method: method.into(),
+            contract,
+            reason,
+            addresses: named.len(),
+        });
+    }
+
+    /// A request that would have named an address, refused (kept
+    /// private).
+    pub fn refused(&self, method: &str) {
+        let mut ledger = self.ledger.lock().expect("activity");
+        *ledger.minute(None).refused.entry(method.into()).or_default() += 1;
+        *ledger.total.refused.entry(method.into()).or_default() += 1;
+        drop(ledger);
+        self.warn(
+            WarningKind::Refused,
+            format!("{method} would have named an address upstream: refused (upstream_methods)"),
+        );
+    }
+
+    /// A warning (a repeat of the newest of the same text counts once
+    /// more).
+    pub fn warn(&self, kind: WarningKind, text: String) {
+        let mut ledger = self.ledger.lock().expect("activity");
+        let at = unix_now();
+        if let Some(same) = ledger
+            .warnings
+            .iter_mut()
+            .find(|w| w.kind == kind && w.text == text)
+        {
+            same.at = at;
+            same.count += 1;
+            return;
+        }
+        if ledger.warnings.len() == WARNINGS_KEPT {
+            ledger.warnings.pop_front();
+        }
+        ledger.warnings.push_back(Warning {
+            at,
+            kind,
+            text,
+            count: 1,
+        });
+    }
+
+    /// The ledger now; `traffic` is the reader's byte counters now.
+    pub fn report(&self, traffic: Traffic) -> Report {
+        let mut ledger = self.ledger.lock().expect("activity");
+        let now = unix_now();
+        ledger.minute(Some(traffic));
+        let span = |minutes: u64| ledger.span(now / 60 + 1 - minutes, traffic);
+        let (last_hour, last_day) = (span(60), span(MINUTES_KEPT));
+        let mut since_start = ledger.total.clone();
+        since_start.bytes = traffic;
+        let mut warnings: Vec<Warning> = ledger.warnings.iter().cloned().collect();
+        warnings.sort_by_key(|w| std::cmp::Reverse(w.at));
+        Report {
+            now,
+            started: self.started,
+            last_hour,
+            last_day,
+            since_start,
+            named: ledger.named.iter().rev().cloned().collect(),
+            addresses_named: ledger.addresses.len(),
+            warnings,
+        }
+    }
+}
+
+impl Ledger {
+    /// This minute's counts (begun now if need be, with the byte counters
+    /// `traffic`, else those the last minute began with).
+    fn minute(&mut self, traffic: Option<Traffic>) -> &mut Minute {
+        let index = unix_now() / 60;
+        if self.minutes.back().is_none_or(|m| m.index != index) {
+            let traffic_at_start = traffic
+                .or_else(|| self.minutes.back().map(|m| m.traffic_at_start))
+                .unwrap_or_default();
+            self.minutes.push_back(Minute {
+                index,
+                traffic_at_start,
+                ..Default::default()
+            });
+            while self
+                .minutes
+                .front()
+                .is_some_and(|m| m.index + MINUTES_KEPT <= index)
+            {
+                self.minutes.pop_front();
+            }
+        }
+        self.minutes.back_mut().expect("just pushed")
+    }
+
+    /// Counts from minute `first` on; bytes from the oldest minute kept in
+    /// it to `traffic` (now).
+    fn span(&self, first: u64, traffic: Traffic) -> Span {
+        let mut span = Span::default();
+        let mut oldest = None;
+        for m in self.minutes.iter().filter(|m| m.index >= first) {
+            oldest.get_or_insert(m.traffic_at_start);
+            for (into, from) in [
+                (&mut span.private, &m.private),
+                (&mut span.upstream, &m.upstream),
+                (&mut span.refused, &m.refused),
+            ] {
+                for (method, n) in from {
+                    *into.entry(method.clone()).or_default() += n;
+                }
+            }
+        }
+        span.bytes = traffic.since(oldest.unwrap_or(traffic));
+        span
+    }
+}
+
+/// The contract a forwarded request is about: a call's `to`, a storage
+/// read's (or code's, or proof's) account, a log filter's single
+/// address. `None` for an account's own read (its address is the one
+/// hidden) and for requests about no account.
+pub fn contract_of(method: &str, params: Option<&str>) -> Option<Address> {
+    let params: Value = serde_json::from_str(params?).ok()?;
+    let first = params.get(0)?;
+    let field = match method {
+        "eth_call" | "eth_estimateGas" | "eth_createAccessList" => first.get("to")?,
+        "eth_getStorageAt" | "eth_getProof" | "eth_getCode" => first,
+        "eth_getLogs" | "eth_newFilter" => first.get("address")?,
+        _ => return None,
+    };
+    field.as_str()?.parse().ok()
+}
+
+/// The distinct addresses a request's params name: every 20-byte hex
+/// string, and every 32-byte word of call data that holds one (12 zero
+/// bytes, then 20 not all zero: an ABI-encoded address).
+pub fn named_addresses(params: &str) -> Vec<Address> {
+    let mut found = Vec::new();
+    if let Ok(value) = serde_json::from_str::<Value>(params) {
+        collect_addresses(&value, &mut found);
+    }
+    found.sort();
+    found.dedup();
+    found
+}
+
+fn collect_addresses(value: &Value, found: &mut Vec<Address>) {
+    match value {
+        Value::String(s) => found.extend(addresses_in_hex(s)),
+        Value::Array(items) => items.iter().for_each(|v| collect_addresses(v, found)),
+        Value::Object(fields) => fields.values().for_each(|v| collect_addresses(v, found)),
+        _ => {}
+    }
+}
+
+fn addresses_in_hex(s: &str) -> Vec<Address> {
+    let Some(hex) = s.strip_prefix("0x") else {
+        return Vec::new();
+    };
+    if hex.len() == 40 {
+        return hex.parse::<Address>().into_iter().collect();
+    }
+    let Ok(bytes) = alloy_primitives::hex::decode(hex) else {
+        return Vec::new();
+    };
+    // After a 4-byte selector, or from the start (a constructor's or a
+    // raw word's data).
+    let words = |from: usize| {
+        bytes
+            .get(from..)
+            .unwrap_or_default()
+            .chunks_exact(32)
+            .filter(|w| w[..12].iter().all(|b| *b == 0) && w[12..].iter().any(|b| *b != 0))
+            .map(|w| Address::from_slice(&w[12..]))
+            .collect::<Vec<_>>()
+    };
+    let mut out = words(4);
+    if bytes.len() % 32 == 0 {
+        out.extend(words(0));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOLDER: &str = "0x70997970c51812dc3a010c7d01b50e0d17dc79c8";
+
+    #[test]
+    fn addresses_are_found_in_params_and_call_data() {
+        let token = "0x00000000000000000000000000000000000000c1";
+        let data = format!("0x70a08231{:0>64}", &HOLDER[2..]);
+        let params = serde_json::json!([{"to": token, "data": data}, "latest"]).to_string();
+        let mut want: Vec<Address> = vec![HOLDER.parse().unwrap(), token.parse().unwrap()];
+        want.sort();
+        assert_eq!(named_addresses(&params), want);
+        assert!(named_addresses(r#"["latest", "0x1", 5]"#).is_empty());
+        assert!(named_addresses("not json").is_empty());
+    }
+
+    #[test]
+    fn a_requests_contract_is_its_calls_to_or_the_account_read() {
+        let c = "0x00000000000000000000000000000000000000c1";
+        let call = format!(r#"[{{"from":"{HOLDER}","to":"{c}"}},"latest"]"#);
+        let want = Some(c.parse().unwrap());
+        assert_eq!(contract_of("eth_call", Some(&call)), want);
+        let slot = format!(r#"["{c}","0x0","latest"]"#);
+        assert_eq!(contract_of("eth_getStorageAt", Some(&slot)), want);
+        let balance = format!(r#"["{HOLDER}","latest"]"#);
+        assert_eq!(contract_of("eth_getBalance", Some(&balance)), None);
+        assert_eq!(contract_of("eth_call", Some("[]")), None);
+        assert_eq!(contract_of("eth_call", None), None);
+    }
+
+    #[test]
+    fn the_report_counts_by_method_and_never_holds_an_address() {
+        let activity = Activity::new();
+        activity.private("eth_getBalance");
+        activity.private("eth_getBalance");
+        let contract: Address = "0x00000000000000000000000000000000000000c1".parse().unwrap();
+        let params = format!(r#"[{{"to":"{contract}","data":"0x70a08231{:0>64}"}},"latest"]"#, &HOLDER[2..]);
+        activity.upstream("eth_call", Some(&params), Some(contract), Reason::NotHeld);
+        activity.upstream("eth_blockNumber", None, None, Reason::NotPrivateMethod);
+        activity.warn(WarningKind::Fallback, "x".into());
+        activity.warn(WarningKind::Fallback, "x".into());
+        let report = activity.report(Traffic { up: 10, down: 20, background: 5 });
+        assert_eq!(report.last_hour.private["eth_getBalance"], 2);
+        assert_eq!(report.last_day.upstream["eth_call"], 1);
+        assert_eq!(report.since_start.upstream["eth_blockNumber"], 1);
+        assert_eq!(report.named.len(), 1, "eth_blockNumber names none");
+        assert_eq!(report.named[0].contract, Some(contract));
+        assert_eq!(report.addresses_named, 2, "the holder and the token");
+        assert_eq!(report.warnings.len(), 1);
+        assert_eq!(report.warnings[0].count, 2);
+        assert_eq!(report.since_start.bytes.down, 20);
+        let json = serde_json::to_string(&report).unwrap().to_lowercase();
+        assert!(!json.contains(&HOLDER[2..]), "{json}");
+    }
+}
