@@ -4,8 +4,9 @@
 # - OpenSSL headers and pkg-config (HTTPS support of the HTTP clients), a
 #   C++20 compiler (the host emulator of the CUDA kernels) and libclang (the
 #   MDBX bindings of the reth reader run bindgen), microsocks (a SOCKS5
-#   server for the proxy's transport test) and nginx (the load balancer of
-#   the replica test, started by the test itself), from Debian;
+#   server for the proxy's transport test), nginx (the load balancer of
+#   the replica test, started by the test itself) and Chromium (the
+#   headless browser of the pages' test), from Debian;
 # - cargo-machete (unused-dependency check);
 # - Foundry's anvil and cast 1.7.1 (npm @foundry-rs/anvil, @foundry-rs/cast)
 #   into ./.tools, where the tests look for them;
@@ -37,6 +38,7 @@ dpkg -s libclang-dev >/dev/null 2>&1 || need_apt+=(libclang-dev)
 command -v microsocks >/dev/null 2>&1 || need_apt+=(microsocks)
 command -v ps >/dev/null 2>&1 || need_apt+=(procps)
 [ -x /usr/sbin/nginx ] || need_apt+=(nginx-light)
+[ -x /usr/bin/chromium ] || need_apt+=(chromium)
 python3 -m pip --version >/dev/null 2>&1 || need_apt+=(python3-pip)
 if [ ${#need_apt[@]} -gt 0 ]; then
     SUDO=""

@@ -603,6 +603,37 @@ fn gunzip(bytes: &[u8], limit: u64) -> Result<Vec<u8>, ReadError> {
 mod tests {
     use super::*;
 
+    /// Fetched but not yet adopted (its attestations being checked): a
+    /// read is not ready (-32003 at the proxy), not "no snapshot at that
+    /// block"; once an empty catalog is adopted, it is that.
+    #[test]
+    fn a_read_between_fetching_and_adopting_is_not_ready() {
+        let policy = crate::config::AttestPolicy {
+            attesters: vec![],
+            quorum: 0,
+        };
+        let catalog = Catalog::new(Some(1), policy);
+        let at = BlockSelector::Number(1);
+        let before_fetch = catalog.view_for(&at).unwrap_err();
+        assert!(
+            matches!(before_fetch, ReadError::Backend(_)),
+            "{before_fetch:?}"
+        );
+        *catalog.failure.lock().unwrap() = None;
+        let judging = catalog.view_for(&at).unwrap_err();
+        assert!(matches!(judging, ReadError::NotReady(_)), "{judging:?}");
+        *catalog.adopted.write().unwrap() = Arc::new(Adopted {
+            max_batch: 1,
+            fetched: true,
+            ..Default::default()
+        });
+        let adopted = catalog.view_for(&at).unwrap_err();
+        assert!(
+            matches!(adopted, ReadError::NoSnapshot { .. }),
+            "{adopted:?}"
+        );
+    }
+
     /// A signature counts only when it is a listed attester's, over this
     /// very manifest, once per attester; a manifest of an older format is
     /// set aside whatever it carries.

@@ -82,8 +82,14 @@ async fn balance_or_not_ready(url: &str, who: &str, block: &str) -> Option<Value
     match balance(url, who, block).await {
         Ok(v) => Some(v),
         Err(e) => {
-            let code = serde_json::from_str::<Value>(&e).ok().map(|v| v["code"].clone());
-            assert_eq!(code, Some(json!(-32003)), "a read before the view is ready: {e}");
+            let code = serde_json::from_str::<Value>(&e)
+                .ok()
+                .map(|v| v["code"].clone());
+            assert_eq!(
+                code,
+                Some(json!(-32003)),
+                "a read before the view is ready: {e}"
+            );
             None
         }
     }
@@ -97,7 +103,10 @@ async fn read_from_start(url: &str, who: &str, block: &str) -> Value {
         if let Some(v) = balance_or_not_ready(url, who, block).await {
             return v;
         }
-        assert!(tokio::time::Instant::now() < deadline, "no view within 60 s");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no view within 60 s"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
 }

@@ -35,6 +35,10 @@ pub enum Route {
     Health,
     /// `GET /metrics`: Prometheus text.
     Metrics,
+    /// `GET /`: the operator's page (HTML, for a browser).
+    Page,
+    /// `GET /status.json`: the page's data.
+    Status,
 }
 
 /// An HTTP method of the API.
@@ -54,7 +58,7 @@ pub const MAX_HEALTH_BYTES: u64 = 64 << 10;
 
 impl Route {
     /// Every route, in the order the server lists them.
-    pub const ALL: [Route; 10] = [
+    pub const ALL: [Route; 12] = [
         Route::Catalog,
         Route::Setup,
         Route::Table,
@@ -65,6 +69,8 @@ impl Route {
         Route::Query,
         Route::Health,
         Route::Metrics,
+        Route::Page,
+        Route::Status,
     ];
 
     pub fn method(self) -> Method {
@@ -88,6 +94,8 @@ impl Route {
             Route::Query => "/v1/query",
             Route::Health => "/healthz",
             Route::Metrics => "/metrics",
+            Route::Page => "/",
+            Route::Status => "/status.json",
         }
     }
 
@@ -109,6 +117,8 @@ impl Route {
             Route::Query => "query",
             Route::Health => "healthz",
             Route::Metrics => "metrics",
+            Route::Page => "page",
+            Route::Status => "status",
         }
     }
 
@@ -127,7 +137,9 @@ impl Route {
             | Route::File
             | Route::CodeTable
             | Route::Query
-            | Route::Metrics => None,
+            | Route::Metrics
+            | Route::Page
+            | Route::Status => None,
         }
     }
 }
@@ -146,6 +158,8 @@ pub enum ApiPath<'a> {
     Query,
     Health,
     Metrics,
+    Page,
+    Status,
 }
 
 impl ApiPath<'_> {
@@ -161,6 +175,8 @@ impl ApiPath<'_> {
             ApiPath::Query => Route::Query,
             ApiPath::Health => Route::Health,
             ApiPath::Metrics => Route::Metrics,
+            ApiPath::Page => Route::Page,
+            ApiPath::Status => Route::Status,
         }
     }
 }
@@ -213,6 +229,8 @@ mod tests {
             ApiPath::Query,
             ApiPath::Health,
             ApiPath::Metrics,
+            ApiPath::Page,
+            ApiPath::Status,
         ];
         for path in paths {
             let route = path.route();

@@ -195,7 +195,11 @@ impl Activity {
     /// here).
     pub fn private(&self, method: &str) {
         let mut ledger = self.ledger.lock().expect("activity");
-        *ledger.minute(None).private.entry(method.into()).or_default() += 1;
+        *ledger
+            .minute(None)
+            .private
+            .entry(method.into())
+            .or_default() += 1;
         *ledger.total.private.entry(method.into()).or_default() += 1;
     }
 
@@ -210,7 +214,11 @@ impl Activity {
     ) {
         let named = params.map(named_addresses).unwrap_or_default();
         let mut ledger = self.ledger.lock().expect("activity");
-        *ledger.minute(None).upstream.entry(method.into()).or_default() += 1;
+        *ledger
+            .minute(None)
+            .upstream
+            .entry(method.into())
+            .or_default() += 1;
         *ledger.total.upstream.entry(method.into()).or_default() += 1;
         if named.is_empty() {
             return;
@@ -236,7 +244,11 @@ impl Activity {
     /// private).
     pub fn refused(&self, method: &str) {
         let mut ledger = self.ledger.lock().expect("activity");
-        *ledger.minute(None).refused.entry(method.into()).or_default() += 1;
+        *ledger
+            .minute(None)
+            .refused
+            .entry(method.into())
+            .or_default() += 1;
         *ledger.total.refused.entry(method.into()).or_default() += 1;
         drop(ledger);
         self.warn(
@@ -444,13 +456,22 @@ mod tests {
         let activity = Activity::new();
         activity.private("eth_getBalance");
         activity.private("eth_getBalance");
-        let contract: Address = "0x00000000000000000000000000000000000000c1".parse().unwrap();
-        let params = format!(r#"[{{"to":"{contract}","data":"0x70a08231{:0>64}"}},"latest"]"#, &HOLDER[2..]);
+        let contract: Address = "0x00000000000000000000000000000000000000c1"
+            .parse()
+            .unwrap();
+        let params = format!(
+            r#"[{{"to":"{contract}","data":"0x70a08231{:0>64}"}},"latest"]"#,
+            &HOLDER[2..]
+        );
         activity.upstream("eth_call", Some(&params), Some(contract), Reason::NotHeld);
         activity.upstream("eth_blockNumber", None, None, Reason::NotPrivateMethod);
         activity.warn(WarningKind::Fallback, "x".into());
         activity.warn(WarningKind::Fallback, "x".into());
-        let report = activity.report(Traffic { up: 10, down: 20, background: 5 });
+        let report = activity.report(Traffic {
+            up: 10,
+            down: 20,
+            background: 5,
+        });
         assert_eq!(report.last_hour.private["eth_getBalance"], 2);
         assert_eq!(report.last_day.upstream["eth_call"], 1);
         assert_eq!(report.since_start.upstream["eth_blockNumber"], 1);

@@ -346,7 +346,7 @@ where
                         MAX_RESPONSE_BYTES,
                     ),
                     Err(error) => MethodResponse::error(call.id, error),
-                }
+                };
             }
             Ok(Err(why)) => why,
             Err(e) if e.is_unanswerable() => e.to_string(),
@@ -622,7 +622,9 @@ where
             let text = params.as_deref().map(RawValue::get);
             let contract = crate::activity::contract_of(method, text);
             let reason = Reason::NotPrivateMethod;
-            self.policy.activity.upstream(method, text, contract, reason);
+            self.policy
+                .activity
+                .upstream(method, text, contract, reason);
             upstream.notify(method, params).await;
         }
     }

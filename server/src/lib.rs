@@ -7,7 +7,9 @@
 //! - `GET /v1/snapshots/{id}/table`: a small level's entries, ETag = digest;
 //! - `POST /v1/query`: batches of queries to one or several snapshots
 //!   (binary, framed by `protocol::multi`);
-//! - `GET /healthz`, `GET /metrics` (Prometheus text).
+//! - `GET /healthz`, `GET /metrics` (Prometheus text);
+//! - `GET /`: the operator's page (snapshots, the follower's lag, lookups
+//!   and passes of the last ten minutes), and `GET /status.json`, its data.
 //!
 //! One process serves a store whole, one row shard of it (`shard = "i/S"`:
 //! queries are slices of that shard's rows), or routes to the shards
@@ -25,6 +27,7 @@ pub mod config;
 mod error;
 mod loaded;
 mod metrics;
+mod page;
 mod routes;
 mod shards;
 mod state;

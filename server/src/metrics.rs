@@ -1,6 +1,8 @@
 //! Prometheus metrics of the server.
 
-use std::time::Duration;
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use prometheus::{
     Encoder, Histogram, HistogramOpts, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
@@ -17,6 +19,95 @@ pub struct Metrics {
     pub pass_requests: Histogram,
     pub snapshots: IntGauge,
     pub queued: IntGauge,
+    /// From the follower's mark in the store (set as `/metrics` is read).
+    pub follower_head: IntGauge,
+    pub follower_lag: IntGauge,
+    /// The last minutes, for the page's plot.
+    pub recent: Recent,
+}
+
+/// Seconds a step of [`Recent`] spans.
+pub const STEP_SECS: u64 = 5;
+/// Steps kept (ten minutes).
+const STEPS_KEPT: usize = 120;
+
+/// One step of the last minutes: lookups (query requests) and passes,
+/// with their time.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Step {
+    /// Unix seconds at its start.
+    pub at: u64,
+    pub lookups: u64,
+    pub queries: u64,
+    pub passes: u64,
+    pub lookup_ms_sum: f64,
+    pub lookup_ms_max: f64,
+    pub pass_ms_sum: f64,
+}
+
+/// Lookups and passes of the last ten minutes, in steps of
+/// [`STEP_SECS`].
+#[derive(Default)]
+pub struct Recent(Mutex<VecDeque<Step>>);
+
+impl Recent {
+    fn now_step() -> u64 {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        now - now % STEP_SECS
+    }
+
+    fn with_step(&self, f: impl FnOnce(&mut Step)) {
+        let at = Self::now_step();
+        let mut steps = self.0.lock().expect("recent steps");
+        if steps.back().is_none_or(|s| s.at != at) {
+            steps.push_back(Step {
+                at,
+                ..Default::default()
+            });
+            if steps.len() > STEPS_KEPT {
+                steps.pop_front();
+            }
+        }
+        f(steps.back_mut().expect("just pushed"));
+    }
+
+    /// A query request answered: its queries and how long it took.
+    pub fn lookup(&self, queries: usize, took: Duration) {
+        let ms = took.as_secs_f64() * 1e3;
+        self.with_step(|s| {
+            s.lookups += 1;
+            s.queries += queries as u64;
+            s.lookup_ms_sum += ms;
+            s.lookup_ms_max = s.lookup_ms_max.max(ms);
+        });
+    }
+
+    fn pass(&self, took: Duration) {
+        self.with_step(|s| {
+            s.passes += 1;
+            s.pass_ms_sum += took.as_secs_f64() * 1e3;
+        });
+    }
+
+    /// Every step of the last ten minutes, oldest first (empty ones
+    /// included, so that a plot's x axis is time).
+    pub fn steps(&self) -> Vec<Step> {
+        let now = Self::now_step();
+        let first = now.saturating_sub(STEP_SECS * (STEPS_KEPT as u64 - 1));
+        let steps = self.0.lock().expect("recent steps");
+        (0..STEPS_KEPT as u64)
+            .map(|i| first + i * STEP_SECS)
+            .map(|at| {
+                steps.iter().find(|s| s.at == at).cloned().unwrap_or(Step {
+                    at,
+                    ..Default::default()
+                })
+            })
+            .collect()
+    }
 }
 
 /// A counter of `name` split by `labels`.
@@ -68,6 +159,17 @@ impl Metrics {
                 "Query batches waiting or being answered",
             )
             .expect("valid metric"),
+            follower_head: IntGauge::new(
+                "ethpir_follower_node_head",
+                "The node's head block as the follower last saw it (its mark in the store)",
+            )
+            .expect("valid metric"),
+            follower_lag: IntGauge::new(
+                "ethpir_follower_lag_blocks",
+                "The newest view's block behind the node's head, as the follower last saw it",
+            )
+            .expect("valid metric"),
+            recent: Recent::default(),
         };
         for m in [
             Box::new(metrics.requests.clone()) as Box<dyn prometheus::core::Collector>,
@@ -77,6 +179,8 @@ impl Metrics {
             Box::new(metrics.pass_requests.clone()),
             Box::new(metrics.snapshots.clone()),
             Box::new(metrics.queued.clone()),
+            Box::new(metrics.follower_head.clone()),
+            Box::new(metrics.follower_lag.clone()),
         ] {
             metrics.registry.register(m).expect("unique metric");
         }
@@ -87,6 +191,7 @@ impl Metrics {
     /// `queries` queries in all.
     pub fn observe_pass(&self, snapshot: &str, requests: usize, queries: usize, took: Duration) {
         self.answer_seconds.observe(took.as_secs_f64());
+        self.recent.pass(took);
         self.pass_queries.observe(queries as f64);
         self.pass_requests.observe(requests as f64);
         self.queries
@@ -101,11 +206,65 @@ impl Metrics {
         );
     }
 
+    /// Sets the follower's gauges from its mark (left as they were
+    /// without one).
+    pub fn follower(&self, mark: Option<&snapshot_store::FollowerMark>) {
+        if let Some(mark) = mark {
+            let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+            self.follower_head.set(gauge(mark.node_head));
+            self.follower_lag
+                .set(gauge(mark.node_head.saturating_sub(mark.newest_view)));
+        }
+    }
+
     pub fn render(&self) -> String {
         let mut out = Vec::new();
         TextEncoder::new()
             .encode(&self.registry.gather(), &mut out)
             .expect("text encoding");
         String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every metric the Grafana dashboard in deploy/ asks for is one this
+    /// server exports (a histogram's `_bucket`, `_sum` and `_count`
+    /// included).
+    #[test]
+    fn the_dashboards_metrics_are_exported() {
+        let metrics = Metrics::new();
+        metrics.recent.lookup(1, Duration::from_millis(1));
+        metrics.observe_pass("s", 1, 1, Duration::from_millis(1));
+        metrics.requests.with_label_values(&["query", "200"]).inc();
+        let exported = metrics.render();
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../deploy/grafana/ethpir-server.json"
+        );
+        let dashboard: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let mut asked = 0;
+        for panel in dashboard["panels"].as_array().unwrap() {
+            for target in panel["targets"].as_array().unwrap() {
+                let expr = target["expr"].as_str().unwrap();
+                let names = expr
+                    .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .filter(|w| w.starts_with("ethpir_"));
+                for name in names {
+                    asked += 1;
+                    let line = format!("\n{name}");
+                    assert!(
+                        exported.contains(&format!("{line}{{"))
+                            || exported.contains(&format!("{line} ")),
+                        "{name} (panel {}) is not exported",
+                        panel["title"]
+                    );
+                }
+            }
+        }
+        assert!(asked >= 10, "{asked} metrics asked");
     }
 }

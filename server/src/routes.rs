@@ -44,6 +44,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(Route::Query.template(), post(query))
         .route(Route::Health.template(), get(healthz))
         .route(Route::Metrics.template(), get(metrics))
+        .route(Route::Page.template(), get(crate::page::page))
+        .route(Route::Status.template(), get(crate::page::status_json))
         .layer(DefaultBodyLimit::disable())
         .layer(RequestBodyLimitLayer::new(state.body_limit))
         .layer(CompressionLayer::new().gzip(true).compress_when(json_only))
@@ -313,6 +315,7 @@ async fn query(
         },
         _ => RouteError::BodyUnreadable(e.body_text()),
     })?;
+    let started = Instant::now();
     let parts = checked_parts(&state, &body)?;
     let _slot = state.enter_queue().ok_or(RouteError::QueueFull)?;
     let work = tokio::task::spawn_blocking(move || decode_parts(parts))
@@ -325,6 +328,8 @@ async fn query(
         (None, false) => answer_alone(&state, work).await?,
     };
     let bodies: Vec<Vec<u8>> = answers.iter().map(|r| wire::encode_responses(r)).collect();
+    let queries = answers.iter().map(|r| r.len()).sum();
+    state.metrics.recent.lookup(queries, started.elapsed());
     Ok((
         [(header::CONTENT_TYPE, "application/octet-stream")],
         protocol::multi::encode_response(&bodies),
@@ -432,6 +437,7 @@ async fn healthz(State(state): State<Arc<AppState>>) -> Response {
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    state.metrics.follower(state.store.follower_mark().as_ref());
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         state.metrics.render(),

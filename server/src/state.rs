@@ -74,6 +74,11 @@ pub struct CatalogBody {
 const CATALOG_HISTORY: usize = 64;
 
 impl CatalogBody {
+    /// The entries served, by chain and block.
+    pub fn entries(&self) -> &[protocol::CatalogEntry] {
+        &self.entries
+    }
+
     /// The difference from `old` to this catalog.
     pub fn diff_from(&self, old: &CatalogBody) -> protocol::api::CatalogDiff {
         let changed =

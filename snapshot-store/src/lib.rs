@@ -48,6 +48,28 @@ const TRASH: &str = ".trash";
 const ATTESTATIONS: &str = ".attestations";
 /// Most bytes of one attestation file read.
 const MAX_ATTESTATION_BYTES: u64 = 4096;
+/// What the follower last saw of its node ([`FollowerMark`]).
+const FOLLOWER_FILE: &str = "follower.json";
+/// Largest follower mark read.
+const MAX_FOLLOWER_BYTES: u64 = 4096;
+
+/// What the follower (`ethpir-snapshot run`) last saw of its node, kept
+/// beside the snapshots so that the server's page can say how far the
+/// newest view is behind the chain. Advisory: written in place by rename,
+/// never read by a client.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FollowerMark {
+    pub chain_id: u64,
+    /// The node's head block.
+    pub node_head: u64,
+    /// The newest view's block in the store.
+    pub newest_view: u64,
+    /// Blocks the follower stays behind the head on purpose.
+    pub confirmations: u64,
+    /// Unix seconds of the look.
+    pub at: u64,
+}
 
 /// Store errors, with the path involved.
 #[derive(Debug, thiserror::Error)]
@@ -280,6 +302,25 @@ impl SnapshotStore {
     /// Where a snapshot lives (published or not).
     pub fn path_of(&self, id: &SnapshotId) -> PathBuf {
         self.root.join(id.chain_id.to_string()).join(id.folder())
+    }
+
+    /// Records what the follower saw of its node (a temporary file renamed
+    /// over the last mark: a reader never sees half of one).
+    pub fn write_follower_mark(&self, mark: &FollowerMark) -> Result<(), StoreError> {
+        let path = self.root.join(FOLLOWER_FILE);
+        let tmp = self.root.join(format!(".{FOLLOWER_FILE}.tmp"));
+        let json = serde_json::to_vec(mark).expect("a mark serialises");
+        fs::write(&tmp, json).map_err(io(&tmp))?;
+        fs::rename(&tmp, &path).map_err(io(&path))
+    }
+
+    /// The follower's last mark, if there is a readable one.
+    pub fn follower_mark(&self) -> Option<FollowerMark> {
+        use std::io::Read;
+        let file = File::open(self.root.join(FOLLOWER_FILE)).ok()?;
+        let mut bytes = Vec::new();
+        file.take(MAX_FOLLOWER_BYTES).read_to_end(&mut bytes).ok()?;
+        serde_json::from_slice(&bytes).ok()
     }
 
     /// Removes what killed builds left under `.staging` and `.trash`.

@@ -213,6 +213,9 @@ pub enum Refusal {
     NoReth,
 }
 
+/// How often an unchanged follower mark is written again.
+const MARK_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// What a step did.
 #[derive(Debug)]
 pub enum StepOutcome {
@@ -233,6 +236,8 @@ pub struct Follower {
     /// The contracts a new base holds: the config's tokens and contracts
     /// of the node's chain, read once per connection.
     configured: PrivateStorage,
+    /// The last mark written for the server's page, and when.
+    marked: Option<(snapshot_store::FollowerMark, std::time::Instant)>,
 }
 
 impl Follower {
@@ -251,6 +256,7 @@ impl Follower {
             node: None,
             levels: None,
             configured: PrivateStorage::default(),
+            marked: None,
             config,
         })
     }
@@ -359,14 +365,14 @@ impl Follower {
             false => view,
         };
         let node = self.node.as_ref().expect("connected");
-        let head = node
-            .head()
-            .await?
-            .saturating_sub(self.config.follow.confirmations);
+        let node_head = node.head().await?;
+        let head = node_head.saturating_sub(self.config.follow.confirmations);
         let top = view.last().expect("a view has a level").id.block;
         if head <= top {
+            self.mark(node_head, top);
             return Ok(StepOutcome::UpToDate { block: top });
         }
+        let node = self.node.as_ref().expect("connected");
         // The base's contracts (see `node`).
         let delta = node
             .export_delta(top, head, &view[0].manifest.storage)
@@ -380,10 +386,40 @@ impl Follower {
         })
         .await?;
         tracing::info!(from = top, block = head, records, published = ?report.published, retired = report.removed.len(), "delta published");
+        self.mark(node_head, head);
         Ok(StepOutcome::Published {
             block: head,
             report,
         })
+    }
+
+    /// Writes what it saw of the node for the server's page: when it
+    /// changed, else every [`MARK_EVERY`] (so that the page can tell a
+    /// quiet chain from a stopped follower).
+    fn mark(&mut self, node_head: u64, newest_view: u64) {
+        let Some(node) = self.node.as_ref() else {
+            return;
+        };
+        let mark = snapshot_store::FollowerMark {
+            chain_id: node.chain_id,
+            node_head,
+            newest_view,
+            confirmations: self.config.follow.confirmations,
+            at: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        };
+        let fresh = self.marked.as_ref().is_some_and(|(last, when)| {
+            (last.node_head, last.newest_view) == (node_head, newest_view)
+                && when.elapsed() < MARK_EVERY
+        });
+        if fresh {
+            return;
+        }
+        if let Err(e) = self.store.write_follower_mark(&mark) {
+            tracing::debug!(error = %e, "the follower's mark for the server's page not written");
+        }
+        self.marked = Some((mark, std::time::Instant::now()));
     }
 
     /// Builds and publishes the base from the genesis file or the datadir.

@@ -4,6 +4,8 @@
 //! JSON-RPC client for driving it.
 #![forbid(unsafe_code)]
 
+pub mod browser;
+
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
