@@ -77,3 +77,56 @@ async fn views_are_read_only_where_the_upstream_has_their_block() {
     assert!(!asked.iter().any(|m| m == "eth_getBalance"), "{asked:?}");
     follower.stop().await;
 }
+
+/// Reorgs under a running follower (blocks replaced by more blocks than
+/// were dropped, mined at once), then a quiet chain: every block within
+/// `keep_blocks` answers through the proxy, each with anvil's balance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_recent_block_reads_once_the_chain_is_quiet_after_reorgs() {
+    log_if_asked();
+    let dir = tempfile::tempdir().unwrap();
+    let genesis = dir.path().join("genesis.json");
+    write_genesis(&genesis);
+    let anvil =
+        Anvil::start_with(&["--init", genesis.to_str().unwrap(), "--chain-id", "4242"]).await;
+    let store = dir.path().join("store");
+    let keep_blocks = 64;
+    let config = follow_config(&store, &anvil.url, &genesis, 0, 4, keep_blocks);
+    let follower = Follower::start(config);
+    let server = start_server(&store).await;
+    let (upstream, _) = start_relay(&anvil.url, passthrough()).await;
+    let cache = tempfile::tempdir().unwrap();
+    let proxy = start_proxy(&server, Some(upstream), cache.path()).await;
+    let pay = |value: u64| json!({"from": DEV_ACCOUNTS[0], "to": DEV_ACCOUNTS[1], "value": format!("{value:#x}")});
+    let view_reaches = |block: u64| {
+        let proxy = proxy.clone();
+        async move {
+            let caught_up =
+                || async { (status(&proxy).await["viewBlock"].as_u64()? >= block).then_some(()) };
+            test_support::eventually("the proxy's view reaches the head", caught_up).await;
+        }
+    };
+    for round in 0..3u64 {
+        anvil.send(pay(1 + round)).await;
+        let fork = anvil.rpc("evm_snapshot", json!([])).await;
+        anvil.send(pay(100 + round)).await;
+        anvil.send(pay(200 + round)).await;
+        view_reaches(anvil.head().await).await;
+        assert_eq!(anvil.rpc("evm_revert", json!([fork])).await, json!(true));
+        // Three blocks in place of two, mined at once, then one more.
+        anvil.rpc("anvil_mine", json!(["0x3"])).await;
+        anvil.send(pay(300 + round)).await;
+    }
+    let head = anvil.head().await;
+    view_reaches(head).await;
+    let oldest = head.saturating_sub(keep_blocks);
+    for block in oldest..=head {
+        let at = format!("{block:#x}");
+        let who = DEV_ACCOUNTS[1];
+        let private = test_support::rpc(&proxy, "eth_getBalance", json!([who, at])).await;
+        let node = anvil.rpc("eth_getBalance", json!([who, at])).await;
+        assert_eq!(private, Ok(node), "block {block} of {oldest}..={head}");
+    }
+    follower.stop().await;
+    anvil.stop().await;
+}

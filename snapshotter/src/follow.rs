@@ -213,6 +213,15 @@ pub enum Refusal {
     NoReth,
 }
 
+/// The blocks a step behind the head publishes a delta at: every block
+/// within `keep_blocks` of the head (each is a view a wallet may read at
+/// that number: a delta over several blocks leaves the ones inside it
+/// unreadable), the older ones together in the first.
+fn delta_stops(top: u64, head: u64, keep_blocks: u64) -> std::ops::RangeInclusive<u64> {
+    let first = (top + 1).max(head.saturating_sub(keep_blocks));
+    first..=head
+}
+
 /// How often an unchanged follower mark is written again.
 const MARK_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -372,25 +381,39 @@ impl Follower {
             self.mark(node_head, top);
             return Ok(StepOutcome::UpToDate { block: top });
         }
+        let mut report = UpdateReport::default();
+        let mut from = top;
+        for block in delta_stops(top, head, self.config.levels.keep_blocks) {
+            report = self.publish_delta(from, block).await?;
+            from = block;
+        }
+        self.mark(node_head, head);
+        Ok(StepOutcome::Published {
+            block: head,
+            report,
+        })
+    }
+
+    /// The delta of the blocks after `from` up to `to`, on the newest view.
+    async fn publish_delta(&self, from: u64, to: u64) -> Result<UpdateReport, FollowError> {
+        let levels = self.levels();
+        let Some(view) = levels.newest_view()? else {
+            return Err(Refusal::Mismatch("no view left below the delta".into()).into());
+        };
         let node = self.node.as_ref().expect("connected");
         // The base's contracts (see `node`).
         let delta = node
-            .export_delta(top, head, &view[0].manifest.storage)
+            .export_delta(from, to, &view[0].manifest.storage)
             .await?;
         let records = delta.state.records.len() + delta.state.storage.len();
-        let levels = self.levels();
         let report = blocking(move || {
             let mut state = delta.state;
             levels.hide_destroyed(&view, &mut state, &delta.destroyed)?;
             levels.publish(state)
         })
         .await?;
-        tracing::info!(from = top, block = head, records, published = ?report.published, retired = report.removed.len(), "delta published");
-        self.mark(node_head, head);
-        Ok(StepOutcome::Published {
-            block: head,
-            report,
-        })
+        tracing::info!(from, block = to, records, published = ?report.published, retired = report.removed.len(), "delta published");
+        Ok(report)
     }
 
     /// Writes what it saw of the node for the server's page: when it
@@ -677,6 +700,18 @@ mod tests {
             "each once, this chain's"
         );
         assert!(storage.tokens.is_empty());
+    }
+
+    #[test]
+    fn every_block_within_keep_blocks_gets_its_own_delta() {
+        assert_eq!(delta_stops(10, 11, 64), 11..=11);
+        assert_eq!(delta_stops(10, 14, 64), 11..=14, "one per block");
+        assert_eq!(
+            delta_stops(10, 200, 64),
+            136..=200,
+            "older blocks in the first"
+        );
+        assert_eq!(delta_stops(0, 3, 0), 3..=3);
     }
 
     #[test]
