@@ -128,6 +128,38 @@ fn server_limits() -> jsonrpsee::server::ServerConfig {
         .build()
 }
 
+/// The RPC middleware's policy and the page's source, sharing one record
+/// of what was answered where.
+fn policy_and_page(
+    config: &ProxyConfig,
+    ctx: RpcContext,
+    local: std::collections::HashSet<&'static str>,
+    private: std::collections::HashSet<&'static str>,
+) -> Result<(Arc<ForwardPolicy>, Arc<page::PageSource>), StartError> {
+    let (reader, upstream) = (ctx.reader.clone(), ctx.upstream.clone());
+    let activity = Arc::new(activity::Activity::new());
+    let page = Arc::new(page::PageSource {
+        ctx,
+        activity: activity.clone(),
+        attesters: config.attesters.clone(),
+        quorum: config.attest_quorum,
+    });
+    let executor = executor_for(config, &reader, &upstream, &activity);
+    let policy = Arc::new(ForwardPolicy {
+        executor,
+        activity,
+        reader,
+        upstream,
+        local,
+        private,
+        private_fallback: config.private_fallback_to_upstream,
+        upstream_methods: config.upstream_methods,
+        trusted_tokens: config.trusted_tokens()?,
+        balance_checker: config.balance_checker,
+    });
+    Ok((policy, page))
+}
+
 async fn run_until(
     listener: tokio::net::TcpListener,
     config: ProxyConfig,
@@ -151,26 +183,8 @@ async fn run_until(
         upstream: upstream.clone(),
     };
     let (module, private) = rpc::module(ctx.clone());
-    let activity = Arc::new(activity::Activity::new());
-    let page = Arc::new(page::PageSource {
-        ctx,
-        activity: activity.clone(),
-        attesters: config.attesters.clone(),
-        quorum: config.attest_quorum,
-    });
-    let executor = executor_for(&config, &reader, &upstream, &activity);
-    let policy = Arc::new(ForwardPolicy {
-        executor,
-        activity,
-        reader,
-        upstream,
-        local: module.method_names().collect(),
-        private,
-        private_fallback: config.private_fallback_to_upstream,
-        upstream_methods: config.upstream_methods,
-        trusted_tokens: config.trusted_tokens()?,
-        balance_checker: config.balance_checker,
-    });
+    let local = module.method_names().collect();
+    let (policy, page) = policy_and_page(&config, ctx, local, private)?;
     let server = Server::builder()
         .set_config(server_limits())
         .set_http_middleware(

@@ -115,6 +115,11 @@ fn counter(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric")
 }
 
+/// A gauge of `name`.
+fn gauge(name: &str, help: &str) -> IntGauge {
+    IntGauge::new(name, help).expect("valid metric")
+}
+
 /// A histogram of `name` with these bucket bounds.
 fn histogram(name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
     Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets)).expect("valid metric")
@@ -152,39 +157,39 @@ impl Metrics {
                 "Requests answered together in one pass (batching across wallets)",
                 sizes(),
             ),
-            snapshots: IntGauge::new("ethpir_snapshots", "Snapshots being served")
-                .expect("valid metric"),
-            queued: IntGauge::new(
+            snapshots: gauge("ethpir_snapshots", "Snapshots being served"),
+            queued: gauge(
                 "ethpir_queue_depth",
                 "Query batches waiting or being answered",
-            )
-            .expect("valid metric"),
-            follower_head: IntGauge::new(
+            ),
+            follower_head: gauge(
                 "ethpir_follower_node_head",
                 "The node's head block as the follower last saw it (its mark in the store)",
-            )
-            .expect("valid metric"),
-            follower_lag: IntGauge::new(
+            ),
+            follower_lag: gauge(
                 "ethpir_follower_lag_blocks",
                 "The newest view's block behind the node's head, as the follower last saw it",
-            )
-            .expect("valid metric"),
+            ),
             recent: Recent::default(),
         };
-        for m in [
-            Box::new(metrics.requests.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(metrics.queries.clone()),
-            Box::new(metrics.answer_seconds.clone()),
-            Box::new(metrics.pass_queries.clone()),
-            Box::new(metrics.pass_requests.clone()),
-            Box::new(metrics.snapshots.clone()),
-            Box::new(metrics.queued.clone()),
-            Box::new(metrics.follower_head.clone()),
-            Box::new(metrics.follower_lag.clone()),
-        ] {
-            metrics.registry.register(m).expect("unique metric");
-        }
+        metrics.register_all();
         metrics
+    }
+
+    fn register_all(&self) {
+        for m in [
+            Box::new(self.requests.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(self.queries.clone()),
+            Box::new(self.answer_seconds.clone()),
+            Box::new(self.pass_queries.clone()),
+            Box::new(self.pass_requests.clone()),
+            Box::new(self.snapshots.clone()),
+            Box::new(self.queued.clone()),
+            Box::new(self.follower_head.clone()),
+            Box::new(self.follower_lag.clone()),
+        ] {
+            self.registry.register(m).expect("unique metric");
+        }
     }
 
     /// One pass over `snapshot`'s database: `requests` requests' parts,
