@@ -25,16 +25,25 @@ fn other_hashes() -> Rewrite {
     })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn views_are_read_only_where_the_upstream_has_their_block() {
-    let dir = tempfile::tempdir().unwrap();
-    let genesis = dir.path().join("genesis.json");
+/// anvil on the test genesis (chain 4242), a follower keeping
+/// `keep_blocks` blocks of views into a store under `dir`, and a PIR
+/// server over that store.
+async fn followed_chain(dir: &std::path::Path, keep_blocks: u64) -> (Anvil, Follower, String) {
+    let genesis = dir.join("genesis.json");
     write_genesis(&genesis);
     let anvil =
         Anvil::start_with(&["--init", genesis.to_str().unwrap(), "--chain-id", "4242"]).await;
-    let store = dir.path().join("store");
-    let follower = Follower::start(follow_config(&store, &anvil.url, &genesis, 0, 4, 16));
+    let store = dir.join("store");
+    let config = follow_config(&store, &anvil.url, &genesis, 0, 4, keep_blocks);
+    let follower = Follower::start(config);
     let server = start_server(&store).await;
+    (anvil, follower, server)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn views_are_read_only_where_the_upstream_has_their_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let (anvil, follower, server) = followed_chain(dir.path(), 16).await;
     anvil
         .send(json!({"from": DEV_ACCOUNTS[0], "to": DEV_ACCOUNTS[1], "value": "0x5"}))
         .await;
@@ -85,15 +94,8 @@ async fn views_are_read_only_where_the_upstream_has_their_block() {
 async fn every_recent_block_reads_once_the_chain_is_quiet_after_reorgs() {
     log_if_asked();
     let dir = tempfile::tempdir().unwrap();
-    let genesis = dir.path().join("genesis.json");
-    write_genesis(&genesis);
-    let anvil =
-        Anvil::start_with(&["--init", genesis.to_str().unwrap(), "--chain-id", "4242"]).await;
-    let store = dir.path().join("store");
     let keep_blocks = 64;
-    let config = follow_config(&store, &anvil.url, &genesis, 0, 4, keep_blocks);
-    let follower = Follower::start(config);
-    let server = start_server(&store).await;
+    let (anvil, follower, server) = followed_chain(dir.path(), keep_blocks).await;
     let (upstream, _) = start_relay(&anvil.url, passthrough()).await;
     let cache = tempfile::tempdir().unwrap();
     let proxy = start_proxy(&server, Some(upstream), cache.path()).await;

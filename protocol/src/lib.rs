@@ -25,6 +25,7 @@ pub mod digest;
 pub mod logging;
 pub mod manifest;
 pub mod multi;
+pub mod page;
 pub mod retry;
 pub mod routes;
 pub mod storage;

@@ -24,9 +24,8 @@ use crate::rpc::RpcContext;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The page, with `/*STATUS*/null` where the first status goes.
+/// The page's template ([`protocol::page`]).
 const PAGE: &str = include_str!("../assets/status.html");
-const STATUS_MARK: &str = "/*STATUS*/null";
 
 /// `GET /status.json`: the page's data.
 #[derive(Clone, Debug, Serialize)]
@@ -171,13 +170,9 @@ fn response(status: http::StatusCode, content_type: &'static str, body: String) 
         http::header::CACHE_CONTROL,
         http::HeaderValue::from_static("no-store"),
     );
-    // Nothing outside this page: no script, style or image from elsewhere,
-    // no frame around it.
     headers.insert(
         http::header::CONTENT_SECURITY_POLICY,
-        http::HeaderValue::from_static(
-            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src data:; frame-ancestors 'none'",
-        ),
+        http::HeaderValue::from_static(protocol::page::CSP),
     );
     headers.insert(
         http::header::X_CONTENT_TYPE_OPTIONS,
@@ -186,13 +181,10 @@ fn response(status: http::StatusCode, content_type: &'static str, body: String) 
     r
 }
 
-/// The page with `status` in place: `<` escaped so that no string in it
-/// can close the script element it sits in.
+/// The page with `status` in place.
 fn html(status: &PageStatus) -> String {
-    let json = serde_json::to_string(status)
-        .expect("the status serialises")
-        .replace('<', "\\u003c");
-    PAGE.replacen(STATUS_MARK, &json, 1)
+    let json = serde_json::to_string(status).expect("the status serialises");
+    protocol::page::fill(PAGE, &json)
 }
 
 impl<S> tower::Service<HttpRequest> for Page<S>
@@ -295,15 +287,7 @@ mod tests {
     }
 
     #[test]
-    fn the_page_holds_its_status_and_no_string_closes_its_script() {
-        assert_eq!(PAGE.matches(STATUS_MARK).count(), 1);
-        let escaped = serde_json::to_string("</script><b>")
-            .unwrap()
-            .replace('<', "\\u003c");
-        assert!(!escaped.contains('<'));
-        assert_eq!(
-            serde_json::from_str::<String>(&escaped).unwrap(),
-            "</script><b>"
-        );
+    fn the_page_is_a_template() {
+        assert!(protocol::page::is_template(PAGE));
     }
 }

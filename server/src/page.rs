@@ -18,9 +18,8 @@ use snapshot_store::FollowerMark;
 use crate::metrics::{Step, STEP_SECS};
 use crate::state::AppState;
 
-/// The page, with `/*STATUS*/null` where the first status goes.
+/// The page's template ([`protocol::page`]).
 const PAGE: &str = include_str!("../assets/status.html");
-const STATUS_MARK: &str = "/*STATUS*/null";
 
 /// `GET /status.json`.
 #[derive(Clone, Debug, Serialize)]
@@ -130,21 +129,15 @@ pub async fn status_json(State(state): State<Arc<AppState>>) -> Response {
     axum::Json(status(&state)).into_response()
 }
 
-/// `GET /`: the page with the status in place (`<` escaped, so that no
-/// string in it can close the script element it sits in).
+/// `GET /`: the page with the status in place.
 pub async fn page(State(state): State<Arc<AppState>>) -> Response {
-    let json = serde_json::to_string(&status(&state))
-        .expect("the status serialises")
-        .replace('<', "\\u003c");
-    let html = PAGE.replacen(STATUS_MARK, &json, 1);
+    let json = serde_json::to_string(&status(&state)).expect("the status serialises");
+    let html = protocol::page::fill(PAGE, &json);
     (
         [
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
             (header::CACHE_CONTROL, "no-store"),
-            (
-                header::CONTENT_SECURITY_POLICY,
-                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src data:; frame-ancestors 'none'",
-            ),
+            (header::CONTENT_SECURITY_POLICY, protocol::page::CSP),
         ],
         html,
     )
@@ -156,7 +149,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_page_has_one_place_for_its_status() {
-        assert_eq!(PAGE.matches(STATUS_MARK).count(), 1);
+    fn the_page_is_a_template() {
+        assert!(protocol::page::is_template(PAGE));
     }
 }
