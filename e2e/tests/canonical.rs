@@ -10,7 +10,7 @@ mod common;
 use axum::body::Bytes;
 use common::*;
 use serde_json::{json, Value};
-use test_support::{proxy_status as status, write_genesis, Anvil, DEV_ACCOUNTS};
+use test_support::{proxy_status as status, DEV_ACCOUNTS};
 
 /// An upstream relay whose block headers carry another hash.
 fn other_hashes() -> Rewrite {
@@ -23,21 +23,6 @@ fn other_hashes() -> Rewrite {
         }
         Bytes::from(serde_json::to_vec(&v).unwrap())
     })
-}
-
-/// anvil on the test genesis (chain 4242), a follower keeping
-/// `keep_blocks` blocks of views into a store under `dir`, and a PIR
-/// server over that store.
-async fn followed_chain(dir: &std::path::Path, keep_blocks: u64) -> (Anvil, Follower, String) {
-    let genesis = dir.join("genesis.json");
-    write_genesis(&genesis);
-    let anvil =
-        Anvil::start_with(&["--init", genesis.to_str().unwrap(), "--chain-id", "4242"]).await;
-    let store = dir.join("store");
-    let config = follow_config(&store, &anvil.url, &genesis, 0, 4, keep_blocks);
-    let follower = Follower::start(config);
-    let server = start_server(&store).await;
-    (anvil, follower, server)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -14,7 +14,7 @@ mod common;
 use common::*;
 use proxy::ProxyConfig;
 use serde_json::{json, Value};
-use test_support::{proxy_status, write_genesis, Anvil, ALL_DEV_ACCOUNTS};
+use test_support::{proxy_status, Anvil, ALL_DEV_ACCOUNTS};
 
 /// The level downloads (setups, whole tables, code tables) a server has
 /// been asked for, whatever it answered.
@@ -45,12 +45,7 @@ async fn balance(url: &str, who: &str) -> Result<Value, String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_idle_proxy_downloads_no_level_and_catches_up_on_the_next_read() {
     let dir = tempfile::tempdir().unwrap();
-    let genesis = dir.path().join("genesis.json");
-    write_genesis(&genesis);
-    let anvil = Anvil::start_from_genesis(&genesis).await;
-    let store = dir.path().join("store");
-    let follower = Follower::start(follow_config(&store, &anvil.url, &genesis, 0, 4, 1000));
-    let server = start_server(&store).await;
+    let (anvil, follower, server) = followed_chain(dir.path(), 1000).await;
     let caches = [(); 3].map(|()| tempfile::tempdir().unwrap());
     let proxy = start_proxy_with(ProxyConfig {
         idle_refresh_secs: 0.3,

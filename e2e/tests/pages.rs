@@ -19,7 +19,7 @@ use alloy_sol_types::SolCall;
 use common::*;
 use serde_json::{json, Value};
 use test_support::browser;
-use test_support::{proxy_status, write_genesis, Anvil, DEV_ACCOUNTS};
+use test_support::{proxy_status, Anvil, DEV_ACCOUNTS};
 
 alloy_sol_types::sol! {
     interface IToken {
@@ -94,12 +94,7 @@ async fn deploy_unlisted_token(anvil: &Anvil, holder: Address) -> Address {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn both_pages_show_what_happened_and_never_the_address() {
     let dir = tempfile::tempdir().unwrap();
-    let genesis = dir.path().join("genesis.json");
-    write_genesis(&genesis);
-    let anvil = Anvil::start_from_genesis(&genesis).await;
-    let store = dir.path().join("store");
-    let follower = Follower::start(follow_config(&store, &anvil.url, &genesis, 0, 4, 1000));
-    let server = start_server(&store).await;
+    let (anvil, follower, server) = followed_chain(dir.path(), 1000).await;
     let cache = tempfile::tempdir().unwrap();
     let proxy = start_proxy(&server, Some(anvil.url.clone()), cache.path()).await;
     let holder = dev(2);

@@ -101,6 +101,23 @@ pub fn follow_config(
     }
 }
 
+/// anvil on the test genesis (written in `dir`), a follower keeping
+/// `keep_blocks` blocks of views into a store under `dir`, and a PIR
+/// server over that store.
+pub async fn followed_chain(
+    dir: &std::path::Path,
+    keep_blocks: u64,
+) -> (test_support::Anvil, Follower, String) {
+    let genesis = dir.join("genesis.json");
+    test_support::write_genesis(&genesis);
+    let anvil = test_support::Anvil::start_from_genesis(&genesis).await;
+    let store = dir.join("store");
+    let config = follow_config(&store, &anvil.url, &genesis, 0, 4, keep_blocks);
+    let follower = Follower::start(config);
+    let server = start_server(&store).await;
+    (anvil, follower, server)
+}
+
 /// A follower running `config` until [`Follower::stop`].
 pub struct Follower {
     stop: tokio::sync::oneshot::Sender<()>,
