@@ -414,3 +414,98 @@ async fn a_slot_left_out_is_caught(store: &SnapshotStore, forged_dir: &std::path
         .to_string();
     assert!(refused.contains("storage root"), "{refused}");
 }
+
+/// Before Cancun, a contract destroyed and created again (CREATE2, same
+/// address) in one block: its code is there at the block's end, but its
+/// earlier slots are gone; the new constructor's slot is held. The
+/// follower sees both in the call traces.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_contract_destroyed_and_created_again_in_one_block_keeps_only_its_new_slots() {
+    let dir = tempfile::tempdir().unwrap();
+    let genesis = dir.path().join("genesis.json");
+    write_genesis(&genesis);
+    // A CREATE2 factory (salt 0, the calldata as init code).
+    let factory: Address = "0x00000000000000000000000000000000000fac70"
+        .parse()
+        .unwrap();
+    let mut file: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&genesis).unwrap()).unwrap();
+    file["alloc"][factory.to_string()] =
+        json!({"balance": "0x0", "code": "0x365f5f375f365f5ff55000"});
+    std::fs::write(&genesis, serde_json::to_vec(&file).unwrap()).unwrap();
+    // Init code: SSTORE(1, 9), then the runtime of the other test's
+    // contract (empty calldata: SELFDESTRUCT; else SSTORE(3, word 0)).
+    let init =
+        alloy_primitives::hex::decode("6009600155600e600f5f39600e5ff33615600b575f35600355005b33ff")
+            .unwrap();
+    let child = factory.create2_from_code(B256::ZERO, &init);
+    let anvil = Anvil::start_with(&[
+        "--init",
+        genesis.to_str().unwrap(),
+        "--chain-id",
+        "4242",
+        "--hardfork",
+        "shanghai",
+    ])
+    .await;
+    let store_dir = dir.path().join("store");
+    let mut config = config(&store_dir, &anvil.url, Some(&genesis));
+    config.source.storage = follow::StorageScope::All;
+    let mut follower = Follower::new(config).unwrap();
+    let store = SnapshotStore::open(&store_dir).unwrap();
+    let key = |slot: u8| protocol::storage::storage_key_of(&child, &B256::with_last_byte(slot));
+    let word = |slot: u8| {
+        view_slots(&store)
+            .get(&key(slot))
+            .copied()
+            .unwrap_or_default()
+    };
+    let (factory, to) = (factory.to_string(), child.to_string());
+
+    anvil.transact(DEV_ACCOUNTS[0], Some(&factory), &init).await;
+    anvil
+        .transact(
+            DEV_ACCOUNTS[0],
+            Some(&to),
+            B256::with_last_byte(0x2a).as_slice(),
+        )
+        .await;
+    follower.step().await.unwrap();
+    assert_eq!((word(1), word(3)), (U256::from(9), U256::from(0x2a)));
+
+    // Destroyed, then created again, in one block.
+    anvil.rpc("evm_setAutomine", json!([false])).await;
+    let tx = |to: &str, data: &[u8]| {
+        let data = alloy_primitives::hex::encode_prefixed(data);
+        json!({"from": DEV_ACCOUNTS[0], "to": to, "data": data, "gas": "0x4c4b40"})
+    };
+    anvil
+        .rpc("eth_sendTransaction", json!([tx(&to, &[])]))
+        .await;
+    anvil
+        .rpc("eth_sendTransaction", json!([tx(&factory, &init)]))
+        .await;
+    anvil.rpc("evm_mine", json!([])).await;
+    anvil.rpc("evm_setAutomine", json!([true])).await;
+    let block = anvil
+        .rpc("eth_getBlockByNumber", json!(["latest", false]))
+        .await;
+    assert_eq!(block["transactions"].as_array().map(Vec::len), Some(2));
+    let code = anvil.rpc("eth_getCode", json!([to, "latest"])).await;
+    assert_ne!(code, json!("0x"), "created again");
+    let slot3 = anvil
+        .rpc("eth_getStorageAt", json!([to, "0x3", "latest"]))
+        .await;
+    assert_eq!(
+        U256::from_str_radix(slot3.as_str().unwrap().trim_start_matches("0x"), 16).unwrap(),
+        U256::ZERO
+    );
+
+    follower.step().await.unwrap();
+    assert_eq!(word(1), U256::from(9), "the new constructor's slot");
+    assert_eq!(
+        word(3),
+        U256::ZERO,
+        "the slot written before the destruction"
+    );
+}

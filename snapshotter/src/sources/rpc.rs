@@ -377,15 +377,15 @@ impl RpcSource {
         Ok(self.touched_traced(from, to).await?.0)
     }
 
-    /// [`Self::touched`], with the `SELFDESTRUCT`s the call traces name:
-    /// (block, contract).
+    /// [`Self::touched`], with what the call traces say of lifetimes:
+    /// the `SELFDESTRUCT`s and the contracts created, by block.
     async fn touched_traced(
         &self,
         from: u64,
         to: u64,
-    ) -> Result<(BTreeSet<Address>, Vec<(u64, Address)>), RpcSourceError> {
+    ) -> Result<(BTreeSet<Address>, Lifetimes), RpcSourceError> {
         let mut out = BTreeSet::from(SYSTEM_CONTRACTS);
-        let mut destructs = Vec::new();
+        let mut lives = Lifetimes::default();
         let mut traces = self.options.traces;
         for n in from..=to {
             let block = self.block(n, true).await?;
@@ -400,10 +400,7 @@ impl RpcSource {
             match self.traces(n).await {
                 Ok(t) => {
                     out.extend(t.iter().flat_map(trace_participants));
-                    destructs.extend(t.iter().filter_map(|t| match &t.trace.action {
-                        Action::Selfdestruct(d) => Some((n, d.address)),
-                        _ => None,
-                    }));
+                    lives.add(n, &t);
                 }
                 Err(e) if traces == Traces::Auto => {
                     tracing::info!(error = %e, "node offers no trace_block; using blocks and receipts only");
@@ -412,7 +409,7 @@ impl RpcSource {
                 Err(e) => return Err(e),
             }
         }
-        Ok((out, destructs))
+        Ok((out, lives))
     }
 
     /// The contracts that block `n`'s transactions created (its receipts).
@@ -755,16 +752,22 @@ impl RpcSource {
     ) -> Result<NodeDelta, RpcSourceError> {
         let started = Instant::now();
         let (hash, _, _) = self.block_header(to).await?;
-        let (touched, destructs) = self.touched_traced(from + 1, to).await?;
+        let (touched, lives) = self.touched_traced(from + 1, to).await?;
         let addresses: Vec<Address> = touched.into_iter().collect();
         let mut written = self.written_slots(listed, from + 1, to).await?;
-        for (n, contract) in destructs {
+        for &(n, contract) in &lives.destructs {
             // Before Cancun a SELFDESTRUCT removes the account at the end
-            // of its block (its code is gone there); since, it only does
-            // for a contract created in the same transaction, which had
-            // no earlier slots. (A node's state diff may not say so:
+            // of its transaction (its code is gone at the block's end, or
+            // the contract was created again later in the block: then
+            // its earlier slots are gone all the same); since, it only
+            // does for a contract created in the same transaction, which
+            // had no earlier slots. (A node's state diff may not say so:
             // anvil's reports the account unchanged.)
-            if listed.holds(&contract) && self.code_at(contract, n).await?.is_empty() {
+            if !listed.holds(&contract) {
+                continue;
+            }
+            if lives.created.contains(&(n, contract)) || self.code_at(contract, n).await?.is_empty()
+            {
                 written.destroyed.insert(contract);
             }
         }
@@ -905,6 +908,27 @@ struct LogTopics {
 /// Who a call trace names: callers and callees, creators and what they
 /// created, self-destructed contracts and their beneficiaries, reward
 /// recipients (uncles' included).
+/// What call traces say of contracts' lifetimes: (block, contract).
+#[derive(Debug, Default)]
+struct Lifetimes {
+    destructs: Vec<(u64, Address)>,
+    created: BTreeSet<(u64, Address)>,
+}
+
+impl Lifetimes {
+    /// Block `n`'s traces.
+    fn add(&mut self, n: u64, traces: &[LocalizedTransactionTrace]) {
+        for t in traces {
+            if let Action::Selfdestruct(d) = &t.trace.action {
+                self.destructs.push((n, d.address));
+            }
+            if let Some(TraceOutput::Create(created)) = &t.trace.result {
+                self.created.insert((n, created.address));
+            }
+        }
+    }
+}
+
 fn trace_participants(trace: &LocalizedTransactionTrace) -> Vec<Address> {
     let mut out = match &trace.trace.action {
         Action::Call(call) => vec![call.from, call.to],
