@@ -162,17 +162,23 @@ struct Ledger {
     warnings: VecDeque<Warning>,
 }
 
+/// Reads the byte counters now.
+type TrafficSource = Box<dyn Fn() -> Traffic + Send + Sync>;
+
 /// The proxy's record of what it did (one per proxy, shared).
 pub struct Activity {
     ledger: Mutex<Ledger>,
+    /// The reader's byte counters, read as each minute begins.
+    traffic: TrafficSource,
     /// This process's random hash keys.
     salt: std::collections::hash_map::RandomState,
     started: u64,
 }
 
 impl Default for Activity {
+    /// A record without byte counters (they read 0).
     fn default() -> Self {
-        Self::new()
+        Self::new(Traffic::default)
     }
 }
 
@@ -183,9 +189,15 @@ fn unix_now() -> u64 {
 }
 
 impl Activity {
-    pub fn new() -> Self {
+    /// A record whose bytes come from `traffic` (the reader's counters).
+    pub fn new(traffic: impl Fn() -> Traffic + Send + Sync + 'static) -> Self {
+        // The first minute begins now, so that an hour's bytes count
+        // from start (the first catalog, the first setups).
+        let mut ledger = Ledger::default();
+        ledger.minute(traffic());
         Activity {
-            ledger: Mutex::new(Ledger::default()),
+            ledger: Mutex::new(ledger),
+            traffic: Box::new(traffic),
             salt: std::collections::hash_map::RandomState::new(),
             started: unix_now(),
         }
@@ -194,9 +206,10 @@ impl Activity {
     /// A read answered privately (a balance, a storage word, a call run
     /// here).
     pub fn private(&self, method: &str) {
+        let traffic = (self.traffic)();
         let mut ledger = self.ledger.lock().expect("activity");
         *ledger
-            .minute(None)
+            .minute(traffic)
             .private
             .entry(method.into())
             .or_default() += 1;
@@ -213,9 +226,10 @@ impl Activity {
         reason: Reason,
     ) {
         let named = params.map(named_addresses).unwrap_or_default();
+        let traffic = (self.traffic)();
         let mut ledger = self.ledger.lock().expect("activity");
         *ledger
-            .minute(None)
+            .minute(traffic)
             .upstream
             .entry(method.into())
             .or_default() += 1;
@@ -243,9 +257,10 @@ impl Activity {
     /// A request that would have named an address, refused (kept
     /// private).
     pub fn refused(&self, method: &str) {
+        let traffic = (self.traffic)();
         let mut ledger = self.ledger.lock().expect("activity");
         *ledger
-            .minute(None)
+            .minute(traffic)
             .refused
             .entry(method.into())
             .or_default() += 1;
@@ -282,11 +297,12 @@ impl Activity {
         });
     }
 
-    /// The ledger now; `traffic` is the reader's byte counters now.
-    pub fn report(&self, traffic: Traffic) -> Report {
+    /// The ledger now.
+    pub fn report(&self) -> Report {
+        let traffic = (self.traffic)();
         let mut ledger = self.ledger.lock().expect("activity");
         let now = unix_now();
-        ledger.minute(Some(traffic));
+        ledger.minute(traffic);
         let span = |minutes: u64| ledger.span(now / 60 + 1 - minutes, traffic);
         let (last_hour, last_day) = (span(60), span(MINUTES_KEPT));
         let mut since_start = ledger.total.clone();
@@ -307,17 +323,14 @@ impl Activity {
 }
 
 impl Ledger {
-    /// This minute's counts (begun now if need be, with the byte counters
-    /// `traffic`, else those the last minute began with).
-    fn minute(&mut self, traffic: Option<Traffic>) -> &mut Minute {
+    /// This minute's counts (begun now if need be, at the byte counters
+    /// `traffic`).
+    fn minute(&mut self, traffic: Traffic) -> &mut Minute {
         let index = unix_now() / 60;
         if self.minutes.back().is_none_or(|m| m.index != index) {
-            let traffic_at_start = traffic
-                .or_else(|| self.minutes.back().map(|m| m.traffic_at_start))
-                .unwrap_or_default();
             self.minutes.push_back(Minute {
                 index,
-                traffic_at_start,
+                traffic_at_start: traffic,
                 ..Default::default()
             });
             while self
@@ -453,7 +466,12 @@ mod tests {
 
     #[test]
     fn the_report_counts_by_method_and_never_holds_an_address() {
-        let activity = Activity::new();
+        let counters = Traffic {
+            up: 10,
+            down: 20,
+            background: 5,
+        };
+        let activity = Activity::new(move || counters);
         activity.private("eth_getBalance");
         activity.private("eth_getBalance");
         let contract: Address = "0x00000000000000000000000000000000000000c1"
@@ -467,11 +485,7 @@ mod tests {
         activity.upstream("eth_blockNumber", None, None, Reason::NotPrivateMethod);
         activity.warn(WarningKind::Fallback, "x".into());
         activity.warn(WarningKind::Fallback, "x".into());
-        let report = activity.report(Traffic {
-            up: 10,
-            down: 20,
-            background: 5,
-        });
+        let report = activity.report();
         assert_eq!(report.last_hour.private["eth_getBalance"], 2);
         assert_eq!(report.last_day.upstream["eth_call"], 1);
         assert_eq!(report.since_start.upstream["eth_blockNumber"], 1);
@@ -481,6 +495,10 @@ mod tests {
         assert_eq!(report.warnings.len(), 1);
         assert_eq!(report.warnings[0].count, 2);
         assert_eq!(report.since_start.bytes.down, 20);
+        assert_eq!(
+            report.last_hour.bytes.down, 0,
+            "from the first minute's start"
+        );
         let json = serde_json::to_string(&report).unwrap().to_lowercase();
         assert!(!json.contains(&HOLDER[2..]), "{json}");
     }

@@ -137,7 +137,10 @@ fn policy_and_page(
     private: std::collections::HashSet<&'static str>,
 ) -> Result<(Arc<ForwardPolicy>, Arc<page::PageSource>), StartError> {
     let (reader, upstream) = (ctx.reader.clone(), ctx.upstream.clone());
-    let activity = Arc::new(activity::Activity::new());
+    let counted = reader.clone();
+    let activity = Arc::new(activity::Activity::new(move || {
+        page::reader_traffic(&counted)
+    }));
     let page = Arc::new(page::PageSource {
         ctx,
         activity: activity.clone(),

@@ -70,13 +70,6 @@ impl PageSource {
             );
         }
         let reader = &self.ctx.reader;
-        let (up, down) = reader.traffic();
-        let (lookup_up, lookup_down) = reader.lookup_traffic();
-        let traffic = Traffic {
-            up: lookup_up,
-            down: lookup_down,
-            background: (up + down).saturating_sub(lookup_up + lookup_down),
-        };
         let signatures_on_view = reader
             .newest_view()
             .iter()
@@ -95,8 +88,20 @@ impl PageSource {
                 quorum: self.quorum,
                 signatures_on_view,
             },
-            activity: self.activity.report(traffic),
+            activity: self.activity.report(),
         }
+    }
+}
+
+/// The reader's byte counters: lookups' queries up and answers down,
+/// and the rest (catalogs, setups, tables) as background.
+pub fn reader_traffic(reader: &ethpir_client::PrivateReader) -> Traffic {
+    let (up, down) = reader.traffic();
+    let (lookup_up, lookup_down) = reader.lookup_traffic();
+    Traffic {
+        up: lookup_up,
+        down: lookup_down,
+        background: (up + down).saturating_sub(lookup_up + lookup_down),
     }
 }
 
