@@ -41,6 +41,14 @@ pub use api::{ApiError, Catalog, CatalogEntry};
 pub use digest::Sha3Digest;
 pub use manifest::{KindTag, Manifest, SnapshotId, SnapshotKind};
 
+/// Seconds since the Unix epoch now (0 on a clock before it): the time
+/// stamps of the pages, the proxy's activity and the follower's mark.
+pub fn unix_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 /// Hex SHA3-256: how manifests name their files' contents, and the
 /// catalog's ETag. One definition for the store, the server and the proxy.
 pub fn sha3_hex(bytes: &[u8]) -> Sha3Digest {

@@ -11,7 +11,6 @@
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use std::hash::BuildHasher;
 
@@ -93,13 +92,53 @@ pub struct Warning {
 /// Counts by method.
 pub type ByMethod = BTreeMap<String, u64>;
 
+/// What became of a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fate {
+    Private,
+    Upstream,
+    Refused,
+}
+
+/// Calls by what became of them, by method.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Counts {
+    pub private: ByMethod,
+    pub upstream: ByMethod,
+    pub refused: ByMethod,
+}
+
+impl Counts {
+    fn of(&mut self, fate: Fate) -> &mut ByMethod {
+        match fate {
+            Fate::Private => &mut self.private,
+            Fate::Upstream => &mut self.upstream,
+            Fate::Refused => &mut self.refused,
+        }
+    }
+
+    fn count(&mut self, fate: Fate, method: &str) {
+        *self.of(fate).entry(method.into()).or_default() += 1;
+    }
+
+    fn add(&mut self, other: &Counts) {
+        for (into, from) in [
+            (&mut self.private, &other.private),
+            (&mut self.upstream, &other.upstream),
+            (&mut self.refused, &other.refused),
+        ] {
+            for (method, n) in from {
+                *into.entry(method.clone()).or_default() += n;
+            }
+        }
+    }
+}
+
 /// What happened in one minute.
 #[derive(Clone, Debug, Default)]
 struct Minute {
     index: u64,
-    private: ByMethod,
-    upstream: ByMethod,
-    refused: ByMethod,
+    counts: Counts,
     /// The reader's byte counters as this minute began.
     traffic_at_start: Traffic,
 }
@@ -128,9 +167,8 @@ impl Traffic {
 #[derive(Clone, Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Span {
-    pub private: ByMethod,
-    pub upstream: ByMethod,
-    pub refused: ByMethod,
+    #[serde(flatten)]
+    pub counts: Counts,
     pub bytes: Traffic,
 }
 
@@ -155,7 +193,7 @@ pub struct Report {
 #[derive(Default)]
 struct Ledger {
     minutes: VecDeque<Minute>,
-    total: Span,
+    total: Counts,
     named: VecDeque<Named>,
     /// The salted hashes of the addresses named.
     addresses: HashSet<u64>,
@@ -182,58 +220,44 @@ impl Default for Activity {
     }
 }
 
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 impl Activity {
     /// A record whose bytes come from `traffic` (the reader's counters).
     pub fn new(traffic: impl Fn() -> Traffic + Send + Sync + 'static) -> Self {
         // The first minute begins now, so that an hour's bytes count
         // from start (the first catalog, the first setups).
         let mut ledger = Ledger::default();
-        ledger.minute(traffic());
+        ledger.minute(&traffic);
         Activity {
             ledger: Mutex::new(ledger),
             traffic: Box::new(traffic),
             salt: std::collections::hash_map::RandomState::new(),
-            started: unix_now(),
+            started: protocol::unix_secs(),
         }
     }
 
     /// A read answered privately (a balance, a storage word, a call run
     /// here).
     pub fn private(&self, method: &str) {
-        let traffic = (self.traffic)();
+        drop(self.count(Fate::Private, method));
+    }
+
+    /// Counts a call in this minute and in the total; the ledger, still
+    /// locked.
+    fn count(&self, fate: Fate, method: &str) -> std::sync::MutexGuard<'_, Ledger> {
         let mut ledger = self.ledger.lock().expect("activity");
-        *ledger
-            .minute(traffic)
-            .private
-            .entry(method.into())
-            .or_default() += 1;
-        *ledger.total.private.entry(method.into()).or_default() += 1;
+        ledger.minute(&self.traffic).counts.count(fate, method);
+        ledger.total.count(fate, method);
+        ledger
     }
 
     /// A request sent upstream: listed when it names an address
-    /// (`params` are looked through for them).
-    pub fn upstream(
-        &self,
-        method: &str,
-        params: Option<&str>,
-        contract: Option<Address>,
-        reason: Reason,
-    ) {
-        let named = params.map(named_addresses).unwrap_or_default();
-        let traffic = (self.traffic)();
-        let mut ledger = self.ledger.lock().expect("activity");
-        *ledger
-            .minute(traffic)
-            .upstream
-            .entry(method.into())
-            .or_default() += 1;
-        *ledger.total.upstream.entry(method.into()).or_default() += 1;
+    /// (`params` are looked through for them, and for the contract it is
+    /// about: [`contract_of`]).
+    pub fn upstream(&self, method: &str, params: Option<&str>, reason: Reason) {
+        let params: Option<Value> = params.and_then(|p| serde_json::from_str(p).ok());
+        let named = params.as_ref().map(named_addresses).unwrap_or_default();
+        let contract = params.as_ref().and_then(|p| contract_of(method, p));
+        let mut ledger = self.count(Fate::Upstream, method);
         if named.is_empty() {
             return;
         }
@@ -246,7 +270,7 @@ impl Activity {
             ledger.named.pop_front();
         }
         ledger.named.push_back(Named {
-            at: unix_now(),
+            at: protocol::unix_secs(),
             method: method.into(),
             contract,
             reason,
@@ -257,15 +281,7 @@ impl Activity {
     /// A request that would have named an address, refused (kept
     /// private).
     pub fn refused(&self, method: &str) {
-        let traffic = (self.traffic)();
-        let mut ledger = self.ledger.lock().expect("activity");
-        *ledger
-            .minute(traffic)
-            .refused
-            .entry(method.into())
-            .or_default() += 1;
-        *ledger.total.refused.entry(method.into()).or_default() += 1;
-        drop(ledger);
+        drop(self.count(Fate::Refused, method));
         self.warn(
             WarningKind::Refused,
             format!("{method} would have named an address upstream: refused (upstream_methods)"),
@@ -276,7 +292,7 @@ impl Activity {
     /// more).
     pub fn warn(&self, kind: WarningKind, text: String) {
         let mut ledger = self.ledger.lock().expect("activity");
-        let at = unix_now();
+        let at = protocol::unix_secs();
         if let Some(same) = ledger
             .warnings
             .iter_mut()
@@ -301,12 +317,14 @@ impl Activity {
     pub fn report(&self) -> Report {
         let traffic = (self.traffic)();
         let mut ledger = self.ledger.lock().expect("activity");
-        let now = unix_now();
-        ledger.minute(traffic);
+        let now = protocol::unix_secs();
+        ledger.minute(&|| traffic);
         let span = |minutes: u64| ledger.span(now / 60 + 1 - minutes, traffic);
         let (last_hour, last_day) = (span(60), span(MINUTES_KEPT));
-        let mut since_start = ledger.total.clone();
-        since_start.bytes = traffic;
+        let since_start = Span {
+            counts: ledger.total.clone(),
+            bytes: traffic,
+        };
         let mut warnings: Vec<Warning> = ledger.warnings.iter().cloned().collect();
         warnings.sort_by_key(|w| std::cmp::Reverse(w.at));
         Report {
@@ -324,13 +342,13 @@ impl Activity {
 
 impl Ledger {
     /// This minute's counts (begun now if need be, at the byte counters
-    /// `traffic`).
-    fn minute(&mut self, traffic: Traffic) -> &mut Minute {
-        let index = unix_now() / 60;
+    /// `traffic` reads then).
+    fn minute(&mut self, traffic: &dyn Fn() -> Traffic) -> &mut Minute {
+        let index = protocol::unix_secs() / 60;
         if self.minutes.back().is_none_or(|m| m.index != index) {
             self.minutes.push_back(Minute {
                 index,
-                traffic_at_start: traffic,
+                traffic_at_start: traffic(),
                 ..Default::default()
             });
             while self
@@ -351,15 +369,7 @@ impl Ledger {
         let mut oldest = None;
         for m in self.minutes.iter().filter(|m| m.index >= first) {
             oldest.get_or_insert(m.traffic_at_start);
-            for (into, from) in [
-                (&mut span.private, &m.private),
-                (&mut span.upstream, &m.upstream),
-                (&mut span.refused, &m.refused),
-            ] {
-                for (method, n) in from {
-                    *into.entry(method.clone()).or_default() += n;
-                }
-            }
+            span.counts.add(&m.counts);
         }
         span.bytes = traffic.since(oldest.unwrap_or(traffic));
         span
@@ -370,8 +380,7 @@ impl Ledger {
 /// read's (or code's, or proof's) account, a log filter's single
 /// address. `None` for an account's own read (its address is the one
 /// hidden) and for requests about no account.
-pub fn contract_of(method: &str, params: Option<&str>) -> Option<Address> {
-    let params: Value = serde_json::from_str(params?).ok()?;
+pub fn contract_of(method: &str, params: &Value) -> Option<Address> {
     let first = params.get(0)?;
     let field = match method {
         "eth_call" | "eth_estimateGas" | "eth_createAccessList" => first.get("to")?,
@@ -385,11 +394,9 @@ pub fn contract_of(method: &str, params: Option<&str>) -> Option<Address> {
 /// The distinct addresses a request's params name: every 20-byte hex
 /// string, and every 32-byte word of call data that holds one (12 zero
 /// bytes, then 20 not all zero: an ABI-encoded address).
-pub fn named_addresses(params: &str) -> Vec<Address> {
+pub fn named_addresses(params: &Value) -> Vec<Address> {
     let mut found = Vec::new();
-    if let Ok(value) = serde_json::from_str::<Value>(params) {
-        collect_addresses(&value, &mut found);
-    }
+    collect_addresses(params, &mut found);
     found.sort();
     found.dedup();
     found
@@ -442,26 +449,30 @@ mod tests {
     fn addresses_are_found_in_params_and_call_data() {
         let token = "0x00000000000000000000000000000000000000c1";
         let data = format!("0x70a08231{:0>64}", &HOLDER[2..]);
-        let params = serde_json::json!([{"to": token, "data": data}, "latest"]).to_string();
+        let params = serde_json::json!([{"to": token, "data": data}, "latest"]);
         let mut want: Vec<Address> = vec![HOLDER.parse().unwrap(), token.parse().unwrap()];
         want.sort();
         assert_eq!(named_addresses(&params), want);
-        assert!(named_addresses(r#"["latest", "0x1", 5]"#).is_empty());
-        assert!(named_addresses("not json").is_empty());
+        assert!(named_addresses(&serde_json::json!(["latest", "0x1", 5])).is_empty());
+        let activity = Activity::default();
+        activity.upstream("eth_call", Some("not json"), Reason::NotHeld);
+        assert!(
+            activity.report().named.is_empty(),
+            "unreadable params name none"
+        );
     }
 
     #[test]
     fn a_requests_contract_is_its_calls_to_or_the_account_read() {
         let c = "0x00000000000000000000000000000000000000c1";
-        let call = format!(r#"[{{"from":"{HOLDER}","to":"{c}"}},"latest"]"#);
+        let call = serde_json::json!([{"from": HOLDER, "to": c}, "latest"]);
         let want = Some(c.parse().unwrap());
-        assert_eq!(contract_of("eth_call", Some(&call)), want);
-        let slot = format!(r#"["{c}","0x0","latest"]"#);
-        assert_eq!(contract_of("eth_getStorageAt", Some(&slot)), want);
-        let balance = format!(r#"["{HOLDER}","latest"]"#);
-        assert_eq!(contract_of("eth_getBalance", Some(&balance)), None);
-        assert_eq!(contract_of("eth_call", Some("[]")), None);
-        assert_eq!(contract_of("eth_call", None), None);
+        assert_eq!(contract_of("eth_call", &call), want);
+        let slot = serde_json::json!([c, "0x0", "latest"]);
+        assert_eq!(contract_of("eth_getStorageAt", &slot), want);
+        let balance = serde_json::json!([HOLDER, "latest"]);
+        assert_eq!(contract_of("eth_getBalance", &balance), None);
+        assert_eq!(contract_of("eth_call", &serde_json::json!([])), None);
     }
 
     #[test]
@@ -481,14 +492,14 @@ mod tests {
             r#"[{{"to":"{contract}","data":"0x70a08231{:0>64}"}},"latest"]"#,
             &HOLDER[2..]
         );
-        activity.upstream("eth_call", Some(&params), Some(contract), Reason::NotHeld);
-        activity.upstream("eth_blockNumber", None, None, Reason::NotPrivateMethod);
+        activity.upstream("eth_call", Some(&params), Reason::NotHeld);
+        activity.upstream("eth_blockNumber", None, Reason::NotPrivateMethod);
         activity.warn(WarningKind::Fallback, "x".into());
         activity.warn(WarningKind::Fallback, "x".into());
         let report = activity.report();
-        assert_eq!(report.last_hour.private["eth_getBalance"], 2);
-        assert_eq!(report.last_day.upstream["eth_call"], 1);
-        assert_eq!(report.since_start.upstream["eth_blockNumber"], 1);
+        assert_eq!(report.last_hour.counts.private["eth_getBalance"], 2);
+        assert_eq!(report.last_day.counts.upstream["eth_call"], 1);
+        assert_eq!(report.since_start.counts.upstream["eth_blockNumber"], 1);
         assert_eq!(report.named.len(), 1, "eth_blockNumber names none");
         assert_eq!(report.named[0].contract, Some(contract));
         assert_eq!(report.addresses_named, 2, "the holder and the token");
@@ -499,7 +510,9 @@ mod tests {
             report.last_hour.bytes.down, 0,
             "from the first minute's start"
         );
-        let json = serde_json::to_string(&report).unwrap().to_lowercase();
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["lastHour"]["private"]["eth_getBalance"], 2, "{json}");
+        let json = json.to_string().to_lowercase();
         assert!(!json.contains(&HOLDER[2..]), "{json}");
     }
 }

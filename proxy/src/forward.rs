@@ -447,12 +447,7 @@ where
         }
         tracing::debug!(method = %call.method, "forwarding upstream");
         let params = call.params.as_deref().map(RawValue::get);
-        self.policy.activity.upstream(
-            &call.method,
-            params,
-            crate::activity::contract_of(&call.method, params),
-            reason,
-        );
+        self.policy.activity.upstream(&call.method, params, reason);
         match upstream.call(&call.method, call.params).await {
             Ok(result) => MethodResponse::response(
                 call.id,
@@ -620,11 +615,8 @@ where
         if let Some(upstream) = &self.policy.upstream {
             let params = n.params.as_ref().map(|p| p.as_ref().to_owned());
             let text = params.as_deref().map(RawValue::get);
-            let contract = crate::activity::contract_of(method, text);
             let reason = Reason::NotPrivateMethod;
-            self.policy
-                .activity
-                .upstream(method, text, contract, reason);
+            self.policy.activity.upstream(method, text, reason);
             upstream.notify(method, params).await;
         }
     }

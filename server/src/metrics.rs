@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use prometheus::{
     Encoder, Histogram, HistogramOpts, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
@@ -53,9 +53,7 @@ pub struct Recent(Mutex<VecDeque<Step>>);
 
 impl Recent {
     fn now_step() -> u64 {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let now = protocol::unix_secs();
         now - now % STEP_SECS
     }
 

@@ -80,9 +80,7 @@ pub struct Batching {
 }
 
 fn status(state: &AppState) -> ServerStatus {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let now = protocol::unix_secs();
     let catalog = state.catalog();
     let snapshots = catalog
         .entries()

@@ -428,9 +428,7 @@ impl Follower {
             node_head,
             newest_view,
             confirmations: self.config.follow.confirmations,
-            at: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
+            at: protocol::unix_secs(),
         };
         let fresh = self.marked.as_ref().is_some_and(|(last, when)| {
             (last.node_head, last.newest_view) == (node_head, newest_view)

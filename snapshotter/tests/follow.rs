@@ -295,31 +295,19 @@ fn view_slots(store: &SnapshotStore) -> BTreeMap<B256, U256> {
     slots
 }
 
-/// The whole state followed on a chain before Cancun (anvil
-/// `--hardfork shanghai`): the genesis alloc's storage in the base, a
-/// slot written later in a delta, and a contract destroyed by
-/// SELFDESTRUCT: every slot it held reads 0 after, though the state diff
-/// names none of the genesis ones. A base leaving a slot out under the
-/// claim is refused by the state-root check.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_whole_state_is_followed_and_a_destroyed_contracts_slots_read_zero() {
-    let dir = tempfile::tempdir().unwrap();
-    let genesis = dir.path().join("genesis.json");
+/// anvil before Cancun (`--hardfork shanghai`) on the test genesis with
+/// `account` added to its alloc (written in `dir`), and a follower of the
+/// whole state (`storage = "all"`) into a store under `dir`.
+async fn before_cancun_whole_state(
+    dir: &std::path::Path,
+    account: Address,
+    alloc: serde_json::Value,
+) -> (Anvil, Follower, SnapshotStore) {
+    let genesis = dir.join("genesis.json");
     write_genesis(&genesis);
-    // Empty calldata: SELFDESTRUCT to the caller; else SSTORE(3, word 0).
-    let contract: Address = "0x00000000000000000000000000000000000c0de5"
-        .parse()
-        .unwrap();
     let mut file: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&genesis).unwrap()).unwrap();
-    file["alloc"][contract.to_string()] = json!({
-        "balance": "0x0",
-        "code": "0x3615600b575f35600355005b33ff",
-        "storage": {
-            "0x0000000000000000000000000000000000000000000000000000000000000001": "0x05",
-            "0x0000000000000000000000000000000000000000000000000000000000000002": "0x07",
-        },
-    });
+    file["alloc"][account.to_string()] = alloc;
     std::fs::write(&genesis, serde_json::to_vec(&file).unwrap()).unwrap();
     let anvil = Anvil::start_with(&[
         "--init",
@@ -330,11 +318,35 @@ async fn the_whole_state_is_followed_and_a_destroyed_contracts_slots_read_zero()
         "shanghai",
     ])
     .await;
-    let store_dir = dir.path().join("store");
+    let store_dir = dir.join("store");
     let mut config = config(&store_dir, &anvil.url, Some(&genesis));
     config.source.storage = follow::StorageScope::All;
-    let mut follower = Follower::new(config).unwrap();
-    let store = SnapshotStore::open(&store_dir).unwrap();
+    let follower = Follower::new(config).unwrap();
+    (anvil, follower, SnapshotStore::open(&store_dir).unwrap())
+}
+
+/// The whole state followed on a chain before Cancun (anvil
+/// `--hardfork shanghai`): the genesis alloc's storage in the base, a
+/// slot written later in a delta, and a contract destroyed by
+/// SELFDESTRUCT: every slot it held reads 0 after, though the state diff
+/// names none of the genesis ones. A base leaving a slot out under the
+/// claim is refused by the state-root check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_whole_state_is_followed_and_a_destroyed_contracts_slots_read_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    // Empty calldata: SELFDESTRUCT to the caller; else SSTORE(3, word 0).
+    let contract: Address = "0x00000000000000000000000000000000000c0de5"
+        .parse()
+        .unwrap();
+    let alloc = json!({
+        "balance": "0x0",
+        "code": "0x3615600b575f35600355005b33ff",
+        "storage": {
+            "0x0000000000000000000000000000000000000000000000000000000000000001": "0x05",
+            "0x0000000000000000000000000000000000000000000000000000000000000002": "0x07",
+        },
+    });
+    let (anvil, mut follower, store) = before_cancun_whole_state(dir.path(), contract, alloc).await;
     let key = |slot: u8| protocol::storage::storage_key_of(&contract, &B256::with_last_byte(slot));
     let word =
         |slots: &BTreeMap<B256, U256>, slot: u8| slots.get(&key(slot)).copied().unwrap_or_default();
@@ -422,37 +434,18 @@ async fn a_slot_left_out_is_caught(store: &SnapshotStore, forged_dir: &std::path
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_contract_destroyed_and_created_again_in_one_block_keeps_only_its_new_slots() {
     let dir = tempfile::tempdir().unwrap();
-    let genesis = dir.path().join("genesis.json");
-    write_genesis(&genesis);
     // A CREATE2 factory (salt 0, the calldata as init code).
     let factory: Address = "0x00000000000000000000000000000000000fac70"
         .parse()
         .unwrap();
-    let mut file: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&genesis).unwrap()).unwrap();
-    file["alloc"][factory.to_string()] =
-        json!({"balance": "0x0", "code": "0x365f5f375f365f5ff55000"});
-    std::fs::write(&genesis, serde_json::to_vec(&file).unwrap()).unwrap();
+    let alloc = json!({"balance": "0x0", "code": "0x365f5f375f365f5ff55000"});
     // Init code: SSTORE(1, 9), then the runtime of the other test's
     // contract (empty calldata: SELFDESTRUCT; else SSTORE(3, word 0)).
     let init =
         alloy_primitives::hex::decode("6009600155600e600f5f39600e5ff33615600b575f35600355005b33ff")
             .unwrap();
     let child = factory.create2_from_code(B256::ZERO, &init);
-    let anvil = Anvil::start_with(&[
-        "--init",
-        genesis.to_str().unwrap(),
-        "--chain-id",
-        "4242",
-        "--hardfork",
-        "shanghai",
-    ])
-    .await;
-    let store_dir = dir.path().join("store");
-    let mut config = config(&store_dir, &anvil.url, Some(&genesis));
-    config.source.storage = follow::StorageScope::All;
-    let mut follower = Follower::new(config).unwrap();
-    let store = SnapshotStore::open(&store_dir).unwrap();
+    let (anvil, mut follower, store) = before_cancun_whole_state(dir.path(), factory, alloc).await;
     let key = |slot: u8| protocol::storage::storage_key_of(&child, &B256::with_last_byte(slot));
     let word = |slot: u8| {
         view_slots(&store)

@@ -514,7 +514,7 @@ impl Executor {
         let params = serde_json::value::to_raw_value(&(object, block))
             .map_err(|e| ReadError::Backend(e.to_string()))?;
         let reason = crate::activity::Reason::InnerCall;
-        (self.activity).upstream("eth_call", Some(params.get()), Some(call.target), reason);
+        (self.activity).upstream("eth_call", Some(params.get()), reason);
         match upstream.call("eth_call", Some(params)).await {
             Ok(raw) => {
                 let data: Bytes = serde_json::from_str(raw.get())
