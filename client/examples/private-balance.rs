@@ -2,7 +2,7 @@
 //! `get_balance` and `get_transaction_count` go to a PIR server, and whose
 //! other calls go to an ordinary node.
 //!
-//! With the demo running (`cargo run --release --bin ethpir-demo`: a PIR
+//! With the demo running (`cargo run -p demo --profile demo`: a PIR
 //! server over the mainnet genesis on 127.0.0.1:8546):
 //!
 //!     cargo run -p ethpir-client --features alloy --example private-balance -- \
