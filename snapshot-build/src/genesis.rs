@@ -83,15 +83,33 @@ pub fn parse_genesis_listed(
         .or_else(|| file.config.and_then(|c| c.chain_id))
         .ok_or(GenesisError::NoChainId)?;
     let genesis: Genesis = serde_json::from_str(text)?;
-    let state_root = alloy_trie::root::state_root_ref_unhashed(&genesis.alloc);
+    let mut state = alloc_state(&genesis.alloc, chain_id, 0, listed, source);
+    let state_root = state.state_root.expect("computed");
     if let Some(stated) = file.state_root.filter(|&r| r != state_root) {
         return Err(GenesisError::StateRootMismatch {
             file: stated,
             computed: state_root,
         });
     }
-    let records = genesis
-        .alloc
+    state.block_hash = genesis_block_hash(&genesis, state_root);
+    state.block_time = Some(genesis.timestamp);
+    state.export_s = started.elapsed().as_secs_f64();
+    Ok(state)
+}
+
+/// Every account of `alloc` (a genesis file's, or a node's dump) as the
+/// full state of `chain_id` at `block`, with the storage of the contracts
+/// `listed` holds and the state root the alloc implies; no block hash or
+/// time (the caller knows them).
+pub fn alloc_state(
+    alloc: &std::collections::BTreeMap<alloy_primitives::Address, alloy_genesis::GenesisAccount>,
+    chain_id: u64,
+    block: u64,
+    listed: &PrivateStorage,
+    source: &str,
+) -> ExportedState {
+    let started = Instant::now();
+    let records = alloc
         .iter()
         .map(|(address, account)| {
             let trie = alloy_trie::TrieAccount::from(account.clone());
@@ -99,33 +117,33 @@ pub fn parse_genesis_listed(
                 .with_trie(trie.code_hash, trie.storage_root)
         })
         .collect();
-    let storage = alloc_storage(&genesis, listed);
-    Ok(ExportedState {
+    ExportedState {
         chain_id,
-        block_number: 0,
-        block_hash: genesis_block_hash(&genesis, state_root),
-        state_root: Some(state_root),
-        block_time: Some(genesis.timestamp),
+        block_number: block,
+        block_hash: None,
+        state_root: Some(alloy_trie::root::state_root_ref_unhashed(alloc)),
+        block_time: None,
         kind: SnapshotKind::Full,
         source: source.to_string(),
         records,
-        storage,
+        storage: alloc_storage(alloc, listed),
         listed: listed.clone(),
         export_s: started.elapsed().as_secs_f64(),
-        codes: genesis
-            .alloc
+        codes: alloc
             .values()
             .filter_map(|a| a.code.clone())
             .filter(|c| !c.is_empty())
             .collect(),
-    })
+    }
 }
 
 /// The non-zero slots the alloc gives the contracts `listed` holds (every
 /// contract, for a whole-state snapshot).
-fn alloc_storage(genesis: &Genesis, listed: &PrivateStorage) -> Vec<StorageRecord> {
-    genesis
-        .alloc
+fn alloc_storage(
+    alloc: &std::collections::BTreeMap<alloy_primitives::Address, alloy_genesis::GenesisAccount>,
+    listed: &PrivateStorage,
+) -> Vec<StorageRecord> {
+    alloc
         .iter()
         .filter(|(c, _)| listed.holds(c))
         .filter_map(|(c, account)| Some((*c, account.storage.as_ref()?)))

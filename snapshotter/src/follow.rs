@@ -52,6 +52,10 @@ pub struct SourceConfig {
     pub genesis: Option<PathBuf>,
     /// Base: a reth datadir (the full state at its head).
     pub datadir: Option<PathBuf>,
+    /// Base: the node's own dump of its whole state at its head
+    /// (anvil_dumpState), checked against that block's state root: a
+    /// development chain without a genesis file or datadir.
+    pub dump: bool,
     /// Follow a node without call traces (changes they would reveal are
     /// missed: see the log line at start).
     pub allow_incomplete: bool,
@@ -88,6 +92,7 @@ impl Default for SourceConfig {
             url: None,
             genesis: None,
             datadir: None,
+            dump: false,
             allow_incomplete: false,
             batch_size: 100,
             concurrency: 4,
@@ -199,8 +204,10 @@ pub enum Refusal {
     NoUrl,
     #[error("--genesis and --datadir both given; the base comes from one of them")]
     TwoBases,
-    #[error("no base for chain {chain_id} in the store, and neither --genesis FILE nor --datadir RETH_DATADIR: a JSON-RPC node cannot list its accounts, so the full state must come from a genesis file (plus every block since) or a reth datadir")]
+    #[error("no base for chain {chain_id} in the store, and neither --genesis FILE nor --datadir RETH_DATADIR: a JSON-RPC node cannot list its accounts, so the full state must come from a genesis file (plus every block since) or a reth datadir (a development node's own dump with --dump)")]
     NoBase { chain_id: u64 },
+    #[error("no base for chain {chain_id} in the store, and --dump, but the node offers no state dump (anvil_dumpState): give --genesis FILE or --datadir RETH_DATADIR")]
+    NoDump { chain_id: u64 },
     #[error("the node at {url} has no trace_block: without call traces the per-block changes miss internal transfers (value sent by contracts), selfdestruct beneficiaries and contracts created by contracts. Use a node with traces (reth, erigon, anvil, nethermind) or accept this with --allow-incomplete")]
     NoTraces { url: String },
     #[error("the node at {url} has no trace_replayBlockTransactions with state diffs: the storage of listed contracts cannot be followed without them (reth, erigon, anvil and nethermind have them)")]
@@ -451,6 +458,10 @@ impl Follower {
         let base = match (&self.config.source.genesis, &self.config.source.datadir) {
             (Some(file), _) => Base::Held(genesis_base(node, file, listed).await?),
             (None, Some(dir)) => datadir_base(node, dir, listed).await?,
+            (None, None) if self.config.source.dump => match node.export_dump(listed).await? {
+                Some(state) => Base::Held(state),
+                None => return Err(Refusal::NoDump { chain_id }.into()),
+            },
             (None, None) => return Err(Refusal::NoBase { chain_id }.into()),
         };
         let meta = base.meta();

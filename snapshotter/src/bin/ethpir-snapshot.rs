@@ -287,6 +287,11 @@ struct RunArgs {
     /// Base: a reth datadir (needs the reth feature).
     #[arg(long)]
     datadir: Option<PathBuf>,
+    /// Base: the node's own dump of its whole state at its head
+    /// (anvil_dumpState: a development chain without a genesis file),
+    /// checked against that block's state root.
+    #[arg(long, conflicts_with_all = ["genesis", "datadir"])]
+    dump: bool,
     /// Follow a node without trace_block (some changes are then missed).
     #[arg(long)]
     allow_incomplete: bool,
@@ -308,7 +313,9 @@ enum Source {
     /// The state at block 0 from a genesis JSON (its `alloc`).
     Genesis(GenesisArgs),
     /// Accounts from a JSON-RPC node: the active set of the last --window
-    /// blocks, or (--historical) chosen accounts at an older block.
+    /// blocks, (--historical) chosen accounts at an older block, or
+    /// (--dump) the full state at its head from a development node's own
+    /// dump (anvil_dumpState), checked against that block's state root.
     Rpc(RpcArgs),
     /// Accounts from a reth datadir, opened read-only (the node may keep
     /// running): the full state at the head (default), the active set of
@@ -391,6 +398,14 @@ struct RpcArgs {
     /// Last block of that range (default: --block).
     #[arg(long, requires = "from_block")]
     to_block: Option<u64>,
+    /// A full snapshot at the node's head from the node's dump of its
+    /// whole state (anvil_dumpState: development chains), checked against
+    /// the head's state root; with `--storage all`, every slot of every
+    /// contract.
+    #[arg(long, conflicts_with_all = ["historical", "block"])]
+    dump: bool,
+    #[command(flatten)]
+    storage: StorageArgs,
     /// Accounts per JSON-RPC batch.
     #[arg(long, default_value_t = 100)]
     batch_size: usize,
@@ -603,9 +618,10 @@ fn run_follower(store: &std::path::Path, store_given: bool, args: &RunArgs) -> R
     }
     let source = &mut config.source;
     source.url = args.url.clone().or(source.url.take());
-    if args.genesis.is_some() || args.datadir.is_some() {
+    if args.genesis.is_some() || args.datadir.is_some() || args.dump {
         source.genesis = args.genesis.clone();
         source.datadir = args.datadir.clone();
+        source.dump = args.dump;
     }
     source.allow_incomplete |= args.allow_incomplete;
     source.storage = args.storage.unwrap_or(source.storage);
@@ -736,9 +752,24 @@ fn export_rpc(args: &RpcArgs) -> Result<ExportedState> {
         progress: args.build.progress(),
         ..Default::default()
     };
+    let s = &args.storage;
+    if !args.dump
+        && (s.tokens.is_some() || !s.contracts.is_empty() || s.storage != StorageScope::Listed)
+    {
+        bail!("--tokens, --contract and --storage apply to a full snapshot (--dump); an active set or a historical snapshot holds accounts only");
+    }
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
         let node = RpcSource::connect(&args.url, options).await?;
+        if args.dump {
+            let listed = args.storage.listed(node.chain_id)?;
+            return node.export_dump(&listed).await?.with_context(|| {
+                format!(
+                    "the node at {} offers no state dump (anvil_dumpState)",
+                    protocol::url::redact(&args.url)
+                )
+            });
+        }
         if !args.historical {
             return Ok(node.export_active(args.window, args.block).await?);
         }

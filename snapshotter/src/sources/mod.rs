@@ -1,6 +1,6 @@
 //! Where account state comes from.
 
-pub use snapshot_build::genesis;
+pub use snapshot_build::{dump, genesis};
 #[cfg(feature = "reth")]
 pub mod reth;
 pub mod rpc;

@@ -118,6 +118,12 @@ pub enum RpcSourceError {
     },
     #[error("block {block} changed while it was read (a reorg); it will be read again")]
     Reorged { block: u64 },
+    #[error("the node's state dump gives the state root {dumped}, its header of block {block} {header} (a block mined while it dumped; anvil's genesis header names no real root, so a dump needs block 1 or later): it will be asked again")]
+    DumpMismatch {
+        block: u64,
+        dumped: B256,
+        header: B256,
+    },
 }
 
 /// Whether to ask the node for call traces.
@@ -174,6 +180,9 @@ pub struct RpcSource {
     provider: RootProvider<AnyNetwork>,
     /// The provider's client, for batches of account reads.
     client: RpcClient,
+    /// The same HTTP client, for the one reply read with a byte bound of
+    /// its own (the state dump).
+    http: reqwest::Client,
     url: String,
     pub chain_id: u64,
     options: RpcOptions,
@@ -198,6 +207,9 @@ fn is_pruned(message: &str) -> bool {
 
 /// Longest a connection to the node may take to open.
 const NODE_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Largest reply to `anvil_dumpState` read: the hex of a development
+/// chain's gzipped state, a few MiB.
+pub const MAX_DUMP_REPLY_BYTES: u64 = 512 << 20;
 /// Longest one request to the node may take (a batch of proofs, a block's
 /// traces on mainnet: seconds; a node that takes longer is asked again).
 const NODE_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
@@ -221,10 +233,11 @@ impl RpcSource {
             .timeout(NODE_REQUEST_TIMEOUT)
             .build()
             .map_err(|e| RpcSourceError::Url(format!("{}: {e}", protocol::url::redact(url))))?;
-        let client = ClientBuilder::default().http_with_client(http, parsed);
+        let client = ClientBuilder::default().http_with_client(http.clone(), parsed);
         let mut source = RpcSource {
             provider: RootProvider::new(client.clone()),
             client,
+            http,
             url: url.to_string(),
             chain_id: 0,
             options,
@@ -315,6 +328,88 @@ impl RpcSource {
             attempts: self.options.attempts.max(1),
             last,
         })
+    }
+
+    /// The node's own dump of its whole state at its newest block
+    /// (anvil's `anvil_dumpState`: gzipped JSON, what a development chain
+    /// offers instead of a genesis file or a datadir), read within
+    /// [`MAX_DUMP_REPLY_BYTES`]; `None` when the node has no such method.
+    pub async fn dump_state(&self) -> Result<Option<Bytes>, RpcSourceError> {
+        const METHOD: &str = "anvil_dumpState";
+        let request = self
+            .http
+            .post(&self.url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(r#"{"jsonrpc":"2.0","id":1,"method":"anvil_dumpState","params":[]}"#);
+        let bounds = api_client::fetch::Bounds {
+            size: api_client::fetch::Size::AtMost(MAX_DUMP_REPLY_BYTES),
+            first_byte: NODE_REQUEST_TIMEOUT,
+            whole: NODE_REQUEST_TIMEOUT * 5,
+        };
+        let fetched = api_client::fetch::fetch(request, METHOD, bounds, &|_| {})
+            .await
+            .map_err(|e| RpcSourceError::Unreachable {
+                url: protocol::url::redact(&self.url),
+                attempts: 1,
+                last: e.to_string(),
+            })?;
+        let reply = |message: String| RpcSourceError::Reply {
+            method: METHOD,
+            message,
+        };
+        #[derive(serde::Deserialize)]
+        struct Reply {
+            result: Option<Bytes>,
+            error: Option<serde_json::Value>,
+        }
+        let parsed: Reply = serde_json::from_slice(&fetched.body)
+            .map_err(|e| reply(format!("HTTP {}: {e}", fetched.status)))?;
+        match (parsed.result, parsed.error) {
+            (Some(dump), _) => Ok(Some(dump)),
+            // -32601: not a method of this node (geth, reth, a provider).
+            (None, Some(e)) if e["code"] == -32601 => Ok(None),
+            (None, Some(e)) => Err(RpcSourceError::Node {
+                method: METHOD,
+                message: e["message"].as_str().unwrap_or("no message").to_string(),
+            }),
+            (None, None) => Err(reply("neither a result nor an error".into())),
+        }
+    }
+
+    /// The full state at the node's newest block from its own dump
+    /// ([`Self::dump_state`]), with the storage `listed` holds (every slot
+    /// for the whole state), checked whole against the state root of the
+    /// node's header of that block; `None` when the node offers no dump.
+    pub async fn export_dump(
+        &self,
+        listed: &PrivateStorage,
+    ) -> Result<Option<ExportedState>, RpcSourceError> {
+        let Some(dump) = self.dump_state().await? else {
+            return Ok(None);
+        };
+        // Inflating and hashing the whole state: off the async threads.
+        let (chain_id, listed) = (self.chain_id, listed.clone());
+        let parsed = tokio::task::spawn_blocking(move || {
+            crate::sources::dump::parse_anvil_dump(&dump, chain_id, &listed)
+        })
+        .await
+        .expect("parsing the dump panicked");
+        let mut state = parsed.map_err(|e| RpcSourceError::Reply {
+            method: "anvil_dumpState",
+            message: e.to_string(),
+        })?;
+        let (hash, root, time) = self.block_header(state.block_number).await?;
+        let dumped = state.state_root.unwrap_or_default();
+        if dumped != root {
+            return Err(RpcSourceError::DumpMismatch {
+                block: state.block_number,
+                dumped,
+                header: root,
+            });
+        }
+        state.block_hash = Some(hash);
+        state.block_time = Some(time);
+        Ok(Some(state))
     }
 
     /// The node's head block.
