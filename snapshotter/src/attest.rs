@@ -152,6 +152,11 @@ impl Attester {
     }
 
     /// The delta exported again from the node: the same `records.bin`.
+    /// A delta that destroys storage (before Cancun) also holds a zero
+    /// record for every earlier slot of the destroyed contracts, which only
+    /// the levels below list: each complete view of this store at `from`
+    /// supplies them in turn, and one must give the same bytes (every such
+    /// zero is what the chain has, whichever view listed the slot).
     async fn same_delta_on_node(&self, snap: &StoredSnapshot, from: u64) -> Result<(), String> {
         let m = &snap.manifest;
         let delta = self
@@ -159,30 +164,33 @@ impl Attester {
             .export_delta(from, m.block_number, &m.storage)
             .await
             .map_err(|e| e.to_string())?;
-        // The zero records hiding a destroyed contract's earlier slots come
-        // from the levels below, which this check does not rebuild.
-        if !delta.destroyed.is_empty() {
-            return Err(format!(
-                "it destroys {} contract(s)' storage, whose earlier slots only the levels below list: not checked here",
-                delta.destroyed.len()
-            ));
+        let candidates = match delta.destroyed.is_empty() {
+            true => vec![delta.state],
+            false => {
+                let store = self.store.clone();
+                tokio::task::spawn_blocking(move || {
+                    with_destroyed_hidden(&store, delta.state, &delta.destroyed, from)
+                })
+                .await
+                .map_err(|e| e.to_string())??
+            }
+        };
+        let mut digests = Vec::new();
+        for mut again in candidates {
+            again.records.sort_unstable_by_key(|r| r.key);
+            again.storage.sort_unstable_by_key(|s| s.key);
+            let bytes = crate::records::encode_records(&again.records, &again.storage);
+            let digest = protocol::sha3_hex(&bytes);
+            if digest == m.content_digest {
+                return same_code_table(&again, m);
+            }
+            digests.push(digest.to_string());
         }
-        let mut again = delta.state;
-        again.records.sort_unstable_by_key(|r| r.key);
-        again.storage.sort_unstable_by_key(|s| s.key);
-        let bytes = crate::records::encode_records(&again.records, &again.storage);
-        let digest = protocol::sha3_hex(&bytes);
-        if digest != m.content_digest {
-            return Err(format!(
-                "exported again from the node, its records have digest {digest}, the snapshot's {}",
-                m.content_digest
-            ));
-        }
-        let table = protocol::codes::table_of(again.records.iter().map(|r| r.code_hash));
-        match protocol::codes::CodeTree::new(table).summary() == m.codes {
-            true => Ok(()),
-            false => Err("its records make another code table than the manifest's".into()),
-        }
+        Err(format!(
+            "exported again from the node, its records have digest {}, the snapshot's {}",
+            digests.join(" or "),
+            m.content_digest
+        ))
     }
 
     fn sign(&self, snap: &StoredSnapshot) -> Result<(), String> {
@@ -198,6 +206,50 @@ impl Attester {
         self.store
             .add_attestation(snap, &attestation)
             .map_err(|e| e.to_string())
+    }
+}
+
+/// The delta's records as the node gives them, with a zero record for
+/// each earlier slot of the `destroyed` contracts, once per complete view
+/// of `store` at block `from` (the levels the delta was published over).
+fn with_destroyed_hidden(
+    store: &SnapshotStore,
+    delta: crate::pipeline::ExportedState,
+    destroyed: &[Address],
+    from: u64,
+) -> Result<Vec<crate::pipeline::ExportedState>, String> {
+    let snaps = store.list().map_err(|e| e.to_string())?;
+    let views = protocol::view::views(&crate::levels::as_entries(&snaps));
+    let mut out = Vec::new();
+    for view in views.iter().filter(|v| v.complete && v.block == from) {
+        let levels: Vec<StoredSnapshot> = view
+            .snapshots
+            .iter()
+            .filter_map(|id| snaps.iter().find(|s| s.id == *id).cloned())
+            .collect();
+        let mut state = delta.clone();
+        crate::levels::hide_destroyed(store, &levels, &mut state, destroyed)
+            .map_err(|e| e.to_string())?;
+        out.push(state);
+    }
+    match out.is_empty() {
+        true => Err(format!(
+            "it destroys {} contract(s)' storage, and no complete view of this store at block {from} lists their earlier slots",
+            destroyed.len()
+        )),
+        false => Ok(out),
+    }
+}
+
+/// The code table `state`'s records make is the manifest's.
+fn same_code_table(
+    state: &crate::pipeline::ExportedState,
+    m: &protocol::Manifest,
+) -> Result<(), String> {
+    let table = protocol::codes::table_of(state.records.iter().map(|r| r.code_hash));
+    match protocol::codes::CodeTree::new(table).summary() == m.codes {
+        true => Ok(()),
+        false => Err("its records make another code table than the manifest's".into()),
     }
 }
 

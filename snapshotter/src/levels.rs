@@ -95,6 +95,55 @@ fn entries(store: &SnapshotStore, chain_id: u64) -> Result<Vec<StoredSnapshot>, 
         .collect())
 }
 
+/// Adds to `delta` (a delta over `view`) a zero record for every slot
+/// that a contract of `destroyed` holds in the view's levels and the
+/// delta does not write, so that its old words read as the 0 the chain
+/// now has. The slots are found by the contract's hash in each level's
+/// `records.bin` (a whole scan: only chains before Cancun destroy
+/// storage). Returns how many were added.
+pub fn hide_destroyed(
+    store: &SnapshotStore,
+    view: &[StoredSnapshot],
+    delta: &mut ExportedState,
+    destroyed: &[alloy_primitives::Address],
+) -> Result<usize, LevelsError> {
+    if destroyed.is_empty() {
+        return Ok(0);
+    }
+    let hashed: BTreeSet<alloy_primitives::B256> =
+        destroyed.iter().map(alloy_primitives::keccak256).collect();
+    let mut written: BTreeSet<alloy_primitives::B256> =
+        delta.storage.iter().map(|s| s.key).collect();
+    let mut added = 0;
+    for level in view {
+        let mapped = store.map_checked(level, RECORDS_FILE)?;
+        let file = RecordsFile::new((*mapped).as_ref()).map_err(|e| LevelsError::Damaged {
+            id: level.id.url_form(),
+            reason: format!("{RECORDS_FILE}: {e}"),
+        })?;
+        for i in 0..file.slots() {
+            let slot = file.slot(i);
+            if hashed.contains(&slot.hashed_contract) && written.insert(slot.key) {
+                let mut zero = protocol::storage::StorageRecord::from_hashed(
+                    slot.hashed_contract,
+                    slot.hashed_slot,
+                    alloy_primitives::U256::ZERO,
+                );
+                zero.contract = slot.contract;
+                delta.storage.push(zero);
+                added += 1;
+            }
+        }
+    }
+    tracing::info!(
+        block = delta.block_number,
+        contracts = destroyed.len(),
+        slots = added,
+        "destroyed contracts' earlier slots hidden"
+    );
+    Ok(added)
+}
+
 /// The catalog entries of stored snapshots (what `protocol::view::views`
 /// reads).
 pub fn as_entries(snaps: &[StoredSnapshot]) -> Vec<CatalogEntry> {
@@ -208,53 +257,14 @@ impl Levels {
         Ok(Some(view))
     }
 
-    /// Adds to `delta` (a delta over `view`) a zero record for every slot
-    /// that a contract of `destroyed` holds in the view's levels and the
-    /// delta does not write, so that its old words read as the 0 the chain
-    /// now has. The slots are found by the contract's hash in each level's
-    /// `records.bin` (a whole scan: only chains before Cancun destroy
-    /// storage). Returns how many were added.
+    /// [`hide_destroyed`] in this store.
     pub fn hide_destroyed(
         &self,
         view: &[StoredSnapshot],
         delta: &mut ExportedState,
         destroyed: &[alloy_primitives::Address],
     ) -> Result<usize, LevelsError> {
-        if destroyed.is_empty() {
-            return Ok(0);
-        }
-        let hashed: BTreeSet<alloy_primitives::B256> =
-            destroyed.iter().map(alloy_primitives::keccak256).collect();
-        let mut written: BTreeSet<alloy_primitives::B256> =
-            delta.storage.iter().map(|s| s.key).collect();
-        let mut added = 0;
-        for level in view {
-            let mapped = self.store.map_checked(level, RECORDS_FILE)?;
-            let file = RecordsFile::new((*mapped).as_ref()).map_err(|e| LevelsError::Damaged {
-                id: level.id.url_form(),
-                reason: format!("{RECORDS_FILE}: {e}"),
-            })?;
-            for i in 0..file.slots() {
-                let slot = file.slot(i);
-                if hashed.contains(&slot.hashed_contract) && written.insert(slot.key) {
-                    let mut zero = protocol::storage::StorageRecord::from_hashed(
-                        slot.hashed_contract,
-                        slot.hashed_slot,
-                        alloy_primitives::U256::ZERO,
-                    );
-                    zero.contract = slot.contract;
-                    delta.storage.push(zero);
-                    added += 1;
-                }
-            }
-        }
-        tracing::info!(
-            block = delta.block_number,
-            contracts = destroyed.len(),
-            slots = added,
-            "destroyed contracts' earlier slots hidden"
-        );
-        Ok(added)
+        hide_destroyed(&self.store, view, delta, destroyed)
     }
 
     /// Publishes a delta (or a base), then merges, rebases, pins and

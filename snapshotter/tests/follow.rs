@@ -381,6 +381,29 @@ async fn the_whole_state_is_followed_and_a_destroyed_contracts_slots_read_zero()
             "slot {slot} after the destruction"
         );
     }
+    every_level_after_genesis_is_attested(&store, &anvil).await;
+}
+
+/// An attester over `store` with `anvil` as its node signs every level
+/// after block 0 (anvil's genesis header names no real root), deltas that
+/// destroy storage included: their zero records come from the levels
+/// below.
+async fn every_level_after_genesis_is_attested(store: &SnapshotStore, anvil: &Anvil) {
+    use snapshotter::attest::{Attester, Outcome};
+    let key = "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d";
+    let options = snapshotter::sources::rpc::RpcOptions::default();
+    let node = snapshotter::sources::rpc::RpcSource::connect(&anvil.url, options)
+        .await
+        .unwrap();
+    let outcomes = Attester::new(store.clone(), node, key)
+        .unwrap()
+        .attest_store()
+        .await
+        .unwrap();
+    assert!(outcomes.len() > 2, "{outcomes:?}");
+    for (id, outcome) in outcomes.iter().filter(|(id, _)| id.block > 0) {
+        assert_eq!(outcome, &Outcome::Signed, "{id}");
+    }
 }
 
 /// A base that claims the whole state but leaves one slot out: its state
@@ -501,4 +524,85 @@ async fn a_contract_destroyed_and_created_again_in_one_block_keeps_only_its_new_
         U256::ZERO,
         "the slot written before the destruction"
     );
+}
+
+/// A development node without a genesis file (`--dump`): anvil's own dev
+/// accounts, a contract given code and a slot by anvil_setCode and
+/// anvil_setStorageAt. The whole-state base comes from the node's dump,
+/// checked against its block's state root: at block 0 (whose header anvil
+/// gives no real root) the step fails and is retried, after a block it
+/// holds every account and the slot; a slot written later comes in a
+/// delta. Without `--dump` the follower still refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dev_node_without_a_genesis_file_is_based_on_its_own_dump() {
+    let dir = tempfile::tempdir().unwrap();
+    let anvil = Anvil::start_with(&["--chain-id", "4242"]).await;
+    // Any calldata: SSTORE(3, its first word).
+    let contract = "0x00000000000000000000000000000000000c0de5";
+    let address: Address = contract.parse().unwrap();
+    anvil
+        .rpc("anvil_setCode", json!([contract, "0x5f3560035500"]))
+        .await;
+    let five = format!("{:#066x}", 5);
+    anvil
+        .rpc("anvil_setStorageAt", json!([contract, "0x1", five]))
+        .await;
+    let store_dir = dir.path().join("store");
+    let mut config = config(&store_dir, &anvil.url, None);
+    config.source.storage = follow::StorageScope::All;
+    let refused = Follower::new(config.clone()).unwrap().step().await;
+    assert!(
+        matches!(
+            &refused,
+            Err(follow::FollowError::Refused(Refusal::NoBase { .. }))
+        ),
+        "no base without --dump"
+    );
+    config.source.dump = true;
+    let mut follower = Follower::new(config).unwrap();
+    let early = follower.step().await.unwrap_err().to_string();
+    assert!(
+        early.contains("state root") && early.contains("block 0"),
+        "{early}"
+    );
+    assert!(SnapshotStore::open(&store_dir)
+        .unwrap()
+        .list()
+        .unwrap()
+        .is_empty());
+
+    anvil
+        .transact(DEV_ACCOUNTS[0], Some(DEV_ACCOUNTS[1]), &[])
+        .await;
+    follower.step().await.unwrap();
+    let store = SnapshotStore::open(&store_dir).unwrap();
+    let base = &store.list().unwrap()[0];
+    assert!(
+        base.manifest.storage.whole_state && base.id.block == 1,
+        "{}",
+        base.id
+    );
+    let mut who: Vec<String> = ALL_DEV_ACCOUNTS.iter().map(|a| a.to_string()).collect();
+    who.push(contract.to_string());
+    assert_view_matches(&store, &anvil, &who).await;
+    let key = |slot: u8| protocol::storage::storage_key_of(&address, &B256::with_last_byte(slot));
+    let slots = view_slots(&store);
+    assert_eq!(slots.get(&key(1)), Some(&U256::from(5)), "the dumped slot");
+
+    anvil
+        .transact(
+            DEV_ACCOUNTS[0],
+            Some(contract),
+            B256::with_last_byte(0x2a).as_slice(),
+        )
+        .await;
+    follower.step().await.unwrap();
+    let slots = view_slots(&store);
+    assert_eq!(
+        slots.get(&key(3)),
+        Some(&U256::from(0x2a)),
+        "a slot written later"
+    );
+    assert_eq!(slots.get(&key(1)), Some(&U256::from(5)));
+    assert_view_matches(&store, &anvil, &who).await;
 }
