@@ -28,7 +28,7 @@ const VERSION: u8 = 3;
 const RECORD_BYTES: usize = 157;
 /// An account of versions 1 and 2, without code hash and storage root.
 const OLD_RECORD_BYTES: usize = 93;
-const SLOT_BYTES: usize = 117;
+pub(crate) const SLOT_BYTES: usize = 117;
 const HEADER_BYTES: usize = 16;
 
 /// Malformed `records.bin`.
@@ -96,7 +96,7 @@ fn account_bytes(r: &AccountRecord) -> [u8; RECORD_BYTES] {
     one
 }
 
-fn slot_bytes(s: &StorageRecord) -> [u8; SLOT_BYTES] {
+pub(crate) fn slot_bytes(s: &StorageRecord) -> [u8; SLOT_BYTES] {
     let mut one = [0u8; SLOT_BYTES];
     one[0] = s.contract.is_some() as u8;
     one[1..21].copy_from_slice(s.contract.unwrap_or_default().as_slice());
@@ -412,7 +412,7 @@ fn parse_account(chunk: &[u8]) -> AccountRecord {
 }
 
 /// One storage slot of `records.bin` (its contract hash not checked).
-fn parse_slot(chunk: &[u8]) -> StorageRecord {
+pub(crate) fn parse_slot(chunk: &[u8]) -> StorageRecord {
     let hashed_contract = B256::from_slice(&chunk[21..53]);
     let hashed_slot = B256::from_slice(&chunk[53..85]);
     let value = U256::from_be_slice(&chunk[85..117]);

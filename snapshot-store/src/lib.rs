@@ -338,6 +338,15 @@ impl SnapshotStore {
         Ok(removed)
     }
 
+    /// A folder for one build's scratch files (sorted runs), under
+    /// `.staging`: removed with the other leftovers if the build is
+    /// interrupted. Not created here.
+    pub fn scratch_dir(&self, name: &str) -> PathBuf {
+        self.root
+            .join(STAGING)
+            .join(format!("{name}-{}", std::process::id()))
+    }
+
     /// Starts a new snapshot under `.staging`.
     pub fn stage(&self, id: &SnapshotId) -> Result<StagedSnapshot, StoreError> {
         let staging = self.root.join(STAGING);

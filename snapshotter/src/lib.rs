@@ -14,7 +14,7 @@ pub use snapshot_store as store;
 pub use snapshot_store::failpoint;
 // The build itself is its own crate, which the demo links without the
 // node clients, reth and the GPU.
-pub use snapshot_build::{pipeline, progress, records};
+pub use snapshot_build::{pipeline, progress, records, slot_sort};
 
 pub mod attest;
 pub mod folded;

@@ -18,6 +18,7 @@ use alloy_primitives::{Address, B256, U256};
 use protocol::storage::{decode_word, high_part_key, join_word, storage_key_of, StoredWord};
 use protocol::tokens::{MappingLayout, SlotIndex, TokenEntry, TokenList};
 use serde_json::Value;
+use snapshotter::slot_sort::SlotSorter;
 use snapshotter::sources::reth::{Layout, RethDatadir, RethMode};
 use snapshotter::{SnapshotStore, StoredSnapshot};
 
@@ -492,7 +493,11 @@ fn check_streamed_head(reth: &RethDatadir, oracle: &Oracle) {
                 &store,
                 &meta,
                 &Default::default(),
-                |w| reth.write_full_state(slots, w),
+                |w| {
+                    let mut sorter = SlotSorter::new(dir.path().join("runs"), usize::MAX);
+                    slots.into_iter().try_for_each(|s| sorter.push(s))?;
+                    reth.write_full_state(sorter.finish()?, w)
+                },
             )
         } else {
             let mut state = reth.export(RethMode::Full, oracle.chain_id).unwrap();
@@ -534,6 +539,55 @@ fn check_streamed_head(reth: &RethDatadir, oracle: &Oracle) {
     }
 }
 
+/// The whole state at the head (`storage = "all"`): every slot of every
+/// contract. A v2 datadir's base streams it, its slots sorted in runs
+/// spilled within a budget of 12 slots and merged as
+/// `records.bin` is written: the same bytes as a base built from the
+/// slots held, its records give the head's state root with every
+/// contract's storage root, and no run is left behind.
+fn check_whole_state_base(datadir: &Path, oracle: &Oracle, layout: Layout) {
+    use snapshotter::pipeline::{build_and_publish, BuildOptions};
+    use snapshotter::sources::{reth::export_base, Base};
+    let whole = protocol::storage::PrivateStorage::whole_state();
+    let budget = 12 * std::mem::size_of::<protocol::storage::StorageRecord>();
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path()).unwrap();
+    let base = export_base(datadir, RethMode::Full, oracle.chain_id, whole.clone()).unwrap();
+    assert_eq!(matches!(base, Base::Streamed(_)), layout == Layout::V2);
+    let within = BuildOptions {
+        encode_memory_bytes: budget,
+        ..Default::default()
+    };
+    let snap = base.publish(&store, &within).unwrap();
+    let m = &snap.manifest;
+    assert!(m.storage.whole_state);
+    let per_run = budget / std::mem::size_of::<protocol::storage::StorageRecord>();
+    assert!(
+        m.storage_records as usize > 2 * per_run,
+        "{} slots",
+        m.storage_records
+    );
+    let root = m.state_root.expect("the head's root");
+    snapshotter::verify::verify_state_root(&store, &snap, &[], Some(root)).unwrap();
+    let leftovers = std::fs::read_dir(dir.path().join(".staging"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(leftovers, 0, "no run left in the staging folder");
+
+    let reth = RethDatadir::open(datadir).unwrap();
+    let mut state = reth.export(RethMode::Full, oracle.chain_id).unwrap();
+    state.storage = reth.storage_all().unwrap();
+    state.listed = whole;
+    drop(reth);
+    let held_dir = tempfile::tempdir().unwrap();
+    let held_store = SnapshotStore::open(held_dir.path()).unwrap();
+    let held = build_and_publish(&held_store, state, &Default::default()).unwrap();
+    assert_eq!(
+        m.content_digest, held.manifest.content_digest,
+        "the same records.bin"
+    );
+}
+
 /// Private lookups in one snapshot.
 struct Reader {
     server: pir_core::PirServer,
@@ -572,6 +626,7 @@ fn check_layout(layout: &str, want: Layout) {
     check_head_state_root(&reth, oracle);
     check_streamed_head(&reth, oracle);
     drop(reth);
+    check_whole_state_base(&fixture.datadir, oracle, want);
     // Block 3 (the first token just created, the second not yet), halfway,
     // the block before the head, and the head itself.
     for block in [Some(3), Some(oracle.head / 2), Some(oracle.head - 1), None] {

@@ -64,6 +64,60 @@ pub fn hashed_accounts_in_order(count: u64) -> impl Iterator<Item = AccountRecor
     })
 }
 
+/// The keys of the contracts among [`hashed_accounts_in_order`]`(count)`
+/// (one account in five), in key order.
+pub fn contract_keys(count: u64) -> Vec<alloy_primitives::B256> {
+    hashed_accounts_in_order(count)
+        .filter(|a| a.code_hash != protocol::account::EMPTY_CODE_HASH)
+        .map(|a| a.key)
+        .collect()
+}
+
+/// Which contract holds the `i`th synthetic slot: skewed as mainnet's
+/// storage is, a few contracts holding most slots (the index is the
+/// contract count times u^8 for a uniform u: the first 0.1 % of the
+/// contracts hold ~42 % of the slots, the first 1 % ~56 %).
+fn slot_owner(i: u64, contracts: usize) -> usize {
+    let mut x = i
+        .wrapping_add(0x9e37_79b9_7f4a_7c15)
+        .wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x ^= x >> 31;
+    let u = (x >> 11) as f64 / (1u64 << 53) as f64;
+    ((contracts as f64 * u.powi(8)) as usize).min(contracts - 1)
+}
+
+/// `count` synthetic storage slots of `contracts` (their hashed
+/// addresses), in key order, as reth's hashed storage table hands them
+/// over once keyed for PIR; the `i`th slot is keccak256 of `i`, its
+/// value `i` + 1 times a million. The keys are made on every core and
+/// sorted first (48 bytes a slot held: 4.8 GB at 1e8); each record is
+/// then made as it is written.
+pub fn hashed_slots_in_order(
+    count: u64,
+    contracts: &[alloy_primitives::B256],
+) -> impl Iterator<Item = protocol::storage::StorageRecord> + '_ {
+    use rayon::prelude::*;
+    assert!(!contracts.is_empty(), "synthetic slots need a contract");
+    let slot_hash = |i: u64| alloy_primitives::keccak256(U256::from(i).to_be_bytes::<32>());
+    let mut keyed: Vec<(alloy_primitives::B256, u32, u64)> = (0..count)
+        .into_par_iter()
+        .map(|i| {
+            let owner = slot_owner(i, contracts.len());
+            let key = protocol::storage::storage_key(&contracts[owner], &slot_hash(i));
+            (key, owner as u32, i)
+        })
+        .collect();
+    keyed.par_sort_unstable_by_key(|k| k.0);
+    keyed.into_iter().map(move |(_, owner, i)| {
+        let value = U256::from(i + 1) * U256::from(1_000_000u64);
+        protocol::storage::StorageRecord::from_hashed(
+            contracts[owner as usize],
+            slot_hash(i),
+            value,
+        )
+    })
+}
+
 /// A base (full snapshot, chain 1, block 1) of synthetic `records`, made
 /// in `made_s` seconds.
 pub fn synthetic_base(records: Vec<AccountRecord>, made_s: f64) -> ExportedState {

@@ -37,6 +37,7 @@ use crate::pipeline::{
     build_and_publish_streamed, BuildError, BuildOptions, ExportedState, RecordsSummary,
 };
 use crate::records::write_record_stream;
+use crate::slot_sort::{SlotSorter, SortedSlots};
 use crate::store::{SnapshotStore, StoredSnapshot};
 
 mod static_files;
@@ -52,6 +53,8 @@ pub enum Layout {
 /// What cannot be read.
 #[derive(Debug, thiserror::Error)]
 pub enum RethError {
+    #[error("spilling sorted storage runs: {0}")]
+    Spill(std::io::Error),
     #[error("{0}: not a reth datadir (no db/mdbx.dat)")]
     NotADatadir(PathBuf),
     #[error("{path}: cannot open the reth database read-only: {reason}")]
@@ -608,7 +611,7 @@ impl RethDatadir {
     /// ([`RethDatadir::streams_full_state`]).
     pub fn write_full_state(
         &self,
-        mut storage: Vec<StorageRecord>,
+        mut storage: SortedSlots,
         w: &mut dyn std::io::Write,
     ) -> std::io::Result<RecordsSummary> {
         let fail = std::io::Error::other;
@@ -637,12 +640,22 @@ impl RethDatadir {
                 }
             }
         });
-        storage.sort_unstable_by_key(|s| s.key);
-        let slots = storage.len() as u64;
-        let written = write_record_stream(accounts, walk, slots, storage.into_iter(), w);
+        let slots = storage.total();
+        let mut unsorted = None;
+        let sorted = std::iter::from_fn(|| match storage.next()? {
+            Ok(slot) => Some(slot),
+            Err(e) => {
+                unsorted = Some(e);
+                None
+            }
+        });
+        let written = write_record_stream(accounts, walk, slots, sorted, w);
         // A walk stopped by an error would otherwise read as a short count.
         if let Some(e) = stopped {
             return Err(fail(e));
+        }
+        if let Some(e) = unsorted {
+            return Err(e);
         }
         written
     }
@@ -704,8 +717,21 @@ impl RethDatadir {
     /// address, v2 by keccak256(address) (whose records then name no
     /// contract, as reth's hashed tables do not).
     pub fn storage_all(&self) -> Result<Vec<StorageRecord>, RethError> {
-        let table = self.layout.storage_table();
         let mut out = Vec::new();
+        self.for_each_slot(|slot| {
+            out.push(slot);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Hands every non-zero slot of every contract at the head to `f`, in
+    /// the table's order ([`Self::storage_all`] without holding them).
+    pub fn for_each_slot(
+        &self,
+        mut f: impl FnMut(StorageRecord) -> Result<(), RethError>,
+    ) -> Result<(), RethError> {
+        let table = self.layout.storage_table();
         self.for_each_entry(table, |key, value| {
             let (slot, word) = decode_storage_entry(&value)
                 .map_err(|reason| RethError::Malformed { table, reason })?;
@@ -716,7 +742,7 @@ impl RethDatadir {
                 table,
                 reason: format!("a storage key of {} bytes", key.len()),
             };
-            out.push(match self.layout {
+            f(match self.layout {
                 Layout::V1 => {
                     let contract = Address::try_from(key.as_slice()).map_err(malformed)?;
                     StorageRecord::new(contract, slot, word)
@@ -725,10 +751,8 @@ impl RethDatadir {
                     let hashed = B256::try_from(key.as_slice()).map_err(malformed)?;
                     StorageRecord::from_hashed(hashed, slot, word)
                 }
-            });
-            Ok(())
-        })?;
-        Ok(out)
+            })
+        })
     }
 
     /// [`Self::storage_all`] at an older `block`: every account whose
@@ -1159,7 +1183,9 @@ impl StreamedHead {
                 "streaming the head state of a v1 (plain state) datadir",
             ));
         }
-        let storage = match listed.is_empty() {
+        // The whole state's slots are walked as the base is written,
+        // never held; a list's are few.
+        let storage = match listed.is_empty() || listed.whole_state {
             true => Vec::new(),
             false => reth.storage_of(&listed, None)?,
         };
@@ -1172,12 +1198,16 @@ impl StreamedHead {
         })
     }
 
-    /// The listed contracts' slots (held: they are few).
+    /// The listed contracts' slots (held: they are few; the whole state's
+    /// are counted as they are written).
     pub fn slots(&self) -> usize {
         self.storage.len()
     }
 
-    /// Builds and publishes the base, streaming the accounts.
+    /// Builds and publishes the base, streaming the accounts. The slots
+    /// are put in key order within the build's memory budget
+    /// ([`SlotSorter`]: the whole state's spill sorted runs into the
+    /// store's staging folder, merged as `records.bin` is written).
     pub fn publish(
         self,
         store: &SnapshotStore,
@@ -1191,7 +1221,20 @@ impl StreamedHead {
         // The codes first: a published snapshot's codes are served.
         reth.for_each_code(|code| store.put_code(code).map(|_| ()).map_err(|e| e.to_string()))
             .map_err(|e| BuildError::Codes(e.to_string()))?;
-        build_and_publish_streamed(store, &meta, options, |w| reth.write_full_state(storage, w))
+        let runs = store.scratch_dir("slot-runs");
+        let memory = options.encode_memory_bytes;
+        let whole_state = meta.listed.whole_state;
+        build_and_publish_streamed(store, &meta, options, |w| {
+            let mut sorter = SlotSorter::new(runs, memory);
+            match whole_state {
+                true => reth
+                    .for_each_slot(|slot| sorter.push(slot).map_err(RethError::Spill))
+                    .map_err(std::io::Error::other)?,
+                false => storage.into_iter().try_for_each(|slot| sorter.push(slot))?,
+            }
+            tracing::info!(slots = sorter.count(), "storage sorted by key");
+            reth.write_full_state(sorter.finish()?, w)
+        })
     }
 }
 
