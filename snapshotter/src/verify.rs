@@ -46,19 +46,23 @@ pub fn verify(
     store: &SnapshotStore,
     snap: &StoredSnapshot,
     lookups: usize,
-) -> Result<(), StoreError> {
+) -> Result<Verified, StoreError> {
     // The file against its digest, streamed, then read in place.
     let mapped = store.map_checked(snap, RECORDS_FILE)?;
     let records = checked_records(snap, (*mapped).as_ref())?;
     // Digests, formats, the setup matching the database and the manifest.
     let server = store.load_server(snap, None)?;
     if lookups == 0 {
-        return Ok(());
+        return Ok(Verified::default());
     }
     let client = PirClient::from_setup_bytes(server.setup_bytes())
         .map_err(|e| invalid(snap, e.to_string()))?;
     let layout = snap.manifest.layout();
-    let lookup = |key: &[u8]| private_lookup(&client, &server, &mut rand::rng(), key);
+    let (mut looked_up, started) = (0, std::time::Instant::now());
+    let mut lookup = |key: &[u8]| {
+        looked_up += 1;
+        private_lookup(&client, &server, &mut rand::rng(), key)
+    };
     for (key, want) in sampled(store, snap, &records, lookups, &mut rand::rng())? {
         match lookup(key.as_slice()).map_err(|e| invalid(snap, e))? {
             Lookup::Found(v) if want.is(&v, layout) => {}
@@ -76,7 +80,20 @@ pub fn verify(
             return Err(invalid(snap, "a random key decoded as present"));
         }
     }
-    Ok(())
+    Ok(Verified {
+        lookups: looked_up,
+        lookup_s: started.elapsed().as_secs_f64() / f64::from(looked_up.max(1)),
+    })
+}
+
+/// What [`verify`] read privately.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Verified {
+    /// Private lookups made and checked (sampled records, absent keys).
+    pub lookups: u32,
+    /// Seconds one took on average: query, the server's pass over the
+    /// database, decoding.
+    pub lookup_s: f64,
 }
 
 /// `records.bin` (already digest-checked) parsed and checked against the

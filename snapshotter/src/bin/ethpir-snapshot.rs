@@ -882,7 +882,13 @@ fn verify(store: &SnapshotStore, ids: &[SnapshotId], lookups: usize) -> Result<(
     let mut bad = 0;
     for s in &snaps {
         match snapshotter::verify::verify(store, s, lookups) {
-            Ok(()) => println!("ok      {}", s.id),
+            Ok(v) if v.lookups > 0 => println!(
+                "ok      {} ({} private lookups, {:.0} ms each)",
+                s.id,
+                v.lookups,
+                v.lookup_s * 1e3
+            ),
+            Ok(_) => println!("ok      {}", s.id),
             Err(e) => {
                 bad += 1;
                 println!("FAILED  {}: {e}", s.id);
