@@ -1030,3 +1030,114 @@ async fn the_whole_state_answers_every_call_without_naming_a_holder() {
     );
     follower.stop().await;
 }
+
+/// Before Cancun (anvil `--hardfork shanghai`), with the whole state held
+/// and every level read by PIR: a contract created by a CREATE2 factory,
+/// a slot written, then the contract destroyed and created again in one
+/// block. Its storage and code read through the proxy as anvil has them
+/// before and after (the slot written before the destruction reads 0, the
+/// new constructor's slot its new word), and none of those reads goes
+/// upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_contract_destroyed_and_created_again_reads_as_the_node_has_it() {
+    log_if_asked();
+    let dir = tempfile::tempdir().unwrap();
+    let genesis_path = dir.path().join("genesis.json");
+    write_genesis(&genesis_path);
+    let mut genesis: Value =
+        serde_json::from_slice(&std::fs::read(&genesis_path).unwrap()).unwrap();
+    // A CREATE2 factory (salt 0, the calldata as init code).
+    let factory: Address = "0x00000000000000000000000000000000000fac70"
+        .parse()
+        .unwrap();
+    genesis["alloc"][factory.to_string()] =
+        json!({"balance": "0x0", "code": "0x365f5f375f365f5ff55000"});
+    std::fs::write(&genesis_path, serde_json::to_vec(&genesis).unwrap()).unwrap();
+    let path = genesis_path.to_str().unwrap();
+    let anvil = Anvil::start_with(&[
+        "--init",
+        path,
+        "--chain-id",
+        "4244",
+        "--hardfork",
+        "shanghai",
+    ])
+    .await;
+    // SSTORE(1, 9), then a runtime that destroys itself on empty calldata
+    // and else stores its first word at slot 3.
+    let init =
+        alloy_primitives::hex::decode("6009600155600e600f5f39600e5ff33615600b575f35600355005b33ff")
+            .unwrap();
+    let child = factory.create2_from_code(alloy_primitives::B256::ZERO, &init);
+
+    let store = dir.path().join("store");
+    let mut config = follow_config(&store, &anvil.url, &genesis_path, 0, 4, 256);
+    config.source.storage = snapshotter::follow::StorageScope::All;
+    config.build.whole_table_max_records = 0;
+    let follower = Follower::start(config);
+    let server = start_server(&store).await;
+    let (upstream, _, relayed) = start_recording_relay(&anvil.url, passthrough()).await;
+    let cache = tempfile::tempdir().unwrap();
+    let proxy = start_proxy_with(proxy::ProxyConfig {
+        pir_server: server,
+        upstream: Some(upstream),
+        cache_dir: cache.path().to_path_buf(),
+        ..Default::default()
+    })
+    .await;
+    view_reaches(&proxy, 0).await;
+
+    let (factory, to) = (factory.to_string(), child.to_string());
+    anvil.transact(DEV_ACCOUNTS[0], Some(&factory), &init).await;
+    let word = alloy_primitives::B256::with_last_byte(0x2a);
+    anvil
+        .transact(DEV_ACCOUNTS[0], Some(&to), word.as_slice())
+        .await;
+    let before = view_reaches(&proxy, anvil.head().await).await;
+    anvil.rpc("evm_setAutomine", json!([false])).await;
+    for (target, data) in [(&to, &[][..]), (&factory, &init[..])] {
+        let data = alloy_primitives::hex::encode_prefixed(data);
+        let tx = json!({"from": DEV_ACCOUNTS[0], "to": target, "data": data, "gas": "0x4c4b40"});
+        anvil.rpc("eth_sendTransaction", json!([tx])).await;
+    }
+    anvil.rpc("evm_mine", json!([])).await;
+    anvil.rpc("evm_setAutomine", json!([true])).await;
+    let after = view_reaches(&proxy, anvil.head().await).await;
+    relayed.lock().unwrap().clear();
+
+    for at in [format!("{before:#x}"), format!("{after:#x}")] {
+        for slot in ["0x1", "0x3"] {
+            let params = json!([to, slot, at]);
+            let private = test_support::rpc(&proxy, "eth_getStorageAt", params.clone()).await;
+            let node = anvil.rpc("eth_getStorageAt", params).await;
+            assert_eq!(private.unwrap(), node, "slot {slot} at {at}");
+        }
+        let params = json!([to, at]);
+        let private = test_support::rpc(&proxy, "eth_getCode", params.clone()).await;
+        assert_eq!(
+            private.unwrap(),
+            anvil.rpc("eth_getCode", params).await,
+            "code at {at}"
+        );
+    }
+    let three = anvil
+        .rpc(
+            "eth_getStorageAt",
+            json!([to, "0x3", format!("{after:#x}")]),
+        )
+        .await;
+    assert_eq!(
+        test_support::quantity(&three),
+        0,
+        "the word written before is gone"
+    );
+    let seen = relayed.lock().unwrap().clone();
+    assert!(
+        !seen.iter().any(|c| c
+            .to_string()
+            .to_lowercase()
+            .contains(&to[2..].to_lowercase())),
+        "a read of the contract went upstream: {seen:?}"
+    );
+    follower.stop().await;
+}
