@@ -12,7 +12,7 @@ use serde_json::json;
 use snapshotter::follow::{self, FollowConfig, Follower, Refusal, SourceConfig, StepOutcome};
 use snapshotter::levels::LevelPolicy;
 use snapshotter::settings::BuildSettings;
-use snapshotter::store::RECORDS_FILE;
+use snapshotter::store::{StoredSnapshot, RECORDS_FILE};
 use snapshotter::SnapshotStore;
 use test_support::{idle_genesis_accounts, write_genesis, Anvil, ALL_DEV_ACCOUNTS, DEV_ACCOUNTS};
 
@@ -588,6 +588,7 @@ async fn a_dev_node_without_a_genesis_file_is_based_on_its_own_dump() {
     let key = |slot: u8| protocol::storage::storage_key_of(&address, &B256::with_last_byte(slot));
     let slots = view_slots(&store);
     assert_eq!(slots.get(&key(1)), Some(&U256::from(5)), "the dumped slot");
+    the_same_base_from_the_command_line(dir.path(), &anvil.url, base);
 
     anvil
         .transact(
@@ -605,4 +606,43 @@ async fn a_dev_node_without_a_genesis_file_is_based_on_its_own_dump() {
     );
     assert_eq!(slots.get(&key(1)), Some(&U256::from(5)));
     assert_view_matches(&store, &anvil, &who).await;
+}
+
+/// `build rpc --dump --storage all` at the same head: the follower's base
+/// again, the same `records.bin`; `--storage all` without `--dump` is
+/// refused (an active set holds accounts only).
+fn the_same_base_from_the_command_line(dir: &std::path::Path, url: &str, base: &StoredSnapshot) {
+    let store = dir.join("cli-store");
+    let build = |extra: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_ethpir-snapshot"))
+            .args([
+                "--store",
+                store.to_str().unwrap(),
+                "build",
+                "rpc",
+                "--url",
+                url,
+            ])
+            .args(["--storage", "all", "--device", "cpu", "--no-progress"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let built = build(&["--dump"]);
+    let stderr = String::from_utf8_lossy(&built.stderr);
+    assert!(built.status.success(), "{stderr}");
+    let snaps = SnapshotStore::open(&store).unwrap().list().unwrap();
+    assert_eq!(snaps.len(), 1);
+    assert_eq!(snaps[0].id, base.id);
+    assert_eq!(
+        snaps[0].manifest.content_digest,
+        base.manifest.content_digest
+    );
+    assert!(snaps[0].manifest.storage.whole_state);
+    let refused = build(&[]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("--dump"),
+        "{stderr}"
+    );
 }
