@@ -87,34 +87,19 @@ fn slot_owner(i: u64, contracts: usize) -> usize {
 }
 
 /// `count` synthetic storage slots of `contracts` (their hashed
-/// addresses), in key order, as reth's hashed storage table hands them
-/// over once keyed for PIR; the `i`th slot is keccak256 of `i`, its
-/// value `i` + 1 times a million. The keys are made on every core and
-/// sorted first (48 bytes a slot held: 4.8 GB at 1e8); each record is
-/// then made as it is written.
-pub fn hashed_slots_in_order(
+/// addresses), in the order a storage table walk hands them over (by
+/// slot number, not by PIR key): the `i`th slot is keccak256 of `i`, its
+/// value `i` + 1 times a million. Made one at a time.
+pub fn synthetic_slots(
     count: u64,
     contracts: &[alloy_primitives::B256],
 ) -> impl Iterator<Item = protocol::storage::StorageRecord> + '_ {
-    use rayon::prelude::*;
     assert!(!contracts.is_empty(), "synthetic slots need a contract");
-    let slot_hash = |i: u64| alloy_primitives::keccak256(U256::from(i).to_be_bytes::<32>());
-    let mut keyed: Vec<(alloy_primitives::B256, u32, u64)> = (0..count)
-        .into_par_iter()
-        .map(|i| {
-            let owner = slot_owner(i, contracts.len());
-            let key = protocol::storage::storage_key(&contracts[owner], &slot_hash(i));
-            (key, owner as u32, i)
-        })
-        .collect();
-    keyed.par_sort_unstable_by_key(|k| k.0);
-    keyed.into_iter().map(move |(_, owner, i)| {
+    (0..count).map(move |i| {
+        let owner = contracts[slot_owner(i, contracts.len())];
+        let slot = alloy_primitives::keccak256(U256::from(i).to_be_bytes::<32>());
         let value = U256::from(i + 1) * U256::from(1_000_000u64);
-        protocol::storage::StorageRecord::from_hashed(
-            contracts[owner as usize],
-            slot_hash(i),
-            value,
-        )
+        protocol::storage::StorageRecord::from_hashed(owner, slot, value)
     })
 }
 

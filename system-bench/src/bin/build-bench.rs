@@ -19,6 +19,7 @@ use snapshotter::pipeline::{
     HintBudget,
 };
 use snapshotter::records::write_record_stream;
+use snapshotter::slot_sort::SlotSorter;
 use snapshotter::SnapshotStore;
 use system_bench::AnonPeak;
 
@@ -48,7 +49,9 @@ struct Args {
     /// Storage slots besides the accounts: a whole-state base (every
     /// slot of every contract claimed held), streamed. The slots belong
     /// to the accounts' contracts (one account in five), skewed as on
-    /// mainnet: a few contracts hold most of them.
+    /// mainnet: a few contracts hold most of them. They are sorted by key
+    /// within --encode-memory-mib, in runs spilled beside the store, as a
+    /// reth datadir's are.
     #[arg(long, default_value_t = 0, requires = "streamed")]
     slots: u64,
     /// The encoder's working memory, MiB.
@@ -118,10 +121,26 @@ fn build(
                 system_bench::contract_keys(count)
             }
         };
+        let runs = store.scratch_dir("slot-runs");
         let snap = build_and_publish_streamed(store, &meta, options, |w| {
+            // As a reth v2 base does: the slots sorted by key in runs
+            // within the encoder's memory, merged as they are written.
+            let mut sorter = SlotSorter::new(runs, options.encode_memory_bytes);
+            for slot in system_bench::synthetic_slots(args.slots, &contracts) {
+                sorter.push(slot)?;
+            }
+            let mut sorted = sorter.finish()?;
+            let mut unsorted = None;
+            let slots = std::iter::from_fn(|| match sorted.next()? {
+                Ok(slot) => Some(slot),
+                Err(e) => {
+                    unsorted = Some(e);
+                    None
+                }
+            });
             let accounts = system_bench::hashed_accounts_in_order(count);
-            let slots = system_bench::hashed_slots_in_order(args.slots, &contracts);
-            write_record_stream(count, accounts, args.slots, slots, w)
+            let written = write_record_stream(count, accounts, args.slots, slots, w);
+            unsorted.map_or(written, Err)
         })?;
         (snap, 0.0)
     } else {
