@@ -25,7 +25,7 @@ pub const MAX_DUMP_JSON_BYTES: u64 = 2 << 30;
 pub enum DumpError {
     #[error("the state dump is not gzip: {0}")]
     Gzip(std::io::Error),
-    #[error("the state dump inflates past {MAX_DUMP_JSON_BYTES} bytes")]
+    #[error("the state dump inflates past {MAX_DUMP_JSON_BYTES} bytes (a development chain's is a few MiB)")]
     TooLarge,
     #[error("the state dump is not anvil's JSON: {0}")]
     Json(#[from] serde_json::Error),
@@ -49,14 +49,7 @@ pub fn parse_anvil_dump(
     chain_id: u64,
     listed: &PrivateStorage,
 ) -> Result<ExportedState, DumpError> {
-    let mut json = Vec::new();
-    flate2::read::GzDecoder::new(gzipped)
-        .take(MAX_DUMP_JSON_BYTES + 1)
-        .read_to_end(&mut json)
-        .map_err(DumpError::Gzip)?;
-    if json.len() as u64 > MAX_DUMP_JSON_BYTES {
-        return Err(DumpError::TooLarge);
-    }
+    let json = inflate(gzipped, MAX_DUMP_JSON_BYTES)?;
     let dump: AnvilDump = serde_json::from_slice(&json)?;
     let source = format!("dump:anvil_dumpState@{}", dump.best_block_number);
     Ok(crate::genesis::alloc_state(
@@ -66,6 +59,20 @@ pub fn parse_anvil_dump(
         listed,
         &source,
     ))
+}
+
+/// The gzip stream inflated, refused once it passes `limit` bytes (read
+/// no further: a small reply may inflate to any size).
+fn inflate(gzipped: &[u8], limit: u64) -> Result<Vec<u8>, DumpError> {
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(gzipped)
+        .take(limit + 1)
+        .read_to_end(&mut out)
+        .map_err(DumpError::Gzip)?;
+    match out.len() as u64 > limit {
+        true => Err(DumpError::TooLarge),
+        false => Ok(out),
+    }
 }
 
 #[cfg(test)]
@@ -143,6 +150,11 @@ mod tests {
             parse_anvil_dump(&gzip(r#"{"accounts":{}}"#), 1, &PrivateStorage::default()),
             Err(DumpError::Json(_))
         ));
+        // 1 MiB of zeros is a few KiB of gzip: refused past the bound.
+        let bomb = gzip(&"0".repeat(1 << 20));
+        assert!(bomb.len() < 8 << 10);
+        assert!(matches!(inflate(&bomb, 1000), Err(DumpError::TooLarge)));
+        assert_eq!(inflate(&bomb, 1 << 20).unwrap().len(), 1 << 20);
         let mut truncated = gzip(DUMP);
         truncated.truncate(truncated.len() - 12);
         assert!(parse_anvil_dump(&truncated, 1, &PrivateStorage::default()).is_err());

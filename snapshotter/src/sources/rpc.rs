@@ -346,17 +346,20 @@ impl RpcSource {
             first_byte: NODE_REQUEST_TIMEOUT,
             whole: NODE_REQUEST_TIMEOUT * 5,
         };
-        let fetched = api_client::fetch::fetch(request, METHOD, bounds, &|_| {})
-            .await
-            .map_err(|e| RpcSourceError::Unreachable {
-                url: protocol::url::redact(&self.url),
-                attempts: 1,
-                last: e.to_string(),
-            })?;
         let reply = |message: String| RpcSourceError::Reply {
             method: METHOD,
             message,
         };
+        let fetched = api_client::fetch::fetch(request, METHOD, bounds, &|_| {})
+            .await
+            .map_err(|e| match e.is_oversized() {
+                true => reply(e.to_string()),
+                false => RpcSourceError::Unreachable {
+                    url: protocol::url::redact(&self.url),
+                    attempts: 1,
+                    last: e.to_string(),
+                },
+            })?;
         #[derive(serde::Deserialize)]
         struct Reply {
             result: Option<Bytes>,
