@@ -163,6 +163,26 @@ impl SortedSlots {
     pub fn total(&self) -> u64 {
         self.count
     }
+
+    /// Hands the slots to `write` as plain records (what
+    /// [`crate::records::write_record_stream`] takes). A read error ends
+    /// them there and is returned instead of what `write` made of the
+    /// short stream.
+    pub fn write_with<T>(
+        mut self,
+        write: impl FnOnce(&mut dyn Iterator<Item = StorageRecord>) -> std::io::Result<T>,
+    ) -> std::io::Result<T> {
+        let mut failed = None;
+        let mut slots = std::iter::from_fn(|| match self.next()? {
+            Ok(slot) => Some(slot),
+            Err(e) => {
+                failed = Some(e);
+                None
+            }
+        });
+        let written = write(&mut slots);
+        failed.map_or(written, Err)
+    }
 }
 
 impl Iterator for SortedSlots {
@@ -232,17 +252,23 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_run_cut_short_is_an_error() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut sorter = SlotSorter::new(dir.path().join("runs"), 10 * HELD_SLOT_BYTES);
+    /// 100 slots in runs of 10 spilled under `dir`/`name`, the fourth
+    /// run cut short, then sorted.
+    fn with_a_run_cut_short(dir: &std::path::Path, name: &str) -> SortedSlots {
+        let mut sorter = SlotSorter::new(dir.join(name), 10 * HELD_SLOT_BYTES);
         for s in slots(100) {
             sorter.push(s).unwrap();
         }
-        let run = dir.path().join("runs/run-3");
+        let run = dir.join(name).join("run-3");
         let bytes = std::fs::read(&run).unwrap();
         std::fs::write(&run, &bytes[..bytes.len() - 5]).unwrap();
-        let sorted = sorter.finish().unwrap();
+        sorter.finish().unwrap()
+    }
+
+    #[test]
+    fn a_run_cut_short_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let sorted = with_a_run_cut_short(dir.path(), "runs");
         assert_eq!(sorted.total(), 100);
         let read: Vec<_> = sorted.collect();
         assert!(
@@ -250,5 +276,12 @@ mod tests {
             "the short run ends in an error"
         );
         assert!(read.iter().filter(|r| r.is_ok()).count() < 100);
+        // Handed on as plain records: the error, not the short count.
+        let sorted = with_a_run_cut_short(dir.path(), "again");
+        let written = sorted.write_with(|s| Ok(s.count()));
+        assert_eq!(
+            written.unwrap_err().kind(),
+            std::io::ErrorKind::UnexpectedEof
+        );
     }
 }

@@ -611,7 +611,7 @@ impl RethDatadir {
     /// ([`RethDatadir::streams_full_state`]).
     pub fn write_full_state(
         &self,
-        mut storage: SortedSlots,
+        storage: SortedSlots,
         w: &mut dyn std::io::Write,
     ) -> std::io::Result<RecordsSummary> {
         let fail = std::io::Error::other;
@@ -641,21 +641,11 @@ impl RethDatadir {
             }
         });
         let slots = storage.total();
-        let mut unsorted = None;
-        let sorted = std::iter::from_fn(|| match storage.next()? {
-            Ok(slot) => Some(slot),
-            Err(e) => {
-                unsorted = Some(e);
-                None
-            }
-        });
-        let written = write_record_stream(accounts, walk, slots, sorted, w);
+        let written =
+            storage.write_with(|sorted| write_record_stream(accounts, walk, slots, sorted, w));
         // A walk stopped by an error would otherwise read as a short count.
         if let Some(e) = stopped {
             return Err(fail(e));
-        }
-        if let Some(e) = unsorted {
-            return Err(e);
         }
         written
     }

@@ -129,18 +129,10 @@ fn build(
             for slot in system_bench::synthetic_slots(args.slots, &contracts) {
                 sorter.push(slot)?;
             }
-            let mut sorted = sorter.finish()?;
-            let mut unsorted = None;
-            let slots = std::iter::from_fn(|| match sorted.next()? {
-                Ok(slot) => Some(slot),
-                Err(e) => {
-                    unsorted = Some(e);
-                    None
-                }
-            });
             let accounts = system_bench::hashed_accounts_in_order(count);
-            let written = write_record_stream(count, accounts, args.slots, slots, w);
-            unsorted.map_or(written, Err)
+            sorter
+                .finish()?
+                .write_with(|slots| write_record_stream(count, accounts, args.slots, slots, w))
         })?;
         (snap, 0.0)
     } else {
