@@ -19,7 +19,7 @@ use alloy_sol_types::{SolCall, SolValue};
 use common::*;
 use protocol::tokens::{IBalanceChecker, IMulticall3, MULTICALL3};
 use serde_json::{json, Value};
-use test_support::{proxy_status as status, write_genesis, Anvil, DEV_ACCOUNTS};
+use test_support::{proxy_status as status, write_genesis_with, Anvil, DEV_ACCOUNTS};
 
 alloy_sol_types::sol! {
     interface IFlagged {
@@ -387,11 +387,7 @@ async fn chain_with_multicall3(
     chain_id: &str,
 ) -> (Anvil, std::path::PathBuf) {
     let genesis_path = dir.join("genesis.json");
-    write_genesis(&genesis_path);
-    let mut genesis: Value =
-        serde_json::from_slice(&std::fs::read(&genesis_path).unwrap()).unwrap();
-    add_multicall3(&mut genesis).await;
-    std::fs::write(&genesis_path, serde_json::to_vec(&genesis).unwrap()).unwrap();
+    write_genesis_with(&genesis_path, vec![multicall3_account().await]);
     let anvil = Anvil::start_with(&[
         "--init",
         genesis_path.to_str().unwrap(),
@@ -1043,16 +1039,10 @@ async fn a_contract_destroyed_and_created_again_reads_as_the_node_has_it() {
     log_if_asked();
     let dir = tempfile::tempdir().unwrap();
     let genesis_path = dir.path().join("genesis.json");
-    write_genesis(&genesis_path);
-    let mut genesis: Value =
-        serde_json::from_slice(&std::fs::read(&genesis_path).unwrap()).unwrap();
-    // A CREATE2 factory (salt 0, the calldata as init code).
-    let factory: Address = "0x00000000000000000000000000000000000fac70"
-        .parse()
-        .unwrap();
-    genesis["alloc"][factory.to_string()] =
-        json!({"balance": "0x0", "code": "0x365f5f375f365f5ff55000"});
-    std::fs::write(&genesis_path, serde_json::to_vec(&genesis).unwrap()).unwrap();
+    let factory_account = json!({"balance": "0x0", "code": test_support::CREATE2_FACTORY_CODE});
+    let alloc = vec![(test_support::CREATE2_FACTORY.to_string(), factory_account)];
+    write_genesis_with(&genesis_path, alloc);
+    let factory: Address = test_support::CREATE2_FACTORY.parse().unwrap();
     let path = genesis_path.to_str().unwrap();
     let anvil = Anvil::start_with(&[
         "--init",
@@ -1063,11 +1053,7 @@ async fn a_contract_destroyed_and_created_again_reads_as_the_node_has_it() {
         "shanghai",
     ])
     .await;
-    // SSTORE(1, 9), then a runtime that destroys itself on empty calldata
-    // and else stores its first word at slot 3.
-    let init =
-        alloy_primitives::hex::decode("6009600155600e600f5f39600e5ff33615600b575f35600355005b33ff")
-            .unwrap();
+    let init = alloy_primitives::hex::decode(test_support::REBORN_INIT_CODE).unwrap();
     let child = factory.create2_from_code(alloy_primitives::B256::ZERO, &init);
 
     let store = dir.path().join("store");

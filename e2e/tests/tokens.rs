@@ -24,7 +24,7 @@ use protocol::tokens::{
     MULTICALL3,
 };
 use serde_json::{json, Value};
-use test_support::{proxy_status as status, write_genesis, Anvil, DEV_ACCOUNTS};
+use test_support::{proxy_status as status, write_genesis_with, Anvil, DEV_ACCOUNTS};
 
 alloy_sol_types::sol! {
     interface IPresetToken {
@@ -59,10 +59,7 @@ fn wide_word() -> U256 {
 /// Multicall3 at its canonical address (as on mainnet, where its creation
 /// long precedes any snapshot).
 async fn write_genesis_with_store(path: &Path) {
-    write_genesis(path);
-    let mut genesis: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
-    add_multicall3(&mut genesis).await;
-    genesis["alloc"][STORE] = json!({
+    let store = json!({
         "balance": "0x0",
         "code": "0x00",
         "storage": {
@@ -70,7 +67,8 @@ async fn write_genesis_with_store(path: &Path) {
             "0x02": format!("{:#066x}", wide_word()),
         },
     });
-    std::fs::write(path, serde_json::to_vec_pretty(&genesis).unwrap()).unwrap();
+    let alloc = vec![multicall3_account().await, (STORE.to_string(), store)];
+    write_genesis_with(path, alloc);
 }
 
 /// An OpenZeppelin ERC-20 (the preset with mint) deployed by dev account 0.

@@ -14,7 +14,9 @@ use snapshotter::levels::LevelPolicy;
 use snapshotter::settings::BuildSettings;
 use snapshotter::store::{StoredSnapshot, RECORDS_FILE};
 use snapshotter::SnapshotStore;
-use test_support::{idle_genesis_accounts, write_genesis, Anvil, ALL_DEV_ACCOUNTS, DEV_ACCOUNTS};
+use test_support::{
+    idle_genesis_accounts, write_genesis, write_genesis_with, Anvil, ALL_DEV_ACCOUNTS, DEV_ACCOUNTS,
+};
 
 #[test]
 fn example_config_parses() {
@@ -304,11 +306,7 @@ async fn before_cancun_whole_state(
     alloc: serde_json::Value,
 ) -> (Anvil, Follower, SnapshotStore) {
     let genesis = dir.join("genesis.json");
-    write_genesis(&genesis);
-    let mut file: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&genesis).unwrap()).unwrap();
-    file["alloc"][account.to_string()] = alloc;
-    std::fs::write(&genesis, serde_json::to_vec(&file).unwrap()).unwrap();
+    write_genesis_with(&genesis, vec![(account.to_string(), alloc)]);
     let anvil = Anvil::start_with(&[
         "--init",
         genesis.to_str().unwrap(),
@@ -457,16 +455,9 @@ async fn a_slot_left_out_is_caught(store: &SnapshotStore, forged_dir: &std::path
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_contract_destroyed_and_created_again_in_one_block_keeps_only_its_new_slots() {
     let dir = tempfile::tempdir().unwrap();
-    // A CREATE2 factory (salt 0, the calldata as init code).
-    let factory: Address = "0x00000000000000000000000000000000000fac70"
-        .parse()
-        .unwrap();
-    let alloc = json!({"balance": "0x0", "code": "0x365f5f375f365f5ff55000"});
-    // Init code: SSTORE(1, 9), then the runtime of the other test's
-    // contract (empty calldata: SELFDESTRUCT; else SSTORE(3, word 0)).
-    let init =
-        alloy_primitives::hex::decode("6009600155600e600f5f39600e5ff33615600b575f35600355005b33ff")
-            .unwrap();
+    let factory: Address = test_support::CREATE2_FACTORY.parse().unwrap();
+    let alloc = json!({"balance": "0x0", "code": test_support::CREATE2_FACTORY_CODE});
+    let init = alloy_primitives::hex::decode(test_support::REBORN_INIT_CODE).unwrap();
     let child = factory.create2_from_code(B256::ZERO, &init);
     let (anvil, mut follower, store) = before_cancun_whole_state(dir.path(), factory, alloc).await;
     let key = |slot: u8| protocol::storage::storage_key_of(&child, &B256::with_last_byte(slot));

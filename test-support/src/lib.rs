@@ -425,6 +425,12 @@ pub fn idle_genesis_accounts() -> Vec<String> {
 /// the file says so too) and idle accounts with assorted balances and
 /// nonces that no test touches.
 pub fn write_genesis(path: &std::path::Path) {
+    write_genesis_with(path, Vec::new());
+}
+
+/// [`write_genesis`]'s file with `extra` accounts (address, account as
+/// the alloc holds it) in its alloc too.
+pub fn write_genesis_with(path: &std::path::Path, extra: Vec<(String, Value)>) {
     let mut alloc = serde_json::Map::new();
     for a in ALL_DEV_ACCOUNTS {
         alloc.insert(a.to_string(), json!({"balance": "0x21e19e0c9bab2400000"}));
@@ -436,6 +442,7 @@ pub fn write_genesis(path: &std::path::Path) {
             json!({"balance": balance, "nonce": format!("{:#x}", i % 5)}),
         );
     }
+    alloc.extend(extra);
     let genesis = json!({
         "config": {"chainId": GENESIS_CHAIN_ID},
         "nonce": "0x0",
@@ -447,6 +454,17 @@ pub fn write_genesis(path: &std::path::Path) {
     });
     std::fs::write(path, serde_json::to_vec_pretty(&genesis).unwrap()).unwrap();
 }
+
+/// A CREATE2 factory for the genesis alloc (salt 0, the calldata as init
+/// code), at [`CREATE2_FACTORY`].
+pub const CREATE2_FACTORY_CODE: &str = "0x365f5f375f365f5ff55000";
+pub const CREATE2_FACTORY: &str = "0x00000000000000000000000000000000000fac70";
+
+/// Init code for [`CREATE2_FACTORY`]: SSTORE(1, 9), then a runtime that
+/// destroys itself (SELFDESTRUCT to the caller) on empty calldata and
+/// else stores its first calldata word at slot 3; created again at the
+/// same address after its destruction (before Cancun).
+pub const REBORN_INIT_CODE: &str = "6009600155600e600f5f39600e5ff33615600b575f35600355005b33ff";
 
 /// Init code of a contract that sends the value it receives on to the
 /// address in the first calldata word (an internal transfer, seen only in

@@ -349,12 +349,12 @@ pub async fn send(
         .await;
 }
 
-/// Multicall3 at its canonical address in a genesis file's alloc (as on
-/// mainnet, where its creation long precedes any snapshot).
-pub async fn add_multicall3(genesis: &mut serde_json::Value) {
+/// Multicall3 at its canonical address, as a genesis file's alloc holds
+/// it (as on mainnet, where its creation long precedes any snapshot).
+pub async fn multicall3_account() -> (String, serde_json::Value) {
     let multicall = test_support::runtime_code(&test_support::multicall3_bytecode()).await;
-    genesis["alloc"][protocol::tokens::MULTICALL3.to_string()] =
-        serde_json::json!({"balance": "0x1", "nonce": "0x1", "code": multicall});
+    let account = serde_json::json!({"balance": "0x1", "nonce": "0x1", "code": multicall});
+    (protocol::tokens::MULTICALL3.to_string(), account)
 }
 
 /// `call` (an `eth_call` object) at `at`, through the proxy and at anvil:
