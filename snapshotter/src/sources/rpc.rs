@@ -207,6 +207,8 @@ fn is_pruned(message: &str) -> bool {
 
 /// Longest a connection to the node may take to open.
 const NODE_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// The method of a development node's whole-state dump (anvil's).
+const DUMP_METHOD: &str = "anvil_dumpState";
 /// Largest reply to `anvil_dumpState` read: the hex of a development
 /// chain's gzipped state, a few MiB.
 pub const MAX_DUMP_REPLY_BYTES: u64 = 512 << 20;
@@ -335,22 +337,23 @@ impl RpcSource {
     /// offers instead of a genesis file or a datadir), read within
     /// [`MAX_DUMP_REPLY_BYTES`]; `None` when the node has no such method.
     pub async fn dump_state(&self) -> Result<Option<Bytes>, RpcSourceError> {
-        const METHOD: &str = "anvil_dumpState";
+        let body =
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": DUMP_METHOD, "params": []});
         let request = self
             .http
             .post(&self.url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(r#"{"jsonrpc":"2.0","id":1,"method":"anvil_dumpState","params":[]}"#);
+            .body(body.to_string());
         let bounds = api_client::fetch::Bounds {
             size: api_client::fetch::Size::AtMost(MAX_DUMP_REPLY_BYTES),
             first_byte: NODE_REQUEST_TIMEOUT,
             whole: NODE_REQUEST_TIMEOUT * 5,
         };
         let reply = |message: String| RpcSourceError::Reply {
-            method: METHOD,
+            method: DUMP_METHOD,
             message,
         };
-        let fetched = api_client::fetch::fetch(request, METHOD, bounds, &|_| {})
+        let fetched = api_client::fetch::fetch(request, DUMP_METHOD, bounds, &|_| {})
             .await
             .map_err(|e| match e.is_oversized() {
                 true => reply(e.to_string()),
@@ -372,7 +375,7 @@ impl RpcSource {
             // -32601: not a method of this node (geth, reth, a provider).
             (None, Some(e)) if e["code"] == -32601 => Ok(None),
             (None, Some(e)) => Err(RpcSourceError::Node {
-                method: METHOD,
+                method: DUMP_METHOD,
                 message: e["message"].as_str().unwrap_or("no message").to_string(),
             }),
             (None, None) => Err(reply("neither a result nor an error".into())),
@@ -398,7 +401,7 @@ impl RpcSource {
         .await
         .expect("parsing the dump panicked");
         let mut state = parsed.map_err(|e| RpcSourceError::Reply {
-            method: "anvil_dumpState",
+            method: DUMP_METHOD,
             message: e.to_string(),
         })?;
         let (hash, root, time) = self.block_header(state.block_number).await?;
