@@ -2,8 +2,8 @@
 //! `get_balance` and `get_transaction_count` go to a PIR server, and whose
 //! other calls go to an ordinary node.
 //!
-//! With the demo running (`cargo run -p demo --profile demo`: a PIR
-//! server over the mainnet genesis on 127.0.0.1:8546):
+//! With the demo running (`cargo run -p demo --profile demo --bin
+//! ethpir-demo`: a PIR server over the mainnet genesis on 127.0.0.1:8546):
 //!
 //!     cargo run -p ethpir-client --features alloy --example private-balance -- \
 //!         --pir-server http://127.0.0.1:8546 0x756f45e3fa69347a9a973a725e3c98bc4db0b5a0

@@ -20,7 +20,7 @@ web3_clientVersion are answered locally; every other method goes to the upstream
 configure, or gets -32601. A private method is never sent upstream unless you opt in \
 (private_fallback_to_upstream).\n\n\
 Quick start (no node needed): the demo binary runs a PIR server over the bundled mainnet \
-genesis plus this proxy:\n  cargo run -p demo --profile demo\n\n\
+genesis plus this proxy:\n  cargo run -p demo --profile demo --bin ethpir-demo\n\n\
 Then:\n  cast balance --block 0 0x756f45e3fa69347a9a973a725e3c98bc4db0b5a0 --rpc-url http://127.0.0.1:8545"
 )]
 struct Cli {
