@@ -174,8 +174,9 @@ impl<CTX: ContextTr, INTR: InterpreterTypes> Inspector<CTX, INTR> for InnerCalls
             caller: inputs.caller,
             target: inputs.target_address,
             input: Bytes::copy_from_slice(&inputs.input.as_bytes(context)),
+            gas_limit: inputs.gas_limit,
         };
-        if let Some(answer) = self.known.inner.get(&call) {
+        if let Some(answer) = self.known.inner.get(&call.key()) {
             self.trace.borrow_mut().substituted = true;
             return Some(answered(answer, inputs));
         }

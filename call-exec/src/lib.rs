@@ -129,8 +129,36 @@ pub struct InnerCall {
     pub caller: Address,
     pub target: Address,
     pub input: Bytes,
+    /// The gas the frame was given: the node is asked with as much, so
+    /// that a call that runs out of gas there runs out of gas here.
+    pub gas_limit: u64,
 }
 
+/// EIP-7825's cap on a transaction's gas (Osaka): a node may refuse an
+/// `eth_call` given more.
+pub const TX_GAS_CAP: u64 = 1 << 24;
+
+impl InnerCall {
+    /// The gas of a top-level `eth_call` that gives the call's frame
+    /// `gas_limit`: the frame's gas plus the transaction's intrinsic cost
+    /// (21,000 and the call data), and at least EIP-7623's floor for the
+    /// data, so that the node accepts it. `None` past [`TX_GAS_CAP`]: the
+    /// node's own default then (no frame that large runs out of gas in a
+    /// read).
+    pub fn upstream_gas(&self) -> Option<u64> {
+        let zeros = self.input.iter().filter(|b| **b == 0).count() as u64;
+        let nonzeros = self.input.len() as u64 - zeros;
+        let intrinsic = 21_000 + 4 * zeros + 16 * nonzeros;
+        let floor = 21_000 + 10 * (zeros + 4 * nonzeros);
+        let gas = self.gas_limit.saturating_add(intrinsic).max(floor);
+        (gas <= TX_GAS_CAP).then_some(gas)
+    }
+
+    /// What its answer is kept by.
+    pub(crate) fn key(&self) -> (Address, Address, Bytes) {
+        (self.caller, self.target, self.input.clone())
+    }
+}
 /// An inner call's answer, taken elsewhere.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum InnerAnswer {
@@ -167,7 +195,9 @@ pub struct KnownState {
     /// Every contract's storage may be read (a whole-state view): a slot
     /// never read is a miss to read, never unanswerable.
     whole_state: bool,
-    inner: HashMap<InnerCall, InnerAnswer>,
+    /// By caller, target and input: a later run whose frame is given
+    /// other gas (before its reads were all known) reuses the answer.
+    inner: HashMap<(Address, Address, Bytes), InnerAnswer>,
 }
 
 impl KnownState {
@@ -205,7 +235,7 @@ impl KnownState {
     }
 
     pub fn add_inner(&mut self, call: InnerCall, answer: InnerAnswer) {
-        self.inner.insert(call, answer);
+        self.inner.insert(call.key(), answer);
     }
 
     pub fn account(&self, address: &Address) -> Option<&AccountFacts> {

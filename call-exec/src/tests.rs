@@ -144,12 +144,24 @@ fn an_inner_call_reading_storage_not_held_is_set_apart_and_answered_elsewhere() 
         panic!("{outcome:?}")
     };
     assert!(reads.is_empty());
-    let call = InnerCall {
-        caller: CONTRACT,
-        target: OTHER,
-        input: Bytes::new(),
+    assert_eq!(inner.len(), 1, "{inner:?}");
+    let call = inner[0].clone();
+    assert_eq!((call.caller, call.target), (CONTRACT, OTHER));
+    assert!(call.input.is_empty());
+    // The frame's gas (all but 1/64 of what the caller had), and the
+    // node asked with that plus the intrinsic cost; past EIP-7825's cap,
+    // the node's own.
+    assert!(call.gas_limit > 1_000_000, "{call:?}");
+    let small = InnerCall {
+        gas_limit: 100_000,
+        ..call.clone()
     };
-    assert_eq!(inner, vec![call.clone()]);
+    assert_eq!(small.upstream_gas(), Some(121_000));
+    let large = InnerCall {
+        gas_limit: 40_000_000,
+        ..call.clone()
+    };
+    assert_eq!(large.upstream_gas(), None);
 
     // Answered elsewhere: its data in place of the call.
     let mut answered = known.clone();

@@ -27,6 +27,44 @@ const WARNINGS_KEPT: usize = 50;
 /// Distinct addresses counted (past it, the count says "at least").
 const ADDRESSES_COUNTED: usize = 1 << 16;
 
+/// What the page counts a method it does not know as: any name a
+/// request carries would otherwise be kept forever.
+pub const OTHER_METHOD: &str = "(other)";
+
+/// Methods that read state by address, counted by name (with
+/// [`crate::gate::NO_ADDRESS_METHODS`]).
+const STATE_METHODS: &[&str] = &[
+    "eth_getBalance",
+    "eth_getTransactionCount",
+    "eth_getCode",
+    "eth_getStorageAt",
+    "eth_getProof",
+    "eth_call",
+    "eth_estimateGas",
+    "eth_createAccessList",
+    "eth_getLogs",
+    "eth_newFilter",
+    "eth_subscribe",
+    "eth_simulateV1",
+    "eth_callMany",
+    "debug_traceCall",
+    "trace_call",
+    "eth_sign",
+    "personal_sign",
+    "eth_signTypedData_v4",
+    "ethpir_status",
+    "ethpir_trustReset",
+];
+
+/// The name the page counts `method` under: its own where it is a known
+/// method, else [`OTHER_METHOD`] (the page's maps stay bounded).
+pub fn page_name(method: &str) -> &str {
+    match STATE_METHODS.contains(&method) || crate::gate::NO_ADDRESS_METHODS.contains(&method) {
+        true => method,
+        false => OTHER_METHOD,
+    }
+}
+
 /// Why a request went upstream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -244,6 +282,7 @@ impl Activity {
     /// Counts a call in this minute and in the total; the ledger, still
     /// locked.
     fn count(&self, fate: Fate, method: &str) -> std::sync::MutexGuard<'_, Ledger> {
+        let method = page_name(method);
         let mut ledger = self.ledger.lock().expect("activity");
         ledger.minute(&self.traffic).counts.count(fate, method);
         ledger.total.count(fate, method);
@@ -271,20 +310,21 @@ impl Activity {
         }
         ledger.named.push_back(Named {
             at: protocol::unix_secs(),
-            method: method.into(),
+            method: page_name(method).into(),
             contract,
             reason,
             addresses: named.len(),
         });
     }
 
-    /// A request that would have named an address, refused (kept
-    /// private).
-    pub fn refused(&self, method: &str) {
+    /// A request that may have named an address, refused (kept
+    /// private); `why` says what closed the gate.
+    pub fn refused(&self, method: &str, why: &str) {
+        let method = page_name(method);
         drop(self.count(Fate::Refused, method));
         self.warn(
             WarningKind::Refused,
-            format!("{method} would have named an address upstream: refused (upstream_methods)"),
+            format!("{method} may read state by address: not sent upstream ({why})"),
         );
     }
 
@@ -496,10 +536,16 @@ mod tests {
         activity.upstream("eth_blockNumber", None, Reason::NotPrivateMethod);
         activity.warn(WarningKind::Fallback, "x".into());
         activity.warn(WarningKind::Fallback, "x".into());
+        // Any name a request carries is not kept: one bucket for them.
+        for i in 0..1000 {
+            activity.upstream(&format!("made_up_{i}"), None, Reason::NotPrivateMethod);
+        }
         let report = activity.report();
         assert_eq!(report.last_hour.counts.private["eth_getBalance"], 2);
         assert_eq!(report.last_day.counts.upstream["eth_call"], 1);
         assert_eq!(report.since_start.counts.upstream["eth_blockNumber"], 1);
+        assert_eq!(report.since_start.counts.upstream[OTHER_METHOD], 1000);
+        assert_eq!(report.since_start.counts.upstream.len(), 3);
         assert_eq!(report.named.len(), 1, "eth_blockNumber names none");
         assert_eq!(report.named[0].contract, Some(contract));
         assert_eq!(report.addresses_named, 2, "the holder and the token");

@@ -48,6 +48,18 @@ pub struct ProxyConfig {
     pub allow_insecure_transport: bool,
     /// Which methods may go to the upstream.
     pub upstream_methods: UpstreamMethods,
+    /// Web origins (`https://app.example`, scheme and host and port as a
+    /// browser sends them) whose pages may call the proxy, granted CORS.
+    /// Every other page is refused (403), WebSocket included; browser
+    /// extensions (`chrome-extension://`, `moz-extension://`) always pass.
+    /// Empty: no web page.
+    pub cors_origins: Vec<String>,
+    /// Most blocks a log filter naming an address may span: it is read
+    /// from the upstream widened (no address) and filtered here, so each
+    /// block's logs are downloaded whole.
+    pub logs_max_blocks: u64,
+    /// Most MiB of the upstream's answer to such a widened filter.
+    pub logs_max_mib: u64,
     /// Every batch of queries sent to the PIR server has exactly this many
     /// (real lookups topped up with lookups of random addresses, larger
     /// batches split), so the server cannot count a wallet's addresses.
@@ -115,28 +127,31 @@ pub struct ProxyConfig {
     pub max_lag_blocks: Option<u64>,
 }
 
-/// Which methods may go to the upstream node.
+/// Which methods may go to the upstream node ([`crate::gate`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum UpstreamMethods {
-    /// As `no-address-reads` while the newest view holds the whole state
-    /// (its manifest claims every slot of every contract, so every read
-    /// runs here and none needs to name an address upstream); as `all`
-    /// while it does not.
+    /// As `no-address-reads` until the PIR server's view is known, while
+    /// it holds the whole state (its manifest claims every slot of every
+    /// contract, so every read runs here), and once this server was seen
+    /// holding it (remembered in the cache dir) even if it stops; as
+    /// `all` over a server that holds a list.
     #[default]
     Auto,
-    /// Every method the proxy does not answer itself.
+    /// Every method the proxy does not answer itself (the explicit
+    /// opt-out: reads by address name those addresses to the upstream).
     All,
-    /// Not the reads that name an address (eth_call, eth_estimateGas,
-    /// eth_createAccessList, eth_getStorageAt, eth_getProof,
-    /// eth_getLogs, eth_newFilter): they would tell the upstream which
-    /// accounts the wallet holds. Sends and block or transaction reads
-    /// still pass.
+    /// Only methods that read no state by address: blocks, transactions,
+    /// receipts, fees and gas prices, sends, chain id, filters and
+    /// subscriptions that name no address (`newHeads`). Everything else
+    /// (eth_call and every method that takes a call object, storage,
+    /// proofs, log filters naming an address) is refused.
     NoAddressReads,
 }
 
-/// Forwarded reads whose parameters name an address (or, for `eth_call`
-/// and `eth_estimateGas`, usually do: `balanceOf(addr)`).
+/// Reads that name an address (or, for `eth_call` and `eth_estimateGas`,
+/// usually do: `balanceOf(addr)`); the gate refuses these and every
+/// other method not on its allowlist ([`crate::gate::NO_ADDRESS_METHODS`]).
 pub const ADDRESS_READS: [&str; 7] = [
     "eth_call",
     "eth_estimateGas",
@@ -164,6 +179,9 @@ impl Default for ProxyConfig {
             limits: Limits::default(),
             allow_insecure_transport: false,
             upstream_methods: UpstreamMethods::Auto,
+            cors_origins: Vec::new(),
+            logs_max_blocks: 256,
+            logs_max_mib: 32,
             pad_batches_to: 1,
             canaries_per_request: 1,
             prefetch_codes: 16,
@@ -227,6 +245,17 @@ impl ProxyConfig {
                 .then(|| Duration::from_secs_f64(self.idle_secs.min(1e9))),
             idle_refresh: Duration::from_secs_f64(self.idle_refresh_secs.clamp(0.05, 1e9)),
             max_lag: self.max_lag_blocks,
+        }
+    }
+
+    /// The bounds on a widened log filter.
+    pub fn log_bounds(&self) -> crate::logs::LogBounds {
+        crate::logs::LogBounds {
+            max_blocks: self.logs_max_blocks.max(1),
+            max_bytes: (self
+                .logs_max_mib
+                .clamp(1, (MAX_RESPONSE_BYTES >> 20) as u64)
+                << 20) as usize,
         }
     }
 

@@ -62,11 +62,34 @@ pub enum ProxyError {
     /// A method the proxy does not answer, and there is no upstream.
     #[error("method {0} is not available (no upstream configured)")]
     NoUpstream(String),
-    /// A method that names an address, refused by `upstream_methods`.
-    #[error(
-        "{0} is not forwarded: it names an address and upstream_methods = \"no-address-reads\""
-    )]
-    AddressReadRefused(String),
+    /// A method that may read state by address, refused by
+    /// `upstream_methods` (only methods that read none are forwarded).
+    #[error("{method} is not forwarded: it may read state by address, and upstream_methods = \"{setting}\" forwards only methods that read none (\"all\" forwards it, naming the address to the upstream)")]
+    AddressReadRefused {
+        method: String,
+        setting: &'static str,
+    },
+    /// `upstream_methods = "auto"` before a view is adopted: whether the
+    /// PIR server holds the whole state is not known yet.
+    #[error("not ready: {0} is not forwarded before the PIR server's view is known (upstream_methods = \"auto\"); try again")]
+    UpstreamNotReady(String),
+    /// `upstream_methods = "auto"`: the PIR server served the whole state
+    /// before and its view does not claim it now.
+    #[error("{0} is not forwarded: this PIR server served the whole state before and its view does not claim it now (upstream_methods = \"auto\"; set \"all\" to forward such reads, naming their addresses)")]
+    NoLongerWhole(String),
+    /// A method only the user may call, asked by a web page or an
+    /// extension (the request carried an `Origin`).
+    #[error("{0} is not run for a request from a browser (it carried an Origin); the user runs it: `ethpir-proxy trust-reset`, or a request without an Origin")]
+    UserOnly(String),
+    /// A widened log filter spans more blocks than `logs_max_blocks`.
+    #[error("a log filter naming an address is read widened and filtered here: it may span at most {max} blocks (logs_max_blocks), this one spans {blocks}")]
+    LogsTooWide { blocks: u64, max: u64 },
+    /// The node's answer to a widened log filter is over `logs_max_mib`.
+    #[error("a log filter naming an address is read widened and filtered here: the node's answer is {bytes} bytes, over logs_max_mib ({max} bytes); ask fewer blocks")]
+    LogsTooBig { bytes: usize, max: usize },
+    /// Parameters the proxy must read and cannot.
+    #[error("invalid params: {0}")]
+    BadParams(String),
     /// `eth_subscribe` without a WebSocket upstream.
     #[error(
         "subscriptions need a WebSocket upstream (upstream = \"ws://...\"); none is configured"
@@ -90,11 +113,26 @@ impl ProxyError {
             ProxyError::UpstreamUnavailable(_) => UPSTREAM_UNAVAILABLE,
             ProxyError::Upstream(e) => e.code(),
             ProxyError::NoUpstream(_)
-            | ProxyError::AddressReadRefused(_)
+            | ProxyError::AddressReadRefused { .. }
+            | ProxyError::UserOnly(_)
             | ProxyError::SubscriptionsNeedWebSocket => METHOD_NOT_FOUND_CODE,
+            ProxyError::UpstreamNotReady(_) | ProxyError::NoLongerWhole(_) => PIR_UNAVAILABLE,
             ProxyError::InvalidRequest(_) => INVALID_REQUEST_CODE,
+            ProxyError::LogsTooWide { .. }
+            | ProxyError::LogsTooBig { .. }
+            | ProxyError::BadParams(_) => INVALID_PARAMS_CODE,
             ProxyError::NotAnswerable(_) => NOT_IN_PRIVATE_SET,
         }
+    }
+
+    /// Whether this is the gate's refusal (nothing was sent upstream).
+    pub fn is_gate_refusal(&self) -> bool {
+        matches!(
+            self,
+            ProxyError::AddressReadRefused { .. }
+                | ProxyError::UpstreamNotReady(_)
+                | ProxyError::NoLongerWhole(_)
+        )
     }
 
     /// A whole JSON-RPC response carrying this error, for answers made

@@ -25,7 +25,6 @@ use serde_json::value::RawValue;
 use crate::activity::{Activity, Reason, WarningKind};
 use crate::calls::Answerable;
 use crate::config::MAX_RESPONSE_BYTES;
-use crate::config::{UpstreamMethods, ADDRESS_READS};
 use crate::error::ProxyError;
 use crate::execute;
 use crate::rpc::{private_params, Prefetched};
@@ -79,8 +78,6 @@ pub struct ForwardPolicy {
     /// Of those, the ones read by PIR (`api::PrivateReadApi`'s).
     pub private: HashSet<&'static str>,
     pub private_fallback: bool,
-    /// Which methods may go upstream.
-    pub upstream_methods: UpstreamMethods,
     /// The token list the catalog's must agree with (the user's, or the
     /// shipped one).
     pub trusted_tokens: protocol::tokens::TokenList,
@@ -89,6 +86,8 @@ pub struct ForwardPolicy {
     pub balance_checker: Option<Address>,
     /// Runs `eth_call`s over privately read state.
     pub executor: crate::execute::Executor,
+    /// Log filters naming an address, widened upstream and filtered here.
+    pub logs: crate::logs::Logs,
     /// What was answered privately and what went upstream (the page).
     pub activity: Arc<Activity>,
 }
@@ -108,15 +107,11 @@ impl ForwardPolicy {
         })
     }
 
-    /// Why `method` may not go upstream, if it may not.
-    fn refuses(&self, method: &str) -> Option<ProxyError> {
-        let strict = match self.upstream_methods {
-            UpstreamMethods::All => false,
-            UpstreamMethods::NoAddressReads => true,
-            UpstreamMethods::Auto => self.reader.holds_whole_state(),
-        };
-        (strict && ADDRESS_READS.contains(&method))
-            .then(|| ProxyError::AddressReadRefused(method.to_string()))
+    /// Whether `method` would be sent upstream now (the gate's say).
+    fn may_forward(&self, method: &str) -> bool {
+        self.upstream
+            .as_ref()
+            .is_some_and(|u| u.gate().would_admit(method))
     }
 }
 
@@ -158,6 +153,20 @@ impl CallCopy {
     }
 }
 
+/// A JSON-RPC response of `answer`.
+fn respond(id: Id<'static>, answer: Result<serde_json::Value, ProxyError>) -> MethodResponse {
+    match answer {
+        Ok(value) => {
+            MethodResponse::response(id, ResponsePayload::success(value), MAX_RESPONSE_BYTES)
+        }
+        Err(e) => MethodResponse::error(id, e),
+    }
+}
+
+/// Methods only the user may call: never run for a request from a
+/// browser ([`crate::browser::FromBrowser`]).
+const USER_ONLY: [&str; 1] = ["ethpir_trustReset"];
+
 fn params_shape_ok(params: Option<&RawValue>) -> bool {
     params.is_none_or(|p| matches!(p.get().trim_start().as_bytes().first(), Some(b'[' | b'{')))
 }
@@ -168,6 +177,17 @@ where
 {
     async fn route(&self, mut req: Request<'_>) -> MethodResponse {
         let copy = CallCopy::of(&req);
+        if let Some(upstream) = &self.policy.upstream {
+            upstream.gate().observe();
+        }
+        if USER_ONLY.contains(&copy.method.as_str())
+            && req
+                .extensions()
+                .get::<crate::browser::FromBrowser>()
+                .is_some()
+        {
+            return MethodResponse::error(copy.id, ProxyError::UserOnly(copy.method));
+        }
         if !params_shape_ok(copy.params.as_deref()) {
             let e = ProxyError::InvalidRequest("params must be an array or an object");
             return MethodResponse::error(copy.id, e);
@@ -191,6 +211,17 @@ where
             return self.block_number(copy).await;
         }
         if !self.policy.local.contains(copy.method.as_str()) {
+            if let Some(upstream) = &self.policy.upstream {
+                let params = copy.params.as_deref();
+                if let Some(answer) = self
+                    .policy
+                    .logs
+                    .answer(upstream, &copy.method, params)
+                    .await
+                {
+                    return respond(copy.id, answer);
+                }
+            }
             return self.forward(copy, Reason::NotPrivateMethod).await;
         }
         if self.policy.private.contains(copy.method.as_str()) {
@@ -356,9 +387,9 @@ where
             }
         };
         tracing::info!(method = %call.method, contract = %args.to, %why, "not answerable privately; taking the fallback");
-        let taken = match self.policy.upstream {
-            Some(_) if self.policy.refuses(&call.method).is_none() => "went upstream",
-            _ => "failed (private-only)",
+        let taken = match self.policy.may_forward(&call.method) {
+            true => "went upstream",
+            false => "failed (private-only)",
         };
         self.policy.activity.warn(
             WarningKind::Fallback,
@@ -436,19 +467,14 @@ where
         )
     }
 
-    /// Sends `call` upstream (recorded, with why) where it may go.
+    /// Sends `call` upstream (recorded, with why) where the gate admits
+    /// it.
     async fn forward(&self, call: CallCopy, reason: Reason) -> MethodResponse {
         let Some(upstream) = &self.policy.upstream else {
             return MethodResponse::error(call.id, ProxyError::NoUpstream(call.method));
         };
-        if let Some(refused) = self.policy.refuses(&call.method) {
-            self.policy.activity.refused(&call.method);
-            return MethodResponse::error(call.id, refused);
-        }
         tracing::debug!(method = %call.method, "forwarding upstream");
-        let params = call.params.as_deref().map(RawValue::get);
-        self.policy.activity.upstream(&call.method, params, reason);
-        match upstream.call(&call.method, call.params).await {
+        match upstream.call(&call.method, call.params, reason).await {
             Ok(result) => MethodResponse::response(
                 call.id,
                 ResponsePayload::success(result),
@@ -609,14 +635,11 @@ where
     /// does not know goes upstream (private methods never do).
     async fn notify(&self, n: Notification<'_>) {
         let method = n.method.as_ref();
-        if self.policy.local.contains(method) || self.policy.refuses(method).is_some() {
+        if self.policy.local.contains(method) {
             return;
         }
         if let Some(upstream) = &self.policy.upstream {
             let params = n.params.as_ref().map(|p| p.as_ref().to_owned());
-            let text = params.as_deref().map(RawValue::get);
-            let reason = Reason::NotPrivateMethod;
-            self.policy.activity.upstream(method, text, reason);
             upstream.notify(method, params).await;
         }
     }

@@ -13,12 +13,15 @@
 
 pub mod activity;
 pub mod api;
+pub mod browser;
 pub mod calls;
 pub mod config;
 pub mod envelope;
 pub mod error;
 pub mod execute;
 pub mod forward;
+pub mod gate;
+pub mod logs;
 pub mod page;
 pub mod replay;
 pub mod rpc;
@@ -53,48 +56,28 @@ fn log_verification_policy(config: &ProxyConfig) {
     }
 }
 
-/// Says at start which forwarded methods reveal addresses to the upstream.
+/// Says at start which methods the gate lets go upstream.
 fn log_upstream_policy(config: &ProxyConfig) {
     let Some(url) = config.upstream.as_deref() else {
         return;
     };
-    let reads = config::ADDRESS_READS.join(", ");
     match config.upstream_methods {
         config::UpstreamMethods::All => tracing::warn!(
             upstream = %redact(url),
-            "these forwarded methods reveal the addresses they name to the upstream: {reads} (upstream_methods = \"no-address-reads\" refuses them)"
+            "upstream_methods = \"all\": every method the proxy does not answer itself goes upstream, and those that read state by address (eth_call, eth_getLogs, eth_getProof, ...) name those addresses to it"
         ),
         config::UpstreamMethods::NoAddressReads => tracing::info!(
             upstream = %redact(url),
-            "refusing the forwarded reads that name an address: {reads}"
+            "upstream_methods = \"no-address-reads\": only methods that read no state by address go upstream (blocks, transactions, receipts, fees, sends, chain id, new heads)"
         ),
         config::UpstreamMethods::Auto => tracing::info!(
             upstream = %redact(url),
-            "the forwarded reads that name an address ({reads}) are refused while the newest view holds the whole state, and reveal those addresses to the upstream while it does not (upstream_methods = \"no-address-reads\" always refuses them)"
+            "upstream_methods = \"auto\": only methods that read no state by address go upstream until the PIR server's view is known, while it holds the whole state, and after this server was seen holding it; every method the proxy does not answer itself goes while it holds a list"
         ),
     }
     if config.private_fallback_to_upstream {
         tracing::warn!("private_fallback_to_upstream is on: a balance or nonce the snapshots cannot answer goes upstream with its address, and the PIR server can make that happen (an empty catalog)");
     }
-}
-
-/// The executor of `eth_call`s: an inner call of a batch that cannot be
-/// answered privately goes upstream on its own where `eth_call` may go
-/// upstream at all, else it fails.
-fn executor_for(
-    config: &ProxyConfig,
-    reader: &Arc<PrivateReader>,
-    upstream: &Option<Arc<Upstream>>,
-    activity: &Arc<activity::Activity>,
-) -> execute::Executor {
-    let inner = match (upstream, config.upstream_methods) {
-        (Some(_), config::UpstreamMethods::All) => execute::InnerPolicy::Upstream,
-        (Some(_), config::UpstreamMethods::Auto) => execute::InnerPolicy::UpstreamUnlessWholeState,
-        _ => execute::InnerPolicy::Fail,
-    };
-    execute::Executor::new(reader.clone(), upstream.clone(), inner)
-        .pad_rounds_to(config.pad_call_rounds_to)
-        .recording(activity.clone())
 }
 
 /// Runs the proxy (JSON-RPC over HTTP and WebSocket on the same address)
@@ -133,21 +116,19 @@ fn server_limits() -> jsonrpsee::server::ServerConfig {
 fn policy_and_page(
     config: &ProxyConfig,
     ctx: RpcContext,
+    activity: Arc<activity::Activity>,
     local: std::collections::HashSet<&'static str>,
     private: std::collections::HashSet<&'static str>,
 ) -> Result<(Arc<ForwardPolicy>, Arc<page::PageSource>), StartError> {
     let (reader, upstream) = (ctx.reader.clone(), ctx.upstream.clone());
-    let counted = reader.clone();
-    let activity = Arc::new(activity::Activity::new(move || {
-        page::reader_traffic(&counted)
-    }));
     let page = Arc::new(page::PageSource {
         ctx,
         activity: activity.clone(),
         attesters: config.attesters.clone(),
         quorum: config.attest_quorum,
     });
-    let executor = executor_for(config, &reader, &upstream, &activity);
+    let executor = execute::Executor::new(reader.clone(), upstream.clone())
+        .pad_rounds_to(config.pad_call_rounds_to);
     let policy = Arc::new(ForwardPolicy {
         executor,
         activity,
@@ -156,11 +137,33 @@ fn policy_and_page(
         local,
         private,
         private_fallback: config.private_fallback_to_upstream,
-        upstream_methods: config.upstream_methods,
         trusted_tokens: config.trusted_tokens()?,
         balance_checker: config.balance_checker,
+        logs: logs::Logs::new(config.log_bounds()),
     });
     Ok((policy, page))
+}
+
+/// The upstream, behind the one gate every request to it passes.
+fn upstream_behind_gate(
+    config: &ProxyConfig,
+    reader: &Arc<PrivateReader>,
+    activity: &Arc<activity::Activity>,
+) -> Result<Option<Arc<Upstream>>, StartError> {
+    let Some(url) = config.upstream.as_deref() else {
+        return Ok(None);
+    };
+    let memory = gate::WholeStateMemory::open(&config.cache_dir, &config.pir_server);
+    let gate = gate::Gate::new(
+        config.upstream_methods,
+        config.private_fallback_to_upstream,
+        reader.clone(),
+        memory,
+        activity.clone(),
+    );
+    let upstream = Arc::new(Upstream::new(url, config.timeouts(), Arc::new(gate))?);
+    reader.check_blocks_with(upstream::header_source(upstream.clone()));
+    Ok(Some(upstream))
 }
 
 async fn run_until(
@@ -169,29 +172,28 @@ async fn run_until(
     shutdown: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
 ) -> Result<(), StartError> {
     config.check_transport()?;
-    let upstream = match config.upstream.as_deref() {
-        Some(url) => Some(Arc::new(Upstream::new(url, config.timeouts())?)),
-        None => None,
-    };
     log_upstream_policy(&config);
     log_verification_policy(&config);
     // Listening does not wait for the PIR server: calls get a JSON-RPC
     // error until its catalog gives a view.
     let reader = PrivateReader::start_in_background(&config.client())?;
-    if let Some(upstream) = &upstream {
-        reader.check_blocks_with(upstream::header_source(upstream.clone()));
-    }
+    let counted = reader.clone();
+    let activity = Arc::new(activity::Activity::new(move || {
+        page::reader_traffic(&counted)
+    }));
+    let upstream = upstream_behind_gate(&config, &reader, &activity)?;
     let ctx = RpcContext {
         reader: reader.clone(),
         upstream: upstream.clone(),
     };
     let (module, private) = rpc::module(ctx.clone());
     let local = module.method_names().collect();
-    let (policy, page) = policy_and_page(&config, ctx, local, private)?;
+    let (policy, page) = policy_and_page(&config, ctx, activity, local, private)?;
     let server = Server::builder()
         .set_config(server_limits())
         .set_http_middleware(
             tower::ServiceBuilder::new()
+                .layer(browser::BrowserLayer::new(&config.cors_origins))
                 .layer(page::PageLayer(page))
                 .layer(EnvelopeLayer),
         )

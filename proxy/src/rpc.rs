@@ -111,6 +111,24 @@ impl EthApiServer for RpcContext {
             pending.reject(ProxyError::SubscriptionsNeedWebSocket).await;
             return Ok(());
         };
+        // A `logs` filter naming an address goes widened where the gate
+        // is closed, and its notifications are filtered here.
+        let mut options = options;
+        let mut wanted = None;
+        let closed = upstream.gate().openness() != crate::gate::Openness::Open;
+        if let (true, "logs", Some(filter)) = (closed, kind.as_str(), &options) {
+            match crate::logs::widened(filter) {
+                Ok(Some(wide)) => {
+                    wanted = crate::logs::LogFilter::of(filter).ok();
+                    options = Some(wide);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    pending.reject(ProxyError::BadParams(e.to_string())).await;
+                    return Ok(());
+                }
+            }
+        }
         let mut params = vec![Value::String(kind)];
         params.extend(options);
         let mut upstream_sub = match upstream.subscribe(params).await {
@@ -124,7 +142,14 @@ impl EthApiServer for RpcContext {
         loop {
             tokio::select! {
                 item = upstream_sub.next() => match item {
-                    Some(Ok(value)) => sink.send(value).await?,
+                    Some(Ok(value)) => {
+                        let asked = wanted.as_ref().is_none_or(|w| {
+                            serde_json::from_str::<Value>(value.get()).is_ok_and(|log| w.matches(&log))
+                        });
+                        if asked {
+                            sink.send(value).await?;
+                        }
+                    }
                     Some(Err(e)) => {
                         tracing::debug!(error = %e, "upstream subscription item unreadable");
                         break;

@@ -3,7 +3,8 @@
 //! WebSocket (`ws://`, `wss://`), which also carries subscriptions. Each answer is
 //! bounded in bytes ([`MAX_RESPONSE_BYTES`], counted as it streams) and in
 //! time (the configured connect and request timeouts). Errors never carry
-//! the URL (hosted nodes put their API key in it).
+//! the URL (hosted nodes put their API key in it). Nothing is sent that
+//! the [`Gate`] has not admitted.
 
 use std::sync::Arc;
 
@@ -19,8 +20,10 @@ use tokio::sync::Mutex;
 
 use protocol::url::{redact, redact_urls_in};
 
+use crate::activity::Reason;
 use crate::config::MAX_RESPONSE_BYTES;
 use crate::error::{ProxyError, UpstreamUrlError};
+use crate::gate::Gate;
 
 /// The raw params of a call, passed on untouched.
 pub struct RawParams(pub Option<Box<RawValue>>);
@@ -32,7 +35,7 @@ impl ToRpcParams for RawParams {
 }
 
 /// How the upstream is reached.
-pub enum Upstream {
+enum Transport {
     Http(HttpClient),
     Ws {
         url: String,
@@ -42,43 +45,78 @@ pub enum Upstream {
     },
 }
 
+/// The upstream node, behind the gate.
+pub struct Upstream {
+    transport: Transport,
+    gate: Arc<Gate>,
+}
+
 impl Upstream {
-    /// An upstream from its URL.
-    pub fn new(url: &str, timeouts: Timeouts) -> Result<Self, UpstreamUrlError> {
-        if url.starts_with("ws://") || url.starts_with("wss://") {
-            Ok(Upstream::Ws {
+    /// An upstream from its URL; every request passes `gate` first.
+    pub fn new(url: &str, timeouts: Timeouts, gate: Arc<Gate>) -> Result<Self, UpstreamUrlError> {
+        let transport = if url.starts_with("ws://") || url.starts_with("wss://") {
+            Transport::Ws {
                 url: url.to_string(),
                 timeouts,
                 client: Mutex::new(None),
-            })
+            }
         } else if url.starts_with("http://") || url.starts_with("https://") {
             HttpClientBuilder::default()
                 .max_response_size(MAX_RESPONSE_BYTES as u32)
                 .connect_timeout(timeouts.connect)
                 .request_timeout(timeouts.request)
                 .build(url)
-                .map(Upstream::Http)
-                .map_err(|_| UpstreamUrlError(redact(url)))
+                .map(Transport::Http)
+                .map_err(|_| UpstreamUrlError(redact(url)))?
         } else {
-            Err(UpstreamUrlError(redact(url)))
-        }
+            return Err(UpstreamUrlError(redact(url)));
+        };
+        Ok(Upstream { transport, gate })
+    }
+
+    /// The gate every request passes.
+    pub fn gate(&self) -> &Gate {
+        &self.gate
     }
 
     /// Whether subscriptions can be forwarded.
     pub fn is_websocket(&self) -> bool {
-        matches!(self, Upstream::Ws { .. })
+        matches!(self.transport, Transport::Ws { .. })
     }
 
-    /// Forwards one call: the upstream's result, or its error as it sent
-    /// it, or [`ProxyError::UpstreamUnavailable`].
+    /// Forwards a wallet's call (sent for `reason`) where the gate admits
+    /// it: the upstream's result, or its error as it sent it, or
+    /// [`ProxyError::UpstreamUnavailable`], or the gate's refusal.
     pub async fn call(
         &self,
         method: &str,
         params: Option<Box<RawValue>>,
+        reason: Reason,
     ) -> Result<Box<RawValue>, ProxyError> {
-        let sent = match self {
-            Upstream::Http(client) => client.request(method, RawParams(params)).await,
-            Upstream::Ws { .. } => {
+        let text = params.as_deref().map(RawValue::get);
+        self.gate.admit(method, text, reason)?;
+        self.send(method, params).await
+    }
+
+    /// One of the proxy's own reads (headers, the head, the chain id):
+    /// held to the gate's allowlist, not recorded on the page.
+    async fn own_call(
+        &self,
+        method: &str,
+        params: Option<Box<RawValue>>,
+    ) -> Result<Box<RawValue>, ProxyError> {
+        self.gate.admit_own(method)?;
+        self.send(method, params).await
+    }
+
+    async fn send(
+        &self,
+        method: &str,
+        params: Option<Box<RawValue>>,
+    ) -> Result<Box<RawValue>, ProxyError> {
+        let sent = match &self.transport {
+            Transport::Http(client) => client.request(method, RawParams(params)).await,
+            Transport::Ws { .. } => {
                 let client = self.ws_client().await?;
                 client.request(method, RawParams(params)).await
             }
@@ -86,14 +124,23 @@ impl Upstream {
         sent.map_err(client_error)
     }
 
-    /// Forwards a notification; nothing comes back.
+    /// Forwards a notification where the gate admits it; nothing comes
+    /// back.
     pub async fn notify(&self, method: &str, params: Option<Box<RawValue>>) {
-        let sent = match self {
-            Upstream::Http(client) => client
+        let text = params.as_deref().map(RawValue::get);
+        if self
+            .gate
+            .admit(method, text, Reason::NotPrivateMethod)
+            .is_err()
+        {
+            return;
+        }
+        let sent = match &self.transport {
+            Transport::Http(client) => client
                 .notification(method, RawParams(params))
                 .await
                 .map_err(client_error),
-            Upstream::Ws { .. } => match self.ws_client().await {
+            Transport::Ws { .. } => match self.ws_client().await {
                 Ok(c) => c
                     .notification(method, RawParams(params))
                     .await
@@ -106,11 +153,15 @@ impl Upstream {
         }
     }
 
-    /// Opens an `eth_subscribe` subscription upstream (WebSocket only).
+    /// Opens an `eth_subscribe` subscription upstream (WebSocket only)
+    /// where the gate admits it.
     pub async fn subscribe(
         &self,
         params: Vec<Value>,
     ) -> Result<Subscription<Box<RawValue>>, ProxyError> {
+        let text = serde_json::to_string(&params).ok();
+        let reason = Reason::NotPrivateMethod;
+        self.gate.admit("eth_subscribe", text.as_deref(), reason)?;
         let client = self.ws_client().await?;
         client
             .subscribe("eth_subscribe", params, "eth_unsubscribe")
@@ -119,11 +170,11 @@ impl Upstream {
     }
 
     async fn ws_client(&self) -> Result<Arc<WsClient>, ProxyError> {
-        let Upstream::Ws {
+        let Transport::Ws {
             url,
             timeouts,
             client,
-        } = self
+        } = &self.transport
         else {
             return Err(ProxyError::SubscriptionsNeedWebSocket);
         };
@@ -165,7 +216,7 @@ impl Upstream {
     /// block, or gives a header that is not that hash's (logged).
     pub async fn header_by_hash(&self, hash: B256) -> Option<alloy_consensus::Header> {
         let params = serde_json::value::to_raw_value(&(hash, false)).ok()?;
-        let raw = match self.call("eth_getBlockByHash", Some(params)).await {
+        let raw = match self.own_call("eth_getBlockByHash", Some(params)).await {
             Ok(raw) => raw,
             Err(e) => {
                 tracing::debug!(error = %e, "no header for the view's block");
@@ -188,7 +239,7 @@ impl Upstream {
 
     /// The upstream's head block (`eth_blockNumber`), if it answers.
     pub async fn head(&self) -> Option<u64> {
-        let raw = self.call("eth_blockNumber", None).await.ok()?;
+        let raw = self.own_call("eth_blockNumber", None).await.ok()?;
         serde_json::from_str::<alloy_primitives::U64>(raw.get())
             .ok()
             .map(|n| n.to::<u64>())
@@ -210,7 +261,7 @@ fn chain_id_source(upstream: Arc<Upstream>) -> ethpir_client::canonical::ChainId
         let upstream = upstream.clone();
         Box::pin(async move {
             let raw = upstream
-                .call("eth_chainId", None)
+                .own_call("eth_chainId", None)
                 .await
                 .map_err(|e| e.to_string())?;
             serde_json::from_str::<alloy_primitives::U64>(raw.get())
@@ -227,7 +278,7 @@ fn block_hash_source(upstream: Arc<Upstream>) -> ethpir_client::canonical::Block
             let params = serde_json::value::to_raw_value(&(format!("{number:#x}"), false))
                 .map_err(|e| e.to_string())?;
             let raw = upstream
-                .call("eth_getBlockByNumber", Some(params))
+                .own_call("eth_getBlockByNumber", Some(params))
                 .await
                 .map_err(|e| e.to_string())?;
             #[derive(serde::Deserialize)]
@@ -247,7 +298,8 @@ mod tests {
 
     #[test]
     fn unsupported_schemes_are_refused_without_echoing_secrets() {
-        let e = Upstream::new("ftp://h/SECRET", Timeouts::default())
+        let gate = Arc::new(Gate::without_views(crate::config::UpstreamMethods::All));
+        let e = Upstream::new("ftp://h/SECRET", Timeouts::default(), gate)
             .err()
             .unwrap();
         assert!(!e.to_string().contains("SECRET"), "{e}");

@@ -14,7 +14,8 @@
 //! takes the configured fallback, decided by the caller; the log names the
 //! contract, never the caller. Inside a batch (any contract calling
 //! others: Multicall3, Multicall2, the BalanceChecker), only the inner
-//! calls that cannot be answered go their own way ([`InnerPolicy`]).
+//! calls that cannot be answered go their own way (upstream where the
+//! gate admits them: [`crate::gate`]).
 //!
 //! Here: the rounds of a call over one view ([`Executor::run`]); beside
 //! it, `eth_estimateGas` (estimate), `eth_createAccessList` (access_list)
@@ -59,20 +60,6 @@ pub const MAX_KEYS: usize = 1024;
 /// Headers kept (by hash).
 const HEADERS_KEPT: usize = 64;
 
-/// How an inner call that cannot be answered privately is answered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum InnerPolicy {
-    /// Asked of the upstream on its own (the configured fallback of
-    /// `eth_call` is the upstream): only that call is sent.
-    Upstream,
-    /// As `Upstream` over a view that does not hold the whole state; as
-    /// `Fail` over one that does (`upstream_methods = "auto"`).
-    UpstreamUnlessWholeState,
-    /// It fails (private-only settings): `success = false` inside a
-    /// batch, the BalanceChecker's 0.
-    Fail,
-}
-
 /// What executing a call gave.
 #[derive(Debug)]
 pub enum Executed {
@@ -100,8 +87,10 @@ pub struct Answered {
 /// Executes calls over a reader's views.
 pub struct Executor {
     reader: Arc<PrivateReader>,
+    /// Where an inner call that cannot be answered privately is asked on
+    /// its own, where the gate admits it (else, or without one, it fails:
+    /// `success = false` inside a batch, the BalanceChecker's 0).
     upstream: Option<Arc<Upstream>>,
-    inner: InnerPolicy,
     /// Fewest PIR requests of a call that reads anything.
     pad_rounds_to: usize,
     /// The rules of chains other than mainnet.
@@ -110,8 +99,6 @@ pub struct Executor {
     headers: Mutex<HashMap<B256, (HeaderFacts, u64)>>,
     /// What the last call of each contract and selector read.
     learned: Learned,
-    /// Where an inner call sent upstream is recorded (the page).
-    activity: Arc<crate::activity::Activity>,
 }
 
 /// One view's state as the runs of a call read it.
@@ -133,18 +120,26 @@ struct Reads {
     accounts: HashMap<Address, AccountState>,
     keys: usize,
     /// Every key asked, in order (what the next call of the same contract
-    /// and selector asks in its first round: [`Learned`]).
+    /// and selector asks in its first round is what of these it used:
+    /// [`Learned`]).
     asked: Vec<ReadKey>,
+    /// Of `keys`, those asked only because an earlier call used them.
+    learned: usize,
 }
 
 /// The keys the last call of each (contract, selector) read, kept here
-/// and never sent: the next such call asks them all in its first round,
-/// so that a deep call (a proxy's implementation, then its code, then
+/// and never sent: the next such call asks them in its first round, so
+/// that a deep call (a proxy's implementation, then its code, then
 /// mappings; a router's pools, ticks and tokens) settles in one or two
-/// rounds instead of one per level of dependency. A wallet repeats the
-/// same calls (its refresh, its quotes), so the keys mostly repeat too; a
-/// key that does not only costs a query in a request that is padded
-/// anyway. Bounded: [`LEARNED_CALLS`] calls, each at most [`MAX_KEYS`].
+/// rounds instead of one per level of dependency. Only what the last
+/// answered run used is kept (the keys its EVM touched, not every key
+/// asked): a `balanceOf` of a new holder then asks the token's keys and
+/// the last holder's word, never the words of every holder asked before,
+/// so a busy wallet's calls do not grow, and the count of first-round
+/// queries says nothing of how many distinct arguments came before.
+/// Bounded: [`LEARNED_CALLS`] calls, each at most [`LEARNED_KEYS`] keys
+/// (a run that used more, or hit a bound, is not learned from), and the
+/// learned keys never count towards a call's [`MAX_KEYS`].
 #[derive(Default)]
 struct Learned(Mutex<HashMap<CallShape, Vec<ReadKey>>>);
 
@@ -153,6 +148,8 @@ type CallShape = (Address, [u8; 4]);
 
 /// Calls whose keys are kept (all are dropped when full).
 const LEARNED_CALLS: usize = 4096;
+/// Most keys one call's first round asks from what was learned.
+pub const LEARNED_KEYS: usize = 256;
 
 impl Learned {
     fn of(args: &CallArgs) -> CallShape {
@@ -167,38 +164,42 @@ impl Learned {
         kept.get(&Self::of(args)).cloned().unwrap_or_default()
     }
 
-    fn remember(&self, args: &CallArgs, keys: &[ReadKey]) {
+    /// Keeps what an answered run used of the keys asked (`asked`, in
+    /// order): those of the accounts and slots it `touched`, its target
+    /// and its sender. A run that used more than [`LEARNED_KEYS`]
+    /// forgets its shape instead.
+    fn remember(&self, args: &CallArgs, asked: &[ReadKey], touched: &Touched) {
+        let used = |key: &ReadKey| match key {
+            ReadKey::Account(a) => {
+                touched.contains_key(a) || *a == args.to || Some(*a) == args.from
+            }
+            ReadKey::Slot { contract, slot } | ReadKey::HighPart { contract, slot } => touched
+                .get(contract)
+                .is_some_and(|slots| slots.contains(slot)),
+        };
+        let keys: Vec<ReadKey> = asked.iter().filter(|k| used(k)).copied().collect();
         let mut kept = self.0.lock().expect("learned keys");
+        if keys.len() > LEARNED_KEYS {
+            kept.remove(&Self::of(args));
+            return;
+        }
         if kept.len() >= LEARNED_CALLS {
             kept.clear();
         }
-        let keys = keys.iter().take(MAX_KEYS).copied().collect();
         kept.insert(Self::of(args), keys);
     }
 }
 
 impl Executor {
-    pub fn new(
-        reader: Arc<PrivateReader>,
-        upstream: Option<Arc<Upstream>>,
-        inner: InnerPolicy,
-    ) -> Self {
+    pub fn new(reader: Arc<PrivateReader>, upstream: Option<Arc<Upstream>>) -> Self {
         Executor {
             reader,
             upstream,
-            inner,
             pad_rounds_to: 1,
             latest: SpecId::OSAKA,
             headers: Mutex::new(HashMap::new()),
             learned: Learned::default(),
-            activity: Arc::default(),
         }
-    }
-
-    /// Records the inner calls sent upstream in `activity`.
-    pub fn recording(mut self, activity: Arc<crate::activity::Activity>) -> Self {
-        self.activity = activity;
-        self
     }
 
     /// Every call that reads anything sends at least `n` PIR requests.
@@ -262,6 +263,7 @@ impl Executor {
                 accounts: HashMap::new(),
                 keys: 0,
                 asked: Vec::new(),
+                learned: 0,
             },
             requests_before: self.reader.lookup_requests(),
             rounds: 0,
@@ -307,6 +309,8 @@ impl Executor {
         let mut pending = first;
         pending.push(ReadKey::Account(args.to));
         pending.push(ReadKey::Account(args.from.unwrap_or_default()));
+        // The learned keys go last: `read_round` counts them apart.
+        let mut learned_from = pending.len();
         for key in self.learned.keys(args) {
             if !pending.contains(&key) {
                 pending.push(key);
@@ -314,9 +318,11 @@ impl Executor {
         }
         for _ in 0..MAX_ROUNDS {
             let reads = &mut session.reads;
-            if let Some(why) = self.read_round(&session.view, reads, pending).await? {
+            let round = self.read_round(&session.view, reads, pending, learned_from);
+            if let Some(why) = round.await? {
                 return Ok(Err(why));
             }
+            learned_from = usize::MAX;
             session.rounds += 1;
             let known = std::mem::take(&mut reads.known);
             let run = Run {
@@ -330,7 +336,7 @@ impl Executor {
             session.evm_time += took;
             match outcome {
                 Outcome::Done(result) => {
-                    self.learned.remember(args, &session.reads.asked);
+                    self.learned.remember(args, &session.reads.asked, &touched);
                     return Ok(Ok((result, touched)));
                 }
                 Outcome::Unanswerable(why) => return Ok(Err(describe(&why))),
@@ -374,26 +380,29 @@ impl Executor {
 
     /// Reads `keys` (those not known yet) in one request, and the code of
     /// each contract account read: `Some(why)` when one cannot be answered
-    /// privately.
+    /// privately. The keys from `learned_from` on are the learned ones:
+    /// they do not count towards [`MAX_KEYS`].
     async fn read_round(
         &self,
         view: &ViewClient,
         reads: &mut Reads,
         keys: Vec<ReadKey>,
+        learned_from: usize,
     ) -> Result<Option<String>, ReadError> {
         let mut unread: Vec<ReadKey> = Vec::new();
-        for key in keys {
+        for (i, key) in keys.into_iter().enumerate() {
             let known = match key {
                 ReadKey::Account(a) => reads.known.account(&a).is_some(),
                 ReadKey::Slot { .. } | ReadKey::HighPart { .. } => false,
             };
             if !known && !unread.contains(&key) && view.holds(&key).is_ok() {
                 unread.push(key);
+                reads.learned += usize::from(i >= learned_from);
             }
         }
         reads.keys += unread.len();
         reads.asked.extend(&unread);
-        if reads.keys > MAX_KEYS {
+        if reads.keys - reads.learned > MAX_KEYS {
             return Ok(Some(format!("more than {MAX_KEYS} keys")));
         }
         if unread.is_empty() {
@@ -491,31 +500,31 @@ impl Executor {
     }
 
     /// An inner call's answer from elsewhere: the upstream's, at the
-    /// view's block, when the policy allows (only this call is sent);
-    /// else a failure.
+    /// view's block and with the frame's gas, where the gate admits it
+    /// (only this call is sent); else a failure.
     async fn answer_apart(
         &self,
         call: &InnerCall,
         view: &ViewClient,
     ) -> Result<InnerAnswer, ReadError> {
-        let whole = view.storage().whole_state;
-        let upstream = match (&self.upstream, self.inner) {
-            (Some(upstream), InnerPolicy::Upstream) => upstream,
-            (Some(upstream), InnerPolicy::UpstreamUnlessWholeState) if !whole => upstream,
-            _ => {
-                tracing::info!(contract = %call.target, "an inner call is not answerable privately: it fails (private-only)");
-                return Ok(InnerAnswer::Reverted(Bytes::new()));
-            }
+        let Some(upstream) = &self.upstream else {
+            tracing::info!(contract = %call.target, "an inner call is not answerable privately: it fails (no upstream)");
+            return Ok(InnerAnswer::Reverted(Bytes::new()));
         };
-        tracing::info!(contract = %call.target, "an inner call is not answerable privately: only it goes upstream");
         let block = self.block_of(view);
-        let object =
+        let mut object =
             serde_json::json!({"from": call.caller, "to": call.target, "input": call.input});
+        if let Some(gas) = call.upstream_gas() {
+            object["gas"] = Value::String(format!("{gas:#x}"));
+        }
         let params = serde_json::value::to_raw_value(&(object, block))
             .map_err(|e| ReadError::Backend(e.to_string()))?;
         let reason = crate::activity::Reason::InnerCall;
-        (self.activity).upstream("eth_call", Some(params.get()), reason);
-        match upstream.call("eth_call", Some(params)).await {
+        match upstream.call("eth_call", Some(params), reason).await {
+            Err(e) if e.is_gate_refusal() => {
+                tracing::info!(contract = %call.target, "an inner call is not answerable privately: it fails ({e})");
+                Ok(InnerAnswer::Reverted(Bytes::new()))
+            }
             Ok(raw) => {
                 let data: Bytes = serde_json::from_str(raw.get())
                     .map_err(|e| ReadError::Backend(format!("upstream eth_call: {e}")))?;

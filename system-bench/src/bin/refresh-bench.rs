@@ -27,7 +27,7 @@ use protocol::tokens::{
     Getter, IMulticall3, MappingLayout, SlotIndex, TokenEntry, IERC20, MULTICALL3,
 };
 use proxy::calls::Answerable;
-use proxy::execute::{Executed, Executor, InnerPolicy};
+use proxy::execute::{Executed, Executor};
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 use snapshotter::levels::{LevelPolicy, Levels};
@@ -384,7 +384,7 @@ async fn refresh(
         .map(|read| read.keys)
         .unwrap_or_default();
     let (args, sel) = proxy::execute::call_of(Some(&params)).context("not a call")?;
-    let executor = Executor::new(reader.clone(), None, InnerPolicy::Fail);
+    let executor = Executor::new(reader.clone(), None);
     let held = reader.private_storage(&sel).context("no view")?;
     let (up0, down0) = reader.lookup_traffic();
     let requests0 = reader.lookup_requests();

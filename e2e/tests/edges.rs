@@ -1,0 +1,514 @@
+//! The edges of the privacy promise (brief section 17), on anvil with the
+//! whole state followed (nothing listed, every level read by PIR) and a
+//! recording relay in front of the node as the upstream:
+//!
+//! - at start: proxies asked `balanceOf(holder)` from the moment they
+//!   listen answer it or say "not ready" (-32003), and never send it
+//!   upstream; the proxy remembers that the server held the whole state,
+//!   and a proxy that remembers it refuses address reads over a server
+//!   that no longer claims it;
+//! - every path out passes one gate: the call methods a denylist missed
+//!   (`eth_simulateV1`, `debug_traceCall`, `trace_call`, `eth_callMany`),
+//!   log filters and `logs` subscriptions naming the holder are refused,
+//!   while `newHeads` and filters naming no address pass;
+//! - browsers: a page on another loopback port can make the proxy run
+//!   nothing (no-cors `text/plain`, a JSON fetch, a WebSocket), while an
+//!   extension wallet's JSON works and `ethpir_trustReset` is never run
+//!   for it;
+//! - after 300 `balanceOf` calls of distinct holders, a fresh holder's
+//!   call costs what the first one did.
+
+mod common;
+
+use alloy_primitives::{Address, U256};
+use alloy_sol_types::{SolCall, SolValue};
+use common::*;
+use serde_json::{json, Value};
+use test_support::{browser, proxy_status as status, Anvil, DEV_ACCOUNTS};
+
+alloy_sol_types::sol! {
+    interface IToken {
+        function mint(address to, uint256 amount);
+        function transfer(address to, uint256 amount) returns (bool);
+        function balanceOf(address holder) returns (uint256);
+    }
+}
+
+/// ERC-20's `Transfer(address,address,uint256)`.
+const TRANSFER: &str = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef";
+
+/// The holder whose address must never leave.
+fn holder() -> Address {
+    dev(2)
+}
+
+/// An address as a log topic.
+fn topic(a: Address) -> String {
+    format!("0x{:0>64}", alloy_primitives::hex::encode(a))
+}
+
+/// Whether any relayed call names `who` (as an address or in a word).
+fn names(calls: &[Value], who: Address) -> bool {
+    let needle = alloy_primitives::hex::encode(who);
+    calls
+        .iter()
+        .any(|c| c.to_string().to_lowercase().contains(&needle))
+}
+
+fn balance_of(token: Address, who: Address) -> Value {
+    call_object(token, &IToken::balanceOfCall { holder: who }.abi_encode())
+}
+
+/// A JSON-RPC call's whole reply (result or error).
+async fn reply(proxy: &str, method: &str, params: Value) -> Value {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    test_support::rpc_raw(&reqwest::Client::new(), proxy, &body.to_string()).await
+}
+
+/// anvil with a token (OpenZeppelin's ERC-20, the holder and another
+/// minted 1,000: two `Transfer` logs), followed
+/// whole from its genesis; the PIR server over the follower's store.
+struct WholeChain {
+    anvil: Anvil,
+    follower: Follower,
+    server: String,
+    token: Address,
+}
+
+impl WholeChain {
+    async fn start(dir: &std::path::Path) -> Self {
+        let genesis = dir.join("genesis.json");
+        test_support::write_genesis(&genesis);
+        let anvil = Anvil::start_from_genesis(&genesis).await;
+        let store = dir.join("store");
+        let mut config = follow_config(&store, &anvil.url, &genesis, 0, 4, 256);
+        config.source.storage = snapshotter::follow::StorageScope::All;
+        config.build.whole_table_max_records = 0;
+        let follower = Follower::start(config);
+        let server = start_server(&store).await;
+        // The base first (the follower checks the genesis file against
+        // block 0), then the token.
+        let probe = fresh_proxy(&server, None).await;
+        view_reaches(&probe.0, 0).await;
+        let mut init = test_support::openzeppelin_bytecode("ERC20PresetMinterPauser");
+        init.extend(("Edge token".to_string(), "EDGE".to_string()).abi_encode_params());
+        let token: Address = anvil.deploy(DEV_ACCOUNTS[0], &init).await.parse().unwrap();
+        let mint = IToken::mintCall {
+            to: holder(),
+            amount: U256::from(1000u64),
+        };
+        send(&anvil, 0, token, mint.abi_encode()).await;
+        let mint = IToken::mintCall {
+            to: dev(3),
+            amount: U256::from(1000u64),
+        };
+        send(&anvil, 0, token, mint.abi_encode()).await;
+        // Every proxy below starts when the server serves the head.
+        view_reaches(&probe.0, anvil.head().await).await;
+        WholeChain {
+            anvil,
+            follower,
+            server,
+            token,
+        }
+    }
+}
+
+/// A proxy with the default settings over `server`, `upstream` its
+/// upstream, a cache of its own.
+async fn fresh_proxy(server: &str, upstream: Option<String>) -> (String, tempfile::TempDir) {
+    let cache = tempfile::tempdir().unwrap();
+    let proxy = start_proxy_with(proxy::ProxyConfig {
+        pir_server: server.to_string(),
+        upstream,
+        cache_dir: cache.path().to_path_buf(),
+        ..Default::default()
+    })
+    .await;
+    (proxy, cache)
+}
+
+async fn view_reaches(proxy: &str, block: u64) -> u64 {
+    let reached = || async {
+        status(proxy).await["viewBlock"]
+            .as_u64()
+            .filter(|b| *b >= block)
+    };
+    test_support::eventually(&format!("the proxy's view reaches block {block}"), reached).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_address_never_leaves_at_the_edges() {
+    log_if_asked();
+    let dir = tempfile::tempdir().unwrap();
+    let chain = WholeChain::start(dir.path()).await;
+    let (upstream, _, relayed) = start_recording_relay(&chain.anvil.url, passthrough()).await;
+    let head = chain.anvil.head().await;
+    let at = format!("{head:#x}");
+    let call = balance_of(chain.token, holder());
+
+    // At start: asked from the first moment each listens.
+    let mut caches = Vec::new();
+    for _ in 0..5 {
+        let (proxy, cache) = fresh_proxy(&chain.server, Some(upstream.clone())).await;
+        let answered = || async {
+            let v = reply(&proxy, "eth_call", json!([call, at])).await;
+            match v.get("result") {
+                Some(r) => Some(r.clone()),
+                None => {
+                    assert_eq!(v["error"]["code"], -32003, "only results or not ready: {v}");
+                    None
+                }
+            }
+        };
+        let got = test_support::eventually("the proxy answers", answered).await;
+        assert_eq!(got, chain.anvil.rpc("eth_call", json!([call, at])).await);
+        caches.push((proxy, cache));
+    }
+    let seen = relayed.lock().unwrap().clone();
+    assert!(
+        !names(&seen, holder()),
+        "the holder went upstream at start: {seen:?}"
+    );
+    let (proxy, cache) = caches.pop().unwrap();
+    assert_eq!(status(&proxy).await["wholeState"], json!(true));
+    let remembered = std::fs::read_dir(cache.path().join("whole-state"))
+        .unwrap()
+        .count();
+    assert_eq!(
+        remembered, 1,
+        "the proxy remembers the server held the whole state"
+    );
+
+    other_call_methods_are_refused(&proxy, &relayed, chain.token).await;
+    logs_naming_the_holder_stay_private(&proxy, &chain, &relayed).await;
+    subscriptions_pass_the_gate(&chain).await;
+    a_web_page_runs_nothing(&proxy, &chain).await;
+    a_call_costs_what_it_reads(&proxy, &chain, &at).await;
+
+    let seen = relayed.lock().unwrap().clone();
+    assert!(
+        !names(&seen, holder()),
+        "the holder went upstream: {seen:?}"
+    );
+    chain.follower.stop().await;
+    chain.anvil.stop().await;
+}
+
+/// The methods that take a call object, which a denylist missed, are
+/// refused with an error naming the setting; nothing reaches the node.
+async fn other_call_methods_are_refused(proxy: &str, relayed: &RelayedCalls, token: Address) {
+    let call = balance_of(token, holder());
+    let asks = [
+        (
+            "eth_simulateV1",
+            json!([{"blockStateCalls": [{"calls": [call]}]}, "latest"]),
+        ),
+        ("debug_traceCall", json!([call, "latest", {}])),
+        ("trace_call", json!([call, ["trace"], "latest"])),
+        ("eth_callMany", json!([[{"transactions": [call]}], {}, {}])),
+    ];
+    for (method, params) in asks {
+        let v = reply(proxy, method, params).await;
+        assert_eq!(v["error"]["code"], -32601, "{method}: {v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("upstream_methods = \"auto\""),
+            "{method}: {v}"
+        );
+    }
+    let seen = relayed.lock().unwrap().clone();
+    let sent = |m: &str| seen.iter().any(|c| c["method"] == m);
+    for method in [
+        "eth_simulateV1",
+        "debug_traceCall",
+        "trace_call",
+        "eth_callMany",
+    ] {
+        assert!(!sent(method), "{method} reached the node");
+    }
+    let page = reqwest::get(format!("{proxy}/status.json"))
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap();
+    let refused = &page["activity"]["sinceStart"]["refused"];
+    assert_eq!(refused["eth_simulateV1"], 1, "{page}");
+}
+
+/// A log filter naming the holder (in a topic, or the token as the
+/// address with the holder in a topic) is answered with the node's logs
+/// for that filter, byte for byte, read widened: nothing naming the holder
+/// reaches the node. A widened `eth_newFilter`'s logs are filtered too,
+/// and a filter past `logs_max_blocks` is refused.
+async fn logs_naming_the_holder_stay_private(
+    proxy: &str,
+    chain: &WholeChain,
+    relayed: &RelayedCalls,
+) {
+    let naming = [
+        json!({"fromBlock": "0x0", "topics": [TRANSFER, null, topic(holder())]}),
+        json!({"fromBlock": "0x0", "address": chain.token, "topics": [null, null, [topic(holder())]]}),
+        json!({"fromBlock": "0x0", "address": [holder()]}),
+    ];
+    for filter in naming {
+        let v = reply(proxy, "eth_getLogs", json!([filter])).await;
+        let node = chain.anvil.rpc("eth_getLogs", json!([filter])).await;
+        assert_eq!(v["result"], node, "{filter}: {v}");
+        let id = reply(proxy, "eth_newFilter", json!([filter])).await["result"].clone();
+        let logs = reply(proxy, "eth_getFilterLogs", json!([id])).await;
+        assert_eq!(logs["result"], node, "{filter}: {logs}");
+    }
+    let one = reply(proxy, "eth_getLogs", json!([naming_holder()])).await;
+    assert_eq!(one["result"].as_array().map(Vec::len), Some(1), "{one}");
+    let wide = json!({"fromBlock": "0x0", "toBlock": "0x400", "topics": [TRANSFER, null, topic(holder())]});
+    let v = reply(proxy, "eth_getLogs", json!([wide])).await;
+    assert_eq!(v["error"]["code"], -32602, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("logs_max_blocks"),
+        "{v}"
+    );
+    let seen = relayed.lock().unwrap().clone();
+    assert!(
+        seen.iter().any(|c| c["method"] == "eth_getLogs"),
+        "read widened upstream"
+    );
+    assert!(!names(&seen, holder()), "{seen:?}");
+}
+
+/// The filter of the holder's incoming transfers, from block 0.
+fn naming_holder() -> Value {
+    json!({"fromBlock": "0x0", "topics": [TRANSFER, null, topic(holder())]})
+}
+
+/// Over a WebSocket upstream: `newHeads` is relayed, and a `logs`
+/// subscription naming the holder is opened widened and delivers the
+/// holder's logs only (a transfer to another is filtered out here).
+async fn subscriptions_pass_the_gate(chain: &WholeChain) {
+    use jsonrpsee::core::client::SubscriptionClientT;
+    let ws_node = chain.anvil.url.replacen("http://", "ws://", 1);
+    let (proxy, _cache) = fresh_proxy(&chain.server, Some(ws_node)).await;
+    view_reaches(&proxy, 0).await;
+    let ws = jsonrpsee::ws_client::WsClientBuilder::default()
+        .build(proxy.replacen("http://", "ws://", 1))
+        .await
+        .unwrap();
+    let filter = json!({"topics": [TRANSFER, null, topic(holder())]});
+    let mut logs = ws
+        .subscribe::<Value, _>(
+            "eth_subscribe",
+            jsonrpsee::rpc_params!["logs", filter],
+            "eth_unsubscribe",
+        )
+        .await
+        .expect("a logs subscription naming the holder, widened");
+    let mut heads = ws
+        .subscribe::<Value, _>(
+            "eth_subscribe",
+            jsonrpsee::rpc_params!["newHeads"],
+            "eth_unsubscribe",
+        )
+        .await
+        .expect("newHeads passes");
+    // dev(3) pays another, then the holder: only the second is the
+    // holder's.
+    for to in [Address::with_last_byte(0x44), holder()] {
+        let transfer = IToken::transferCall {
+            to,
+            amount: U256::from(7u64),
+        };
+        send(&chain.anvil, 3, chain.token, transfer.abi_encode()).await;
+    }
+    let head = tokio::time::timeout(test_support::PATIENCE, heads.next())
+        .await
+        .expect("a new head within the patience")
+        .expect("a head")
+        .unwrap();
+    assert!(head["hash"].is_string(), "{head}");
+    let log = tokio::time::timeout(test_support::PATIENCE, logs.next())
+        .await
+        .expect("the holder's log within the patience")
+        .expect("a log")
+        .unwrap();
+    assert_eq!(log["topics"][2], json!(topic(holder())), "{log}");
+    assert_eq!(log["topics"][1], json!(topic(dev(3))), "{log}");
+    let page = reqwest::get(format!("{proxy}/status.json"))
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap();
+    let counts = &page["activity"]["sinceStart"];
+    assert_eq!(counts["upstream"]["eth_subscribe"], 2, "{page}");
+    assert!(
+        page["activity"]["named"].as_array().unwrap().is_empty(),
+        "{page}"
+    );
+}
+
+/// A page served from another loopback port tries a no-cors
+/// `text/plain` POST (a balance, and `ethpir_trustReset`), a JSON fetch
+/// and a WebSocket: the proxy runs none of them. An extension wallet's
+/// JSON request is answered, and its `ethpir_trustReset` is not run.
+async fn a_web_page_runs_nothing(proxy: &str, chain: &WholeChain) {
+    let private_reads = || async {
+        let page: Value = reqwest::get(format!("{proxy}/status.json"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        page["activity"]["sinceStart"]["private"]["eth_getBalance"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let before = private_reads().await;
+    let html = include_str!("edges_page.html")
+        .replace("PROXY", proxy.trim_start_matches("http://"))
+        .replace("HOLDER", &holder().to_string());
+    let app = axum::Router::new().route(
+        "/",
+        axum::routing::get(move || async move { axum::response::Html(html) }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let page = format!("http://{}/", listener.local_addr().unwrap());
+    let served = tokio::spawn(async move { axum::serve(listener, app).await });
+    let dom = browser::dom(&page).await;
+    served.abort();
+    assert!(dom.contains("done"), "the page's script ran: {dom}");
+    assert!(dom.contains("json: blocked"), "{dom}");
+    assert!(dom.contains("ws: refused"), "{dom}");
+    let balance = chain
+        .anvil
+        .rpc("eth_getBalance", json!([holder(), "latest"]))
+        .await;
+    assert!(!dom.contains(balance.as_str().unwrap()), "{dom}");
+    assert_eq!(private_reads().await, before, "a page's request was run");
+
+    // An extension wallet (MetaMask's origin): its JSON is answered; the
+    // user's own method is not run for it.
+    let http = reqwest::Client::new();
+    let ask = |method: &str, params: Value| {
+        http.post(proxy)
+            .header(
+                "origin",
+                "chrome-extension://nkbihfbeogaeaoehlefnkodbefgpgknn",
+            )
+            .header("content-type", "application/json")
+            .body(
+                json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string(),
+            )
+            .send()
+    };
+    let v: Value = ask("eth_getBalance", json!([holder(), "latest"]))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(v["result"].is_string(), "{v}");
+    let v: Value = ask("ethpir_trustReset", json!([]))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["error"]["code"], -32601, "{v}");
+    let plain = http
+        .post(proxy)
+        .header(
+            "origin",
+            "chrome-extension://nkbihfbeogaeaoehlefnkodbefgpgknn",
+        )
+        .header("content-type", "text/plain")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(plain.status(), 415);
+}
+
+/// 300 `balanceOf` calls of distinct holders, then a fresh holder's call
+/// costs the bytes of the first (within 2x); the holder's own stays right.
+async fn a_call_costs_what_it_reads(proxy: &str, chain: &WholeChain, at: &str) {
+    let bytes_up = || async { status(proxy).await["bytesUp"].as_u64().unwrap() };
+    let cost_of = |who: Address| async move {
+        let before = bytes_up().await;
+        same_as_anvil(proxy, &chain.anvil, &balance_of(chain.token, who), at).await;
+        bytes_up().await - before
+    };
+    let first = cost_of(Address::with_last_byte(0x51)).await;
+    for i in 0..300u64 {
+        let who = Address::left_padding_from(&(0x1000 + i).to_be_bytes());
+        let v = reply(proxy, "eth_call", json!([balance_of(chain.token, who), at])).await;
+        assert!(v["result"].is_string(), "{v}");
+    }
+    let fresh = cost_of(Address::with_last_byte(0x52)).await;
+    assert!(
+        fresh <= 2 * first,
+        "a fresh holder's call sent {fresh} bytes up, the first {first}"
+    );
+    cost_of(holder()).await;
+}
+
+/// A proxy that remembers (in its cache) that its server held the whole
+/// state refuses address reads over a server that no longer claims it
+/// (the same URL, now a follower that holds a list), with a warning on
+/// the page; one that does not remember forwards them as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_server_that_stops_holding_the_whole_state_is_not_trusted_to_forward() {
+    log_if_asked();
+    let dir = tempfile::tempdir().unwrap();
+    let (anvil, follower, server) = followed_chain(dir.path(), 256).await;
+    let (upstream, _, relayed) = start_recording_relay(&anvil.url, passthrough()).await;
+    let chain = test_support::quantity(&anvil.rpc("eth_chainId", json!([])).await);
+    let proof = json!([dev(1), [], "latest"]);
+
+    let cache = tempfile::tempdir().unwrap();
+    proxy::gate::WholeStateMemory::open(cache.path(), &server).remember(chain);
+    let proxy = start_proxy_with(proxy::ProxyConfig {
+        pir_server: server.clone(),
+        upstream: Some(upstream.clone()),
+        cache_dir: cache.path().to_path_buf(),
+        ..Default::default()
+    })
+    .await;
+    view_reaches(&proxy, 0).await;
+    assert_eq!(status(&proxy).await["wholeState"], json!(false));
+    let v = reply(&proxy, "eth_getProof", proof.clone()).await;
+    assert_eq!(v["error"]["code"], -32003, "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains("served the whole state before"), "{v}");
+    let page: Value = reqwest::get(format!("{proxy}/status.json"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let warnings = page["activity"]["warnings"].to_string();
+    assert!(
+        warnings.contains("served the whole state before"),
+        "{warnings}"
+    );
+    let sent = || {
+        relayed
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|c| c["method"] == "eth_getProof")
+    };
+    assert!(!sent(), "refused, yet sent");
+
+    // Without the memory, the same server's list lets it go.
+    let (fresh, _cache) = fresh_proxy(&server, Some(upstream)).await;
+    view_reaches(&fresh, 0).await;
+    let v = reply(&fresh, "eth_getProof", proof).await;
+    assert!(v["result"].is_object(), "{v}");
+    assert!(sent(), "forwarded over a list");
+    follower.stop().await;
+    anvil.stop().await;
+}

@@ -1,0 +1,391 @@
+//! Logs without the address. Wallets find incoming transfers with
+//! `eth_getLogs`, `eth_newFilter` and `eth_subscribe("logs")` filtered on
+//! their address (as the `address`, or in a topic: `Transfer`'s `to`).
+//! Such a filter is sent upstream widened (no `address`, every topic that
+//! holds an address left open), so that it names no address and passes
+//! the gate, and the node's logs are filtered here against the filter
+//! the wallet sent. Bounded: a widened `eth_getLogs` spans at most
+//! `logs_max_blocks` blocks and its answer at most `logs_max_mib`
+//! (refused past either, with an error naming the setting).
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use crate::activity::Reason;
+use crate::error::ProxyError;
+use crate::gate::{filter_names_no_address, is_address_word, Openness, FILTER_FIELDS};
+use crate::upstream::Upstream;
+
+/// Widened filters whose changes are matched here; past it the oldest is
+/// uninstalled upstream (so its id then gets the node's "not found",
+/// never its wide changes unfiltered).
+const FILTERS_KEPT: usize = 256;
+
+/// The bounds on a widened read.
+#[derive(Clone, Copy, Debug)]
+pub struct LogBounds {
+    pub max_blocks: u64,
+    pub max_bytes: usize,
+}
+
+/// The proxy's widened log filters (one per proxy).
+pub struct Logs {
+    bounds: LogBounds,
+    /// Filters made upstream widened, by id, newest last.
+    filters: Mutex<VecDeque<(String, LogFilter)>>,
+}
+
+impl Logs {
+    pub fn new(bounds: LogBounds) -> Self {
+        Logs {
+            bounds,
+            filters: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    /// Answers a log method whose filter names an address (widened
+    /// upstream, filtered here), or a widened filter's changes, while the
+    /// gate is closed to address reads; `None` for anything else (it goes
+    /// its usual way).
+    pub async fn answer(
+        &self,
+        upstream: &Upstream,
+        method: &str,
+        params: Option<&RawValue>,
+    ) -> Option<Result<Value, ProxyError>> {
+        if !matches!(
+            method,
+            "eth_getLogs"
+                | "eth_newFilter"
+                | "eth_getFilterChanges"
+                | "eth_getFilterLogs"
+                | "eth_uninstallFilter"
+        ) {
+            return None;
+        }
+        let params: Value = serde_json::from_str(params?.get()).ok()?;
+        let first = params.get(0)?;
+        match method {
+            // (A widened filter's changes are filtered whatever the gate
+            // says now.)
+            "eth_getLogs" | "eth_newFilter" if upstream.gate().openness() == Openness::Open => None,
+            "eth_getLogs" | "eth_newFilter" => self.widen(upstream, method, first).await,
+            "eth_uninstallFilter" => {
+                let id = first.as_str()?;
+                self.filters
+                    .lock()
+                    .expect("filters")
+                    .retain(|(kept, _)| kept != id);
+                None
+            }
+            _ => self.changes(upstream, method, first.as_str()?).await,
+        }
+    }
+
+    /// `eth_getLogs` or `eth_newFilter` of `filter`, widened.
+    async fn widen(
+        &self,
+        upstream: &Upstream,
+        method: &str,
+        filter: &Value,
+    ) -> Option<Result<Value, ProxyError>> {
+        let wide = match widened(filter) {
+            Ok(Some(wide)) => wide,
+            Ok(None) => return None,
+            Err(e) => return Some(Err(ProxyError::BadParams(e.to_string()))),
+        };
+        let wanted = LogFilter::of(filter).expect("widened checked it");
+        Some(self.widened_call(upstream, method, wide, wanted).await)
+    }
+
+    async fn widened_call(
+        &self,
+        upstream: &Upstream,
+        method: &str,
+        wide: Value,
+        wanted: LogFilter,
+    ) -> Result<Value, ProxyError> {
+        let head = upstream.head().await.ok_or_else(|| {
+            ProxyError::UpstreamUnavailable("no head to bound a log filter by".into())
+        })?;
+        let blocks = span(&wide, head)
+            .ok_or_else(|| ProxyError::BadParams("a log filter's blocks are unreadable".into()))?;
+        if blocks > self.bounds.max_blocks {
+            return Err(ProxyError::LogsTooWide {
+                blocks,
+                max: self.bounds.max_blocks,
+            });
+        }
+        let params = serde_json::value::to_raw_value(&[wide]).expect("a filter serialises");
+        let raw = upstream
+            .call(method, Some(params), Reason::NotPrivateMethod)
+            .await?;
+        if method == "eth_newFilter" {
+            let id: String = serde_json::from_str(raw.get())
+                .map_err(|e| ProxyError::UpstreamUnavailable(format!("a filter id: {e}")))?;
+            let forgotten = {
+                let mut filters = self.filters.lock().expect("filters");
+                filters.push_back((id.clone(), wanted));
+                (filters.len() > FILTERS_KEPT)
+                    .then(|| filters.pop_front())
+                    .flatten()
+            };
+            if let Some((old, _)) = forgotten {
+                let params = serde_json::value::to_raw_value(&[old]).expect("an id serialises");
+                let reason = Reason::NotPrivateMethod;
+                let _ = upstream
+                    .call("eth_uninstallFilter", Some(params), reason)
+                    .await;
+            }
+            return Ok(Value::String(id));
+        }
+        self.checked(raw, &wanted)
+    }
+
+    /// A widened filter's changes or logs, filtered here; `None` for a
+    /// filter that was not widened.
+    async fn changes(
+        &self,
+        upstream: &Upstream,
+        method: &str,
+        id: &str,
+    ) -> Option<Result<Value, ProxyError>> {
+        let wanted = {
+            let filters = self.filters.lock().expect("filters");
+            filters.iter().find(|(kept, _)| kept == id)?.1.clone()
+        };
+        let params = serde_json::value::to_raw_value(&[id]).expect("an id serialises");
+        let answered = upstream
+            .call(method, Some(params), Reason::NotPrivateMethod)
+            .await;
+        Some(answered.and_then(|raw| self.checked(raw, &wanted)))
+    }
+
+    /// The node's logs within the byte bound, filtered.
+    fn checked(&self, raw: Box<RawValue>, wanted: &LogFilter) -> Result<Value, ProxyError> {
+        if raw.get().len() > self.bounds.max_bytes {
+            return Err(ProxyError::LogsTooBig {
+                bytes: raw.get().len(),
+                max: self.bounds.max_bytes,
+            });
+        }
+        let answer: Value = serde_json::from_str(raw.get())
+            .map_err(|e| ProxyError::UpstreamUnavailable(format!("logs: {e}")))?;
+        Ok(filtered(wanted, answer))
+    }
+}
+
+/// A log filter as the wallet sent it, to match the node's logs against.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogFilter {
+    /// Lowercase `0x` addresses; empty: any.
+    addresses: Vec<String>,
+    /// Per position: the lowercase words any of which matches; `None`:
+    /// any.
+    topics: Vec<Option<Vec<String>>>,
+}
+
+/// Why a filter cannot be widened.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FilterError {
+    #[error("a log filter must be an object")]
+    NotAnObject,
+    #[error("a log filter has no field {0:?} (address, topics, fromBlock, toBlock, blockHash)")]
+    UnknownField(String),
+    #[error("a log filter's address must be an address or a list of them")]
+    BadAddress,
+    #[error("a log filter's topics must be a list of words, lists of words or nulls")]
+    BadTopics,
+}
+
+fn lower_strings(v: &Value) -> Option<Vec<String>> {
+    match v {
+        Value::String(s) => Some(vec![s.to_ascii_lowercase()]),
+        Value::Array(items) => items
+            .iter()
+            .map(|i| i.as_str().map(str::to_ascii_lowercase))
+            .collect(),
+        _ => None,
+    }
+}
+
+impl LogFilter {
+    /// The filter `filter` (a JSON object) asks for.
+    pub fn of(filter: &Value) -> Result<Self, FilterError> {
+        let object = filter.as_object().ok_or(FilterError::NotAnObject)?;
+        if let Some(k) = object.keys().find(|k| !FILTER_FIELDS.contains(&k.as_str())) {
+            return Err(FilterError::UnknownField(k.clone()));
+        }
+        let addresses = match object.get("address") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(a) => lower_strings(a).ok_or(FilterError::BadAddress)?,
+        };
+        let topics = match object.get("topics") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(positions)) => positions
+                .iter()
+                .map(|p| match p {
+                    Value::Null => Ok(None),
+                    other => lower_strings(other).map(Some).ok_or(FilterError::BadTopics),
+                })
+                .collect::<Result<_, _>>()?,
+            Some(_) => return Err(FilterError::BadTopics),
+        };
+        Ok(LogFilter { addresses, topics })
+    }
+
+    /// Whether the node's `log` is one this filter asks for.
+    pub fn matches(&self, log: &Value) -> bool {
+        let address = log
+            .get("address")
+            .and_then(Value::as_str)
+            .map(str::to_ascii_lowercase);
+        if !self.addresses.is_empty() && !address.is_some_and(|a| self.addresses.contains(&a)) {
+            return false;
+        }
+        let topics: Vec<String> = log
+            .get("topics")
+            .and_then(Value::as_array)
+            .map(|t| {
+                t.iter()
+                    .filter_map(|w| w.as_str().map(str::to_ascii_lowercase))
+                    .collect()
+            })
+            .unwrap_or_default();
+        self.topics
+            .iter()
+            .enumerate()
+            .all(|(i, wanted)| match wanted {
+                None => true,
+                Some(any) => topics.get(i).is_some_and(|t| any.contains(t)),
+            })
+    }
+}
+
+/// The filter sent upstream instead of `filter`: no `address`, and every
+/// topic position that holds an address (alone or among others) left
+/// open; the rest (blocks, other topics) as sent. `None` when `filter`
+/// names no address (it goes as it is).
+pub fn widened(filter: &Value) -> Result<Option<Value>, FilterError> {
+    LogFilter::of(filter)?;
+    if filter_names_no_address(filter) {
+        return Ok(None);
+    }
+    let mut wide = filter.clone();
+    let object = wide.as_object_mut().ok_or(FilterError::NotAnObject)?;
+    object.remove("address");
+    if let Some(Value::Array(positions)) = object.get_mut("topics") {
+        for p in positions.iter_mut() {
+            let holds_address = match &*p {
+                Value::String(s) => is_address_word(s),
+                Value::Array(any) => any.iter().any(|w| w.as_str().is_some_and(is_address_word)),
+                _ => false,
+            };
+            if holds_address {
+                *p = Value::Null;
+            }
+        }
+    }
+    Ok(Some(wide))
+}
+
+/// The logs of `answer` (the node's array) that `filter` asks for, in
+/// the node's order.
+pub fn filtered(filter: &LogFilter, answer: Value) -> Value {
+    match answer {
+        Value::Array(logs) => {
+            Value::Array(logs.into_iter().filter(|l| filter.matches(l)).collect())
+        }
+        other => other, // a filter's changes may be block hashes: not logs
+    }
+}
+
+/// The blocks a filter spans, given the head (`from` and `to` as
+/// numbers, tags or absent; a `blockHash` is one block): their count, or
+/// `None` when a bound cannot be read.
+pub fn span(filter: &Value, head: u64) -> Option<u64> {
+    if filter.get("blockHash").is_some_and(|h| !h.is_null()) {
+        return Some(1);
+    }
+    let bound = |key: &str| -> Option<u64> {
+        match filter.get(key) {
+            None | Some(Value::Null) => Some(head),
+            Some(Value::String(s)) => match s.as_str() {
+                "latest" | "pending" | "safe" | "finalized" => Some(head),
+                "earliest" => Some(0),
+                hex => u64::from_str_radix(hex.strip_prefix("0x")?, 16).ok(),
+            },
+            Some(Value::Number(n)) => n.as_u64(),
+            _ => None,
+        }
+    };
+    let (from, to) = (bound("fromBlock")?, bound("toBlock")?);
+    Some(to.saturating_sub(from) + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const TRANSFER: &str = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef";
+    const HOLDER: &str = "0x00000000000000000000000070997970C51812dc3A010C7d01b50e0d17dc79C8";
+    const OTHER: &str = "0x0000000000000000000000003c44cdddb6a900fa2b585dd299e03d12fa4293bc";
+
+    fn log(address: &str, topics: &[&str]) -> Value {
+        json!({"address": address, "topics": topics, "data": "0x"})
+    }
+
+    #[test]
+    fn a_filter_naming_the_holder_is_widened_and_matched_here() {
+        let filter = json!({"fromBlock": "0x1", "address": ["0x00000000000000000000000000000000000000C1"], "topics": [TRANSFER, null, HOLDER]});
+        let wide = widened(&filter).unwrap().unwrap();
+        assert_eq!(
+            wide,
+            json!({"fromBlock": "0x1", "topics": [TRANSFER, null, null]})
+        );
+        assert!(filter_names_no_address(&wide));
+        let f = LogFilter::of(&filter).unwrap();
+        let token = "0x00000000000000000000000000000000000000c1";
+        let to_holder = log(token, &[TRANSFER, OTHER, &HOLDER.to_lowercase()]);
+        let to_other = log(token, &[TRANSFER, HOLDER, OTHER]);
+        let elsewhere = log(
+            "0x00000000000000000000000000000000000000c2",
+            &[TRANSFER, OTHER, HOLDER],
+        );
+        let answer = json!([to_holder, to_other, elsewhere]);
+        assert_eq!(filtered(&f, answer), json!([to_holder]));
+        // A filter naming no address goes as it is.
+        assert_eq!(widened(&json!({"topics": [TRANSFER]})).unwrap(), None);
+        assert_eq!(widened(&json!("x")), Err(FilterError::NotAnObject));
+        assert_eq!(widened(&json!({"topics": 5})), Err(FilterError::BadTopics));
+        assert_eq!(
+            widened(&json!({"Address": "0x00000000000000000000000000000000000000c1"})),
+            Err(FilterError::UnknownField("Address".into()))
+        );
+        // Alternatives in a position: any matches; one an address opens it.
+        let either = json!({"topics": [TRANSFER, [HOLDER, OTHER]]});
+        assert_eq!(
+            widened(&either).unwrap().unwrap(),
+            json!({"topics": [TRANSFER, null]})
+        );
+        let f = LogFilter::of(&either).unwrap();
+        assert!(f.matches(&log(token, &[TRANSFER, OTHER])));
+        assert!(!f.matches(&log(token, &[TRANSFER])));
+    }
+
+    #[test]
+    fn the_span_of_a_filter() {
+        assert_eq!(span(&json!({}), 100), Some(1));
+        assert_eq!(span(&json!({"fromBlock": "0x0"}), 100), Some(101));
+        assert_eq!(
+            span(&json!({"fromBlock": "earliest", "toBlock": "0xa"}), 100),
+            Some(11)
+        );
+        assert_eq!(span(&json!({"blockHash": TRANSFER}), 100), Some(1));
+        assert_eq!(span(&json!({"fromBlock": "bad"}), 100), None);
+    }
+}
