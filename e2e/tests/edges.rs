@@ -128,13 +128,10 @@ async fn fresh_proxy(server: &str, upstream: Option<String>) -> (String, tempfil
     (proxy, cache)
 }
 
-async fn view_reaches(proxy: &str, block: u64) -> u64 {
-    let reached = || async {
-        status(proxy).await["viewBlock"]
-            .as_u64()
-            .filter(|b| *b >= block)
-    };
-    test_support::eventually(&format!("the proxy's view reaches block {block}"), reached).await
+/// The proxy's page data (`/status.json`).
+async fn page_of(proxy: &str) -> Value {
+    let url = format!("{proxy}/status.json");
+    reqwest::get(url).await.unwrap().json().await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -227,12 +224,7 @@ async fn other_call_methods_are_refused(proxy: &str, relayed: &RelayedCalls, tok
     ] {
         assert!(!sent(method), "{method} reached the node");
     }
-    let page = reqwest::get(format!("{proxy}/status.json"))
-        .await
-        .unwrap()
-        .json::<Value>()
-        .await
-        .unwrap();
+    let page = page_of(proxy).await;
     let refused = &page["activity"]["sinceStart"]["refused"];
     assert_eq!(refused["eth_simulateV1"], 1, "{page}");
 }
@@ -336,12 +328,7 @@ async fn subscriptions_pass_the_gate(chain: &WholeChain) {
         .unwrap();
     assert_eq!(log["topics"][2], json!(topic(holder())), "{log}");
     assert_eq!(log["topics"][1], json!(topic(dev(3))), "{log}");
-    let page = reqwest::get(format!("{proxy}/status.json"))
-        .await
-        .unwrap()
-        .json::<Value>()
-        .await
-        .unwrap();
+    let page = page_of(&proxy).await;
     let counts = &page["activity"]["sinceStart"];
     assert_eq!(counts["upstream"]["eth_subscribe"], 2, "{page}");
     assert!(
@@ -356,12 +343,7 @@ async fn subscriptions_pass_the_gate(chain: &WholeChain) {
 /// JSON request is answered, and its `ethpir_trustReset` is not run.
 async fn a_web_page_runs_nothing(proxy: &str, chain: &WholeChain) {
     let private_reads = || async {
-        let page: Value = reqwest::get(format!("{proxy}/status.json"))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let page = page_of(proxy).await;
         page["activity"]["sinceStart"]["private"]["eth_getBalance"]
             .as_u64()
             .unwrap_or(0)
@@ -483,12 +465,7 @@ async fn a_server_that_stops_holding_the_whole_state_is_not_trusted_to_forward()
     assert_eq!(v["error"]["code"], -32003, "{v}");
     let message = v["error"]["message"].as_str().unwrap();
     assert!(message.contains("served the whole state before"), "{v}");
-    let page: Value = reqwest::get(format!("{proxy}/status.json"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let page = page_of(&proxy).await;
     let warnings = page["activity"]["warnings"].to_string();
     assert!(
         warnings.contains("served the whole state before"),

@@ -324,16 +324,6 @@ fn names_a_holder(calls: &[Value]) -> Option<String> {
     })
 }
 
-/// Waits until `proxy`'s newest view is at `block` or later; its block.
-async fn view_reaches(proxy: &str, block: u64) -> u64 {
-    let reached = || async {
-        status(proxy).await["viewBlock"]
-            .as_u64()
-            .filter(|b| *b >= block)
-    };
-    test_support::eventually(&format!("the proxy's view reaches block {block}"), reached).await
-}
-
 /// The follower (`config`), a PIR server over its store, a recording
 /// relay in front of anvil and a proxy with the default settings over
 /// them (the BalanceChecker at `checker`), once the proxy has a view.

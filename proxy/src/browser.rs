@@ -139,19 +139,19 @@ fn preflight(origin: http::HeaderValue) -> HttpResponse {
 fn judge(
     layer: &BrowserLayer,
     req: &HttpRequest,
-) -> Result<Option<http::HeaderValue>, HttpResponse> {
+) -> Result<Option<http::HeaderValue>, Box<HttpResponse>> {
     let source = layer.source(req);
     if source == Source::Foreign {
         tracing::info!(origin = ?req.headers().get(http::header::ORIGIN), "a request from a web page not in cors_origins: refused");
-        return Err(plain(
+        return Err(Box::new(plain(
             http::StatusCode::FORBIDDEN,
             "origin not allowed (cors_origins)\n",
-        ));
+        )));
     }
     if req.method() == http::Method::OPTIONS {
         return match source {
-            Source::Listed(origin) => Err(preflight(origin)),
-            _ => Err(plain(http::StatusCode::NO_CONTENT, "")),
+            Source::Listed(origin) => Err(Box::new(preflight(origin))),
+            _ => Err(Box::new(plain(http::StatusCode::NO_CONTENT, ""))),
         };
     }
     if req.method() == http::Method::POST {
@@ -160,10 +160,10 @@ fn judge(
             None => source == Source::Program,
         };
         if !json_ok {
-            return Err(plain(
+            return Err(Box::new(plain(
                 http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "JSON-RPC needs Content-Type: application/json\n",
-            ));
+            )));
         }
     }
     Ok(match source {
@@ -198,7 +198,7 @@ where
         }
         Box::pin(async move {
             let grant = match judged {
-                Err(answer) => return Ok(answer),
+                Err(answer) => return Ok(*answer),
                 Ok(grant) => grant,
             };
             let mut resp = inner.call(req).await?;

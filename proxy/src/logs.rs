@@ -142,7 +142,7 @@ impl Logs {
             }
             return Ok(Value::String(id));
         }
-        self.checked(raw, &wanted)
+        self.checked(&raw, &wanted)
     }
 
     /// A widened filter's changes or logs, filtered here; `None` for a
@@ -161,11 +161,11 @@ impl Logs {
         let answered = upstream
             .call(method, Some(params), Reason::NotPrivateMethod)
             .await;
-        Some(answered.and_then(|raw| self.checked(raw, &wanted)))
+        Some(answered.and_then(|raw| self.checked(&raw, &wanted)))
     }
 
     /// The node's logs within the byte bound, filtered.
-    fn checked(&self, raw: Box<RawValue>, wanted: &LogFilter) -> Result<Value, ProxyError> {
+    fn checked(&self, raw: &RawValue, wanted: &LogFilter) -> Result<Value, ProxyError> {
         if raw.get().len() > self.bounds.max_bytes {
             return Err(ProxyError::LogsTooBig {
                 bytes: raw.get().len(),

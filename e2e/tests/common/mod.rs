@@ -393,3 +393,14 @@ pub fn log_if_asked() {
         let _ = protocol::logging::init(&filter);
     }
 }
+
+/// Polls until the proxy's newest view is at `block` or later; that
+/// block.
+pub async fn view_reaches(proxy: &str, block: u64) -> u64 {
+    let reached = || async {
+        test_support::proxy_status(proxy).await["viewBlock"]
+            .as_u64()
+            .filter(|b| *b >= block)
+    };
+    test_support::eventually(&format!("the proxy's view reaches block {block}"), reached).await
+}
