@@ -84,7 +84,7 @@ impl DiskCache {
         if let Some(bytes) = self.cached(artifact, digest).await {
             return Ok(bytes);
         }
-        let bytes = download(link, entry, artifact, size).await?;
+        let bytes = download(link, entry, artifact, digest, size).await?;
         if protocol::sha3_hex(&bytes) != *digest {
             return Err(link.distrust(format!(
                 "snapshot {}: downloaded {} does not match the catalog digest",
@@ -104,6 +104,7 @@ async fn download(
     link: &ServerLink,
     entry: &CatalogEntry,
     artifact: Artifact,
+    digest: &Sha3Digest,
     size: Size,
 ) -> Result<Vec<u8>, ReadError> {
     let name = artifact.name();
@@ -113,9 +114,17 @@ async fn download(
         Artifact::Table => ApiPath::Table(&entry.id),
     };
     let what = format!("snapshot {id}: {name}");
-    let resp = link.download(path, &what, size, Duration::Long).await?;
+    let build = ServerLink::same_build(digest);
+    let resp = link
+        .download(path, &what, &build, size, Duration::Long)
+        .await?;
     if resp.status == StatusCode::NOT_FOUND && artifact == Artifact::Table {
         return Err(ReadError::Retired(id));
+    }
+    if crate::link::is_replaced(resp.status) {
+        return Err(ReadError::Retired(format!(
+            "{id} (replaced since the catalog was read)"
+        )));
     }
     if !resp.status.is_success() {
         return Err(ReadError::Setup {

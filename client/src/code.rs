@@ -125,10 +125,14 @@ impl CodeCache {
             .download(
                 ApiPath::CodeTable(level),
                 &what,
+                &ServerLink::same_build(summary.root),
                 Size::Exactly(bytes),
                 Duration::Long,
             )
             .await?;
+        if crate::link::is_replaced(resp.status) {
+            return Err(ReadError::Retired(format!("{name} (replaced)")));
+        }
         if resp.status == StatusCode::NOT_FOUND {
             return Err(ReadError::Retired(name));
         }
@@ -203,11 +207,14 @@ impl CodeCache {
             .get(
                 ApiPath::CodeEntry(&id, index),
                 &what,
-                &[],
+                &ServerLink::same_build(table.root),
                 size,
                 Duration::Short,
             )
             .await?;
+        if crate::link::is_replaced(resp.status) {
+            return Err(ReadError::Retired(format!("{level} (replaced)")));
+        }
         if !resp.status.is_success() {
             return Err(ReadError::Backend(format!("{what}: HTTP {}", resp.status)));
         }
@@ -232,7 +239,7 @@ impl CodeCache {
         let what = format!("code {hash}");
         let size = Size::AtMost(MAX_CODE_BYTES as u64);
         let resp = link
-            .download(ApiPath::Code(hash), &what, size, Duration::Long)
+            .download(ApiPath::Code(hash), &what, &[], size, Duration::Long)
             .await?;
         if resp.status == StatusCode::NOT_FOUND {
             return Err(ReadError::Backend(format!(

@@ -29,6 +29,13 @@ pub struct ServerLink {
     pub trust: Trust,
 }
 
+/// Whether the server said that the level asked for was replaced since
+/// the catalog named it ([`ServerLink::same_build`]): retired, not a
+/// verification failure.
+pub fn is_replaced(status: reqwest::StatusCode) -> bool {
+    status == reqwest::StatusCode::PRECONDITION_FAILED
+}
+
 impl ServerLink {
     pub fn new(http: reqwest::Client, base: &str, timeouts: Timeouts) -> Self {
         ServerLink {
@@ -64,17 +71,18 @@ impl ServerLink {
         self.api.get(path, what, headers, bounds, &count).await
     }
 
-    /// A download (`GET path`, no headers) within `size`: a body
+    /// A download (`GET path` with `headers`) within `size`: a body
     /// over its bound is not what the server stated, so the server's
     /// verification failure; other failures are the backend's.
     pub async fn download(
         &self,
         path: ApiPath<'_>,
         what: &str,
+        headers: &[(HeaderName, HeaderValue)],
         size: Size,
         duration: Duration,
     ) -> Result<Fetched, ReadError> {
-        self.get(path, what, &[], size, duration)
+        self.get(path, what, headers, size, duration)
             .await
             .map_err(|e| match e.is_oversized() {
                 true => self.distrust(e.to_string()),
@@ -94,6 +102,16 @@ impl ServerLink {
         let count = |n| self.traffic.received(Kind::Lookup, n);
         let bounds = self.bounds(size, Duration::Short);
         self.api.query(body, what, bounds, &count).await
+    }
+
+    /// The header that asks for the build of a level the catalog named
+    /// (`tag`: its bytes' digest, or its code table's root): a server
+    /// whose level was replaced under the same id since (a reorg rebuilds
+    /// a block's delta) answers 412, which is not tampering
+    /// ([`is_replaced`]).
+    pub fn same_build(tag: impl std::fmt::Display) -> [(HeaderName, HeaderValue); 1] {
+        let value = HeaderValue::from_str(&format!("\"{tag}\"")).expect("hex digits");
+        [(reqwest::header::IF_MATCH, value)]
     }
 
     /// Records a verification failure of this server (see [`Trust`]).

@@ -246,6 +246,7 @@ async fn forged_server_is_not_read(dir: &Path, anvil: &Anvil) {
         block_hash: m.block_hash,
         state_root: m.state_root,
         block_time: m.block_time,
+        parent_hash: m.parent_hash,
         kind: snapshotter::SnapshotKind::Full,
         source: "forged".into(),
         records: records.accounts,

@@ -207,3 +207,116 @@ async fn the_follower_keeps_views_complete_and_fresh_while_clients_read() {
 
     follower.stop().await;
 }
+
+/// A node front that, once armed, replaces the newest block (a reorg) the
+/// moment the follower next asks for the head: after the step's check of
+/// its levels, before it reads the delta.
+#[derive(Clone)]
+struct ReorgingFront {
+    node: String,
+    http: reqwest::Client,
+    /// The `evm_snapshot` to go back to, taken when armed.
+    armed: Arc<Mutex<Option<serde_json::Value>>>,
+    /// The payments of the new fork, from dev account 2.
+    fork: Vec<(String, u64)>,
+}
+
+async fn reorg_at_head_read(
+    axum::extract::State(front): axum::extract::State<ReorgingFront>,
+    body: axum::body::Bytes,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let asks_head = std::str::from_utf8(&body).is_ok_and(|b| b.contains("eth_blockNumber"));
+    let armed = match asks_head {
+        true => front.armed.lock().unwrap().take(),
+        false => None,
+    };
+    if let Some(snapshot) = armed {
+        let reverted = test_support::rpc(&front.node, "evm_revert", json!([snapshot])).await;
+        assert_eq!(reverted, Ok(json!(true)));
+        for (to, value) in &front.fork {
+            let tx = json!({"from": DEV_ACCOUNTS[2], "to": to, "value": format!("{value:#x}")});
+            test_support::rpc(&front.node, "eth_sendTransaction", json!([tx]))
+                .await
+                .unwrap();
+        }
+    }
+    let resp = front
+        .http
+        .post(&front.node)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    (resp.status(), resp.bytes().await.unwrap()).into_response()
+}
+
+/// A reorg that lands inside a follower's step, after its check of the
+/// levels and before it reads the next delta: the blocks read then stand
+/// on another block than the newest level, so the delta is not published
+/// on that orphaned level (its parent hash is not the level's), and the
+/// next step removes the orphan and rebuilds. No view mixes the forks:
+/// the orphaned payment reads as the node has it (never made), the new
+/// fork's as made. (Without the parent-hash check the new fork's delta
+/// stood on the orphan, and the newest level's hash, on the chain, kept
+/// the orphan below it forever.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reorg_inside_a_step_leaves_no_mixed_fork() {
+    log_if_asked();
+    let dir = tempfile::tempdir().unwrap();
+    let genesis = dir.path().join("genesis.json");
+    write_genesis(&genesis);
+    let anvil = Anvil::start_from_genesis(&genesis).await;
+    let (orphaned, kept) = (fresh(0x91), fresh(0x92));
+    let armed = Arc::new(Mutex::new(None));
+    let front = ReorgingFront {
+        node: anvil.url.clone(),
+        http: reqwest::Client::new(),
+        armed: armed.clone(),
+        fork: vec![(kept.clone(), 5), (kept.clone(), 6)],
+    };
+    let app = axum::Router::new()
+        .fallback(reorg_at_head_read)
+        .with_state(front);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let node = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let store = dir.path().join("store");
+    let config = follow_config(&store, &node, &genesis, 0, 4, 256);
+    let mut follower = snapshotter::follow::Follower::new(config).unwrap();
+    follower.step().await.unwrap();
+    let snapshot = anvil.rpc("evm_snapshot", json!([])).await;
+    let pay = json!({"from": DEV_ACCOUNTS[1], "to": orphaned, "value": "0x3e8"});
+    anvil.send(pay).await;
+    follower.step().await.unwrap();
+    // The next step's head read replaces block 1 with two others.
+    *armed.lock().unwrap() = Some(snapshot);
+    let mut settled = false;
+    for _ in 0..10 {
+        let outcome = follower.step().await;
+        if matches!(
+            outcome,
+            Ok(snapshotter::follow::StepOutcome::UpToDate { .. })
+        ) {
+            settled = true;
+            break;
+        }
+    }
+    assert!(settled, "the follower settles");
+    assert!(armed.lock().unwrap().is_none(), "the reorg happened");
+    let head = anvil.head().await;
+    assert_eq!(head, 2);
+
+    let server = start_server(&store).await;
+    let proxy = start_proxy(&server, None, &dir.path().join("cache")).await;
+    view_reaches(&proxy, head).await;
+    for who in [&orphaned, &kept] {
+        let at = format!("{head:#x}");
+        let private = test_support::rpc(&proxy, "eth_getBalance", json!([who, at])).await;
+        let node = anvil.rpc("eth_getBalance", json!([who, at])).await;
+        assert_eq!(private.unwrap(), node, "{who} at {head}");
+    }
+    anvil.stop().await;
+}

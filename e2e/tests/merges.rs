@@ -43,6 +43,7 @@ fn state(
         block_hash: None,
         state_root: None,
         block_time: None,
+        parent_hash: None,
         kind,
         source: "merges test".into(),
         records: accounts

@@ -357,6 +357,13 @@ pub struct Manifest {
     pub chain_id: u64,
     pub block_number: u64,
     pub block_hash: Option<B256>,
+    /// A delta's parent: the hash of block `from`, the block of the level
+    /// it stands on, as the node had it when the delta was read. A client
+    /// chains a delta only onto a level of that hash ([`crate::view`]), so
+    /// that a delta of a new fork never stands on an orphaned level. None
+    /// for other kinds, and for deltas of older builds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_hash: Option<B256>,
     pub state_root: Option<B256>,
     /// Block timestamp, seconds since the epoch.
     pub block_time: Option<u64>,

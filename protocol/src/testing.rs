@@ -20,6 +20,7 @@ pub fn entry(
         block_hash: None,
         state_root: None,
         block_time: None,
+        parent_hash: None,
         kind,
         source: String::new(),
         record_count: 1,

@@ -25,6 +25,8 @@ pub const MAX_DEPTH: usize = crate::multi::MAX_PARTS;
 #[derive(Clone, Copy, Debug)]
 struct Node {
     id: SnapshotId,
+    /// Its entry, in the order [`Views::build`] reads them.
+    entry: u32,
     parent: Option<u32>,
     depth: u16,
     complete: bool,
@@ -48,12 +50,15 @@ impl Views {
     /// The views the entries form. A delta counts only on top of a
     /// complete view at its `from` block, and only while the view stays
     /// within [`MAX_DEPTH`] levels; a delta whose parent is missing makes
-    /// no view. O(n log n) time, O(n) memory.
+    /// no view. Levels must chain and agree ([`chains_onto`]): a delta
+    /// that names another parent block hash than the level below has, or
+    /// claims other storage than it (a listed-only delta on a whole-state
+    /// base), makes no view. O(n log n) time, O(n) memory.
     pub fn build(entries: &[CatalogEntry]) -> Views {
         let mut order: Vec<&CatalogEntry> = entries.iter().collect();
         order.sort_by_key(|e| (e.manifest.chain_id, e.manifest.block_number, e.id));
         let mut views = Views::default();
-        for e in order {
+        for (i, e) in order.iter().enumerate() {
             let m = &e.manifest;
             let (parent, depth, complete) = match m.kind {
                 SnapshotKind::Delta { from } => {
@@ -64,6 +69,9 @@ impl Views {
                     if !b.complete || from >= m.block_number || b.depth as usize >= MAX_DEPTH {
                         continue;
                     }
+                    if !chains_onto(m, &order[b.entry as usize].manifest) {
+                        continue;
+                    }
                     (Some(below), b.depth + 1, true)
                 }
                 kind => (None, 1, kind.is_complete()),
@@ -72,6 +80,7 @@ impl Views {
             views.chained.insert(e.id);
             views.nodes.push(Node {
                 id: e.id,
+                entry: i as u32,
                 parent,
                 depth,
                 complete,
@@ -202,6 +211,18 @@ pub fn newest_of<T, K: Ord>(
     })
 }
 
+/// Whether `delta` may stand on `below` (the top level of the view at
+/// its `from` block): the parent block hash it names, if any, is
+/// `below`'s block hash, and it claims the same storage (the contracts
+/// held, or the whole state), so that a view is whole only if every
+/// level says so.
+pub fn chains_onto(delta: &crate::manifest::Manifest, below: &crate::manifest::Manifest) -> bool {
+    let parent_ok = delta
+        .parent_hash
+        .is_none_or(|p| below.block_hash == Some(p));
+    parent_ok && delta.storage == below.storage
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -239,6 +260,38 @@ mod tests {
         assert!(all.iter().all(|v| v.complete));
         assert_eq!(newest(&all, Some(1)).unwrap().block, 13);
         assert!(newest(&all, Some(2)).is_none());
+    }
+
+    #[test]
+    fn levels_chain_by_parent_hash_and_agree_on_the_storage_claim() {
+        use alloy_primitives::B256;
+        let hash = |b: u64| B256::with_last_byte(b as u8);
+        let level = |block: u64, kind: SnapshotKind, parent: Option<u64>| {
+            let mut e = entry(block, kind);
+            e.manifest.block_hash = Some(hash(block));
+            e.manifest.parent_hash = parent.map(hash);
+            e.manifest.storage = crate::storage::PrivateStorage::whole_state();
+            e
+        };
+        let base = level(10, SnapshotKind::Full, None);
+        let chained = level(11, SnapshotKind::Delta { from: 10 }, Some(10));
+        let all = views(&[base.clone(), chained.clone()]);
+        assert_eq!(all.len(), 2, "a delta naming the base's hash chains");
+        // A delta of another fork: it names another block 10.
+        let mut orphan_top = chained.clone();
+        orphan_top.manifest.parent_hash = Some(hash(99));
+        assert_eq!(views(&[base.clone(), orphan_top]).len(), 1);
+        // A listed-only delta on a whole-state base: the view would read
+        // every slot it does not list as zero.
+        let mut listed = chained.clone();
+        listed.manifest.storage = Default::default();
+        let all = views(&[base.clone(), listed]);
+        assert_eq!(all.len(), 1, "no view at 11");
+        assert_eq!(all[0].block, 10);
+        // A delta of an older build names no parent: chained by block.
+        let mut older = chained;
+        older.manifest.parent_hash = None;
+        assert_eq!(views(&[base, older]).len(), 2);
     }
 
     #[test]

@@ -36,6 +36,11 @@ pub enum RouteError {
     UnknownSnapshot(String),
     #[error("no table for snapshot '{0}' (retired, or too large to download whole)")]
     NoTable(String),
+    /// `If-Match` named another build of the snapshot than the one served
+    /// (it was replaced under the same id since the client read the
+    /// catalog: a reorg rebuilds a block's delta).
+    #[error("snapshot '{0}' was replaced since that build was listed; read the catalog again")]
+    Replaced(String),
     #[error("this server does not export its store's files (export_files)")]
     NotExported,
     #[error("no file '{0}' in that snapshot")]
@@ -77,6 +82,7 @@ impl RouteError {
             | RouteError::NoFile(_)
             | RouteError::NoCodeEntry { .. }
             | RouteError::NoCode(_) => StatusCode::NOT_FOUND,
+            RouteError::Replaced(_) => StatusCode::PRECONDITION_FAILED,
             RouteError::BodyTooLarge { .. } | RouteError::PartTooLarge { .. } => {
                 StatusCode::PAYLOAD_TOO_LARGE
             }

@@ -157,8 +157,11 @@ async fn setup(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, RouteError> {
-    let snap = state.get(&id).ok_or(RouteError::UnknownSnapshot(id))?;
+    let snap = state
+        .get(&id)
+        .ok_or(RouteError::UnknownSnapshot(id.clone()))?;
     let digest = &snap.stored.manifest.pir.setup_digest;
+    same_build(&headers, &format!("\"{digest}\""), &id)?;
     Ok(download(&headers, digest, snap.setup().shared_bytes()))
 }
 
@@ -175,7 +178,8 @@ async fn table(
         let file = snap.stored.manifest.files.get(snapshot_store::TABLE_FILE)?;
         Some((&file.sha3_256, snap.table.clone()?))
     });
-    let (digest, bytes) = found.ok_or(RouteError::NoTable(id))?;
+    let (digest, bytes) = found.ok_or(RouteError::NoTable(id.clone()))?;
+    same_build(&headers, &format!("\"{digest}\""), &id)?;
     Ok(download(&headers, digest, bytes))
 }
 
@@ -212,10 +216,14 @@ async fn file(
 async fn code_table(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
+    headers: HeaderMap,
 ) -> Result<Response, RouteError> {
     let snap = state
         .get(&id)
         .ok_or(RouteError::UnknownSnapshot(id.clone()))?;
+    if let Some(etag) = code_table_etag(&snap) {
+        same_build(&headers, &etag, &id)?;
+    }
     let tree = snap.codes.as_ref().ok_or(RouteError::NoCodeEntry {
         id,
         index: "any".into(),
@@ -229,10 +237,14 @@ async fn code_table(
 async fn code_entry(
     State(state): State<Arc<AppState>>,
     Path((id, index)): Path<(String, String)>,
+    headers: HeaderMap,
 ) -> Result<Response, RouteError> {
     let snap = state
         .get(&id)
         .ok_or(RouteError::UnknownSnapshot(id.clone()))?;
+    if let Some(etag) = code_table_etag(&snap) {
+        same_build(&headers, &etag, &id)?;
+    }
     let proof = index
         .parse::<u32>()
         .ok()
@@ -279,6 +291,31 @@ async fn code(
 fn download(headers: &HeaderMap, digest: &protocol::Sha3Digest, bytes: Bytes) -> Response {
     let etag = format!("\"{digest}\"");
     not_modified(headers, &etag).unwrap_or_else(|| binary(etag, bytes))
+}
+
+/// Refuses (412) a request whose `If-Match` names another build of
+/// snapshot `id` than `etag` (its bytes' digest, or its code table's
+/// root): the client read the catalog before the snapshot was replaced
+/// under the same id (a reorg rebuilds a block's delta) and asks for the
+/// build it read, which is gone. Answering the new bytes would make the
+/// client find other bytes than its catalog names, which it must take for
+/// tampering.
+fn same_build(headers: &HeaderMap, etag: &str, id: &str) -> Result<(), RouteError> {
+    let Some(wanted) = headers.get(header::IF_MATCH) else {
+        return Ok(());
+    };
+    let matches = wanted
+        .to_str()
+        .is_ok_and(|w| w.split(',').map(str::trim).any(|t| t == "*" || t == etag));
+    match matches {
+        true => Ok(()),
+        false => Err(RouteError::Replaced(id.to_string())),
+    }
+}
+
+/// The ETag of a level's code table: its Merkle root.
+fn code_table_etag(snap: &LoadedSnapshot) -> Option<String> {
+    Some(format!("\"{}\"", snap.stored.manifest.codes?.root))
 }
 
 /// A 304 when `If-None-Match` names `etag`.

@@ -21,6 +21,7 @@ fn state(block: u64, n: u64) -> ExportedState {
         block_hash: None,
         state_root: None,
         block_time: None,
+        parent_hash: None,
         kind: SnapshotKind::Full,
         source: "test".into(),
         storage: Vec::new(),
@@ -468,6 +469,29 @@ async fn one_request_queries_every_level_of_a_view() {
         .await
         .unwrap();
     assert_eq!(again.status(), 304);
+    // A client asks for the build its catalog named: another build of the
+    // id (a level replaced by a reorg) is 412, never the new bytes.
+    let with_match = |path: &str, tag: &str| {
+        http.get(format!("{base}/v1/snapshots/31337-6-delta-5/{path}"))
+            .header("if-match", format!("\"{tag}\""))
+            .send()
+    };
+    assert_eq!(
+        with_match("table", file.sha3_256.as_str())
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(with_match("table", "0123").await.unwrap().status(), 412);
+    let delta = catalog
+        .snapshots
+        .iter()
+        .find(|e| e.id.url_form() == "31337-6-delta-5")
+        .unwrap();
+    let setup = delta.manifest.pir.setup_digest.as_str();
+    assert_eq!(with_match("setup", setup).await.unwrap().status(), 200);
+    assert_eq!(with_match("setup", "0123").await.unwrap().status(), 412);
     let missing = http
         .get(format!("{base}/v1/snapshots/31337-9-full/table"))
         .send()

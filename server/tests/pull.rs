@@ -29,6 +29,7 @@ fn state(block: u64, kind: SnapshotKind, n: u64) -> ExportedState {
         block_hash: None,
         state_root: None,
         block_time: None,
+        parent_hash: None,
         kind,
         source: "test".into(),
         storage: Vec::new(),

@@ -41,6 +41,7 @@ fn publish_base(store: &Path) {
         block_hash: None,
         state_root: None,
         block_time: None,
+        parent_hash: None,
         kind: SnapshotKind::Full,
         source: "test".into(),
         storage: Vec::new(),

@@ -123,6 +123,7 @@ pub fn alloc_state(
         block_hash: None,
         state_root: Some(alloy_trie::root::state_root_ref_unhashed(alloc)),
         block_time: None,
+        parent_hash: None,
         kind: SnapshotKind::Full,
         source: source.to_string(),
         records,

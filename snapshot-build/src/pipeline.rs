@@ -36,6 +36,9 @@ pub struct ExportedState {
     pub chain_id: u64,
     pub block_number: u64,
     pub block_hash: Option<B256>,
+    /// A delta's parent: the hash of its `from` block (see
+    /// [`protocol::Manifest::parent_hash`]).
+    pub parent_hash: Option<B256>,
     pub state_root: Option<B256>,
     pub block_time: Option<u64>,
     pub kind: SnapshotKind,
@@ -628,6 +631,7 @@ fn manifest_for(
         block_hash: state.block_hash,
         state_root: state.state_root,
         block_time: state.block_time,
+        parent_hash: state.parent_hash,
         kind: state.kind,
         source: state.source.clone(),
         record_count: summary.accounts + summary.slots,

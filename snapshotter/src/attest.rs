@@ -164,6 +164,14 @@ impl Attester {
             .export_delta(from, m.block_number, &m.storage)
             .await
             .map_err(|e| e.to_string())?;
+        // It must stand where the node's blocks stand (a delta of one
+        // fork on a level of another is refused, whatever its records).
+        if m.parent_hash.is_some() && delta.state.parent_hash != m.parent_hash {
+            return Err(format!(
+                "the delta names block {from} of hash {:?} as its parent; the node's block {from} is {:?}",
+                m.parent_hash, delta.state.parent_hash
+            ));
+        }
         let candidates = match delta.destroyed.is_empty() {
             true => vec![delta.state],
             false => {

@@ -412,6 +412,16 @@ impl Follower {
         let delta = node
             .export_delta(from, to, &view[0].manifest.storage)
             .await?;
+        // A reorg after this step's check of the levels: the blocks read
+        // stand on another block `from` than the level below. Not
+        // published; the next step finds the orphaned level and repairs.
+        let below = view.last().expect("a view has a level");
+        if let (Some(parent), Some(hash)) = (delta.state.parent_hash, below.manifest.block_hash) {
+            if parent != hash {
+                tracing::warn!(block = from, "the level below is no longer on the node's chain (a reorg during the step): the delta is not published");
+                return Err(crate::sources::rpc::RpcSourceError::Reorged { block: from }.into());
+            }
+        }
         let records = delta.state.records.len() + delta.state.storage.len();
         let report = blocking(move || {
             let mut state = delta.state;
@@ -473,25 +483,44 @@ impl Follower {
         Ok(())
     }
 
-    /// After a reorg: finds the newest level of the newest view still on
-    /// the node's chain (same hash at its block) and removes every delta
-    /// and full snapshot above that block, whatever view they belong to, so
-    /// that no view mixes the orphaned blocks in. The next delta rebuilds
-    /// them from the node.
+    /// After a reorg: finds the newest level of the newest view that is on
+    /// the node's chain with every level below it (same hash at its
+    /// block), and removes every delta and full snapshot above that
+    /// block, whatever view they belong to, so that no view mixes the
+    /// orphaned blocks in. The next delta rebuilds them from the node.
+    /// Every level is checked, not only the newest: a delta of a new fork
+    /// may stand on an orphaned one (a reorg during an earlier step).
+    /// Within a run of levels each of which names the level below as its
+    /// parent ([`protocol::Manifest::parent_hash`]), one on the chain
+    /// vouches for those below it, so a chained view costs one request.
     /// Returns whether anything was removed.
     async fn undo_reorg(&self, view: &[StoredSnapshot]) -> Result<bool, FollowError> {
         let node = self.node.as_ref().expect("connected");
-        let mut fork = None;
-        for level in view.iter().rev() {
-            let on_chain = match level.manifest.block_hash {
-                Some(hash) => node.block_header(level.id.block).await?.0 == hash,
-                None => true,
-            };
-            if on_chain {
-                fork = Some(level.id.block);
-                break;
+        let mut kept = 0;
+        while kept < view.len() {
+            let run_end = chained_run_end(view, kept);
+            let mut on_chain_to = None;
+            for i in (kept..=run_end).rev() {
+                let level = &view[i];
+                let on_chain = match level.manifest.block_hash {
+                    Some(hash) => node.block_header(level.id.block).await?.0 == hash,
+                    None => true,
+                };
+                if on_chain {
+                    on_chain_to = Some(i);
+                    break;
+                }
+            }
+            match on_chain_to {
+                Some(i) if i == run_end => kept = run_end + 1,
+                Some(i) => {
+                    kept = i + 1;
+                    break;
+                }
+                None => break,
             }
         }
+        let fork = kept.checked_sub(1).map(|i| view[i].id.block);
         let top = view.last().expect("a view has a level").id.block;
         let Some(fork) = fork else {
             return Err(Refusal::Mismatch(format!(
@@ -517,6 +546,21 @@ impl Follower {
         }
         Ok(true)
     }
+}
+
+/// The last level of the run of levels from `first` on in which each
+/// names the one below it as its parent (its `parent_hash` is that
+/// level's block hash).
+fn chained_run_end(view: &[StoredSnapshot], first: usize) -> usize {
+    let mut end = first;
+    while end + 1 < view.len() {
+        let (below, above) = (&view[end].manifest, &view[end + 1].manifest);
+        match (above.parent_hash, below.block_hash) {
+            (Some(parent), Some(hash)) if parent == hash => end += 1,
+            _ => break,
+        }
+    }
+    end
 }
 
 /// Runs a blocking closure (a build) off the async threads.

@@ -339,6 +339,11 @@ impl Levels {
             block_hash: m.block_hash,
             state_root: m.state_root,
             block_time: m.block_time,
+            // A merged delta stands where its first piece stood.
+            parent_hash: match kind {
+                SnapshotKind::Delta { .. } => levels[0].manifest.parent_hash,
+                _ => None,
+            },
             kind,
             source,
             records: records.accounts,
@@ -447,6 +452,7 @@ mod tests {
             block_hash: None,
             state_root: None,
             block_time: None,
+            parent_hash: None,
             kind,
             source: "test".into(),
             records,

@@ -130,6 +130,7 @@ fn retention_keeps_the_newest_and_the_pinned() {
             block_hash: None,
             state_root: None,
             block_time: None,
+            parent_hash: None,
             kind,
             source: "test".into(),
             storage: Vec::new(),

@@ -431,6 +431,7 @@ async fn a_slot_left_out_is_caught(store: &SnapshotStore, forged_dir: &std::path
         block_hash: m.block_hash,
         state_root: Some(root),
         block_time: m.block_time,
+        parent_hash: m.parent_hash,
         kind: m.kind,
         source: "test: a slot left out".into(),
         records: records.accounts,

@@ -370,6 +370,7 @@ fn tampered_records_are_refused(dir: &Path, view: &[StoredSnapshot], root: B256)
             block_hash: top.block_hash,
             state_root: Some(root),
             block_time: top.block_time,
+            parent_hash: top.parent_hash,
             kind: SnapshotKind::Full,
             source: format!("test: {what}"),
             records,

@@ -27,6 +27,7 @@ fn base(records: Vec<AccountRecord>) -> ExportedState {
         block_hash: None,
         state_root: None,
         block_time: None,
+        parent_hash: None,
         kind: SnapshotKind::Full,
         source: "test".into(),
         records,

@@ -112,6 +112,7 @@ pub fn synthetic_base(records: Vec<AccountRecord>, made_s: f64) -> ExportedState
         block_hash: None,
         state_root: None,
         block_time: None,
+        parent_hash: None,
         kind: SnapshotKind::Full,
         source: "synthetic".into(),
         storage: Vec::new(),

@@ -1043,7 +1043,10 @@ impl RethDatadir {
                 None => AccountRecord::deleted(a).without_trie(),
             })
             .collect();
-        self.exported(to, SnapshotKind::Delta { from }, records, chain_id, started)
+        let mut state =
+            self.exported(to, SnapshotKind::Delta { from }, records, chain_id, started)?;
+        state.parent_hash = self.block_hashes()?.get(&from).copied();
+        Ok(state)
     }
 
     /// Exports a snapshot's worth of accounts.
@@ -1101,6 +1104,7 @@ impl RethDatadir {
             block_hash,
             state_root: header.map(|h| h.0),
             block_time: header.map(|h| h.1),
+            parent_hash: None,
             kind,
             source: format!("reth:{}", self.path.display()),
             storage: Vec::new(),

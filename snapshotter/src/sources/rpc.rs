@@ -852,6 +852,7 @@ impl RpcSource {
         listed: &PrivateStorage,
     ) -> Result<NodeDelta, RpcSourceError> {
         let started = Instant::now();
+        let (parent, _, _) = self.block_header(from).await?;
         let (hash, _, _) = self.block_header(to).await?;
         let (touched, lives) = self.touched_traced(from + 1, to).await?;
         let addresses: Vec<Address> = touched.into_iter().collect();
@@ -888,6 +889,12 @@ impl RpcSource {
         if self.block_header(to).await?.0 != hash || state.block_hash != Some(hash) {
             return Err(RpcSourceError::Reorged { block: to });
         }
+        // The blocks read stand on `parent` (its hash unchanged over the
+        // read, as `to`'s): the level below must be of that hash.
+        if self.block_header(from).await?.0 != parent {
+            return Err(RpcSourceError::Reorged { block: from });
+        }
+        state.parent_hash = Some(parent);
         Ok(NodeDelta {
             state,
             destroyed: written.destroyed.into_iter().collect(),
@@ -937,6 +944,7 @@ impl RpcSource {
             block_hash: Some(hash),
             state_root: Some(root),
             block_time: Some(time),
+            parent_hash: None,
             kind,
             source: format!("rpc:{}", protocol::url::redact(&self.url)),
             records,

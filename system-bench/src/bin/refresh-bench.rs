@@ -339,6 +339,7 @@ fn state(
         block_hash: None,
         state_root: None,
         block_time: Some(1_700_000_000 + block * 12),
+        parent_hash: None,
         kind,
         source: "refresh-bench".into(),
         storage,
