@@ -33,10 +33,12 @@ use crate::{AccountState, ReadError};
 /// kept on disk by hash.
 pub struct CodeCache {
     dir: PathBuf,
-    /// `(level, place)` to hash, for entries proved this run.
-    places: Mutex<HashMap<(String, u32), B256>>,
-    /// The whole code tables of the deltas opened, by level.
-    tables: Mutex<HashMap<String, std::sync::Arc<Vec<B256>>>>,
+    /// `(table root, place)` to hash, for entries proved this run (by the
+    /// table's root, not the level's id: a level rebuilt under its id by a
+    /// reorg has another table).
+    places: Mutex<HashMap<(B256, u32), B256>>,
+    /// The whole code tables of the deltas opened, by level and root.
+    tables: Mutex<HashMap<(String, B256), std::sync::Arc<Vec<B256>>>>,
 }
 
 impl CodeCache {
@@ -78,7 +80,7 @@ impl CodeCache {
             .tables
             .lock()
             .expect("code tables")
-            .get(&account.snapshot)
+            .get(&(account.snapshot.clone(), table.root))
             .cloned();
         let hash = match held {
             Some(hashes) => *hashes.get(index as usize - 1).ok_or_else(|| {
@@ -110,7 +112,7 @@ impl CodeCache {
         max_bytes: u64,
     ) -> Result<(), ReadError> {
         let name = level.url_form();
-        if self.tables.lock().expect("code tables").contains_key(&name) {
+        if self.holds_table(&name, summary.root) {
             return Ok(());
         }
         let bytes = summary.count as u64 * 32;
@@ -144,13 +146,14 @@ impl CodeCache {
         self.tables
             .lock()
             .expect("code tables")
-            .insert(name, std::sync::Arc::new(hashes));
+            .insert((name, summary.root), std::sync::Arc::new(hashes));
         Ok(())
     }
 
-    /// Whether `level`'s whole code table is held.
-    pub fn holds_table(&self, level: &str) -> bool {
-        self.tables.lock().expect("code tables").contains_key(level)
+    /// Whether `level`'s whole code table of root `root` is held.
+    pub fn holds_table(&self, level: &str, root: B256) -> bool {
+        let key = (level.to_string(), root);
+        self.tables.lock().expect("code tables").contains_key(&key)
     }
 
     /// Drops the tables of levels no longer held.
@@ -158,7 +161,7 @@ impl CodeCache {
         self.tables
             .lock()
             .expect("code tables")
-            .retain(|level, _| keep(level));
+            .retain(|(level, _), _| keep(level));
     }
 
     /// The codes at `places` of `level`'s table, proved and kept; how
@@ -194,7 +197,7 @@ impl CodeCache {
         table: &CodeTable,
         index: u32,
     ) -> Result<B256, ReadError> {
-        let key = (level.to_string(), index);
+        let key = (table.root, index);
         if let Some(hash) = self.places.lock().expect("code places").get(&key) {
             return Ok(*hash);
         }

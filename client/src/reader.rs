@@ -518,7 +518,11 @@ impl PrivateReader {
         if let Some(reason) = self.distrusted() {
             return Err(ReadError::Distrusted(reason));
         }
-        if crate::code::is_delta(&account.snapshot) && !self.codes.holds_table(&account.snapshot) {
+        let held =
+            |t: &protocol::codes::CodeTable| self.codes.holds_table(&account.snapshot, t.root);
+        if crate::code::is_delta(&account.snapshot)
+            && !account.code_table.as_ref().is_some_and(held)
+        {
             // Not downloaded in the background yet (or it failed): every
             // missing one now.
             self.hold_missing_code_tables().await?;
@@ -1030,7 +1034,7 @@ impl PrivateReader {
         let Some(summary) = crate::code::delta_code_table(entry) else {
             return;
         };
-        if self.codes.holds_table(&entry.id.url_form()) {
+        if self.codes.holds_table(&entry.id.url_form(), summary.root) {
             return;
         }
         let (codes, link, id) = (self.codes.clone(), self.link.clone(), entry.id);

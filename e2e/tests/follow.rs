@@ -217,8 +217,10 @@ struct ReorgingFront {
     http: reqwest::Client,
     /// The `evm_snapshot` to go back to, taken when armed.
     armed: Arc<Mutex<Option<serde_json::Value>>>,
-    /// The payments of the new fork, from dev account 2.
+    /// The payments of the new fork, from dev account 2, and the head
+    /// they make.
     fork: Vec<(String, u64)>,
+    fork_head: u64,
 }
 
 async fn reorg_at_head_read(
@@ -240,6 +242,13 @@ async fn reorg_at_head_read(
                 .await
                 .unwrap();
         }
+        // Announced as the head before this read is answered (anvil's
+        // number can lag its blocks).
+        let announced = || async {
+            let n = test_support::rpc(&front.node, "eth_blockNumber", json!([])).await;
+            n.ok().filter(|n| quantity(n) >= front.fork_head)
+        };
+        test_support::eventually("the new fork's head", announced).await;
     }
     let resp = front
         .http
@@ -275,6 +284,7 @@ async fn a_reorg_inside_a_step_leaves_no_mixed_fork() {
         http: reqwest::Client::new(),
         armed: armed.clone(),
         fork: vec![(kept.clone(), 5), (kept.clone(), 6)],
+        fork_head: 2,
     };
     let app = axum::Router::new()
         .fallback(reorg_at_head_read)
@@ -293,18 +303,23 @@ async fn a_reorg_inside_a_step_leaves_no_mixed_fork() {
     follower.step().await.unwrap();
     // The next step's head read replaces block 1 with two others.
     *armed.lock().unwrap() = Some(snapshot);
+    // That step reads blocks of the new fork on top of the orphaned level:
+    // refused, nothing published.
+    let refused = follower.step().await;
+    let reorged = |e: &snapshotter::follow::FollowError| e.to_string().contains("a reorg");
+    assert!(matches!(&refused, Err(e) if reorged(e)), "{refused:?}");
     let mut settled = false;
     for _ in 0..10 {
         let outcome = follower.step().await;
         if matches!(
             outcome,
-            Ok(snapshotter::follow::StepOutcome::UpToDate { .. })
+            Ok(snapshotter::follow::StepOutcome::UpToDate { block: 2 })
         ) {
             settled = true;
             break;
         }
     }
-    assert!(settled, "the follower settles");
+    assert!(settled, "the follower settles at block 2");
     assert!(armed.lock().unwrap().is_none(), "the reorg happened");
     let head = anvil.head().await;
     assert_eq!(head, 2);

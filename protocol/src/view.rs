@@ -212,14 +212,17 @@ pub fn newest_of<T, K: Ord>(
 }
 
 /// Whether `delta` may stand on `below` (the top level of the view at
-/// its `from` block): the parent block hash it names, if any, is
-/// `below`'s block hash, and it claims the same storage (the contracts
-/// held, or the whole state), so that a view is whole only if every
-/// level says so.
+/// its `from` block): the parent block hash it names is `below`'s block
+/// hash (where both are known: a base from a genesis file with London at
+/// block 0 names none, a delta of an older build no parent; an attested
+/// level always has its hash), and it claims the same storage (the
+/// contracts held, or the whole state), so that a view is whole only if
+/// every level says so.
 pub fn chains_onto(delta: &crate::manifest::Manifest, below: &crate::manifest::Manifest) -> bool {
-    let parent_ok = delta
-        .parent_hash
-        .is_none_or(|p| below.block_hash == Some(p));
+    let parent_ok = match (delta.parent_hash, below.block_hash) {
+        (Some(parent), Some(hash)) => parent == hash,
+        _ => true,
+    };
     parent_ok && delta.storage == below.storage
 }
 
@@ -288,10 +291,14 @@ mod tests {
         let all = views(&[base.clone(), listed]);
         assert_eq!(all.len(), 1, "no view at 11");
         assert_eq!(all[0].block, 10);
-        // A delta of an older build names no parent: chained by block.
-        let mut older = chained;
+        // A delta of an older build names no parent, a base from a
+        // genesis file may name no hash: chained by block.
+        let mut older = chained.clone();
         older.manifest.parent_hash = None;
-        assert_eq!(views(&[base, older]).len(), 2);
+        assert_eq!(views(&[base.clone(), older]).len(), 2);
+        let mut unhashed = base;
+        unhashed.manifest.block_hash = None;
+        assert_eq!(views(&[unhashed, chained]).len(), 2);
     }
 
     #[test]

@@ -197,6 +197,30 @@ async fn a_replica_pulls_the_primary_store_checked_and_atomically() {
     assert_eq!(report.removed, ["31337-6-delta-5"]);
     assert_eq!(files(&replica), files(&primary));
 
+    // The primary rebuilds a level under the same id (a reorg replaced
+    // its block): the replica fetches the new build in place of the old.
+    publish(&primary, 6, SnapshotKind::Delta { from: 5 }, 40);
+    lists(&primary_server, 2).await;
+    assert_eq!(
+        puller.pull_once(&replica).await.unwrap().fetched,
+        ["31337-6-delta-5"]
+    );
+    let (before, _) = catalog(&primary_server).await;
+    primary
+        .remove(&primary.list().unwrap().pop().unwrap().id)
+        .unwrap();
+    publish(&primary, 6, SnapshotKind::Delta { from: 5 }, 41);
+    test_support::eventually("the primary lists the new build", || async {
+        let (etag, body) = catalog(&primary_server).await;
+        let listing: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let n = listing["snapshots"].as_array().map_or(0, Vec::len);
+        (etag != before && n == 2).then_some(())
+    })
+    .await;
+    let report = puller.pull_once(&replica).await.unwrap();
+    assert_eq!(report.fetched, ["31337-6-delta-5"], "the new build");
+    assert_eq!(files(&replica), files(&primary));
+
     // Export is off by default.
     let id = "31337-5-full";
     let off = reqwest::get(format!("{replica_server}/v1/snapshots/{id}/files/db.bin"))

@@ -537,7 +537,11 @@ impl Follower {
             orphaned_to = top,
             "reorg: blocks after {fork} are no longer on the node's chain; removing their levels and rebuilding"
         );
-        for snap in self.store.list()? {
+        // Newest first: a crash part-way leaves no orphan above a kept
+        // level.
+        let mut orphans = self.store.list()?;
+        orphans.reverse();
+        for snap in orphans {
             let managed = matches!(snap.id.kind, KindTag::Delta | KindTag::Full);
             if snap.id.chain_id == node.chain_id && managed && snap.id.block > fork {
                 self.store.remove(&snap.id)?;

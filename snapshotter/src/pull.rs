@@ -84,7 +84,16 @@ impl Puller {
         for entry in &catalog.snapshots {
             let id = entry.manifest.id();
             match store.get(&id) {
-                Ok(_) => continue,
+                // The same build: nothing to fetch.
+                Ok(local) if local.manifest.pir.setup_digest == entry.manifest.pir.setup_digest => {
+                    continue
+                }
+                // Another build under the same id (the primary rebuilt a
+                // block's delta after a reorg): the old one goes.
+                Ok(_) => {
+                    store.remove(&id)?;
+                    tracing::info!(snapshot = %entry.id, "replaced on the primary (a reorg rebuilt it): fetching the new build");
+                }
                 Err(StoreError::NotFound(_)) => {}
                 Err(e) => return Err(e.into()),
             }
