@@ -38,8 +38,11 @@ pub struct CodeCache {
     /// reorg has another table).
     places: Mutex<HashMap<(B256, u32), B256>>,
     /// The whole code tables of the deltas opened, by level and root.
-    tables: Mutex<HashMap<(String, B256), std::sync::Arc<Vec<B256>>>>,
+    tables: Mutex<HashMap<(String, B256), HeldTable>>,
 }
+
+/// A level's whole code table: its hashes, in place order.
+type HeldTable = std::sync::Arc<Vec<B256>>;
 
 impl CodeCache {
     pub fn new(cache_dir: &Path) -> Self {

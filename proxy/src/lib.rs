@@ -56,6 +56,15 @@ fn log_verification_policy(config: &ProxyConfig) {
     }
 }
 
+/// Says at start which web pages may call the proxy.
+fn log_browser_policy(config: &ProxyConfig) {
+    if config.cors_origins.iter().any(|o| o.trim() == "*") {
+        tracing::warn!("cors_origins lists \"*\": every web page the user visits may call this proxy (the sandboxed \"null\" origin included)");
+    } else if !config.cors_origins.is_empty() {
+        tracing::info!(origins = ?config.cors_origins, "these web pages may call the proxy (CORS granted)");
+    }
+}
+
 /// Says at start which methods the gate lets go upstream.
 fn log_upstream_policy(config: &ProxyConfig) {
     let Some(url) = config.upstream.as_deref() else {
@@ -76,7 +85,7 @@ fn log_upstream_policy(config: &ProxyConfig) {
         ),
     }
     if config.private_fallback_to_upstream {
-        tracing::warn!("private_fallback_to_upstream is on: a balance or nonce the snapshots cannot answer goes upstream with its address, and the PIR server can make that happen (an empty catalog)");
+        tracing::warn!("private_fallback_to_upstream is on: a balance or nonce the snapshots cannot answer goes upstream with its address, whatever upstream_methods says, and the PIR server can make that happen (an empty catalog)");
     }
 }
 
@@ -174,6 +183,7 @@ async fn run_until(
     config.check_transport()?;
     log_upstream_policy(&config);
     log_verification_policy(&config);
+    log_browser_policy(&config);
     // Listening does not wait for the PIR server: calls get a JSON-RPC
     // error until its catalog gives a view.
     let reader = PrivateReader::start_in_background(&config.client())?;

@@ -90,10 +90,17 @@ struct ServeArgs {
     /// it does not have after a 12-s wait, no answer) all the same.
     #[arg(long)]
     read_unconfirmed_views: bool,
-    /// Which methods may go upstream: all, or no-address-reads (refuse the
-    /// forwarded reads that name an address, such as eth_getCode).
+    /// Which methods may go upstream: auto (the default: only methods that
+    /// read no state by address until the PIR server's view is known,
+    /// while it holds the whole state and once it was seen holding it),
+    /// no-address-reads (only those, always), or all.
     #[arg(long)]
     upstream_methods: Option<proxy::config::UpstreamMethods>,
+    /// A web origin (`https://app.example`) whose pages may call the
+    /// proxy (granted CORS); repeat for several. Any other page is
+    /// refused; browser extension wallets always pass.
+    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    cors_origins: Vec<String>,
     /// The BalanceChecker contract whose balances(users, tokens) calls are
     /// private when every token is listed or ETH (default: MetaMask's on
     /// mainnet, none on other chains).
@@ -141,6 +148,9 @@ impl ServeArgs {
         }
         if let Some(v) = self.upstream_methods {
             c.upstream_methods = v;
+        }
+        if !self.cors_origins.is_empty() {
+            c.cors_origins = self.cors_origins.clone();
         }
         if let Some(v) = self.balance_checker {
             c.balance_checker = Some(v);
