@@ -416,13 +416,9 @@ async fn a_web_page_runs_nothing(proxy: &str, chain: &WholeChain) {
 
 /// PIR queries the server has answered, over every snapshot.
 async fn queries_answered(server: &str) -> u64 {
-    let text = reqwest::get(format!("{server}/metrics"))
+    metrics_text(server)
         .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
+        .lines()
         .filter(|l| l.starts_with("ethpir_queries_total"))
         .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
         .sum::<f64>() as u64

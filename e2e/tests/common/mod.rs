@@ -306,17 +306,19 @@ pub fn trickle(bytes: Bytes) -> axum::body::Body {
 /// its own `/metrics`: with status 200 only, or with any status.
 pub async fn route_requests(server: &str, route: &str, ok_only: bool) -> u64 {
     let label = format!("route=\"{route}\"");
-    let text = reqwest::get(format!("{server}/metrics"))
+    metrics_text(server)
         .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
+        .lines()
         .filter(|l| l.starts_with("ethpir_http_requests_total") && l.contains(&label))
         .filter(|l| !ok_only || l.contains("\"200\""))
         .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
         .sum()
+}
+
+/// A PIR server's own `/metrics` (Prometheus text).
+pub async fn metrics_text(server: &str) -> String {
+    let resp = reqwest::get(format!("{server}/metrics")).await.unwrap();
+    resp.text().await.unwrap()
 }
 
 /// The creation code of a test contract compiled into e2e/contracts
