@@ -73,6 +73,11 @@ pub const NO_ADDRESS_METHODS: &[&str] = &[
     "eth_unsubscribe",
 ];
 
+/// What `private_fallback_to_upstream` may send upstream, whatever the
+/// setting: the account reads it names (a storage word's fallback stays
+/// with the gate).
+const FALLBACK_METHODS: &[&str] = &["eth_getBalance", "eth_getTransactionCount", "eth_getCode"];
+
 /// Methods whose filter decides: they pass when it names no address.
 const FILTER_METHODS: &[&str] = &["eth_getLogs", "eth_newFilter"];
 
@@ -234,7 +239,10 @@ impl Gate {
         params: Option<&Value>,
         reason: Reason,
     ) -> Result<(), (Closed, ProxyError)> {
-        if reason == Reason::ConfiguredFallback && self.private_fallback {
+        let opted_in = reason == Reason::ConfiguredFallback
+            && self.private_fallback
+            && FALLBACK_METHODS.contains(&method);
+        if opted_in {
             return Ok(()); // the user's explicit opt-in (logged at start)
         }
         let closed = match self.openness() {
