@@ -121,11 +121,7 @@ async fn download(
     if resp.status == StatusCode::NOT_FOUND && artifact == Artifact::Table {
         return Err(ReadError::Retired(id));
     }
-    if crate::link::is_replaced(resp.status) {
-        return Err(ReadError::Retired(format!(
-            "{id} (replaced since the catalog was read)"
-        )));
-    }
+    crate::link::refuse_replaced(resp.status, &id)?;
     if !resp.status.is_success() {
         return Err(ReadError::Setup {
             snapshot: id,

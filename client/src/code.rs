@@ -135,9 +135,7 @@ impl CodeCache {
                 Duration::Long,
             )
             .await?;
-        if crate::link::is_replaced(resp.status) {
-            return Err(ReadError::Retired(format!("{name} (replaced)")));
-        }
+        crate::link::refuse_replaced(resp.status, &name)?;
         if resp.status == StatusCode::NOT_FOUND {
             return Err(ReadError::Retired(name));
         }
@@ -218,9 +216,7 @@ impl CodeCache {
                 Duration::Short,
             )
             .await?;
-        if crate::link::is_replaced(resp.status) {
-            return Err(ReadError::Retired(format!("{level} (replaced)")));
-        }
+        crate::link::refuse_replaced(resp.status, level)?;
         if !resp.status.is_success() {
             return Err(ReadError::Backend(format!("{what}: HTTP {}", resp.status)));
         }

@@ -29,11 +29,16 @@ pub struct ServerLink {
     pub trust: Trust,
 }
 
-/// Whether the server said that the level asked for was replaced since
-/// the catalog named it ([`ServerLink::same_build`]): retired, not a
-/// verification failure.
-pub fn is_replaced(status: reqwest::StatusCode) -> bool {
-    status == reqwest::StatusCode::PRECONDITION_FAILED
+/// What a 412 to a request for `level`'s build ([`ServerLink::same_build`])
+/// means: the level was replaced since the catalog named it, so it is
+/// retired, not a verification failure.
+pub fn refuse_replaced(status: reqwest::StatusCode, level: &str) -> Result<(), ReadError> {
+    match status == reqwest::StatusCode::PRECONDITION_FAILED {
+        true => Err(ReadError::Retired(format!(
+            "{level} (replaced since the catalog was read)"
+        ))),
+        false => Ok(()),
+    }
 }
 
 impl ServerLink {
@@ -108,7 +113,7 @@ impl ServerLink {
     /// (`tag`: its bytes' digest, or its code table's root): a server
     /// whose level was replaced under the same id since (a reorg rebuilds
     /// a block's delta) answers 412, which is not tampering
-    /// ([`is_replaced`]).
+    /// ([`refuse_replaced`]).
     pub fn same_build(tag: impl std::fmt::Display) -> [(HeaderName, HeaderValue); 1] {
         let value = HeaderValue::from_str(&format!("\"{tag}\"")).expect("hex digits");
         [(reqwest::header::IF_MATCH, value)]

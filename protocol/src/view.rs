@@ -219,11 +219,18 @@ pub fn newest_of<T, K: Ord>(
 /// contracts held, or the whole state), so that a view is whole only if
 /// every level says so.
 pub fn chains_onto(delta: &crate::manifest::Manifest, below: &crate::manifest::Manifest) -> bool {
-    let parent_ok = match (delta.parent_hash, below.block_hash) {
-        (Some(parent), Some(hash)) => parent == hash,
-        _ => true,
-    };
-    parent_ok && delta.storage == below.storage
+    names_parent(delta.parent_hash, below.block_hash) != Some(false)
+        && delta.storage == below.storage
+}
+
+/// Whether a delta that names `parent` as its parent block hash stands on
+/// a level of block hash `below`; `None` where either is unknown. The one
+/// rule for clients, the follower and its repairs.
+pub fn names_parent(
+    parent: Option<alloy_primitives::B256>,
+    below: Option<alloy_primitives::B256>,
+) -> Option<bool> {
+    Some(parent? == below?)
 }
 
 #[cfg(test)]

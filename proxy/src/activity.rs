@@ -291,11 +291,11 @@ impl Activity {
 
     /// A request sent upstream: listed when it names an address
     /// (`params` are looked through for them, and for the contract it is
-    /// about: [`contract_of`]).
-    pub fn upstream(&self, method: &str, params: Option<&str>, reason: Reason) {
-        let params: Option<Value> = params.and_then(|p| serde_json::from_str(p).ok());
-        let named = params.as_ref().map(named_addresses).unwrap_or_default();
-        let contract = params.as_ref().and_then(|p| contract_of(method, p));
+    /// about: [`contract_of`]); `params` as the gate parsed them (`None`:
+    /// none, or unreadable).
+    pub fn upstream(&self, method: &str, params: Option<&Value>, reason: Reason) {
+        let named = params.map(named_addresses).unwrap_or_default();
+        let contract = params.and_then(|p| contract_of(method, p));
         let mut ledger = self.count(Fate::Upstream, method);
         if named.is_empty() {
             return;
@@ -495,7 +495,8 @@ mod tests {
         assert_eq!(named_addresses(&params), want);
         assert!(named_addresses(&serde_json::json!(["latest", "0x1", 5])).is_empty());
         let activity = Activity::default();
-        activity.upstream("eth_call", Some("not json"), Reason::NotHeld);
+        let unreadable = serde_json::from_str::<Value>("not json").ok();
+        activity.upstream("eth_call", unreadable.as_ref(), Reason::NotHeld);
         assert!(
             activity.report().named.is_empty(),
             "unreadable params name none"
@@ -532,6 +533,7 @@ mod tests {
             r#"[{{"to":"{contract}","data":"0x70a08231{:0>64}"}},"latest"]"#,
             &HOLDER[2..]
         );
+        let params: Value = serde_json::from_str(&params).unwrap();
         activity.upstream("eth_call", Some(&params), Reason::NotHeld);
         activity.upstream("eth_blockNumber", None, Reason::NotPrivateMethod);
         activity.warn(WarningKind::Fallback, "x".into());

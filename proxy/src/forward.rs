@@ -167,6 +167,22 @@ fn respond(id: Id<'static>, answer: Result<serde_json::Value, ProxyError>) -> Me
 /// browser ([`crate::browser::FromBrowser`]).
 const USER_ONLY: [&str; 1] = ["ethpir_trustReset"];
 
+/// Why a request is refused before anything else: a method only the user
+/// may call, from a browser; params that are neither an array nor an
+/// object.
+fn refused_at_entry(req: &Request<'_>, call: &CallCopy) -> Option<ProxyError> {
+    let from_browser = req
+        .extensions()
+        .get::<crate::browser::FromBrowser>()
+        .is_some();
+    if from_browser && USER_ONLY.contains(&call.method.as_str()) {
+        return Some(ProxyError::UserOnly(call.method.clone()));
+    }
+    (!params_shape_ok(call.params.as_deref())).then_some(ProxyError::InvalidRequest(
+        "params must be an array or an object",
+    ))
+}
+
 fn params_shape_ok(params: Option<&RawValue>) -> bool {
     params.is_none_or(|p| matches!(p.get().trim_start().as_bytes().first(), Some(b'[' | b'{')))
 }
@@ -180,16 +196,7 @@ where
         if let Some(upstream) = &self.policy.upstream {
             upstream.gate().observe();
         }
-        if USER_ONLY.contains(&copy.method.as_str())
-            && req
-                .extensions()
-                .get::<crate::browser::FromBrowser>()
-                .is_some()
-        {
-            return MethodResponse::error(copy.id, ProxyError::UserOnly(copy.method));
-        }
-        if !params_shape_ok(copy.params.as_deref()) {
-            let e = ProxyError::InvalidRequest("params must be an array or an object");
+        if let Some(e) = refused_at_entry(&req, &copy) {
             return MethodResponse::error(copy.id, e);
         }
         let planned = match req.extensions_mut().remove::<storage::PrefetchedSlots>() {
@@ -211,18 +218,7 @@ where
             return self.block_number(copy).await;
         }
         if !self.policy.local.contains(copy.method.as_str()) {
-            if let Some(upstream) = &self.policy.upstream {
-                let params = copy.params.as_deref();
-                if let Some(answer) = self
-                    .policy
-                    .logs
-                    .answer(upstream, &copy.method, params)
-                    .await
-                {
-                    return respond(copy.id, answer);
-                }
-            }
-            return self.forward(copy, Reason::NotPrivateMethod).await;
+            return self.forward_other(copy).await;
         }
         if self.policy.private.contains(copy.method.as_str()) {
             if let Some(read) = self.read_ahead(&req).await {
@@ -465,6 +461,19 @@ where
             ResponsePayload::success(answer),
             MAX_RESPONSE_BYTES,
         )
+    }
+
+    /// A method the proxy does not answer itself: a log filter naming an
+    /// address, read widened ([`crate::logs`]); anything else forwarded.
+    async fn forward_other(&self, call: CallCopy) -> MethodResponse {
+        if let Some(upstream) = &self.policy.upstream {
+            let params = call.params.as_deref();
+            let logs = &self.policy.logs;
+            if let Some(answer) = logs.answer(upstream, &call.method, params).await {
+                return respond(call.id, answer);
+            }
+        }
+        self.forward(call, Reason::NotPrivateMethod).await
     }
 
     /// Sends `call` upstream (recorded, with why) where the gate admits

@@ -207,7 +207,7 @@ impl Gate {
         let parsed: Option<Value> = params.and_then(|p| serde_json::from_str(p).ok());
         match self.judge(method, parsed.as_ref(), reason) {
             Ok(()) => {
-                self.activity.upstream(method, params, reason);
+                self.activity.upstream(method, parsed.as_ref(), reason);
                 Ok(())
             }
             Err((closed, e)) => {

@@ -92,12 +92,11 @@ impl Logs {
         method: &str,
         filter: &Value,
     ) -> Option<Result<Value, ProxyError>> {
-        let wide = match widened(filter) {
-            Ok(Some(wide)) => wide,
+        let (wide, wanted) = match widened(filter) {
+            Ok(Some(widened)) => widened,
             Ok(None) => return None,
             Err(e) => return Some(Err(ProxyError::BadParams(e.to_string()))),
         };
-        let wanted = LogFilter::of(filter).expect("widened checked it");
         Some(self.widened_call(upstream, method, wide, wanted).await)
     }
 
@@ -267,10 +266,11 @@ impl LogFilter {
 
 /// The filter sent upstream instead of `filter`: no `address`, and every
 /// topic position that holds an address (alone or among others) left
-/// open; the rest (blocks, other topics) as sent. `None` when `filter`
-/// names no address (it goes as it is).
-pub fn widened(filter: &Value) -> Result<Option<Value>, FilterError> {
-    LogFilter::of(filter)?;
+/// open; the rest (blocks, other topics) as sent; with what the node's
+/// logs are matched against here. `None` when `filter` names no address
+/// (it goes as it is).
+pub fn widened(filter: &Value) -> Result<Option<(Value, LogFilter)>, FilterError> {
+    let wanted = LogFilter::of(filter)?;
     if filter_names_no_address(filter) {
         return Ok(None);
     }
@@ -289,7 +289,7 @@ pub fn widened(filter: &Value) -> Result<Option<Value>, FilterError> {
             }
         }
     }
-    Ok(Some(wide))
+    Ok(Some((wide, wanted)))
 }
 
 /// The logs of `answer` (the node's array) that `filter` asks for, in
@@ -342,7 +342,7 @@ mod tests {
     #[test]
     fn a_filter_naming_the_holder_is_widened_and_matched_here() {
         let filter = json!({"fromBlock": "0x1", "address": ["0x00000000000000000000000000000000000000C1"], "topics": [TRANSFER, null, HOLDER]});
-        let wide = widened(&filter).unwrap().unwrap();
+        let (wide, _) = widened(&filter).unwrap().unwrap();
         assert_eq!(
             wide,
             json!({"fromBlock": "0x1", "topics": [TRANSFER, null, null]})
@@ -369,7 +369,7 @@ mod tests {
         // Alternatives in a position: any matches; one an address opens it.
         let either = json!({"topics": [TRANSFER, [HOLDER, OTHER]]});
         assert_eq!(
-            widened(&either).unwrap().unwrap(),
+            widened(&either).unwrap().unwrap().0,
             json!({"topics": [TRANSFER, null]})
         );
         let f = LogFilter::of(&either).unwrap();

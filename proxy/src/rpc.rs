@@ -118,8 +118,8 @@ impl EthApiServer for RpcContext {
         let closed = upstream.gate().openness() != crate::gate::Openness::Open;
         if let (true, "logs", Some(filter)) = (closed, kind.as_str(), &options) {
             match crate::logs::widened(filter) {
-                Ok(Some(wide)) => {
-                    wanted = crate::logs::LogFilter::of(filter).ok();
+                Ok(Some((wide, matcher))) => {
+                    wanted = Some(matcher);
                     options = Some(wide);
                 }
                 Ok(None) => {}

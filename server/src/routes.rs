@@ -147,8 +147,14 @@ fn catalog_diff(state: &AppState, headers: &HeaderMap, body: &CatalogBody) -> Op
 fn etag_matches(headers: &HeaderMap, etag: &str) -> bool {
     headers
         .get(header::IF_NONE_MATCH)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"))
+        .is_some_and(|v| lists_etag(v, etag))
+}
+
+/// Whether an `If-Match` or `If-None-Match` value names `etag` (or `*`).
+fn lists_etag(value: &header::HeaderValue, etag: &str) -> bool {
+    value
+        .to_str()
+        .is_ok_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"))
 }
 
 /// `GET /v1/snapshots/{id}/setup`: the setup data; ETag: its digest.
@@ -301,15 +307,9 @@ fn download(headers: &HeaderMap, digest: &protocol::Sha3Digest, bytes: Bytes) ->
 /// client find other bytes than its catalog names, which it must take for
 /// tampering.
 fn same_build(headers: &HeaderMap, etag: &str, id: &str) -> Result<(), RouteError> {
-    let Some(wanted) = headers.get(header::IF_MATCH) else {
-        return Ok(());
-    };
-    let matches = wanted
-        .to_str()
-        .is_ok_and(|w| w.split(',').map(str::trim).any(|t| t == "*" || t == etag));
-    match matches {
-        true => Ok(()),
-        false => Err(RouteError::Replaced(id.to_string())),
+    match headers.get(header::IF_MATCH) {
+        Some(wanted) if !lists_etag(wanted, etag) => Err(RouteError::Replaced(id.to_string())),
+        _ => Ok(()),
     }
 }
 

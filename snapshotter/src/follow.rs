@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use alloy_primitives::Address;
 use protocol::storage::PrivateStorage;
+use protocol::view::names_parent;
 use serde::Deserialize;
 
 use crate::levels::{LevelPolicy, Levels, LevelsError, UpdateReport};
@@ -415,12 +416,10 @@ impl Follower {
         // A reorg after this step's check of the levels: the blocks read
         // stand on another block `from` than the level below. Not
         // published; the next step finds the orphaned level and repairs.
-        let below = view.last().expect("a view has a level");
-        if let (Some(parent), Some(hash)) = (delta.state.parent_hash, below.manifest.block_hash) {
-            if parent != hash {
-                tracing::warn!(block = from, "the level below is no longer on the node's chain (a reorg during the step): the delta is not published");
-                return Err(crate::sources::rpc::RpcSourceError::Reorged { block: from }.into());
-            }
+        let below = &view.last().expect("a view has a level").manifest;
+        if names_parent(delta.state.parent_hash, below.block_hash) == Some(false) {
+            tracing::warn!(block = from, "the level below is no longer on the node's chain (a reorg during the step): the delta is not published");
+            return Err(crate::sources::rpc::RpcSourceError::Reorged { block: from }.into());
         }
         let records = delta.state.records.len() + delta.state.storage.len();
         let report = blocking(move || {
@@ -559,8 +558,8 @@ fn chained_run_end(view: &[StoredSnapshot], first: usize) -> usize {
     let mut end = first;
     while end + 1 < view.len() {
         let (below, above) = (&view[end].manifest, &view[end + 1].manifest);
-        match (above.parent_hash, below.block_hash) {
-            (Some(parent), Some(hash)) if parent == hash => end += 1,
+        match names_parent(above.parent_hash, below.block_hash) {
+            Some(true) => end += 1,
             _ => break,
         }
     }

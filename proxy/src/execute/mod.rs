@@ -306,16 +306,7 @@ impl Executor {
         first: Vec<ReadKey>,
         access_list: &Touched,
     ) -> Result<Result<(CallResult, Touched), String>, ReadError> {
-        let mut pending = first;
-        pending.push(ReadKey::Account(args.to));
-        pending.push(ReadKey::Account(args.from.unwrap_or_default()));
-        // The learned keys go last: `read_round` counts them apart.
-        let mut learned_from = pending.len();
-        for key in self.learned.keys(args) {
-            if !pending.contains(&key) {
-                pending.push(key);
-            }
-        }
+        let (mut pending, mut learned_from) = self.first_round(first, args);
         for _ in 0..MAX_ROUNDS {
             let reads = &mut session.reads;
             let round = self.read_round(&session.view, reads, pending, learned_from);
@@ -360,6 +351,22 @@ impl Executor {
             }
         }
         Ok(Err(format!("more than {MAX_ROUNDS} rounds of reads")))
+    }
+
+    /// The keys of a call's first round: `first` (a rule's), its target
+    /// and sender, then what the last such call used ([`Learned`]); and
+    /// where the learned ones begin (`read_round` counts them apart).
+    fn first_round(&self, first: Vec<ReadKey>, args: &CallArgs) -> (Vec<ReadKey>, usize) {
+        let mut pending = first;
+        pending.push(ReadKey::Account(args.to));
+        pending.push(ReadKey::Account(args.from.unwrap_or_default()));
+        let learned_from = pending.len();
+        for key in self.learned.keys(args) {
+            if !pending.contains(&key) {
+                pending.push(key);
+            }
+        }
+        (pending, learned_from)
     }
 
     /// What a session cost, its PIR requests padded up to

@@ -1043,10 +1043,7 @@ impl RethDatadir {
                 None => AccountRecord::deleted(a).without_trie(),
             })
             .collect();
-        let mut state =
-            self.exported(to, SnapshotKind::Delta { from }, records, chain_id, started)?;
-        state.parent_hash = self.block_hashes()?.get(&from).copied();
-        Ok(state)
+        self.exported(to, SnapshotKind::Delta { from }, records, chain_id, started)
     }
 
     /// Exports a snapshot's worth of accounts.
@@ -1088,7 +1085,13 @@ impl RethDatadir {
         chain_id: u64,
         started: Instant,
     ) -> Result<ExportedState, RethError> {
-        let block_hash = self.block_hashes()?.get(&block).copied();
+        let hashes = self.block_hashes()?;
+        let block_hash = hashes.get(&block).copied();
+        // A delta names the block it stands on.
+        let parent_hash = match kind {
+            SnapshotKind::Delta { from } => hashes.get(&from).copied(),
+            _ => None,
+        };
         let header = match self.headers() {
             Ok(h) => h.get(&block).copied(),
             Err(e) => {
@@ -1104,7 +1107,7 @@ impl RethDatadir {
             block_hash,
             state_root: header.map(|h| h.0),
             block_time: header.map(|h| h.1),
-            parent_hash: None,
+            parent_hash,
             kind,
             source: format!("reth:{}", self.path.display()),
             storage: Vec::new(),
