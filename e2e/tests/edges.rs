@@ -463,7 +463,8 @@ async fn a_call_costs_what_it_reads(proxy: &str, chain: &WholeChain, upstream: &
 /// A proxy that remembers (in its cache) that its server held the whole
 /// state refuses address reads over a server that no longer claims it
 /// (the same URL, now a follower that holds a list), with a warning on
-/// the page; one that does not remember forwards them as before.
+/// the page; one whose PIR server is gone refuses them as not ready; one
+/// that does not remember forwards them as before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_server_that_stops_holding_the_whole_state_is_not_trusted_to_forward() {
     log_if_asked();
@@ -502,6 +503,22 @@ async fn a_server_that_stops_holding_the_whole_state_is_not_trusted_to_forward()
             .any(|c| c["method"] == "eth_getProof")
     };
     assert!(!sent(), "refused, yet sent");
+
+    // A proxy whose PIR server is gone (nothing listens there): it never
+    // learns what the server holds, so nothing naming an address goes.
+    let gone = format!("http://127.0.0.1:{}", test_support::free_port());
+    let (lost, _lost_cache) = fresh_proxy(&gone, Some(upstream.clone())).await;
+    let call = json!([{"to": dev(1), "data": "0x70a08231"}, "latest"]);
+    for (method, params) in [("eth_getProof", proof.clone()), ("eth_call", call)] {
+        let v = reply(&lost, method, params).await;
+        assert_eq!(v["error"]["code"], -32003, "{method}: {v}");
+    }
+    assert!(!sent(), "nothing sent while the server is unknown");
+    let named = |m: &str| relayed.lock().unwrap().iter().any(|c| c["method"] == m);
+    assert!(
+        !named("eth_call"),
+        "nothing sent while the server is unknown"
+    );
 
     // Without the memory, the same server's list lets it go.
     let (fresh, _cache) = fresh_proxy(&server, Some(upstream)).await;
