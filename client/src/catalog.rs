@@ -284,8 +284,9 @@ impl Catalog {
         } = judged;
         let views = Views::build(&entries);
         // Entries that stand in no view (a delta on a missing or too deep
-        // base) are never read: not kept.
-        entries.retain(|e| views.holds(&e.id));
+        // base) are never read: not kept. Hot tiers stand on a level, in
+        // no view: kept (a view reads the one on its levels).
+        entries.retain(|e| views.holds(&e.id) || e.id.kind == protocol::manifest::KindTag::Hot);
         let newest = |views: &Views| views.newest(self.configured_chain()).map(|v| v.block);
         if !force && newest(&views) < newest(&self.adopted().views) {
             let mut behind = self.behind.lock().expect("lock");

@@ -260,19 +260,23 @@ impl CodeCache {
     }
 }
 
-/// The code table of a delta, which is held whole (`None`: a base, or a
-/// delta whose accounts have no code).
+/// The code table of a delta or a hot tier, which is held whole (`None`:
+/// a base, or a level whose accounts have no code). A place in such a
+/// level's table would name a few accounts.
 pub(crate) fn delta_code_table(entry: &protocol::CatalogEntry) -> Option<CodeTable> {
     match entry.manifest.kind {
-        protocol::SnapshotKind::Delta { .. } => entry.manifest.codes,
+        protocol::SnapshotKind::Delta { .. } | protocol::SnapshotKind::Hot { .. } => {
+            entry.manifest.codes
+        }
         _ => None,
     }
 }
 
-/// Whether a level's id names a delta (an id that does not parse is taken
-/// for one: its entries are never asked for by place).
+/// Whether a level's id names a delta or a hot tier (an id that does not
+/// parse is taken for one: its entries are never asked for by place).
 pub(crate) fn is_delta(level: &str) -> bool {
+    use protocol::manifest::KindTag;
     level
         .parse::<SnapshotId>()
-        .map_or(true, |id| id.kind == protocol::manifest::KindTag::Delta)
+        .map_or(true, |id| matches!(id.kind, KindTag::Delta | KindTag::Hot))
 }

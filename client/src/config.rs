@@ -37,6 +37,9 @@ pub struct ClientConfig {
     pub prefetch_codes: usize,
     /// Lookups of random addresses at Poisson times (0: none).
     pub cover_lookups_per_hour: f64,
+    /// Whether the hot tier (the state every client reads, published
+    /// whole) is downloaded with each view and read with no query.
+    pub hot_tier: HotTierUse,
     /// A SOCKS5 proxy for all traffic to the PIR server.
     pub pir_proxy: Option<String>,
     /// A new connection to the PIR server for every request.
@@ -60,6 +63,20 @@ pub struct ClientConfig {
     /// (`None`: always the newest): a wallet back from idle then answers
     /// at once, from a slightly older view, while the newest loads.
     pub max_lag: Option<u64>,
+}
+
+/// Whether a reader uses the hot tier (docs/security.md, "The hot
+/// tier").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HotTierUse {
+    /// Downloaded whole with the view it stands under (as its small
+    /// deltas are: every client the same bytes, while not idle), and every
+    /// key it holds read from it with no PIR query.
+    #[default]
+    Ahead,
+    /// Never downloaded: every key read by PIR.
+    Off,
 }
 
 /// When a reader goes idle and what it does then (see
@@ -117,6 +134,7 @@ impl Default for ClientConfig {
             canaries_per_request: 1,
             prefetch_codes: 16,
             cover_lookups_per_hour: 0.0,
+            hot_tier: HotTierUse::Ahead,
             pir_proxy: None,
             fresh_connection_per_lookup: false,
             attest: AttestPolicy::default(),

@@ -252,6 +252,18 @@ impl WholeLevel {
 pub struct ViewClient {
     pub view: View,
     pub levels: Vec<Level>,
+    /// The hot tier it reads, if any ([`protocol::view::hot_for`]).
+    pub hot: Option<HotTier>,
+}
+
+/// A hot tier held whole, and the level of the view it stands on: it
+/// holds the state at that level's block, so it answers over that level
+/// and those below, under the levels above.
+#[derive(Clone)]
+pub struct HotTier {
+    pub level: Arc<WholeLevel>,
+    /// The index in [`ViewClient::levels`] of the level it stands on.
+    pub on: usize,
 }
 
 impl ViewClient {
@@ -263,6 +275,19 @@ impl ViewClient {
             .entry()
             .id
             .url_form()
+    }
+
+    /// Whether the hot tier answers `key` with no PIR query: it holds the
+    /// key and no level above the one it stands on is read by PIR (such a
+    /// level may hold a newer value, which only a query finds).
+    pub fn hot_answers(&self, key: &B256) -> bool {
+        let Some(hot) = &self.hot else {
+            return false;
+        };
+        let pir_above = self.levels[hot.on + 1..]
+            .iter()
+            .any(|l| matches!(l, Level::Pir(_)));
+        !pir_above && hot.level.table.get(&key.0).is_some()
     }
 
     /// The contracts whose storage the view holds: its base's list.
@@ -295,19 +320,32 @@ impl ViewClient {
         i: usize,
         key: &ReadKey,
     ) -> Result<KeyState, ReadError> {
-        let hit = self
-            .levels
-            .iter()
-            .zip(found)
+        let in_level = |l: usize| {
+            let value = found[l][i].as_ref()?;
+            Some((self.levels[l].entry(), value.clone()))
+        };
+        // Above the hot tier, the tier, then the rest: the freshest first.
+        let (above, hot_on) = match &self.hot {
+            Some(hot) => (hot.on + 1, Some(hot)),
+            None => (0, None),
+        };
+        let hit = (above..self.levels.len())
             .rev()
-            .find_map(|(level, values)| values[i].as_ref().map(|v| (level, v)));
+            .find_map(in_level)
+            .or_else(|| {
+                let hot = hot_on?;
+                let key = key.pir_key();
+                let value = hot.level.table.get(&key.0)?;
+                Some((&hot.level.entry, value.to_vec()))
+            })
+            .or_else(|| (0..above).rev().find_map(in_level));
         let hit = match hit {
-            Some((level, value)) => Hit {
-                value: Some(value.clone()),
-                snapshot: level.entry().id.url_form(),
+            Some((entry, value)) => Hit {
+                value: Some(value),
+                snapshot: entry.id.url_form(),
                 block: self.view.block,
-                layout: level.entry().manifest.layout(),
-                code_table: level.entry().manifest.codes,
+                layout: entry.manifest.layout(),
+                code_table: entry.manifest.codes,
             },
             None if self.view.complete => Hit {
                 value: None,
@@ -332,10 +370,13 @@ impl ViewClient {
 /// level is never read by PIR unchecked). Bases are always read by PIR
 /// (their tables, when small, serve other clients).
 pub fn whole_table_bytes(entry: &CatalogEntry) -> Option<u64> {
-    if !matches!(entry.manifest.kind, protocol::SnapshotKind::Delta { .. }) {
-        return None;
-    }
     let bytes = entry.manifest.files.get(TABLE_FILE)?.bytes;
+    match entry.manifest.kind {
+        // Read whole by every client, whatever its size.
+        protocol::SnapshotKind::Hot { .. } => return Some(bytes),
+        protocol::SnapshotKind::Delta { .. } => {}
+        _ => return None,
+    }
     let cheaper = bytes < entry.manifest.pir.hint_bytes;
     (cheaper || entry.manifest.canaries.is_empty()).then_some(bytes)
 }

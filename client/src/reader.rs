@@ -39,6 +39,10 @@ pub struct PrivateReader {
     codes: Arc<crate::code::CodeCache>,
     /// Of each base opened, its most common codes downloaded ahead.
     prefetch_codes: usize,
+    hot_tier: crate::config::HotTierUse,
+    /// Keys asked of the PIR levels so far (each once per request, not
+    /// counting canaries and fillers): what the hot tier saves.
+    pir_keys: std::sync::atomic::AtomicU64,
     /// What each PIR level answered before, per key.
     answers: AnswerCache,
     pool_size: usize,
@@ -147,6 +151,8 @@ impl PrivateReader {
             cache: DiskCache::new(config.cache_dir.clone()),
             codes: Arc::new(crate::code::CodeCache::new(&config.cache_dir)),
             prefetch_codes: config.prefetch_codes,
+            hot_tier: config.hot_tier,
+            pir_keys: Default::default(),
             answers: AnswerCache::new(config.cache_dir.clone()),
             pool_size: config.prepared_pool,
             largest_request: Default::default(),
@@ -720,9 +726,23 @@ impl PrivateReader {
                 Level::Pir(snap) => pir.push((i, snap)),
             }
         }
-        if !pir.is_empty() {
-            for (i, values) in self.read_pir_levels(&pir, &keys, pad_to).await? {
-                found[i] = values;
+        // Keys the hot tier answers are asked of no PIR level (every
+        // client holds the tier: reading it names nothing).
+        let asked_by_pir: Vec<usize> = (0..keys.len())
+            .filter(|&i| keys[i].is_none_or(|k| !view.hot_answers(&k)))
+            .collect();
+        if !pir.is_empty() && !asked_by_pir.is_empty() {
+            let pir_keys: Vec<Option<B256>> = asked_by_pir.iter().map(|&i| keys[i]).collect();
+            for (l, values) in self.read_pir_levels(&pir, &pir_keys, pad_to).await? {
+                let mut all = vec![None; keys.len()];
+                for (&i, value) in asked_by_pir.iter().zip(values) {
+                    all[i] = value;
+                }
+                found[l] = all;
+            }
+        } else {
+            for &(l, _) in &pir {
+                found[l] = vec![None; keys.len()];
             }
         }
         Ok(asked
@@ -806,6 +826,8 @@ impl PrivateReader {
             true => slots - canaries.len(),
             false => 0,
         };
+        self.pir_keys
+            .fetch_add(unknown.len() as u64, std::sync::atomic::Ordering::Relaxed);
         let arranged = canary::arrange(unknown, unheld + fillers, &canaries, pir.len());
         let answered = self.query_levels(pir, &arranged.keys).await?;
         let found: Vec<Vec<Found>> = answered.into_iter().map(|(_, v)| v).collect();
@@ -979,7 +1001,56 @@ impl PrivateReader {
         for id in &view.snapshots {
             levels.push(self.open(id).await?);
         }
-        Ok(ViewClient { view, levels })
+        let hot = match self.hot_tier {
+            crate::config::HotTierUse::Ahead => self.open_hot(&levels).await,
+            crate::config::HotTierUse::Off => None,
+        };
+        Ok(ViewClient { view, levels, hot })
+    }
+
+    /// The hot tier standing on one of `levels` ([`protocol::view::hot_for`]),
+    /// held whole. `None` when there is none, or it cannot be had now (the
+    /// view is then read by PIR as without one); a table that fails its
+    /// digest stops private reads, as any level's.
+    async fn open_hot(&self, levels: &[Level]) -> Option<crate::levels::HotTier> {
+        let (id, on) = {
+            let manifests: Vec<&protocol::Manifest> =
+                levels.iter().map(|l| &l.entry().manifest).collect();
+            let adopted = self.catalog.adopted();
+            let (entry, on) = protocol::view::hot_for(&manifests, adopted.entries.values())?;
+            (entry.id, on)
+        };
+        match self.open(&id).await {
+            Ok(Level::Whole(level)) => Some(crate::levels::HotTier { level, on }),
+            Ok(Level::Pir(_)) => None,
+            Err(e) => {
+                tracing::info!(snapshot = %id.url_form(), error = %e, "hot tier not loaded: its keys are read by PIR");
+                None
+            }
+        }
+    }
+
+    /// The hot tier `view` reads, if the reader uses one and it has
+    /// loaded it.
+    pub fn hot_of(&self, view: &View) -> Option<CatalogEntry> {
+        if self.hot_tier == crate::config::HotTierUse::Off {
+            return None;
+        }
+        let entries: Vec<CatalogEntry> = view
+            .snapshots
+            .iter()
+            .filter_map(|id| self.entry(id))
+            .collect();
+        let manifests: Vec<&protocol::Manifest> = entries.iter().map(|e| &e.manifest).collect();
+        let adopted = self.catalog.adopted();
+        let (hot, _) = protocol::view::hot_for(&manifests, adopted.entries.values())?;
+        self.loaded(&hot.id).map(|l| l.entry().clone())
+    }
+
+    /// Keys asked of the PIR levels so far (canaries and fillers not
+    /// counted).
+    pub fn pir_keys(&self) -> u64 {
+        self.pir_keys.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn loaded(&self, id: &SnapshotId) -> Option<Level> {

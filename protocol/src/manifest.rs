@@ -20,6 +20,19 @@ pub enum SnapshotKind {
     /// `(from, block]`, at `block` (emptied accounts as 0/0). It answers
     /// only on top of the view at `from` (see [`crate::view`]).
     Delta { from: u64 },
+    /// The hot tier: the current value at `block` of the state most
+    /// transactions read (accounts and slots touched by at least `min_txs`
+    /// distinct transactions in the `window` blocks up to the block, most
+    /// touched first, within `max_mib`), chosen by the operator from the
+    /// chain's own activity. Every client downloads it whole, so reading
+    /// it names nothing. It answers on top of a view's level at its block
+    /// (see [`crate::view::hot_for`]), under the deltas above that level;
+    /// absent from it means nothing (the levels below are asked).
+    Hot {
+        window: u64,
+        min_txs: u32,
+        max_mib: u64,
+    },
 }
 
 /// A snapshot kind without its parameters: what a snapshot id names.
@@ -30,14 +43,16 @@ pub enum KindTag {
     Delta,
     Full,
     Historical,
+    Hot,
 }
 
 impl KindTag {
-    pub const ALL: [KindTag; 4] = [
+    pub const ALL: [KindTag; 5] = [
         KindTag::Active,
         KindTag::Delta,
         KindTag::Full,
         KindTag::Historical,
+        KindTag::Hot,
     ];
 
     /// The short name used in directory names, URLs and the catalog.
@@ -47,6 +62,7 @@ impl KindTag {
             KindTag::Delta => "delta",
             KindTag::Full => "full",
             KindTag::Historical => "historical",
+            KindTag::Hot => "hot",
         }
     }
 }
@@ -64,7 +80,7 @@ impl FromStr for KindTag {
             .into_iter()
             .find(|k| k.name() == s)
             .ok_or_else(|| {
-                format!("unknown snapshot kind '{s}' (full, delta, active or historical)")
+                format!("unknown snapshot kind '{s}' (full, delta, active, historical or hot)")
             })
     }
 }
@@ -84,6 +100,7 @@ impl SnapshotKind {
             SnapshotKind::Active { .. } => KindTag::Active,
             SnapshotKind::Historical => KindTag::Historical,
             SnapshotKind::Delta { .. } => KindTag::Delta,
+            SnapshotKind::Hot { .. } => KindTag::Hot,
         }
     }
 

@@ -13,6 +13,8 @@ use std::collections::{BTreeMap, BTreeSet};
 // The type is the API's (the catalog lists views); how they are made is here.
 use crate::api::CatalogEntry;
 pub use crate::api::View;
+#[cfg(test)]
+use crate::manifest::KindTag;
 use crate::manifest::{SnapshotId, SnapshotKind};
 
 /// Most levels a view may have: what one multi-snapshot request carries
@@ -61,6 +63,8 @@ impl Views {
         for (i, e) in order.iter().enumerate() {
             let m = &e.manifest;
             let (parent, depth, complete) = match m.kind {
+                // A hot tier stands on a level, in no view of its own.
+                SnapshotKind::Hot { .. } => continue,
                 SnapshotKind::Delta { from } => {
                     let Some(&below) = views.best.get(&(m.chain_id, from)) else {
                         continue;
@@ -187,6 +191,33 @@ pub fn newest(views: &[View], chain_id: Option<u64>) -> Option<&View> {
         .max_by(|a, b| a.block.cmp(&b.block).then(rank(b).cmp(&rank(a))))
 }
 
+/// The hot tier a view reads, of `hots` (any entries: others are
+/// skipped), and the index among `levels` (the view's manifests, base
+/// first) of the level it stands on: the newest hot tier of the view's
+/// chain at the block of one of its levels, naming that level's block
+/// hash (where both are known, as [`chains_onto`]) and claiming the same
+/// storage. It holds the state at that block, so it answers under the
+/// levels above it and over the level it stands on and those below. A
+/// hot tier of another fork names another hash and stands on nothing.
+pub fn hot_for<'a>(
+    levels: &[&crate::manifest::Manifest],
+    hots: impl IntoIterator<Item = &'a CatalogEntry>,
+) -> Option<(&'a CatalogEntry, usize)> {
+    let base = levels.first()?;
+    hots.into_iter()
+        .filter(|e| matches!(e.manifest.kind, SnapshotKind::Hot { .. }))
+        .filter(|e| e.manifest.chain_id == base.chain_id && e.manifest.storage == base.storage)
+        .filter_map(|e| {
+            let hot = &e.manifest;
+            let on = levels.iter().rposition(|l| {
+                l.block_number == hot.block_number
+                    && names_parent(hot.block_hash, l.block_hash) != Some(false)
+            })?;
+            Some((e, on))
+        })
+        .max_by_key(|(e, on)| (*on, e.manifest.block_number))
+}
+
 /// Two runs sorted by key merged into one, in key order: a key in both
 /// takes `newer`'s value (the freshest level wins, as in a lookup). What a
 /// merge of levels keeps, on the snapshotter's records and on the
@@ -306,6 +337,54 @@ mod tests {
         let mut unhashed = base;
         unhashed.manifest.block_hash = None;
         assert_eq!(views(&[unhashed, chained]).len(), 2);
+    }
+
+    #[test]
+    fn a_hot_tier_stands_on_the_newest_level_of_its_block_and_hash() {
+        use alloy_primitives::B256;
+        let hash = |b: u64| B256::with_last_byte(b as u8);
+        let hashed = |block: u64, kind: SnapshotKind| {
+            let mut e = entry(block, kind);
+            e.manifest.block_hash = Some(hash(block));
+            e
+        };
+        let hot = |block: u64| {
+            hashed(
+                block,
+                SnapshotKind::Hot {
+                    window: 8,
+                    min_txs: 2,
+                    max_mib: 1,
+                },
+            )
+        };
+        let base = hashed(10, SnapshotKind::Full);
+        let delta = hashed(12, SnapshotKind::Delta { from: 10 });
+        let top = hashed(13, SnapshotKind::Delta { from: 12 });
+        let entries = vec![base.clone(), delta.clone(), top.clone(), hot(10), hot(12)];
+        // Hot tiers make no view of their own.
+        let all = views(&entries);
+        assert_eq!(all.len(), 3);
+        assert!(all
+            .iter()
+            .all(|v| v.snapshots.iter().all(|id| id.kind != KindTag::Hot)));
+        let levels = [&base.manifest, &delta.manifest, &top.manifest];
+        let (found, on) = hot_for(&levels, &entries).unwrap();
+        assert_eq!((found.manifest.block_number, on), (12, 1), "the newest");
+        // The view at 10 (the base alone) reads the base's.
+        let (found, on) = hot_for(&levels[..1], &entries).unwrap();
+        assert_eq!((found.manifest.block_number, on), (10, 0));
+        // Another fork's block 12, another chain, another storage claim,
+        // a block no level has: none of them stands.
+        let mut fork = hot(12);
+        fork.manifest.block_hash = Some(hash(99));
+        let mut chain = hot(12);
+        chain.manifest.chain_id = 2;
+        let mut storage = hot(12);
+        storage.manifest.storage = crate::storage::PrivateStorage::whole_state();
+        let strays = [fork, chain, storage, hot(11)];
+        assert!(hot_for(&levels, &strays).is_none());
+        assert!(hot_for(&[], &entries).is_none());
     }
 
     #[test]

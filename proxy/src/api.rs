@@ -109,6 +109,13 @@ pub struct Status {
     pub view_blocks: Vec<u64>,
     pub head_block: Option<u64>,
     pub levels: Vec<LevelStatus>,
+    /// The hot tier the newest view reads, if any (downloaded whole).
+    #[serde(default)]
+    pub hot: Option<LevelStatus>,
+    /// Keys asked of the PIR levels since start (canaries and fillers
+    /// not counted): what the hot tier saves shows here.
+    #[serde(default)]
+    pub pir_keys: u64,
     pub bytes_up: u64,
     pub bytes_down: u64,
     pub private_reads: PrivateReads,

@@ -78,6 +78,11 @@ pub struct ProxyConfig {
     /// Lookups of random addresses at random times, sent exactly like real
     /// ones, so the server cannot tell when the user acts. 0: none.
     pub cover_lookups_per_hour: f64,
+    /// The hot tier (the state every wallet reads, published whole):
+    /// `"ahead"` downloads it with each view and reads its keys with no
+    /// PIR query; `"off"` reads every key by PIR (docs/security.md, "The
+    /// hot tier").
+    pub hot_tier: ethpir_client::config::HotTierUse,
     /// Every `eth_call` executed here that reads anything sends at least
     /// this many PIR requests (cover lookups fill up its rounds), so that
     /// the server cannot tell a balance (one round) from an allowance or a
@@ -186,6 +191,7 @@ impl Default for ProxyConfig {
             canaries_per_request: 1,
             prefetch_codes: 16,
             cover_lookups_per_hour: 0.0,
+            hot_tier: ethpir_client::config::HotTierUse::Ahead,
             pad_call_rounds_to: 1,
             pir_proxy: None,
             fresh_connection_per_lookup: false,
@@ -234,6 +240,7 @@ impl ProxyConfig {
             canaries_per_request: self.canaries_per_request,
             prefetch_codes: self.prefetch_codes,
             cover_lookups_per_hour: self.cover_lookups_per_hour,
+            hot_tier: self.hot_tier,
             pir_proxy: self.pir_proxy.clone(),
             fresh_connection_per_lookup: self.fresh_connection_per_lookup,
             attest: ethpir_client::config::AttestPolicy {

@@ -191,19 +191,24 @@ impl RpcContext {
     pub async fn status_now(&self) -> Status {
         let chain = self.reader.chain_id().ok().flatten();
         let newest = self.reader.newest_view();
+        let status_of = |e: protocol::api::CatalogEntry| LevelStatus {
+            id: e.id.url_form(),
+            kind: e.manifest.kind.name().to_string(),
+            block: e.manifest.block_number,
+            records: e.manifest.record_count,
+            setup_bytes: e.manifest.pir.hint_bytes,
+            read: self.level_read(&e),
+        };
         let levels = newest
             .iter()
             .flat_map(|v| v.snapshots.iter().rev())
             .filter_map(|id| self.reader.entry(id))
-            .map(|e| LevelStatus {
-                id: e.id.url_form(),
-                kind: e.manifest.kind.name().to_string(),
-                block: e.manifest.block_number,
-                records: e.manifest.record_count,
-                setup_bytes: e.manifest.pir.hint_bytes,
-                read: self.level_read(&e),
-            })
+            .map(status_of)
             .collect();
+        let hot = newest
+            .as_ref()
+            .and_then(|v| self.reader.hot_of(v))
+            .map(status_of);
         let (bytes_up, bytes_down) = self.reader.traffic();
         Status {
             chain_id: chain,
@@ -213,6 +218,8 @@ impl RpcContext {
             view_blocks: self.reader.view_blocks(),
             head_block: self.upstream_head().await,
             levels,
+            hot,
+            pir_keys: self.reader.pir_keys(),
             bytes_up,
             bytes_down,
             private_reads: match self.reader.distrusted() {

@@ -114,6 +114,7 @@ fn follower_config(store: &Path, anvil: &Anvil, genesis: &Path) -> FollowConfig 
             keep_blocks: 6,
             ..Default::default()
         },
+        hot: Default::default(),
         build: BuildSettings {
             device: snapshotter::settings::HintDevice::Cpu,
             ..Default::default()

@@ -340,7 +340,12 @@ fn build_staged(
     let view = RecordsView::new((*mapped).as_ref(), summary.width)?;
     let codes_s = t_codes.elapsed().as_secs_f64();
     tracing::info!(codes = view.codes().len(), codes_s, "code table gathered");
-    let table = whole_table(&view, opts.whole_table_max_records);
+    // A hot tier is read whole by every client, whatever its size.
+    let table_max = match meta.kind {
+        SnapshotKind::Hot { .. } => usize::MAX,
+        _ => opts.whole_table_max_records,
+    };
+    let table = whole_table(&view, table_max);
     // Every level publishes canaries: a client reads no level by PIR
     // without one (docs/security.md, "Blind shifts").
     let canaries = canaries_of(&view, &records.sha3_256);

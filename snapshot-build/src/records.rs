@@ -350,6 +350,22 @@ impl<'a> RecordsFile<'a> {
         parse_slot(self.layout.slot(self.bytes, i))
     }
 
+    /// The slot whose PIR key is `key`, if there is one (binary search:
+    /// slots are in key order).
+    pub fn find_slot(&self, key: &B256) -> Option<StorageRecord> {
+        let (mut lo, mut hi) = (0, self.slots());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let slot = self.slot(mid);
+            match slot.key.cmp(key) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return Some(slot),
+            }
+        }
+        None
+    }
+
     /// Checks every record as [`decode_records`] does (key order, keys
     /// that are the hash of a known address, contract hashes), one at a
     /// time.

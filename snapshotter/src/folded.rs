@@ -60,6 +60,15 @@ impl Folded<'_> {
         }
     }
 
+    /// The view's slot whose PIR key is `key`, if it holds one (a slot
+    /// cleared to 0 by a delta is held, with the word 0).
+    pub fn slot(&self, key: &B256) -> Option<StorageRecord> {
+        match self.newer.storage.binary_search_by(|s| s.key.cmp(key)) {
+            Ok(i) => Some(self.newer.storage[i].clone()),
+            Err(_) => self.base.find_slot(key),
+        }
+    }
+
     /// Every slot of the view, slots cleared to 0 left out.
     pub fn slots(&self) -> impl Iterator<Item = StorageRecord> + '_ {
         let base = (0..self.base.slots()).map(|i| self.base.slot(i));

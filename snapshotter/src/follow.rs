@@ -19,7 +19,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use alloy_primitives::Address;
+use alloy_primitives::{Address, B256};
+use futures_util::StreamExt as _;
+use protocol::manifest::TABLE_FILE;
 use protocol::storage::PrivateStorage;
 use protocol::view::names_parent;
 use serde::Deserialize;
@@ -42,6 +44,8 @@ pub struct FollowConfig {
     pub follow: Timing,
     pub levels: LevelPolicy,
     pub build: BuildSettings,
+    /// The hot tier: off unless `max_mib` is set.
+    pub hot: crate::hot::HotPolicy,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -255,6 +259,9 @@ pub struct Follower {
     configured: PrivateStorage,
     /// The last mark written for the server's page, and when.
     marked: Option<(snapshot_store::FollowerMark, std::time::Instant)>,
+    /// The level (block, hash) a hot tier was last built or tried on:
+    /// each level is tried once per process.
+    hot_tried: Option<(u64, Option<B256>)>,
 }
 
 impl Follower {
@@ -274,6 +281,7 @@ impl Follower {
             levels: None,
             configured: PrivateStorage::default(),
             marked: None,
+            hot_tried: None,
             config,
         })
     }
@@ -387,6 +395,7 @@ impl Follower {
         let top = view.last().expect("a view has a level").id.block;
         if head <= top {
             self.mark(node_head, top);
+            self.keep_hot().await;
             return Ok(StepOutcome::UpToDate { block: top });
         }
         let mut report = UpdateReport::default();
@@ -396,10 +405,88 @@ impl Follower {
             from = block;
         }
         self.mark(node_head, head);
+        self.keep_hot().await;
         Ok(StepOutcome::Published {
             block: head,
             report,
         })
+    }
+
+    /// Keeps a hot tier ([`crate::hot`]) on the newest level of the
+    /// newest view that proxies read by PIR (its base, or a merged delta
+    /// without a table): built once for each such level, from the
+    /// activity of the window up to its block. A tier that cannot be
+    /// built (a node without `debug_traceBlockByNumber`) is logged and not
+    /// tried again on that level: the proxies then read by PIR, as
+    /// without one.
+    async fn keep_hot(&mut self) {
+        let policy = self.config.hot.clone();
+        if !policy.enabled() {
+            return;
+        }
+        let levels = self.levels();
+        let Ok(Some(view)) = levels.newest_view() else {
+            return;
+        };
+        let read_by_pir = |l: &StoredSnapshot| match l.id.kind {
+            KindTag::Delta => !l.manifest.files.contains_key(TABLE_FILE),
+            _ => true,
+        };
+        let on = view.iter().rposition(read_by_pir).unwrap_or(0);
+        let stand = &view[on];
+        let mark = Some((stand.id.block, stand.manifest.block_hash));
+        if self.hot_tried == mark {
+            return;
+        }
+        self.hot_tried = mark;
+        let t = std::time::Instant::now();
+        let upto = view[..=on].to_vec();
+        match self.build_hot(upto, policy).await {
+            Ok(Some(id)) => {
+                tracing::info!(snapshot = %id, secs = t.elapsed().as_secs_f64(), "hot tier published")
+            }
+            Ok(None) => tracing::info!(
+                block = stand.id.block,
+                "no hot tier to build (one stands there already, or no key chosen is held)"
+            ),
+            Err(e) => {
+                tracing::warn!(block = stand.id.block, error = %e, "hot tier not built: proxies read these keys by PIR")
+            }
+        }
+    }
+
+    /// The hot tier on `view`'s top level, from the window's activity.
+    async fn build_hot(
+        &self,
+        view: Vec<StoredSnapshot>,
+        policy: crate::hot::HotPolicy,
+    ) -> Result<Option<String>, FollowError> {
+        let stand = view.last().expect("a view has a level");
+        let node = self.node.as_ref().expect("connected");
+        let to = stand.id.block;
+        let from = to.saturating_sub(policy.window - 1).max(1);
+        let mut activity = crate::hot::Activity::default();
+        let concurrency = self.config.source.concurrency.max(1);
+        let mut blocks = futures_util::stream::iter(from..=to)
+            .map(|b| node.touched_keys(b))
+            .buffered(concurrency);
+        while let Some(block) = blocks.next().await {
+            for touched in block? {
+                activity.add_transaction(&touched);
+            }
+        }
+        let entry_bytes =
+            (protocol::table::KEY_PREFIX as u64) + u64::from(view[0].manifest.pir.value_bytes);
+        let keys = activity.select(policy.min_txs, policy.max_entries(entry_bytes));
+        tracing::info!(
+            from,
+            to,
+            transactions = activity.transactions,
+            chosen = keys.len(),
+            "hot keys chosen"
+        );
+        let levels = self.levels();
+        Ok(blocking(move || levels.publish_hot(&view, &keys, &policy)).await?)
     }
 
     /// The delta of the blocks after `from` up to `to`, on the newest view.

@@ -25,12 +25,14 @@ use protocol::view::View;
 use serde::Deserialize;
 
 use crate::folded::Folded;
+use crate::hot::{HotKey, HotPolicy};
 use crate::manifest::{KindTag, SnapshotId, SnapshotKind};
 use crate::pipeline::{
     build_and_publish, build_and_publish_streamed, BuildError, BuildOptions, ExportedState,
 };
 use crate::records::{write_record_stream, Records, RecordsFile};
 use crate::store::{SnapshotStore, StoreError, StoredSnapshot, RECORDS_FILE};
+use protocol::view::names_parent;
 
 /// How deltas are merged and kept: `[levels]` in the follower's config.
 #[derive(Clone, Debug, Deserialize)]
@@ -383,31 +385,86 @@ impl Levels {
     /// never held.
     fn fold(&self, view: &[StoredSnapshot], why: &str) -> Result<String, LevelsError> {
         let top = view.last().expect("a view has a level");
+        self.with_folded(view, |folded| {
+            let (accounts, slots) = (folded.accounts().count(), folded.slots().count());
+            tracing::info!(
+                block = top.id.block,
+                records = accounts,
+                slots,
+                why,
+                "folding the view into a full snapshot"
+            );
+            let source = format!("fold:{}..{}", view[0].id, top.id);
+            let meta = Self::like(view, SnapshotKind::Full, source, Records::default());
+            let published = build_and_publish_streamed(&self.store, &meta, &self.build, |w| {
+                let (accounts, slots) = (accounts as u64, slots as u64);
+                write_record_stream(accounts, folded.accounts(), slots, folded.slots(), w)
+            })?;
+            Ok(published.id.url_form())
+        })
+    }
+
+    /// `f` on the view's state: its base's `records.bin` read in place
+    /// with the deltas' records (small) overlaid in memory.
+    fn with_folded<T>(
+        &self,
+        view: &[StoredSnapshot],
+        f: impl FnOnce(&Folded<'_>) -> Result<T, LevelsError>,
+    ) -> Result<T, LevelsError> {
         let newer = crate::folded::overlay(&self.store, &view[1..])?;
         let mapped = self.store.map_checked(&view[0], RECORDS_FILE)?;
         let base = RecordsFile::new((*mapped).as_ref()).map_err(|e| LevelsError::Damaged {
             id: view[0].id.url_form(),
             reason: format!("{RECORDS_FILE}: {e}"),
         })?;
-        let folded = Folded {
+        f(&Folded {
             base: &base,
             newer: &newer,
-        };
-        let (accounts, slots) = (folded.accounts().count(), folded.slots().count());
+        })
+    }
+
+    /// Publishes the hot tier of `keys` at the block of `view`'s top
+    /// level (`view`: a view's levels up to the one the tier stands on,
+    /// base first), with each key's value there. A tier of another fork
+    /// at that block is replaced; one of this block hash is kept. The id
+    /// published, or `None` when nothing was (already there, or no key
+    /// held).
+    pub fn publish_hot(
+        &self,
+        view: &[StoredSnapshot],
+        keys: &[HotKey],
+        policy: &HotPolicy,
+    ) -> Result<Option<String>, LevelsError> {
+        let top = view.last().expect("a view has a level");
+        let id = SnapshotId::new(self.chain_id, top.id.block, &policy.kind());
+        if let Some(held) = self.store.list()?.into_iter().find(|s| s.id == id) {
+            if held.manifest.block_hash == top.manifest.block_hash {
+                return Ok(None);
+            }
+            self.store.remove(&id)?;
+            tracing::info!(snapshot = %id, "hot tier of another fork removed");
+        }
+        let records = self.with_folded(view, |folded| {
+            Ok(crate::hot::records_of(
+                folded,
+                keys,
+                &view[0].manifest.storage,
+            ))
+        })?;
+        if records.accounts.is_empty() {
+            return Ok(None);
+        }
+        let source = format!("hot:{}-blocks-to-{}", policy.window, top.id);
         tracing::info!(
             block = top.id.block,
-            records = accounts,
-            slots,
-            why,
-            "folding the view into a full snapshot"
+            accounts = records.accounts.len(),
+            slots = records.storage.len(),
+            chosen = keys.len(),
+            "building the hot tier"
         );
-        let source = format!("fold:{}..{}", view[0].id, top.id);
-        let meta = Self::like(view, SnapshotKind::Full, source, Records::default());
-        let published = build_and_publish_streamed(&self.store, &meta, &self.build, |w| {
-            let (accounts, slots) = (accounts as u64, slots as u64);
-            write_record_stream(accounts, folded.accounts(), slots, folded.slots(), w)
-        })?;
-        Ok(published.id.url_form())
+        let state = Self::like(view, policy.kind(), source, records);
+        let published = build_and_publish(&self.store, state, &self.build)?;
+        Ok(Some(published.id.url_form()))
     }
 
     /// Removes what no view of the last `keep_blocks` blocks uses (pinned
@@ -426,6 +483,20 @@ impl Levels {
         }
         let mut removed = Vec::new();
         for (id, snap) in &by_id {
+            // A hot tier goes with the level it stands on.
+            if snap.id.kind == KindTag::Hot {
+                let stands = keep.iter().filter_map(|k| by_id.get(k)).any(|level| {
+                    level.id.block == snap.id.block
+                        && names_parent(snap.manifest.block_hash, level.manifest.block_hash)
+                            != Some(false)
+                });
+                if !stands {
+                    self.store.remove(&snap.id)?;
+                    tracing::info!(snapshot = %snap.id, "hot tier retired with its level");
+                    removed.push(id.url_form());
+                }
+                continue;
+            }
             let managed = matches!(snap.id.kind, KindTag::Full | KindTag::Delta);
             if !managed || keep.contains(id) || snap.id.block >= horizon {
                 continue;

@@ -19,6 +19,7 @@ pub use snapshot_build::{pipeline, progress, records, slot_sort};
 pub mod attest;
 pub mod folded;
 pub mod follow;
+pub mod hot;
 pub mod levels;
 pub mod pull;
 pub mod settings;

@@ -51,6 +51,7 @@ fn config(store: &std::path::Path, url: &str, genesis: Option<&std::path::Path>)
             fanout: 3,
             ..Default::default()
         },
+        hot: Default::default(),
         build: BuildSettings {
             device: snapshotter::settings::HintDevice::Cpu,
             ..Default::default()

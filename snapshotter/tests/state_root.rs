@@ -97,6 +97,7 @@ fn config(dir: &Path, anvil: &Anvil) -> snapshotter::follow::FollowConfig {
             rebase_min_records: 8,
             ..Default::default()
         },
+        hot: Default::default(),
         build: BuildSettings {
             device: snapshotter::settings::HintDevice::Cpu,
             ..Default::default()

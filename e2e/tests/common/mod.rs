@@ -94,6 +94,7 @@ pub fn follow_config(
             keep_blocks,
             ..Default::default()
         },
+        hot: Default::default(),
         build: BuildSettings {
             device: snapshotter::settings::HintDevice::Cpu,
             ..Default::default()

@@ -830,6 +830,48 @@ impl RpcSource {
         .await
     }
 
+    /// The keys each transaction of block `n` read or wrote: every
+    /// account and slot of its prestate (the node's `prestateTracer`,
+    /// codes left out), one set per transaction.
+    pub async fn touched_keys(
+        &self,
+        n: u64,
+    ) -> Result<Vec<BTreeSet<crate::hot::HotKey>>, RpcSourceError> {
+        use crate::hot::HotKey;
+        #[derive(Debug, serde::Deserialize)]
+        struct TxPrestate {
+            result: BTreeMap<Address, PrestateAccount>,
+        }
+        #[derive(Debug, serde::Deserialize)]
+        struct PrestateAccount {
+            #[serde(default)]
+            storage: BTreeMap<B256, serde_json::Value>,
+        }
+        let config =
+            serde_json::json!({"tracer": "prestateTracer", "tracerConfig": {"disableCode": true}});
+        let traces: Vec<TxPrestate> = self
+            .retry("debug_traceBlockByNumber", Some(n), || {
+                self.provider.raw_request(
+                    "debug_traceBlockByNumber".into(),
+                    (U64::from(n), config.clone()),
+                )
+            })
+            .await?;
+        Ok(traces
+            .into_iter()
+            .map(|tx| {
+                tx.result
+                    .into_iter()
+                    .flat_map(|(address, account)| {
+                        let slots = account.storage.into_keys();
+                        std::iter::once(HotKey::Account(address))
+                            .chain(slots.map(move |slot| HotKey::Slot(address, slot)))
+                    })
+                    .collect()
+            })
+            .collect())
+    }
+
     /// Whether the node answers `trace_block` (asked on its head block).
     pub async fn has_traces(&self) -> Result<bool, RpcSourceError> {
         let head = self.head().await?;

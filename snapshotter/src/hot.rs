@@ -1,0 +1,185 @@
+//! The hot tier (brief section 17): the state most transactions read,
+//! published whole so that a wallet reads it with no PIR query.
+//!
+//! PIR hides which key is read; a key that every client downloads needs
+//! no hiding. A swap reads a few keys that name its holder (its account,
+//! its balance and allowance slots) and many more that every swapper on
+//! that pool reads (the router's, the pool's, the tokens' and their
+//! proxies' implementation slots). The follower counts, over a window of
+//! blocks, how many distinct transactions read or wrote each key (the
+//! node's `prestateTracer`, which lists reads as well as writes; state
+//! diffs see only writes), and keeps the most touched within a byte
+//! budget, at the block of a level the proxies read by PIR (a base, or a
+//! merged delta read by PIR), so that it answers over that level and the
+//! deltas above it overlay it. The selection is the operator's; the
+//! values are the chain's, and checked like every level's.
+
+use std::collections::{BTreeSet, HashMap};
+
+use alloy_primitives::{keccak256, Address, B256, U256};
+use serde::Deserialize;
+
+use protocol::manifest::SnapshotKind;
+use protocol::storage::{PrivateStorage, StorageRecord};
+
+use crate::folded::Folded;
+use crate::records::Records;
+
+/// `[hot]` in the follower's config: whether and how the hot tier is
+/// chosen.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HotPolicy {
+    /// The tier's budget: its table's bytes, MiB (0: no hot tier).
+    pub max_mib: u64,
+    /// Blocks of activity it is chosen from, up to its block.
+    pub window: u64,
+    /// Keys read or written by at least this many distinct transactions
+    /// of the window (a key only one transaction touched names it).
+    pub min_txs: u32,
+}
+
+impl Default for HotPolicy {
+    fn default() -> Self {
+        HotPolicy {
+            max_mib: 0,
+            window: 256,
+            min_txs: 2,
+        }
+    }
+}
+
+impl HotPolicy {
+    pub fn enabled(&self) -> bool {
+        self.max_mib > 0 && self.window > 0
+    }
+
+    /// The kind of the tier it builds (its parameters in the manifest).
+    pub fn kind(&self) -> SnapshotKind {
+        SnapshotKind::Hot {
+            window: self.window,
+            min_txs: self.min_txs.max(1),
+            max_mib: self.max_mib,
+        }
+    }
+
+    /// Entries the budget holds, each `entry_bytes` in the table.
+    pub fn max_entries(&self, entry_bytes: u64) -> usize {
+        let budget = self.max_mib.saturating_mul(1 << 20);
+        usize::try_from(budget / entry_bytes.max(1)).unwrap_or(usize::MAX)
+    }
+}
+
+/// A key of the state: an account, or a slot of a contract.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum HotKey {
+    Account(Address),
+    Slot(Address, B256),
+}
+
+/// How many distinct transactions touched each key.
+#[derive(Default, Debug)]
+pub struct Activity {
+    counts: HashMap<HotKey, u32>,
+    pub transactions: u64,
+}
+
+impl Activity {
+    /// One transaction's keys (each counted once for it).
+    pub fn add_transaction(&mut self, touched: &BTreeSet<HotKey>) {
+        for key in touched {
+            *self.counts.entry(*key).or_default() += 1;
+        }
+        self.transactions += 1;
+    }
+
+    /// The keys touched by at least `min_txs` transactions, most touched
+    /// first (ties by key, so that the same activity gives the same
+    /// tier), at most `max`.
+    pub fn select(&self, min_txs: u32, max: usize) -> Vec<HotKey> {
+        let mut hot: Vec<(u32, HotKey)> = self
+            .counts
+            .iter()
+            .filter(|(_, n)| **n >= min_txs.max(1))
+            .map(|(k, n)| (*n, *k))
+            .collect();
+        hot.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        hot.into_iter().take(max).map(|(_, k)| k).collect()
+    }
+}
+
+/// The tier's records: each chosen key's value in `folded` (the view at
+/// the tier's block). An account the view does not hold is left out
+/// (read by PIR as before: absent from the tier means nothing); a slot
+/// of a contract whose storage the view holds is kept with its word,
+/// 0 included (absent from such a view means 0). Slots of contracts the
+/// view does not hold are left out.
+pub fn records_of(folded: &Folded<'_>, keys: &[HotKey], held: &PrivateStorage) -> Records {
+    let mut records = Records::default();
+    for key in keys {
+        match *key {
+            HotKey::Account(address) => {
+                if let Some(mut account) = folded.account(&keccak256(address)) {
+                    account.address = Some(address);
+                    records.accounts.push(account);
+                }
+            }
+            HotKey::Slot(contract, slot) if held.holds(&contract) => {
+                let pir_key = protocol::storage::storage_key_of(&contract, &slot);
+                let word = folded.slot(&pir_key).map_or(U256::ZERO, |s| s.value);
+                records
+                    .storage
+                    .push(StorageRecord::new(contract, slot, word));
+            }
+            HotKey::Slot(..) => {}
+        }
+    }
+    records
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(keys: &[HotKey]) -> BTreeSet<HotKey> {
+        keys.iter().copied().collect()
+    }
+
+    #[test]
+    fn the_most_touched_keys_are_chosen_within_the_budget() {
+        let (router, pool, holder) = (
+            Address::with_last_byte(1),
+            Address::with_last_byte(2),
+            Address::with_last_byte(3),
+        );
+        let reserve = HotKey::Slot(pool, B256::with_last_byte(8));
+        let mut activity = Activity::default();
+        // Five swappers: each touches the router, the pool and its reserve
+        // once per transaction (twice in one counts once), and itself.
+        for i in 10..15u8 {
+            let me = HotKey::Account(Address::with_last_byte(i));
+            activity.add_transaction(&set(&[
+                HotKey::Account(router),
+                HotKey::Account(pool),
+                reserve,
+                me,
+            ]));
+        }
+        activity.add_transaction(&set(&[HotKey::Account(holder), reserve]));
+        assert_eq!(activity.transactions, 6);
+        let chosen = activity.select(2, 10);
+        assert_eq!(
+            chosen,
+            [reserve, HotKey::Account(router), HotKey::Account(pool)],
+            "most touched first, ties by key; one transaction's keys left out"
+        );
+        assert_eq!(activity.select(2, 1), [reserve], "the budget");
+        assert_eq!(activity.select(7, 10), []);
+        let policy = HotPolicy {
+            max_mib: 1,
+            ..HotPolicy::default()
+        };
+        assert_eq!(policy.max_entries(64), 16_384);
+        assert!(!HotPolicy::default().enabled());
+    }
+}
