@@ -285,17 +285,6 @@ fn wallet_calls(c: &Contracts) -> Vec<(Address, Vec<u8>)> {
     calls
 }
 
-/// An `eth_call` at `at` through the proxy and at anvil: the whole
-/// response (result or error) the same.
-async fn same_response_as_anvil(proxy: &str, anvil: &Anvil, call: &Value, at: &str) -> Value {
-    let http = reqwest::Client::new();
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "eth_call", "params": [call, at]});
-    let private = test_support::rpc_raw(&http, proxy, &body.to_string()).await;
-    let node = test_support::rpc_raw(&http, &anvil.url, &body.to_string()).await;
-    assert_eq!(private, node, "{call} at {at}");
-    private
-}
-
 fn aggregate3(calls: &[(Address, Vec<u8>)], allow_failure: bool) -> Vec<u8> {
     let calls = calls
         .iter()
@@ -368,24 +357,6 @@ impl Stack {
             _cache: cache,
         }
     }
-}
-
-/// anvil (chain `chain_id`) from the test genesis with Multicall3 in its
-/// alloc; the genesis file written in `dir`.
-async fn chain_with_multicall3(
-    dir: &std::path::Path,
-    chain_id: &str,
-) -> (Anvil, std::path::PathBuf) {
-    let genesis_path = dir.join("genesis.json");
-    write_genesis_with(&genesis_path, vec![multicall3_account().await]);
-    let anvil = Anvil::start_with(&[
-        "--init",
-        genesis_path.to_str().unwrap(),
-        "--chain-id",
-        chain_id,
-    ])
-    .await;
-    (anvil, genesis_path)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -574,19 +545,6 @@ async fn access_lists(proxy: &str, anvil: &Anvil, c: &Contracts, at: &str) {
 }
 
 /// An access list's accounts and (account, slot) pairs.
-fn as_set(answer: &Value) -> std::collections::BTreeSet<String> {
-    let items = answer["accessList"].as_array().expect("an access list");
-    let mut set = std::collections::BTreeSet::new();
-    for item in items {
-        let address = item["address"].as_str().unwrap().to_lowercase();
-        for key in item["storageKeys"].as_array().unwrap() {
-            set.insert(format!("{address}/{}", key.as_str().unwrap()));
-        }
-        set.insert(address);
-    }
-    set
-}
-
 /// A batch holding an unlisted token's `balanceOf`: that inner call alone
 /// goes upstream (the rest of the batch is private).
 async fn unlisted_inner_calls(
@@ -873,36 +831,6 @@ impl Defi {
                 "data": alloy_primitives::hex::encode_prefixed(exec.abi_encode())}),
         ]
     }
-}
-
-/// A transaction as a wallet prepares it, through the proxy and at
-/// anvil: its eth_call byte for byte, its access list and the gas used
-/// with it the same, its estimate close to anvil's (both search within
-/// 1.5 %) and enough at anvil.
-async fn same_transaction(proxy: &str, anvil: &Anvil, tx: &Value, at: &str) {
-    same_response_as_anvil(proxy, anvil, tx, at).await;
-    let private = test_support::rpc(proxy, "eth_createAccessList", json!([tx, at]))
-        .await
-        .unwrap();
-    let node = anvil.rpc("eth_createAccessList", json!([tx, at])).await;
-    assert_eq!(as_set(&private), as_set(&node), "{private} vs {node}");
-    assert_eq!(private["gasUsed"], node["gasUsed"], "{private} vs {node}");
-    let private = test_support::rpc(proxy, "eth_estimateGas", json!([tx, at]))
-        .await
-        .unwrap();
-    let node = anvil.rpc("eth_estimateGas", json!([tx, at])).await;
-    let (private, node) = (
-        test_support::quantity(&private),
-        test_support::quantity(&node),
-    );
-    assert!(
-        private.abs_diff(node) as f64 / (node as f64) < 0.03,
-        "estimate {private}, anvil's {node}"
-    );
-    let mut enough = tx.clone();
-    enough["gas"] = json!(format!("{private:#x}"));
-    let ran = test_support::rpc(&anvil.url, "eth_call", json!([enough, at])).await;
-    assert!(ran.is_ok(), "{ran:?} with the estimate");
 }
 
 /// The whole state held (`storage = "all"`, nothing listed), every level

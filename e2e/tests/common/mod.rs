@@ -407,3 +407,91 @@ pub async fn view_reaches(proxy: &str, block: u64) -> u64 {
     };
     test_support::eventually(&format!("the proxy's view reaches block {block}"), reached).await
 }
+
+/// anvil (chain `chain_id`) from the test genesis with Multicall3 in its
+/// alloc; the genesis file written in `dir`.
+pub async fn chain_with_multicall3(
+    dir: &std::path::Path,
+    chain_id: &str,
+) -> (test_support::Anvil, std::path::PathBuf) {
+    let genesis_path = dir.join("genesis.json");
+    test_support::write_genesis_with(&genesis_path, vec![multicall3_account().await]);
+    let anvil = test_support::Anvil::start_with(&[
+        "--init",
+        genesis_path.to_str().unwrap(),
+        "--chain-id",
+        chain_id,
+    ])
+    .await;
+    (anvil, genesis_path)
+}
+
+/// An `eth_call` at `at` through the proxy and at anvil: the whole
+/// response (result or error) the same.
+pub async fn same_response_as_anvil(
+    proxy: &str,
+    anvil: &test_support::Anvil,
+    call: &serde_json::Value,
+    at: &str,
+) -> serde_json::Value {
+    let http = reqwest::Client::new();
+    let body =
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "eth_call", "params": [call, at]});
+    let private = test_support::rpc_raw(&http, proxy, &body.to_string()).await;
+    let node = test_support::rpc_raw(&http, &anvil.url, &body.to_string()).await;
+    assert_eq!(private, node, "{call} at {at}");
+    private
+}
+
+/// A transaction as a wallet prepares it, through the proxy and at
+/// anvil: its eth_call byte for byte, its access list and the gas used
+/// with it the same, its estimate close to anvil's (both search within
+/// 1.5 %) and enough at anvil.
+pub async fn same_transaction(
+    proxy: &str,
+    anvil: &test_support::Anvil,
+    tx: &serde_json::Value,
+    at: &str,
+) {
+    same_response_as_anvil(proxy, anvil, tx, at).await;
+    let private = test_support::rpc(proxy, "eth_createAccessList", serde_json::json!([tx, at]))
+        .await
+        .unwrap();
+    let node = anvil
+        .rpc("eth_createAccessList", serde_json::json!([tx, at]))
+        .await;
+    assert_eq!(as_set(&private), as_set(&node), "{private} vs {node}");
+    assert_eq!(private["gasUsed"], node["gasUsed"], "{private} vs {node}");
+    let private = test_support::rpc(proxy, "eth_estimateGas", serde_json::json!([tx, at]))
+        .await
+        .unwrap();
+    let node = anvil
+        .rpc("eth_estimateGas", serde_json::json!([tx, at]))
+        .await;
+    let (private, node) = (
+        test_support::quantity(&private),
+        test_support::quantity(&node),
+    );
+    assert!(
+        private.abs_diff(node) as f64 / (node as f64) < 0.03,
+        "estimate {private}, anvil's {node}"
+    );
+    let mut enough = tx.clone();
+    enough["gas"] = serde_json::json!(format!("{private:#x}"));
+    let ran = test_support::rpc(&anvil.url, "eth_call", serde_json::json!([enough, at])).await;
+    assert!(ran.is_ok(), "{ran:?} with the estimate");
+}
+
+/// An access list's addresses and address/slot pairs, as a set.
+pub fn as_set(answer: &serde_json::Value) -> std::collections::BTreeSet<String> {
+    let items = answer["accessList"].as_array().expect("an access list");
+    let mut set = std::collections::BTreeSet::new();
+    for item in items {
+        let address = item["address"].as_str().unwrap().to_lowercase();
+        for key in item["storageKeys"].as_array().unwrap() {
+            set.insert(format!("{address}/{}", key.as_str().unwrap()));
+        }
+        set.insert(address);
+    }
+    set
+}

@@ -1,0 +1,299 @@
+//! The hot tier (brief section 17): the state every swapper reads,
+//! published whole, so that a wallet's swap asks the PIR server only for
+//! the keys that name its holder.
+//!
+//! On anvil: a token made by a factory, a constant-product pool of it, a
+//! router in front of the pool, and a flagged token behind an EIP-1967
+//! proxy. Six traders each swap through the router, refresh through
+//! Multicall3 and move the proxied token. The follower holds the whole
+//! state and chooses the hot tier from that activity (`prestateTracer`
+//! over the window): the router, the pool, the tokens, the proxy's
+//! implementation slot and its implementation. A holder who traded
+//! nothing in the window then prepares a swap (`eth_call`,
+//! `eth_estimateGas`, `eth_createAccessList`), refreshes its tokens
+//! through Multicall3 and reads the proxied token's `balanceOf`: every
+//! answer anvil's, byte for byte, and the keys read by PIR only those that
+//! name the holder. The same calls through a proxy with `hot_tier = "off"`
+//! read every key by PIR (the tier disabled: the mutation check).
+
+mod common;
+
+use alloy_primitives::{Address, U256};
+use alloy_sol_types::{SolCall, SolValue};
+use common::*;
+use protocol::tokens::{IMulticall3, MULTICALL3};
+use serde_json::{json, Value};
+use test_support::{proxy_status as status, Anvil, DEV_ACCOUNTS};
+
+alloy_sol_types::sol! {
+    interface IFlagged {
+        function initialize(address newOwner);
+        function mint(address to, uint256 amount);
+        function balanceOf(address holder) returns (uint256);
+        function transfer(address to, uint256 amount) returns (bool);
+    }
+    interface ITokenFactory {
+        function create(uint256 supply) returns (address token);
+    }
+    interface ISimpleToken {
+        function balanceOf(address holder) returns (uint256);
+        function approve(address spender, uint256 amount) returns (bool);
+    }
+    interface IPool {
+        function addLiquidity(uint256 amount);
+    }
+    interface IRouter {
+        function quote(address pool, uint256 amountIn) returns (uint256);
+        function swapExactETHForTokens(address pool, uint256 minOut, address to, uint256 deadline) returns (uint256 out);
+    }
+}
+
+/// The traders of the window: fresh addresses, funded by dev account 0
+/// and sent from by anvil's impersonation.
+fn traders() -> Vec<Address> {
+    (0xa1..=0xa6u8).map(|b| Address::repeat_byte(b)).collect()
+}
+
+/// The dev account whose calls are measured: it trades nothing in the
+/// window (one mint pays it the proxied token).
+const HOLDER: usize = 3;
+
+/// What the traders and the holder use.
+struct Market {
+    token: Address,
+    pool: Address,
+    router: Address,
+    proxied: Address,
+}
+
+impl Market {
+    async fn deploy(anvil: &Anvil) -> Self {
+        let deploy = |code: Vec<u8>| async move {
+            let at: Address = anvil.deploy(DEV_ACCOUNTS[0], &code).await.parse().unwrap();
+            at
+        };
+        let factory = deploy(test_contract("TokenFactory")).await;
+        let supply = U256::from(10u64).pow(U256::from(24u8));
+        let create = ITokenFactory::createCall { supply };
+        send(anvil, 0, factory, create.abi_encode()).await;
+        let token = factory.create(1);
+        let mut pool_code = test_contract("Pool");
+        pool_code.extend_from_slice(&token.abi_encode());
+        let pool = deploy(pool_code).await;
+        let router = deploy(test_contract("Router")).await;
+        let implementation = deploy(test_contract("FlaggedToken")).await;
+        let mut proxy_code = test_contract("Proxy1967");
+        proxy_code.extend_from_slice(&implementation.abi_encode());
+        let proxied = deploy(proxy_code).await;
+        let init = IFlagged::initializeCall { newOwner: dev(0) };
+        send(anvil, 0, proxied, init.abi_encode()).await;
+        let approve = ISimpleToken::approveCall {
+            spender: pool,
+            amount: U256::MAX,
+        };
+        send(anvil, 0, token, approve.abi_encode()).await;
+        let liquidity = IPool::addLiquidityCall {
+            amount: supply / U256::from(2u8),
+        };
+        let receipt = anvil
+            .send(json!({
+                "from": DEV_ACCOUNTS[0], "to": pool, "value": "0x8ac7230489e80000", "gas": "0x4c4b40",
+                "data": alloy_primitives::hex::encode_prefixed(liquidity.abi_encode()),
+            }))
+            .await;
+        assert_eq!(receipt["status"], "0x1", "{receipt}");
+        Market {
+            token,
+            pool,
+            router,
+            proxied,
+        }
+    }
+
+    /// A swap of 0.1 ETH for the token, paid to `from`, as a wallet sends
+    /// it.
+    fn swap(&self, from: Address) -> Value {
+        let swap = IRouter::swapExactETHForTokensCall {
+            pool: self.pool,
+            minOut: U256::from(1u8),
+            to: from,
+            deadline: U256::from(u64::MAX),
+        };
+        json!({"from": from, "to": self.router, "value": "0x16345785d8a0000",
+            "data": alloy_primitives::hex::encode_prefixed(swap.abi_encode())})
+    }
+
+    /// A wallet's refresh of `holder`: both tokens and a quote, through
+    /// Multicall3.
+    fn refresh(&self, holder: Address) -> Vec<u8> {
+        let calls = [
+            (
+                self.proxied,
+                IFlagged::balanceOfCall { holder }.abi_encode(),
+            ),
+            (
+                self.token,
+                ISimpleToken::balanceOfCall { holder }.abi_encode(),
+            ),
+            (
+                self.router,
+                IRouter::quoteCall {
+                    pool: self.pool,
+                    amountIn: U256::from(10u64).pow(U256::from(17u8)),
+                }
+                .abi_encode(),
+            ),
+        ];
+        let calls = calls
+            .into_iter()
+            .map(|(target, data)| IMulticall3::Call3 {
+                target,
+                allowFailure: true,
+                callData: data.into(),
+            })
+            .collect();
+        IMulticall3::aggregate3Call { calls }.abi_encode()
+    }
+
+    /// Each trader swaps, is paid the proxied token, refreshes through
+    /// Multicall3 and pays some of it on: distinct transactions over the
+    /// same router, pool, tokens and proxy.
+    async fn trade(&self, anvil: &Anvil) {
+        for trader in traders() {
+            let fund = json!({"from": DEV_ACCOUNTS[0], "to": trader, "value": "0xde0b6b3a7640000"});
+            anvil.send(fund).await;
+            anvil.rpc("anvil_impersonateAccount", json!([trader])).await;
+            let from = trader.to_string();
+            let receipt = anvil.send(self.swap(trader)).await;
+            assert_eq!(receipt["status"], "0x1", "{receipt}");
+            let pay = IFlagged::mintCall {
+                to: trader,
+                amount: U256::from(1_000u64),
+            };
+            send(anvil, 0, self.proxied, pay.abi_encode()).await;
+            let multicall = MULTICALL3.to_string();
+            anvil
+                .transact(&from, Some(&multicall), &self.refresh(trader))
+                .await;
+            let on = IFlagged::transferCall {
+                to: dev(0),
+                amount: U256::from(7u64),
+            };
+            let proxied = self.proxied.to_string();
+            anvil
+                .transact(&from, Some(&proxied), &on.abi_encode())
+                .await;
+        }
+        let pay = IFlagged::mintCall {
+            to: dev(HOLDER),
+            amount: U256::from(4_242u64),
+        };
+        send(anvil, 0, self.proxied, pay.abi_encode()).await;
+    }
+}
+
+/// The keys a proxy has read by PIR so far.
+async fn pir_keys(proxy: &str) -> u64 {
+    status(proxy).await["pirKeys"].as_u64().expect("pirKeys")
+}
+
+/// The holder's swap prepared (call, access list, estimate), its refresh
+/// and the proxied token's `balanceOf`, through `proxy` at `at`, each as
+/// anvil answers; the keys it read by PIR.
+async fn holders_calls(proxy: &str, anvil: &Anvil, m: &Market, at: &str) -> u64 {
+    let holder = dev(HOLDER);
+    let before = pir_keys(proxy).await;
+    same_transaction(proxy, anvil, &m.swap(holder), at).await;
+    same_as_anvil(
+        proxy,
+        anvil,
+        &call_object(MULTICALL3, &m.refresh(holder)),
+        at,
+    )
+    .await;
+    let balance = IFlagged::balanceOfCall { holder }.abi_encode();
+    same_as_anvil(proxy, anvil, &call_object(m.proxied, &balance), at).await;
+    pir_keys(proxy).await - before
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_swap_reads_by_pir_only_the_keys_that_name_its_holder() {
+    log_if_asked();
+    let dir = tempfile::tempdir().unwrap();
+    let (anvil, genesis) = chain_with_multicall3(dir.path(), "4244").await;
+    let market = Market::deploy(&anvil).await;
+    market.trade(&anvil).await;
+    let traded = anvil.head().await;
+
+    // The whole state followed; a base at the last traded block (a pinned
+    // height), and the hot tier on it from the window's activity.
+    let store = dir.path().join("store");
+    let mut config = follow_config(&store, &anvil.url, &genesis, 0, 4, 256);
+    config.source.storage = snapshotter::follow::StorageScope::All;
+    config.levels.pinned = vec![traded];
+    config.hot = snapshotter::hot::HotPolicy {
+        max_mib: 1,
+        window: 256,
+        min_txs: 2,
+    };
+    let follower = Follower::start(config);
+    let server = start_server(&store).await;
+    let (upstream, _, relayed) = start_recording_relay(&anvil.url, passthrough()).await;
+    let start = |hot_tier, cache: &tempfile::TempDir| {
+        start_proxy_with(proxy::ProxyConfig {
+            pir_server: server.clone(),
+            upstream: Some(upstream.clone()),
+            cache_dir: cache.path().to_path_buf(),
+            hot_tier,
+            ..Default::default()
+        })
+    };
+    use ethpir_client::config::HotTierUse;
+    let (hot_cache, cold_cache) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let hot = start(HotTierUse::Ahead, &hot_cache).await;
+    let cold = start(HotTierUse::Off, &cold_cache).await;
+    let tier = test_support::eventually("the proxy reads a hot tier", || async {
+        let s = status(&hot).await;
+        let block = s["viewBlock"].as_u64()?;
+        (block >= traded && !s["hot"].is_null()).then_some(s["hot"].clone())
+    })
+    .await;
+    assert_eq!(tier["kind"], "hot");
+    assert_eq!(tier["read"], "whole");
+    assert_eq!(tier["block"], json!(traded), "it stands on the base");
+    let at = format!("{:#x}", view_reaches(&cold, traded).await);
+    assert_eq!(at, format!("{:#x}", view_reaches(&hot, traded).await));
+    assert!(status(&cold).await["hot"].is_null());
+    relayed.lock().unwrap().clear();
+
+    let with_tier = holders_calls(&hot, &anvil, &market, &at).await;
+    let without = holders_calls(&cold, &anvil, &market, &at).await;
+    // The holder's account (it pays the swap), its balance of the token
+    // (the swap pays it) and of the proxied token: nothing else.
+    assert_eq!(
+        with_tier, 3,
+        "keys read by PIR with the hot tier ({without} without it)"
+    );
+    assert!(
+        without >= 10,
+        "without the tier every key is read by PIR: {without}"
+    );
+    // A trader swaps again: the pool's reserves and the router's count,
+    // held by the tier at the base's block, change in a delta above it.
+    // The holder's calls read the delta's values over the tier's.
+    let again = traders()[0];
+    let receipt = anvil.send(market.swap(again)).await;
+    assert_eq!(receipt["status"], "0x1", "{receipt}");
+    let newer = format!("{:#x}", view_reaches(&hot, traded + 1).await);
+    let after = holders_calls(&hot, &anvil, &market, &newer).await;
+    assert!(after <= 3, "{after} keys read by PIR at the newer view");
+    let seen = relayed.lock().unwrap().clone();
+    let named = ["eth_call", "eth_estimateGas", "eth_createAccessList"];
+    assert!(
+        !seen
+            .iter()
+            .any(|c| named.contains(&c["method"].as_str().unwrap_or(""))),
+        "nothing run upstream: {seen:?}"
+    );
+    follower.stop().await;
+}
