@@ -51,7 +51,7 @@ alloy_sol_types::sol! {
 /// The traders of the window: fresh addresses, funded by dev account 0
 /// and sent from by anvil's impersonation.
 fn traders() -> Vec<Address> {
-    (0xa1..=0xa6u8).map(|b| Address::repeat_byte(b)).collect()
+    (0xa1..=0xa6u8).map(Address::repeat_byte).collect()
 }
 
 /// The dev account whose calls are measured: it trades nothing in the

@@ -97,7 +97,7 @@ impl Attester {
 
     async fn attest(&self, snap: &StoredSnapshot) -> Outcome {
         let m = &snap.manifest;
-        if !m.kind.is_whole_state() {
+        if !m.kind.is_whole_state() && !matches!(m.kind, SnapshotKind::Hot { .. }) {
             return Outcome::NotAttestable("not a whole state");
         }
         if m.chain_id != self.node.chain_id {
@@ -131,19 +131,25 @@ impl Attester {
                 m.block_number, m.state_root
             ));
         }
-        let is_delta = match m.kind {
-            SnapshotKind::Delta { from } => {
-                self.same_delta_on_node(snap, from).await?;
-                true
-            }
-            _ => false,
-        };
+        let kind = m.kind;
+        if let SnapshotKind::Delta { from } = kind {
+            self.same_delta_on_node(snap, from).await?;
+        }
         let store = self.store.clone();
         let level = snap.clone();
         tokio::task::spawn_blocking(move || {
-            if !is_delta {
-                crate::verify::verify_state_root(&store, &level, &[], Some(root))
-                    .map_err(|e| e.to_string())?;
+            match kind {
+                SnapshotKind::Delta { .. } => {}
+                // Its values are the view's it stands on (whose levels are
+                // checked against the node in turn).
+                SnapshotKind::Hot { .. } => {
+                    let all = store.list().map_err(|e| e.to_string())?;
+                    crate::hot::check_against_view(&store, &level, &all)?;
+                }
+                _ => {
+                    crate::verify::verify_state_root(&store, &level, &[], Some(root))
+                        .map_err(|e| e.to_string())?;
+                }
             }
             same_build_from_records(&store, &level)
         })

@@ -98,6 +98,25 @@ pub fn records(store: &SnapshotStore, snap: &StoredSnapshot) -> Result<Records, 
     })
 }
 
+/// `f` on the state of `view` (base first): its base's `records.bin`
+/// read in place with the deltas' records (small) overlaid in memory.
+pub fn with_view<T>(
+    store: &SnapshotStore,
+    view: &[StoredSnapshot],
+    f: impl FnOnce(&Folded<'_>) -> Result<T, LevelsError>,
+) -> Result<T, LevelsError> {
+    let newer = overlay(store, &view[1..])?;
+    let mapped = store.map_checked(&view[0], RECORDS_FILE)?;
+    let base = RecordsFile::new((*mapped).as_ref()).map_err(|e| LevelsError::Damaged {
+        id: view[0].id.url_form(),
+        reason: format!("{RECORDS_FILE}: {e}"),
+    })?;
+    f(&Folded {
+        base: &base,
+        newer: &newer,
+    })
+}
+
 /// The records of `levels` (oldest first; deltas, small) overlaid: the
 /// newest value of each account and of each slot, in key order.
 pub fn overlay(store: &SnapshotStore, levels: &[StoredSnapshot]) -> Result<Records, LevelsError> {

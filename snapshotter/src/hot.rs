@@ -24,6 +24,8 @@ use protocol::storage::{PrivateStorage, StorageRecord};
 
 use crate::folded::Folded;
 use crate::records::Records;
+use crate::store::{SnapshotStore, StoredSnapshot};
+use protocol::view::names_parent;
 
 /// `[hot]` in the follower's config: whether and how the hot tier is
 /// chosen.
@@ -135,6 +137,71 @@ pub fn records_of(folded: &Folded<'_>, keys: &[HotKey], held: &PrivateStorage) -
         }
     }
     records
+}
+
+/// Checks a hot tier against the levels it stands on in `store` (`all`:
+/// the store's snapshots): every account and slot it holds has the value
+/// the view at its block holds (a slot absent there is 0). Those levels
+/// are checked against the node on their own (`verify --state-root`, the
+/// attester), so a tier that agrees with them holds the chain's values.
+/// The number of records checked.
+pub fn check_against_view(
+    store: &SnapshotStore,
+    hot: &StoredSnapshot,
+    all: &[StoredSnapshot],
+) -> Result<usize, String> {
+    let m = &hot.manifest;
+    let views = protocol::view::Views::build(&crate::levels::as_entries(all));
+    let view = views
+        .at(m.chain_id, m.block_number)
+        .filter(|v| v.complete)
+        .ok_or_else(|| {
+            format!(
+                "no complete view at block {} to check it against",
+                m.block_number
+            )
+        })?;
+    let levels: Vec<StoredSnapshot> = view
+        .snapshots
+        .iter()
+        .filter_map(|id| all.iter().find(|s| &s.id == id).cloned())
+        .collect();
+    let top = &levels.last().ok_or("an empty view")?.manifest;
+    if names_parent(m.block_hash, top.block_hash) == Some(false)
+        || m.storage != levels[0].manifest.storage
+    {
+        return Err(format!(
+            "it does not stand on the view at block {} (another block hash or storage claim)",
+            m.block_number
+        ));
+    }
+    let held = crate::folded::records(store, hot).map_err(|e| e.to_string())?;
+    crate::folded::with_view(store, &levels, |folded| Ok(differences(folded, &held)))
+        .map_err(|e| e.to_string())?
+        .map_or(Ok(held.accounts.len() + held.storage.len()), Err)
+}
+
+/// The first record of `held` whose value `folded` does not have.
+fn differences(folded: &Folded<'_>, held: &Records) -> Option<String> {
+    for a in &held.accounts {
+        let same = folded.account(&a.key).is_some_and(|v| {
+            (v.balance, v.nonce, v.code_hash, v.storage_root)
+                == (a.balance, a.nonce, a.code_hash, a.storage_root)
+        });
+        if !same {
+            return Some(format!(
+                "account {:?} ({}) is not the view's",
+                a.address, a.key
+            ));
+        }
+    }
+    for s in &held.storage {
+        let word = folded.slot(&s.key).map_or(U256::ZERO, |v| v.value);
+        if word != s.value {
+            return Some(format!("slot {} holds {}, the view {word}", s.key, s.value));
+        }
+    }
+    None
 }
 
 #[cfg(test)]

@@ -24,7 +24,6 @@ use protocol::api::CatalogEntry;
 use protocol::view::View;
 use serde::Deserialize;
 
-use crate::folded::Folded;
 use crate::hot::{HotKey, HotPolicy};
 use crate::manifest::{KindTag, SnapshotId, SnapshotKind};
 use crate::pipeline::{
@@ -385,7 +384,7 @@ impl Levels {
     /// never held.
     fn fold(&self, view: &[StoredSnapshot], why: &str) -> Result<String, LevelsError> {
         let top = view.last().expect("a view has a level");
-        self.with_folded(view, |folded| {
+        crate::folded::with_view(&self.store, view, |folded| {
             let (accounts, slots) = (folded.accounts().count(), folded.slots().count());
             tracing::info!(
                 block = top.id.block,
@@ -401,25 +400,6 @@ impl Levels {
                 write_record_stream(accounts, folded.accounts(), slots, folded.slots(), w)
             })?;
             Ok(published.id.url_form())
-        })
-    }
-
-    /// `f` on the view's state: its base's `records.bin` read in place
-    /// with the deltas' records (small) overlaid in memory.
-    fn with_folded<T>(
-        &self,
-        view: &[StoredSnapshot],
-        f: impl FnOnce(&Folded<'_>) -> Result<T, LevelsError>,
-    ) -> Result<T, LevelsError> {
-        let newer = crate::folded::overlay(&self.store, &view[1..])?;
-        let mapped = self.store.map_checked(&view[0], RECORDS_FILE)?;
-        let base = RecordsFile::new((*mapped).as_ref()).map_err(|e| LevelsError::Damaged {
-            id: view[0].id.url_form(),
-            reason: format!("{RECORDS_FILE}: {e}"),
-        })?;
-        f(&Folded {
-            base: &base,
-            newer: &newer,
         })
     }
 
@@ -444,7 +424,7 @@ impl Levels {
             self.store.remove(&id)?;
             tracing::info!(snapshot = %id, "hot tier of another fork removed");
         }
-        let records = self.with_folded(view, |folded| {
+        let records = crate::folded::with_view(&self.store, view, |folded| {
             Ok(crate::hot::records_of(
                 folded,
                 keys,
@@ -513,6 +493,7 @@ impl Levels {
 mod tests {
     use super::*;
     use crate::account::AccountRecord;
+    use crate::folded::Folded;
     use alloy_primitives::{Address, B256, U256};
     use protocol::storage::StorageRecord;
 
@@ -587,6 +568,121 @@ mod tests {
         let mut streamed = Vec::new();
         write_record_stream(a, folded.accounts(), s, folded.slots(), &mut streamed).unwrap();
         assert!(streamed == expected, "the streamed fold differs");
+    }
+
+    /// A hot tier holds the view's values at the level it stands on
+    /// (an account the view lacks left out, a slot it lacks as 0), a
+    /// tier of other values fails the check, and a tier goes when its
+    /// level is retired.
+    #[test]
+    fn a_hot_tier_holds_the_views_values_and_goes_with_its_level() {
+        use crate::hot::{check_against_view, HotKey, HotPolicy};
+        let dir = tempfile::tempdir().unwrap();
+        let policy = LevelPolicy {
+            keep_blocks: 1,
+            pinned: vec![12],
+            ..Default::default()
+        };
+        let l = levels(dir.path(), policy);
+        let contract = Address::repeat_byte(0xcc);
+        let whole = |mut s: ExportedState| {
+            s.listed = protocol::storage::PrivateStorage::whole_state();
+            s
+        };
+        let mut base = whole(state(
+            10,
+            SnapshotKind::Full,
+            (1..=20).map(|i| acct(i, 100 + i as u64)).collect(),
+        ));
+        base.storage = vec![StorageRecord::new(
+            contract,
+            B256::repeat_byte(1),
+            U256::from(5u8),
+        )];
+        l.publish(base).unwrap();
+        l.publish(whole(state(
+            11,
+            SnapshotKind::Delta { from: 10 },
+            vec![acct(1, 7)],
+        )))
+        .unwrap();
+        let hot = HotPolicy {
+            max_mib: 1,
+            ..Default::default()
+        };
+        let keys = [
+            HotKey::Account(Address::repeat_byte(1)),
+            HotKey::Account(Address::repeat_byte(2)),
+            HotKey::Account(Address::repeat_byte(99)),
+            HotKey::Slot(contract, B256::repeat_byte(1)),
+            HotKey::Slot(contract, B256::repeat_byte(2)),
+        ];
+        let view = l.newest_view().unwrap().unwrap();
+        assert_eq!(
+            l.publish_hot(&view[..1], &keys, &hot).unwrap().as_deref(),
+            Some("7-10-hot")
+        );
+        assert_eq!(
+            l.publish_hot(&view[..1], &keys, &hot).unwrap(),
+            None,
+            "already there"
+        );
+        let all = l.store().list().unwrap();
+        let tier = all.iter().find(|s| s.id.kind == KindTag::Hot).unwrap();
+        assert_eq!(check_against_view(l.store(), tier, &all), Ok(4));
+        let records = crate::folded::records(l.store(), tier).unwrap();
+        assert_eq!(
+            records
+                .accounts
+                .iter()
+                .find(|a| a.address == Some(Address::repeat_byte(1)))
+                .unwrap()
+                .balance,
+            U256::from(101u64),
+            "the value at the base's block, under the delta"
+        );
+        assert_eq!(
+            records
+                .storage
+                .iter()
+                .map(|s| s.value)
+                .collect::<Vec<_>>()
+                .len(),
+            2
+        );
+        // Other values at block 11: refused.
+        let mut wrong = whole(state(11, hot.kind(), vec![acct(1, 8)]));
+        wrong.source = "tampered".into();
+        build_and_publish(l.store(), wrong, &BuildOptions::default()).unwrap();
+        let all = l.store().list().unwrap();
+        let wrong = all.iter().find(|s| s.id.url_form() == "7-11-hot").unwrap();
+        let refused = check_against_view(l.store(), wrong, &all).unwrap_err();
+        assert!(refused.contains("is not the view's"), "{refused}");
+        // A pinned fold at 12, then a block more: the levels below the
+        // horizon go, and the tiers standing on them with them.
+        l.publish(whole(state(
+            12,
+            SnapshotKind::Delta { from: 11 },
+            vec![acct(3, 1)],
+        )))
+        .unwrap();
+        let report = l
+            .publish(whole(state(
+                13,
+                SnapshotKind::Delta { from: 12 },
+                vec![acct(4, 1)],
+            )))
+            .unwrap();
+        assert!(
+            report.removed.contains(&"7-10-hot".to_string()),
+            "{:?}",
+            report.removed
+        );
+        assert!(
+            report.removed.contains(&"7-11-hot".to_string()),
+            "{:?}",
+            report.removed
+        );
     }
 
     fn levels(dir: &std::path::Path, policy: LevelPolicy) -> Levels {

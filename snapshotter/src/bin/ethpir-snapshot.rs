@@ -923,8 +923,24 @@ fn verify_state_roots(store: &SnapshotStore, ids: &[SnapshotId], url: Option<&st
     let mut bad = 0;
     for snap in &named {
         let (chain, block) = (snap.manifest.chain_id, snap.manifest.block_number);
+        // A hot tier: its values the view's at its block, whose root is
+        // then checked as any.
+        let is_hot = matches!(snap.manifest.kind, protocol::SnapshotKind::Hot { .. });
+        if is_hot {
+            match snapshotter::hot::check_against_view(store, snap, &all) {
+                Ok(n) => println!(
+                    "ok      {}: its {n} records are the view's at block {block}",
+                    snap.id
+                ),
+                Err(e) => {
+                    bad += 1;
+                    println!("FAILED  {}: {e}", snap.id);
+                    continue;
+                }
+            }
+        }
         let view = match views.at(chain, block).filter(|v| v.complete) {
-            Some(v) if snap.manifest.kind.is_whole_state() => v,
+            Some(v) if snap.manifest.kind.is_whole_state() || is_hot => v,
             _ => {
                 println!("skip    {}: not a whole state (an active set, a historical snapshot, or a delta without its base)", snap.id);
                 continue;
