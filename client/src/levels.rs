@@ -277,17 +277,19 @@ impl ViewClient {
             .url_form()
     }
 
-    /// Whether the hot tier answers `key` with no PIR query: it holds the
-    /// key and no level above the one it stands on is read by PIR (such a
-    /// level may hold a newer value, which only a query finds).
-    pub fn hot_answers(&self, key: &B256) -> bool {
-        let Some(hot) = &self.hot else {
-            return false;
-        };
-        let pir_above = self.levels[hot.on + 1..]
-            .iter()
-            .any(|l| matches!(l, Level::Pir(_)));
-        !pir_above && hot.level.table.get(&key.0).is_some()
+    /// Whether the hot tier holds `key`: then no PIR level at or below
+    /// the one it stands on is asked for it (only those above it, which
+    /// may hold a newer value).
+    pub fn hot_holds(&self, key: &B256) -> bool {
+        self.hot
+            .as_ref()
+            .is_some_and(|hot| hot.level.table.get(&key.0).is_some())
+    }
+
+    /// The index of the first level above the hot tier (0 without one):
+    /// the levels a key the tier holds is still asked of.
+    pub fn above_hot(&self) -> usize {
+        self.hot.as_ref().map_or(0, |hot| hot.on + 1)
     }
 
     /// The contracts whose storage the view holds: its base's list.
@@ -325,10 +327,7 @@ impl ViewClient {
             Some((self.levels[l].entry(), value.clone()))
         };
         // Above the hot tier, the tier, then the rest: the freshest first.
-        let (above, hot_on) = match &self.hot {
-            Some(hot) => (hot.on + 1, Some(hot)),
-            None => (0, None),
-        };
+        let (above, hot_on) = (self.above_hot(), self.hot.as_ref());
         let hit = (above..self.levels.len())
             .rev()
             .find_map(in_level)

@@ -702,7 +702,10 @@ impl PrivateReader {
     /// PIR level of the view, in a random order; none at all when every
     /// PIR level answered every key before (see [`crate::answers`]). What
     /// the server sees never depends on the keys' kind or on the level
-    /// that holds them. A key the view cannot hold (a slot of a contract
+    /// that holds them, but for the hot tier: a key it holds (a set every
+    /// client downloads) goes in a request of its own, to the PIR levels
+    /// above the tier only (none, when the tier stands on the newest PIR
+    /// level). A key the view cannot hold (a slot of a contract
     /// it does not list) is replaced by a random one, and answered with
     /// why.
     async fn read_batch(
@@ -726,23 +729,28 @@ impl PrivateReader {
                 Level::Pir(snap) => pir.push((i, snap)),
             }
         }
-        // Keys the hot tier answers are asked of no PIR level (every
-        // client holds the tier: reading it names nothing).
-        let asked_by_pir: Vec<usize> = (0..keys.len())
-            .filter(|&i| keys[i].is_none_or(|k| !view.hot_answers(&k)))
+        // A key the hot tier holds is asked only of the PIR levels above
+        // it (every client holds the tier: reading it names nothing);
+        // the rest of every PIR level. Both requests go at once.
+        let (hot, cold): (Vec<usize>, Vec<usize>) =
+            (0..keys.len()).partition(|&i| keys[i].is_some_and(|k| view.hot_holds(&k)));
+        let above: Vec<(usize, &Arc<SnapshotClient>)> = pir
+            .iter()
+            .filter(|(l, _)| *l >= view.above_hot())
+            .copied()
             .collect();
-        if !pir.is_empty() && !asked_by_pir.is_empty() {
-            let pir_keys: Vec<Option<B256>> = asked_by_pir.iter().map(|&i| keys[i]).collect();
-            for (l, values) in self.read_pir_levels(&pir, &pir_keys, pad_to).await? {
-                let mut all = vec![None; keys.len()];
-                for (&i, value) in asked_by_pir.iter().zip(values) {
-                    all[i] = value;
+        let (cold_found, hot_found) = tokio::join!(
+            self.read_some(&pir, &keys, &cold, pad_to),
+            self.read_some(&above, &keys, &hot, pad_to)
+        );
+        for &(l, _) in &pir {
+            found[l] = vec![None; keys.len()];
+        }
+        for (part, found_in) in [(&cold, cold_found?), (&hot, hot_found?)] {
+            for (l, values) in found_in {
+                for (&i, value) in part.iter().zip(values) {
+                    found[l][i] = value;
                 }
-                found[l] = all;
-            }
-        } else {
-            for &(l, _) in &pir {
-                found[l] = vec![None; keys.len()];
             }
         }
         Ok(asked
@@ -754,6 +762,22 @@ impl PrivateReader {
                 view.freshest(&found, i, key)
             })
             .collect())
+    }
+
+    /// [`Self::read_pir_levels`] of the keys at `part` (indices into
+    /// `keys`) from `levels`: nothing when either is empty.
+    async fn read_some(
+        &self,
+        levels: &[(usize, &Arc<SnapshotClient>)],
+        keys: &[Option<B256>],
+        part: &[usize],
+        pad_to: usize,
+    ) -> Result<Vec<(usize, Vec<Found>)>, ReadError> {
+        if levels.is_empty() || part.is_empty() {
+            return Ok(Vec::new());
+        }
+        let some: Vec<Option<B256>> = part.iter().map(|&i| keys[i]).collect();
+        self.read_pir_levels(levels, &some, pad_to).await
     }
 
     /// What each PIR level holds for `keys` (`None`: a key the view does

@@ -192,28 +192,47 @@ impl Market {
     }
 }
 
-/// The keys a proxy has read by PIR so far.
-async fn pir_keys(proxy: &str) -> u64 {
-    status(proxy).await["pirKeys"].as_u64().expect("pirKeys")
+/// The queries the PIR server has answered of snapshot `id` so far.
+async fn queries_of(server: &str, id: &str) -> u64 {
+    let text = metrics_text(server).await;
+    let line = format!("ethpir_queries_total{{snapshot=\"{id}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&line)?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// What the holder's calls cost a proxy.
+#[derive(Debug)]
+struct Cost {
+    /// Queries the base answered (no canaries: `canaries_per_request = 0`).
+    base_queries: u64,
+    /// PIR requests of the Multicall3 refresh.
+    refresh_requests: u64,
 }
 
 /// The holder's swap prepared (call, access list, estimate), its refresh
-/// and the proxied token's `balanceOf`, through `proxy` at `at`, each as
-/// anvil answers; the keys it read by PIR.
-async fn holders_calls(proxy: &str, anvil: &Anvil, m: &Market, at: &str) -> u64 {
+/// through Multicall3 and the proxied token's `balanceOf`, through
+/// `proxy` at `at`, each as anvil answers; what they cost of `server`
+/// (whose base is `base`).
+async fn holders_calls(
+    (proxy, server, base): (&str, &str, &str),
+    anvil: &Anvil,
+    m: &Market,
+    at: &str,
+) -> Cost {
     let holder = dev(HOLDER);
-    let before = pir_keys(proxy).await;
+    let before = queries_of(server, base).await;
     same_transaction(proxy, anvil, &m.swap(holder), at).await;
-    same_as_anvil(
-        proxy,
-        anvil,
-        &call_object(MULTICALL3, &m.refresh(holder)),
-        at,
-    )
-    .await;
+    let requests = route_requests(server, "query", true).await;
+    let refresh = call_object(MULTICALL3, &m.refresh(holder));
+    same_as_anvil(proxy, anvil, &refresh, at).await;
+    let refresh_requests = route_requests(server, "query", true).await - requests;
     let balance = IFlagged::balanceOfCall { holder }.abi_encode();
     same_as_anvil(proxy, anvil, &call_object(m.proxied, &balance), at).await;
-    pir_keys(proxy).await - before
+    Cost {
+        base_queries: queries_of(server, base).await - before,
+        refresh_requests,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -230,6 +249,9 @@ async fn a_swap_reads_by_pir_only_the_keys_that_name_its_holder() {
     let store = dir.path().join("store");
     let mut config = follow_config(&store, &anvil.url, &genesis, 0, 4, 256);
     config.source.storage = snapshotter::follow::StorageScope::All;
+    // Every delta read by PIR: a key the tier holds is still asked of the
+    // deltas above it, never of the base.
+    config.build.whole_table_max_records = 0;
     config.levels.pinned = vec![traded];
     config.hot = snapshotter::hot::HotPolicy {
         max_mib: 1,
@@ -245,6 +267,7 @@ async fn a_swap_reads_by_pir_only_the_keys_that_name_its_holder() {
             upstream: Some(upstream.clone()),
             cache_dir: cache.path().to_path_buf(),
             hot_tier,
+            canaries_per_request: 0,
             ..Default::default()
         })
     };
@@ -266,27 +289,43 @@ async fn a_swap_reads_by_pir_only_the_keys_that_name_its_holder() {
     assert!(status(&cold).await["hot"].is_null());
     relayed.lock().unwrap().clear();
 
-    let with_tier = holders_calls(&hot, &anvil, &market, &at).await;
-    let without = holders_calls(&cold, &anvil, &market, &at).await;
-    // The holder's account (it pays the swap), its balance of the token
-    // (the swap pays it) and of the proxied token: nothing else.
+    let base = format!("4244-{traded}-full");
+    let with_tier = holders_calls((&hot, &server, &base), &anvil, &market, &at).await;
+    let without = holders_calls((&cold, &server, &base), &anvil, &market, &at).await;
+    // Of the base: the holder's account (it pays the swap), its balance of
+    // the token (the swap pays it) and of the proxied token; nothing else.
     assert_eq!(
-        with_tier, 3,
-        "keys read by PIR with the hot tier ({without} without it)"
+        with_tier.base_queries, 3,
+        "keys read from the base by PIR with the hot tier ({without:?} without it)"
     );
     assert!(
-        without >= 10,
-        "without the tier every key is read by PIR: {without}"
+        without.base_queries >= 10,
+        "without the tier every key is read by PIR: {without:?}"
+    );
+    // The refresh reads its two balances in one request: the tokens, the
+    // proxy's implementation and Multicall3 are the tier's.
+    assert_eq!(
+        with_tier.refresh_requests, 1,
+        "{with_tier:?} vs {without:?}"
+    );
+    assert!(without.refresh_requests > 1, "{without:?}");
+    let keys = |s: Value| s["pirKeys"].as_u64().expect("pirKeys");
+    let (hot_keys, cold_keys) = (keys(status(&hot).await), keys(status(&cold).await));
+    assert!(
+        hot_keys < cold_keys,
+        "the page's count: {hot_keys} vs {cold_keys}"
     );
     // A trader swaps again: the pool's reserves and the router's count,
-    // held by the tier at the base's block, change in a delta above it.
-    // The holder's calls read the delta's values over the tier's.
+    // held by the tier at the base's block, change in a delta above it
+    // (read by PIR). The holder's calls read the delta's values over the
+    // tier's, and ask the base for the holder's keys alone (a request
+    // asks every PIR level it goes to for the same keys).
     let again = traders()[0];
     let receipt = anvil.send(market.swap(again)).await;
     assert_eq!(receipt["status"], "0x1", "{receipt}");
     let newer = format!("{:#x}", view_reaches(&hot, traded + 1).await);
-    let after = holders_calls(&hot, &anvil, &market, &newer).await;
-    assert!(after <= 3, "{after} keys read by PIR at the newer view");
+    let after = holders_calls((&hot, &server, &base), &anvil, &market, &newer).await;
+    assert!(after.base_queries <= 3, "{after:?}");
     let seen = relayed.lock().unwrap().clone();
     let named = ["eth_call", "eth_estimateGas", "eth_createAccessList"];
     assert!(

@@ -21,7 +21,6 @@ use std::time::Duration;
 
 use alloy_primitives::{Address, B256};
 use futures_util::StreamExt as _;
-use protocol::manifest::TABLE_FILE;
 use protocol::storage::PrivateStorage;
 use protocol::view::names_parent;
 use serde::Deserialize;
@@ -412,13 +411,13 @@ impl Follower {
         })
     }
 
-    /// Keeps a hot tier ([`crate::hot`]) on the newest level of the
-    /// newest view that proxies read by PIR (its base, or a merged delta
-    /// without a table): built once for each such level, from the
-    /// activity of the window up to its block. A tier that cannot be
-    /// built (a node without `debug_traceBlockByNumber`) is logged and not
-    /// tried again on that level: the proxies then read by PIR, as
-    /// without one.
+    /// Keeps a hot tier ([`crate::hot`]) on the base of the newest view:
+    /// built once for each base, from the activity of the window up to
+    /// its block (a proxy asks a key the tier holds only of the PIR
+    /// levels above it: merged deltas, small beside the base). A tier
+    /// that cannot be built (a node without `debug_traceBlockByNumber`)
+    /// is logged and not tried again on that base: the proxies then read
+    /// by PIR, as without one.
     async fn keep_hot(&mut self) {
         let policy = self.config.hot.clone();
         if !policy.enabled() {
@@ -428,19 +427,14 @@ impl Follower {
         let Ok(Some(view)) = levels.newest_view() else {
             return;
         };
-        let read_by_pir = |l: &StoredSnapshot| match l.id.kind {
-            KindTag::Delta => !l.manifest.files.contains_key(TABLE_FILE),
-            _ => true,
-        };
-        let on = view.iter().rposition(read_by_pir).unwrap_or(0);
-        let stand = &view[on];
+        let stand = &view[0];
         let mark = Some((stand.id.block, stand.manifest.block_hash));
         if self.hot_tried == mark {
             return;
         }
         self.hot_tried = mark;
         let t = std::time::Instant::now();
-        let upto = view[..=on].to_vec();
+        let upto = view[..1].to_vec();
         match self.build_hot(upto, policy).await {
             Ok(Some(id)) => {
                 tracing::info!(snapshot = %id, secs = t.elapsed().as_secs_f64(), "hot tier published")
