@@ -268,9 +268,71 @@ struct PlanArgs {
     core_gbs: f64,
     #[command(flatten)]
     layout: LayoutSettings,
+    #[command(flatten)]
+    hot: HotPlan,
     /// JSON lines instead of a table.
     #[arg(long)]
     json: bool,
+}
+
+/// What a hot tier changes for a swap (`plan --hot-mib`): the keys a
+/// swap's first estimate reads, how many of them name the holder, and
+/// how often a tier is published.
+#[derive(Args)]
+struct HotPlan {
+    /// The hot tier's budget, MiB (0: none; `[hot] max_mib`).
+    #[arg(long, default_value_t = 0.0)]
+    hot_mib: f64,
+    /// Keys a swap's first estimate reads (96: a router swap measured on
+    /// anvil with Uniswap V2 code; docs/operations.md).
+    #[arg(long, default_value_t = 96)]
+    swap_keys: u64,
+    /// Of those, the keys that name the holder (its account, its balance
+    /// and allowance slots): what the tier leaves to PIR.
+    #[arg(long, default_value_t = 3)]
+    holder_keys: u64,
+    /// PIR requests of the estimate without the tier (one canary each).
+    #[arg(long, default_value_t = 5)]
+    swap_requests: u64,
+    /// Hours between tiers (one with each base).
+    #[arg(long, default_value_t = 24.0)]
+    hot_every_hours: f64,
+}
+
+impl HotPlan {
+    /// The tier's lines beside a base whose lookup sends `query_bytes`
+    /// up and whose values are `value_bytes` wide (JSON with `json`).
+    fn write(
+        &self,
+        out: &mut impl std::io::Write,
+        query_bytes: u64,
+        value_bytes: usize,
+        json: bool,
+    ) -> Result<()> {
+        if self.hot_mib <= 0.0 {
+            return Ok(());
+        }
+        let mib = |b: f64| b / (1 << 20) as f64;
+        let entry = (protocol::table::KEY_PREFIX + value_bytes) as f64;
+        let entries = (self.hot_mib * (1 << 20) as f64 / entry) as u64;
+        let per_hour = self.hot_mib / self.hot_every_hours.max(1e-9);
+        let query = query_bytes as f64;
+        // Without the tier: every key and a canary per request. With it:
+        // the holder's keys, at worst each in a request of its own.
+        let without = (self.swap_keys + self.swap_requests) as f64 * query;
+        let with = (2 * self.holder_keys) as f64 * query;
+        if json {
+            let line = serde_json::json!({
+                "hot_mib": self.hot_mib, "hot_entries": entries, "hot_mib_per_hour": per_hour,
+                "swap_estimate_up_bytes": without, "swap_estimate_up_bytes_with_hot": with,
+            });
+            writeln!(out, "{line}")?;
+            return Ok(());
+        }
+        writeln!(out, "hot tier: {:.1} MiB ({entries} entries of {entry} B), downloaded once per tier: {per_hour:.2} MiB an hour always on (a tier every {} h)", self.hot_mib, self.hot_every_hours)?;
+        writeln!(out, "a swap's first estimate: {} keys + {} canaries = {:.1} MiB up; with the tier: {} keys + {} canaries = {:.1} MiB up", self.swap_keys, self.swap_requests, mib(without), self.holder_keys, self.holder_keys, mib(with))?;
+        Ok(())
+    }
 }
 
 #[derive(Args)]
@@ -807,6 +869,7 @@ fn plan(args: &PlanArgs) -> Result<()> {
         )?;
         writeln!(out, "kind   packing  k      rows        query KiB  response KiB  lookup KiB  hint MiB  database MiB  shard MiB  pass s/core")?;
     }
+    let mut base_query = 0;
     for (kind, packing) in kinds {
         let options = pir_core::EncodeOptions { arity, packing };
         let p = pir_core::db::plan(accounts, value_bytes, &options)
@@ -814,6 +877,9 @@ fn plan(args: &PlanArgs) -> Result<()> {
         let kib = |b: u64| b as f64 / 1024.0;
         let mib = |b: u64| b as f64 / (1 << 20) as f64;
         let lookup = p.query_bytes + p.response_bytes;
+        if kind == "base" {
+            base_query = p.query_bytes;
+        }
         let shard_bytes = p.database_bytes.div_ceil(shards);
         let pass_s = shard_bytes as f64 / (args.core_gbs * 1e9);
         if json {
@@ -847,6 +913,7 @@ fn plan(args: &PlanArgs) -> Result<()> {
             pass_s
         )?;
     }
+    args.hot.write(&mut out, base_query, value_bytes, json)?;
     Ok(())
 }
 
