@@ -629,7 +629,8 @@ impl SnapshotStore {
 
     /// Applies the retention policy to one chain: keeps the newest
     /// `keep_latest` full and active snapshots, every historical snapshot,
-    /// every delta (the follower retires those, by the views they serve)
+    /// every delta and hot tier (the follower retires those, by the views
+    /// and levels they serve)
     /// and every snapshot at a pinned height. Returns what was removed.
     pub fn apply_retention(
         &self,
@@ -642,7 +643,7 @@ impl SnapshotStore {
             .into_iter()
             .filter(|s| {
                 s.id.chain_id == chain_id
-                    && !matches!(s.id.kind, KindTag::Historical | KindTag::Delta)
+                    && !matches!(s.id.kind, KindTag::Historical | KindTag::Delta | KindTag::Hot)
                     && !pinned.contains(&s.id.block)
             })
             .collect();
