@@ -284,9 +284,29 @@ impl Catalog {
         } = judged;
         let views = Views::build(&entries);
         // Entries that stand in no view (a delta on a missing or too deep
-        // base) are never read: not kept. Hot tiers stand on a level, in
-        // no view: kept (a view reads the one on its levels).
-        entries.retain(|e| views.holds(&e.id) || e.id.kind == protocol::manifest::KindTag::Hot);
+        // base) are never read: not kept. A hot tier is kept while it
+        // stands on a level of some view (a view reads the one on its
+        // levels); one of another fork, chain or storage claim is not.
+        let mut at_block: BTreeMap<(u64, u64), Vec<&protocol::Manifest>> = BTreeMap::new();
+        for level in entries.iter().filter(|e| views.holds(&e.id)) {
+            let m = &level.manifest;
+            at_block
+                .entry((m.chain_id, m.block_number))
+                .or_default()
+                .push(m);
+        }
+        let standing: std::collections::BTreeSet<SnapshotId> = entries
+            .iter()
+            .filter(|hot| hot.id.kind == protocol::manifest::KindTag::Hot)
+            .filter(|hot| {
+                let m = &hot.manifest;
+                at_block
+                    .get(&(m.chain_id, m.block_number))
+                    .is_some_and(|levels| levels.iter().any(|l| protocol::view::stands_on(m, l)))
+            })
+            .map(|hot| hot.id)
+            .collect();
+        entries.retain(|e| views.holds(&e.id) || standing.contains(&e.id));
         let newest = |views: &Views| views.newest(self.configured_chain()).map(|v| v.block);
         if !force && newest(&views) < newest(&self.adopted().views) {
             let mut behind = self.behind.lock().expect("lock");

@@ -31,6 +31,9 @@ use crate::link::ServerLink;
 use crate::pool::{refill, SnapshotClient};
 use crate::{AccountState, ReadError};
 
+/// How long a hot tier whose download failed is left alone.
+const HOT_RETRY: std::time::Duration = std::time::Duration::from_secs(60);
+
 pub struct PrivateReader {
     link: Arc<ServerLink>,
     catalog: Catalog,
@@ -43,6 +46,12 @@ pub struct PrivateReader {
     /// Keys asked of the PIR levels so far (each once per request, not
     /// counting canaries and fillers): what the hot tier saves.
     pir_keys: std::sync::atomic::AtomicU64,
+    /// Reads that sent PIR requests (one or two requests each: see
+    /// [`Self::read_batch`]): what a call's rounds are padded in.
+    lookup_rounds: std::sync::atomic::AtomicU64,
+    /// A hot tier whose download failed, and when: not tried again for
+    /// [`HOT_RETRY`].
+    hot_failed: std::sync::Mutex<Option<(SnapshotId, std::time::Instant)>>,
     /// What each PIR level answered before, per key.
     answers: AnswerCache,
     pool_size: usize,
@@ -153,6 +162,8 @@ impl PrivateReader {
             prefetch_codes: config.prefetch_codes,
             hot_tier: config.hot_tier,
             pir_keys: Default::default(),
+            lookup_rounds: Default::default(),
+            hot_failed: Default::default(),
             answers: AnswerCache::new(config.cache_dir.clone()),
             pool_size: config.prepared_pool,
             largest_request: Default::default(),
@@ -731,7 +742,10 @@ impl PrivateReader {
         }
         // A key the hot tier holds is asked only of the PIR levels above
         // it (every client holds the tier: reading it names nothing);
-        // the rest of every PIR level. Both requests go at once.
+        // the rest of every PIR level. With PIR levels above the tier, a
+        // read that asks anything sends both requests at once (one with a
+        // random filler when its part has nothing to ask), as a cover
+        // lookup does: the server sees the same shape whatever the keys.
         let (hot, cold): (Vec<usize>, Vec<usize>) =
             (0..keys.len()).partition(|&i| keys[i].is_some_and(|k| view.hot_holds(&k)));
         let above: Vec<(usize, &Arc<SnapshotClient>)> = pir
@@ -739,9 +753,15 @@ impl PrivateReader {
             .filter(|(l, _)| *l >= view.above_hot())
             .copied()
             .collect();
+        let round = self.asks(&pir, &keys, &cold) || self.asks(&above, &keys, &hot);
+        let both = round && !above.is_empty();
+        if round {
+            self.lookup_rounds
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         let (cold_found, hot_found) = tokio::join!(
-            self.read_some(&pir, &keys, &cold, pad_to),
-            self.read_some(&above, &keys, &hot, pad_to)
+            self.read_some(&pir, &keys, &cold, pad_to, both),
+            self.read_some(&above, &keys, &hot, pad_to, both)
         );
         for &(l, _) in &pir {
             found[l] = vec![None; keys.len()];
@@ -765,48 +785,45 @@ impl PrivateReader {
     }
 
     /// [`Self::read_pir_levels`] of the keys at `part` (indices into
-    /// `keys`) from `levels`: nothing when either is empty.
+    /// `keys`) from `levels`: nothing when either is empty, unless
+    /// `force` (a request all the same).
     async fn read_some(
         &self,
         levels: &[(usize, &Arc<SnapshotClient>)],
         keys: &[Option<B256>],
         part: &[usize],
         pad_to: usize,
+        force: bool,
     ) -> Result<Vec<(usize, Vec<Found>)>, ReadError> {
-        if levels.is_empty() || part.is_empty() {
+        if levels.is_empty() || (part.is_empty() && !force) {
             return Ok(Vec::new());
         }
         let some: Vec<Option<B256>> = part.iter().map(|&i| keys[i]).collect();
-        self.read_pir_levels(levels, &some, pad_to).await
+        self.read_pir_levels(levels, &some, pad_to, force).await
     }
 
     /// What each PIR level holds for `keys` (`None`: a key the view does
     /// not hold): the answers kept from before, and one request for the
     /// rest, whose verified answers are kept in turn.
+    /// With `force`, a request goes even when every key was answered
+    /// before (one random filler then: see [`Self::read_batch`]).
     async fn read_pir_levels(
         &self,
         pir: &[(usize, &Arc<SnapshotClient>)],
         keys: &[Option<B256>],
         pad_to: usize,
+        force: bool,
     ) -> Result<Vec<(usize, Vec<Found>)>, ReadError> {
         let present: Vec<B256> = keys.iter().flatten().copied().collect();
-        let known: Vec<Vec<Option<Found>>> = pir
-            .iter()
-            .map(|(_, snap)| self.answers.known(snap.setup_digest(), &present))
-            .collect();
-        // Keys some PIR level has not answered yet, each once.
-        let mut unknown: Vec<B256> = present
-            .iter()
-            .enumerate()
-            .filter(|(j, _)| known.iter().any(|level| level[*j].is_none()))
-            .map(|(_, k)| *k)
-            .collect();
-        unknown.sort_unstable();
-        unknown.dedup();
+        let (known, unknown) = self.known_and_unknown(pir, &present);
         let unheld = keys.len() - present.len();
-        let fresh = match unknown.is_empty() && unheld == 0 {
+        let nothing = unknown.is_empty() && unheld == 0;
+        let fresh = match nothing && !force {
             true => vec![HashMap::new(); pir.len()],
-            false => self.request(pir, &unknown, unheld, pad_to).await?,
+            false => {
+                let unheld = unheld + usize::from(nothing);
+                self.request(pir, &unknown, unheld, pad_to).await?
+            }
         };
         Ok(pir
             .iter()
@@ -825,6 +842,43 @@ impl PrivateReader {
                 (*i, values)
             })
             .collect())
+    }
+
+    /// What each PIR level answered before of `present` (per level, per
+    /// key), and the keys some level has not answered yet, each once.
+    fn known_and_unknown(
+        &self,
+        pir: &[(usize, &Arc<SnapshotClient>)],
+        present: &[B256],
+    ) -> (Vec<Vec<Option<Found>>>, Vec<B256>) {
+        let known: Vec<Vec<Option<Found>>> = pir
+            .iter()
+            .map(|(_, snap)| self.answers.known(snap.setup_digest(), present))
+            .collect();
+        let mut unknown: Vec<B256> = present
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| known.iter().any(|level| level[*j].is_none()))
+            .map(|(_, k)| *k)
+            .collect();
+        unknown.sort_unstable();
+        unknown.dedup();
+        (known, unknown)
+    }
+
+    /// Whether reading `part` of `keys` from `levels` needs a request: a
+    /// key none of them answered before, or one the view cannot hold.
+    fn asks(
+        &self,
+        levels: &[(usize, &Arc<SnapshotClient>)],
+        keys: &[Option<B256>],
+        part: &[usize],
+    ) -> bool {
+        if levels.is_empty() || part.is_empty() {
+            return false;
+        }
+        let present: Vec<B256> = part.iter().filter_map(|&i| keys[i]).collect();
+        present.len() < part.len() || !self.known_and_unknown(levels, &present).1.is_empty()
     }
 
     /// One request reading `unknown` from every PIR level, with `unheld`
@@ -1037,18 +1091,35 @@ impl PrivateReader {
     /// view is then read by PIR as without one); a table that fails its
     /// digest stops private reads, as any level's.
     async fn open_hot(&self, levels: &[Level]) -> Option<crate::levels::HotTier> {
-        let (id, on) = {
+        let (entry, on) = {
             let manifests: Vec<&protocol::Manifest> =
                 levels.iter().map(|l| &l.entry().manifest).collect();
             let adopted = self.catalog.adopted();
             let (entry, on) = protocol::view::hot_for(&manifests, adopted.entries.values())?;
-            (entry.id, on)
+            (entry.clone(), on)
         };
-        match self.open(&id).await {
+        if let Some(Level::Whole(level)) = self.loaded(&entry.id) {
+            return Some(crate::levels::HotTier { level, on });
+        }
+        // Only whole, within the budgets a view's levels have: a tier is
+        // never opened by PIR (its setup is not needed).
+        let bytes = entry.manifest.files.get(crate::levels::TABLE_FILE)?.bytes;
+        let view_bytes = levels
+            .iter()
+            .map(|l| crate::levels::opening_bytes(l.entry()))
+            .fold(bytes, u64::saturating_add);
+        let failed = *self.hot_failed.lock().expect("lock");
+        let recently = failed.is_some_and(|(id, at)| id == entry.id && at.elapsed() < HOT_RETRY);
+        if bytes > self.limits.max_setup_bytes || view_bytes > self.max_view_bytes || recently {
+            return None;
+        }
+        match self.open(&entry.id).await {
             Ok(Level::Whole(level)) => Some(crate::levels::HotTier { level, on }),
             Ok(Level::Pir(_)) => None,
             Err(e) => {
-                tracing::info!(snapshot = %id.url_form(), error = %e, "hot tier not loaded: its keys are read by PIR");
+                tracing::info!(snapshot = %entry.id.url_form(), error = %e, "hot tier not loaded: its keys are read by PIR");
+                *self.hot_failed.lock().expect("lock") =
+                    Some((entry.id, std::time::Instant::now()));
                 None
             }
         }
@@ -1069,6 +1140,12 @@ impl PrivateReader {
         let adopted = self.catalog.adopted();
         let (hot, _) = protocol::view::hot_for(&manifests, adopted.entries.values())?;
         self.loaded(&hot.id).map(|l| l.entry().clone())
+    }
+
+    /// Reads that sent PIR requests so far (a cover lookup is one).
+    pub fn lookup_rounds(&self) -> u64 {
+        self.lookup_rounds
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Keys asked of the PIR levels so far (canaries and fillers not

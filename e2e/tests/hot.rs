@@ -318,14 +318,47 @@ async fn a_swap_reads_by_pir_only_the_keys_that_name_its_holder() {
     // A trader swaps again: the pool's reserves and the router's count,
     // held by the tier at the base's block, change in a delta above it
     // (read by PIR). The holder's calls read the delta's values over the
-    // tier's, and ask the base for the holder's keys alone (a request
-    // asks every PIR level it goes to for the same keys).
+    // tier's, and ask the base for the holder's keys (a request asks
+    // every PIR level it goes to for the same keys) and a random filler
+    // in a round that asks only keys of the tier (its request to every
+    // level still goes, so that each round looks alike): far fewer than
+    // without the tier.
     let again = traders()[0];
     let receipt = anvil.send(market.swap(again)).await;
     assert_eq!(receipt["status"], "0x1", "{receipt}");
     let newer = format!("{:#x}", view_reaches(&hot, traded + 1).await);
+    let now = status(&hot).await;
+    assert_eq!(
+        now["hot"]["block"],
+        json!(traded),
+        "the tier still read: {now}"
+    );
+    let levels = now["levels"].as_array().expect("levels");
+    assert!(levels.iter().any(|l| l["id"] == base.as_str()), "{now}");
+    assert!(
+        levels
+            .iter()
+            .any(|l| l["kind"] == "delta" && l["read"] == "pir"),
+        "{now}"
+    );
     let after = holders_calls((&hot, &server, &base), &anvil, &market, &newer).await;
-    assert!(after.base_queries <= 3, "{after:?}");
+    assert!(after.base_queries <= 5, "{after:?} ({without:?} without)");
+    // With a PIR level above the tier every round is two requests, sent
+    // at once, whether it asks a key of the tier (a trader's account:
+    // touched by its four transactions), one that is not (a fresh
+    // address) or both.
+    for who in [traders()[1], Address::repeat_byte(0x5e)] {
+        let before = route_requests(&server, "query", true).await;
+        let private = test_support::rpc(&hot, "eth_getBalance", json!([who, newer]))
+            .await
+            .unwrap();
+        assert_eq!(
+            private,
+            anvil.rpc("eth_getBalance", json!([who, newer])).await
+        );
+        let sent = route_requests(&server, "query", true).await - before;
+        assert_eq!(sent, 2, "the requests of a balance of {who}");
+    }
     let seen = relayed.lock().unwrap().clone();
     let named = ["eth_call", "eth_estimateGas", "eth_createAccessList"];
     assert!(

@@ -203,19 +203,26 @@ pub fn hot_for<'a>(
     levels: &[&crate::manifest::Manifest],
     hots: impl IntoIterator<Item = &'a CatalogEntry>,
 ) -> Option<(&'a CatalogEntry, usize)> {
-    let base = levels.first()?;
     hots.into_iter()
         .filter(|e| matches!(e.manifest.kind, SnapshotKind::Hot { .. }))
-        .filter(|e| e.manifest.chain_id == base.chain_id && e.manifest.storage == base.storage)
         .filter_map(|e| {
-            let hot = &e.manifest;
-            let on = levels.iter().rposition(|l| {
-                l.block_number == hot.block_number
-                    && names_parent(hot.block_hash, l.block_hash) != Some(false)
-            })?;
+            let on = levels.iter().rposition(|l| stands_on(&e.manifest, l))?;
             Some((e, on))
         })
         .max_by_key(|(e, on)| (*on, e.manifest.block_number))
+}
+
+/// Whether a hot tier stands on `level`: the same chain, block and storage
+/// claim, and no other block hash or state root (where both are known).
+pub fn stands_on(hot: &crate::manifest::Manifest, level: &crate::manifest::Manifest) -> bool {
+    let differ = |a: Option<alloy_primitives::B256>, b: Option<alloy_primitives::B256>| {
+        names_parent(a, b) == Some(false)
+    };
+    hot.chain_id == level.chain_id
+        && hot.block_number == level.block_number
+        && hot.storage == level.storage
+        && !differ(hot.block_hash, level.block_hash)
+        && !differ(hot.state_root, level.state_root)
 }
 
 /// Two runs sorted by key merged into one, in key order: a key in both
@@ -382,6 +389,15 @@ mod tests {
         chain.manifest.chain_id = 2;
         let mut storage = hot(12);
         storage.manifest.storage = crate::storage::PrivateStorage::whole_state();
+        let mut root = hot(12);
+        root.manifest.state_root = Some(hash(7));
+        let mut levels_rooted = delta.clone();
+        levels_rooted.manifest.state_root = Some(hash(8));
+        let rooted = [&base.manifest, &levels_rooted.manifest];
+        assert!(
+            hot_for(&rooted, std::slice::from_ref(&root)).is_none(),
+            "another state root"
+        );
         let strays = [fork, chain, storage, hot(11)];
         assert!(hot_for(&levels, &strays).is_none());
         assert!(hot_for(&[], &entries).is_none());

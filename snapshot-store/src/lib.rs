@@ -643,7 +643,10 @@ impl SnapshotStore {
             .into_iter()
             .filter(|s| {
                 s.id.chain_id == chain_id
-                    && !matches!(s.id.kind, KindTag::Historical | KindTag::Delta | KindTag::Hot)
+                    && !matches!(
+                        s.id.kind,
+                        KindTag::Historical | KindTag::Delta | KindTag::Hot
+                    )
                     && !pinned.contains(&s.id.block)
             })
             .collect();

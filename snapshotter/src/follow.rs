@@ -26,7 +26,7 @@ use protocol::view::names_parent;
 use serde::Deserialize;
 
 use crate::levels::{LevelPolicy, Levels, LevelsError, UpdateReport};
-use crate::manifest::KindTag;
+use crate::manifest::{KindTag, SnapshotId};
 use crate::pipeline::{BuildOptions, ExportedState};
 use crate::settings::BuildSettings;
 use crate::sources::rpc::{RpcOptions, RpcSource, Traces};
@@ -233,6 +233,12 @@ fn delta_stops(top: u64, head: u64, keep_blocks: u64) -> std::ops::RangeInclusiv
     first..=head
 }
 
+/// A base, by block and hash.
+type HotMark = (u64, Option<B256>);
+
+/// How long after a failed hot tier the follower tries again.
+const HOT_RETRY: Duration = Duration::from_secs(600);
+
 /// How often an unchanged follower mark is written again.
 const MARK_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -258,9 +264,10 @@ pub struct Follower {
     configured: PrivateStorage,
     /// The last mark written for the server's page, and when.
     marked: Option<(snapshot_store::FollowerMark, std::time::Instant)>,
-    /// The level (block, hash) a hot tier was last built or tried on:
-    /// each level is tried once per process.
-    hot_tried: Option<(u64, Option<B256>)>,
+    /// The base a hot tier stands on (or was found unneeded for), and
+    /// the last base whose tier failed and when.
+    hot_done: Option<HotMark>,
+    hot_failed: Option<(HotMark, std::time::Instant)>,
 }
 
 impl Follower {
@@ -280,7 +287,8 @@ impl Follower {
             levels: None,
             configured: PrivateStorage::default(),
             marked: None,
-            hot_tried: None,
+            hot_done: None,
+            hot_failed: None,
             config,
         })
     }
@@ -416,8 +424,8 @@ impl Follower {
     /// its block (a proxy asks a key the tier holds only of the PIR
     /// levels above it: merged deltas, small beside the base). A tier
     /// that cannot be built (a node without `debug_traceBlockByNumber`)
-    /// is logged and not tried again on that base: the proxies then read
-    /// by PIR, as without one.
+    /// is logged and tried again after [`HOT_RETRY`]: the proxies read by
+    /// PIR meanwhile, as without one.
     async fn keep_hot(&mut self) {
         let policy = self.config.hot.clone();
         if !policy.enabled() {
@@ -428,23 +436,37 @@ impl Follower {
             return;
         };
         let stand = &view[0];
-        let mark = Some((stand.id.block, stand.manifest.block_hash));
-        if self.hot_tried == mark {
+        let mark = (stand.id.block, stand.manifest.block_hash);
+        let waiting =
+            |(m, at): (HotMark, std::time::Instant)| m == mark && at.elapsed() < HOT_RETRY;
+        if self.hot_done == Some(mark) || self.hot_failed.is_some_and(waiting) {
             return;
         }
-        self.hot_tried = mark;
+        // Built already (before a restart): nothing to trace.
+        let id = SnapshotId::new(stand.id.chain_id, stand.id.block, &policy.kind());
+        let built = self.store.get(&id).ok();
+        if built.is_some_and(|t| t.manifest.block_hash == stand.manifest.block_hash) {
+            self.hot_done = Some(mark);
+            return;
+        }
         let t = std::time::Instant::now();
         let upto = view[..1].to_vec();
         match self.build_hot(upto, policy).await {
-            Ok(Some(id)) => {
-                tracing::info!(snapshot = %id, secs = t.elapsed().as_secs_f64(), "hot tier published")
+            Ok(built) => {
+                self.hot_done = Some(mark);
+                match built {
+                    Some(id) => {
+                        tracing::info!(snapshot = %id, secs = t.elapsed().as_secs_f64(), "hot tier published")
+                    }
+                    None => tracing::info!(
+                        block = stand.id.block,
+                        "no hot tier to build (no key chosen is held)"
+                    ),
+                }
             }
-            Ok(None) => tracing::info!(
-                block = stand.id.block,
-                "no hot tier to build (one stands there already, or no key chosen is held)"
-            ),
             Err(e) => {
-                tracing::warn!(block = stand.id.block, error = %e, "hot tier not built: proxies read these keys by PIR")
+                self.hot_failed = Some((mark, std::time::Instant::now()));
+                tracing::warn!(block = stand.id.block, error = %e, retry_in_s = HOT_RETRY.as_secs(), "hot tier not built: proxies read these keys by PIR meanwhile")
             }
         }
     }
@@ -464,10 +486,23 @@ impl Follower {
         let mut blocks = futures_util::stream::iter(from..=to)
             .map(|b| node.touched_keys(b))
             .buffered(concurrency);
+        // A block the node cannot trace (pruned state) is left out; none
+        // traced at all is a failure.
+        let (mut traced, mut last_error) = (0u64, None);
         while let Some(block) = blocks.next().await {
-            for touched in block? {
-                activity.add_transaction(&touched);
+            match block {
+                Ok(txs) => {
+                    traced += 1;
+                    txs.iter().for_each(|t| activity.add_transaction(t));
+                }
+                Err(e) => last_error = Some(e),
             }
+        }
+        if let Some(e) = last_error {
+            if traced == 0 {
+                return Err(e.into());
+            }
+            tracing::warn!(traced, blocks = to + 1 - from, error = %e, "some blocks of the window not traced");
         }
         let entry_bytes =
             (protocol::table::KEY_PREFIX as u64) + u64::from(view[0].manifest.pir.value_bytes);

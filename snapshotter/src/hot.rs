@@ -9,9 +9,8 @@
 //! blocks, how many distinct transactions read or wrote each key (the
 //! node's `prestateTracer`, which lists reads as well as writes; state
 //! diffs see only writes), and keeps the most touched within a byte
-//! budget, at the block of a level the proxies read by PIR (a base, or a
-//! merged delta read by PIR), so that it answers over that level and the
-//! deltas above it overlay it. The selection is the operator's; the
+//! budget, at each base's block, so that it answers over the base and
+//! the deltas above it overlay it. The selection is the operator's; the
 //! values are the chain's, and checked like every level's.
 
 use std::collections::{BTreeSet, HashMap};
@@ -25,7 +24,6 @@ use protocol::storage::{PrivateStorage, StorageRecord};
 use crate::folded::Folded;
 use crate::records::Records;
 use crate::store::{SnapshotStore, StoredSnapshot};
-use protocol::view::names_parent;
 
 /// `[hot]` in the follower's config: whether and how the hot tier is
 /// chosen.
@@ -141,14 +139,16 @@ pub fn records_of(folded: &Folded<'_>, keys: &[HotKey], held: &PrivateStorage) -
 
 /// Checks a hot tier against the levels it stands on in `store` (`all`:
 /// the store's snapshots): every account and slot it holds has the value
-/// the view at its block holds (a slot absent there is 0). Those levels
-/// are checked against the node on their own (`verify --state-root`, the
-/// attester), so a tier that agrees with them holds the chain's values.
-/// The number of records checked.
+/// the view at its block holds (a slot absent there is 0), and every level
+/// of that view is `trusted`. Those levels must be checked against the
+/// node on their own (`verify --state-root` checks the view's root next;
+/// the attester trusts only levels it signed), so that a tier that agrees
+/// with them holds the chain's values. The number of records checked.
 pub fn check_against_view(
     store: &SnapshotStore,
     hot: &StoredSnapshot,
     all: &[StoredSnapshot],
+    trusted: impl Fn(&StoredSnapshot) -> bool,
 ) -> Result<usize, String> {
     let m = &hot.manifest;
     let views = protocol::view::Views::build(&crate::levels::as_entries(all));
@@ -167,12 +167,16 @@ pub fn check_against_view(
         .filter_map(|id| all.iter().find(|s| &s.id == id).cloned())
         .collect();
     let top = &levels.last().ok_or("an empty view")?.manifest;
-    if names_parent(m.block_hash, top.block_hash) == Some(false)
-        || m.storage != levels[0].manifest.storage
-    {
+    if !protocol::view::stands_on(m, top) {
         return Err(format!(
-            "it does not stand on the view at block {} (another block hash or storage claim)",
+            "it does not stand on the view at block {} (another block hash, state root or storage claim)",
             m.block_number
+        ));
+    }
+    if let Some(untrusted) = levels.iter().find(|l| !trusted(l)) {
+        return Err(format!(
+            "the level {} it stands on is not checked (not attested by this key)",
+            untrusted.id
         ));
     }
     let held = crate::folded::records(store, hot).map_err(|e| e.to_string())?;

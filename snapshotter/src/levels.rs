@@ -629,7 +629,9 @@ mod tests {
         );
         let all = l.store().list().unwrap();
         let tier = all.iter().find(|s| s.id.kind == KindTag::Hot).unwrap();
-        assert_eq!(check_against_view(l.store(), tier, &all), Ok(4));
+        assert_eq!(check_against_view(l.store(), tier, &all, |_| true), Ok(4));
+        let unchecked = check_against_view(l.store(), tier, &all, |_| false).unwrap_err();
+        assert!(unchecked.contains("not checked"), "{unchecked}");
         let records = crate::folded::records(l.store(), tier).unwrap();
         assert_eq!(
             records
@@ -656,7 +658,7 @@ mod tests {
         build_and_publish(l.store(), wrong, &BuildOptions::default()).unwrap();
         let all = l.store().list().unwrap();
         let wrong = all.iter().find(|s| s.id.url_form() == "7-11-hot").unwrap();
-        let refused = check_against_view(l.store(), wrong, &all).unwrap_err();
+        let refused = check_against_view(l.store(), wrong, &all, |_| true).unwrap_err();
         assert!(refused.contains("is not the view's"), "{refused}");
         // A pinned fold at 12, then a block more: the levels below the
         // horizon go, and the tiers standing on them with them.

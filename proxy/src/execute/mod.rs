@@ -108,6 +108,7 @@ pub struct Session {
     spec: SpecId,
     reads: Reads,
     requests_before: u64,
+    rounds_before: u64,
     rounds: usize,
     inner_apart: usize,
     evm_time: std::time::Duration,
@@ -266,6 +267,7 @@ impl Executor {
                 learned: 0,
             },
             requests_before: self.reader.lookup_requests(),
+            rounds_before: self.reader.lookup_rounds(),
             rounds: 0,
             inner_apart: 0,
             evm_time: std::time::Duration::ZERO,
@@ -623,17 +625,17 @@ impl Executor {
     /// The PIR requests `session` sent, padded up to `pad_rounds_to` with
     /// cover lookups when it sent any.
     async fn pad_requests(&self, session: &Session) -> u64 {
-        let sent = self.reader.lookup_requests() - session.requests_before;
-        // (Requests of other calls running at the same time count too:
-        // under concurrency a call may be padded less.)
-        let mut requests = sent;
+        // Padded in rounds (a round is one or two requests: with a hot
+        // tier under PIR levels, two, and so is a cover lookup). (Rounds
+        // of other calls running at the same time count too: under
+        // concurrency a call may be padded less.)
+        let sent = self.reader.lookup_rounds() - session.rounds_before;
         if sent > 0 {
             for _ in sent..self.pad_rounds_to as u64 {
                 self.reader.cover_lookup().await;
-                requests += 1;
             }
         }
-        requests
+        self.reader.lookup_requests() - session.requests_before
     }
 }
 

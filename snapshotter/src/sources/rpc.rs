@@ -840,6 +840,9 @@ impl RpcSource {
         use crate::hot::HotKey;
         #[derive(Debug, serde::Deserialize)]
         struct TxPrestate {
+            // (A transaction the tracer failed on carries an error and no
+            // result: it counts as touching nothing.)
+            #[serde(default)]
             result: BTreeMap<Address, PrestateAccount>,
         }
         #[derive(Debug, serde::Deserialize)]
