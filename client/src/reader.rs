@@ -748,9 +748,10 @@ impl PrivateReader {
         // lookup does: the server sees the same shape whatever the keys.
         let (hot, cold): (Vec<usize>, Vec<usize>) =
             (0..keys.len()).partition(|&i| keys[i].is_some_and(|k| view.hot_holds(&k)));
+        // (No tier: no level is above it.)
         let above: Vec<(usize, &Arc<SnapshotClient>)> = pir
             .iter()
-            .filter(|(l, _)| *l >= view.above_hot())
+            .filter(|(l, _)| view.hot.is_some() && *l >= view.above_hot())
             .copied()
             .collect();
         let round = self.asks(&pir, &keys, &cold) || self.asks(&above, &keys, &hot);
