@@ -168,6 +168,9 @@ pub struct Catalog {
     /// Why the last fetch failed, while no catalog has been fetched since:
     /// the answer to a read when there is no view at all.
     failure: Mutex<Option<ReadError>>,
+    /// Whether the server announced that it holds requests waiting for
+    /// a new catalog ([`protocol::api::CATALOG_LONG_POLL_HEADER`]).
+    long_poll: std::sync::atomic::AtomicBool,
 }
 
 impl Catalog {
@@ -189,6 +192,52 @@ impl Catalog {
             failure: Mutex::new(Some(ReadError::Backend(
                 "the PIR server's catalog is not fetched yet".into(),
             ))),
+            long_poll: Default::default(),
+        }
+    }
+
+    /// Waits up to `hold` for the server's catalog to change from the one
+    /// held, when the server announced that it holds such requests:
+    /// `Some(true)` when it changed (fetch it), `Some(false)` when the
+    /// wait ended without a change, `None` when the server does not hold
+    /// requests (or this one failed: poll instead, until the next fetch
+    /// says otherwise).
+    pub async fn wait_for_change(
+        &self,
+        link: &ServerLink,
+        hold: std::time::Duration,
+    ) -> Option<bool> {
+        use std::sync::atomic::Ordering;
+        if !self.long_poll.load(Ordering::Relaxed) {
+            return None;
+        }
+        let Some(etag) = self.etag.lock().expect("etag lock").clone() else {
+            return Some(true);
+        };
+        let headers = vec![
+            (IF_NONE_MATCH, HeaderValue::from_str(&etag).ok()?),
+            (
+                HeaderName::from_static(protocol::api::CATALOG_WAIT_HEADER),
+                HeaderValue::from(hold.as_secs()),
+            ),
+        ];
+        let waited = link
+            .get(
+                ApiPath::Catalog,
+                "catalog wait",
+                &headers,
+                Size::AtMost(MAX_CATALOG_BYTES),
+                Duration::Held(hold),
+            )
+            .await;
+        match waited.map(|r| r.status) {
+            Ok(StatusCode::NO_CONTENT) => Some(true),
+            Ok(StatusCode::NOT_MODIFIED) => Some(false),
+            other => {
+                tracing::debug!(answer = ?other.map(|s| s.as_u16()), "the server does not hold catalog requests: polling");
+                self.long_poll.store(false, Ordering::Relaxed);
+                None
+            }
         }
     }
 
@@ -213,6 +262,12 @@ impl Catalog {
         let resp = link
             .get(ApiPath::Catalog, "catalog", &headers, size, Duration::Short)
             .await?;
+        let holds = resp
+            .headers
+            .get(protocol::api::CATALOG_LONG_POLL_HEADER)
+            .is_some_and(|v| v.as_bytes() == b"1");
+        self.long_poll
+            .store(holds, std::sync::atomic::Ordering::Relaxed);
         if resp.status == StatusCode::NOT_MODIFIED && sent.is_some() {
             return Ok(None);
         }

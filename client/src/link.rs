@@ -20,6 +20,10 @@ pub enum Duration {
     Short,
     /// A setup or a table: `timeouts.download`.
     Long,
+    /// A request the server may hold this long before it answers (a wait
+    /// for a new catalog): `timeouts.request` and its first byte later by
+    /// as much.
+    Held(std::time::Duration),
 }
 
 pub struct ServerLink {
@@ -52,11 +56,15 @@ impl ServerLink {
     }
 
     fn bounds(&self, size: Size, duration: Duration) -> Bounds {
+        let held = match duration {
+            Duration::Held(held) => held,
+            _ => std::time::Duration::ZERO,
+        };
         Bounds {
             size,
-            first_byte: self.timeouts.first_byte,
+            first_byte: self.timeouts.first_byte + held,
             whole: match duration {
-                Duration::Short => self.timeouts.request,
+                Duration::Short | Duration::Held(_) => self.timeouts.request + held,
                 Duration::Long => self.timeouts.download,
             },
         }

@@ -1446,7 +1446,15 @@ async fn keep_fresh(
         tick.tick().await;
     }
     loop {
-        tick.tick().await;
+        // While reading, a server that holds catalog requests tells of a
+        // new catalog the moment it has one; polled otherwise (and idle).
+        if let Some(changed) = wait_for_catalog(&reader).await {
+            if !changed {
+                continue;
+            }
+        } else {
+            tick.tick().await;
+        }
         let Some(reader) = reader.upgrade() else {
             return;
         };
@@ -1467,6 +1475,31 @@ async fn keep_fresh(
             (Err(e), None) => tracing::warn!(error = %e, "catalog refresh failed"),
         }
     }
+}
+
+/// How long a wait for a new catalog is held at most.
+const CATALOG_HOLD: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Waits for the server to announce a new catalog
+/// ([`Catalog::wait_for_change`]) while the reader is not idle: whether
+/// one came; `None` to poll instead. Two waits are at least 50 ms apart
+/// (a server that answers "changed" at once costs a bounded rate).
+async fn wait_for_catalog(reader: &Weak<PrivateReader>) -> Option<bool> {
+    let strong = reader.upgrade()?;
+    if strong.is_idle() {
+        return None;
+    }
+    let started = std::time::Instant::now();
+    let changed = strong
+        .catalog
+        .wait_for_change(&strong.link, CATALOG_HOLD)
+        .await;
+    drop(strong);
+    let spacing = std::time::Duration::from_millis(50);
+    if let Some(rest) = spacing.checked_sub(started.elapsed()) {
+        tokio::time::sleep(rest).await;
+    }
+    changed
 }
 
 /// Binds the reader to its header source's chain once the source says

@@ -66,6 +66,18 @@ pub const ACCEPT_CATALOG_DIFF: &str = "x-ethpir-accept-diff";
 /// The response header that marks a body as a [`CatalogDiff`]: the ETag
 /// of the catalog it starts from.
 pub const CATALOG_DIFF_HEADER: &str = "x-ethpir-diff-since";
+/// The request header by which a client waits for a new catalog (seconds,
+/// at most [`MAX_CATALOG_WAIT_SECS`]): with `If-None-Match` naming the
+/// current catalog, the server holds the request until the catalog
+/// changes (answered 204, no body: the client then fetches it as usual)
+/// or the wait ends (304). A client asks only a server that announces it
+/// ([`CATALOG_LONG_POLL_HEADER`]) and polls otherwise.
+pub const CATALOG_WAIT_HEADER: &str = "x-ethpir-wait";
+/// The longest wait a server grants.
+pub const MAX_CATALOG_WAIT_SECS: u64 = 30;
+/// The response header (`1`) by which a server announces, on every
+/// catalog answer, that it holds waiting requests.
+pub const CATALOG_LONG_POLL_HEADER: &str = "x-ethpir-long-poll";
 
 /// What changed in `GET /v1/snapshots` since a catalog the client holds:
 /// the entries added (or changed: listed whole again) and the ids no

@@ -86,6 +86,10 @@ async fn run_until(
         shards.check_roles().await;
     }
     state.rescan().await;
+    // A change in the store (a level published, retired, attested) wakes
+    // the rescan at once; the interval stays for filesystems that tell
+    // nothing (some network mounts) and as a fallback.
+    let (watcher, mut changed) = watch_store(&config.store);
     let rescanner = {
         let state = state.clone();
         let every = config.rescan_interval();
@@ -93,15 +97,59 @@ async fn run_until(
             let mut tick = tokio::time::interval(every);
             tick.tick().await;
             loop {
-                tick.tick().await;
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    Some(()) = changed.recv() => {}
+                }
                 state.rescan().await;
             }
         })
+    };
+    let closing = state.clone();
+    let shutdown = async move {
+        shutdown.await;
+        // Held catalog requests are answered now, not at their wait's end.
+        closing.closing.send_replace(true);
     };
     tracing::info!(addr = %listener.local_addr()?, store = %config.store.display(), "ethpir-server listening");
     let result = axum::serve(listener, router(state))
         .with_graceful_shutdown(shutdown)
         .await;
     rescanner.abort();
+    drop(watcher);
     result.map_err(Into::into)
+}
+
+/// Watches the store for changes outside its staging folder: a message
+/// (coalesced: at most one waiting) for each. `None` watcher where the
+/// filesystem offers no watch (the rescan interval then serves alone).
+fn watch_store(
+    root: &std::path::Path,
+) -> (
+    Option<notify::RecommendedWatcher>,
+    tokio::sync::mpsc::Receiver<()>,
+) {
+    use notify::{EventKind, RecursiveMode, Watcher};
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    let handler = move |event: notify::Result<notify::Event>| {
+        let Ok(event) = event else { return };
+        let staging = event
+            .paths
+            .iter()
+            .all(|p| p.components().any(|c| c.as_os_str() == ".staging"));
+        if !staging && !matches!(event.kind, EventKind::Access(_)) {
+            let _ = tx.try_send(());
+        }
+    };
+    let watcher = notify::recommended_watcher(handler).and_then(|mut w| {
+        w.watch(root, RecursiveMode::Recursive)?;
+        Ok(w)
+    });
+    match watcher {
+        Ok(w) => (Some(w), rx),
+        Err(e) => {
+            tracing::warn!(error = %e, store = %root.display(), "the store cannot be watched: new levels are served at the next rescan");
+            (None, rx)
+        }
+    }
 }

@@ -80,15 +80,67 @@ fn route_name(path: Option<&MatchedPath>) -> &'static str {
 /// set changes ([`crate::state::CatalogBody`]), gzipped then too: a poll
 /// copies nothing.
 async fn catalog(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    let mut response = match wait_for_change(&state, &headers).await {
+        Some(status) => status.into_response(),
+        None => catalog_now(&state, &headers),
+    };
+    response.headers_mut().insert(
+        protocol::api::CATALOG_LONG_POLL_HEADER,
+        header::HeaderValue::from_static("1"),
+    );
+    response
+}
+
+/// A request that waits for a new catalog
+/// ([`protocol::api::CATALOG_WAIT_HEADER`]): held while its
+/// `If-None-Match` names the catalog served, until that changes (204) or
+/// the wait ends (304); `None` for any other request. Past
+/// [`crate::state::MAX_WAITERS`] held at once, or while the server shuts
+/// down, it is answered at once.
+async fn wait_for_change(state: &AppState, headers: &HeaderMap) -> Option<StatusCode> {
+    let secs: u64 = headers
+        .get(protocol::api::CATALOG_WAIT_HEADER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let wait = std::time::Duration::from_secs(secs.min(protocol::api::MAX_CATALOG_WAIT_SECS));
+    // Subscribed before the catalog is compared: a change in between
+    // still wakes it.
+    let mut changed = state.catalog_version.subscribe();
+    let mut closing = state.closing.subscribe();
+    if !etag_matches(headers, &state.catalog().etag) {
+        return Some(StatusCode::NO_CONTENT);
+    }
+    let Ok(_held) = state.waiters.try_acquire() else {
+        return Some(StatusCode::NOT_MODIFIED);
+    };
+    if !*closing.borrow_and_update() {
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = changed.changed() => {}
+            _ = closing.changed() => {}
+        }
+    }
+    Some(match etag_matches(headers, &state.catalog().etag) {
+        true => StatusCode::NOT_MODIFIED,
+        false => StatusCode::NO_CONTENT,
+    })
+}
+
+/// The catalog as served now: 304 while `If-None-Match` names it, its
+/// difference from a catalog the client holds, or the whole of it.
+fn catalog_now(state: &AppState, headers: &HeaderMap) -> Response {
     let body = state.catalog();
-    if etag_matches(&headers, &body.etag) {
+    if etag_matches(headers, &body.etag) {
         return (
             StatusCode::NOT_MODIFIED,
             [(header::ETAG, body.etag.clone())],
         )
             .into_response();
     }
-    if let Some(diff) = catalog_diff(&state, &headers, &body) {
+    if let Some(diff) = catalog_diff(state, headers, &body) {
         return diff;
     }
     let gzip = headers

@@ -43,7 +43,18 @@ pub struct AppState {
     /// at every rescan: an attester signs after a snapshot is served; read
     /// and verified again only when their folder changed).
     attestations: RwLock<Attestations>,
+    /// Bumped whenever the catalog is made again: what held catalog
+    /// requests wait on.
+    pub catalog_version: tokio::sync::watch::Sender<u64>,
+    /// Catalog requests held at once (each one small future); past it a
+    /// waiting request is answered at once.
+    pub waiters: Semaphore,
+    /// Set when the server shuts down: held requests are answered then.
+    pub closing: tokio::sync::watch::Sender<bool>,
 }
+
+/// Catalog requests held at once, at most.
+pub const MAX_WAITERS: usize = 4096;
 
 /// A served snapshot's attestations, and when their folder last changed.
 #[derive(Clone, Debug, PartialEq)]
@@ -185,6 +196,9 @@ impl AppState {
             catalog: RwLock::new(Arc::new(CatalogBody::of(&[], &BTreeMap::new(), max_batch))),
             history: RwLock::new(std::collections::VecDeque::new()),
             attestations: RwLock::new(BTreeMap::new()),
+            catalog_version: tokio::sync::watch::Sender::new(0),
+            waiters: Semaphore::new(MAX_WAITERS),
+            closing: tokio::sync::watch::Sender::new(false),
         })
     }
 
@@ -203,6 +217,7 @@ impl AppState {
             history.pop_front();
         }
         history.push_back(old);
+        self.catalog_version.send_modify(|v| *v = v.wrapping_add(1));
     }
 
     /// A catalog served recently, by its ETag (not the current one).

@@ -108,6 +108,7 @@ fn follower_config(store: &Path, anvil: &Anvil, genesis: &Path) -> FollowConfig 
         follow: Timing {
             poll_ms: 100,
             confirmations: 1,
+            ws_url: None,
         },
         levels: LevelPolicy {
             fanout: 4,

@@ -110,8 +110,13 @@ impl Default for SourceConfig {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Timing {
-    /// How often to look at the node's head, milliseconds.
+    /// How often to look at the node's head, milliseconds (with `ws_url`:
+    /// the fallback while the subscription is down).
     pub poll_ms: u64,
+    /// The node's WebSocket endpoint (`ws://`, `wss://`): the follower
+    /// subscribes to new heads there (`eth_subscribe("newHeads")`) and
+    /// steps the moment one is announced. None: it polls.
+    pub ws_url: Option<String>,
     /// Stay this many blocks behind the head (0: follow the head; reorgs
     /// are repaired either way).
     pub confirmations: u64,
@@ -121,6 +126,7 @@ impl Default for Timing {
     fn default() -> Self {
         Timing {
             poll_ms: 1000,
+            ws_url: None,
             confirmations: 0,
         }
     }
@@ -768,6 +774,13 @@ pub async fn run(
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), FollowError> {
     let poll = Duration::from_millis(config.follow.poll_ms.max(50));
+    let heads = std::sync::Arc::new(tokio::sync::Notify::new());
+    let announcer = config
+        .follow
+        .ws_url
+        .clone()
+        .map(|url| tokio::spawn(announce_heads(url, heads.clone())));
+    let _announcer = AbortOnDrop(announcer);
     let mut follower = Follower::new(config)?;
     tracing::info!(url = %protocol::url::redact(&follower.url), store = %follower.store.root().display(), "following the chain");
     let mut failures = 0u32;
@@ -801,12 +814,74 @@ pub async fn run(
                 wait
             }
         };
+        // A new head announced wakes it before the poll (not a retry's
+        // backoff: a failing node is not asked again at once).
+        let announced = async {
+            match failures {
+                0 => heads.notified().await,
+                _ => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = &mut stop => break,
             _ = tokio::time::sleep(wait) => {}
+            _ = announced => {}
         }
     }
     tracing::info!("follower stopped");
+    Ok(())
+}
+
+/// Aborts a task when dropped (the follower's own helpers end with it).
+struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(task) = &self.0 {
+            task.abort();
+        }
+    }
+}
+
+/// Wakes `heads` for every new head the node at `url` announces
+/// (`eth_subscribe("newHeads")` over WebSocket), connecting again with
+/// backoff when the subscription ends or fails; the follower polls
+/// meanwhile.
+async fn announce_heads(url: String, heads: std::sync::Arc<tokio::sync::Notify>) {
+    let mut failures = 0u32;
+    loop {
+        let shown = protocol::url::redact(&url);
+        match subscribed_heads(&url, &heads).await {
+            Ok(()) => {
+                failures = 0;
+                tracing::info!(url = %shown, "the node's new-heads subscription ended; subscribing again")
+            }
+            Err(e) => {
+                let e = e.replace(&url, &shown);
+                tracing::warn!(url = %shown, error = %e, "no new-heads subscription: polling meanwhile")
+            }
+        }
+        failures = failures.saturating_add(1);
+        tokio::time::sleep(backoff(failures)).await;
+    }
+}
+
+/// One subscription: `heads` woken for each head until it ends.
+async fn subscribed_heads(url: &str, heads: &tokio::sync::Notify) -> Result<(), String> {
+    use alloy_provider::{Provider, ProviderBuilder, WsConnect};
+    let provider = ProviderBuilder::new()
+        .connect_ws(WsConnect::new(url))
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut subscription = provider
+        .subscribe_blocks()
+        .await
+        .map_err(|e| e.to_string())?;
+    tracing::info!(url = %protocol::url::redact(url), "following new heads as the node announces them");
+    while let Ok(head) = subscription.recv().await {
+        tracing::debug!(block = head.number, "new head announced");
+        heads.notify_one();
+    }
     Ok(())
 }
 

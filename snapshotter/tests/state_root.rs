@@ -89,6 +89,7 @@ fn config(dir: &Path, anvil: &Anvil) -> snapshotter::follow::FollowConfig {
         follow: Timing {
             poll_ms: 100,
             confirmations: 0,
+            ws_url: None,
         },
         levels: LevelPolicy {
             fanout: 2,

@@ -88,6 +88,7 @@ pub fn follow_config(
         follow: Timing {
             poll_ms: 100,
             confirmations,
+            ws_url: None,
         },
         levels: snapshotter::levels::LevelPolicy {
             fanout,

@@ -343,6 +343,11 @@ struct RunArgs {
     /// The node to follow (JSON-RPC over HTTP).
     #[arg(long)]
     url: Option<String>,
+    /// The node's WebSocket endpoint (ws://...): new heads are followed
+    /// as it announces them (eth_subscribe newHeads) instead of polled
+    /// every `poll_ms` (which stays the fallback).
+    #[arg(long)]
+    ws_url: Option<String>,
     /// Base: the chain's genesis file.
     #[arg(long, conflicts_with = "datadir")]
     genesis: Option<PathBuf>,
@@ -687,6 +692,7 @@ fn run_follower(store: &std::path::Path, store_given: bool, args: &RunArgs) -> R
     }
     source.allow_incomplete |= args.allow_incomplete;
     source.storage = args.storage.unwrap_or(source.storage);
+    config.follow.ws_url = args.ws_url.clone().or(config.follow.ws_url.take());
     if let Some(device) = args.device {
         config.build.device = device;
     }
