@@ -196,6 +196,16 @@ impl Catalog {
         }
     }
 
+    /// Whether the server holds waits for a new catalog, as its answer's
+    /// headers say.
+    fn note_long_poll(&self, headers: &reqwest::header::HeaderMap) {
+        let holds = headers
+            .get(protocol::api::CATALOG_LONG_POLL_HEADER)
+            .is_some_and(|v| v.as_bytes() == b"1");
+        self.long_poll
+            .store(holds, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Waits up to `hold` for the server's catalog to change from the one
     /// held, when the server announced that it holds such requests:
     /// `Some(true)` when it changed (fetch it), `Some(false)` when the
@@ -262,12 +272,7 @@ impl Catalog {
         let resp = link
             .get(ApiPath::Catalog, "catalog", &headers, size, Duration::Short)
             .await?;
-        let holds = resp
-            .headers
-            .get(protocol::api::CATALOG_LONG_POLL_HEADER)
-            .is_some_and(|v| v.as_bytes() == b"1");
-        self.long_poll
-            .store(holds, std::sync::atomic::Ordering::Relaxed);
+        self.note_long_poll(&resp.headers);
         if resp.status == StatusCode::NOT_MODIFIED && sent.is_some() {
             return Ok(None);
         }
@@ -342,25 +347,7 @@ impl Catalog {
         // base) are never read: not kept. A hot tier is kept while it
         // stands on a level of some view (a view reads the one on its
         // levels); one of another fork, chain or storage claim is not.
-        let mut at_block: BTreeMap<(u64, u64), Vec<&protocol::Manifest>> = BTreeMap::new();
-        for level in entries.iter().filter(|e| views.holds(&e.id)) {
-            let m = &level.manifest;
-            at_block
-                .entry((m.chain_id, m.block_number))
-                .or_default()
-                .push(m);
-        }
-        let standing: std::collections::BTreeSet<SnapshotId> = entries
-            .iter()
-            .filter(|hot| hot.id.kind == protocol::manifest::KindTag::Hot)
-            .filter(|hot| {
-                let m = &hot.manifest;
-                at_block
-                    .get(&(m.chain_id, m.block_number))
-                    .is_some_and(|levels| levels.iter().any(|l| protocol::view::stands_on(m, l)))
-            })
-            .map(|hot| hot.id)
-            .collect();
+        let standing = standing_tiers(&entries, &views);
         entries.retain(|e| views.holds(&e.id) || standing.contains(&e.id));
         let newest = |views: &Views| views.newest(self.configured_chain()).map(|v| v.block);
         if !force && newest(&views) < newest(&self.adopted().views) {
@@ -638,6 +625,33 @@ fn judge(fetched: Fetched, chain: Option<u64>, check: &AttestCheck) -> Judged {
         etag,
         digest,
     }
+}
+
+/// The hot tiers of `entries` that stand on a level of some view
+/// ([`protocol::view::stands_on`]): one lookup by block each.
+fn standing_tiers(
+    entries: &[CatalogEntry],
+    views: &Views,
+) -> std::collections::BTreeSet<SnapshotId> {
+    let mut at_block: BTreeMap<(u64, u64), Vec<&protocol::Manifest>> = BTreeMap::new();
+    for level in entries.iter().filter(|e| views.holds(&e.id)) {
+        let m = &level.manifest;
+        at_block
+            .entry((m.chain_id, m.block_number))
+            .or_default()
+            .push(m);
+    }
+    entries
+        .iter()
+        .filter(|hot| hot.id.kind == protocol::manifest::KindTag::Hot)
+        .filter(|hot| {
+            let m = &hot.manifest;
+            at_block
+                .get(&(m.chain_id, m.block_number))
+                .is_some_and(|levels| levels.iter().any(|l| protocol::view::stands_on(m, l)))
+        })
+        .map(|hot| hot.id)
+        .collect()
 }
 
 fn block_of_hash(adopted: &Adopted, hash: &alloy_primitives::B256) -> Option<u64> {

@@ -740,38 +740,9 @@ impl PrivateReader {
                 Level::Pir(snap) => pir.push((i, snap)),
             }
         }
-        // A key the hot tier holds is asked only of the PIR levels above
-        // it (every client holds the tier: reading it names nothing);
-        // the rest of every PIR level. With PIR levels above the tier, a
-        // read that asks anything sends both requests at once (one with a
-        // random filler when its part has nothing to ask), as a cover
-        // lookup does: the server sees the same shape whatever the keys.
-        let (hot, cold): (Vec<usize>, Vec<usize>) =
-            (0..keys.len()).partition(|&i| keys[i].is_some_and(|k| view.hot_holds(&k)));
-        // (No tier: no level is above it.)
-        let above: Vec<(usize, &Arc<SnapshotClient>)> = pir
-            .iter()
-            .filter(|(l, _)| view.hot.is_some() && *l >= view.above_hot())
-            .copied()
-            .collect();
-        let round = self.asks(&pir, &keys, &cold) || self.asks(&above, &keys, &hot);
-        let both = round && !above.is_empty();
-        if round {
-            self.lookup_rounds
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        let (cold_found, hot_found) = tokio::join!(
-            self.read_some(&pir, &keys, &cold, pad_to, both),
-            self.read_some(&above, &keys, &hot, pad_to, both)
-        );
-        for &(l, _) in &pir {
-            found[l] = vec![None; keys.len()];
-        }
-        for (part, found_in) in [(&cold, cold_found?), (&hot, hot_found?)] {
-            for (l, values) in found_in {
-                for (&i, value) in part.iter().zip(values) {
-                    found[l][i] = value;
-                }
+        if !pir.is_empty() {
+            for (l, values) in self.read_pir_parts(view, &pir, &keys, pad_to).await? {
+                found[l] = values;
             }
         }
         Ok(asked
@@ -783,6 +754,54 @@ impl PrivateReader {
                 view.freshest(&found, i, key)
             })
             .collect())
+    }
+
+    /// What each PIR level holds for `keys`, one list per level.
+    ///
+    /// A key the hot tier holds is asked only of the PIR levels above
+    /// it (every client holds the tier: reading it names nothing);
+    /// the rest of every PIR level. With PIR levels above the tier, a
+    /// read that asks anything sends both requests at once (one with a
+    /// random filler when its part has nothing to ask), as a cover
+    /// lookup does: the server sees the same shape whatever the keys.
+    async fn read_pir_parts(
+        &self,
+        view: &ViewClient,
+        pir: &[(usize, &Arc<SnapshotClient>)],
+        keys: &[Option<B256>],
+        pad_to: usize,
+    ) -> Result<Vec<(usize, Vec<Found>)>, ReadError> {
+        let (hot, cold): (Vec<usize>, Vec<usize>) =
+            (0..keys.len()).partition(|&i| keys[i].is_some_and(|k| view.hot_holds(&k)));
+        // (No tier: no level is above it.)
+        let above: Vec<(usize, &Arc<SnapshotClient>)> = pir
+            .iter()
+            .filter(|(l, _)| view.hot.is_some() && *l >= view.above_hot())
+            .copied()
+            .collect();
+        let round = self.asks(pir, keys, &cold) || self.asks(&above, keys, &hot);
+        let both = round && !above.is_empty();
+        if round {
+            self.lookup_rounds
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        let (cold_found, hot_found) = tokio::join!(
+            self.read_some(pir, keys, &cold, pad_to, both),
+            self.read_some(&above, keys, &hot, pad_to, both)
+        );
+        let mut found: BTreeMap<usize, Vec<Found>> = pir
+            .iter()
+            .map(|(l, _)| (*l, vec![None; keys.len()]))
+            .collect();
+        for (part, found_in) in [(&cold, cold_found?), (&hot, hot_found?)] {
+            for (l, values) in found_in {
+                let level = found.get_mut(&l).expect("a PIR level");
+                for (&i, value) in part.iter().zip(values) {
+                    level[i] = value;
+                }
+            }
+        }
+        Ok(found.into_iter().collect())
     }
 
     /// [`Self::read_pir_levels`] of the keys at `part` (indices into

@@ -774,13 +774,7 @@ pub async fn run(
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), FollowError> {
     let poll = Duration::from_millis(config.follow.poll_ms.max(50));
-    let heads = std::sync::Arc::new(tokio::sync::Notify::new());
-    let announcer = config
-        .follow
-        .ws_url
-        .clone()
-        .map(|url| tokio::spawn(announce_heads(url, heads.clone())));
-    let _announcer = AbortOnDrop(announcer);
+    let (heads, _announcer) = new_heads(&config.follow);
     let mut follower = Follower::new(config)?;
     tracing::info!(url = %protocol::url::redact(&follower.url), store = %follower.store.root().display(), "following the chain");
     let mut failures = 0u32;
@@ -794,13 +788,12 @@ pub async fn run(
             outcome = follower.step() => outcome,
         };
         let wait = match outcome {
-            Ok(StepOutcome::Published { .. }) => {
+            Ok(outcome) => {
                 failures = 0;
-                Duration::ZERO
-            }
-            Ok(StepOutcome::UpToDate { .. }) => {
-                failures = 0;
-                poll
+                match outcome {
+                    StepOutcome::Published { .. } => Duration::ZERO,
+                    StepOutcome::UpToDate { .. } => poll,
+                }
             }
             Err(FollowError::Refused(refusal)) => {
                 // The task ends here: say why where the operator looks.
@@ -830,6 +823,17 @@ pub async fn run(
     }
     tracing::info!("follower stopped");
     Ok(())
+}
+
+/// What wakes the follower when the node announces a new head, and the
+/// task that listens (with `ws_url`; nothing wakes it otherwise).
+fn new_heads(timing: &Timing) -> (std::sync::Arc<tokio::sync::Notify>, AbortOnDrop) {
+    let heads = std::sync::Arc::new(tokio::sync::Notify::new());
+    let announcer = timing
+        .ws_url
+        .clone()
+        .map(|url| tokio::spawn(announce_heads(url, heads.clone())));
+    (heads, AbortOnDrop(announcer))
 }
 
 /// Aborts a task when dropped (the follower's own helpers end with it).

@@ -859,7 +859,7 @@ fn export_rpc(args: &RpcArgs) -> Result<ExportedState> {
 /// `plan`: the estimated database of a base and of a level.
 fn plan(args: &PlanArgs) -> Result<()> {
     let records = args.accounts.saturating_add(args.slots);
-    let (accounts, value_bytes, shards, json) = (records, args.value_bytes, args.shards, args.json);
+    let (value_bytes, shards, json) = (args.value_bytes, args.shards, args.json);
     let (arity, packing, base_packing) = args.layout.resolve()?;
     let kinds = [
         ("base", base_packing.unwrap_or(packing)),
@@ -877,50 +877,62 @@ fn plan(args: &PlanArgs) -> Result<()> {
     }
     let mut base_query = 0;
     for (kind, packing) in kinds {
-        let options = pir_core::EncodeOptions { arity, packing };
-        let p = pir_core::db::plan(accounts, value_bytes, &options)
-            .with_context(|| format!("{accounts} accounts"))?;
-        let kib = |b: u64| b as f64 / 1024.0;
-        let mib = |b: u64| b as f64 / (1 << 20) as f64;
-        let lookup = p.query_bytes + p.response_bytes;
+        let query = plan_row(&mut out, args, (kind, arity, packing), records)?;
         if kind == "base" {
-            base_query = p.query_bytes;
+            base_query = query;
         }
-        let shard_bytes = p.database_bytes.div_ceil(shards);
-        let pass_s = shard_bytes as f64 / (args.core_gbs * 1e9);
-        if json {
-            let line = serde_json::json!({
-                "accounts": args.accounts, "slots": args.slots, "records": records,
-                "shards": shards, "shard_database_bytes": shard_bytes, "pass_s_per_core": pass_s,
-                "kind": kind, "packing": format!("{packing:?}"),
-                "partitions": p.partitions, "rows": p.rows, "plaintext_bits": p.plaintext_bits,
-                "query_bytes": p.query_bytes, "response_bytes": p.response_bytes,
-                "lookup_bytes": lookup, "hint_bytes": p.hint_bytes, "database_bytes": p.database_bytes,
-            });
-            writeln!(out, "{line}")?;
-            continue;
-        }
-        let name = match packing {
-            Packing::Fixed(_) => "fixed",
-            Packing::Auto { .. } => "budget",
-            Packing::ForLookup { .. } => "target",
-        };
-        writeln!(
-            out,
-            "{kind:<6} {name:<8} {:<6} {:<11} {:<10.1} {:<13.1} {:<11.1} {:<9.1} {:<13.1} {:<10.1} {:.3}",
-            p.partitions,
-            p.rows,
-            kib(p.query_bytes),
-            kib(p.response_bytes),
-            kib(lookup),
-            mib(p.hint_bytes),
-            mib(p.database_bytes),
-            mib(shard_bytes),
-            pass_s
-        )?;
     }
     args.hot.write(&mut out, base_query, value_bytes, json)?;
     Ok(())
+}
+
+/// One row of `plan` (a base's or a level's shape); its query's bytes.
+fn plan_row(
+    out: &mut impl std::io::Write,
+    args: &PlanArgs,
+    (kind, arity, packing): (&str, pir_core::Arity, Packing),
+    records: usize,
+) -> Result<u64> {
+    let (value_bytes, shards) = (args.value_bytes, args.shards);
+    let options = pir_core::EncodeOptions { arity, packing };
+    let p = pir_core::db::plan(records, value_bytes, &options)
+        .with_context(|| format!("{records} accounts"))?;
+    let kib = |b: u64| b as f64 / 1024.0;
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    let lookup = p.query_bytes + p.response_bytes;
+    let shard_bytes = p.database_bytes.div_ceil(shards);
+    let pass_s = shard_bytes as f64 / (args.core_gbs * 1e9);
+    if args.json {
+        let line = serde_json::json!({
+            "accounts": args.accounts, "slots": args.slots, "records": records,
+            "shards": shards, "shard_database_bytes": shard_bytes, "pass_s_per_core": pass_s,
+            "kind": kind, "packing": format!("{packing:?}"),
+            "partitions": p.partitions, "rows": p.rows, "plaintext_bits": p.plaintext_bits,
+            "query_bytes": p.query_bytes, "response_bytes": p.response_bytes,
+            "lookup_bytes": lookup, "hint_bytes": p.hint_bytes, "database_bytes": p.database_bytes,
+        });
+        writeln!(out, "{line}")?;
+        return Ok(p.query_bytes);
+    }
+    let name = match packing {
+        Packing::Fixed(_) => "fixed",
+        Packing::Auto { .. } => "budget",
+        Packing::ForLookup { .. } => "target",
+    };
+    writeln!(
+        out,
+        "{kind:<6} {name:<8} {:<6} {:<11} {:<10.1} {:<13.1} {:<11.1} {:<9.1} {:<13.1} {:<10.1} {:.3}",
+        p.partitions,
+        p.rows,
+        kib(p.query_bytes),
+        kib(p.response_bytes),
+        kib(lookup),
+        mib(p.hint_bytes),
+        mib(p.database_bytes),
+        mib(shard_bytes),
+        pass_s
+    )?;
+    Ok(p.query_bytes)
 }
 
 fn list(store: &SnapshotStore, json: bool) -> Result<()> {
@@ -974,19 +986,38 @@ fn verify(store: &SnapshotStore, ids: &[SnapshotId], lookups: usize) -> Result<(
     Ok(())
 }
 
+/// Whether a hot tier's values are the view's at its block (printed).
+fn hot_is_the_views(
+    store: &SnapshotStore,
+    snap: &snapshotter::store::StoredSnapshot,
+    all: &[snapshotter::store::StoredSnapshot],
+) -> bool {
+    let block = snap.manifest.block_number;
+    match snapshotter::hot::check_against_view(store, snap, all, |_| true) {
+        Ok(n) => {
+            println!(
+                "ok      {}: its {n} records are the view's at block {block}",
+                snap.id
+            );
+            true
+        }
+        Err(e) => {
+            println!("FAILED  {}: {e}", snap.id);
+            false
+        }
+    }
+}
+
 /// `verify --state-root`: the state root of the view at each named
 /// snapshot's block (all snapshots when none), against its manifest and,
 /// with `url`, the node's header.
 fn verify_state_roots(store: &SnapshotStore, ids: &[SnapshotId], url: Option<&str>) -> Result<()> {
     let all = store.list()?;
-    let named: Vec<_> = match ids.is_empty() {
-        true => all.clone(),
-        false => all
-            .iter()
-            .filter(|s| ids.contains(&s.id))
-            .cloned()
-            .collect(),
-    };
+    let named: Vec<_> = all
+        .iter()
+        .filter(|s| ids.is_empty() || ids.contains(&s.id))
+        .cloned()
+        .collect();
     let views = protocol::view::Views::build(&snapshotter::levels::as_entries(&all));
     let runtime = tokio::runtime::Runtime::new()?;
     let node = match url {
@@ -999,18 +1030,9 @@ fn verify_state_roots(store: &SnapshotStore, ids: &[SnapshotId], url: Option<&st
         // A hot tier: its values the view's at its block, whose root is
         // then checked as any.
         let is_hot = matches!(snap.manifest.kind, protocol::SnapshotKind::Hot { .. });
-        if is_hot {
-            match snapshotter::hot::check_against_view(store, snap, &all, |_| true) {
-                Ok(n) => println!(
-                    "ok      {}: its {n} records are the view's at block {block}",
-                    snap.id
-                ),
-                Err(e) => {
-                    bad += 1;
-                    println!("FAILED  {}: {e}", snap.id);
-                    continue;
-                }
-            }
+        if is_hot && !hot_is_the_views(store, snap, &all) {
+            bad += 1;
+            continue;
         }
         let view = match views.at(chain, block).filter(|v| v.complete) {
             Some(v) if snap.manifest.kind.is_whole_state() || is_hot => v,
