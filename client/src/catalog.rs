@@ -171,6 +171,10 @@ pub struct Catalog {
     /// Whether the server announced that it holds requests waiting for
     /// a new catalog ([`protocol::api::CATALOG_LONG_POLL_HEADER`]).
     long_poll: std::sync::atomic::AtomicBool,
+    /// The ETag of the last catalog the server sent, adopted or not (a
+    /// refused or lagging one included): what a wait names, so that a
+    /// catalog this reader will not adopt does not end every wait at once.
+    seen_etag: Mutex<Option<String>>,
 }
 
 impl Catalog {
@@ -193,7 +197,13 @@ impl Catalog {
                 "the PIR server's catalog is not fetched yet".into(),
             ))),
             long_poll: Default::default(),
+            seen_etag: Mutex::new(None),
         }
+    }
+
+    /// The ETag of the last catalog the server sent.
+    pub fn seen_etag(&self) -> Option<String> {
+        self.seen_etag.lock().expect("lock").clone()
     }
 
     /// Whether the server holds waits for a new catalog, as its answer's
@@ -221,9 +231,8 @@ impl Catalog {
         if !self.long_poll.load(Ordering::Relaxed) {
             return None;
         }
-        let Some(etag) = self.etag.lock().expect("etag lock").clone() else {
-            return Some(true);
-        };
+        // No ETag (a front that drops it): nothing to wait on; poll.
+        let etag = self.seen_etag()?;
         let headers = vec![
             (IF_NONE_MATCH, HeaderValue::from_str(&etag).ok()?),
             (
@@ -231,6 +240,7 @@ impl Catalog {
                 HeaderValue::from(hold.as_secs()),
             ),
         ];
+        let started = std::time::Instant::now();
         let waited = link
             .get(
                 ApiPath::Catalog,
@@ -242,7 +252,9 @@ impl Catalog {
             .await;
         match waited.map(|r| r.status) {
             Ok(StatusCode::NO_CONTENT) => Some(true),
-            Ok(StatusCode::NOT_MODIFIED) => Some(false),
+            // A 304 long before the wait's end is not a held wait (a
+            // front answering conditional requests itself): poll.
+            Ok(StatusCode::NOT_MODIFIED) if started.elapsed() >= hold / 2 => Some(false),
             other => {
                 tracing::debug!(answer = ?other.map(|s| s.as_u16()), "the server does not hold catalog requests: polling");
                 self.long_poll.store(false, Ordering::Relaxed);
@@ -273,6 +285,9 @@ impl Catalog {
             .get(ApiPath::Catalog, "catalog", &headers, size, Duration::Short)
             .await?;
         self.note_long_poll(&resp.headers);
+        if let Some(etag) = resp.headers.get(ETAG).and_then(|v| v.to_str().ok()) {
+            *self.seen_etag.lock().expect("lock") = Some(etag.to_string());
+        }
         if resp.status == StatusCode::NOT_MODIFIED && sent.is_some() {
             return Ok(None);
         }

@@ -1464,19 +1464,25 @@ async fn keep_fresh(
     if first.is_none() {
         tick.tick().await;
     }
+    // Whether the last refresh after a wait fetched nothing new (then
+    // the next round polls: a server whose waits end at once on a
+    // catalog this reader does not adopt costs a poll's rate).
+    let mut stalled = false;
     loop {
         // While reading, a server that holds catalog requests tells of a
-        // new catalog the moment it has one; polled otherwise (and idle).
-        if let Some(changed) = wait_for_catalog(&reader).await {
-            if !changed {
-                continue;
-            }
-        } else {
+        // new catalog the moment it has one (and every wait's end brings
+        // a refresh too); polled otherwise (and idle).
+        let waited = match stalled {
+            false => wait_for_catalog(&reader).await,
+            true => None,
+        };
+        if waited.is_none() {
             tick.tick().await;
         }
         let Some(reader) = reader.upgrade() else {
             return;
         };
+        let seen = reader.catalog.seen_etag();
         // Idle: the catalog now and then, nothing loaded.
         let refreshed = match reader.is_idle() {
             true if !reader.idle_catalog_due() => continue,
@@ -1493,6 +1499,7 @@ async fn keep_fresh(
             (Ok(_), None) => {}
             (Err(e), None) => tracing::warn!(error = %e, "catalog refresh failed"),
         }
+        stalled = waited == Some(true) && reader.catalog.seen_etag() == seen;
     }
 }
 

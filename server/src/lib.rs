@@ -99,7 +99,11 @@ async fn run_until(
             loop {
                 tokio::select! {
                     _ = tick.tick() => {}
-                    Some(()) = changed.recv() => {}
+                    Some(()) = changed.recv() => {
+                        // A publish is a rename or two: let them land.
+                        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                        while changed.try_recv().is_ok() {}
+                    }
                 }
                 state.rescan().await;
             }
@@ -131,13 +135,24 @@ fn watch_store(
 ) {
     use notify::{EventKind, RecursiveMode, Watcher};
     let (tx, rx) = tokio::sync::mpsc::channel(1);
+    let base = root.to_path_buf();
     let handler = move |event: notify::Result<notify::Event>| {
-        let Ok(event) = event else { return };
-        let staging = event
-            .paths
-            .iter()
-            .all(|p| p.components().any(|c| c.as_os_str() == ".staging"));
-        if !staging && !matches!(event.kind, EventKind::Access(_)) {
+        // An error or an overflow (no paths) may hide a change: rescan.
+        let relevant = event.map_or(true, |event| {
+            let inside = |p: &std::path::Path| {
+                let first = p.strip_prefix(&base).ok()?.components().next()?;
+                Some(first.as_os_str().to_string_lossy().into_owned())
+            };
+            // Builds in progress, removals in progress and code files
+            // change nothing served.
+            let quiet = [".staging", ".trash", ".codes"];
+            let served = |p: &std::path::PathBuf| {
+                inside(p).is_none_or(|first| !quiet.contains(&first.as_str()))
+            };
+            !matches!(event.kind, EventKind::Access(_))
+                && (event.paths.is_empty() || event.paths.iter().any(served))
+        });
+        if relevant {
             let _ = tx.try_send(());
         }
     };

@@ -80,50 +80,66 @@ fn route_name(path: Option<&MatchedPath>) -> &'static str {
 /// set changes ([`crate::state::CatalogBody`]), gzipped then too: a poll
 /// copies nothing.
 async fn catalog(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    let mut response = match wait_for_change(&state, &headers).await {
-        Some(status) => status.into_response(),
-        None => catalog_now(&state, &headers),
+    let (mut response, holds) = match wait_for_change(&state, &headers).await {
+        Waited::Answer(status) => (status.into_response(), true),
+        Waited::NotAWait => (catalog_now(&state, &headers), true),
+        // No room to hold it: the catalog, and no announcement, so that
+        // the client polls.
+        Waited::NoRoom => (catalog_now(&state, &headers), false),
     };
-    response.headers_mut().insert(
-        protocol::api::CATALOG_LONG_POLL_HEADER,
-        header::HeaderValue::from_static("1"),
-    );
+    if holds {
+        response.headers_mut().insert(
+            protocol::api::CATALOG_LONG_POLL_HEADER,
+            header::HeaderValue::from_static("1"),
+        );
+    }
     response
+}
+
+/// What became of a request that may wait for a new catalog.
+enum Waited {
+    /// It does not ask to wait.
+    NotAWait,
+    /// 204 (the catalog changed) or 304 (the wait ended).
+    Answer(StatusCode),
+    /// [`crate::state::MAX_WAITERS`] are held already.
+    NoRoom,
 }
 
 /// A request that waits for a new catalog
 /// ([`protocol::api::CATALOG_WAIT_HEADER`]): held while its
 /// `If-None-Match` names the catalog served, until that changes (204) or
-/// the wait ends (304); `None` for any other request. Past
-/// [`crate::state::MAX_WAITERS`] held at once, or while the server shuts
-/// down, it is answered at once.
-async fn wait_for_change(state: &AppState, headers: &HeaderMap) -> Option<StatusCode> {
-    let secs: u64 = headers
-        .get(protocol::api::CATALOG_WAIT_HEADER)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
+/// the wait ends (304); answered at once while the server shuts down.
+async fn wait_for_change(state: &AppState, headers: &HeaderMap) -> Waited {
+    let asked = headers
+        .get(protocol::api::CATALOG_WAIT_HEADER)
+        .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
+    let Some(secs) = asked else {
+        return Waited::NotAWait;
+    };
     let wait = std::time::Duration::from_secs(secs.min(protocol::api::MAX_CATALOG_WAIT_SECS));
+    let deadline = tokio::time::Instant::now() + wait;
     // Subscribed before the catalog is compared: a change in between
     // still wakes it.
     let mut changed = state.catalog_version.subscribe();
     let mut closing = state.closing.subscribe();
-    if !etag_matches(headers, &state.catalog().etag) {
-        return Some(StatusCode::NO_CONTENT);
+    let same = |state: &AppState| etag_matches(headers, &state.catalog().etag);
+    if !same(state) {
+        return Waited::Answer(StatusCode::NO_CONTENT);
     }
     let Ok(_held) = state.waiters.try_acquire() else {
-        return Some(StatusCode::NOT_MODIFIED);
+        return Waited::NoRoom;
     };
-    if !*closing.borrow_and_update() {
+    // A remade catalog of the same bytes (an attestation reread, a
+    // retire and a load in one rescan) does not end the wait.
+    while same(state) && !*closing.borrow_and_update() {
         tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
+            _ = tokio::time::sleep_until(deadline) => break,
             _ = changed.changed() => {}
             _ = closing.changed() => {}
         }
     }
-    Some(match etag_matches(headers, &state.catalog().etag) {
+    Waited::Answer(match same(state) {
         true => StatusCode::NOT_MODIFIED,
         false => StatusCode::NO_CONTENT,
     })

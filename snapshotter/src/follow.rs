@@ -861,7 +861,7 @@ async fn announce_heads(url: String, heads: std::sync::Arc<tokio::sync::Notify>)
                 tracing::info!(url = %shown, "the node's new-heads subscription ended; subscribing again")
             }
             Err(e) => {
-                let e = e.replace(&url, &shown);
+                let e = protocol::url::redact_urls_in(&e.replace(&url, &shown));
                 tracing::warn!(url = %shown, error = %e, "no new-heads subscription: polling meanwhile")
             }
         }
@@ -882,11 +882,15 @@ async fn subscribed_heads(url: &str, heads: &tokio::sync::Notify) -> Result<(), 
         .await
         .map_err(|e| e.to_string())?;
     tracing::info!(url = %protocol::url::redact(url), "following new heads as the node announces them");
-    while let Ok(head) = subscription.recv().await {
-        tracing::debug!(block = head.number, "new head announced");
+    loop {
+        match subscription.recv().await {
+            Ok(head) => tracing::debug!(block = head.number, "new head announced"),
+            // Heads missed while a step ran: one wake covers them.
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return Ok(()),
+        }
         heads.notify_one();
     }
-    Ok(())
 }
 
 /// One step now (`run --once`): the base if missing, then the blocks up
