@@ -749,3 +749,76 @@ async fn a_catalog_comes_by_difference_from_one_held() {
         assert_eq!(catalog.snapshots, whole);
     }
 }
+
+/// The wait for the next catalog (`x-ethpir-wait`): announced on every
+/// catalog; answered 204 at once when the client's catalog is not the
+/// served one, 304 when the wait ends without a change, 204 the moment
+/// a published level is served (the store watched: the rescan is a
+/// minute apart), and at once when the server shuts down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_for_the_next_catalog_ends_when_a_level_is_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path()).unwrap();
+    build_and_publish(&store, state(5, 8), &opts()).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let config = ServerConfig {
+        store: dir.path().to_path_buf(),
+        listen: addr,
+        rescan_secs: 60.0,
+        ..Default::default()
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(server::serve_on(listener, config, async move {
+        let _ = stopped.await;
+    }));
+    let base = format!("http://{addr}");
+    let http = reqwest::Client::new();
+    let resp = http
+        .get(format!("{base}/v1/snapshots"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.headers()["x-ethpir-long-poll"], "1");
+    let etag = resp.headers()["etag"].to_str().unwrap().to_string();
+    let wait = |etag: &str, secs: u64| {
+        let request = http
+            .get(format!("{base}/v1/snapshots"))
+            .header("if-none-match", etag)
+            .header("x-ethpir-wait", secs.to_string());
+        async move {
+            let started = std::time::Instant::now();
+            let status = request.send().await.unwrap().status().as_u16();
+            (status, started.elapsed())
+        }
+    };
+    let (status, took) = wait("\"another\"", 30).await;
+    assert_eq!(status, 204, "another catalog: changed at once");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    let (status, took) = wait(&etag, 1).await;
+    assert_eq!(status, 304, "no change within the wait");
+    assert!(took >= Duration::from_millis(900), "{took:?}");
+    // A level published while a wait is held ends it.
+    let held = tokio::spawn(wait(&etag, 30));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut delta = state(6, 3);
+    delta.kind = SnapshotKind::Delta { from: 5 };
+    build_and_publish(&store, delta, &opts()).unwrap();
+    let (status, took) = held.await.unwrap();
+    assert_eq!(status, 204, "the new level is served");
+    assert!(
+        took < Duration::from_secs(20),
+        "served by the watch: {took:?}"
+    );
+    let catalog = fetch_catalog(&http, &base).await;
+    assert_eq!(catalog.snapshots.len(), 2);
+    // Shutting down answers a held wait at once.
+    let (etag, _) = catalog_with_etag(&http, &base).await;
+    let held = tokio::spawn(wait(&etag, 30));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.send(()).unwrap();
+    let (status, took) = held.await.unwrap();
+    assert_eq!(status, 304);
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    served.await.unwrap().unwrap();
+}
