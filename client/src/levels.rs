@@ -286,10 +286,10 @@ impl ViewClient {
             .is_some_and(|hot| hot.level.table.get(&key.0).is_some())
     }
 
-    /// The index of the first level above the hot tier (0 without one):
-    /// the levels a key the tier holds is still asked of.
-    pub fn above_hot(&self) -> usize {
-        self.hot.as_ref().map_or(0, |hot| hot.on + 1)
+    /// The index of the first level above the hot tier (`None` without
+    /// one): the levels a key the tier holds is still asked of.
+    pub fn above_hot(&self) -> Option<usize> {
+        self.hot.as_ref().map(|hot| hot.on + 1)
     }
 
     /// The contracts whose storage the view holds: its base's list.
@@ -327,12 +327,12 @@ impl ViewClient {
             Some((self.levels[l].entry(), value.clone()))
         };
         // Above the hot tier, the tier, then the rest: the freshest first.
-        let (above, hot_on) = (self.above_hot(), self.hot.as_ref());
+        let above = self.above_hot().unwrap_or(0);
         let hit = (above..self.levels.len())
             .rev()
             .find_map(in_level)
             .or_else(|| {
-                let hot = hot_on?;
+                let hot = self.hot.as_ref()?;
                 let key = key.pir_key();
                 let value = hot.level.table.get(&key.0)?;
                 Some((&hot.level.entry, value.to_vec()))

@@ -31,6 +31,25 @@ use crate::link::ServerLink;
 use crate::pool::{refill, SnapshotClient};
 use crate::{AccountState, ReadError};
 
+/// Keys of one read to be asked of some PIR levels, and what those
+/// answered before ([`PrivateReader::part`]).
+struct Part<'a> {
+    levels: &'a [(usize, &'a Arc<SnapshotClient>)],
+    keys: Vec<Option<B256>>,
+    known: Vec<Vec<Option<Found>>>,
+    /// Keys some level has not answered yet, each once.
+    unknown: Vec<B256>,
+    /// Keys the view cannot hold (asked as random ones).
+    unheld: usize,
+}
+
+impl Part<'_> {
+    /// Whether reading it needs a request.
+    fn asks(&self) -> bool {
+        !self.levels.is_empty() && (!self.unknown.is_empty() || self.unheld > 0)
+    }
+}
+
 /// How long a hot tier whose download failed is left alone.
 const HOT_RETRY: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -773,21 +792,21 @@ impl PrivateReader {
     ) -> Result<Vec<(usize, Vec<Found>)>, ReadError> {
         let (hot, cold): (Vec<usize>, Vec<usize>) =
             (0..keys.len()).partition(|&i| keys[i].is_some_and(|k| view.hot_holds(&k)));
-        // (No tier: no level is above it.)
         let above: Vec<(usize, &Arc<SnapshotClient>)> = pir
             .iter()
-            .filter(|(l, _)| view.hot.is_some() && *l >= view.above_hot())
+            .filter(|(l, _)| view.above_hot().is_some_and(|above| *l >= above))
             .copied()
             .collect();
-        let round = self.asks(pir, keys, &cold) || self.asks(&above, keys, &hot);
+        let (cold_part, hot_part) = (self.part(pir, keys, &cold), self.part(&above, keys, &hot));
+        let round = cold_part.asks() || hot_part.asks();
         let both = round && !above.is_empty();
         if round {
             self.lookup_rounds
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         let (cold_found, hot_found) = tokio::join!(
-            self.read_some(pir, keys, &cold, pad_to, both),
-            self.read_some(&above, keys, &hot, pad_to, both)
+            self.read_part(cold_part, pad_to, both),
+            self.read_part(hot_part, pad_to, both)
         );
         let mut found: BTreeMap<usize, Vec<Found>> = pir
             .iter()
@@ -804,48 +823,70 @@ impl PrivateReader {
         Ok(found.into_iter().collect())
     }
 
-    /// [`Self::read_pir_levels`] of the keys at `part` (indices into
-    /// `keys`) from `levels`: nothing when either is empty, unless
-    /// `force` (a request all the same).
-    async fn read_some(
+    /// The keys at `part` (indices into `keys`) to be read from `levels`,
+    /// with what each level answered before (looked up once a read).
+    fn part<'a>(
         &self,
-        levels: &[(usize, &Arc<SnapshotClient>)],
+        levels: &'a [(usize, &'a Arc<SnapshotClient>)],
         keys: &[Option<B256>],
         part: &[usize],
-        pad_to: usize,
-        force: bool,
-    ) -> Result<Vec<(usize, Vec<Found>)>, ReadError> {
-        if levels.is_empty() || (part.is_empty() && !force) {
-            return Ok(Vec::new());
+    ) -> Part<'a> {
+        let keys: Vec<Option<B256>> = part.iter().map(|&i| keys[i]).collect();
+        let present: Vec<B256> = keys.iter().flatten().copied().collect();
+        let known: Vec<Vec<Option<Found>>> = levels
+            .iter()
+            .map(|(_, snap)| self.answers.known(snap.setup_digest(), &present))
+            .collect();
+        // Keys some PIR level has not answered yet, each once.
+        let mut unknown: Vec<B256> = present
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| known.iter().any(|level| level[*j].is_none()))
+            .map(|(_, k)| *k)
+            .collect();
+        unknown.sort_unstable();
+        unknown.dedup();
+        let unheld = keys.len() - present.len();
+        Part {
+            levels,
+            keys,
+            known,
+            unknown,
+            unheld,
         }
-        let some: Vec<Option<B256>> = part.iter().map(|&i| keys[i]).collect();
-        self.read_pir_levels(levels, &some, pad_to, force).await
     }
 
-    /// What each PIR level holds for `keys` (`None`: a key the view does
-    /// not hold): the answers kept from before, and one request for the
-    /// rest, whose verified answers are kept in turn.
-    /// With `force`, a request goes even when every key was answered
-    /// before (one random filler then: see [`Self::read_batch`]).
-    async fn read_pir_levels(
+    /// What each level of `part` holds for its keys (`None`: a key the
+    /// view does not hold): the answers kept from before, and one request
+    /// for the rest, whose verified answers are kept in turn. Nothing
+    /// when it has no level, or no key and no `force`; with `force`, a
+    /// request goes even when every key was answered before (one random
+    /// filler then: see [`Self::read_pir_parts`]).
+    async fn read_part(
         &self,
-        pir: &[(usize, &Arc<SnapshotClient>)],
-        keys: &[Option<B256>],
+        part: Part<'_>,
         pad_to: usize,
         force: bool,
     ) -> Result<Vec<(usize, Vec<Found>)>, ReadError> {
-        let present: Vec<B256> = keys.iter().flatten().copied().collect();
-        let (known, unknown) = self.known_and_unknown(pir, &present);
-        let unheld = keys.len() - present.len();
+        let Part {
+            levels,
+            keys,
+            known,
+            unknown,
+            unheld,
+        } = part;
+        if levels.is_empty() || (keys.is_empty() && !force) {
+            return Ok(Vec::new());
+        }
         let nothing = unknown.is_empty() && unheld == 0;
         let fresh = match nothing && !force {
-            true => vec![HashMap::new(); pir.len()],
+            true => vec![HashMap::new(); levels.len()],
             false => {
                 let unheld = unheld + usize::from(nothing);
-                self.request(pir, &unknown, unheld, pad_to).await?
+                self.request(levels, &unknown, unheld, pad_to).await?
             }
         };
-        Ok(pir
+        Ok(levels
             .iter()
             .zip(known)
             .zip(fresh)
@@ -862,43 +903,6 @@ impl PrivateReader {
                 (*i, values)
             })
             .collect())
-    }
-
-    /// What each PIR level answered before of `present` (per level, per
-    /// key), and the keys some level has not answered yet, each once.
-    fn known_and_unknown(
-        &self,
-        pir: &[(usize, &Arc<SnapshotClient>)],
-        present: &[B256],
-    ) -> (Vec<Vec<Option<Found>>>, Vec<B256>) {
-        let known: Vec<Vec<Option<Found>>> = pir
-            .iter()
-            .map(|(_, snap)| self.answers.known(snap.setup_digest(), present))
-            .collect();
-        let mut unknown: Vec<B256> = present
-            .iter()
-            .enumerate()
-            .filter(|(j, _)| known.iter().any(|level| level[*j].is_none()))
-            .map(|(_, k)| *k)
-            .collect();
-        unknown.sort_unstable();
-        unknown.dedup();
-        (known, unknown)
-    }
-
-    /// Whether reading `part` of `keys` from `levels` needs a request: a
-    /// key none of them answered before, or one the view cannot hold.
-    fn asks(
-        &self,
-        levels: &[(usize, &Arc<SnapshotClient>)],
-        keys: &[Option<B256>],
-        part: &[usize],
-    ) -> bool {
-        if levels.is_empty() || part.is_empty() {
-            return false;
-        }
-        let present: Vec<B256> = part.iter().filter_map(|&i| keys[i]).collect();
-        present.len() < part.len() || !self.known_and_unknown(levels, &present).1.is_empty()
     }
 
     /// One request reading `unknown` from every PIR level, with `unheld`
@@ -1111,13 +1115,9 @@ impl PrivateReader {
     /// view is then read by PIR as without one); a table that fails its
     /// digest stops private reads, as any level's.
     async fn open_hot(&self, levels: &[Level]) -> Option<crate::levels::HotTier> {
-        let (entry, on) = {
-            let manifests: Vec<&protocol::Manifest> =
-                levels.iter().map(|l| &l.entry().manifest).collect();
-            let adopted = self.catalog.adopted();
-            let (entry, on) = protocol::view::hot_for(&manifests, adopted.entries.values())?;
-            (entry.clone(), on)
-        };
+        let manifests: Vec<&protocol::Manifest> =
+            levels.iter().map(|l| &l.entry().manifest).collect();
+        let (entry, on) = self.hot_standing(&manifests)?;
         if let Some(Level::Whole(level)) = self.loaded(&entry.id) {
             return Some(crate::levels::HotTier { level, on });
         }
@@ -1157,9 +1157,16 @@ impl PrivateReader {
             .filter_map(|id| self.entry(id))
             .collect();
         let manifests: Vec<&protocol::Manifest> = entries.iter().map(|e| &e.manifest).collect();
-        let adopted = self.catalog.adopted();
-        let (hot, _) = protocol::view::hot_for(&manifests, adopted.entries.values())?;
+        let (hot, _) = self.hot_standing(&manifests)?;
         self.loaded(&hot.id).map(|l| l.entry().clone())
+    }
+
+    /// The catalog's hot tier standing on one of a view's levels
+    /// (`levels`, base first), and the index of that level.
+    fn hot_standing(&self, levels: &[&protocol::Manifest]) -> Option<(CatalogEntry, usize)> {
+        let adopted = self.catalog.adopted();
+        let (entry, on) = protocol::view::hot_for(levels, adopted.entries.values())?;
+        Some((entry.clone(), on))
     }
 
     /// Reads that sent PIR requests so far (a cover lookup is one).

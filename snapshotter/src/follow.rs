@@ -26,7 +26,7 @@ use protocol::view::names_parent;
 use serde::Deserialize;
 
 use crate::levels::{LevelPolicy, Levels, LevelsError, UpdateReport};
-use crate::manifest::{KindTag, SnapshotId};
+use crate::manifest::KindTag;
 use crate::pipeline::{BuildOptions, ExportedState};
 use crate::settings::BuildSettings;
 use crate::sources::rpc::{RpcOptions, RpcSource, Traces};
@@ -408,7 +408,8 @@ impl Follower {
         let top = view.last().expect("a view has a level").id.block;
         if head <= top {
             self.mark(node_head, top);
-            self.keep_hot().await;
+            // Nothing published: the view checked above is the newest.
+            self.keep_hot(Some(view)).await;
             return Ok(StepOutcome::UpToDate { block: top });
         }
         let mut report = UpdateReport::default();
@@ -418,7 +419,7 @@ impl Follower {
             from = block;
         }
         self.mark(node_head, head);
-        self.keep_hot().await;
+        self.keep_hot(None).await;
         Ok(StepOutcome::Published {
             block: head,
             report,
@@ -432,13 +433,15 @@ impl Follower {
     /// that cannot be built (a node without `debug_traceBlockByNumber`)
     /// is logged and tried again after [`HOT_RETRY`]: the proxies read by
     /// PIR meanwhile, as without one.
-    async fn keep_hot(&mut self) {
+    /// `newest`: the newest view, when the caller has it (else it is
+    /// read from the store).
+    async fn keep_hot(&mut self, newest: Option<Vec<StoredSnapshot>>) {
         let policy = self.config.hot.clone();
         if !policy.enabled() {
             return;
         }
         let levels = self.levels();
-        let Ok(Some(view)) = levels.newest_view() else {
+        let Some(view) = newest.or_else(|| levels.newest_view().ok().flatten()) else {
             return;
         };
         let stand = &view[0];
@@ -449,9 +452,7 @@ impl Follower {
             return;
         }
         // Built already (before a restart): nothing to trace.
-        let id = SnapshotId::new(stand.id.chain_id, stand.id.block, &policy.kind());
-        let built = self.store.get(&id).ok();
-        if built.is_some_and(|t| t.manifest.block_hash == stand.manifest.block_hash) {
+        if levels.hot_on(stand, &policy).is_some() {
             self.hot_done = Some(mark);
             return;
         }

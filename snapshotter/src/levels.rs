@@ -416,11 +416,11 @@ impl Levels {
         policy: &HotPolicy,
     ) -> Result<Option<String>, LevelsError> {
         let top = view.last().expect("a view has a level");
+        if self.hot_on(top, policy).is_some() {
+            return Ok(None);
+        }
         let id = SnapshotId::new(self.chain_id, top.id.block, &policy.kind());
-        if let Some(held) = self.store.list()?.into_iter().find(|s| s.id == id) {
-            if held.manifest.block_hash == top.manifest.block_hash {
-                return Ok(None);
-            }
+        if self.store.get(&id).is_ok() {
             self.store.remove(&id)?;
             tracing::info!(snapshot = %id, "hot tier of another fork removed");
         }
@@ -445,6 +445,14 @@ impl Levels {
         let state = Self::like(view, policy.kind(), source, records);
         let published = build_and_publish(&self.store, state, &self.build)?;
         Ok(Some(published.id.url_form()))
+    }
+
+    /// The hot tier of `policy`'s kind standing on `level` (its block and
+    /// block hash), if the store holds one.
+    pub fn hot_on(&self, level: &StoredSnapshot, policy: &HotPolicy) -> Option<StoredSnapshot> {
+        let id = SnapshotId::new(self.chain_id, level.id.block, &policy.kind());
+        let tier = self.store.get(&id).ok()?;
+        (tier.manifest.block_hash == level.manifest.block_hash).then_some(tier)
     }
 
     /// Removes what no view of the last `keep_blocks` blocks uses (pinned
