@@ -49,17 +49,9 @@ alloy_sol_types::sol! {
         function mint(address to, uint256 id);
         function ownerOf(uint256 id) returns (address);
     }
-    interface ITokenFactory {
-        function create(uint256 supply) returns (address token);
-    }
     interface ISimpleToken {
         function balanceOf(address holder) returns (uint256);
-        function approve(address spender, uint256 amount) returns (bool);
         function transfer(address to, uint256 amount) returns (bool);
-    }
-    interface IPool {
-        function addLiquidity(uint256 amount);
-        function getReserves() returns (uint256, uint256);
     }
     interface IRouter {
         function quote(address pool, uint256 amountIn) returns (uint256);
@@ -722,44 +714,19 @@ struct Defi {
 
 impl Defi {
     async fn deploy(anvil: &Anvil) -> Self {
-        let deploy = |code: Vec<u8>| async move {
-            let at: Address = anvil.deploy(DEV_ACCOUNTS[0], &code).await.parse().unwrap();
-            at
-        };
-        let factory = deploy(test_contract("TokenFactory")).await;
-        let supply = U256::from(10u64).pow(U256::from(24u8));
-        send(
-            anvil,
-            0,
-            factory,
-            ITokenFactory::createCall { supply }.abi_encode(),
-        )
-        .await;
-        // A contract's first creation has nonce 1.
-        let token = factory.create(1);
-        let mut pool_code = test_contract("Pool");
-        pool_code.extend_from_slice(&token.abi_encode());
-        let pool = deploy(pool_code).await;
-        let router = deploy(test_contract("Router")).await;
+        let PoolMarket {
+            token,
+            pool,
+            router,
+        } = deploy_pool_market(anvil).await;
         let mut multisig_code = test_contract("Multisig");
         multisig_code
             .extend_from_slice(&(vec![dev(0), dev(1)], U256::from(2u8)).abi_encode_params());
-        let multisig = deploy(multisig_code).await;
-        let approve = ISimpleToken::approveCall {
-            spender: pool,
-            amount: U256::MAX,
-        };
-        send(anvil, 0, token, approve.abi_encode()).await;
-        let liquidity = IPool::addLiquidityCall {
-            amount: supply / U256::from(2u8),
-        };
-        let receipt = anvil
-            .send(json!({
-                "from": DEV_ACCOUNTS[0], "to": pool, "value": "0x8ac7230489e80000", "gas": "0x4c4b40",
-                "data": alloy_primitives::hex::encode_prefixed(liquidity.abi_encode()),
-            }))
-            .await;
-        assert_eq!(receipt["status"], "0x1", "{receipt}");
+        let multisig: Address = anvil
+            .deploy(DEV_ACCOUNTS[0], &multisig_code)
+            .await
+            .parse()
+            .unwrap();
         // A holder is paid in the new token; the multisig runs a call.
         let pay = ISimpleToken::transferCall {
             to: holders()[2],

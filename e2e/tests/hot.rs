@@ -32,15 +32,8 @@ alloy_sol_types::sol! {
         function balanceOf(address holder) returns (uint256);
         function transfer(address to, uint256 amount) returns (bool);
     }
-    interface ITokenFactory {
-        function create(uint256 supply) returns (address token);
-    }
     interface ISimpleToken {
         function balanceOf(address holder) returns (uint256);
-        function approve(address spender, uint256 amount) returns (bool);
-    }
-    interface IPool {
-        function addLiquidity(uint256 amount);
     }
     interface IRouter {
         function quote(address pool, uint256 amountIn) returns (uint256);
@@ -68,40 +61,25 @@ struct Market {
 
 impl Market {
     async fn deploy(anvil: &Anvil) -> Self {
-        let deploy = |code: Vec<u8>| async move {
-            let at: Address = anvil.deploy(DEV_ACCOUNTS[0], &code).await.parse().unwrap();
-            at
-        };
-        let factory = deploy(test_contract("TokenFactory")).await;
-        let supply = U256::from(10u64).pow(U256::from(24u8));
-        let create = ITokenFactory::createCall { supply };
-        send(anvil, 0, factory, create.abi_encode()).await;
-        let token = factory.create(1);
-        let mut pool_code = test_contract("Pool");
-        pool_code.extend_from_slice(&token.abi_encode());
-        let pool = deploy(pool_code).await;
-        let router = deploy(test_contract("Router")).await;
-        let implementation = deploy(test_contract("FlaggedToken")).await;
+        let PoolMarket {
+            token,
+            pool,
+            router,
+        } = deploy_pool_market(anvil).await;
+        let implementation = anvil
+            .deploy(DEV_ACCOUNTS[0], &test_contract("FlaggedToken"))
+            .await
+            .parse()
+            .unwrap();
         let mut proxy_code = test_contract("Proxy1967");
-        proxy_code.extend_from_slice(&implementation.abi_encode());
-        let proxied = deploy(proxy_code).await;
+        proxy_code.extend_from_slice(&Address::abi_encode(&implementation));
+        let proxied: Address = anvil
+            .deploy(DEV_ACCOUNTS[0], &proxy_code)
+            .await
+            .parse()
+            .unwrap();
         let init = IFlagged::initializeCall { newOwner: dev(0) };
         send(anvil, 0, proxied, init.abi_encode()).await;
-        let approve = ISimpleToken::approveCall {
-            spender: pool,
-            amount: U256::MAX,
-        };
-        send(anvil, 0, token, approve.abi_encode()).await;
-        let liquidity = IPool::addLiquidityCall {
-            amount: supply / U256::from(2u8),
-        };
-        let receipt = anvil
-            .send(json!({
-                "from": DEV_ACCOUNTS[0], "to": pool, "value": "0x8ac7230489e80000", "gas": "0x4c4b40",
-                "data": alloy_primitives::hex::encode_prefixed(liquidity.abi_encode()),
-            }))
-            .await;
-        assert_eq!(receipt["status"], "0x1", "{receipt}");
         Market {
             token,
             pool,

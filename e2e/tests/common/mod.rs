@@ -496,3 +496,68 @@ pub fn as_set(answer: &serde_json::Value) -> std::collections::BTreeSet<String> 
     }
     set
 }
+
+alloy_sol_types::sol! {
+    interface IMarketFactory {
+        function create(uint256 supply) returns (address token);
+    }
+    interface IMarketToken {
+        function approve(address spender, uint256 amount) returns (bool);
+    }
+    interface IMarketPool {
+        function addLiquidity(uint256 amount);
+    }
+}
+
+/// A token made by a factory (test contract `TokenFactory`), a
+/// constant-product pool of it and ETH (`Pool`) with half the supply and
+/// 10 ETH of liquidity from dev account 0, and a router (`Router`).
+pub struct PoolMarket {
+    pub token: alloy_primitives::Address,
+    pub pool: alloy_primitives::Address,
+    pub router: alloy_primitives::Address,
+}
+
+/// Deploys a [`PoolMarket`] from dev account 0 and funds its pool.
+pub async fn deploy_pool_market(anvil: &test_support::Anvil) -> PoolMarket {
+    use alloy_primitives::{Address, U256};
+    use alloy_sol_types::{SolCall, SolValue};
+    let deploy = |code: Vec<u8>| async move {
+        let at: Address = anvil
+            .deploy(test_support::DEV_ACCOUNTS[0], &code)
+            .await
+            .parse()
+            .unwrap();
+        at
+    };
+    let factory = deploy(test_contract("TokenFactory")).await;
+    let supply = U256::from(10u64).pow(U256::from(24u8));
+    let create = IMarketFactory::createCall { supply };
+    send(anvil, 0, factory, create.abi_encode()).await;
+    // A contract's first creation has nonce 1.
+    let token = factory.create(1);
+    let mut pool_code = test_contract("Pool");
+    pool_code.extend_from_slice(&token.abi_encode());
+    let pool = deploy(pool_code).await;
+    let router = deploy(test_contract("Router")).await;
+    let approve = IMarketToken::approveCall {
+        spender: pool,
+        amount: U256::MAX,
+    };
+    send(anvil, 0, token, approve.abi_encode()).await;
+    let liquidity = IMarketPool::addLiquidityCall {
+        amount: supply / U256::from(2u8),
+    };
+    let receipt = anvil
+        .send(serde_json::json!({
+            "from": test_support::DEV_ACCOUNTS[0], "to": pool, "value": "0x8ac7230489e80000", "gas": "0x4c4b40",
+            "data": alloy_primitives::hex::encode_prefixed(liquidity.abi_encode()),
+        }))
+        .await;
+    assert_eq!(receipt["status"], "0x1", "{receipt}");
+    PoolMarket {
+        token,
+        pool,
+        router,
+    }
+}
