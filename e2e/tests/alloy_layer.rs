@@ -3,7 +3,7 @@
 //! fresh anvil, does not hold: a private answer cannot have come from it),
 //! and every other call reaches the inner provider.
 
-mod common;
+use crate::common;
 
 use alloy_eips::BlockId;
 use alloy_primitives::{Address, U256};

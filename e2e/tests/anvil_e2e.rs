@@ -2,7 +2,7 @@
 //! cast and an alloy provider: every balance and nonce equals anvil's own
 //! answer at the same block, and no private method reaches the upstream.
 
-mod common;
+use crate::common;
 
 use alloy_primitives::Address;
 use alloy_provider::{Provider, ProviderBuilder};

@@ -14,7 +14,7 @@
 //! its catalog relaying the honest signatures: the requiring proxy reads
 //! nothing from it, and says which snapshot lacks a valid signature.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -5,7 +5,7 @@
 //! hashes (as if the PIR server's views were of another chain, or a
 //! reorg had dropped them) no view is read, and the error says why.
 
-mod common;
+use crate::common;
 
 use axum::body::Bytes;
 use common::*;

@@ -18,7 +18,7 @@
 //! - after 300 `balanceOf` calls of distinct holders, a fresh holder's
 //!   call costs what the first one did.
 
-mod common;
+use crate::common;
 
 use alloy_primitives::{Address, U256};
 use alloy_sol_types::{SolCall, SolValue};

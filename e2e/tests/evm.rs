@@ -12,7 +12,7 @@
 //! unlisted token sends that inner call alone upstream; with private-only
 //! settings that inner call fails and the rest is answered.
 
-mod common;
+use crate::common;
 
 use alloy_primitives::{Address, U256};
 use alloy_sol_types::{SolCall, SolValue};

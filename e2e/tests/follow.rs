@@ -10,7 +10,7 @@
 //! up, `latest` is at most one block behind the head; retired levels leave
 //! the server's catalog and the proxy's views without a restart.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -2,7 +2,7 @@
 //! block 0, a bounded load test, bad input at every door, a dead server and
 //! responses damaged in transit.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -8,7 +8,7 @@
 //! One test, scenarios in turn, so that nothing else in this process
 //! moves its RSS.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
@@ -180,7 +180,8 @@ async fn scenario(honest: &str, sabotage: Sabotage, address: &str) -> (Value, Du
 #[test]
 fn a_hostile_server_gets_a_clear_error_and_never_the_memory() {
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "hostile_scenarios", "--ignored", "--nocapture"])
+        .args(["--exact", &test_path(module_path!(), "hostile_scenarios")])
+        .args(["--ignored", "--nocapture"])
         .env("MALLOC_ARENA_MAX", "1")
         .output()
         .unwrap();

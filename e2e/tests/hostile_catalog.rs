@@ -8,7 +8,7 @@
 //! And a server that sends its catalog one byte a second does not keep
 //! the proxy from answering: it listens at once.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Stdio;
@@ -96,7 +96,8 @@ impl ProxyProcess {
     fn start(pir_server: &str, cache: &Path, log: &Path) -> ProxyProcess {
         let port = test_support::free_port();
         let child = tokio::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "proxy_process", "--ignored", "--nocapture"])
+            .args(["--exact", &test_path(module_path!(), "proxy_process")])
+            .args(["--ignored", "--nocapture"])
             .env("ETHPIR_TEST_PIR_SERVER", pir_server)
             .env("ETHPIR_TEST_LISTEN", format!("127.0.0.1:{port}"))
             .env("ETHPIR_TEST_CACHE", cache)

@@ -16,7 +16,7 @@
 //! name the holder. The same calls through a proxy with `hot_tier = "off"`
 //! read every key by PIR (the tier disabled: the mutation check).
 
-mod common;
+use crate::common;
 
 use alloy_primitives::{Address, U256};
 use alloy_sol_types::{SolCall, SolValue};

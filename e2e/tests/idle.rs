@@ -9,7 +9,7 @@
 //! a read back from idle answers at once from the view already loaded, and
 //! the newest loads in the background.
 
-mod common;
+use crate::common;
 
 use common::*;
 use proxy::ProxyConfig;

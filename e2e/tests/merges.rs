@@ -7,7 +7,7 @@
 //! in every block, new ones, emptied ones); a reader started again on the
 //! same cache finds the merges there.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

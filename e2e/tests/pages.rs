@@ -12,7 +12,7 @@
 //! A screenshot of each page is taken (into `ETHPIR_SCREENSHOTS` when set:
 //! docs/images is made so).
 
-mod common;
+use crate::common;
 
 use alloy_primitives::{Address, U256};
 use alloy_sol_types::SolCall;

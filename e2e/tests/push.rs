@@ -6,7 +6,7 @@
 //! (docs/benchmarks.md); this test checks that the push path is taken: a
 //! block seen within 30 s cannot have come by a 60-s poll.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::json;

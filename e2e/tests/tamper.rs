@@ -5,7 +5,7 @@
 //! the same error and sends nothing upstream, even with the private
 //! fallback switched on.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

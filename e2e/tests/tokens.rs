@@ -12,7 +12,7 @@
 //! word is refused, not answered); the unlisted token's `balanceOf` goes
 //! upstream.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -2,7 +2,7 @@
 //! holds exactly P queries, whatever the wallet asks; cover lookups arrive
 //! at the configured rate while the wallet is idle.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 

@@ -3,7 +3,7 @@
 //! connection the PIR server accepts comes from the SOCKS server, never from
 //! the proxy; with fresh connections, every lookup opens its own.
 
-mod common;
+use crate::common;
 
 use std::net::IpAddr;
 use std::process::Stdio;

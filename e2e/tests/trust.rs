@@ -22,7 +22,7 @@
 //! started again on the same cache reads nothing kept from the tampered
 //! request: it answers the right balance.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -561,3 +561,13 @@ pub async fn deploy_pool_market(anvil: &test_support::Anvil) -> PoolMarket {
         router,
     }
 }
+
+/// The harness's name of the test `name` in the module `module` (its
+/// `module_path!()`): the path without the crate's name, which `--exact`
+/// matches when a test runs this binary again for one test alone.
+pub fn test_path(module: &str, name: &str) -> String {
+    match module.split_once("::") {
+        Some((_, inner)) => format!("{inner}::{name}"),
+        None => name.to_string(),
+    }
+}
