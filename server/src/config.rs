@@ -19,6 +19,13 @@ pub struct ServerConfig {
     /// Seconds between store rescans (fractions allowed: a follower
     /// publishing every block wants its delta served within a second).
     pub rescan_secs: f64,
+    /// Watch the store (inotify) and rescan the moment it changes; off:
+    /// the rescan interval alone (filesystems whose watch is unreliable).
+    pub watch_store: bool,
+    /// Catalog requests held open at once, waiting for the next catalog
+    /// (each is a connection); past it a waiting client gets the catalog
+    /// at once, no long-poll announced, and polls. 0: no long-poll.
+    pub held_catalog_waits: usize,
     /// Most queries in one batch.
     pub max_batch: usize,
     /// Answers computed at once (each uses all cores for a moment).
@@ -65,6 +72,8 @@ impl Default for ServerConfig {
             store: PathBuf::from("./ethpir-store"),
             listen: "127.0.0.1:8546".parse().expect("valid address"),
             rescan_secs: 1.0,
+            watch_store: true,
+            held_catalog_waits: 4096,
             max_batch: 64,
             workers: 2,
             queue: 64,

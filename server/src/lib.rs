@@ -89,7 +89,10 @@ async fn run_until(
     // A change in the store (a level published, retired, attested) wakes
     // the rescan at once; the interval stays for filesystems that tell
     // nothing (some network mounts) and as a fallback.
-    let (watcher, mut changed) = watch_store(&config.store);
+    let (watcher, mut changed) = match config.watch_store {
+        true => watch_store(&config.store),
+        false => (None, tokio::sync::mpsc::channel(1).1),
+    };
     let rescanner = {
         let state = state.clone();
         let every = config.rescan_interval();

@@ -82,7 +82,7 @@ fn route_name(path: Option<&MatchedPath>) -> &'static str {
 async fn catalog(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     let (mut response, holds) = match wait_for_change(&state, &headers).await {
         Waited::Answer(status) => (status.into_response(), true),
-        Waited::NotAWait => (catalog_now(&state, &headers), true),
+        Waited::NotAWait => (catalog_now(&state, &headers), state.long_poll),
         // No room to hold it: the catalog, and no announcement, so that
         // the client polls.
         Waited::NoRoom => (catalog_now(&state, &headers), false),
@@ -102,7 +102,8 @@ enum Waited {
     NotAWait,
     /// 204 (the catalog changed) or 304 (the wait ended).
     Answer(StatusCode),
-    /// [`crate::state::MAX_WAITERS`] are held already.
+    /// As many are held already as the server holds
+    /// (`held_catalog_waits`).
     NoRoom,
 }
 

@@ -46,15 +46,15 @@ pub struct AppState {
     /// Bumped whenever the catalog is made again: what held catalog
     /// requests wait on.
     pub catalog_version: tokio::sync::watch::Sender<u64>,
-    /// Catalog requests held at once (each one small future); past it a
-    /// waiting request is answered at once.
+    /// Catalog requests held at once (each one small future and a
+    /// connection; `held_catalog_waits`); past it a waiting request is
+    /// answered at once.
     pub waiters: Semaphore,
+    /// Whether catalog answers announce the long-poll (some room to hold).
+    pub long_poll: bool,
     /// Set when the server shuts down: held requests are answered then.
     pub closing: tokio::sync::watch::Sender<bool>,
 }
-
-/// Catalog requests held at once, at most.
-pub const MAX_WAITERS: usize = 4096;
 
 /// A served snapshot's attestations, and when their folder last changed.
 #[derive(Clone, Debug, PartialEq)]
@@ -197,7 +197,8 @@ impl AppState {
             history: RwLock::new(std::collections::VecDeque::new()),
             attestations: RwLock::new(BTreeMap::new()),
             catalog_version: tokio::sync::watch::Sender::new(0),
-            waiters: Semaphore::new(MAX_WAITERS),
+            waiters: Semaphore::new(config.held_catalog_waits.min(Semaphore::MAX_PERMITS)),
+            long_poll: config.held_catalog_waits > 0,
             closing: tokio::sync::watch::Sender::new(false),
         })
     }

@@ -362,6 +362,8 @@ fn example_config_parses() {
     )))
     .unwrap();
     assert_eq!(c.listen.to_string(), "127.0.0.1:8546");
+    assert!(c.watch_store);
+    assert_eq!(c.held_catalog_waits, 4096);
 }
 
 /// `POST /v1/query`: every level of a view in one request (a base and a
@@ -821,4 +823,144 @@ async fn a_wait_for_the_next_catalog_ends_when_a_level_is_served() {
     assert_eq!(status, 304);
     assert!(took < Duration::from_secs(20), "{took:?}");
     served.await.unwrap().unwrap();
+}
+
+/// A server with `config` on a free loopback port (its `listen` replaced).
+async fn start_configured(config: ServerConfig) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let config = ServerConfig {
+        listen: addr,
+        ..config
+    };
+    tokio::spawn(server::serve_on(listener, config, std::future::pending()));
+    format!("http://{addr}")
+}
+
+/// A wait of `secs` for the catalog after the one `etag` names: its
+/// status, whether the answer announces the long-poll, and its time.
+async fn wait_after(
+    http: reqwest::Client,
+    base: String,
+    etag: String,
+    secs: u64,
+) -> (u16, bool, Duration) {
+    let started = std::time::Instant::now();
+    let resp = http
+        .get(format!("{base}/v1/snapshots"))
+        .header("if-none-match", etag)
+        .header("x-ethpir-wait", secs.to_string())
+        .send()
+        .await
+        .unwrap();
+    let announced = resp.headers().contains_key("x-ethpir-long-poll");
+    (resp.status().as_u16(), announced, started.elapsed())
+}
+
+/// With the store's watch off (`watch_store = false`) the rescan alone
+/// serves a published level and ends a wait held for it; a minute's
+/// rescan then serves nothing new within the wait (the watch is off).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_watch_the_rescan_alone_serves_a_published_level() {
+    let http = reqwest::Client::new();
+    let mut bases = Vec::new();
+    let mut dirs = Vec::new();
+    for rescan_secs in [0.3, 60.0] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SnapshotStore::open(dir.path()).unwrap();
+        build_and_publish(&store, state(5, 8), &opts()).unwrap();
+        let config = ServerConfig {
+            store: dir.path().to_path_buf(),
+            rescan_secs,
+            watch_store: false,
+            ..Default::default()
+        };
+        bases.push((start_configured(config).await, store));
+        dirs.push(dir);
+    }
+    let mut delta = state(6, 3);
+    delta.kind = SnapshotKind::Delta { from: 5 };
+    let mut held = Vec::new();
+    for (base, _) in &bases {
+        let (etag, catalog) = catalog_with_etag(&http, base).await;
+        assert_eq!(catalog.snapshots.len(), 1);
+        let secs = if held.is_empty() { 30 } else { 2 };
+        held.push(tokio::spawn(wait_after(
+            http.clone(),
+            base.clone(),
+            etag,
+            secs,
+        )));
+    }
+    for (_, store) in &bases {
+        build_and_publish(store, delta.clone(), &opts()).unwrap();
+    }
+    let (status, _, took) = held.remove(0).await.unwrap();
+    assert_eq!(status, 204, "the rescan serves the new level");
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    assert_eq!(fetch_catalog(&http, &bases[0].0).await.snapshots.len(), 2);
+    let (status, _, _) = held.remove(0).await.unwrap();
+    assert_eq!(status, 304, "no watch: nothing new before the rescan");
+    assert_eq!(fetch_catalog(&http, &bases[1].0).await.snapshots.len(), 1);
+}
+
+/// Past its `held_catalog_waits` a server answers a wait at once and
+/// announces no long-poll, so that the client polls; a wait that ends
+/// gives its room back. With 0 it announces no long-poll at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_its_held_waits_a_server_answers_at_once_and_announces_no_long_poll() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path()).unwrap();
+    build_and_publish(&store, state(5, 8), &opts()).unwrap();
+    let config = |held_catalog_waits| ServerConfig {
+        store: dir.path().to_path_buf(),
+        rescan_secs: 60.0,
+        held_catalog_waits,
+        ..Default::default()
+    };
+    let http = reqwest::Client::new();
+    let base = start_configured(config(1)).await;
+    let (etag, _) = catalog_with_etag(&http, &base).await;
+    // A wait of 0 s (held for no time) tells whether there is room. A
+    // first wait that came while such a probe held the room found none
+    // and ended at once: it is sent again.
+    let hold = || tokio::spawn(wait_after(http.clone(), base.clone(), etag.clone(), 30));
+    let mut first = hold();
+    let deadline = std::time::Instant::now() + test_support::PATIENCE;
+    loop {
+        let (status, announced, _) = wait_after(http.clone(), base.clone(), etag.clone(), 0).await;
+        assert_eq!(status, 304);
+        if !announced {
+            break;
+        }
+        if first.is_finished() {
+            first = hold();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no wait was ever held"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut delta = state(6, 3);
+    delta.kind = SnapshotKind::Delta { from: 5 };
+    build_and_publish(&store, delta, &opts()).unwrap();
+    let (status, announced, _) = first.await.unwrap();
+    assert_eq!((status, announced), (204, true));
+    let (etag, _) = catalog_with_etag(&http, &base).await;
+    let (status, announced, took) = wait_after(http.clone(), base.clone(), etag, 1).await;
+    assert_eq!((status, announced), (304, true), "the room is given back");
+    assert!(took >= Duration::from_millis(900), "held: {took:?}");
+
+    let base = start_configured(config(0)).await;
+    let resp = http
+        .get(format!("{base}/v1/snapshots"))
+        .send()
+        .await
+        .unwrap();
+    assert!(!resp.headers().contains_key("x-ethpir-long-poll"));
+    let etag = resp.headers()["etag"].to_str().unwrap().to_string();
+    let (status, announced, took) = wait_after(http.clone(), base, etag, 30).await;
+    assert_eq!((status, announced), (304, false));
+    assert!(took < Duration::from_secs(20), "at once: {took:?}");
 }
