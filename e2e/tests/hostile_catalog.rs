@@ -348,13 +348,17 @@ async fn a_server_one_byte_a_second_does_not_keep_the_proxy_from_listening() {
     let cache = tempfile::tempdir().unwrap();
     let started = Instant::now();
     let proxy = ProxyProcess::start(&front.honest, cache.path(), &dir.path().join("proxy.log"));
-    let answered = test_support::poll(Duration::from_secs(3), || {
+    // Under the proxy's 10-s request timeout: a proxy that waited for the
+    // trickled catalog could not answer by then (the start of a process
+    // on a loaded machine can take a few seconds).
+    let within = Duration::from_secs(8);
+    let answered = test_support::poll(within, || {
         try_call(&proxy.url, "eth_getBalance", json!([address, "latest"]))
     })
     .await;
     let took = started.elapsed();
-    let v = answered.unwrap_or_else(|| panic!("no JSON-RPC answer within 3 s of the start"));
-    assert!(took < Duration::from_secs(3), "answered after {took:?}");
+    let v = answered.unwrap_or_else(|| panic!("no JSON-RPC answer within {within:?} of the start"));
+    assert!(took < within, "answered after {took:?}");
     assert!(v.get("error").is_some(), "{v}");
     assert!(v["error"].to_string().contains("not fetched yet"), "{v}");
     proxy.stop().await;

@@ -127,6 +127,27 @@ async fn run_until(
     result.map_err(Into::into)
 }
 
+/// Raises this process's soft limit of open files to its hard limit, and
+/// says which limit is now in force (`None`: none). Each client and each
+/// held catalog wait is a connection: under a soft limit of 1,024 (a
+/// common default), accepting fails for every client once it is reached,
+/// not only for the proxies waiting.
+pub fn raise_open_file_limit() -> std::io::Result<Option<u64>> {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current == limit.maximum {
+        return Ok(limit.current);
+    }
+    setrlimit(
+        Resource::Nofile,
+        Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        },
+    )?;
+    Ok(limit.maximum)
+}
+
 /// Watches the store for changes outside its staging folder: a message
 /// (coalesced: at most one waiting) for each. `None` watcher where the
 /// filesystem offers no watch (the rescan interval then serves alone).

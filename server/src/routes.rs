@@ -81,7 +81,7 @@ fn route_name(path: Option<&MatchedPath>) -> &'static str {
 /// copies nothing.
 async fn catalog(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     let (mut response, holds) = match wait_for_change(&state, &headers).await {
-        Waited::Answer(status) => (status.into_response(), true),
+        Waited::Answer(status) => (status.into_response(), state.long_poll),
         Waited::NotAWait => (catalog_now(&state, &headers), state.long_poll),
         // No room to hold it: the catalog, and no announcement, so that
         // the client polls.

@@ -960,7 +960,10 @@ async fn past_its_held_waits_a_server_answers_at_once_and_announces_no_long_poll
         .unwrap();
     assert!(!resp.headers().contains_key("x-ethpir-long-poll"));
     let etag = resp.headers()["etag"].to_str().unwrap().to_string();
-    let (status, announced, took) = wait_after(http.clone(), base, etag, 30).await;
+    let (status, announced, took) = wait_after(http.clone(), base.clone(), etag, 30).await;
     assert_eq!((status, announced), (304, false));
     assert!(took < Duration::from_secs(20), "at once: {took:?}");
+    let other = "\"another\"".to_string();
+    let (status, announced, _) = wait_after(http.clone(), base, other, 30).await;
+    assert_eq!((status, announced), (204, false), "another catalog");
 }

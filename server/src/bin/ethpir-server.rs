@@ -88,10 +88,25 @@ async fn main() -> Result<()> {
         config.router.shards = cli.route_to;
     }
     config.shard().context("--shard")?;
+    check_open_files(&config);
     server::serve(config, async {
         let _ = tokio::signal::ctrl_c().await;
         tracing::info!("shutting down");
     })
     .await?;
     Ok(())
+}
+
+/// Raises the open-file limit and warns when it still cannot hold the
+/// catalog waits the server is set to hold, with room for other clients.
+fn check_open_files(config: &ServerConfig) {
+    match server::raise_open_file_limit() {
+        Ok(Some(limit)) if limit < config.held_catalog_waits as u64 + 1024 => tracing::warn!(
+            limit,
+            held_catalog_waits = config.held_catalog_waits,
+            "the open-file limit leaves little room past the held catalog waits: lower held_catalog_waits or raise the hard limit (ulimit -Hn)"
+        ),
+        Ok(limit) => tracing::debug!(?limit, "open-file limit"),
+        Err(e) => tracing::warn!(error = %e, "the open-file limit could not be raised"),
+    }
 }
