@@ -26,4 +26,12 @@ check server '^(snapshotter|gpu-kernels|demo|cudarc|indicatif|libmdbx) '
 # The demo builds its snapshot with the pipeline alone: no node clients,
 # reth, GPU or progress bars (its clean build time, issue 33).
 check demo '^(snapshotter|gpu-kernels|cudarc|indicatif|libmdbx|alloy-provider|alloy-rpc-client|alloy-signer-local) '
-echo "dependency check: the proxy and the client link no operator crate; the server no pipeline or GPU crate; the demo no operator stack"
+# One crypto provider for rustls, ring: AWS-LC (rustls's default, which
+# alloy's `ws` feature asks for) is a 48-s C build (docs/benchmarks.md,
+# "The test command"); `ws-ring` is the feature to use.
+if grep -qE '^name = "aws-lc-(rs|sys)"' Cargo.lock; then
+    echo "Cargo.lock has AWS-LC: ask for rustls with ring (alloy's ws-ring, not ws)" >&2
+    cargo tree -i aws-lc-sys --all-features -e features >&2 || true
+    exit 1
+fi
+echo "dependency check: the proxy and the client link no operator crate; the server no pipeline or GPU crate; the demo no operator stack; rustls on ring alone"
