@@ -337,8 +337,14 @@ async fn a_swap_reads_by_pir_only_the_keys_that_name_its_holder() {
         let sent = route_requests(&server, "query", true).await - before;
         assert_eq!(sent, 2, "the requests of a balance of {who}");
     }
+    lying_tier_stops_private_reads(&server, &upstream, &anvil, &market, &newer).await;
     let seen = relayed.lock().unwrap().clone();
-    let named = ["eth_call", "eth_estimateGas", "eth_createAccessList"];
+    let named = [
+        "eth_call",
+        "eth_estimateGas",
+        "eth_createAccessList",
+        "eth_getBalance",
+    ];
     assert!(
         !seen
             .iter()
@@ -346,4 +352,72 @@ async fn a_swap_reads_by_pir_only_the_keys_that_name_its_holder() {
         "nothing run upstream: {seen:?}"
     );
     follower.stop().await;
+}
+
+/// A PIR server that alters the tier's table (a relay in front of it flips
+/// a byte of every tier download): the table does not match the catalog's
+/// digest, so the proxy stops private reads, as for any level
+/// (tests/tamper.rs). Until then every answer is anvil's (nothing read
+/// from the altered tier), then every call of the holder's and every
+/// balance is the same error.
+async fn lying_tier_stops_private_reads(
+    server: &str,
+    upstream: &str,
+    anvil: &Anvil,
+    m: &Market,
+    at: &str,
+) {
+    let flip: Rewrite = std::sync::Arc::new(|path: &str, bytes: axum::body::Bytes| {
+        if !(path.contains("-hot") && path.ends_with("/table")) {
+            return bytes;
+        }
+        let mut altered = bytes.to_vec();
+        let middle = altered.len() / 2;
+        if let Some(b) = altered.get_mut(middle) {
+            *b ^= 0x01;
+        }
+        altered.into()
+    });
+    let (lying, _) = start_relay(server, flip).await;
+    let cache = tempfile::tempdir().unwrap();
+    let proxy = start_proxy_with(proxy::ProxyConfig {
+        pir_server: lying,
+        upstream: Some(upstream.to_string()),
+        cache_dir: cache.path().to_path_buf(),
+        canaries_per_request: 0,
+        ..Default::default()
+    })
+    .await;
+    let swap = m.swap(dev(HOLDER));
+    let call = json!([swap, at]);
+    let expected = anvil.rpc("eth_call", call.clone()).await;
+    test_support::eventually("a tampered tier stops private reads", || async {
+        let answer = test_support::rpc_raw(
+            &reqwest::Client::new(),
+            &proxy,
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "eth_call", "params": call.clone()})
+                .to_string(),
+        )
+        .await;
+        if let Some(result) = answer.get("result") {
+            assert_eq!(result, &expected, "an answer before the tier is read");
+        }
+        let reads = status(&proxy).await["privateReads"].clone();
+        reads.get("stopped").map(|_| ())
+    })
+    .await;
+    assert!(
+        status(&proxy).await["hot"].is_null(),
+        "the tier is not read"
+    );
+    let trader = format!("{:#x}", traders()[1]);
+    for (method, params) in [
+        ("eth_call", json!([swap, at])),
+        ("eth_getBalance", json!([trader, at])),
+    ] {
+        let body = json!({"jsonrpc": "2.0", "id": 2, "method": method, "params": params});
+        let answer =
+            test_support::rpc_raw(&reqwest::Client::new(), &proxy, &body.to_string()).await;
+        assert_eq!(answer["error"]["code"], -32004, "{method}: {answer}");
+    }
 }
