@@ -18,6 +18,9 @@
 
 use crate::common;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
 use alloy_primitives::{Address, U256};
 use alloy_sol_types::{SolCall, SolValue};
 use common::*;
@@ -338,6 +341,8 @@ async fn a_swap_reads_by_pir_only_the_keys_that_name_its_holder() {
         assert_eq!(sent, 2, "the requests of a balance of {who}");
     }
     lying_tier_stops_private_reads(&server, &upstream, &anvil, &market, &newer).await;
+    refused_queries_never_answer_the_tiers_old_values(&server, &upstream, &anvil, &market, traded)
+        .await;
     let seen = relayed.lock().unwrap().clone();
     let named = [
         "eth_call",
@@ -367,7 +372,7 @@ async fn lying_tier_stops_private_reads(
     m: &Market,
     at: &str,
 ) {
-    let flip: Rewrite = std::sync::Arc::new(|path: &str, bytes: axum::body::Bytes| {
+    let flip: Rewrite = Arc::new(|path: &str, bytes: axum::body::Bytes| {
         if !(path.contains("-hot") && path.ends_with("/table")) {
             return bytes;
         }
@@ -420,4 +425,98 @@ async fn lying_tier_stops_private_reads(
             test_support::rpc_raw(&reqwest::Client::new(), &proxy, &body.to_string()).await;
         assert_eq!(answer["error"]["code"], -32004, "{method}: {answer}");
     }
+}
+
+/// A front to the PIR server `target` that answers every query 503 while
+/// `refusing` is set (a server whose queue is full, or going away) and
+/// passes everything else on, without headers (as `start_relay` does).
+async fn start_refusing_front(target: &str, refusing: Arc<AtomicBool>) -> String {
+    use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
+    use axum::response::IntoResponse;
+    let target = target.to_string();
+    let http = reqwest::Client::new();
+    let front = move |method: Method, uri: Uri, headers: HeaderMap, body: axum::body::Bytes| {
+        let (target, http, refusing) = (target.clone(), http.clone(), refusing.clone());
+        async move {
+            if refusing.load(Ordering::SeqCst) && uri.path() == "/v1/query" {
+                return StatusCode::SERVICE_UNAVAILABLE.into_response();
+            }
+            // Only the body's type: the answers' headers (ETag,
+            // encodings) are not passed back, so none are asked for.
+            let path = uri.path_and_query().map_or("/", |p| p.as_str());
+            let mut sent = http.request(method, format!("{target}{path}"));
+            if let Some(kind) = headers.get(header::CONTENT_TYPE) {
+                sent = sent.header(header::CONTENT_TYPE, kind);
+            }
+            let sent = sent.body(body).send().await;
+            match sent {
+                Ok(resp) => {
+                    let status = resp.status();
+                    (status, resp.bytes().await.unwrap_or_default()).into_response()
+                }
+                Err(_) => StatusCode::BAD_GATEWAY.into_response(),
+            }
+        }
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = axum::Router::new().fallback(front);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}")
+}
+
+/// A proxy holding the tier, whose server stops answering queries: a
+/// quote of the pool (its reserves are the tier's at the base, changed by
+/// the delta above it) is an error, never the tier's reserves, and is
+/// right again once the server answers.
+async fn refused_queries_never_answer_the_tiers_old_values(
+    server: &str,
+    upstream: &str,
+    anvil: &Anvil,
+    m: &Market,
+    traded: u64,
+) {
+    let refusing = Arc::new(AtomicBool::new(false));
+    let front = start_refusing_front(server, refusing.clone()).await;
+    let cache = tempfile::tempdir().unwrap();
+    let proxy = start_proxy_with(proxy::ProxyConfig {
+        pir_server: front,
+        upstream: Some(upstream.to_string()),
+        cache_dir: cache.path().to_path_buf(),
+        canaries_per_request: 0,
+        ..Default::default()
+    })
+    .await;
+    let newer = anvil.head().await;
+    test_support::eventually("a fresh proxy reads the tier under a delta", || async {
+        let s = status(&proxy).await;
+        (s["viewBlock"].as_u64()? >= newer && !s["hot"].is_null()).then_some(())
+    })
+    .await;
+    let amount = U256::from(10u64.pow(17));
+    let quote = IRouter::quoteCall {
+        pool: m.pool,
+        amountIn: amount,
+    }
+    .abi_encode();
+    let quote = call_object(m.router, &quote);
+    let at = format!("{newer:#x}");
+    let now = anvil.rpc("eth_call", json!([quote, at])).await;
+    let then = anvil
+        .rpc("eth_call", json!([quote, format!("{traded:#x}")]))
+        .await;
+    assert_ne!(now, then, "the delta changed the pool's reserves");
+    refusing.store(true, Ordering::SeqCst);
+    let body = json!({"jsonrpc": "2.0", "id": 3, "method": "eth_call", "params": [quote, at]});
+    let answer = test_support::rpc_raw(&reqwest::Client::new(), &proxy, &body.to_string()).await;
+    assert!(answer["error"].is_object(), "queries refused: {answer}");
+    refusing.store(false, Ordering::SeqCst);
+    test_support::eventually("the quote once the server answers", || async {
+        let answer =
+            test_support::rpc_raw(&reqwest::Client::new(), &proxy, &body.to_string()).await;
+        let result = answer.get("result")?;
+        assert_eq!(result, &now, "the quote at {at}");
+        Some(())
+    })
+    .await;
 }
