@@ -24,6 +24,7 @@ use std::sync::Arc;
 use alloy_primitives::{Address, U256};
 use alloy_sol_types::{SolCall, SolValue};
 use common::*;
+use ethpir_client::config::HotTierUse;
 use protocol::tokens::{IMulticall3, MULTICALL3};
 use serde_json::{json, Value};
 use test_support::{proxy_status as status, Anvil, DEV_ACCOUNTS};
@@ -182,6 +183,25 @@ async fn queries_of(server: &str, id: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// A proxy of `pir_server` with `hot_tier`, no canaries (so that the
+/// queries counted are the calls'), forwarding to `upstream`.
+async fn tier_proxy(
+    pir_server: &str,
+    upstream: &str,
+    cache: &tempfile::TempDir,
+    hot_tier: HotTierUse,
+) -> String {
+    start_proxy_with(proxy::ProxyConfig {
+        pir_server: pir_server.to_string(),
+        upstream: Some(upstream.to_string()),
+        cache_dir: cache.path().to_path_buf(),
+        hot_tier,
+        canaries_per_request: 0,
+        ..Default::default()
+    })
+    .await
+}
+
 /// What the holder's calls cost a proxy.
 #[derive(Debug)]
 struct Cost {
@@ -242,20 +262,9 @@ async fn a_swap_reads_by_pir_only_the_keys_that_name_its_holder() {
     let follower = Follower::start(config);
     let server = start_server(&store).await;
     let (upstream, _, relayed) = start_recording_relay(&anvil.url, passthrough()).await;
-    let start = |hot_tier, cache: &tempfile::TempDir| {
-        start_proxy_with(proxy::ProxyConfig {
-            pir_server: server.clone(),
-            upstream: Some(upstream.clone()),
-            cache_dir: cache.path().to_path_buf(),
-            hot_tier,
-            canaries_per_request: 0,
-            ..Default::default()
-        })
-    };
-    use ethpir_client::config::HotTierUse;
     let (hot_cache, cold_cache) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let hot = start(HotTierUse::Ahead, &hot_cache).await;
-    let cold = start(HotTierUse::Off, &cold_cache).await;
+    let hot = tier_proxy(&server, &upstream, &hot_cache, HotTierUse::Ahead).await;
+    let cold = tier_proxy(&server, &upstream, &cold_cache, HotTierUse::Off).await;
     let tier = test_support::eventually("the proxy reads a hot tier", || async {
         let s = status(&hot).await;
         let block = s["viewBlock"].as_u64()?;
@@ -385,14 +394,7 @@ async fn lying_tier_stops_private_reads(
     });
     let (lying, _) = start_relay(server, flip).await;
     let cache = tempfile::tempdir().unwrap();
-    let proxy = start_proxy_with(proxy::ProxyConfig {
-        pir_server: lying,
-        upstream: Some(upstream.to_string()),
-        cache_dir: cache.path().to_path_buf(),
-        canaries_per_request: 0,
-        ..Default::default()
-    })
-    .await;
+    let proxy = tier_proxy(&lying, upstream, &cache, HotTierUse::Ahead).await;
     let swap = m.swap(dev(HOLDER));
     let call = json!([swap, at]);
     let expected = anvil.rpc("eth_call", call.clone()).await;
@@ -427,44 +429,6 @@ async fn lying_tier_stops_private_reads(
     }
 }
 
-/// A front to the PIR server `target` that answers every query 503 while
-/// `refusing` is set (a server whose queue is full, or going away) and
-/// passes everything else on, without headers (as `start_relay` does).
-async fn start_refusing_front(target: &str, refusing: Arc<AtomicBool>) -> String {
-    use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
-    use axum::response::IntoResponse;
-    let target = target.to_string();
-    let http = reqwest::Client::new();
-    let front = move |method: Method, uri: Uri, headers: HeaderMap, body: axum::body::Bytes| {
-        let (target, http, refusing) = (target.clone(), http.clone(), refusing.clone());
-        async move {
-            if refusing.load(Ordering::SeqCst) && uri.path() == "/v1/query" {
-                return StatusCode::SERVICE_UNAVAILABLE.into_response();
-            }
-            // Only the body's type: the answers' headers (ETag,
-            // encodings) are not passed back, so none are asked for.
-            let path = uri.path_and_query().map_or("/", |p| p.as_str());
-            let mut sent = http.request(method, format!("{target}{path}"));
-            if let Some(kind) = headers.get(header::CONTENT_TYPE) {
-                sent = sent.header(header::CONTENT_TYPE, kind);
-            }
-            let sent = sent.body(body).send().await;
-            match sent {
-                Ok(resp) => {
-                    let status = resp.status();
-                    (status, resp.bytes().await.unwrap_or_default()).into_response()
-                }
-                Err(_) => StatusCode::BAD_GATEWAY.into_response(),
-            }
-        }
-    };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let app = axum::Router::new().fallback(front);
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    format!("http://{addr}")
-}
-
 /// A proxy holding the tier, whose server stops answering queries: a
 /// quote of the pool (its reserves are the tier's at the base, changed by
 /// the delta above it) is an error, never the tier's reserves, and is
@@ -477,16 +441,13 @@ async fn refused_queries_never_answer_the_tiers_old_values(
     traded: u64,
 ) {
     let refusing = Arc::new(AtomicBool::new(false));
-    let front = start_refusing_front(server, refusing.clone()).await;
+    let queries_refused = {
+        let refusing = refusing.clone();
+        Arc::new(move |path: &str| path == "/v1/query" && refusing.load(Ordering::SeqCst))
+    };
+    let (front, _, _) = start_relay_refusing(server, passthrough(), queries_refused).await;
     let cache = tempfile::tempdir().unwrap();
-    let proxy = start_proxy_with(proxy::ProxyConfig {
-        pir_server: front,
-        upstream: Some(upstream.to_string()),
-        cache_dir: cache.path().to_path_buf(),
-        canaries_per_request: 0,
-        ..Default::default()
-    })
-    .await;
+    let proxy = tier_proxy(&front, upstream, &cache, HotTierUse::Ahead).await;
     let newer = anvil.head().await;
     test_support::eventually("a fresh proxy reads the tier under a delta", || async {
         let s = status(&proxy).await;

@@ -82,20 +82,16 @@ async fn start_with(
     queue: usize,
     batching: BatchSettings,
 ) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let config = ServerConfig {
+    start_configured(ServerConfig {
         store: store.to_path_buf(),
-        listen: addr,
         rescan_secs: 1.0,
         workers,
         queue,
         max_batch: 64,
         batching,
         ..Default::default()
-    };
-    tokio::spawn(server::serve_on(listener, config, std::future::pending()));
-    format!("http://{addr}")
+    })
+    .await
 }
 
 /// A view in a store at `dir`: a base of `accounts` at block 5 and a delta
@@ -784,14 +780,10 @@ async fn a_wait_for_the_next_catalog_ends_when_a_level_is_served() {
     assert_eq!(resp.headers()["x-ethpir-long-poll"], "1");
     let etag = resp.headers()["etag"].to_str().unwrap().to_string();
     let wait = |etag: &str, secs: u64| {
-        let request = http
-            .get(format!("{base}/v1/snapshots"))
-            .header("if-none-match", etag)
-            .header("x-ethpir-wait", secs.to_string());
+        let waited = wait_after(http.clone(), base.clone(), etag.to_string(), secs);
         async move {
-            let started = std::time::Instant::now();
-            let status = request.send().await.unwrap().status().as_u16();
-            (status, started.elapsed())
+            let (status, _, took) = waited.await;
+            (status, took)
         }
     };
     let (status, took) = wait("\"another\"", 30).await;

@@ -157,9 +157,18 @@ struct Relay {
     /// Every JSON-RPC call relayed, whole.
     calls: Arc<Mutex<Vec<serde_json::Value>>>,
     rewrite: Rewrite,
+    /// Paths answered 503 instead of passed on, while it says so.
+    refuse: Refuse,
 }
 
+/// Whether a relay answers a request for this path 503 (a server whose
+/// queue is full, or going away) instead of passing it on.
+pub type Refuse = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
 async fn relay(State(r): State<Relay>, method: Method, uri: Uri, body: Bytes) -> impl IntoResponse {
+    if (r.refuse)(uri.path()) {
+        return axum::http::StatusCode::SERVICE_UNAVAILABLE.into_response();
+    }
     if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body) {
         let calls = if let Some(a) = v.as_array() {
             a.clone()
@@ -208,6 +217,16 @@ pub async fn start_recording_relay(
     target: &str,
     rewrite: Rewrite,
 ) -> (String, Arc<Mutex<Vec<String>>>, RelayedCalls) {
+    start_relay_refusing(target, rewrite, Arc::new(|_| false)).await
+}
+
+/// [`start_recording_relay`] that answers 503 for the paths `refuse`
+/// names at the time of the request.
+pub async fn start_relay_refusing(
+    target: &str,
+    rewrite: Rewrite,
+    refuse: Refuse,
+) -> (String, Arc<Mutex<Vec<String>>>, RelayedCalls) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let calls = Arc::new(Mutex::new(Vec::new()));
     let state = Relay {
@@ -216,6 +235,7 @@ pub async fn start_recording_relay(
         seen: seen.clone(),
         calls: calls.clone(),
         rewrite,
+        refuse,
     };
     let app = Router::new().fallback(relay).with_state(state);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
