@@ -175,6 +175,9 @@ pub struct Catalog {
     /// refused or lagging one included): what a wait names, so that a
     /// catalog this reader will not adopt does not end every wait at once.
     seen_etag: Mutex<Option<String>>,
+    /// Whether a catalog was adopted yet: what a request at start waits
+    /// on ([`Self::adopted_by`]).
+    adopted_once: tokio::sync::watch::Sender<bool>,
 }
 
 impl Catalog {
@@ -198,7 +201,16 @@ impl Catalog {
             ))),
             long_poll: Default::default(),
             seen_etag: Mutex::new(None),
+            adopted_once: tokio::sync::watch::Sender::new(false),
         }
+    }
+
+    /// Waits until a catalog is adopted (at once if one was) or until
+    /// `deadline`: whether one was.
+    pub async fn adopted_by(&self, deadline: tokio::time::Instant) -> bool {
+        let mut adopted = self.adopted_once.subscribe();
+        let waited = tokio::time::timeout_at(deadline, adopted.wait_for(|a| *a)).await;
+        matches!(waited, Ok(Ok(_)))
     }
 
     /// The ETag of the last catalog the server sent.
@@ -394,6 +406,8 @@ impl Catalog {
             fetched: true,
         });
         *self.adopted.write().expect("lock") = adopted.clone();
+        self.adopted_once
+            .send_if_modified(|once| !std::mem::replace(once, true));
         Some(adopted)
     }
 

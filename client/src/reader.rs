@@ -361,6 +361,13 @@ impl PrivateReader {
             .collect()
     }
 
+    /// Waits until the first catalog is adopted (at once if it was) or
+    /// until `deadline`: whether it was. A request at start waits on this
+    /// rather than fail while the catalog is on its way.
+    pub async fn first_catalog_by(&self, deadline: tokio::time::Instant) -> bool {
+        self.catalog.adopted_by(deadline).await
+    }
+
     /// The newest view of the chain read.
     pub fn newest_view(&self) -> Option<View> {
         self.catalog.newest()

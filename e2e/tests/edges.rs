@@ -2,11 +2,12 @@
 //! whole state followed (nothing listed, every level read by PIR) and a
 //! recording relay in front of the node as the upstream:
 //!
-//! - at start: proxies asked `balanceOf(holder)` from the moment they
-//!   listen answer it or say "not ready" (-32003), and never send it
-//!   upstream; the proxy remembers that the server held the whole state,
-//!   and a proxy that remembers it refuses address reads over a server
-//!   that no longer claims it;
+//! - at start: proxies asked `balanceOf(holder)` the moment they listen
+//!   answer it (never "not ready"), a server that refuses its catalog
+//!   for the proxy's first second included, and never send it upstream;
+//!   the proxy remembers that the server held the whole state, and a
+//!   proxy that remembers it refuses address reads over a server that no
+//!   longer claims it;
 //! - every path out passes one gate: the call methods a denylist missed
 //!   (`eth_simulateV1`, `debug_traceCall`, `trace_call`, `eth_callMany`),
 //!   log filters and `logs` subscriptions naming the holder are refused,
@@ -144,24 +145,17 @@ async fn the_address_never_leaves_at_the_edges() {
     let at = format!("{head:#x}");
     let call = balance_of(chain.token, holder());
 
-    // At start: asked from the first moment each listens.
+    // At start: asked the moment each listens, each answers (its first
+    // request waits for the server's first catalog), never "not ready".
     let mut caches = Vec::new();
     for _ in 0..5 {
         let (proxy, cache) = fresh_proxy(&chain.server, Some(upstream.clone())).await;
-        let answered = || async {
-            let v = reply(&proxy, "eth_call", json!([call, at])).await;
-            match v.get("result") {
-                Some(r) => Some(r.clone()),
-                None => {
-                    assert_eq!(v["error"]["code"], -32003, "only results or not ready: {v}");
-                    None
-                }
-            }
-        };
-        let got = test_support::eventually("the proxy answers", answered).await;
-        assert_eq!(got, chain.anvil.rpc("eth_call", json!([call, at])).await);
+        let v = reply(&proxy, "eth_call", json!([call, at])).await;
+        let want = chain.anvil.rpc("eth_call", json!([call, at])).await;
+        assert_eq!(v.get("result"), Some(&want), "the first call at start: {v}");
         caches.push((proxy, cache));
     }
+    a_server_late_at_start_still_answers(&chain, &upstream, &call, &at).await;
     let seen = relayed.lock().unwrap().clone();
     assert!(
         !names(&seen, holder()),
@@ -190,6 +184,26 @@ async fn the_address_never_leaves_at_the_edges() {
     );
     chain.follower.stop().await;
     chain.anvil.stop().await;
+}
+
+/// A PIR server that refuses its catalog (503) for the first second of a
+/// proxy (started together, say): the proxy's first call, asked the
+/// moment it listens, waits and is answered.
+async fn a_server_late_at_start_still_answers(
+    chain: &WholeChain,
+    upstream: &str,
+    call: &Value,
+    at: &str,
+) {
+    let opens = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    let not_yet: Refuse = std::sync::Arc::new(move |path| {
+        path == "/v1/snapshots" && std::time::Instant::now() < opens
+    });
+    let (late, _, _) = start_relay_refusing(&chain.server, passthrough(), not_yet).await;
+    let (proxy, _cache) = fresh_proxy(&late, Some(upstream.to_string())).await;
+    let v = reply(&proxy, "eth_call", json!([call, at])).await;
+    let want = chain.anvil.rpc("eth_call", json!([call, at])).await;
+    assert_eq!(v.get("result"), Some(&want), "a server late at start: {v}");
 }
 
 /// The methods that take a call object, which a denylist missed, are

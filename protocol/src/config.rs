@@ -31,9 +31,26 @@ pub fn load_toml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, Confi
     })
 }
 
+/// A setting in seconds (fractions allowed) as a duration within
+/// `least..=most`: a file may say `nan` or `inf`, which
+/// [`std::time::Duration::from_secs_f64`] would panic on; NaN is `least`.
+pub fn seconds(value: f64, least: f64, most: f64) -> std::time::Duration {
+    let value = if value.is_nan() { least } else { value };
+    std::time::Duration::from_secs_f64(value.clamp(least, most))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn seconds_are_bounded_whatever_the_file_says() {
+        use std::time::Duration;
+        assert_eq!(seconds(f64::NAN, 0.05, 10.0), Duration::from_millis(50));
+        assert_eq!(seconds(f64::INFINITY, 0.0, 10.0), Duration::from_secs(10));
+        assert_eq!(seconds(-3.0, 0.0, 10.0), Duration::ZERO);
+        assert_eq!(seconds(1.5, 0.0, 10.0), Duration::from_millis(1500));
+    }
 
     #[derive(serde::Deserialize, Debug)]
     #[serde(deny_unknown_fields)]

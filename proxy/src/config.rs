@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use ethpir_client::config::{ClientConfig, Limits, Timeouts};
+use protocol::config::seconds;
 use serde::Deserialize;
 
 /// Largest response the proxy sends or takes from its upstream (a
@@ -34,6 +35,10 @@ pub struct ProxyConfig {
     /// Seconds between catalog refreshes (new levels are picked up; an
     /// unchanged catalog costs a 304). Fractions allowed.
     pub refresh_secs: f64,
+    /// Seconds a wallet's request at start waits for the PIR server's
+    /// first catalog (then it gets -32003, "not ready"); later requests
+    /// never wait for one. Fractions allowed; 0: no wait.
+    pub start_wait_secs: f64,
     /// Seconds to open a connection to the PIR server or upstream.
     pub connect_timeout_secs: u64,
     /// Seconds before a request to the PIR server or upstream (a catalog,
@@ -178,6 +183,7 @@ impl Default for ProxyConfig {
             cache_dir: ethpir_client::config::default_cache_dir(),
             prepared_pool: 4,
             refresh_secs: 1.0,
+            start_wait_secs: 5.0,
             connect_timeout_secs: 10,
             request_timeout_secs: 30,
             download_timeout_secs: 600,
@@ -248,9 +254,8 @@ impl ProxyConfig {
                 quorum: self.attest_quorum,
             },
             read_unconfirmed_views: self.read_unconfirmed_views,
-            idle_after: (self.idle_secs > 0.0)
-                .then(|| Duration::from_secs_f64(self.idle_secs.min(1e9))),
-            idle_refresh: Duration::from_secs_f64(self.idle_refresh_secs.clamp(0.05, 1e9)),
+            idle_after: (self.idle_secs > 0.0).then(|| seconds(self.idle_secs, 0.0, 1e9)),
+            idle_refresh: seconds(self.idle_refresh_secs, 0.05, 1e9),
             max_lag: self.max_lag_blocks,
         }
     }
@@ -288,8 +293,18 @@ impl ProxyConfig {
         }
     }
 
+    /// How long a request at start waits for the first catalog: at most
+    /// the request timeout (a wallet gives up about then).
+    pub fn start_wait(&self) -> Duration {
+        seconds(
+            self.start_wait_secs,
+            0.0,
+            self.request_timeout_secs.max(1) as f64,
+        )
+    }
+
     pub fn refresh_interval(&self) -> Duration {
-        Duration::from_secs_f64(self.refresh_secs.max(0.05))
+        seconds(self.refresh_secs, 0.05, 1e9)
     }
 }
 

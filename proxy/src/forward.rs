@@ -90,6 +90,9 @@ pub struct ForwardPolicy {
     pub logs: crate::logs::Logs,
     /// What was answered privately and what went upstream (the page).
     pub activity: Arc<Activity>,
+    /// Until when a request waits for the PIR server's first catalog
+    /// (the proxy's start plus `start_wait_secs`).
+    pub start_wait_until: tokio::time::Instant,
 }
 
 impl ForwardPolicy {
@@ -105,6 +108,17 @@ impl ForwardPolicy {
                 .balance_checker
                 .or_else(|| chain.and_then(protocol::tokens::known_balance_checker)),
         })
+    }
+
+    /// At start, waits for the PIR server's first catalog (at most until
+    /// `start_wait_until`), so that a wallet's first requests are answered
+    /// rather than told "not ready": what the proxy answers and what the
+    /// gate lets upstream both depend on the view. Free once a catalog
+    /// was adopted.
+    async fn first_catalog(&self) {
+        if !self.reader.first_catalog_by(self.start_wait_until).await {
+            tracing::debug!("no catalog yet: a request at start answered without one");
+        }
     }
 
     /// Whether `method` would be sent upstream now (the gate's say).
@@ -580,12 +594,19 @@ where
 
     fn call<'a>(&self, req: Request<'a>) -> impl Future<Output = MethodResponse> + Send + 'a {
         let this = self.clone();
-        async move { this.route(req).await }
+        async move {
+            // The proxy's own methods (its status) answer at once.
+            if !req.method.starts_with("ethpir_") {
+                this.policy.first_catalog().await;
+            }
+            this.route(req).await
+        }
     }
 
     fn batch<'a>(&self, mut batch: Batch<'a>) -> impl Future<Output = MethodResponse> + Send + 'a {
         let this = self.clone();
         async move {
+            this.policy.first_catalog().await;
             this.prefetch(&mut batch).await;
             let mut got_notification = false;
             let answers = futures_util::future::join_all(batch.into_iter().map(|entry| {
@@ -630,6 +651,7 @@ where
     ) -> impl Future<Output = MethodResponse> + Send + 'a {
         let this = self.clone();
         async move {
+            this.policy.first_catalog().await;
             this.notify(n).await;
             MethodResponse::notification()
         }

@@ -149,6 +149,7 @@ fn policy_and_page(
         trusted_tokens: config.trusted_tokens()?,
         balance_checker: config.balance_checker,
         logs: logs::Logs::new(config.log_bounds()),
+        start_wait_until: tokio::time::Instant::now() + config.start_wait(),
     });
     Ok((policy, page))
 }
@@ -184,8 +185,9 @@ async fn run_until(
     log_upstream_policy(&config);
     log_verification_policy(&config);
     log_browser_policy(&config);
-    // Listening does not wait for the PIR server: calls get a JSON-RPC
-    // error until its catalog gives a view.
+    // Listening does not wait for the PIR server: a call at start waits
+    // up to `start_wait_secs` for its first catalog, then gets a JSON-RPC
+    // error until the catalog gives a view.
     let reader = PrivateReader::start_in_background(&config.client())?;
     let counted = reader.clone();
     let activity = Arc::new(activity::Activity::new(move || {

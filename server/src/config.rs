@@ -60,7 +60,7 @@ pub struct RouterSettings {
 impl RouterSettings {
     pub fn timeout(&self) -> Duration {
         match self.timeout_secs > 0.0 {
-            true => Duration::from_secs_f64(self.timeout_secs),
+            true => protocol::config::seconds(self.timeout_secs, 0.0, 1e9),
             false => Duration::from_secs(30),
         }
     }
@@ -88,7 +88,7 @@ impl Default for ServerConfig {
 
 impl ServerConfig {
     pub fn rescan_interval(&self) -> Duration {
-        Duration::from_secs_f64(self.rescan_secs.max(0.05))
+        protocol::config::seconds(self.rescan_secs, 0.05, 1e9)
     }
 
     /// The row shard this server answers, if it is one.
@@ -140,7 +140,7 @@ impl Default for BatchSettings {
 
 impl BatchSettings {
     pub(crate) fn window(&self) -> Duration {
-        Duration::from_secs_f64(self.window_ms.max(0.0) / 1e3)
+        protocol::config::seconds(self.window_ms / 1e3, 0.0, 1e9)
     }
 }
 

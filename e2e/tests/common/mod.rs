@@ -265,7 +265,9 @@ pub async fn wait_for_block(proxy: &str, block: &str) {
     test_support::eventually(&format!("the proxy serves block {block}"), served).await;
 }
 
-/// Polls until the proxy knows its chain (its snapshots are loaded).
+/// Polls until the proxy knows its chain: from its snapshots, or its
+/// upstream's before them (a private read at start then waits for the
+/// first catalog, `start_wait_secs`).
 pub async fn wait_for_chain(proxy: &str) {
     let known = || async {
         test_support::rpc(proxy, "eth_chainId", serde_json::json!([]))
