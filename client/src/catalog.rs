@@ -175,9 +175,9 @@ pub struct Catalog {
     /// refused or lagging one included): what a wait names, so that a
     /// catalog this reader will not adopt does not end every wait at once.
     seen_etag: Mutex<Option<String>>,
-    /// Whether a catalog was adopted yet: what a request at start waits
-    /// on ([`Self::adopted_by`]).
-    adopted_once: tokio::sync::watch::Sender<bool>,
+    /// Catalogs adopted and chains bound so far: what a wait for a view
+    /// watches ([`Self::view_by`]).
+    changes: tokio::sync::watch::Sender<u64>,
 }
 
 impl Catalog {
@@ -201,16 +201,25 @@ impl Catalog {
             ))),
             long_poll: Default::default(),
             seen_etag: Mutex::new(None),
-            adopted_once: tokio::sync::watch::Sender::new(false),
+            changes: tokio::sync::watch::Sender::new(0),
         }
     }
 
-    /// Waits until a catalog is adopted (at once if one was) or until
-    /// `deadline`: whether one was.
-    pub async fn adopted_by(&self, deadline: tokio::time::Instant) -> bool {
-        let mut adopted = self.adopted_once.subscribe();
-        let waited = tokio::time::timeout_at(deadline, adopted.wait_for(|a| *a)).await;
+    /// Waits until the chain read has a view (at once if it has) or until
+    /// `deadline`: whether it has.
+    pub async fn view_by(&self, deadline: tokio::time::Instant) -> bool {
+        if self.newest().is_some() {
+            return true;
+        }
+        let mut changes = self.changes.subscribe();
+        let viewed = changes.wait_for(|_| self.newest().is_some());
+        let waited = tokio::time::timeout_at(deadline, viewed).await;
         matches!(waited, Ok(Ok(_)))
+    }
+
+    /// Tells the waits for a view that the catalog or the chain changed.
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// The ETag of the last catalog the server sent.
@@ -406,8 +415,7 @@ impl Catalog {
             fetched: true,
         });
         *self.adopted.write().expect("lock") = adopted.clone();
-        self.adopted_once
-            .send_if_modified(|once| !std::mem::replace(once, true));
+        self.changed();
         Some(adopted)
     }
 
@@ -437,9 +445,11 @@ impl Catalog {
             return false;
         }
         *bound = Some(chain);
+        drop(bound);
         *self.etag.lock().expect("etag lock") = None;
         *self.held.lock().expect("lock") = None;
         *self.judged.lock().expect("lock") = None;
+        self.changed();
         true
     }
 
@@ -750,6 +760,48 @@ mod tests {
         assert!(
             matches!(adopted, ReadError::NoSnapshot { .. }),
             "{adopted:?}"
+        );
+    }
+
+    /// A wait for a view ends at its deadline while there is none (an
+    /// empty catalog adopted gives none), and as soon as a catalog with
+    /// one is adopted.
+    #[tokio::test]
+    async fn a_wait_for_a_view_ends_when_one_is_adopted() {
+        use std::time::Duration;
+        let policy = crate::config::AttestPolicy {
+            attesters: vec![],
+            quorum: 0,
+        };
+        let catalog = Catalog::new(None, policy);
+        let judged = |entries: Vec<CatalogEntry>| Judged {
+            raw: Arc::new(entries.clone()),
+            entries,
+            set_aside: BTreeMap::new(),
+            other_chains: vec![],
+            max_batch: 1,
+            etag: None,
+            digest: Sha3Digest::of(b"catalog"),
+        };
+        let soon = tokio::time::Instant::now() + Duration::from_millis(50);
+        assert!(!catalog.view_by(soon).await, "no catalog: no view");
+        let later = tokio::time::Instant::now() + Duration::from_secs(60);
+        let base = protocol::testing::entry(1, 9, protocol::SnapshotKind::Full, &[]);
+        let adopting = async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            assert!(catalog.adopt(judged(vec![]), false).is_some());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            assert!(catalog.newest().is_none(), "the empty catalog");
+            assert!(catalog.adopt(judged(vec![base]), false).is_some());
+            tokio::time::Instant::now()
+        };
+        let waiting = async { (catalog.view_by(later).await, tokio::time::Instant::now()) };
+        let ((viewed, ended), adopted_at) = tokio::join!(waiting, adopting);
+        assert!(viewed);
+        assert!(ended >= adopted_at, "the wait ended with the view");
+        assert!(
+            catalog.view_by(tokio::time::Instant::now()).await,
+            "at once"
         );
     }
 

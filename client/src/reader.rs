@@ -361,11 +361,11 @@ impl PrivateReader {
             .collect()
     }
 
-    /// Waits until the first catalog is adopted (at once if it was) or
-    /// until `deadline`: whether it was. A request at start waits on this
-    /// rather than fail while the catalog is on its way.
-    pub async fn first_catalog_by(&self, deadline: tokio::time::Instant) -> bool {
-        self.catalog.adopted_by(deadline).await
+    /// Waits until the chain read has a view (at once if it has) or until
+    /// `deadline`: whether it has. A request at start waits on this rather
+    /// than fail while the first catalog is on its way.
+    pub async fn view_by(&self, deadline: tokio::time::Instant) -> bool {
+        self.catalog.view_by(deadline).await
     }
 
     /// The newest view of the chain read.

@@ -52,7 +52,7 @@ async fn views_are_read_only_where_the_upstream_has_their_block() {
     let (lying, saw) = start_relay(&anvil.url, other_hashes()).await;
     let cache = tempfile::tempdir().unwrap();
     let checking = start_proxy(&server, Some(lying), cache.path()).await;
-    wait_for_chain(&checking).await;
+    wait_for_view(&checking).await;
     let http = reqwest::Client::new();
     for block in [at.as_str(), "latest"] {
         let call = json!({"jsonrpc": "2.0", "id": 1, "method": "eth_getBalance", "params": [DEV_ACCOUNTS[2], block]});

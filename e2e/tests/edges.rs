@@ -116,13 +116,15 @@ impl WholeChain {
 }
 
 /// A proxy with the default settings over `server`, `upstream` its
-/// upstream, a cache of its own.
+/// upstream, a cache of its own; a request at start waits for the first
+/// view as long as a request may take (10 s: a loaded machine's start).
 async fn fresh_proxy(server: &str, upstream: Option<String>) -> (String, tempfile::TempDir) {
     let cache = tempfile::tempdir().unwrap();
     let proxy = start_proxy_with(proxy::ProxyConfig {
         pir_server: server.to_string(),
         upstream,
         cache_dir: cache.path().to_path_buf(),
+        start_wait_secs: 10.0,
         ..Default::default()
     })
     .await;
@@ -155,7 +157,8 @@ async fn the_address_never_leaves_at_the_edges() {
         assert_eq!(v.get("result"), Some(&want), "the first call at start: {v}");
         caches.push((proxy, cache));
     }
-    a_server_late_at_start_still_answers(&chain, &upstream, &call, &at).await;
+    let late = a_server_late_at_start_still_answers(&chain, &upstream, &call, &at).await;
+    caches.insert(0, late);
     let seen = relayed.lock().unwrap().clone();
     assert!(
         !names(&seen, holder()),
@@ -188,22 +191,24 @@ async fn the_address_never_leaves_at_the_edges() {
 
 /// A PIR server that refuses its catalog (503) for the first second of a
 /// proxy (started together, say): the proxy's first call, asked the
-/// moment it listens, waits and is answered.
+/// moment it listens, waits and is answered. Returns the proxy and its
+/// cache (kept while it runs).
 async fn a_server_late_at_start_still_answers(
     chain: &WholeChain,
     upstream: &str,
     call: &Value,
     at: &str,
-) {
+) -> (String, tempfile::TempDir) {
     let opens = std::time::Instant::now() + std::time::Duration::from_secs(1);
     let not_yet: Refuse = std::sync::Arc::new(move |path| {
         path == "/v1/snapshots" && std::time::Instant::now() < opens
     });
     let (late, _, _) = start_relay_refusing(&chain.server, passthrough(), not_yet).await;
-    let (proxy, _cache) = fresh_proxy(&late, Some(upstream.to_string())).await;
+    let (proxy, cache) = fresh_proxy(&late, Some(upstream.to_string())).await;
     let v = reply(&proxy, "eth_call", json!([call, at])).await;
     let want = chain.anvil.rpc("eth_call", json!([call, at])).await;
     assert_eq!(v.get("result"), Some(&want), "a server late at start: {v}");
+    (proxy, cache)
 }
 
 /// The methods that take a call object, which a denylist missed, are

@@ -138,6 +138,7 @@ async fn proxy_process() {
         cache_dir: var("ETHPIR_TEST_CACHE").into(),
         refresh_secs: 0.2,
         request_timeout_secs: 10,
+        start_wait_secs: 2.0,
         ..Default::default()
     };
     proxy::serve_on(listener, config, std::future::pending())
@@ -355,9 +356,9 @@ async fn a_server_one_byte_a_second_does_not_keep_the_proxy_from_listening() {
     .await;
     assert!(listening.is_some(), "the proxy never listened");
     // A wallet's request waits for the first catalog only the start wait
-    // (5 s from the start, by default), then is told the catalog is not
-    // there: under the proxy's 10-s request timeout, so a proxy that
-    // waited for the trickled catalog could not answer by then.
+    // (2 s from the start here), then is told the catalog is not there:
+    // under the proxy's 10-s request timeout, so a proxy that waited for
+    // the trickled catalog could not answer by then.
     let asked = Instant::now();
     let v = call(&proxy.url, "eth_getBalance", json!([address, "latest"])).await;
     let took = asked.elapsed();

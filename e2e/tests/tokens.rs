@@ -441,7 +441,7 @@ async fn wallets_read_token_balances_privately_through_viem() {
     })
     .await;
     let _ = &shares;
-    wait_for_chain(&checking).await;
+    wait_for_view(&checking).await;
     let first = balance_of(&checking, listed[0], holders[1], block)
         .await
         .unwrap();

@@ -45,7 +45,7 @@ async fn counted_proxy(
         ..config
     })
     .await;
-    wait_for_chain(&proxy).await;
+    wait_for_view(&proxy).await;
     sizes.lock().unwrap().clear();
     (proxy, sizes)
 }

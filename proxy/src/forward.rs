@@ -110,14 +110,16 @@ impl ForwardPolicy {
         })
     }
 
-    /// At start, waits for the PIR server's first catalog (at most until
-    /// `start_wait_until`), so that a wallet's first requests are answered
-    /// rather than told "not ready": what the proxy answers and what the
-    /// gate lets upstream both depend on the view. Free once a catalog
-    /// was adopted.
-    async fn first_catalog(&self) {
-        if !self.reader.first_catalog_by(self.start_wait_until).await {
-            tracing::debug!("no catalog yet: a request at start answered without one");
+    /// At start (until `start_wait_until`), waits for the PIR server's
+    /// first view, so that a wallet's first requests are answered rather
+    /// than told "not ready": what the proxy answers and what the gate
+    /// lets upstream both depend on the view. Past the start, never waits.
+    async fn first_view(&self) {
+        if tokio::time::Instant::now() >= self.start_wait_until {
+            return;
+        }
+        if !self.reader.view_by(self.start_wait_until).await {
+            tracing::debug!("no view within the start wait: a request answered without one");
         }
     }
 
@@ -175,6 +177,11 @@ fn respond(id: Id<'static>, answer: Result<serde_json::Value, ProxyError>) -> Me
         }
         Err(e) => MethodResponse::error(id, e),
     }
+}
+
+/// The proxy's own methods (its status): answered at once, even at start.
+fn is_own(method: &str) -> bool {
+    method.starts_with("ethpir_")
 }
 
 /// Methods only the user may call: never run for a request from a
@@ -595,9 +602,8 @@ where
     fn call<'a>(&self, req: Request<'a>) -> impl Future<Output = MethodResponse> + Send + 'a {
         let this = self.clone();
         async move {
-            // The proxy's own methods (its status) answer at once.
-            if !req.method.starts_with("ethpir_") {
-                this.policy.first_catalog().await;
+            if !is_own(&req.method) {
+                this.policy.first_view().await;
             }
             this.route(req).await
         }
@@ -606,7 +612,10 @@ where
     fn batch<'a>(&self, mut batch: Batch<'a>) -> impl Future<Output = MethodResponse> + Send + 'a {
         let this = self.clone();
         async move {
-            this.policy.first_catalog().await;
+            let own = |e: &Result<BatchEntry<'_>, _>| matches!(e, Ok(BatchEntry::Call(r)) if is_own(&r.method));
+            if !batch.iter().all(own) {
+                this.policy.first_view().await;
+            }
             this.prefetch(&mut batch).await;
             let mut got_notification = false;
             let answers = futures_util::future::join_all(batch.into_iter().map(|entry| {
@@ -651,7 +660,7 @@ where
     ) -> impl Future<Output = MethodResponse> + Send + 'a {
         let this = self.clone();
         async move {
-            this.policy.first_catalog().await;
+            this.policy.first_view().await;
             this.notify(n).await;
             MethodResponse::notification()
         }

@@ -265,16 +265,17 @@ pub async fn wait_for_block(proxy: &str, block: &str) {
     test_support::eventually(&format!("the proxy serves block {block}"), served).await;
 }
 
-/// Polls until the proxy knows its chain: from its snapshots, or its
-/// upstream's before them (a private read at start then waits for the
-/// first catalog, `start_wait_secs`).
-pub async fn wait_for_chain(proxy: &str) {
-    let known = || async {
-        test_support::rpc(proxy, "eth_chainId", serde_json::json!([]))
+/// Polls until the proxy has a view (`ethpir_status`'s `viewBlock`):
+/// its first catalog adopted, whatever `eth_chainId` says before it (the
+/// upstream's chain, with an upstream).
+pub async fn wait_for_view(proxy: &str) {
+    let viewed = || async {
+        let status = test_support::rpc(proxy, "ethpir_status", serde_json::json!([]))
             .await
-            .ok()
+            .ok()?;
+        status["viewBlock"].as_u64()
     };
-    test_support::eventually("the proxy loads its snapshots", known).await;
+    test_support::eventually("the proxy has a view", viewed).await;
 }
 
 /// Every account of the bundled mainnet genesis: (address, balance as a

@@ -729,7 +729,7 @@ fn pull(store: &SnapshotStore, from: &str, every: Option<f64>, file_timeout: u64
             );
             return Ok(());
         };
-        let mut tick = tokio::time::interval(std::time::Duration::from_secs_f64(every.max(0.1)));
+        let mut tick = tokio::time::interval(protocol::config::seconds(every, 0.1, 1e9));
         let stop = tokio::signal::ctrl_c();
         tokio::pin!(stop);
         loop {
