@@ -445,10 +445,10 @@ impl Catalog {
             return false;
         }
         *bound = Some(chain);
-        drop(bound);
         *self.etag.lock().expect("etag lock") = None;
         *self.held.lock().expect("lock") = None;
         *self.judged.lock().expect("lock") = None;
+        drop(bound);
         self.changed();
         true
     }

@@ -349,6 +349,7 @@ async fn a_swap_reads_by_pir_only_the_keys_that_name_its_holder() {
         let sent = route_requests(&server, "query", true).await - before;
         assert_eq!(sent, 2, "the requests of a balance of {who}");
     }
+    a_tier_not_had_is_read_by_pir(&server, &upstream, &anvil, &market, &newer).await;
     lying_tier_stops_private_reads(&server, &upstream, &anvil, &market, &newer).await;
     refused_queries_never_answer_the_tiers_old_values(&server, &upstream, &anvil, &market, traded)
         .await;
@@ -366,6 +367,40 @@ async fn a_swap_reads_by_pir_only_the_keys_that_name_its_holder() {
         "nothing run upstream: {seen:?}"
     );
     follower.stop().await;
+}
+
+/// A fresh proxy whose server will not send the tier's table (503: a
+/// front that drops large downloads, say): its first call, the swap asked
+/// the moment it listens, is anvil's answer, every key read by PIR (the
+/// tier not held, not a lie: private reads go on).
+async fn a_tier_not_had_is_read_by_pir(
+    server: &str,
+    upstream: &str,
+    anvil: &Anvil,
+    m: &Market,
+    at: &str,
+) {
+    let tier_refused: Refuse =
+        Arc::new(|path: &str| path.contains("-hot") && path.ends_with("/table"));
+    let (front, _, _) = start_relay_refusing(server, passthrough(), tier_refused).await;
+    let cache = tempfile::tempdir().unwrap();
+    let proxy = start_proxy_with(proxy::ProxyConfig {
+        pir_server: front,
+        upstream: Some(upstream.to_string()),
+        cache_dir: cache.path().to_path_buf(),
+        canaries_per_request: 0,
+        start_wait_secs: 10.0,
+        ..Default::default()
+    })
+    .await;
+    let call = json!([m.swap(dev(HOLDER)), at]);
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "eth_call", "params": call});
+    let answer = test_support::rpc_raw(&reqwest::Client::new(), &proxy, &body.to_string()).await;
+    let expected = anvil.rpc("eth_call", call).await;
+    assert_eq!(answer.get("result"), Some(&expected), "{answer}");
+    let s = status(&proxy).await;
+    assert!(s["hot"].is_null(), "no tier held: {s}");
+    assert_eq!(s["privateReads"], "on", "{s}");
 }
 
 /// A PIR server that alters the tier's table (a relay in front of it flips

@@ -715,13 +715,16 @@ async fn genesis_base(
         .collect();
     // Not proved: a dev node's genesis header may name no real root.
     let on_node = node.read_accounts(&sample, 0, None).await?;
-    for got in &on_node {
-        let want = state.records.iter().find(|r| r.key == got.key);
-        if want.is_none_or(|w| (w.balance, w.nonce) != (got.balance, got.nonce)) {
+    if differs_from_file(&state, &on_node).is_some() {
+        // Read again once: anvil answers for its head block from its live
+        // state, which a block being mined has already changed; a block
+        // later, block 0 is read as it was.
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        let again = node.read_accounts(&sample, 0, None).await?;
+        if let Some(address) = differs_from_file(&state, &again) {
             return Err(Refusal::Mismatch(format!(
-                "{} is not this node's genesis: account {:?} differs at block 0",
+                "{} is not this node's genesis: account {address:?} differs at block 0",
                 file.display(),
-                got.address
             ))
             .into());
         }
@@ -731,6 +734,19 @@ async fn genesis_base(
     state.state_root = Some(root);
     state.block_time = Some(time);
     Ok(state)
+}
+
+/// The first account read from the node whose balance or nonce is not
+/// the genesis file's (`Some(None)` when it names no address).
+fn differs_from_file(
+    state: &ExportedState,
+    on_node: &[protocol::account::AccountRecord],
+) -> Option<Option<Address>> {
+    on_node.iter().find_map(|got| {
+        let want = state.records.iter().find(|r| r.key == got.key);
+        let differs = want.is_none_or(|w| (w.balance, w.nonce) != (got.balance, got.nonce));
+        differs.then_some(got.address)
+    })
 }
 
 /// The reth datadir's full state at its head, checked against the node;

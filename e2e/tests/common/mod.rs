@@ -117,7 +117,26 @@ pub async fn followed_chain(
     let config = follow_config(&store, &anvil.url, &genesis, 0, 4, keep_blocks);
     let follower = Follower::start(config);
     let server = start_server(&store).await;
+    // The base first: the follower checks the genesis file against the
+    // node's block 0, which anvil answers from its live state while that
+    // is its head, so a block mined meanwhile would fail the check.
+    wait_for_base(&server).await;
     (anvil, follower, server)
+}
+
+/// Polls until `server` lists a snapshot (a follower's base published).
+pub async fn wait_for_base(server: &str) {
+    let listed = || async {
+        let catalog: serde_json::Value = reqwest::get(format!("{server}/v1/snapshots"))
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        let empty = catalog["snapshots"].as_array()?.is_empty();
+        (!empty).then_some(())
+    };
+    test_support::eventually("the server lists the follower's base", listed).await;
 }
 
 /// A follower running `config` until [`Follower::stop`].
