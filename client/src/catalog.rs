@@ -175,8 +175,8 @@ pub struct Catalog {
     /// refused or lagging one included): what a wait names, so that a
     /// catalog this reader will not adopt does not end every wait at once.
     seen_etag: Mutex<Option<String>>,
-    /// Catalogs adopted and chains bound so far: what a wait for a view
-    /// watches ([`Self::view_by`]).
+    /// Catalogs adopted and chains bound so far: what a wait at start
+    /// watches ([`Self::settled_by`]).
     changes: tokio::sync::watch::Sender<u64>,
 }
 
@@ -205,19 +205,30 @@ impl Catalog {
         }
     }
 
-    /// Waits until the chain read has a view (at once if it has) or until
-    /// `deadline`: whether it has.
-    pub async fn view_by(&self, deadline: tokio::time::Instant) -> bool {
-        if self.newest().is_some() {
+    /// Waits until a read would find what it finds for good (at once if
+    /// it would: [`Self::settled`]) or until `deadline`: whether it would.
+    pub async fn settled_by(&self, deadline: tokio::time::Instant) -> bool {
+        if self.settled() {
             return true;
         }
         let mut changes = self.changes.subscribe();
-        let viewed = changes.wait_for(|_| self.newest().is_some());
-        let waited = tokio::time::timeout_at(deadline, viewed).await;
+        let settled = changes.wait_for(|_| self.settled());
+        let waited = tokio::time::timeout_at(deadline, settled).await;
         matches!(waited, Ok(Ok(_)))
     }
 
-    /// Tells the waits for a view that the catalog or the chain changed.
+    /// Whether waiting no longer changes what a read finds: the chain read
+    /// has a view, or a catalog was adopted and the chain is decided
+    /// (configured, the upstream's, or the only one listed), so that a
+    /// view missing is missing (set aside, of another chain), not on its
+    /// way.
+    fn settled(&self) -> bool {
+        let decided = || self.adopted().fetched && matches!(self.chain_id(), Ok(Some(_)));
+        self.newest().is_some() || decided()
+    }
+
+    /// Tells the waits ([`Self::settled_by`]) that the catalog or the
+    /// chain changed.
     fn changed(&self) {
         self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
@@ -763,17 +774,17 @@ mod tests {
         );
     }
 
-    /// A wait for a view ends at its deadline while there is none (an
-    /// empty catalog adopted gives none), and as soon as a catalog with
-    /// one is adopted.
+    /// A wait at start ends at its deadline while no catalog is adopted,
+    /// or one whose chain is not decided (an empty one, nothing
+    /// configured); as soon as a catalog with a view is adopted; and at
+    /// once when the chain is decided, view or not.
     #[tokio::test]
-    async fn a_wait_for_a_view_ends_when_one_is_adopted() {
+    async fn a_wait_at_start_ends_once_a_read_would_not_change() {
         use std::time::Duration;
-        let policy = crate::config::AttestPolicy {
+        let policy = || crate::config::AttestPolicy {
             attesters: vec![],
             quorum: 0,
         };
-        let catalog = Catalog::new(None, policy);
         let judged = |entries: Vec<CatalogEntry>| Judged {
             raw: Arc::new(entries.clone()),
             entries,
@@ -783,26 +794,35 @@ mod tests {
             etag: None,
             digest: Sha3Digest::of(b"catalog"),
         };
+        let catalog = Catalog::new(None, policy());
         let soon = tokio::time::Instant::now() + Duration::from_millis(50);
-        assert!(!catalog.view_by(soon).await, "no catalog: no view");
+        assert!(!catalog.settled_by(soon).await, "no catalog yet");
         let later = tokio::time::Instant::now() + Duration::from_secs(60);
         let base = protocol::testing::entry(1, 9, protocol::SnapshotKind::Full, &[]);
         let adopting = async {
             tokio::time::sleep(Duration::from_millis(20)).await;
             assert!(catalog.adopt(judged(vec![]), false).is_some());
             tokio::time::sleep(Duration::from_millis(20)).await;
-            assert!(catalog.newest().is_none(), "the empty catalog");
+            assert!(!catalog.settled(), "an empty catalog, no chain decided");
             assert!(catalog.adopt(judged(vec![base]), false).is_some());
             tokio::time::Instant::now()
         };
-        let waiting = async { (catalog.view_by(later).await, tokio::time::Instant::now()) };
-        let ((viewed, ended), adopted_at) = tokio::join!(waiting, adopting);
-        assert!(viewed);
+        let waiting = async { (catalog.settled_by(later).await, tokio::time::Instant::now()) };
+        let ((settled, ended), adopted_at) = tokio::join!(waiting, adopting);
+        assert!(settled);
         assert!(ended >= adopted_at, "the wait ended with the view");
-        assert!(
-            catalog.view_by(tokio::time::Instant::now()).await,
-            "at once"
-        );
+        assert!(catalog.settled_by(tokio::time::Instant::now()).await);
+
+        // An empty catalog of a chain decided (the upstream's): settled,
+        // once adopted; binding the chain ends a wait too.
+        let bound = Catalog::new(None, policy());
+        assert!(bound.adopt(judged(vec![]), false).is_some());
+        let binding = async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            assert!(bound.bind_chain(1));
+        };
+        let (settled, ()) = tokio::join!(bound.settled_by(later), binding);
+        assert!(settled, "a bound chain, no view: nothing to wait for");
     }
 
     /// A signature counts only when it is a listed attester's, over this

@@ -361,11 +361,12 @@ impl PrivateReader {
             .collect()
     }
 
-    /// Waits until the chain read has a view (at once if it has) or until
-    /// `deadline`: whether it has. A request at start waits on this rather
-    /// than fail while the first catalog is on its way.
-    pub async fn view_by(&self, deadline: tokio::time::Instant) -> bool {
-        self.catalog.view_by(deadline).await
+    /// Waits until a read would find what it finds for good (a view, or a
+    /// catalog adopted and the chain decided) or until `deadline`:
+    /// whether it would. A request at start waits on this rather than
+    /// fail while the first catalog is on its way.
+    pub async fn settled_by(&self, deadline: tokio::time::Instant) -> bool {
+        self.catalog.settled_by(deadline).await
     }
 
     /// The newest view of the chain read.

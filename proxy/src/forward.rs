@@ -111,15 +111,18 @@ impl ForwardPolicy {
     }
 
     /// At start (until `start_wait_until`), waits for the PIR server's
-    /// first view, so that a wallet's first requests are answered rather
-    /// than told "not ready": what the proxy answers and what the gate
-    /// lets upstream both depend on the view. Past the start, never waits.
-    async fn first_view(&self) {
+    /// first catalog to settle what a read finds (a view, or none for good),
+    /// so that a wallet's first requests are answered rather than told
+    /// "not ready": what the proxy answers and what the gate lets upstream
+    /// both depend on the view. Past the start, never waits.
+    async fn settle_at_start(&self) {
         if tokio::time::Instant::now() >= self.start_wait_until {
             return;
         }
-        if !self.reader.view_by(self.start_wait_until).await {
-            tracing::debug!("no view within the start wait: a request answered without one");
+        if !self.reader.settled_by(self.start_wait_until).await {
+            tracing::debug!(
+                "nothing settled within the start wait: a request answered as things are"
+            );
         }
     }
 
@@ -603,7 +606,7 @@ where
         let this = self.clone();
         async move {
             if !is_own(&req.method) {
-                this.policy.first_view().await;
+                this.policy.settle_at_start().await;
             }
             this.route(req).await
         }
@@ -614,7 +617,7 @@ where
         async move {
             let own = |e: &Result<BatchEntry<'_>, _>| matches!(e, Ok(BatchEntry::Call(r)) if is_own(&r.method));
             if !batch.iter().all(own) {
-                this.policy.first_view().await;
+                this.policy.settle_at_start().await;
             }
             this.prefetch(&mut batch).await;
             let mut got_notification = false;
@@ -660,7 +663,7 @@ where
     ) -> impl Future<Output = MethodResponse> + Send + 'a {
         let this = self.clone();
         async move {
-            this.policy.first_view().await;
+            this.policy.settle_at_start().await;
             this.notify(n).await;
             MethodResponse::notification()
         }
