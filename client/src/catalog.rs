@@ -218,13 +218,18 @@ impl Catalog {
     }
 
     /// Whether waiting no longer changes what a read finds: the chain read
-    /// has a view, or a catalog was adopted and the chain is decided
-    /// (configured, the upstream's, or the only one listed), so that a
-    /// view missing is missing (set aside, of another chain), not on its
-    /// way.
+    /// has a view, or a catalog was adopted that says why it has none for
+    /// good (snapshots set aside: unsigned, of a format not read; or only
+    /// other chains than the one decided). An empty catalog is not
+    /// settled: a follower's base may be on its way.
     fn settled(&self) -> bool {
-        let decided = || self.adopted().fetched && matches!(self.chain_id(), Ok(Some(_)));
-        self.newest().is_some() || decided()
+        if self.newest().is_some() {
+            return true;
+        }
+        let adopted = self.adopted();
+        let decided = || matches!(self.chain_id(), Ok(Some(_)));
+        let other_chain = !adopted.other_chains.is_empty() && decided();
+        adopted.fetched && (!adopted.set_aside.is_empty() || other_chain)
     }
 
     /// Tells the waits ([`Self::settled_by`]) that the catalog or the
@@ -813,16 +818,39 @@ mod tests {
         assert!(ended >= adopted_at, "the wait ended with the view");
         assert!(catalog.settled_by(tokio::time::Instant::now()).await);
 
-        // An empty catalog of a chain decided (the upstream's): settled,
-        // once adopted; binding the chain ends a wait too.
+        // An empty catalog of a chain decided (the upstream's): not
+        // settled (a base may be on its way).
         let bound = Catalog::new(None, policy());
         assert!(bound.adopt(judged(vec![]), false).is_some());
+        assert!(bound.bind_chain(1));
+        assert!(!bound.settled(), "an empty catalog");
+        // Only another chain's snapshots: settled once the chain is
+        // decided (binding it ends a wait).
+        let other = Judged {
+            other_chains: vec![2],
+            ..judged(vec![])
+        };
+        let elsewhere = Catalog::new(None, policy());
+        assert!(elsewhere.adopt(other, false).is_some());
+        assert!(!elsewhere.settled(), "no chain decided yet");
         let binding = async {
             tokio::time::sleep(Duration::from_millis(20)).await;
-            assert!(bound.bind_chain(1));
+            assert!(elsewhere.bind_chain(1));
         };
-        let (settled, ()) = tokio::join!(bound.settled_by(later), binding);
-        assert!(settled, "a bound chain, no view: nothing to wait for");
+        let (settled, ()) = tokio::join!(elsewhere.settled_by(later), binding);
+        assert!(settled, "only another chain: nothing to wait for");
+        // Snapshots set aside (unsigned): settled once adopted.
+        let unsigned = Judged {
+            set_aside: BTreeMap::from([(base_id(), SetAside::Unattested(0))]),
+            ..judged(vec![])
+        };
+        let unread = Catalog::new(None, policy());
+        assert!(unread.adopt(unsigned, false).is_some());
+        assert!(unread.settled(), "set aside for good");
+    }
+
+    fn base_id() -> SnapshotId {
+        protocol::testing::entry(1, 9, protocol::SnapshotKind::Full, &[]).id
     }
 
     /// A signature counts only when it is a listed attester's, over this

@@ -199,15 +199,28 @@ async fn a_server_late_at_start_still_answers(
     call: &Value,
     at: &str,
 ) -> (String, tempfile::TempDir) {
-    let opens = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    // Refused for a second from the first catalog request on.
+    let first = std::sync::Arc::new(std::sync::Mutex::new(None::<std::time::Instant>));
+    let asked = first.clone();
     let not_yet: Refuse = std::sync::Arc::new(move |path| {
-        path == "/v1/snapshots" && std::time::Instant::now() < opens
+        if path != "/v1/snapshots" {
+            return false;
+        }
+        let first = *asked
+            .lock()
+            .unwrap()
+            .get_or_insert_with(std::time::Instant::now);
+        first.elapsed() < std::time::Duration::from_secs(1)
     });
     let (late, _, _) = start_relay_refusing(&chain.server, passthrough(), not_yet).await;
     let (proxy, cache) = fresh_proxy(&late, Some(upstream.to_string())).await;
     let v = reply(&proxy, "eth_call", json!([call, at])).await;
     let want = chain.anvil.rpc("eth_call", json!([call, at])).await;
     assert_eq!(v.get("result"), Some(&want), "a server late at start: {v}");
+    assert!(
+        first.lock().unwrap().is_some(),
+        "the catalog was refused first"
+    );
     (proxy, cache)
 }
 

@@ -380,8 +380,15 @@ async fn a_tier_not_had_is_read_by_pir(
     m: &Market,
     at: &str,
 ) {
-    let tier_refused: Refuse =
-        Arc::new(|path: &str| path.contains("-hot") && path.ends_with("/table"));
+    let refusals = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = refusals.clone();
+    let tier_refused: Refuse = Arc::new(move |path: &str| {
+        let tier = path.contains("-hot") && path.ends_with("/table");
+        if tier {
+            counted.fetch_add(1, Ordering::SeqCst);
+        }
+        tier
+    });
     let (front, _, _) = start_relay_refusing(server, passthrough(), tier_refused).await;
     let cache = tempfile::tempdir().unwrap();
     let proxy = start_proxy_with(proxy::ProxyConfig {
@@ -400,6 +407,10 @@ async fn a_tier_not_had_is_read_by_pir(
     assert_eq!(answer.get("result"), Some(&expected), "{answer}");
     let s = status(&proxy).await;
     assert!(s["hot"].is_null(), "no tier held: {s}");
+    assert!(
+        refusals.load(Ordering::SeqCst) > 0,
+        "the tier was asked for"
+    );
     assert_eq!(s["privateReads"], "on", "{s}");
 }
 

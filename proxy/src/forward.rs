@@ -663,7 +663,9 @@ where
     ) -> impl Future<Output = MethodResponse> + Send + 'a {
         let this = self.clone();
         async move {
-            this.policy.settle_at_start().await;
+            if !is_own(&n.method) {
+                this.policy.settle_at_start().await;
+            }
             this.notify(n).await;
             MethodResponse::notification()
         }

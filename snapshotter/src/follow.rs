@@ -715,7 +715,11 @@ async fn genesis_base(
         .collect();
     // Not proved: a dev node's genesis header may name no real root.
     let on_node = node.read_accounts(&sample, 0, None).await?;
-    if differs_from_file(&state, &on_node).is_some() {
+    if let Some(address) = differs_from_file(&state, &on_node) {
+        tracing::debug!(
+            ?address,
+            "block 0 differs from the genesis file: read again in a second"
+        );
         // Read again once: anvil answers for its head block from its live
         // state, which a block being mined has already changed; a block
         // later, block 0 is read as it was.
