@@ -362,7 +362,8 @@ impl PrivateReader {
     }
 
     /// Waits until a read would find what it finds for good (a view, or a
-    /// catalog adopted and the chain decided) or until `deadline`:
+    /// catalog that says why there is none: snapshots set aside, only
+    /// other chains) or until `deadline`:
     /// whether it would. A request at start waits on this rather than
     /// fail while the first catalog is on its way.
     pub async fn settled_by(&self, deadline: tokio::time::Instant) -> bool {

@@ -10,7 +10,7 @@ use crate::common;
 use axum::body::Bytes;
 use common::*;
 use serde_json::{json, Value};
-use test_support::{proxy_status as status, DEV_ACCOUNTS};
+use test_support::DEV_ACCOUNTS;
 
 /// An upstream relay whose block headers carry another hash.
 fn other_hashes() -> Rewrite {
@@ -37,9 +37,7 @@ async fn views_are_read_only_where_the_upstream_has_their_block() {
     let (honest, _) = start_relay(&anvil.url, passthrough()).await;
     let cache = tempfile::tempdir().unwrap();
     let proxy = start_proxy(&server, Some(honest), cache.path()).await;
-    let caught_up =
-        || async { (status(&proxy).await["viewBlock"].as_u64()? >= head).then_some(()) };
-    test_support::eventually("the proxy's view reaches the head", caught_up).await;
+    view_reaches(&proxy, head).await;
     let at = format!("{head:#x}");
     for who in &DEV_ACCOUNTS[..2] {
         let private = test_support::rpc(&proxy, "eth_getBalance", json!([who, at]))
@@ -52,7 +50,7 @@ async fn views_are_read_only_where_the_upstream_has_their_block() {
     let (lying, saw) = start_relay(&anvil.url, other_hashes()).await;
     let cache = tempfile::tempdir().unwrap();
     let checking = start_proxy(&server, Some(lying), cache.path()).await;
-    wait_for_view(&checking).await;
+    view_reaches(&checking, 0).await;
     let http = reqwest::Client::new();
     for block in [at.as_str(), "latest"] {
         let call = json!({"jsonrpc": "2.0", "id": 1, "method": "eth_getBalance", "params": [DEV_ACCOUNTS[2], block]});
@@ -85,27 +83,19 @@ async fn every_recent_block_reads_once_the_chain_is_quiet_after_reorgs() {
     let cache = tempfile::tempdir().unwrap();
     let proxy = start_proxy(&server, Some(upstream), cache.path()).await;
     let pay = |value: u64| json!({"from": DEV_ACCOUNTS[0], "to": DEV_ACCOUNTS[1], "value": format!("{value:#x}")});
-    let view_reaches = |block: u64| {
-        let proxy = proxy.clone();
-        async move {
-            let caught_up =
-                || async { (status(&proxy).await["viewBlock"].as_u64()? >= block).then_some(()) };
-            test_support::eventually("the proxy's view reaches the head", caught_up).await;
-        }
-    };
     for round in 0..3u64 {
         anvil.send(pay(1 + round)).await;
         let fork = anvil.rpc("evm_snapshot", json!([])).await;
         anvil.send(pay(100 + round)).await;
         anvil.send(pay(200 + round)).await;
-        view_reaches(anvil.head().await).await;
+        view_reaches(&proxy, anvil.head().await).await;
         assert_eq!(anvil.rpc("evm_revert", json!([fork])).await, json!(true));
         // Three blocks in place of two, mined at once, then one more.
         anvil.rpc("anvil_mine", json!(["0x3"])).await;
         anvil.send(pay(300 + round)).await;
     }
     let head = anvil.head().await;
-    view_reaches(head).await;
+    view_reaches(&proxy, head).await;
     let oldest = head.saturating_sub(keep_blocks);
     for block in oldest..=head {
         let at = format!("{block:#x}");

@@ -53,8 +53,7 @@ async fn the_follower_keeps_views_complete_and_fresh_while_clients_read() {
     let cache = tempfile::tempdir().unwrap();
     let proxy = start_proxy(&server, Some(anvil.url.clone()), cache.path()).await;
     let http = reqwest::Client::new();
-    let has_view = || async { status(&proxy).await["viewBlock"].as_u64() };
-    test_support::eventually("the proxy has a view", has_view).await;
+    view_reaches(&proxy, 0).await;
     assert_eq!(status(&proxy).await["chainId"], 4242);
 
     // Who the clients read: idle genesis accounts, the dev accounts, the

@@ -256,7 +256,7 @@ async fn tampered_links(http: &reqwest::Client, server: &str, target: &(String, 
         let (link, _) = start_relay(&server, rewrite).await;
         let cache = tempfile::tempdir().unwrap();
         let tampered = start_proxy(&link, None, cache.path()).await;
-        wait_for_view(&tampered).await;
+        view_reaches(&tampered, 0).await;
         for _ in 0..3 {
             let v = rpc_raw(http, &tampered, &json!({"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":[target.0, "latest"]}).to_string()).await;
             if name == "swap" && v.get("result").is_some() {

@@ -185,7 +185,7 @@ async fn a_tampering_server_is_caught_and_contained() {
         let rewrite = rewriting(shift_partition(&shape, p, delta / 8), queries.clone());
         let cache = tempfile::tempdir().unwrap();
         let (proxy, _) = tampered_proxy(&server, rewrite, cache.path(), limits).await;
-        wait_for_view(&proxy).await;
+        view_reaches(&proxy, 0).await;
         for (a, wei) in &accounts {
             let v = balance(&proxy, a).await;
             assert_eq!(
@@ -206,7 +206,7 @@ async fn a_tampering_server_is_caught_and_contained() {
         );
         let cache = tempfile::tempdir().unwrap();
         let (proxy, saw) = tampered_proxy(&server, rewrite, cache.path(), limits).await;
-        wait_for_view(&proxy).await;
+        view_reaches(&proxy, 0).await;
         assert_fails_closed(&proxy, &queries, &saw, &format!("noise in partition {p}")).await;
     }
 
@@ -225,7 +225,7 @@ async fn a_tampering_server_is_caught_and_contained() {
     });
     let cache = tempfile::tempdir().unwrap();
     let (proxy, saw) = tampered_proxy(&server, flip, cache.path(), limits).await;
-    wait_for_view(&proxy).await;
+    view_reaches(&proxy, 0).await;
     assert_fails_closed(&proxy, &queries, &saw, "bit flip without checksum").await;
 
     // Whole multiples of delta look like valid plaintext to the noise
@@ -238,7 +238,7 @@ async fn a_tampering_server_is_caught_and_contained() {
         let rewrite = rewriting(shift_partition(&shape, p, delta), queries);
         let cache = tempfile::tempdir().unwrap();
         let (proxy, _) = tampered_proxy(&server, rewrite, cache.path(), limits).await;
-        wait_for_view(&proxy).await;
+        view_reaches(&proxy, 0).await;
         let (a, wei) = &accounts[p % accounts.len()];
         let v = balance(&proxy, a).await;
         let right = v["result"].as_str() == Some(wei.as_str());
@@ -279,7 +279,7 @@ async fn trust_reset_resumes_private_reads() {
     let rewrite = rewriting(shift_partition(&shape, 0, delta / 2 - 1), queries.clone());
     let cache = tempfile::tempdir().unwrap();
     let (proxy, _) = tampered_proxy(&server, rewrite, cache.path(), Default::default()).await;
-    wait_for_view(&proxy).await;
+    view_reaches(&proxy, 0).await;
     let accounts = genesis_accounts();
     assert_eq!(
         balance(&proxy, &accounts[0].0).await["error"]["code"],
@@ -371,7 +371,7 @@ async fn blind_shifts_fail_closed_with_no_wrong_answer() {
         let rewrite = blind_shift(delta, pick, element, queries.clone());
         let cache = tempfile::tempdir().unwrap();
         let (proxy, saw) = tampered_proxy(&server, rewrite, cache.path(), limits).await;
-        wait_for_view(&proxy).await;
+        view_reaches(&proxy, 0).await;
         // Three requests of eight accounts, none read before.
         let mut closed = false;
         for chunk in accounts.chunks(8).take(3) {

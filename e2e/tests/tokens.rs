@@ -190,8 +190,7 @@ async fn wallets_read_token_balances_privately_through_viem() {
         ..Default::default()
     })
     .await;
-    let has_view = || async { status(&proxy).await["viewBlock"].as_u64() };
-    test_support::eventually("the proxy has a view", has_view).await;
+    view_reaches(&proxy, 0).await;
 
     // Two listed tokens, a listed staking pool and an unlisted token;
     // mints, then transfers between holders, a block each.
@@ -248,9 +247,7 @@ async fn wallets_read_token_balances_privately_through_viem() {
     // the type-4 transaction to itself succeeds).
     delegate(&anvil, STORE.parse().unwrap()).await;
     let head = anvil.head().await;
-    let caught_up =
-        || async { (status(&proxy).await["viewBlock"].as_u64()? >= head).then_some(()) };
-    test_support::eventually("the proxy's view reaches the head", caught_up).await;
+    view_reaches(&proxy, head).await;
     let block = status(&proxy).await["viewBlock"].as_u64().unwrap();
     upstream_saw.lock().unwrap().clear();
 
@@ -441,7 +438,7 @@ async fn wallets_read_token_balances_privately_through_viem() {
     })
     .await;
     let _ = &shares;
-    wait_for_view(&checking).await;
+    view_reaches(&checking, 0).await;
     let first = balance_of(&checking, listed[0], holders[1], block)
         .await
         .unwrap();

@@ -45,7 +45,7 @@ async fn counted_proxy(
         ..config
     })
     .await;
-    wait_for_view(&proxy).await;
+    view_reaches(&proxy, 0).await;
     sizes.lock().unwrap().clear();
     (proxy, sizes)
 }

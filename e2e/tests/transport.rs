@@ -81,7 +81,7 @@ async fn all_pir_traffic_goes_through_the_socks_proxy() {
         ..Default::default()
     })
     .await;
-    wait_for_view(&proxy).await;
+    view_reaches(&proxy, 0).await;
     let before = peers.lock().unwrap().len();
     let lookups = 4;
     for i in 0..lookups {
@@ -106,7 +106,7 @@ async fn all_pir_traffic_goes_through_the_socks_proxy() {
     let (front2, peers2) = recording_front(server.trim_start_matches("http://").to_string()).await;
     let cache2 = tempfile::tempdir().unwrap();
     let direct = start_proxy(&front2, None, cache2.path()).await;
-    wait_for_view(&direct).await;
+    view_reaches(&direct, 0).await;
     assert!(peers2
         .lock()
         .unwrap()

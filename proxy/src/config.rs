@@ -36,8 +36,9 @@ pub struct ProxyConfig {
     /// unchanged catalog costs a 304). Fractions allowed.
     pub refresh_secs: f64,
     /// Seconds a wallet's request at start waits for the PIR server's
-    /// first catalog (then it gets -32003, "not ready"); later requests
-    /// never wait for one. Fractions allowed; 0: no wait.
+    /// first view, or a catalog that says for good there is none (then it
+    /// gets -32003, "not ready"); later requests never wait for one.
+    /// Fractions allowed; 0: no wait.
     pub start_wait_secs: f64,
     /// Seconds to open a connection to the PIR server or upstream.
     pub connect_timeout_secs: u64,
@@ -293,7 +294,7 @@ impl ProxyConfig {
         }
     }
 
-    /// How long a request at start waits for the first catalog: at most
+    /// How long a request at start waits for the first view: at most
     /// the request timeout (a wallet gives up about then).
     pub fn start_wait(&self) -> Duration {
         seconds(

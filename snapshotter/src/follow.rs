@@ -715,9 +715,9 @@ async fn genesis_base(
         .collect();
     // Not proved: a dev node's genesis header may name no real root.
     let on_node = node.read_accounts(&sample, 0, None).await?;
-    if let Some(address) = differs_from_file(&state, &on_node) {
+    if let Some(got) = differs_from_file(&state, &on_node) {
         tracing::debug!(
-            ?address,
+            address = ?got.address,
             "block 0 differs from the genesis file: read again in a second"
         );
         // Read again once: anvil answers for its head block from its live
@@ -725,10 +725,11 @@ async fn genesis_base(
         // later, block 0 is read as it was.
         tokio::time::sleep(std::time::Duration::from_secs(1)).await;
         let again = node.read_accounts(&sample, 0, None).await?;
-        if let Some(address) = differs_from_file(&state, &again) {
+        if let Some(got) = differs_from_file(&state, &again) {
             return Err(Refusal::Mismatch(format!(
-                "{} is not this node's genesis: account {address:?} differs at block 0",
+                "{} is not this node's genesis: account {:?} differs at block 0",
                 file.display(),
+                got.address
             ))
             .into());
         }
@@ -741,15 +742,14 @@ async fn genesis_base(
 }
 
 /// The first account read from the node whose balance or nonce is not
-/// the genesis file's (`Some(None)` when it names no address).
-fn differs_from_file(
+/// the genesis file's.
+fn differs_from_file<'a>(
     state: &ExportedState,
-    on_node: &[protocol::account::AccountRecord],
-) -> Option<Option<Address>> {
-    on_node.iter().find_map(|got| {
+    on_node: &'a [protocol::account::AccountRecord],
+) -> Option<&'a protocol::account::AccountRecord> {
+    on_node.iter().find(|got| {
         let want = state.records.iter().find(|r| r.key == got.key);
-        let differs = want.is_none_or(|w| (w.balance, w.nonce) != (got.balance, got.nonce));
-        differs.then_some(got.address)
+        want.is_none_or(|w| (w.balance, w.nonce) != (got.balance, got.nonce))
     })
 }
 

@@ -284,19 +284,6 @@ pub async fn wait_for_block(proxy: &str, block: &str) {
     test_support::eventually(&format!("the proxy serves block {block}"), served).await;
 }
 
-/// Polls until the proxy has a view (`ethpir_status`'s `viewBlock`):
-/// its first catalog adopted, whatever `eth_chainId` says before it (the
-/// upstream's chain, with an upstream).
-pub async fn wait_for_view(proxy: &str) {
-    let viewed = || async {
-        let status = test_support::rpc(proxy, "ethpir_status", serde_json::json!([]))
-            .await
-            .ok()?;
-        status["viewBlock"].as_u64()
-    };
-    test_support::eventually("the proxy has a view", viewed).await;
-}
-
 /// Every account of the bundled mainnet genesis: (address, balance as a
 /// 0x quantity), in the file's order.
 pub fn genesis_balances() -> Vec<(String, String)> {
@@ -441,7 +428,9 @@ pub fn log_if_asked() {
 }
 
 /// Polls until the proxy's newest view is at `block` or later; that
-/// block.
+/// block. At 0: until it has a view at all (its first catalog adopted,
+/// whatever `eth_chainId` says before it, the upstream's chain with an
+/// upstream).
 pub async fn view_reaches(proxy: &str, block: u64) -> u64 {
     let reached = || async {
         test_support::proxy_status(proxy).await["viewBlock"]
