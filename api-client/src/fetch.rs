@@ -29,7 +29,8 @@ pub enum Size {
 }
 
 impl Size {
-    fn limit(self) -> u64 {
+    /// The most bytes it allows.
+    pub fn limit(self) -> u64 {
         match self {
             Size::AtMost(n) | Size::Exactly(n) => n,
         }
@@ -44,6 +45,10 @@ pub struct Bounds {
     pub first_byte: Duration,
     /// From sending the request to the body's last byte.
     pub whole: Duration,
+    /// Longest wait for the body's next bytes (`None`: only `whole`): a
+    /// peer that stops sending is given up on without waiting out the
+    /// whole, however large the body.
+    pub idle: Option<Duration>,
 }
 
 /// Why a response was not read.
@@ -57,6 +62,8 @@ pub enum FetchError {
     FirstByte { what: String, secs: f64 },
     #[error("{what}: not received within {secs} s (the peer sends too slowly)")]
     Slow { what: String, secs: f64 },
+    #[error("{what}: no bytes for {secs} s (the peer stopped sending)")]
+    Stalled { what: String, secs: f64 },
     #[error("{what}: over the limit of {limit} bytes")]
     TooLarge { what: String, limit: u64 },
     #[error("{what}: {got} bytes where exactly {expected} are expected")]
@@ -179,6 +186,7 @@ type Sink<'a> = dyn FnMut(&[u8]) -> Result<(), FetchError> + Send + 'a;
 struct Reading<'a> {
     deadline: Instant,
     whole: Duration,
+    idle: Option<Duration>,
     what: &'a str,
     size: Size,
     on_bytes: &'a (dyn Fn(u64) + Sync),
@@ -195,6 +203,7 @@ impl<'a> Reading<'a> {
         Reading {
             deadline,
             whole: bounds.whole,
+            idle: bounds.idle,
             what,
             size,
             on_bytes,
@@ -253,7 +262,16 @@ impl<'a> Reading<'a> {
         let limit = self.size.limit();
         let mut got = 0u64;
         loop {
-            let chunk = match response.chunk().await {
+            let next = match self.idle {
+                Some(idle) => tokio::time::timeout(idle, response.chunk())
+                    .await
+                    .map_err(|_| FetchError::Stalled {
+                        what: self.what.into(),
+                        secs: idle.as_secs_f64(),
+                    })?,
+                None => response.chunk().await,
+            };
+            let chunk = match next {
                 Ok(Some(c)) => c,
                 Ok(None) => return Ok(got),
                 Err(e) => {

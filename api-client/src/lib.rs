@@ -145,6 +145,7 @@ impl ApiClient {
             ),
             first_byte: timeout,
             whole: timeout,
+            idle: None,
         };
         let fetched = self.get(path, what, &[], bounds, &|_| {}).await?;
         let body = success(fetched, what)?;

@@ -31,6 +31,7 @@
 mod access;
 mod db;
 mod inner;
+mod naming;
 mod spec;
 
 use std::cell::RefCell;
@@ -45,6 +46,7 @@ use revm::primitives::TxKind;
 use revm::{Context, InspectEvm, MainBuilder, MainContext};
 
 pub use access::Touched;
+pub use naming::Naming;
 pub use revm::primitives::hardfork::SpecId;
 pub use spec::spec_for;
 
@@ -298,6 +300,19 @@ pub fn run_traced(
     known: &KnownState,
     access_list: &Touched,
 ) -> (Outcome, Touched) {
+    let (outcome, touched, _) = run_named(block, spec, args, known, access_list);
+    (outcome, touched)
+}
+
+/// [`run_traced`], with what the call names ([`Naming`]): which of the
+/// reads it lacked name its wallet.
+pub fn run_named(
+    block: &BlockContext,
+    spec: SpecId,
+    args: &CallArgs,
+    known: &KnownState,
+    access_list: &Touched,
+) -> (Outcome, Touched, Naming) {
     let trace = Rc::new(RefCell::new(inner::Trace::default()));
     let db = db::RoundDb::new(known, block, trace.clone());
     let inner = inner::InnerCalls::new(
@@ -313,15 +328,19 @@ pub fn run_traced(
     let excluded =
         std::iter::once(args.from.unwrap_or_default()).chain(precompiles.addresses().copied());
     let recorder = access::AccessRecorder::new(excluded);
+    let naming = naming::NamingWatch {
+        naming: Naming::of_call(args),
+    };
     let mut evm = Context::mainnet()
         .with_db(db)
         .with_cfg(call_cfg(block, spec))
         .with_block(block_env(block, spec, args))
-        .build_mainnet_with_inspector((inner, recorder));
+        .build_mainnet_with_inspector((inner, (recorder, naming)));
     let result = evm.inspect_tx(tx_env(block, args, access_list));
-    let touched = std::mem::take(&mut evm.inspector.1.touched);
+    let touched = std::mem::take(&mut evm.inspector.1 .0.touched);
+    let naming = std::mem::take(&mut evm.inspector.1 .1.naming);
     drop(evm);
-    (outcome_of(trace.take(), result), touched)
+    (outcome_of(trace.take(), result), touched, naming)
 }
 
 /// What a run's trace and result say: reads first (a run that lacked any

@@ -7,6 +7,16 @@
 //! the block yet after a wait, or does not answer) are not read, unless
 //! the reader is set to read unconfirmed views (`read_unconfirmed_views`),
 //! which then reads the last two kinds as before.
+//!
+//! A confirmation is not kept for good: a view's block may be reorged
+//! away after it was confirmed while the PIR server, stuck or lying, goes
+//! on serving it. Every read asks the source again for the hash at the
+//! view's number, and reads that wait together share one question (one
+//! answered after they began, whatever it was: an outage costs the reads
+//! waiting together one question's wait, not one each). A view the
+//! source now contradicts, or no longer has, is not read; one the source
+//! cannot be asked about now (an outage) stays read as last confirmed
+//! (logged at `debug`).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -40,10 +50,22 @@ pub struct CanonicalCheck {
     source: HeaderSource,
     /// The source's chain, once it said.
     chain: Mutex<Option<u64>>,
-    confirmed: Mutex<HashMap<u64, B256>>,
+    /// By block number: the last hash the source confirmed there, and
+    /// when; a read locks its block's entry while it asks, so that reads
+    /// waiting together share the question.
+    confirmed: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<Kept>>>>,
     read_unconfirmed: bool,
     /// How long a read waits for the source to have a view's block.
     ahead_wait: Duration,
+}
+
+/// What is kept of one block number: the hash the source last confirmed
+/// there, and its last answer (any: a hash, none, a failure) with when it
+/// came, which reads that began before it share.
+#[derive(Clone, Debug, Default)]
+struct Kept {
+    confirmed: Option<B256>,
+    last: Option<(Result<Option<B256>, String>, tokio::time::Instant)>,
 }
 
 /// Most confirmed hashes remembered (a few hours of mainnet blocks).
@@ -101,25 +123,43 @@ impl CanonicalCheck {
                 false => Err(ReadError::Unbound { block }),
             };
         };
-        if self.confirmed.lock().expect("lock").get(&block) == Some(&hash) {
-            return Ok(());
-        }
-        match self.hash_at(block).await {
+        let began = tokio::time::Instant::now();
+        let entry = self.entry(block);
+        let mut kept = entry.lock().await;
+        let was_confirmed = kept.confirmed == Some(hash);
+        let asked = match &kept.last {
+            // Answered after this read began (to a read that waited with
+            // it): shared, whatever it was.
+            Some((answer, at)) if *at >= began => answer.clone(),
+            // A block confirmed before is asked once (it was there); a new
+            // one is waited for a little (the server may be ahead).
+            _ => {
+                let answer = match was_confirmed {
+                    true => self.hash_once(block).await,
+                    false => self.hash_at(block).await,
+                };
+                kept.last = Some((answer.clone(), tokio::time::Instant::now()));
+                answer
+            }
+        };
+        match asked {
             Ok(Some(theirs)) if theirs == hash => {
-                let mut confirmed = self.confirmed.lock().expect("lock");
-                if confirmed.len() >= REMEMBERED {
-                    confirmed.clear();
-                }
-                confirmed.insert(block, hash);
+                kept.confirmed = Some(hash);
                 Ok(())
             }
             Ok(Some(theirs)) => {
+                kept.confirmed = None;
                 tracing::warn!(block, view = %hash, node = %theirs, "the PIR server's view is not the upstream's block: not read");
                 Err(ReadError::NotCanonical {
                     block,
                     view: hash,
                     node: theirs,
                 })
+            }
+            Ok(None) if was_confirmed => {
+                kept.confirmed = None;
+                tracing::warn!(block, view = %hash, "the upstream no longer has the view's block (reorged to a shorter chain): not read");
+                self.unconfirmed(block, "the upstream no longer has the block".into())
             }
             Ok(None) => self.unconfirmed(
                 block,
@@ -128,8 +168,27 @@ impl CanonicalCheck {
                     self.ahead_wait.as_secs()
                 ),
             ),
+            Err(why) if was_confirmed => {
+                tracing::debug!(block, %why, "the upstream did not answer: the view stays read as last confirmed");
+                Ok(())
+            }
             Err(why) => self.unconfirmed(block, why),
         }
+    }
+
+    /// The entry of `block` in what was confirmed (made empty).
+    fn entry(&self, block: u64) -> Arc<tokio::sync::Mutex<Kept>> {
+        let mut confirmed = self.confirmed.lock().expect("lock");
+        if confirmed.len() >= REMEMBERED && !confirmed.contains_key(&block) {
+            confirmed.clear();
+        }
+        confirmed.entry(block).or_default().clone()
+    }
+
+    /// The source's hash at `block`, asked once.
+    async fn hash_once(&self, block: u64) -> Result<Option<B256>, String> {
+        let asked = tokio::time::timeout(PATIENCE, (self.source.block_hash)(block)).await;
+        asked.unwrap_or_else(|_| Err("no answer in time".into()))
     }
 
     /// The source's hash at `block`, waiting up to [`AHEAD_WAIT`] while it
@@ -137,8 +196,7 @@ impl CanonicalCheck {
     async fn hash_at(&self, block: u64) -> Result<Option<B256>, String> {
         let deadline = tokio::time::Instant::now() + self.ahead_wait;
         loop {
-            let asked = tokio::time::timeout(PATIENCE, (self.source.block_hash)(block)).await;
-            let found = asked.unwrap_or_else(|_| Err("no answer in time".into()))?;
+            let found = self.hash_once(block).await?;
             if found.is_some() || tokio::time::Instant::now() + POLL > deadline {
                 return Ok(found);
             }
@@ -235,5 +293,57 @@ mod tests {
         assert!(lax.check(8, 1, Some(h1)).await.is_err());
         let lax_down = check(source(vec![], true), true);
         assert_eq!(lax_down.check(7, 1, Some(h1)).await, Ok(()));
+    }
+
+    /// The blocks of a source that changes: `None` while it is down.
+    type Blocks = Arc<Mutex<Option<Vec<(u64, B256)>>>>;
+
+    /// A source whose blocks change (reorgs) and that can go down.
+    fn changing(blocks: Blocks) -> HeaderSource {
+        HeaderSource {
+            chain_id: Arc::new(|| Box::pin(async { Ok(7) })),
+            block_hash: Arc::new(move |n| {
+                let blocks = blocks.lock().unwrap().clone();
+                Box::pin(async move {
+                    let blocks = blocks.ok_or("connection refused")?;
+                    Ok(blocks.iter().find(|b| b.0 == n).map(|b| b.1))
+                })
+            }),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_view_reorged_away_after_its_confirmation_is_not_read() {
+        let (h1, h2) = (B256::repeat_byte(1), B256::repeat_byte(2));
+        let blocks = Arc::new(Mutex::new(Some(vec![(1, h1), (2, h2)])));
+        let strict = check(changing(blocks.clone()), false);
+        assert_eq!(strict.check(7, 2, Some(h2)).await, Ok(()));
+        // The source down: the last confirmation stands.
+        *blocks.lock().unwrap() = None;
+        assert_eq!(strict.check(7, 2, Some(h2)).await, Ok(()));
+        // Block 2 reorged away (to a shorter chain): not read at once.
+        *blocks.lock().unwrap() = Some(vec![(1, h1)]);
+        let started = std::time::Instant::now();
+        assert!(matches!(
+            strict.check(7, 2, Some(h2)).await,
+            Err(ReadError::Unconfirmed { block: 2, .. })
+        ));
+        assert!(
+            started.elapsed() < Duration::from_millis(250),
+            "not waited for"
+        );
+        // Replaced by another block 2: contradicted.
+        let other = B256::repeat_byte(3);
+        *blocks.lock().unwrap() = Some(vec![(1, h1), (2, other)]);
+        assert!(matches!(
+            strict.check(7, 2, Some(h2)).await,
+            Err(ReadError::NotCanonical { block: 2, .. })
+        ));
+        // Once contradicted, an outage does not bring it back.
+        *blocks.lock().unwrap() = None;
+        assert!(strict.check(7, 2, Some(h2)).await.is_err());
+        // Confirmed again when the source has it again.
+        *blocks.lock().unwrap() = Some(vec![(2, h2)]);
+        assert_eq!(strict.check(7, 2, Some(h2)).await, Ok(()));
     }
 }

@@ -236,7 +236,7 @@ impl CodeCache {
             if check_code(hash, &code).is_ok() {
                 return Ok(code.into());
             }
-            tracing::warn!(file = %path.display(), "a cached code is not its hash's; downloading it again");
+            tracing::warn!(file = %protocol::redact::Redacted(path.display()), "a cached code is not its hash's; downloading it again");
         }
         let what = format!("code {hash}");
         let size = Size::AtMost(MAX_CODE_BYTES as u64);

@@ -28,6 +28,11 @@ pub struct ClientConfig {
     pub allow_insecure_transport: bool,
     /// Every batch of queries has exactly this many (1: no padding).
     pub pad_batches_to: usize,
+    /// Without `pad_batches_to`, every request's queries per level are
+    /// padded up to the next count of the ladder `n, 2n, 4n, ...` (canaries
+    /// where answers are known, random fillers where not), so that its
+    /// size says only roughly how many keys it reads (0: no ladder).
+    pub pad_queries_ladder: usize,
     /// Queries of keys whose answer is known mixed into every request, so
     /// that a server altering answers is caught (docs/security.md, "Blind
     /// shifts"). With padding, the fillers are canaries too.
@@ -131,6 +136,7 @@ impl Default for ClientConfig {
             limits: Limits::default(),
             allow_insecure_transport: false,
             pad_batches_to: 1,
+            pad_queries_ladder: 2,
             canaries_per_request: 1,
             prefetch_codes: 16,
             cover_lookups_per_hour: 0.0,
@@ -157,8 +163,14 @@ pub struct Timeouts {
     /// The whole of a small request: catalog, query, upstream call.
     pub request: Duration,
     /// The whole of a setup or table download (they may be hundreds of
-    /// MiB).
+    /// MiB), at most: a download of `n` bytes is given `first_byte` and
+    /// `n` at `min_download_rate`, within this.
     pub download: Duration,
+    /// Longest a download may go without a byte (a server that stalls it
+    /// is given up on at once, not after `download`).
+    pub idle: Duration,
+    /// Bytes a second a download is given time for.
+    pub min_download_rate: u64,
 }
 
 impl Default for Timeouts {
@@ -168,6 +180,8 @@ impl Default for Timeouts {
             first_byte: Duration::from_secs(30),
             request: Duration::from_secs(30),
             download: Duration::from_secs(600),
+            idle: Duration::from_secs(30),
+            min_download_rate: 128 * 1024,
         }
     }
 }

@@ -45,6 +45,16 @@ pub fn refuse_replaced(status: reqwest::StatusCode, level: &str) -> Result<(), R
     }
 }
 
+/// How long a download of at most `bytes` is given: the first byte's
+/// wait and the bytes at `min_download_rate`, within `download`. A server
+/// that trickles a small level so is given up on in seconds, not in the
+/// ten minutes a base's setup may take.
+fn download_deadline(t: &Timeouts, bytes: u64) -> std::time::Duration {
+    let sending = bytes as f64 / t.min_download_rate.max(1) as f64;
+    let sending = std::time::Duration::from_secs_f64(sending.min(t.download.as_secs_f64()));
+    (t.first_byte + sending).min(t.download)
+}
+
 impl ServerLink {
     pub fn new(http: reqwest::Client, base: &str, timeouts: Timeouts) -> Self {
         ServerLink {
@@ -60,13 +70,15 @@ impl ServerLink {
             Duration::Held(held) => held,
             _ => std::time::Duration::ZERO,
         };
+        let t = &self.timeouts;
         Bounds {
             size,
-            first_byte: self.timeouts.first_byte + held,
+            first_byte: t.first_byte + held,
             whole: match duration {
-                Duration::Short | Duration::Held(_) => self.timeouts.request + held,
-                Duration::Long => self.timeouts.download,
+                Duration::Short | Duration::Held(_) => t.request + held,
+                Duration::Long => download_deadline(t, size.limit()),
             },
+            idle: (duration == Duration::Long).then_some(t.idle),
         }
     }
 
@@ -130,5 +142,27 @@ impl ServerLink {
     /// Records a verification failure of this server (see [`Trust`]).
     pub fn distrust(&self, reason: String) -> ReadError {
         self.trust.distrust(reason, self.api.base())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_download_is_given_time_for_its_size() {
+        let t = Timeouts::default();
+        let s = |secs| std::time::Duration::from_secs(secs);
+        // 16 MiB at 128 KiB/s: 128 s, after the first byte's 30.
+        assert_eq!(download_deadline(&t, 16 << 20), s(158));
+        assert_eq!(download_deadline(&t, 0), s(30));
+        // A base's setup is bounded by `download`.
+        assert_eq!(download_deadline(&t, 1 << 30), s(600));
+        assert_eq!(download_deadline(&t, u64::MAX), s(600));
+        let link = ServerLink::new(reqwest::Client::new(), "http://127.0.0.1:1", t);
+        let long = link.bounds(Size::Exactly(1 << 20), Duration::Long);
+        assert_eq!(long.idle, Some(s(30)));
+        assert_eq!(long.whole, s(38));
+        assert_eq!(link.bounds(Size::AtMost(1), Duration::Short).idle, None);
     }
 }

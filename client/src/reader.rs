@@ -85,14 +85,21 @@ pub struct PrivateReader {
     suspect_levels: std::sync::Mutex<std::collections::BTreeSet<protocol::Sha3Digest>>,
     /// Queries per batch sent (1: as many as asked).
     pad_to: usize,
+    /// Without `pad_to`: the least count of the ladder of query counts a
+    /// request is padded to (0: none).
+    ladder: usize,
     /// Canaries mixed into each request (when padding: at least; fillers
     /// are canaries where there are known answers).
     canaries_per_request: usize,
     /// Snapshots whose setup data (or whole table) is loaded.
     snapshots: RwLock<BTreeMap<SnapshotId, Level>>,
-    /// Held while a setup is fetched, so two lookups of a cold view do not
-    /// download it twice.
-    opening: tokio::sync::Mutex<()>,
+    /// Held, per level, while its setup (or table) is fetched, so that two
+    /// lookups of a cold view do not download it twice, and a download
+    /// that a server stalls holds up no read of another level.
+    opening: std::sync::Mutex<HashMap<SnapshotId, Arc<tokio::sync::Mutex<()>>>>,
+    /// This reader, once shared (started): a hot tier is downloaded in a
+    /// task of its own, never by a read that waits for it.
+    me: std::sync::OnceLock<std::sync::Weak<PrivateReader>>,
     /// The header source views are checked against, once set.
     canonical: std::sync::OnceLock<Arc<crate::canonical::CanonicalCheck>>,
     /// Read views the header source cannot confirm (or that name no block
@@ -190,9 +197,11 @@ impl PrivateReader {
             max_view_bytes: config.limits.max_view_setup_bytes(),
             suspect_levels: Default::default(),
             pad_to: config.pad_batches_to.max(1),
+            ladder: config.pad_queries_ladder,
             canaries_per_request: config.canaries_per_request,
             snapshots: RwLock::new(BTreeMap::new()),
-            opening: tokio::sync::Mutex::new(()),
+            opening: Default::default(),
+            me: std::sync::OnceLock::new(),
             canonical: std::sync::OnceLock::new(),
             read_unconfirmed: config.read_unconfirmed_views,
             idle: config.idle_policy(),
@@ -234,6 +243,7 @@ impl PrivateReader {
     /// The catalog kept fresh (fetched at once with `fetch_now`) and cover
     /// lookups, until the reader is dropped.
     fn spawn_background(self: &Arc<Self>, config: &ClientConfig, fetch_now: bool) {
+        let _ = self.me.set(Arc::downgrade(self));
         if config.cover_lookups_per_hour > 0.0 {
             tokio::spawn(cover_traffic(
                 Arc::downgrade(self),
@@ -658,13 +668,32 @@ impl PrivateReader {
     /// Reads keys privately from every level of one view, in as few
     /// requests as the server's batch limit allows. One result per key.
     /// A wide storage word (format 4) is read whole: its high part in one
-    /// more request, after the value that says so.
+    /// more request, after the value that says so. Every key is read as
+    /// if no hot tier held it (see [`Self::read_sharing`]).
     pub async fn read(
         &self,
         view: &ViewClient,
         keys: &[ReadKey],
     ) -> Vec<Result<KeyState, ReadError>> {
-        let mut out = self.read_values(view, keys).await;
+        self.read_sharing(view, keys, &vec![false; keys.len()])
+            .await
+    }
+
+    /// [`Self::read`], where the keys marked in `shared` (one flag per
+    /// key) may be read from the hot tier: keys that do not name the
+    /// wallet (a pool's reserves, a token's supply, a proxy's
+    /// implementation slot). Every other key is asked of every PIR level
+    /// whether or not the tier holds it, so that what the server sees
+    /// never depends on whether its tier holds the wallet's keys: a
+    /// server that chose a tier holding a candidate's account and slots
+    /// would otherwise see that wallet's requests shrink.
+    pub async fn read_sharing(
+        &self,
+        view: &ViewClient,
+        keys: &[ReadKey],
+        shared: &[bool],
+    ) -> Vec<Result<KeyState, ReadError>> {
+        let mut out = self.read_values(view, keys, shared).await;
         let wide: Vec<(usize, ReadKey)> = out
             .iter()
             .zip(keys)
@@ -684,7 +713,8 @@ impl PrivateReader {
             return out;
         }
         let high_keys: Vec<ReadKey> = wide.iter().map(|(_, k)| *k).collect();
-        let highs = self.read_values(view, &high_keys).await;
+        let high_shared: Vec<bool> = wide.iter().map(|(i, _)| shared[*i]).collect();
+        let highs = self.read_values(view, &high_keys, &high_shared).await;
         for ((i, _), high) in wide.into_iter().zip(highs) {
             let low = std::mem::replace(&mut out[i], Err(ReadError::Backend(String::new())));
             out[i] = join_high_part(low, high);
@@ -697,6 +727,7 @@ impl PrivateReader {
         &self,
         view: &ViewClient,
         keys: &[ReadKey],
+        shared: &[bool],
     ) -> Vec<Result<KeyState, ReadError>> {
         // A request has at most the server's batch of queries, exactly
         // `pad_batches_to` when padding; room is left for the canaries.
@@ -710,12 +741,12 @@ impl PrivateReader {
             false => (max_batch.saturating_sub(canaries).max(1), 0),
         };
         let mut out = Vec::with_capacity(keys.len());
-        for chunk in keys.chunks(per_batch) {
+        for (chunk, shared) in keys.chunks(per_batch).zip(shared.chunks(per_batch)) {
             if let Some(reason) = self.distrusted() {
                 out.extend(all_failed(chunk.len(), &ReadError::Distrusted(reason)));
                 continue;
             }
-            let results = match self.read_batch(view, chunk, pad_to).await {
+            let results = match self.read_batch(view, chunk, shared, pad_to).await {
                 Ok(results) => results,
                 Err(e) => all_failed(chunk.len(), &e),
             };
@@ -741,16 +772,18 @@ impl PrivateReader {
     /// PIR level of the view, in a random order; none at all when every
     /// PIR level answered every key before (see [`crate::answers`]). What
     /// the server sees never depends on the keys' kind or on the level
-    /// that holds them, but for the hot tier: a key it holds (a set every
-    /// client downloads) goes in a request of its own, to the PIR levels
-    /// above the tier only (none, when the tier stands on the newest PIR
-    /// level). A key the view cannot hold (a slot of a contract
+    /// that holds them, but for the hot tier: a `shared` key it holds (a
+    /// set every client downloads) goes in a request of its own, to the
+    /// PIR levels above the tier only (none, when the tier stands on the
+    /// newest PIR level); a key that names the wallet is read as if no
+    /// tier held it. A key the view cannot hold (a slot of a contract
     /// it does not list) is replaced by a random one, and answered with
     /// why.
     async fn read_batch(
         &self,
         view: &ViewClient,
         asked: &[ReadKey],
+        shared: &[bool],
         pad_to: usize,
     ) -> Result<Vec<Result<KeyState, ReadError>>, ReadError> {
         let held: Vec<Result<(), ReadError>> = asked.iter().map(|k| view.holds(k)).collect();
@@ -769,7 +802,10 @@ impl PrivateReader {
             }
         }
         if !pir.is_empty() {
-            for (l, values) in self.read_pir_parts(view, &pir, &keys, pad_to).await? {
+            for (l, values) in self
+                .read_pir_parts(view, &pir, &keys, shared, pad_to)
+                .await?
+            {
                 found[l] = values;
             }
         }
@@ -786,9 +822,10 @@ impl PrivateReader {
 
     /// What each PIR level holds for `keys`, one list per level.
     ///
-    /// A key the hot tier holds is asked only of the PIR levels above
-    /// it (every client holds the tier: reading it names nothing);
-    /// the rest of every PIR level. With PIR levels above the tier, a
+    /// A `shared` key the hot tier holds is asked only of the PIR levels
+    /// above it (every client holds the tier: reading it names nothing);
+    /// the rest, the wallet's own keys whether the tier holds them or
+    /// not, of every PIR level. With PIR levels above the tier, a
     /// read that asks anything sends both requests at once (one with a
     /// random filler when its part has nothing to ask), as a cover
     /// lookup does: the server sees the same shape whatever the keys.
@@ -797,10 +834,11 @@ impl PrivateReader {
         view: &ViewClient,
         pir: &[(usize, &Arc<SnapshotClient>)],
         keys: &[Option<B256>],
+        shared: &[bool],
         pad_to: usize,
     ) -> Result<Vec<(usize, Vec<Found>)>, ReadError> {
-        let (hot, cold): (Vec<usize>, Vec<usize>) =
-            (0..keys.len()).partition(|&i| keys[i].is_some_and(|k| view.hot_holds(&k)));
+        let (hot, cold): (Vec<usize>, Vec<usize>) = (0..keys.len())
+            .partition(|&i| shared[i] && keys[i].is_some_and(|k| view.hot_holds(&k)));
         let above: Vec<(usize, &Arc<SnapshotClient>)> = pir
             .iter()
             .filter(|(l, _)| view.above_hot().is_some_and(|above| *l >= above))
@@ -928,15 +966,21 @@ impl PrivateReader {
         // With padding, every query beyond the real ones is a canary where
         // answers are known, a random filler where not.
         let real = unknown.len() + unheld;
-        let slots = match pad_to > 0 {
-            true => pad_to.saturating_sub(real),
-            false => self.canaries_per_request,
+        let padded = match (pad_to > 0, self.ladder > 0) {
+            (true, _) => Some(pad_to),
+            (false, true) => Some(ladder_count(
+                real + self.canaries_per_request,
+                self.ladder,
+                self.catalog.max_batch(),
+            )),
+            (false, false) => None,
+        };
+        let slots = match padded {
+            Some(total) => total.saturating_sub(real),
+            None => self.canaries_per_request,
         };
         let canaries = canary::choose(&self.answers, pir, unknown, slots)?;
-        let fillers = match pad_to > 0 {
-            true => slots - canaries.len(),
-            false => 0,
-        };
+        let fillers = slots - canaries.len();
         self.pir_keys
             .fetch_add(unknown.len() as u64, std::sync::atomic::Ordering::Relaxed);
         let arranged = canary::arrange(unknown, unheld + fillers, &canaries, pir.len());
@@ -1142,13 +1186,35 @@ impl PrivateReader {
         if bytes > self.limits.max_setup_bytes || view_bytes > self.max_view_bytes || recently {
             return None;
         }
-        match self.open(&entry.id).await {
-            Ok(Level::Whole(level)) => Some(crate::levels::HotTier { level, on }),
-            Ok(Level::Pir(_)) => None,
+        // Being downloaded: read by PIR meanwhile rather than wait for it
+        // (a server may stall it). A started reader downloads it in a task
+        // of its own; one not shared yet, here.
+        if self.opening_now(&entry.id) {
+            return None;
+        }
+        if let Some(me) = self.me.get().cloned() {
+            let id = entry.id;
+            tokio::spawn(async move {
+                if let Some(reader) = me.upgrade() {
+                    reader.load_hot(id).await;
+                }
+            });
+            return None;
+        }
+        match self.load_hot(entry.id).await {
+            Some(Level::Whole(level)) => Some(crate::levels::HotTier { level, on }),
+            _ => None,
+        }
+    }
+
+    /// Downloads the hot tier `id`; a failure is remembered (not tried
+    /// again for [`HOT_RETRY`]).
+    async fn load_hot(&self, id: SnapshotId) -> Option<Level> {
+        match self.open(&id).await {
+            Ok(level) => Some(level),
             Err(e) => {
-                tracing::info!(snapshot = %entry.id.url_form(), error = %e, "hot tier not loaded: its keys are read by PIR");
-                *self.hot_failed.lock().expect("lock") =
-                    Some((entry.id, std::time::Instant::now()));
+                tracing::info!(snapshot = %id.url_form(), error = %e, "hot tier not loaded: its keys are read by PIR");
+                *self.hot_failed.lock().expect("lock") = Some((id, std::time::Instant::now()));
                 None
             }
         }
@@ -1194,13 +1260,25 @@ impl PrivateReader {
         self.snapshots.read().expect("lock").get(id).cloned()
     }
 
+    /// Whether `id` is being opened (its download under way) now.
+    fn opening_now(&self, id: &SnapshotId) -> bool {
+        let opening = self.opening.lock().expect("opening");
+        opening.get(id).is_some_and(|lock| lock.try_lock().is_err())
+    }
+
     /// The client of one listed snapshot, its setup (or table) loaded if
     /// need be.
     async fn open(&self, id: &SnapshotId) -> Result<Level, ReadError> {
         if let Some(level) = self.loaded(id) {
             return Ok(level);
         }
-        let _one_at_a_time = self.opening.lock().await;
+        let lock = {
+            let mut opening = self.opening.lock().expect("opening");
+            // Levels no one is opening now are forgotten.
+            opening.retain(|_, lock| Arc::strong_count(lock) > 1);
+            opening.entry(*id).or_default().clone()
+        };
+        let _one_at_a_time = lock.lock().await;
         if let Some(level) = self.loaded(id) {
             return Ok(level);
         }
@@ -1428,7 +1506,9 @@ impl PrivateReader {
                 &entry,
                 Artifact::Setup,
                 &digest,
-                Size::AtMost(limit),
+                // (The manifest's setup length: more is a lie, and the
+                // download's deadline is its size's.)
+                Size::AtMost(announced),
             )
             .await?;
         let limits = self.limits;
@@ -1576,6 +1656,17 @@ async fn bind_to_source_chain(reader: Weak<PrivateReader>) {
     }
 }
 
+/// The query count a request of `wanted` queries is padded to: the least
+/// of `from, 2 from, 4 from, ...` that holds them, but never past the
+/// server's batch (`max_batch`) unless `wanted` is.
+fn ladder_count(wanted: usize, from: usize, max_batch: usize) -> usize {
+    let mut count = from.max(1);
+    while count < wanted {
+        count = count.saturating_mul(2);
+    }
+    count.min(max_batch.max(wanted))
+}
+
 /// Cover lookups at the times of a Poisson process of `per_hour`, until the
 /// reader is dropped.
 async fn cover_traffic(reader: Weak<PrivateReader>, per_hour: f64) {
@@ -1589,5 +1680,20 @@ async fn cover_traffic(reader: Weak<PrivateReader>, per_hour: f64) {
             return;
         };
         reader.cover_lookup().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ladder_count;
+
+    #[test]
+    fn query_counts_climb_a_ladder() {
+        let counts: Vec<usize> = (1..=9).map(|n| ladder_count(n, 2, 64)).collect();
+        assert_eq!(counts, [2, 2, 4, 4, 8, 8, 8, 8, 16]);
+        assert_eq!(ladder_count(40, 2, 48), 48, "never past the server's batch");
+        assert_eq!(ladder_count(50, 2, 48), 50, "unless the request is");
+        assert_eq!(ladder_count(3, 4, 64), 4);
+        assert_eq!(ladder_count(0, 0, 64), 1);
     }
 }

@@ -24,7 +24,7 @@ impl Trust {
     pub fn distrust(&self, reason: String, server: &str) -> ReadError {
         let mut stopped = self.stopped.lock().expect("trust lock");
         if stopped.is_none() {
-            tracing::warn!(%reason, server = %protocol::url::redact(server), "the PIR server failed verification: private reads are stopped until the proxy restarts or `ethpir-proxy trust-reset`");
+            tracing::warn!(reason = %protocol::redact::Redacted(&reason), server = %protocol::url::redact(server), "the PIR server failed verification: private reads are stopped until the proxy restarts or `ethpir-proxy trust-reset`");
             *stopped = Some(reason);
         }
         ReadError::Distrusted(stopped.clone().expect("just set"))
@@ -35,7 +35,7 @@ impl Trust {
     pub fn reset(&self) -> Option<String> {
         let was = self.stopped.lock().expect("trust lock").take();
         if let Some(reason) = &was {
-            tracing::warn!(%reason, "trust in the PIR server reset by the user");
+            tracing::warn!(reason = %protocol::redact::Redacted(reason), "trust in the PIR server reset by the user");
         }
         was
     }

@@ -107,3 +107,52 @@ async fn every_recent_block_reads_once_the_chain_is_quiet_after_reorgs() {
     follower.stop().await;
     anvil.stop().await;
 }
+
+/// A PIR server stuck at block N (its follower stopped) after a payment
+/// to the holder, and anvil reorging N away (the payment dropped, more
+/// blocks mined): the proxy confirmed N's hash before, and from then on
+/// never answers the orphan's balance, at `latest` or at N; it refuses
+/// (-32001) until a view on the upstream's chain exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_view_reorged_away_under_a_stuck_server_is_not_read() {
+    log_if_asked();
+    let dir = tempfile::tempdir().unwrap();
+    let (anvil, follower, server) = followed_chain(dir.path(), 16).await;
+    let (upstream, _) = start_relay(&anvil.url, passthrough()).await;
+    let cache = tempfile::tempdir().unwrap();
+    let proxy = start_proxy(&server, Some(upstream), cache.path()).await;
+    let holder = "0x00000000000000000000000000000000000f0b0e";
+    let fork = anvil.rpc("evm_snapshot", json!([])).await;
+    let five_eth = "0x4563918244f40000";
+    anvil
+        .send(json!({"from": DEV_ACCOUNTS[0], "to": holder, "value": five_eth}))
+        .await;
+    let orphan = anvil.head().await;
+    view_reaches(&proxy, orphan).await;
+    let at = format!("{orphan:#x}");
+    for block in ["latest", at.as_str()] {
+        let read = test_support::rpc(&proxy, "eth_getBalance", json!([holder, block])).await;
+        assert_eq!(read, Ok(json!(five_eth)), "before the reorg, at {block}");
+    }
+    follower.stop().await;
+    assert_eq!(anvil.rpc("evm_revert", json!([fork])).await, json!(true));
+    anvil.rpc("anvil_mine", json!(["0x3"])).await;
+    assert_eq!(
+        anvil.rpc("eth_getBalance", json!([holder, "latest"])).await,
+        json!("0x0")
+    );
+    let http = reqwest::Client::new();
+    for i in 0..20 {
+        for block in ["latest", at.as_str()] {
+            let call = json!({"jsonrpc": "2.0", "id": 1, "method": "eth_getBalance", "params": [holder, block]});
+            let v = test_support::rpc_raw(&http, &proxy, &call.to_string()).await;
+            assert_ne!(
+                v["result"],
+                json!(five_eth),
+                "read {i} at {block}: the orphan's balance"
+            );
+            assert_eq!(v["error"]["code"], -32001, "read {i} at {block}: {v}");
+        }
+    }
+    anvil.stop().await;
+}

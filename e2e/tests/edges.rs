@@ -179,6 +179,7 @@ async fn the_address_never_leaves_at_the_edges() {
     subscriptions_pass_the_gate(&chain).await;
     a_web_page_runs_nothing(&proxy, &chain).await;
     a_call_costs_what_it_reads(&proxy, &chain, &upstream).await;
+    filter_ids_are_the_proxys_own(&proxy, &chain, &upstream).await;
 
     let seen = relayed.lock().unwrap().clone();
     assert!(
@@ -302,6 +303,59 @@ async fn logs_naming_the_holder_stay_private(
         "read widened upstream"
     );
     assert!(!names(&seen, holder()), "{seen:?}");
+}
+
+/// Filter ids are the proxy's own: the node knows none of them, and a
+/// proxy that did not hand an id out (one restarted, say) answers geth's
+/// "filter not found", never the node's widened changes, which would
+/// carry a mint to another address unfiltered. The proxy that made it
+/// filters them; a block filter works the same way; uninstalling says
+/// whether the id was known.
+async fn filter_ids_are_the_proxys_own(proxy: &str, chain: &WholeChain, upstream: &str) {
+    let filter = json!({"topics": [TRANSFER, null, topic(holder())]});
+    let id = reply(proxy, "eth_newFilter", json!([filter])).await["result"].clone();
+    let blocks = reply(proxy, "eth_newBlockFilter", json!([])).await["result"].clone();
+    assert!(id.is_string() && blocks.is_string(), "{id} {blocks}");
+    for own in [&id, &blocks] {
+        let node = test_support::rpc(&chain.anvil.url, "eth_getFilterChanges", json!([own])).await;
+        assert!(
+            node.is_err(),
+            "the node knows the proxy's id {own}: {node:?}"
+        );
+    }
+    let (restarted, _cache) = fresh_proxy(&chain.server, Some(upstream.to_string())).await;
+    view_reaches(&restarted, 0).await;
+    let mint = IToken::mintCall {
+        to: dev(3),
+        amount: U256::from(7u64),
+    };
+    send(&chain.anvil, 0, chain.token, mint.abi_encode()).await;
+    for own in [&id, &blocks] {
+        let v = reply(&restarted, "eth_getFilterChanges", json!([own])).await;
+        assert_eq!(v["error"]["code"], -32000, "{v}");
+        assert_eq!(v["error"]["message"], "filter not found", "{v}");
+        let v = reply(&restarted, "eth_uninstallFilter", json!([own])).await;
+        assert_eq!(v["result"], json!(false), "{v}");
+    }
+    let v = reply(proxy, "eth_getFilterChanges", json!([id])).await;
+    assert_eq!(
+        v["result"],
+        json!([]),
+        "the mint to another is filtered out: {v}"
+    );
+    let v = reply(proxy, "eth_getFilterChanges", json!([blocks])).await;
+    assert!(
+        v["result"]
+            .as_array()
+            .is_some_and(|hashes| !hashes.is_empty()),
+        "the mint's block: {v}"
+    );
+    for own in [&id, &blocks] {
+        let v = reply(proxy, "eth_uninstallFilter", json!([own])).await;
+        assert_eq!(v["result"], json!(true), "{v}");
+        let v = reply(proxy, "eth_getFilterChanges", json!([own])).await;
+        assert_eq!(v["error"]["message"], "filter not found", "{v}");
+    }
 }
 
 /// The filter of the holder's incoming transfers, from block 0.

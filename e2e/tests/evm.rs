@@ -10,7 +10,8 @@
 //! answer is anvil's at the same block, byte for byte, and a recording
 //! relay in front of anvil sees no call naming a holder. A batch with an
 //! unlisted token sends that inner call alone upstream; with private-only
-//! settings that inner call fails and the rest is answered.
+//! settings the whole batch fails with the gate's error (never
+//! `success = false` or the BalanceChecker's 0).
 
 use crate::common;
 
@@ -648,9 +649,11 @@ async fn gas_after_an_inner_call_apart(
     assert_eq!(private, node, "the node's estimate");
 }
 
-/// With private-only settings (no address reads upstream): an inner call
-/// that cannot be answered privately fails, the rest is answered; the
-/// same call alone is refused; nothing goes upstream.
+/// With private-only settings (no address reads upstream): a batch whose
+/// one inner call cannot be answered privately fails whole with the
+/// gate's error (never `success = false`, never the BalanceChecker's 0);
+/// the same call alone is refused; a batch of listed tokens is answered;
+/// nothing goes upstream.
 async fn private_only(server: &str, anvil: &Anvil, c: &Contracts, upstream: &str, at: &str) {
     let (relay, seen) = start_relay(upstream, passthrough()).await;
     let cache = tempfile::tempdir().unwrap();
@@ -666,37 +669,37 @@ async fn private_only(server: &str, anvil: &Anvil, c: &Contracts, upstream: &str
     view_reaches(&proxy, block).await;
     let holder = holders()[2];
     let balance_of = IFlagged::balanceOfCall { holder }.abi_encode();
+    let refused = |v: &Result<Value, String>| match v {
+        Err(e) => e.contains("no-address-reads"),
+        Ok(_) => false,
+    };
     let mixed = [
         (c.flagged, balance_of.clone()),
         (c.unlisted, balance_of.clone()),
     ];
-    let out = test_support::rpc(
-        &proxy,
-        "eth_call",
-        json!([call_object(MULTICALL3, &aggregate3(&mixed, true)), at]),
-    )
-    .await
-    .unwrap();
-    let bytes = alloy_primitives::hex::decode(out.as_str().unwrap()).unwrap();
-    let results = IMulticall3::aggregate3Call::abi_decode_returns(&bytes).unwrap();
-    let listed = anvil
-        .rpc("eth_call", json!([call_object(c.flagged, &balance_of), at]))
-        .await;
-    assert!(results[0].success);
-    assert_eq!(
-        json!(alloy_primitives::hex::encode_prefixed(
-            &results[0].returnData
-        )),
-        listed
+    let multicall = call_object(MULTICALL3, &aggregate3(&mixed, true));
+    let out = test_support::rpc(&proxy, "eth_call", json!([multicall, at])).await;
+    assert!(
+        refused(&out),
+        "a refused inner call fails the batch: {out:?}"
     );
-    assert!(!results[1].success, "the unlisted token's call fails");
+    let checked = IBalanceChecker::balancesCall {
+        users: vec![holder],
+        tokens: vec![c.flagged, c.unlisted],
+    };
+    let checker = call_object(c.checker, &checked.abi_encode());
+    let out = test_support::rpc(&proxy, "eth_call", json!([checker, at])).await;
+    assert!(refused(&out), "the BalanceChecker gives no 0: {out:?}");
+    let listed = [(c.flagged, balance_of.clone())];
+    let multicall = call_object(MULTICALL3, &aggregate3(&listed, true));
+    same_as_anvil(&proxy, anvil, &multicall, at).await;
     let alone = test_support::rpc(
         &proxy,
         "eth_call",
         json!([call_object(c.unlisted, &balance_of), at]),
     )
     .await;
-    assert!(alone.is_err(), "{alone:?}");
+    assert!(refused(&alone), "{alone:?}");
     assert!(
         !seen.lock().unwrap().iter().any(|m| m == "eth_call"),
         "private-only: nothing upstream"

@@ -9,7 +9,8 @@
 //! ([`multi`]), ERC-20 balance slots and the token list ([`tokens`]),
 //! storage records of listed contracts beside the accounts ([`storage`]); and the small policies
 //! every program shares, each in one place: config loading ([`config`]),
-//! URL redaction ([`url`]), retry backoff ([`retry`]), logging set-up
+//! URL redaction ([`url`]), what a log line may hold of a wallet's reads
+//! ([`redact`]), retry backoff ([`retry`]), logging set-up
 //! ([`logging`]). No networking and no
 //! PIR math (that is `pir-core`).
 #![forbid(unsafe_code)]
@@ -26,6 +27,7 @@ pub mod logging;
 pub mod manifest;
 pub mod multi;
 pub mod page;
+pub mod redact;
 pub mod retry;
 pub mod routes;
 pub mod storage;

@@ -20,17 +20,18 @@ pub enum SnapshotKind {
     /// `(from, block]`, at `block` (emptied accounts as 0/0). It answers
     /// only on top of the view at `from` (see [`crate::view`]).
     Delta { from: u64 },
-    /// The hot tier: the current value at `block` of the state most
-    /// transactions read (accounts and slots touched by at least `min_txs`
-    /// distinct transactions in the `window` blocks up to the block, most
-    /// touched first, within `max_mib`), chosen by the operator from the
-    /// chain's own activity. Every client downloads it whole, so reading
+    /// The hot tier: the current value at `block` of the state many
+    /// wallets read (accounts and slots touched by the transactions of at
+    /// least `min_senders` distinct senders in the `window` blocks up to
+    /// the block, most senders first, ties by key, within `max_mib`), a
+    /// rule anyone with the chain's traces can apply again (an attester
+    /// does, and signs only the same keys). Every client downloads it whole, so reading
     /// it names nothing. It answers on top of a view's level at its block
     /// (see [`crate::view::hot_for`]), under the deltas above that level;
     /// absent from it means nothing (the levels below are asked).
     Hot {
         window: u64,
-        min_txs: u32,
+        min_senders: u32,
         max_mib: u64,
     },
 }

@@ -360,7 +360,7 @@ mod tests {
                 block,
                 SnapshotKind::Hot {
                     window: 8,
-                    min_txs: 2,
+                    min_senders: 3,
                     max_mib: 1,
                 },
             )

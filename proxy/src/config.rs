@@ -71,6 +71,11 @@ pub struct ProxyConfig {
     /// batches split), so the server cannot count a wallet's addresses.
     /// 1: no padding.
     pub pad_batches_to: usize,
+    /// Without `pad_batches_to`: every request's queries (per PIR level)
+    /// are padded up to the next count of the ladder `n, 2n, 4n, ...`
+    /// (canaries where answers are known, random fillers where not), so
+    /// that a request says only roughly how many keys it reads. 0: off.
+    pub pad_queries_ladder: usize,
     /// Queries of keys whose answer the proxy knows (a base's published
     /// canaries, answers read before) mixed into every request at random
     /// positions: a server that alters answers without knowing which query
@@ -195,6 +200,7 @@ impl Default for ProxyConfig {
             logs_max_blocks: 256,
             logs_max_mib: 32,
             pad_batches_to: 1,
+            pad_queries_ladder: 2,
             canaries_per_request: 1,
             prefetch_codes: 16,
             cover_lookups_per_hour: 0.0,
@@ -244,6 +250,7 @@ impl ProxyConfig {
             limits: self.limits,
             allow_insecure_transport: self.allow_insecure_transport,
             pad_batches_to: self.pad_batches_to,
+            pad_queries_ladder: self.pad_queries_ladder,
             canaries_per_request: self.canaries_per_request,
             prefetch_codes: self.prefetch_codes,
             cover_lookups_per_hour: self.cover_lookups_per_hour,
@@ -280,6 +287,8 @@ impl ProxyConfig {
             first_byte: request,
             request,
             download: Duration::from_secs(self.download_timeout_secs.max(1)),
+            idle: request,
+            ..Timeouts::default()
         }
     }
 

@@ -19,6 +19,8 @@ pub const PIR_UNAVAILABLE: i32 = -32003;
 /// A private answer did not verify (damaged or altered), now or earlier:
 /// private reads from that server are stopped (fail closed).
 pub const UNVERIFIABLE: i32 = -32004;
+/// geth's code for an error of the method itself ("filter not found").
+pub const SERVER_ERROR: i32 = -32000;
 /// The upstream node could not be reached.
 pub const UPSTREAM_UNAVAILABLE: i32 = -32005;
 
@@ -87,6 +89,10 @@ pub enum ProxyError {
     /// The node's answer to a widened log filter is over `logs_max_mib`.
     #[error("a log filter naming an address is read widened and filtered here: the node's answer is {bytes} bytes, over logs_max_mib ({max} bytes); ask fewer blocks")]
     LogsTooBig { bytes: usize, max: usize },
+    /// A filter id the proxy did not hand out (or has forgotten): geth's
+    /// answer.
+    #[error("filter not found")]
+    FilterNotFound,
     /// Parameters the proxy must read and cannot.
     #[error("invalid params: {0}")]
     BadParams(String),
@@ -122,6 +128,7 @@ impl ProxyError {
             | ProxyError::LogsTooBig { .. }
             | ProxyError::BadParams(_) => INVALID_PARAMS_CODE,
             ProxyError::NotAnswerable(_) => NOT_IN_PRIVATE_SET,
+            ProxyError::FilterNotFound => SERVER_ERROR,
         }
     }
 

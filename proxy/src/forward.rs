@@ -30,6 +30,7 @@ use crate::execute;
 use crate::rpc::{private_params, Prefetched};
 use crate::storage;
 use crate::upstream::Upstream;
+use protocol::redact::Redacted;
 use protocol::storage::PrivateStorage;
 
 /// The methods the proxy runs itself (their call executed over privately
@@ -299,7 +300,7 @@ where
                 let answer = match storage::answer(&read, &found) {
                     Ok(answer) => answer,
                     Err(e) => {
-                        tracing::info!(method = %call.method, error = %e, "private answer not made");
+                        tracing::info!(method = %call.method, error = %Redacted(&e), "private answer not made");
                         return MethodResponse::error(
                             call.id,
                             ProxyError::NotAnswerable(e.to_string()),
@@ -319,11 +320,11 @@ where
                     && self.policy.private_fallback
                     && self.policy.upstream.is_some() =>
             {
-                tracing::warn!(method = %call.method, error = %e, "private answer unavailable; forwarding upstream as configured (reveals the read)");
+                tracing::warn!(method = %call.method, error = %Redacted(&e), "private answer unavailable; forwarding upstream as configured (reveals the read)");
                 self.forward(call, Reason::ConfiguredFallback).await
             }
             Err(e) => {
-                tracing::info!(method = %call.method, error = %e, "private read failed");
+                tracing::info!(method = %call.method, error = %Redacted(&e), "private read failed");
                 MethodResponse::error(call.id, ProxyError::from(e))
             }
         }
@@ -382,7 +383,7 @@ where
     where
         Fut: Future<Output = Result<Result<T, String>, ReadError>>,
     {
-        let held = match self.held_at(args, sel) {
+        let held = match self.held_at(sel) {
             Ok(held) => held,
             Err(Refusal::Distrusted(e)) => return MethodResponse::error(call.id, e),
             Err(Refusal::NoView) => return self.forward(call, Reason::NoView).await,
@@ -402,11 +403,13 @@ where
             Ok(Err(why)) => why,
             Err(e) if e.is_unanswerable() => e.to_string(),
             Err(e) => {
-                tracing::info!(method = %call.method, contract = %args.to, error = %e, "private read failed");
+                tracing::debug!(method = %call.method, contract = %args.to, error = %e, "private read failed");
+                tracing::info!(method = %call.method, error = %Redacted(&e), "private read failed");
                 return MethodResponse::error(call.id, ProxyError::from(e));
             }
         };
-        tracing::info!(method = %call.method, contract = %args.to, %why, "not answerable privately; taking the fallback");
+        tracing::debug!(method = %call.method, contract = %args.to, %why, "not answerable privately; taking the fallback");
+        tracing::info!(method = %call.method, why = %Redacted(&why), "not answerable privately; taking the fallback");
         let taken = match self.policy.may_forward(&call.method) {
             true => "went upstream",
             false => "failed (private-only)",
@@ -420,18 +423,14 @@ where
 
     /// The contracts whose storage a call at `sel` may read privately;
     /// or why it is not run here.
-    fn held_at(
-        &self,
-        args: &call_exec::CallArgs,
-        sel: &BlockSelector,
-    ) -> Result<PrivateStorage, Refusal> {
+    fn held_at(&self, sel: &BlockSelector) -> Result<PrivateStorage, Refusal> {
         if let Some(reason) = self.policy.reader.distrusted() {
             return Err(Refusal::Distrusted(ProxyError::from(
                 ReadError::Distrusted(reason),
             )));
         }
         let Some(answerable) = self.policy.answerable(sel) else {
-            tracing::info!(contract = %args.to, "no view at that block; taking the fallback");
+            tracing::info!("no view at that block; taking the fallback");
             return Err(Refusal::NoView);
         };
         Ok(answerable.storage)
@@ -677,10 +676,11 @@ where
     S: RpcServiceT<MethodResponse = MethodResponse> + Send + Sync + Clone + 'static,
 {
     /// A notification is answered by nobody; one for a method the proxy
-    /// does not know goes upstream (private methods never do).
+    /// does not know goes upstream (private methods never do, nor filter
+    /// methods: their ids are the proxy's own, never the node's).
     async fn notify(&self, n: Notification<'_>) {
         let method = n.method.as_ref();
-        if self.policy.local.contains(method) {
+        if self.policy.local.contains(method) || crate::logs::is_filter_method(method) {
             return;
         }
         if let Some(upstream) = &self.policy.upstream {

@@ -56,6 +56,19 @@ fn log_verification_policy(config: &ProxyConfig) {
     }
 }
 
+/// Says loudly at start when the log holds what the wallet reads: at
+/// `info` and above no line names an address, a key, a slot or call data
+/// (errors and reasons are logged [`protocol::redact`]ed); at `debug`
+/// lines do.
+fn log_privacy_of_the_log() {
+    let debug = tracing::enabled!(target: "proxy", tracing::Level::DEBUG)
+        || tracing::enabled!(target: "ethpir_client", tracing::Level::DEBUG)
+        || tracing::enabled!(target: "call_exec", tracing::Level::DEBUG);
+    if debug {
+        tracing::warn!("LOGGING AT DEBUG: this log names the addresses, storage slots and call data the wallet reads; anyone who reads it learns what the PIR server cannot (use --log info to keep them out)");
+    }
+}
+
 /// Says at start which web pages may call the proxy.
 fn log_browser_policy(config: &ProxyConfig) {
     if config.cors_origins.iter().any(|o| o.trim() == "*") {
@@ -184,6 +197,7 @@ async fn run_until(
     config.check_transport()?;
     log_upstream_policy(&config);
     log_verification_policy(&config);
+    log_privacy_of_the_log();
     log_browser_policy(&config);
     // Listening does not wait for the PIR server: a call at start waits
     // up to `start_wait_secs` for its first catalog, then gets a JSON-RPC

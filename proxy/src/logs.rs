@@ -6,7 +6,9 @@
 //! the gate, and the node's logs are filtered here against the filter
 //! the wallet sent. Bounded: a widened `eth_getLogs` spans at most
 //! `logs_max_blocks` blocks and its answer at most `logs_max_mib`
-//! (refused past either, with an error naming the setting).
+//! (refused past either, with an error naming the setting). Every
+//! filter's id is the proxy's own (an id it did not hand out is not
+//! found, never sent to the node).
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -19,9 +21,8 @@ use crate::error::ProxyError;
 use crate::gate::{filter_names_no_address, is_address_word, Openness, FILTER_FIELDS};
 use crate::upstream::Upstream;
 
-/// Widened filters whose changes are matched here; past it the oldest is
-/// uninstalled upstream (so its id then gets the node's "not found",
-/// never its wide changes unfiltered).
+/// Filters kept; past it the oldest is uninstalled upstream (so its id
+/// then gets "filter not found", never its wide changes unfiltered).
 const FILTERS_KEPT: usize = 256;
 
 /// The bounds on a widened read.
@@ -31,11 +32,47 @@ pub struct LogBounds {
     pub max_bytes: usize,
 }
 
-/// The proxy's widened log filters (one per proxy).
+/// A filter made upstream for a wallet.
+struct KeptFilter {
+    /// The id the proxy handed out (random: never the node's).
+    own: String,
+    /// The node's id of it.
+    node: String,
+    /// What its logs are matched against here, for a filter sent
+    /// widened; `None`: the node's answer is the wallet's.
+    wanted: Option<LogFilter>,
+}
+
+/// The proxy's log filters (one per proxy). Every filter a wallet makes
+/// through the proxy gets an id of the proxy's own, so that an id it did
+/// not hand out (another process's, one from before a restart, one
+/// evicted) gets geth's "filter not found" and never reaches the node,
+/// whose filter of that id may be a widened one whose changes name
+/// others' transfers.
 pub struct Logs {
     bounds: LogBounds,
-    /// Filters made upstream widened, by id, newest last.
-    filters: Mutex<VecDeque<(String, LogFilter)>>,
+    /// Newest last.
+    filters: Mutex<VecDeque<KeptFilter>>,
+}
+
+/// The filter methods the proxy answers from its table.
+const FILTER_ID_METHODS: &[&str] = &[
+    "eth_getFilterChanges",
+    "eth_getFilterLogs",
+    "eth_uninstallFilter",
+];
+
+/// The methods that make a filter.
+const NEW_FILTER_METHODS: &[&str] = &[
+    "eth_newFilter",
+    "eth_newBlockFilter",
+    "eth_newPendingTransactionFilter",
+];
+
+/// Whether `method` makes a filter or reads one by id (the proxy's own
+/// ids: never sent upstream as they are).
+pub fn is_filter_method(method: &str) -> bool {
+    NEW_FILTER_METHODS.contains(&method) || FILTER_ID_METHODS.contains(&method)
 }
 
 impl Logs {
@@ -46,50 +83,57 @@ impl Logs {
         }
     }
 
-    /// Answers a log method whose filter names an address (widened
-    /// upstream, filtered here), or a widened filter's changes, while the
-    /// gate is closed to address reads; `None` for anything else (it goes
-    /// its usual way).
+    /// Answers the log and filter methods: `eth_getLogs` naming an
+    /// address while the gate is closed to address reads (widened
+    /// upstream, filtered here), and every filter method (ids of the
+    /// proxy's own); `None` for anything else (it goes its usual way).
     pub async fn answer(
         &self,
         upstream: &Upstream,
         method: &str,
         params: Option<&RawValue>,
     ) -> Option<Result<Value, ProxyError>> {
-        if !matches!(
-            method,
-            "eth_getLogs"
-                | "eth_newFilter"
-                | "eth_getFilterChanges"
-                | "eth_getFilterLogs"
-                | "eth_uninstallFilter"
-        ) {
+        let filter_method = is_filter_method(method);
+        if method != "eth_getLogs" && !filter_method {
             return None;
         }
-        let params: Value = serde_json::from_str(params?.get()).ok()?;
-        let first = params.get(0)?;
-        match method {
-            // (A widened filter's changes are filtered whatever the gate
-            // says now.)
-            "eth_getLogs" | "eth_newFilter" if upstream.gate().openness() == Openness::Open => None,
-            "eth_getLogs" | "eth_newFilter" => self.widen(upstream, method, first).await,
-            "eth_uninstallFilter" => {
-                let id = first.as_str()?;
-                self.filters
-                    .lock()
-                    .expect("filters")
-                    .retain(|(kept, _)| kept != id);
-                None
+        let params: Value = match params.map(|p| serde_json::from_str(p.get())) {
+            None => Value::Array(Vec::new()),
+            Some(Ok(params)) => params,
+            Some(Err(e)) if filter_method => {
+                return Some(Err(ProxyError::BadParams(format!("{method}: {e}"))))
             }
-            _ => self.changes(upstream, method, first.as_str()?).await,
+            Some(Err(_)) => return None,
+        };
+        let first = params.get(0);
+        let closed = upstream.gate().openness() != Openness::Open;
+        match (method, first) {
+            ("eth_getLogs", Some(filter)) if closed => self.widen(upstream, filter).await,
+            ("eth_getLogs", _) => None,
+            ("eth_newFilter", Some(filter)) => {
+                Some(self.new_log_filter(upstream, filter, closed).await)
+            }
+            ("eth_newFilter", None) => Some(Err(ProxyError::BadParams(
+                "eth_newFilter needs a filter".into(),
+            ))),
+            ("eth_newBlockFilter" | "eth_newPendingTransactionFilter", _) => {
+                Some(self.install(upstream, method, None, None).await)
+            }
+            (_, id) => {
+                let Some(id) = id.and_then(Value::as_str) else {
+                    return Some(Err(ProxyError::BadParams(format!(
+                        "{method} needs a filter id"
+                    ))));
+                };
+                Some(self.by_id(upstream, method, id).await)
+            }
         }
     }
 
-    /// `eth_getLogs` or `eth_newFilter` of `filter`, widened.
+    /// `eth_getLogs` of `filter`, widened where it names an address.
     async fn widen(
         &self,
         upstream: &Upstream,
-        method: &str,
         filter: &Value,
     ) -> Option<Result<Value, ProxyError>> {
         let (wide, wanted) = match widened(filter) {
@@ -97,20 +141,48 @@ impl Logs {
             Ok(None) => return None,
             Err(e) => return Some(Err(ProxyError::BadParams(e.to_string()))),
         };
-        Some(self.widened_call(upstream, method, wide, wanted).await)
+        let answered = async {
+            self.check_span(upstream, &wide).await?;
+            let params = serde_json::value::to_raw_value(&[wide]).expect("a filter serialises");
+            let raw = upstream
+                .call("eth_getLogs", Some(params), Reason::NotPrivateMethod)
+                .await?;
+            self.checked(&raw, &wanted)
+        };
+        Some(answered.await)
     }
 
-    async fn widened_call(
+    /// `eth_newFilter` of `filter`: widened where it names an address and
+    /// the gate is closed, as sent otherwise.
+    async fn new_log_filter(
         &self,
         upstream: &Upstream,
-        method: &str,
-        wide: Value,
-        wanted: LogFilter,
+        filter: &Value,
+        closed: bool,
     ) -> Result<Value, ProxyError> {
+        let widened = match closed {
+            true => widened(filter).map_err(|e| ProxyError::BadParams(e.to_string()))?,
+            false => None,
+        };
+        match widened {
+            Some((wide, wanted)) => {
+                self.check_span(upstream, &wide).await?;
+                self.install(upstream, "eth_newFilter", Some(wide), Some(wanted))
+                    .await
+            }
+            None => {
+                self.install(upstream, "eth_newFilter", Some(filter.clone()), None)
+                    .await
+            }
+        }
+    }
+
+    /// Refuses a widened filter past `logs_max_blocks`.
+    async fn check_span(&self, upstream: &Upstream, wide: &Value) -> Result<(), ProxyError> {
         let head = upstream.head().await.ok_or_else(|| {
             ProxyError::UpstreamUnavailable("no head to bound a log filter by".into())
         })?;
-        let blocks = span(&wide, head)
+        let blocks = span(wide, head)
             .ok_or_else(|| ProxyError::BadParams("a log filter's blocks are unreadable".into()))?;
         if blocks > self.bounds.max_blocks {
             return Err(ProxyError::LogsTooWide {
@@ -118,49 +190,84 @@ impl Logs {
                 max: self.bounds.max_blocks,
             });
         }
-        let params = serde_json::value::to_raw_value(&[wide]).expect("a filter serialises");
-        let raw = upstream
-            .call(method, Some(params), Reason::NotPrivateMethod)
-            .await?;
-        if method == "eth_newFilter" {
-            let id: String = serde_json::from_str(raw.get())
-                .map_err(|e| ProxyError::UpstreamUnavailable(format!("a filter id: {e}")))?;
-            let forgotten = {
-                let mut filters = self.filters.lock().expect("filters");
-                filters.push_back((id.clone(), wanted));
-                (filters.len() > FILTERS_KEPT)
-                    .then(|| filters.pop_front())
-                    .flatten()
-            };
-            if let Some((old, _)) = forgotten {
-                let params = serde_json::value::to_raw_value(&[old]).expect("an id serialises");
-                let reason = Reason::NotPrivateMethod;
-                let _ = upstream
-                    .call("eth_uninstallFilter", Some(params), reason)
-                    .await;
-            }
-            return Ok(Value::String(id));
-        }
-        self.checked(&raw, &wanted)
+        Ok(())
     }
 
-    /// A widened filter's changes or logs, filtered here; `None` for a
-    /// filter that was not widened.
-    async fn changes(
+    /// Makes a filter upstream (`method` with `filter`, if any) and hands
+    /// out an id of the proxy's own for it.
+    async fn install(
+        &self,
+        upstream: &Upstream,
+        method: &str,
+        filter: Option<Value>,
+        wanted: Option<LogFilter>,
+    ) -> Result<Value, ProxyError> {
+        let params =
+            filter.map(|f| serde_json::value::to_raw_value(&[f]).expect("a filter serialises"));
+        let raw = upstream
+            .call(method, params, Reason::NotPrivateMethod)
+            .await?;
+        let node: String = serde_json::from_str(raw.get())
+            .map_err(|e| ProxyError::UpstreamUnavailable(format!("a filter id: {e}")))?;
+        let own = own_filter_id();
+        let evicted = {
+            let mut filters = self.filters.lock().expect("filters");
+            filters.push_back(KeptFilter {
+                own: own.clone(),
+                node,
+                wanted,
+            });
+            (filters.len() > FILTERS_KEPT)
+                .then(|| filters.pop_front())
+                .flatten()
+        };
+        if let Some(old) = evicted {
+            let params = serde_json::value::to_raw_value(&[old.node]).expect("an id serialises");
+            let _ = upstream
+                .call(
+                    "eth_uninstallFilter",
+                    Some(params),
+                    Reason::NotPrivateMethod,
+                )
+                .await;
+        }
+        Ok(Value::String(own))
+    }
+
+    /// A filter's changes or logs (filtered here when it was widened), or
+    /// its removal, by the id the proxy handed out: an id it did not hand
+    /// out is not found (geth's answers: an error, or `false` for
+    /// `eth_uninstallFilter`), and never sent upstream.
+    async fn by_id(
         &self,
         upstream: &Upstream,
         method: &str,
         id: &str,
-    ) -> Option<Result<Value, ProxyError>> {
-        let wanted = {
-            let filters = self.filters.lock().expect("filters");
-            filters.iter().find(|(kept, _)| kept == id)?.1.clone()
+    ) -> Result<Value, ProxyError> {
+        let found = {
+            let mut filters = self.filters.lock().expect("filters");
+            let at = filters.iter().position(|f| f.own == id);
+            match (method, at) {
+                ("eth_uninstallFilter", Some(at)) => filters.remove(at).map(|f| (f.node, None)),
+                (_, Some(at)) => Some((filters[at].node.clone(), filters[at].wanted.clone())),
+                (_, None) => None,
+            }
         };
-        let params = serde_json::value::to_raw_value(&[id]).expect("an id serialises");
-        let answered = upstream
+        let Some((node, wanted)) = found else {
+            return match method {
+                "eth_uninstallFilter" => Ok(Value::Bool(false)),
+                _ => Err(ProxyError::FilterNotFound),
+            };
+        };
+        let params = serde_json::value::to_raw_value(&[node]).expect("an id serialises");
+        let raw = upstream
             .call(method, Some(params), Reason::NotPrivateMethod)
-            .await;
-        Some(answered.and_then(|raw| self.checked(&raw, &wanted)))
+            .await?;
+        match wanted {
+            Some(wanted) => self.checked(&raw, &wanted),
+            None => serde_json::from_str(raw.get())
+                .map_err(|e| ProxyError::UpstreamUnavailable(format!("{method}: {e}"))),
+        }
     }
 
     /// The node's logs within the byte bound, filtered.
@@ -175,6 +282,12 @@ impl Logs {
             .map_err(|e| ProxyError::UpstreamUnavailable(format!("logs: {e}")))?;
         Ok(filtered(wanted, answer))
     }
+}
+
+/// A fresh filter id: 16 random bytes, as geth makes its ids.
+fn own_filter_id() -> String {
+    let bytes: [u8; 16] = rand::random();
+    format!("0x{}", alloy_primitives::hex::encode(bytes))
 }
 
 /// A log filter as the wallet sent it, to match the node's logs against.

@@ -283,7 +283,9 @@ impl RpcContext {
         };
         match &outcome {
             Ok(state) => tracing::info!(snapshot = %state.snapshot, method, "answered privately"),
-            Err(e) => tracing::info!(method, error = %e, "private read failed"),
+            Err(e) => {
+                tracing::info!(method, error = %protocol::redact::Redacted(e), "private read failed")
+            }
         }
         Ok(outcome?)
     }

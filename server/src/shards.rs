@@ -98,6 +98,7 @@ impl ShardRouter {
             size: Size::Exactly(request.response_bytes),
             first_byte: self.timeout,
             whole: self.timeout,
+            idle: None,
         };
         let fetched = self.shards[shard]
             .query(request.body.into(), "shard answer", bounds, &|_| {})

@@ -135,6 +135,10 @@ impl Attester {
         if let SnapshotKind::Delta { from } = kind {
             self.same_delta_on_node(snap, from).await?;
         }
+        let chosen = match crate::hot::HotPolicy::of_kind(&kind) {
+            Some(policy) => Some(self.hot_keys_on_node(snap, &policy).await?),
+            None => None,
+        };
         let store = self.store.clone();
         let level = snap.clone();
         let mine = self.address();
@@ -147,6 +151,8 @@ impl Attester {
                     let all = store.list().map_err(|e| e.to_string())?;
                     let signed =
                         |l: &StoredSnapshot| store.attestations(l).iter().any(|a| a.signer == mine);
+                    let chosen = chosen.as_deref().unwrap_or_default();
+                    crate::hot::check_chosen_keys(&store, &level, &all, chosen)?;
                     crate::hot::check_against_view(&store, &level, &all, signed)?;
                 }
                 _ => {
@@ -158,6 +164,35 @@ impl Attester {
         })
         .await
         .map_err(|e| e.to_string())?
+    }
+
+    /// The keys a hot tier's rule chooses from this node's traces of its
+    /// window, over the base its view stands on.
+    async fn hot_keys_on_node(
+        &self,
+        snap: &StoredSnapshot,
+        policy: &crate::hot::HotPolicy,
+    ) -> Result<Vec<crate::hot::HotKey>, String> {
+        if policy.window > crate::hot::MAX_WINDOW {
+            return Err(format!(
+                "its window of {} blocks is over the {} an attester traces",
+                policy.window,
+                crate::hot::MAX_WINDOW
+            ));
+        }
+        if policy.min_senders < crate::hot::MIN_SENDERS {
+            return Err(format!(
+                "its rule keeps keys of {} sender(s): fewer than {} name a wallet",
+                policy.min_senders,
+                crate::hot::MIN_SENDERS
+            ));
+        }
+        let m = &snap.manifest;
+        let value_bytes = m.pir.value_bytes;
+        let to = m.block_number;
+        crate::hot::chosen_keys(&self.node, to, policy, value_bytes, 4)
+            .await
+            .map_err(|e| format!("its window traced again: {e}"))
     }
 
     /// The delta exported again from the node: the same `records.bin`.

@@ -20,7 +20,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use alloy_primitives::{Address, B256};
-use futures_util::StreamExt as _;
 use protocol::storage::PrivateStorage;
 use protocol::view::names_parent;
 use serde::Deserialize;
@@ -486,41 +485,10 @@ impl Follower {
     ) -> Result<Option<String>, FollowError> {
         let stand = view.last().expect("a view has a level");
         let node = self.node.as_ref().expect("connected");
-        let to = stand.id.block;
-        let from = to.saturating_sub(policy.window - 1).max(1);
-        let mut activity = crate::hot::Activity::default();
-        let concurrency = self.config.source.concurrency.max(1);
-        let mut blocks = futures_util::stream::iter(from..=to)
-            .map(|b| node.touched_keys(b))
-            .buffered(concurrency);
-        // A block the node cannot trace (pruned state) is left out; none
-        // traced at all is a failure.
-        let (mut traced, mut last_error) = (0u64, None);
-        while let Some(block) = blocks.next().await {
-            match block {
-                Ok(txs) => {
-                    traced += 1;
-                    txs.iter().for_each(|t| activity.add_transaction(t));
-                }
-                Err(e) => last_error = Some(e),
-            }
-        }
-        if let Some(e) = last_error {
-            if traced == 0 {
-                return Err(e.into());
-            }
-            tracing::warn!(traced, blocks = to + 1 - from, error = %e, "some blocks of the window not traced");
-        }
-        let entry_bytes =
-            (protocol::table::KEY_PREFIX as u64) + u64::from(view[0].manifest.pir.value_bytes);
-        let keys = activity.select(policy.min_txs, policy.max_entries(entry_bytes));
-        tracing::info!(
-            from,
-            to,
-            transactions = activity.transactions,
-            chosen = keys.len(),
-            "hot keys chosen"
-        );
+        let value_bytes = view[0].manifest.pir.value_bytes;
+        let concurrency = self.config.source.concurrency;
+        let keys = crate::hot::chosen_keys(node, stand.id.block, &policy, value_bytes, concurrency)
+            .await?;
         let levels = self.levels();
         Ok(blocking(move || levels.publish_hot(&view, &keys, &policy)).await?)
     }

@@ -6,12 +6,18 @@
 //! its balance and allowance slots) and many more that every swapper on
 //! that pool reads (the router's, the pool's, the tokens' and their
 //! proxies' implementation slots). The follower counts, over a window of
-//! blocks, how many distinct transactions read or wrote each key (the
-//! node's `prestateTracer`, which lists reads as well as writes; state
-//! diffs see only writes), and keeps the most touched within a byte
-//! budget, at each base's block, so that it answers over the base and
-//! the deltas above it overlay it. The selection is the operator's; the
-//! values are the chain's, and checked like every level's.
+//! blocks, how many distinct senders' transactions read or wrote each key
+//! (the node's `prestateTracer`, which lists reads as well as writes;
+//! state diffs see only writes), and keeps the keys of at least
+//! `min_senders` senders, most first, within a byte budget, at each base's
+//! block, so that it answers over the base and the deltas above it
+//! overlay it. Senders, not transactions: an active wallet's own account
+//! and balance slots are touched by many of its own transactions, and a
+//! tier of "keys many transactions touched" would hold them. The rule and
+//! its parameters are in the manifest (signed), and an attester chooses
+//! again from its own node's traces ([`chosen_keys`]) and signs only a
+//! tier of the same keys; the values are the chain's, checked like every
+//! level's.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -34,17 +40,27 @@ pub struct HotPolicy {
     pub max_mib: u64,
     /// Blocks of activity it is chosen from, up to its block.
     pub window: u64,
-    /// Keys read or written by at least this many distinct transactions
-    /// of the window (a key only one transaction touched names it).
-    pub min_txs: u32,
+    /// Keys read or written by the transactions of at least this many
+    /// distinct senders in the window: a key of one wallet (its account,
+    /// its balances) is touched by its own transactions and by the few
+    /// that pay it, a router's or a pool's by every swapper.
+    pub min_senders: u32,
 }
+
+/// The default and the least `min_senders` a tier is built with: fewer
+/// would let one wallet and a friend make a key hot.
+pub const MIN_SENDERS: u32 = 3;
+
+/// The longest window an attester traces again (a day of mainnet blocks
+/// is 7,200): a manifest naming more is refused, not traced.
+pub const MAX_WINDOW: u64 = 65_536;
 
 impl Default for HotPolicy {
     fn default() -> Self {
         HotPolicy {
             max_mib: 0,
             window: 256,
-            min_txs: 2,
+            min_senders: 8,
         }
     }
 }
@@ -58,8 +74,24 @@ impl HotPolicy {
     pub fn kind(&self) -> SnapshotKind {
         SnapshotKind::Hot {
             window: self.window,
-            min_txs: self.min_txs.max(1),
+            min_senders: self.min_senders.max(MIN_SENDERS),
             max_mib: self.max_mib,
+        }
+    }
+
+    /// The policy a tier's kind names (`None`: not a tier).
+    pub fn of_kind(kind: &SnapshotKind) -> Option<Self> {
+        match *kind {
+            SnapshotKind::Hot {
+                window,
+                min_senders,
+                max_mib,
+            } => Some(HotPolicy {
+                max_mib,
+                window,
+                min_senders,
+            }),
+            _ => None,
         }
     }
 
@@ -67,6 +99,12 @@ impl HotPolicy {
     pub fn max_entries(&self, entry_bytes: u64) -> usize {
         let budget = self.max_mib.saturating_mul(1 << 20);
         usize::try_from(budget / entry_bytes.max(1)).unwrap_or(usize::MAX)
+    }
+
+    /// Entries the budget holds over a base whose values are
+    /// `value_bytes` (a table entry is its key prefix and its value).
+    pub fn max_entries_over(&self, value_bytes: u32) -> usize {
+        self.max_entries(protocol::table::KEY_PREFIX as u64 + u64::from(value_bytes))
     }
 }
 
@@ -77,35 +115,88 @@ pub enum HotKey {
     Slot(Address, B256),
 }
 
-/// How many distinct transactions touched each key.
+/// How many distinct senders' transactions touched each key.
 #[derive(Default, Debug)]
 pub struct Activity {
     counts: HashMap<HotKey, u32>,
+    /// Each (key, sender) counted once.
+    seen: std::collections::HashSet<(HotKey, Address)>,
     pub transactions: u64,
 }
 
 impl Activity {
-    /// One transaction's keys (each counted once for it).
-    pub fn add_transaction(&mut self, touched: &BTreeSet<HotKey>) {
+    /// One transaction of `sender` and its keys (a sender counted once
+    /// per key, however many of its transactions touch it).
+    pub fn add_transaction(&mut self, sender: Address, touched: &BTreeSet<HotKey>) {
         for key in touched {
-            *self.counts.entry(*key).or_default() += 1;
+            if self.seen.insert((*key, sender)) {
+                *self.counts.entry(*key).or_default() += 1;
+            }
         }
         self.transactions += 1;
     }
 
-    /// The keys touched by at least `min_txs` transactions, most touched
+    /// The keys touched by at least `min_senders` distinct senders, most
     /// first (ties by key, so that the same activity gives the same
     /// tier), at most `max`.
-    pub fn select(&self, min_txs: u32, max: usize) -> Vec<HotKey> {
+    pub fn select(&self, min_senders: u32, max: usize) -> Vec<HotKey> {
         let mut hot: Vec<(u32, HotKey)> = self
             .counts
             .iter()
-            .filter(|(_, n)| **n >= min_txs.max(1))
+            .filter(|(_, n)| **n >= min_senders.max(1))
             .map(|(k, n)| (*n, *k))
             .collect();
         hot.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
         hot.into_iter().take(max).map(|(_, k)| k).collect()
     }
+}
+
+/// The keys the rule of `policy` chooses for a tier at block `to` over a
+/// base of `value_bytes` values, from `node`'s traces of the window
+/// (`concurrency` blocks asked at once): the follower's choice, and the
+/// attester's again. A block the node cannot trace (pruned state) is left
+/// out (logged); none traced at all is a failure.
+pub async fn chosen_keys(
+    node: &crate::sources::rpc::RpcSource,
+    to: u64,
+    policy: &HotPolicy,
+    value_bytes: u32,
+    concurrency: usize,
+) -> Result<Vec<HotKey>, crate::sources::rpc::RpcSourceError> {
+    use futures_util::StreamExt as _;
+    let from = to.saturating_sub(policy.window.max(1) - 1).max(1);
+    let mut activity = Activity::default();
+    let mut blocks = futures_util::stream::iter(from..=to)
+        .map(|b| node.touched_keys(b))
+        .buffered(concurrency.max(1));
+    let (mut traced, mut last_error) = (0u64, None);
+    while let Some(block) = blocks.next().await {
+        match block {
+            Ok(txs) => {
+                traced += 1;
+                for (sender, keys) in &txs {
+                    activity.add_transaction(*sender, keys);
+                }
+            }
+            Err(e) => last_error = Some(e),
+        }
+    }
+    if let Some(e) = last_error {
+        if traced == 0 {
+            return Err(e);
+        }
+        tracing::warn!(traced, blocks = to + 1 - from, error = %e, "some blocks of the window not traced");
+    }
+    let min_senders = policy.min_senders.max(MIN_SENDERS);
+    let keys = activity.select(min_senders, policy.max_entries_over(value_bytes));
+    tracing::info!(
+        from,
+        to,
+        transactions = activity.transactions,
+        chosen = keys.len(),
+        "hot keys chosen"
+    );
+    Ok(keys)
 }
 
 /// The tier's records: each chosen key's value in `folded` (the view at
@@ -150,6 +241,56 @@ pub fn check_against_view(
     all: &[StoredSnapshot],
     trusted: impl Fn(&StoredSnapshot) -> bool,
 ) -> Result<usize, String> {
+    let levels = levels_under(hot, all)?;
+    if let Some(untrusted) = levels.iter().find(|l| !trusted(l)) {
+        return Err(format!(
+            "the level {} it stands on is not checked (not attested by this key)",
+            untrusted.id
+        ));
+    }
+    let held = crate::folded::records(store, hot).map_err(|e| e.to_string())?;
+    crate::folded::with_view(store, &levels, |folded| Ok(differences(folded, &held)))
+        .map_err(|e| e.to_string())?
+        .map_or(Ok(held.accounts.len() + held.storage.len()), Err)
+}
+
+/// Checks that a hot tier holds exactly the records of `chosen` (the keys
+/// its rule chooses, applied again by the checker) in the view it stands
+/// on: none left out, none added.
+pub fn check_chosen_keys(
+    store: &SnapshotStore,
+    hot: &StoredSnapshot,
+    all: &[StoredSnapshot],
+    chosen: &[HotKey],
+) -> Result<(), String> {
+    let levels = levels_under(hot, all)?;
+    let base = &levels.first().ok_or("an empty view")?.manifest;
+    let held = crate::folded::records(store, hot).map_err(|e| e.to_string())?;
+    let expected = crate::folded::with_view(store, &levels, |folded| {
+        Ok(records_of(folded, chosen, &base.storage))
+    })
+    .map_err(|e| e.to_string())?;
+    let keys = |r: &Records| -> BTreeSet<B256> {
+        let accounts = r.accounts.iter().map(|a| a.key);
+        accounts.chain(r.storage.iter().map(|s| s.key)).collect()
+    };
+    let (held, expected) = (keys(&held), keys(&expected));
+    if held == expected {
+        return Ok(());
+    }
+    let added = held.difference(&expected).count();
+    let left_out = expected.difference(&held).count();
+    Err(format!(
+        "its keys are not the ones its rule chooses from this node's traces: {added} not chosen, {left_out} chosen but left out"
+    ))
+}
+
+/// The levels of the view a hot tier stands on (its base first), in
+/// `all`: the view at its block, which it must stand on.
+fn levels_under(
+    hot: &StoredSnapshot,
+    all: &[StoredSnapshot],
+) -> Result<Vec<StoredSnapshot>, String> {
     let m = &hot.manifest;
     let views = protocol::view::Views::build(&crate::levels::as_entries(all));
     let view = views
@@ -173,16 +314,7 @@ pub fn check_against_view(
             m.block_number
         ));
     }
-    if let Some(untrusted) = levels.iter().find(|l| !trusted(l)) {
-        return Err(format!(
-            "the level {} it stands on is not checked (not attested by this key)",
-            untrusted.id
-        ));
-    }
-    let held = crate::folded::records(store, hot).map_err(|e| e.to_string())?;
-    crate::folded::with_view(store, &levels, |folded| Ok(differences(folded, &held)))
-        .map_err(|e| e.to_string())?
-        .map_or(Ok(held.accounts.len() + held.storage.len()), Err)
+    Ok(levels)
 }
 
 /// The first record of `held` whose value `folded` does not have.
@@ -228,23 +360,28 @@ mod tests {
         // Five swappers: each touches the router, the pool and its reserve
         // once per transaction (twice in one counts once), and itself.
         for i in 10..15u8 {
-            let me = HotKey::Account(Address::with_last_byte(i));
-            activity.add_transaction(&set(&[
-                HotKey::Account(router),
-                HotKey::Account(pool),
-                reserve,
-                me,
-            ]));
+            let sender = Address::with_last_byte(i);
+            let me = HotKey::Account(sender);
+            activity.add_transaction(
+                sender,
+                &set(&[HotKey::Account(router), HotKey::Account(pool), reserve, me]),
+            );
         }
-        activity.add_transaction(&set(&[HotKey::Account(holder), reserve]));
-        assert_eq!(activity.transactions, 6);
-        let chosen = activity.select(2, 10);
+        // A busy holder: ten transactions of its own touch its account and
+        // its balance slot, and the reserve.
+        let balance = HotKey::Slot(pool, B256::with_last_byte(9));
+        for _ in 0..10 {
+            activity.add_transaction(holder, &set(&[HotKey::Account(holder), balance, reserve]));
+        }
+        assert_eq!(activity.transactions, 15);
+        let chosen = activity.select(3, 10);
         assert_eq!(
             chosen,
             [reserve, HotKey::Account(router), HotKey::Account(pool)],
-            "most touched first, ties by key; one transaction's keys left out"
+            "most senders first, ties by key; one sender's keys left out, however busy"
         );
-        assert_eq!(activity.select(2, 1), [reserve], "the budget");
+        assert_eq!(activity.select(3, 1), [reserve], "the budget");
+        assert_eq!(activity.select(6, 10), [reserve]);
         assert_eq!(activity.select(7, 10), []);
         let policy = HotPolicy {
             max_mib: 1,

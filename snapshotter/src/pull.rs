@@ -230,6 +230,7 @@ impl Puller {
             size: Size::AtMost(limit),
             first_byte: self.file_timeout,
             whole: self.file_timeout,
+            idle: None,
         };
         let http = |reason: String| PullError::Http {
             what: what.to_string(),

@@ -60,6 +60,7 @@ pub async fn start_proxy_with(config: ProxyConfig) -> String {
         request_timeout_secs: 10,
         ..config
     };
+    log_if_asked();
     tokio::spawn(proxy::serve_on(listener, config, std::future::pending()));
     format!("http://{addr}")
 }
@@ -154,8 +155,10 @@ impl Follower {
         Follower { stop, task }
     }
 
-    /// Stops it, and fails if it had failed or does not stop in 60 s.
+    /// Stops it, and fails if it had failed or does not stop in 60 s (or
+    /// if the user's side logged an address: [`assert_no_address_logged`]).
     pub async fn stop(self) {
+        assert_no_address_logged();
         self.stop.send(()).unwrap();
         tokio::time::timeout(std::time::Duration::from_secs(60), self.task)
             .await
@@ -420,10 +423,81 @@ pub async fn next_nonce(anvil: &test_support::Anvil, i: usize) -> u64 {
 
 /// Logs of everything the test runs (the follower, server and proxy in
 /// this process) when `ETHPIR_TEST_LOG` names a filter
-/// (`ETHPIR_TEST_LOG=info cargo test ... -- --nocapture`).
+/// (`ETHPIR_TEST_LOG=info cargo test ... -- --nocapture`); and, whatever
+/// it names, the user's side's lines at `info` and above watched for
+/// addresses ([`assert_no_address_logged`]). Installed once per process,
+/// by every proxy a test starts.
 pub fn log_if_asked() {
-    if let Ok(filter) = std::env::var("ETHPIR_TEST_LOG") {
-        let _ = protocol::logging::init(&filter);
+    static INSTALLED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    INSTALLED.get_or_init(|| {
+        use tracing_subscriber::layer::{Layer as _, SubscriberExt as _};
+        use tracing_subscriber::util::SubscriberInitExt as _;
+        let printed = std::env::var("ETHPIR_TEST_LOG").ok().and_then(|filter| {
+            let filter: tracing_subscriber::filter::Targets = filter.parse().ok()?;
+            Some(
+                tracing_subscriber::fmt::layer()
+                    .with_test_writer()
+                    .with_filter(filter),
+            )
+        });
+        let _ = tracing_subscriber::registry()
+            .with(AddressWatch)
+            .with(printed)
+            .try_init();
+    });
+}
+
+/// The user's side's crates, whose lines at `info` and above must name no
+/// address (the operator's crates, running in the same process, log
+/// theirs).
+const USER_SIDE: &[&str] = &["proxy", "ethpir_client", "call_exec"];
+
+/// Lines the user's side logged at `info` and above that name an address.
+static NAMING: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Fails the test when a line the user's side logged at `info` or above,
+/// by any test of this process so far, named an address (a 40-hex-digit
+/// run, or a 32-byte word holding one).
+pub fn assert_no_address_logged() {
+    let naming = NAMING.lock().unwrap().clone();
+    assert!(
+        naming.is_empty(),
+        "lines at info and above name an address: {naming:#?}"
+    );
+}
+
+/// Whether `text` holds an address: a run of exactly 40 hex digits, or a
+/// run of 64 whose first 24 are zeros (an address as a word or topic).
+fn names_an_address(text: &str) -> bool {
+    // (`0x` splits off at its `x`.)
+    text.split(|c: char| !c.is_ascii_hexdigit())
+        .any(|run| run.len() == 40 || (run.len() == 64 && run.starts_with(&"0".repeat(24))))
+}
+
+/// The layer that records the user's side's lines naming an address.
+struct AddressWatch;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for AddressWatch {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        let meta = event.metadata();
+        let user_side = USER_SIDE
+            .iter()
+            .any(|c| meta.target() == *c || meta.target().starts_with(&format!("{c}::")));
+        if !user_side || *meta.level() > tracing::Level::INFO {
+            return;
+        }
+        struct Line(String);
+        impl tracing::field::Visit for Line {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                self.0.push_str(&format!(" {}={value:?}", field.name()));
+            }
+        }
+        let mut line = Line(String::new());
+        event.record(&mut line);
+        if names_an_address(&line.0) {
+            let line = format!("{} {}:{}", meta.level(), meta.target(), line.0);
+            NAMING.lock().unwrap().push(line);
+        }
     }
 }
 
@@ -432,6 +506,7 @@ pub fn log_if_asked() {
 /// whatever `eth_chainId` says before it, the upstream's chain with an
 /// upstream).
 pub async fn view_reaches(proxy: &str, block: u64) -> u64 {
+    assert_no_address_logged();
     let reached = || async {
         test_support::proxy_status(proxy).await["viewBlock"]
             .as_u64()

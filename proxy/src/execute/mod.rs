@@ -14,8 +14,10 @@
 //! takes the configured fallback, decided by the caller; the log names the
 //! contract, never the caller. Inside a batch (any contract calling
 //! others: Multicall3, Multicall2, the BalanceChecker), only the inner
-//! calls that cannot be answered go their own way (upstream where the
-//! gate admits them: [`crate::gate`]).
+//! calls that cannot be answered go their own way: upstream alone where
+//! the gate admits them ([`crate::gate`]); where it does not, or there is
+//! no upstream, the whole call takes the fallback (so an error where the
+//! gate refuses it too), never a revert, a zero or `success = false`.
 //!
 //! Here: the rounds of a call over one view ([`Executor::run`]); beside
 //! it, `eth_estimateGas` (estimate), `eth_createAccessList` (access_list)
@@ -57,6 +59,8 @@ pub use estimate::{estimate_answer, Estimated};
 pub const MAX_ROUNDS: usize = 24;
 /// Most keys (accounts and words) one call reads.
 pub const MAX_KEYS: usize = 1024;
+/// Most accounts named by a call's arguments asked in its first round.
+const ARGUMENT_ACCOUNTS: usize = 8;
 /// Headers kept (by hash).
 const HEADERS_KEPT: usize = 64;
 
@@ -88,8 +92,8 @@ pub struct Answered {
 pub struct Executor {
     reader: Arc<PrivateReader>,
     /// Where an inner call that cannot be answered privately is asked on
-    /// its own, where the gate admits it (else, or without one, it fails:
-    /// `success = false` inside a batch, the BalanceChecker's 0).
+    /// its own, where the gate admits it (else, or without one, the whole
+    /// call takes the fallback: never a revert read into a batch).
     upstream: Option<Arc<Upstream>>,
     /// Fewest PIR requests of a call that reads anything.
     pad_rounds_to: usize,
@@ -126,6 +130,10 @@ struct Reads {
     asked: Vec<ReadKey>,
     /// Of `keys`, those asked only because an earlier call used them.
     learned: usize,
+    /// The keys that name no one this call names (call_exec's
+    /// [`call_exec::Naming`]): they may be read from the hot tier. Every
+    /// other key is read as if no tier held it.
+    shared: std::collections::HashSet<ReadKey>,
 }
 
 /// The keys the last call of each (contract, selector) read, kept here
@@ -142,7 +150,7 @@ struct Reads {
 /// (a run that used more, or hit a bound, is not learned from), and the
 /// learned keys never count towards a call's [`MAX_KEYS`].
 #[derive(Default)]
-struct Learned(Mutex<HashMap<CallShape, Vec<ReadKey>>>);
+struct Learned(Mutex<HashMap<CallShape, Vec<(ReadKey, bool)>>>);
 
 /// A call's contract and selector.
 type CallShape = (Address, [u8; 4]);
@@ -160,16 +168,24 @@ impl Learned {
         (args.to, selector)
     }
 
-    fn keys(&self, args: &CallArgs) -> Vec<ReadKey> {
+    /// The keys learned for `args`'s shape, each with whether it was
+    /// shared (named no one) in the run it was learned from.
+    fn keys(&self, args: &CallArgs) -> Vec<(ReadKey, bool)> {
         let kept = self.0.lock().expect("learned keys");
         kept.get(&Self::of(args)).cloned().unwrap_or_default()
     }
 
     /// Keeps what an answered run used of the keys asked (`asked`, in
     /// order): those of the accounts and slots it `touched`, its target
-    /// and its sender. A run that used more than [`LEARNED_KEYS`]
-    /// forgets its shape instead.
-    fn remember(&self, args: &CallArgs, asked: &[ReadKey], touched: &Touched) {
+    /// and its sender, each with whether it was `shared`. A run that used
+    /// more than [`LEARNED_KEYS`] forgets its shape instead.
+    fn remember(
+        &self,
+        args: &CallArgs,
+        asked: &[ReadKey],
+        touched: &Touched,
+        shared: &std::collections::HashSet<ReadKey>,
+    ) {
         let used = |key: &ReadKey| match key {
             ReadKey::Account(a) => {
                 touched.contains_key(a) || *a == args.to || Some(*a) == args.from
@@ -178,7 +194,11 @@ impl Learned {
                 .get(contract)
                 .is_some_and(|slots| slots.contains(slot)),
         };
-        let keys: Vec<ReadKey> = asked.iter().filter(|k| used(k)).copied().collect();
+        let keys: Vec<(ReadKey, bool)> = asked
+            .iter()
+            .filter(|k| used(k))
+            .map(|k| (*k, shared.contains(k)))
+            .collect();
         let mut kept = self.0.lock().expect("learned keys");
         if keys.len() > LEARNED_KEYS {
             kept.remove(&Self::of(args));
@@ -265,6 +285,7 @@ impl Executor {
                 keys: 0,
                 asked: Vec::new(),
                 learned: 0,
+                shared: Default::default(),
             },
             requests_before: self.reader.lookup_requests(),
             rounds_before: self.reader.lookup_rounds(),
@@ -308,7 +329,7 @@ impl Executor {
         first: Vec<ReadKey>,
         access_list: &Touched,
     ) -> Result<Result<(CallResult, Touched), String>, ReadError> {
-        let (mut pending, mut learned_from) = self.first_round(first, args);
+        let (mut pending, mut learned_from) = self.first_round(first, args, &mut session.reads);
         for _ in 0..MAX_ROUNDS {
             let reads = &mut session.reads;
             let round = self.read_round(&session.view, reads, pending, learned_from);
@@ -324,12 +345,14 @@ impl Executor {
                 args: args.clone(),
                 access_list: access_list.clone(),
             };
-            let (outcome, touched, known, took) = run_blocking(run, known).await?;
+            let (outcome, touched, naming, known, took) = run_blocking(run, known).await?;
             session.reads.known = known;
             session.evm_time += took;
             match outcome {
                 Outcome::Done(result) => {
-                    self.learned.remember(args, &session.reads.asked, &touched);
+                    let reads = &session.reads;
+                    self.learned
+                        .remember(args, &reads.asked, &touched, &reads.shared);
                     return Ok(Ok((result, touched)));
                 }
                 Outcome::Unanswerable(why) => return Ok(Err(describe(&why))),
@@ -337,6 +360,16 @@ impl Executor {
                     reads: needs,
                     inner,
                 } => {
+                    for need in &needs {
+                        let key = match *need {
+                            Need::Account(a) | Need::Code(a) => ReadKey::Account(a),
+                            Need::Slot { contract, slot } => ReadKey::Slot { contract, slot },
+                        };
+                        match naming.names(need) {
+                            true => session.reads.shared.remove(&key),
+                            false => session.reads.shared.insert(key),
+                        };
+                    }
                     pending = self.keys_of(&mut session.reads, needs).await?;
                     session.inner_apart += inner.len();
                     // Asked together (a refresh may hold several unlisted
@@ -347,7 +380,13 @@ impl Executor {
                     )
                     .await;
                     for (call, answer) in inner.into_iter().zip(answers) {
-                        session.reads.known.add_inner(call, answer?);
+                        match answer? {
+                            Ok(answer) => session.reads.known.add_inner(call, answer),
+                            // The whole call fails: a refused inner call
+                            // is never read as a revert (a BalanceChecker's
+                            // 0, Multicall3's `success = false`).
+                            Err(why) => return Ok(Err(why)),
+                        }
                     }
                 }
             }
@@ -358,12 +397,37 @@ impl Executor {
     /// The keys of a call's first round: `first` (a rule's), its target
     /// and sender, then what the last such call used ([`Learned`]); and
     /// where the learned ones begin (`read_round` counts them apart).
-    fn first_round(&self, first: Vec<ReadKey>, args: &CallArgs) -> (Vec<ReadKey>, usize) {
+    ///
+    /// A rule's keys, the target and the sender name the wallet; a
+    /// learned key is shared when it was in the run it was learned from
+    /// and is no account this call names.
+    fn first_round(
+        &self,
+        first: Vec<ReadKey>,
+        args: &CallArgs,
+        reads: &mut Reads,
+    ) -> (Vec<ReadKey>, usize) {
         let mut pending = first;
         pending.push(ReadKey::Account(args.to));
         pending.push(ReadKey::Account(args.from.unwrap_or_default()));
+        // The accounts its arguments name: read by PIR whatever the tier
+        // holds, so asked at once rather than a round later each.
+        for account in call_exec::Naming::arguments(args, ARGUMENT_ACCOUNTS) {
+            let key = ReadKey::Account(account);
+            if !pending.contains(&key) {
+                pending.push(key);
+            }
+        }
         let learned_from = pending.len();
-        for key in self.learned.keys(args) {
+        let named = call_exec::Naming::of_call(args);
+        for (key, shared) in self.learned.keys(args) {
+            let names = match key {
+                ReadKey::Account(a) => named.names_account(&a),
+                ReadKey::Slot { .. } | ReadKey::HighPart { .. } => false,
+            };
+            if shared && !names && !pending.contains(&key) {
+                reads.shared.insert(key);
+            }
             if !pending.contains(&key) {
                 pending.push(key);
             }
@@ -417,7 +481,9 @@ impl Executor {
         if unread.is_empty() {
             return Ok(None);
         }
-        let results = self.reader.read(view, &unread).await;
+        let shared: Vec<bool> = unread.iter().map(|k| reads.shared.contains(k)).collect();
+        tracing::debug!(keys = ?unread, ?shared, "a round's reads");
+        let results = self.reader.read_sharing(view, &unread, &shared).await;
         let mut states = Vec::with_capacity(unread.len());
         for (key, result) in unread.into_iter().zip(results) {
             match result {
@@ -510,15 +576,17 @@ impl Executor {
 
     /// An inner call's answer from elsewhere: the upstream's, at the
     /// view's block and with the frame's gas, where the gate admits it
-    /// (only this call is sent); else a failure.
+    /// (only this call is sent); else why not (the whole call then takes
+    /// the fallback).
     async fn answer_apart(
         &self,
         call: &InnerCall,
         view: &ViewClient,
-    ) -> Result<InnerAnswer, ReadError> {
+    ) -> Result<Result<InnerAnswer, String>, ReadError> {
         let Some(upstream) = &self.upstream else {
-            tracing::info!(contract = %call.target, "an inner call is not answerable privately: it fails (no upstream)");
-            return Ok(InnerAnswer::Reverted(Bytes::new()));
+            return Ok(Err(
+                "an inner call is not answerable privately and there is no upstream to ask".into(),
+            ));
         };
         let block = self.block_of(view);
         let mut object =
@@ -530,27 +598,27 @@ impl Executor {
             .map_err(|e| ReadError::Backend(e.to_string()))?;
         let reason = crate::activity::Reason::InnerCall;
         match upstream.call("eth_call", Some(params), reason).await {
-            Err(e) if e.is_gate_refusal() => {
-                tracing::info!(contract = %call.target, "an inner call is not answerable privately: it fails ({e})");
-                Ok(InnerAnswer::Reverted(Bytes::new()))
-            }
+            Err(e) if e.is_gate_refusal() => Ok(Err(format!(
+                "an inner call is not answerable privately and is not sent upstream alone ({e})"
+            ))),
             Ok(raw) => {
                 let data: Bytes = serde_json::from_str(raw.get())
                     .map_err(|e| ReadError::Backend(format!("upstream eth_call: {e}")))?;
-                Ok(InnerAnswer::Returned(data))
+                Ok(Ok(InnerAnswer::Returned(data)))
             }
             // The node ran it and it failed (a revert, code 3 with its
             // data; out of gas or another halt, geth's -32000): the inner
             // call fails, with the revert's data where there is one. Other
             // errors (a limit, bad parameters) fail the whole call.
             Err(crate::error::ProxyError::Upstream(e))
-                if e.code() == REVERTED || e.code() == EXECUTION_FAILED =>
+                if e.code() == REVERTED
+                    || (e.code() == EXECUTION_FAILED && is_halt(e.message())) =>
             {
                 let data = e
                     .data()
                     .and_then(|d| serde_json::from_str::<Bytes>(d.get()).ok())
                     .unwrap_or_default();
-                Ok(InnerAnswer::Reverted(data))
+                Ok(Ok(InnerAnswer::Reverted(data)))
             }
             Err(e) => Err(ReadError::Backend(format!("upstream eth_call: {e}"))),
         }
@@ -642,9 +710,9 @@ impl Executor {
 /// What a method run here cost, logged (names the contract, never the
 /// caller): its rounds, keys and PIR requests.
 fn log_cost(method: &str, args: &CallArgs, session: &Session, requests: u64) {
+    tracing::debug!(method, contract = %args.to, "executed privately");
     tracing::info!(
         method,
-        contract = %args.to,
         rounds = session.rounds,
         keys = session.reads.keys,
         requests,
@@ -670,6 +738,37 @@ fn apart_taints_gas(session: &Session) -> Option<String> {
 
 /// The JSON-RPC code of a reverted call (geth's).
 pub const REVERTED: i32 = 3;
+
+/// Whether a node's -32000 message is an EVM halt (the call ran and
+/// failed: out of gas, an invalid opcode, ...), as geth words them. The
+/// same code carries the node's own failures ("header not found",
+/// "missing trie node", a provider's rate limit), which are no answer of
+/// the call and must not be read as its failure.
+fn is_halt(message: &str) -> bool {
+    const HALTS: &[&str] = &[
+        "out of gas",
+        "invalid opcode",
+        "opcode",
+        "stack underflow",
+        "stack overflow",
+        "stack limit",
+        "invalid jump",
+        "write protection",
+        "return data out of bounds",
+        "max call depth",
+        "call depth",
+        "insufficient balance for transfer",
+        "precompile",
+        "max code size",
+        "max initcode size",
+        "gas uint64 overflow",
+        "invalid code",
+        "nonce uint64 overflow",
+        "contract address collision",
+    ];
+    let message = message.to_ascii_lowercase();
+    HALTS.iter().any(|halt| message.contains(halt))
+}
 /// geth's code for a call that halted (out of gas, an invalid opcode).
 pub const EXECUTION_FAILED: i32 = -32000;
 
@@ -696,12 +795,21 @@ struct Run {
 async fn run_blocking(
     run: Run,
     known: KnownState,
-) -> Result<(Outcome, Touched, KnownState, std::time::Duration), ReadError> {
+) -> Result<
+    (
+        Outcome,
+        Touched,
+        call_exec::Naming,
+        KnownState,
+        std::time::Duration,
+    ),
+    ReadError,
+> {
     tokio::task::spawn_blocking(move || {
         let started = std::time::Instant::now();
-        let (outcome, touched) =
-            call_exec::run_traced(&run.block, run.spec, &run.args, &known, &run.access_list);
-        (outcome, touched, known, started.elapsed())
+        let (outcome, touched, naming) =
+            call_exec::run_named(&run.block, run.spec, &run.args, &known, &run.access_list);
+        (outcome, touched, naming, known, started.elapsed())
     })
     .await
     .map_err(|e| ReadError::Backend(format!("the EVM failed: {e}")))
@@ -720,5 +828,20 @@ fn describe(why: &Unanswerable) -> String {
             "it observes gas after an inner call answered elsewhere (whose gas is unknown here)"
                 .into()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_halt;
+
+    #[test]
+    fn only_a_halt_of_the_call_reads_as_its_failure() {
+        assert!(is_halt("out of gas"));
+        assert!(is_halt("invalid opcode: INVALID"));
+        assert!(is_halt("stack underflow (0 <=> 2)"));
+        assert!(!is_halt("header not found"));
+        assert!(!is_halt("missing trie node 0123 (path )"));
+        assert!(!is_halt("rate limit exceeded"));
     }
 }

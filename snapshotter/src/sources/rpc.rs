@@ -348,6 +348,7 @@ impl RpcSource {
             size: api_client::fetch::Size::AtMost(MAX_DUMP_REPLY_BYTES),
             first_byte: NODE_REQUEST_TIMEOUT,
             whole: NODE_REQUEST_TIMEOUT * 5,
+            idle: Some(NODE_REQUEST_TIMEOUT),
         };
         let reply = |message: String| RpcSourceError::Reply {
             method: DUMP_METHOD,
@@ -832,11 +833,12 @@ impl RpcSource {
 
     /// The keys each transaction of block `n` read or wrote: every
     /// account and slot of its prestate (the node's `prestateTracer`,
-    /// codes left out), one set per transaction.
+    /// codes left out), one set per transaction, with its sender (the
+    /// block's transactions, in order).
     pub async fn touched_keys(
         &self,
         n: u64,
-    ) -> Result<Vec<BTreeSet<crate::hot::HotKey>>, RpcSourceError> {
+    ) -> Result<Vec<(Address, BTreeSet<crate::hot::HotKey>)>, RpcSourceError> {
         use crate::hot::HotKey;
         #[derive(Debug, serde::Deserialize)]
         struct TxPrestate {
@@ -860,17 +862,32 @@ impl RpcSource {
                 )
             })
             .await?;
-        Ok(traces
+        let block = self.block(n, true).await?;
+        let senders: Vec<Address> = block.transactions.txns().map(|tx| tx.from()).collect();
+        if senders.len() != traces.len() {
+            return Err(RpcSourceError::Reply {
+                method: "debug_traceBlockByNumber",
+                message: format!(
+                    "{} traces for block {n}'s {} transactions",
+                    traces.len(),
+                    senders.len()
+                ),
+            });
+        }
+        Ok(senders
             .into_iter()
-            .map(|tx| {
-                tx.result
+            .zip(traces)
+            .map(|(sender, tx)| {
+                let keys = tx
+                    .result
                     .into_iter()
                     .flat_map(|(address, account)| {
                         let slots = account.storage.into_keys();
                         std::iter::once(HotKey::Account(address))
                             .chain(slots.map(move |slot| HotKey::Slot(address, slot)))
                     })
-                    .collect()
+                    .collect();
+                (sender, keys)
             })
             .collect())
     }
