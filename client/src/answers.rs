@@ -118,6 +118,33 @@ impl AnswerCache {
 }
 
 impl AnswerCache {
+    /// Drops the answers of every level `listed` says is gone (retired,
+    /// merged, reorged away), in memory and on disk: what a wallet read
+    /// is kept no longer than the level it was read from.
+    pub fn retain(&self, listed: impl Fn(&Sha3Digest) -> bool) {
+        self.levels
+            .lock()
+            .expect("answers lock")
+            .retain(|level, _| listed(level));
+        let Ok(files) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        for file in files.flatten() {
+            let name = file.file_name();
+            let Some(level) = name.to_str().and_then(|n| n.strip_suffix(".answers")) else {
+                continue;
+            };
+            match level.parse::<Sha3Digest>() {
+                Ok(level) if !listed(&level) => {
+                    if let Err(e) = std::fs::remove_file(file.path()) {
+                        tracing::warn!(error = %e, "cannot drop the kept answers of a level gone");
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
     /// Drops every answer kept of `level`, in memory and on disk (its
     /// answers may come from a request a tamper let through).
     pub fn forget(&self, level: &Sha3Digest) {
@@ -252,6 +279,27 @@ mod tests {
 
     /// A value as long as the "absent" marker is not kept (it would read
     /// back as absent); one byte shorter is.
+    #[test]
+    fn answers_go_with_their_level() {
+        let dir = tempfile::tempdir().unwrap();
+        let (gone, kept) = (Sha3Digest::of(b"gone"), Sha3Digest::of(b"kept"));
+        let key = [B256::repeat_byte(1)];
+        let cache = AnswerCache::new(dir.path().to_path_buf());
+        cache.keep(&gone, &key, &[Some(vec![1; 24])]);
+        cache.keep(&kept, &key, &[Some(vec![2; 24])]);
+        std::fs::write(dir.path().join("setup.bin"), b"not answers").unwrap();
+        cache.retain(|level| *level == kept);
+        assert!(!cache.path(&gone).exists(), "on disk too");
+        assert!(cache.path(&kept).exists());
+        assert!(
+            dir.path().join("setup.bin").exists(),
+            "other files left alone"
+        );
+        assert_eq!(cache.known(&gone, &key), vec![None]);
+        let again = AnswerCache::new(dir.path().to_path_buf());
+        assert_eq!(again.known(&kept, &key), vec![Some(Some(vec![2; 24]))]);
+    }
+
     #[test]
     fn no_value_is_kept_as_absent() {
         let dir = tempfile::tempdir().unwrap();

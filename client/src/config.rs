@@ -33,6 +33,12 @@ pub struct ClientConfig {
     /// where answers are known, random fillers where not), so that its
     /// size says only roughly how many keys it reads (0: no ladder).
     pub pad_queries_ladder: usize,
+    /// A read whose keys were all answered before (kept answers) still
+    /// sends the request a first read would, random keys in their place,
+    /// and answers when it is answered: a page that times the proxy
+    /// through a wallet extension cannot tell a kept answer from a fresh
+    /// one. Costs a first read's bytes on every read.
+    pub answer_kept_as_fresh: bool,
     /// Queries of keys whose answer is known mixed into every request, so
     /// that a server altering answers is caught (docs/security.md, "Blind
     /// shifts"). With padding, the fillers are canaries too.
@@ -137,6 +143,7 @@ impl Default for ClientConfig {
             allow_insecure_transport: false,
             pad_batches_to: 1,
             pad_queries_ladder: 2,
+            answer_kept_as_fresh: false,
             canaries_per_request: 1,
             prefetch_codes: 16,
             cover_lookups_per_hour: 0.0,

@@ -41,12 +41,15 @@ struct Part<'a> {
     unknown: Vec<B256>,
     /// Keys the view cannot hold (asked as random ones).
     unheld: usize,
+    /// Keys every level answered before, each once: asked again as
+    /// random ones when kept answers are to look fresh.
+    kept: usize,
 }
 
 impl Part<'_> {
     /// Whether reading it needs a request.
     fn asks(&self) -> bool {
-        !self.levels.is_empty() && (!self.unknown.is_empty() || self.unheld > 0)
+        !self.levels.is_empty() && (!self.unknown.is_empty() || self.unheld > 0 || self.kept > 0)
     }
 }
 
@@ -88,6 +91,9 @@ pub struct PrivateReader {
     /// Without `pad_to`: the least count of the ladder of query counts a
     /// request is padded to (0: none).
     ladder: usize,
+    /// A read answered from kept answers still sends the request a first
+    /// read would (random keys in their place), and waits for it.
+    kept_as_fresh: bool,
     /// Canaries mixed into each request (when padding: at least; fillers
     /// are canaries where there are known answers).
     canaries_per_request: usize,
@@ -110,6 +116,10 @@ pub struct PrivateReader {
     idle: crate::config::IdlePolicy,
     /// The last private read (cover lookups not counted), or the start.
     last_read: std::sync::Mutex<std::time::Instant>,
+    /// The block the wallet's last read named: cover lookups read there,
+    /// so that they look like its reads (a wallet that pins a number is
+    /// not told apart from the cover by its view).
+    last_selector: std::sync::Mutex<BlockSelector>,
     /// The last catalog fetch.
     last_catalog: std::sync::Mutex<Option<std::time::Instant>>,
     /// Held while a catalog is fetched and adopted: one at a time (a
@@ -198,6 +208,7 @@ impl PrivateReader {
             suspect_levels: Default::default(),
             pad_to: config.pad_batches_to.max(1),
             ladder: config.pad_queries_ladder,
+            kept_as_fresh: config.answer_kept_as_fresh,
             canaries_per_request: config.canaries_per_request,
             snapshots: RwLock::new(BTreeMap::new()),
             opening: Default::default(),
@@ -206,6 +217,7 @@ impl PrivateReader {
             read_unconfirmed: config.read_unconfirmed_views,
             idle: config.idle_policy(),
             last_read: std::sync::Mutex::new(std::time::Instant::now()),
+            last_selector: std::sync::Mutex::new(BlockSelector::Newest),
             last_catalog: std::sync::Mutex::new(None),
             refreshing: tokio::sync::Mutex::new(()),
         })
@@ -309,13 +321,18 @@ impl PrivateReader {
     /// While idle there is none (it would wake the reader, and downloads
     /// would follow), and it never counts as a read.
     pub async fn cover_lookup(&self) {
+        let at = self.last_selector.lock().expect("lock").clone();
+        self.cover_lookup_at(&at).await;
+    }
+
+    /// [`Self::cover_lookup`] at the view `sel` names (a call's padding
+    /// rounds: at the view its real rounds read).
+    pub async fn cover_lookup_at(&self, sel: &BlockSelector) {
         if self.is_idle() {
             return;
         }
         let key = ReadKey::Account(Address::from(rand::random::<[u8; 20]>()));
-        let _ = self
-            .lookup_keys_as(&BlockSelector::Newest, &[key], Waking::No)
-            .await;
+        let _ = self.lookup_keys_as(sel, &[key], Waking::No).await;
     }
 
     /// Whether the reader is idle: no private read for the policy's time.
@@ -477,6 +494,12 @@ impl PrivateReader {
                     .parse::<SnapshotId>()
                     .is_ok_and(|id| adopted.entries.contains_key(&id))
             });
+            self.answers.retain(|digest| {
+                adopted
+                    .entries
+                    .values()
+                    .any(|e| e.manifest.pir.setup_digest == *digest)
+            });
         }
         drop(one_at_a_time);
         Ok(self.catalog.len())
@@ -506,6 +529,9 @@ impl PrivateReader {
         sel: &BlockSelector,
         waking: Waking,
     ) -> Result<ViewClient, ReadError> {
+        if waking == Waking::Yes {
+            *self.last_selector.lock().expect("lock") = sel.clone();
+        }
         let lagging = self.loaded_view_within_lag(sel);
         if waking == Waking::Yes && self.wake() && lagging.is_none() {
             // Back from idle: the catalog as it is now, and its newest
@@ -894,12 +920,20 @@ impl PrivateReader {
         unknown.sort_unstable();
         unknown.dedup();
         let unheld = keys.len() - present.len();
+        let kept = match self.kept_as_fresh {
+            true => {
+                let distinct: std::collections::HashSet<&B256> = present.iter().collect();
+                distinct.len() - unknown.len()
+            }
+            false => 0,
+        };
         Part {
             levels,
             keys,
             known,
             unknown,
             unheld,
+            kept,
         }
     }
 
@@ -921,10 +955,14 @@ impl PrivateReader {
             known,
             unknown,
             unheld,
+            kept,
         } = part;
         if levels.is_empty() || (keys.is_empty() && !force) {
             return Ok(Vec::new());
         }
+        // Kept answers to look fresh: a random key in place of each, so
+        // the request is the one a first read would send.
+        let unheld = unheld + kept;
         let nothing = unknown.is_empty() && unheld == 0;
         let fresh = match nothing && !force {
             true => vec![HashMap::new(); levels.len()],

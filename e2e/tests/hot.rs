@@ -530,6 +530,35 @@ async fn a_tier_holding_the_holders_keys_changes_nothing_on_the_wire(
         alike[0], alike[1],
         "balanceOf of a tier key and of a fresh address"
     );
+
+    // Answers kept: a second read sends nothing by default; with
+    // `answer_kept_as_fresh` it sends what the first sent.
+    for as_fresh in [false, true] {
+        let cache = tempfile::tempdir().unwrap();
+        let proxy = start_proxy_with(proxy::ProxyConfig {
+            pir_server: testing_server.clone(),
+            upstream: Some(upstream.to_string()),
+            cache_dir: cache.path().to_path_buf(),
+            canaries_per_request: 0,
+            answer_kept_as_fresh: as_fresh,
+            ..Default::default()
+        })
+        .await;
+        view_reaches(&proxy, traded).await;
+        let read = || async {
+            let v = test_support::rpc(&proxy, "eth_getBalance", json!([holder, at])).await;
+            assert_eq!(
+                v,
+                Ok(anvil.rpc("eth_getBalance", json!([holder, at])).await)
+            );
+        };
+        let first = wire_of(&testing_server, &base, read()).await;
+        let again = wire_of(&testing_server, &base, read()).await;
+        match as_fresh {
+            false => assert_eq!(again.requests, 0, "kept: {first:?} then {again:?}"),
+            true => assert_eq!(first, again, "kept, as fresh"),
+        }
+    }
 }
 
 /// Copies a directory tree.

@@ -76,6 +76,13 @@ pub struct ProxyConfig {
     /// (canaries where answers are known, random fillers where not), so
     /// that a request says only roughly how many keys it reads. 0: off.
     pub pad_queries_ladder: usize,
+    /// A private read whose keys were all read before at this view
+    /// (answers kept) still sends the request a first read would (random
+    /// keys in their place) and answers when it is answered, so that a web
+    /// page timing the proxy through a wallet extension cannot tell which
+    /// addresses this wallet read. Costs a first read's PIR bytes on every
+    /// read (the steady refresh then costs what the first did).
+    pub answer_kept_as_fresh: bool,
     /// Queries of keys whose answer the proxy knows (a base's published
     /// canaries, answers read before) mixed into every request at random
     /// positions: a server that alters answers without knowing which query
@@ -201,6 +208,7 @@ impl Default for ProxyConfig {
             logs_max_mib: 32,
             pad_batches_to: 1,
             pad_queries_ladder: 2,
+            answer_kept_as_fresh: false,
             canaries_per_request: 1,
             prefetch_codes: 16,
             cover_lookups_per_hour: 0.0,
@@ -251,6 +259,7 @@ impl ProxyConfig {
             allow_insecure_transport: self.allow_insecure_transport,
             pad_batches_to: self.pad_batches_to,
             pad_queries_ladder: self.pad_queries_ladder,
+            answer_kept_as_fresh: self.answer_kept_as_fresh,
             canaries_per_request: self.canaries_per_request,
             prefetch_codes: self.prefetch_codes,
             cover_lookups_per_hour: self.cover_lookups_per_hour,

@@ -211,6 +211,7 @@ async fn run_until(
     let ctx = RpcContext {
         reader: reader.clone(),
         upstream: upstream.clone(),
+        log_bounds: config.log_bounds(),
     };
     let (module, private) = rpc::module(ctx.clone());
     let local = module.method_names().collect();

@@ -32,6 +32,47 @@ pub struct LogBounds {
     pub max_bytes: usize,
 }
 
+/// How much a widened `logs` subscription may take from the upstream: at
+/// most `logs_max_mib` in any minute (a widened filter carries every
+/// address's logs of its topics).
+pub struct WidenedBudget {
+    bounds: LogBounds,
+    window: std::time::Instant,
+    taken: usize,
+}
+
+/// A widened subscription over its budget.
+#[derive(Debug, thiserror::Error)]
+#[error("a logs subscription naming an address is read widened and filtered here: the node sent over logs_max_mib ({max} bytes) of logs in a minute; the subscription is closed (subscribe with a narrower filter, or raise logs_max_mib)")]
+pub struct OverBudget {
+    max: usize,
+}
+
+impl WidenedBudget {
+    pub fn new(bounds: LogBounds) -> Self {
+        WidenedBudget {
+            bounds,
+            window: std::time::Instant::now(),
+            taken: 0,
+        }
+    }
+
+    /// Counts `bytes` more from the upstream.
+    pub fn take(&mut self, bytes: usize) -> Result<(), OverBudget> {
+        if self.window.elapsed() >= std::time::Duration::from_secs(60) {
+            self.window = std::time::Instant::now();
+            self.taken = 0;
+        }
+        self.taken = self.taken.saturating_add(bytes);
+        match self.taken > self.bounds.max_bytes {
+            true => Err(OverBudget {
+                max: self.bounds.max_bytes,
+            }),
+            false => Ok(()),
+        }
+    }
+}
+
 /// A filter made upstream for a wallet.
 struct KeptFilter {
     /// The id the proxy handed out (random: never the node's).
@@ -488,6 +529,18 @@ mod tests {
         let f = LogFilter::of(&either).unwrap();
         assert!(f.matches(&log(token, &[TRANSFER, OTHER])));
         assert!(!f.matches(&log(token, &[TRANSFER])));
+    }
+
+    #[test]
+    fn a_widened_subscription_is_bounded() {
+        let mut budget = WidenedBudget::new(LogBounds {
+            max_blocks: 1,
+            max_bytes: 1000,
+        });
+        assert!(budget.take(600).is_ok());
+        assert!(budget.take(400).is_ok());
+        let over = budget.take(1).unwrap_err().to_string();
+        assert!(over.contains("logs_max_mib"), "{over}");
     }
 
     #[test]

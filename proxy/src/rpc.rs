@@ -26,6 +26,8 @@ use ethpir_client::{AccountState, PrivateReader, ReadError};
 pub struct RpcContext {
     pub reader: Arc<PrivateReader>,
     pub upstream: Option<Arc<Upstream>>,
+    /// What a widened `logs` subscription may take from the upstream.
+    pub log_bounds: crate::logs::LogBounds,
 }
 
 /// The answer to a private call, read by the middleware before the handler
@@ -139,10 +141,17 @@ impl EthApiServer for RpcContext {
             }
         };
         let sink = pending.accept().await?;
+        let mut budget = crate::logs::WidenedBudget::new(self.log_bounds);
         loop {
             tokio::select! {
                 item = upstream_sub.next() => match item {
                     Some(Ok(value)) => {
+                        // A widened subscription is bounded: past the
+                        // budget it is closed with an error, never
+                        // thinned out in silence.
+                        if wanted.is_some() {
+                            budget.take(value.get().len())?;
+                        }
                         let asked = wanted.as_ref().is_none_or(|w| {
                             serde_json::from_str::<Value>(value.get()).is_ok_and(|log| w.matches(&log))
                         });

@@ -116,6 +116,9 @@ pub struct Session {
     rounds: usize,
     inner_apart: usize,
     evm_time: std::time::Duration,
+    /// When it was opened (its padding rounds are spaced by its rounds'
+    /// mean time).
+    started: std::time::Instant,
 }
 
 /// A call's state while it runs: what it read, and the accounts whose
@@ -292,6 +295,7 @@ impl Executor {
             rounds: 0,
             inner_apart: 0,
             evm_time: std::time::Duration::ZERO,
+            started: std::time::Instant::now(),
         };
         // Reads made ahead (a JSON-RPC batch's) count only where they are
         // of this view's block: the newest view may have moved since.
@@ -696,12 +700,21 @@ impl Executor {
         // Padded in rounds (a round is one or two requests: with a hot
         // tier under PIR levels, two, and so is a cover lookup). (Rounds
         // of other calls running at the same time count too: under
-        // concurrency a call may be padded less.)
+        // concurrency a call may be padded less.) The padding rounds read
+        // the call's view and are spaced as its real rounds were, one
+        // after another; the answer does not wait for them.
         let sent = self.reader.lookup_rounds() - session.rounds_before;
-        if sent > 0 {
-            for _ in sent..self.pad_rounds_to as u64 {
-                self.reader.cover_lookup().await;
-            }
+        let padding = (self.pad_rounds_to as u64).saturating_sub(sent);
+        if sent > 0 && padding > 0 {
+            let reader = self.reader.clone();
+            let at = BlockSelector::Number(session.view.view.block);
+            let gap = session.started.elapsed() / u32::try_from(sent).unwrap_or(u32::MAX);
+            tokio::spawn(async move {
+                for _ in 0..padding {
+                    tokio::time::sleep(gap).await;
+                    reader.cover_lookup_at(&at).await;
+                }
+            });
         }
         self.reader.lookup_requests() - session.requests_before
     }
