@@ -334,6 +334,12 @@ async fn a_lying_catalog_gets_errors_never_a_panic_or_the_memory() {
         logged.contains("catalog refused"),
         "no refusal logged:\n{logged}"
     );
+    // The process's log at info names no address it read.
+    let read = address.trim_start_matches("0x").to_lowercase();
+    assert!(
+        !logged.to_lowercase().contains(&read),
+        "the log names the address read:\n{logged}"
+    );
     assert!(
         !Path::new("/tmp/ethpir-owned.setup").exists(),
         "a digest wrote outside the cache"
