@@ -142,6 +142,19 @@ impl CanonicalCheck {
                 answer
             }
         };
+        self.judge(block, hash, asked, &mut kept)
+    }
+
+    /// What the source's answer `asked` at `block` says of a view whose
+    /// hash is `hash` (`kept`: that block's entry, updated).
+    fn judge(
+        &self,
+        block: u64,
+        hash: B256,
+        asked: Result<Option<B256>, String>,
+        kept: &mut Kept,
+    ) -> Result<(), ReadError> {
+        let was_confirmed = kept.confirmed == Some(hash);
         match asked {
             Ok(Some(theirs)) if theirs == hash => {
                 kept.confirmed = Some(hash);

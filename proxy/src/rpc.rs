@@ -113,26 +113,13 @@ impl EthApiServer for RpcContext {
             pending.reject(ProxyError::SubscriptionsNeedWebSocket).await;
             return Ok(());
         };
-        // A `logs` filter naming an address goes widened where the gate
-        // is closed, and its notifications are filtered here.
-        let mut options = options;
-        let mut wanted = None;
-        let closed = upstream.gate().openness() != crate::gate::Openness::Open;
-        if let (true, "logs", Some(filter)) = (closed, kind.as_str(), &options) {
-            match crate::logs::widened(filter) {
-                Ok(Some((wide, matcher))) => {
-                    wanted = Some(matcher);
-                    options = Some(wide);
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    pending.reject(ProxyError::BadParams(e.to_string())).await;
-                    return Ok(());
-                }
+        let (params, wanted) = match subscription_params(upstream, kind, options) {
+            Ok(asked) => asked,
+            Err(e) => {
+                pending.reject(e).await;
+                return Ok(());
             }
-        }
-        let mut params = vec![Value::String(kind)];
-        params.extend(options);
+        };
         let mut upstream_sub = match upstream.subscribe(params).await {
             Ok(s) => s,
             Err(e) => {
@@ -170,6 +157,30 @@ impl EthApiServer for RpcContext {
         }
         Ok(())
     }
+}
+
+/// What `eth_subscribe` of `kind` with `options` asks the upstream, and
+/// what its notifications are matched against here: a `logs` filter naming
+/// an address goes widened where the gate is closed.
+fn subscription_params(
+    upstream: &Upstream,
+    kind: String,
+    options: Option<Value>,
+) -> Result<(Vec<Value>, Option<crate::logs::LogFilter>), ProxyError> {
+    let closed = upstream.gate().openness() != crate::gate::Openness::Open;
+    let widened = match (closed, kind.as_str(), &options) {
+        (true, "logs", Some(filter)) => {
+            crate::logs::widened(filter).map_err(|e| ProxyError::BadParams(e.to_string()))?
+        }
+        _ => None,
+    };
+    let (options, wanted) = match widened {
+        Some((wide, matcher)) => (Some(wide), Some(matcher)),
+        None => (options, None),
+    };
+    let mut params = vec![Value::String(kind)];
+    params.extend(options);
+    Ok((params, wanted))
 }
 
 impl NodeInfoApiServer for RpcContext {

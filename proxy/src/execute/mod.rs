@@ -139,6 +139,23 @@ struct Reads {
     shared: std::collections::HashSet<ReadKey>,
 }
 
+impl Reads {
+    /// Notes which of a run's `needs` name no one the call names
+    /// (`naming`, of that run): they may be read from the hot tier.
+    fn note_shared(&mut self, needs: &[Need], naming: &call_exec::Naming) {
+        for need in needs {
+            let key = match *need {
+                Need::Account(a) | Need::Code(a) => ReadKey::Account(a),
+                Need::Slot { contract, slot } => ReadKey::Slot { contract, slot },
+            };
+            match naming.names(need) {
+                true => self.shared.remove(&key),
+                false => self.shared.insert(key),
+            };
+        }
+    }
+}
+
 /// The keys the last call of each (contract, selector) read, kept here
 /// and never sent: the next such call asks them in its first round, so
 /// that a deep call (a proxy's implementation, then its code, then
@@ -364,38 +381,39 @@ impl Executor {
                     reads: needs,
                     inner,
                 } => {
-                    for need in &needs {
-                        let key = match *need {
-                            Need::Account(a) | Need::Code(a) => ReadKey::Account(a),
-                            Need::Slot { contract, slot } => ReadKey::Slot { contract, slot },
-                        };
-                        match naming.names(need) {
-                            true => session.reads.shared.remove(&key),
-                            false => session.reads.shared.insert(key),
-                        };
-                    }
+                    session.reads.note_shared(&needs, &naming);
                     pending = self.keys_of(&mut session.reads, needs).await?;
-                    session.inner_apart += inner.len();
-                    // Asked together (a refresh may hold several unlisted
-                    // tokens).
-                    let view = &session.view;
-                    let answers = futures_util::future::join_all(
-                        inner.iter().map(|call| self.answer_apart(call, view)),
-                    )
-                    .await;
-                    for (call, answer) in inner.into_iter().zip(answers) {
-                        match answer? {
-                            Ok(answer) => session.reads.known.add_inner(call, answer),
-                            // The whole call fails: a refused inner call
-                            // is never read as a revert (a BalanceChecker's
-                            // 0, Multicall3's `success = false`).
-                            Err(why) => return Ok(Err(why)),
-                        }
+                    if let Some(why) = self.answer_inner(session, inner).await? {
+                        return Ok(Err(why));
                     }
                 }
             }
         }
         Ok(Err(format!("more than {MAX_ROUNDS} rounds of reads")))
+    }
+
+    /// The inner calls a run set apart, answered elsewhere ([`Self::answer_apart`],
+    /// asked together: a refresh may hold several unlisted tokens) and
+    /// added to the session's state; `Some(why)` when one is refused: the
+    /// whole call then fails, never reading it as a revert (a
+    /// BalanceChecker's 0, Multicall3's `success = false`).
+    async fn answer_inner(
+        &self,
+        session: &mut Session,
+        inner: Vec<InnerCall>,
+    ) -> Result<Option<String>, ReadError> {
+        session.inner_apart += inner.len();
+        let view = &session.view;
+        let answers =
+            futures_util::future::join_all(inner.iter().map(|call| self.answer_apart(call, view)))
+                .await;
+        for (call, answer) in inner.into_iter().zip(answers) {
+            match answer? {
+                Ok(answer) => session.reads.known.add_inner(call, answer),
+                Err(why) => return Ok(Some(why)),
+            }
+        }
+        Ok(None)
     }
 
     /// The keys of a call's first round: `first` (a rule's), its target
@@ -425,16 +443,17 @@ impl Executor {
         let learned_from = pending.len();
         let named = call_exec::Naming::of_call(args);
         for (key, shared) in self.learned.keys(args) {
+            if pending.contains(&key) {
+                continue;
+            }
             let names = match key {
                 ReadKey::Account(a) => named.names_account(&a),
                 ReadKey::Slot { .. } | ReadKey::HighPart { .. } => false,
             };
-            if shared && !names && !pending.contains(&key) {
+            if shared && !names {
                 reads.shared.insert(key);
             }
-            if !pending.contains(&key) {
-                pending.push(key);
-            }
+            pending.push(key);
         }
         (pending, learned_from)
     }
