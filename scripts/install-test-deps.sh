@@ -16,6 +16,9 @@
 #   multicall through the proxy), and Multicall3's compiled bytecode;
 # - kubernetes-validate 1.37 (PyPI) into ./.tools/kv, which checks the
 #   Kubernetes manifests against the API's schemas;
+# - geth 1.17.10, built from go-ethereum's Go module (Go's module and
+#   build caches keep what a rebuild needs) into ./.tools/geth/bin: the
+#   real node the follower's geth test follows;
 # - NVRTC and ptxas 13.5 (NVIDIA's PyPI wheels nvidia-cuda-nvrtc and
 #   nvidia-cuda-nvcc, no GPU needed) into ./.tools/cuda: the tests compile
 #   the CUDA kernels for sm_80 and sm_90 with them on every machine.
@@ -54,6 +57,22 @@ if ! cargo machete --version 2>/dev/null | grep -q "$MACHETE_VERSION"; then
     # Unoptimised: it builds in 25 s instead of 60 s and checks the
     # workspace in 5 s instead of 0.7.
     cargo install --locked --quiet --debug cargo-machete --version "$MACHETE_VERSION"
+fi
+
+# geth's build (about 9 CPU minutes the first time) runs while the
+# downloads below do; the script waits for it at the end.
+GETH_VERSION=1.17.10
+geth_build=""
+if ! .tools/geth/bin/geth version 2>/dev/null | grep -q "^Version: $GETH_VERSION-"; then
+    if ! command -v go >/dev/null 2>&1; then
+        echo "go not found: install Go (1.24 or newer) to build geth" >&2
+        exit 1
+    fi
+    mkdir -p .tools/geth
+    GOBIN="$PWD/.tools/geth/bin" \
+        go install "github.com/ethereum/go-ethereum/cmd/geth@v$GETH_VERSION" \
+        >.tools/geth/build.log 2>&1 &
+    geth_build=$!
 fi
 
 FOUNDRY_VERSION=1.7.1
@@ -100,4 +119,10 @@ if ! .tools/cuda/nvidia/cu13/bin/ptxas --version 2>/dev/null | grep -q "V$CUDA_T
         "nvidia-cuda-nvrtc==$CUDA_TOOLS_VERSION" "nvidia-cuda-nvcc==$CUDA_TOOLS_VERSION"
 fi
 .tools/cuda/nvidia/cu13/bin/ptxas --version | tail -1
+if [ -n "$geth_build" ] && ! wait "$geth_build"; then
+    cat .tools/geth/build.log >&2
+    echo "geth $GETH_VERSION did not build" >&2
+    exit 1
+fi
+.tools/geth/bin/geth version | grep "^Version"
 echo "test dependencies ready: $(cargo --version)"

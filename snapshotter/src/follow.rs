@@ -8,9 +8,12 @@
 //! them after a pause), built and published atomically, after which the
 //! levels are merged and retired as [`crate::levels`] says.
 //!
-//! Changes per block are complete only with the node's call traces
-//! (internal transfers, selfdestructs, contracts created by contracts): a
-//! node without `trace_block` is refused unless `allow_incomplete` is set.
+//! Changes per block come from the node's tracers
+//! ([`crate::sources::changes`]): the prestate tracer in diff mode (geth,
+//! reth, erigon, nethermind, anvil), else parity traces. A node with
+//! neither is refused at start, naming what it lacks, unless
+//! `allow_incomplete` is set and no storage is held (internal transfers,
+//! selfdestructs and contracts created by contracts are then missed).
 //! Reorgs: before each delta the newest view's blocks are compared with the
 //! node's hashes; levels no longer on the chain are removed and rebuilt.
 //! Node outages and failed builds are logged and retried with backoff;
@@ -28,7 +31,8 @@ use crate::levels::{LevelPolicy, Levels, LevelsError, UpdateReport};
 use crate::manifest::KindTag;
 use crate::pipeline::{BuildOptions, ExportedState};
 use crate::settings::BuildSettings;
-use crate::sources::rpc::{RpcOptions, RpcSource, Traces};
+use crate::sources::changes::{ChangeTracer, Missing};
+use crate::sources::rpc::{RpcOptions, RpcSource};
 use crate::sources::Base;
 use crate::store::{SnapshotStore, StoredSnapshot};
 
@@ -62,6 +66,11 @@ pub struct SourceConfig {
     /// Follow a node without call traces (changes they would reveal are
     /// missed: see the log line at start).
     pub allow_incomplete: bool,
+    /// Which of the node's tracers tells what each block changed:
+    /// `"auto"` (the prestate tracer, else parity traces), `"prestate"`
+    /// (`debug_traceBlockByNumber`), `"parity"` (`trace_*`) or `"blocks"`
+    /// (blocks and receipts alone: accounts only, changes missed).
+    pub changes: ChangeTracer,
     /// Accounts per JSON-RPC batch and batches in flight.
     pub batch_size: usize,
     pub concurrency: usize,
@@ -97,6 +106,7 @@ impl Default for SourceConfig {
             datadir: None,
             dump: false,
             allow_incomplete: false,
+            changes: ChangeTracer::Auto,
             batch_size: 100,
             concurrency: 4,
             tokens: None,
@@ -217,10 +227,8 @@ pub enum Refusal {
     NoBase { chain_id: u64 },
     #[error("no base for chain {chain_id} in the store, and --dump, but the node offers no state dump (anvil_dumpState): give --genesis FILE or --datadir RETH_DATADIR")]
     NoDump { chain_id: u64 },
-    #[error("the node at {url} has no trace_block: without call traces the per-block changes miss internal transfers (value sent by contracts), selfdestruct beneficiaries and contracts created by contracts. Use a node with traces (reth, erigon, anvil, nethermind) or accept this with --allow-incomplete")]
-    NoTraces { url: String },
-    #[error("the node at {url} has no trace_replayBlockTransactions with state diffs: the storage of listed contracts cannot be followed without them (reth, erigon, anvil and nethermind have them)")]
-    NoStateDiffs { url: String },
+    #[error("the node at {url} answers {missing}. Enable the debug namespace (geth: --http.api eth,debug; reth, erigon, nethermind, anvil have it) or the trace namespace, or choose with [source] changes")]
+    NoChangeTracer { url: String, missing: Missing },
     #[error("{0}")]
     Mismatch(String),
     #[error(
@@ -309,25 +317,11 @@ impl Follower {
             let options = RpcOptions {
                 batch_size: s.batch_size,
                 concurrency: s.concurrency,
-                traces: if s.allow_incomplete {
-                    Traces::Auto
-                } else {
-                    Traces::On
-                },
                 ..Default::default()
             };
             let node = RpcSource::connect(&self.url, options)
                 .await?
                 .with_code_store(self.store.clone());
-            if !node.has_traces().await? {
-                if !s.allow_incomplete {
-                    return Err(Refusal::NoTraces {
-                        url: protocol::url::redact(&self.url),
-                    }
-                    .into());
-                }
-                tracing::warn!("following without call traces (--allow-incomplete): internal transfers, selfdestruct beneficiaries and contracts created by contracts are missed, so those accounts can read stale values");
-            }
             let configured = s.private_storage(node.chain_id)?;
             let levels = std::sync::Arc::new(Levels::new(
                 self.store.clone(),
@@ -347,17 +341,34 @@ impl Follower {
                 tracing::warn!(base = %base.id, format = base.manifest.format, "the base is of a manifest format proxies no longer read ({oldest_read} on): its views are set aside until a new base; start the follower on a new store");
             }
             let followed = based.as_ref().map_or(&configured, |b| &b.manifest.storage);
-            if !followed.is_empty() && !node.has_state_diffs().await? {
-                return Err(Refusal::NoStateDiffs {
-                    url: protocol::url::redact(&self.url),
-                }
-                .into());
-            }
+            let node = self.with_tracer(node, !followed.is_empty()).await?;
             self.configured = configured;
             self.levels = Some(levels);
             self.node = Some(node);
         }
         Ok(self.node.as_ref().expect("just connected"))
+    }
+
+    /// `node`, set to the tracer [`RpcSource::probe_changes`] chose (and
+    /// logged), or the refusal that names what it lacks.
+    async fn with_tracer(
+        &self,
+        node: RpcSource,
+        needs_slots: bool,
+    ) -> Result<RpcSource, FollowError> {
+        let s = &self.config.source;
+        let chosen = node
+            .probe_changes(s.changes, needs_slots, s.allow_incomplete)
+            .await?
+            .map_err(|missing| Refusal::NoChangeTracer {
+                url: protocol::url::redact(&self.url),
+                missing,
+            })?;
+        match chosen {
+            ChangeTracer::Blocks => tracing::warn!("following without traces (--allow-incomplete): internal transfers, selfdestruct beneficiaries and contracts created by contracts are missed, so those accounts can read stale values"),
+            tracer => tracing::info!(?tracer, "changes per block read with the node's tracer"),
+        }
+        Ok(node.with_changes(chosen))
     }
 
     fn levels(&self) -> std::sync::Arc<Levels> {

@@ -12,6 +12,7 @@ use serde_json::json;
 use snapshotter::follow::{self, FollowConfig, Follower, Refusal, SourceConfig, StepOutcome};
 use snapshotter::levels::LevelPolicy;
 use snapshotter::settings::BuildSettings;
+use snapshotter::sources::changes::ChangeTracer;
 use snapshotter::store::{StoredSnapshot, RECORDS_FILE};
 use snapshotter::SnapshotStore;
 use test_support::{
@@ -39,7 +40,11 @@ fn example_config_parses() {
     assert!(why.contains("build.matrix_expansion"), "{why}");
 }
 
-fn config(store: &std::path::Path, url: &str, genesis: Option<&std::path::Path>) -> FollowConfig {
+pub(crate) fn config(
+    store: &std::path::Path,
+    url: &str,
+    genesis: Option<&std::path::Path>,
+) -> FollowConfig {
     FollowConfig {
         store: Some(store.to_path_buf()),
         source: SourceConfig {
@@ -276,7 +281,7 @@ async fn the_follower_rides_out_a_node_outage_and_stops_on_request() {
 
 /// Every slot of the newest view, by PIR key: its levels' storage records
 /// overlaid, the freshest winning (absent: 0, as a whole-state view reads).
-fn view_slots(store: &SnapshotStore) -> BTreeMap<B256, U256> {
+pub(crate) fn view_slots(store: &SnapshotStore) -> BTreeMap<B256, U256> {
     let snaps = store.list().unwrap();
     let views = protocol::view::views(&snapshotter::levels::as_entries(&snaps));
     let view = protocol::view::newest(&views, None).unwrap();
@@ -305,6 +310,7 @@ async fn before_cancun_whole_state(
     dir: &std::path::Path,
     account: Address,
     alloc: serde_json::Value,
+    tracer: ChangeTracer,
 ) -> (Anvil, Follower, SnapshotStore) {
     let genesis = dir.join("genesis.json");
     write_genesis_with(&genesis, vec![(account.to_string(), alloc)]);
@@ -320,6 +326,7 @@ async fn before_cancun_whole_state(
     let store_dir = dir.join("store");
     let mut config = config(&store_dir, &anvil.url, Some(&genesis));
     config.source.storage = follow::StorageScope::All;
+    config.source.changes = tracer;
     let follower = Follower::new(config).unwrap();
     (anvil, follower, SnapshotStore::open(&store_dir).unwrap())
 }
@@ -332,6 +339,16 @@ async fn before_cancun_whole_state(
 /// claim is refused by the state-root check.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_whole_state_is_followed_and_a_destroyed_contracts_slots_read_zero() {
+    whole_state_followed_through(ChangeTracer::Prestate).await;
+}
+
+/// The same through parity traces (`trace_block`, state diffs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_whole_state_is_followed_through_parity_traces() {
+    whole_state_followed_through(ChangeTracer::Parity).await;
+}
+
+async fn whole_state_followed_through(tracer: ChangeTracer) {
     let dir = tempfile::tempdir().unwrap();
     // Empty calldata: SELFDESTRUCT to the caller; else SSTORE(3, word 0).
     let contract: Address = "0x00000000000000000000000000000000000c0de5"
@@ -345,7 +362,8 @@ async fn the_whole_state_is_followed_and_a_destroyed_contracts_slots_read_zero()
             "0x0000000000000000000000000000000000000000000000000000000000000002": "0x07",
         },
     });
-    let (anvil, mut follower, store) = before_cancun_whole_state(dir.path(), contract, alloc).await;
+    let (anvil, mut follower, store) =
+        before_cancun_whole_state(dir.path(), contract, alloc, tracer).await;
     let key = |slot: u8| protocol::storage::storage_key_of(&contract, &B256::with_last_byte(slot));
     let word =
         |slots: &BTreeMap<B256, U256>, slot: u8| slots.get(&key(slot)).copied().unwrap_or_default();
@@ -456,12 +474,23 @@ async fn a_slot_left_out_is_caught(store: &SnapshotStore, forged_dir: &std::path
 /// follower sees both in the call traces.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_contract_destroyed_and_created_again_in_one_block_keeps_only_its_new_slots() {
+    destroyed_and_created_again_through(ChangeTracer::Prestate).await;
+}
+
+/// The same through parity traces.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn destroyed_and_created_again_through_parity_traces() {
+    destroyed_and_created_again_through(ChangeTracer::Parity).await;
+}
+
+async fn destroyed_and_created_again_through(tracer: ChangeTracer) {
     let dir = tempfile::tempdir().unwrap();
     let factory: Address = test_support::CREATE2_FACTORY.parse().unwrap();
     let alloc = json!({"balance": "0x0", "code": test_support::CREATE2_FACTORY_CODE});
     let init = alloy_primitives::hex::decode(test_support::REBORN_INIT_CODE).unwrap();
     let child = factory.create2_from_code(B256::ZERO, &init);
-    let (anvil, mut follower, store) = before_cancun_whole_state(dir.path(), factory, alloc).await;
+    let (anvil, mut follower, store) =
+        before_cancun_whole_state(dir.path(), factory, alloc, tracer).await;
     let key = |slot: u8| protocol::storage::storage_key_of(&child, &B256::with_last_byte(slot));
     let word = |slot: u8| {
         view_slots(&store)

@@ -7,6 +7,7 @@
 mod crash;
 mod determinism;
 mod follow;
+mod geth;
 mod reth_contracts;
 mod reth_datadir;
 mod rpc_anvil;

@@ -110,15 +110,19 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// A running anvil, in a process group of its own; the whole group is
-/// killed when it is dropped or stopped, so no node outlives its test.
-pub struct Anvil {
+/// A running node, anvil or geth ([`Node::start_geth`]), in a process
+/// group of its own; the whole group is killed when it is dropped or
+/// stopped, so no node outlives its test.
+pub struct Node {
     child: tokio::process::Child,
     pub url: String,
     pub port: u16,
 }
 
-impl Anvil {
+/// Most tests run anvil.
+pub type Anvil = Node;
+
+impl Node {
     /// Starts anvil (chain id 31337, instant mining) on a free loopback port.
     pub async fn start() -> Anvil {
         Anvil::start_with(&[]).await
@@ -153,21 +157,88 @@ impl Anvil {
                     bin.display()
                 ),
             };
-            let anvil = Anvil {
+            let anvil = Node {
                 child,
                 url: format!("http://127.0.0.1:{port}"),
                 port,
             };
-            let up = poll(PATIENCE, || async {
-                anvil.try_rpc("eth_chainId", json!([])).await.ok()
-            })
-            .await;
-            if up.is_some() {
+            if anvil.answers().await {
                 return anvil;
             }
             last = format!("anvil on port {port} did not answer");
         }
         panic!("{last}");
+    }
+
+    /// Whether the node answers JSON-RPC within [`PATIENCE`].
+    async fn answers(&self) -> bool {
+        let up = poll(PATIENCE, || async {
+            self.try_rpc("eth_chainId", json!([])).await.ok()
+        })
+        .await;
+        up.is_some()
+    }
+
+    /// Starts geth (`--dev`: a block per transaction, as anvil mines) on
+    /// [`write_genesis_with`]'s chain with `extra` accounts, in `dir`: the
+    /// config and system contracts of geth's dev chain (every fork at 0),
+    /// [`DEV_ACCOUNTS`]`[0]`'s key in its keystore, unlocked, and the
+    /// `eth`, `debug` and `net` namespaces on loopback. Returns the node
+    /// and the genesis file it was initialised with.
+    pub async fn start_geth(dir: &std::path::Path, extra: Vec<(String, Value)>) -> (Node, PathBuf) {
+        let geth = geth_binary();
+        let genesis = dir.join("geth-genesis.json");
+        write_geth_genesis(&geth, &genesis, extra);
+        let data = dir.join("geth-data");
+        let (key, password) = (dir.join("dev-key"), dir.join("password"));
+        std::fs::write(&key, DEV_KEY).unwrap();
+        std::fs::write(&password, "").unwrap();
+        let path = |p: &std::path::Path| p.to_str().expect("a UTF-8 path").to_string();
+        let (data_s, password_s) = (path(&data), path(&password));
+        run_geth(
+            &geth,
+            &[
+                "account",
+                "import",
+                "--lightkdf",
+                "--datadir",
+                &data_s,
+                "--password",
+                &password_s,
+                &path(&key),
+            ],
+        );
+        run_geth(&geth, &["init", "--datadir", &data_s, &path(&genesis)]);
+        let port = free_port();
+        let child = tokio::process::Command::new(&geth)
+            .args(["--dev", "--datadir", &data_s, "--password", &password_s])
+            .args([
+                "--http",
+                "--http.addr",
+                "127.0.0.1",
+                "--http.port",
+                &port.to_string(),
+            ])
+            .args([
+                "--http.api",
+                "eth,debug,net,web3",
+                "--nodiscover",
+                "--ipcdisable",
+            ])
+            .args(["--port", "0", "--authrpc.port", "0", "--verbosity", "2"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {} ({e})", geth.display()));
+        let node = Node {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            port,
+        };
+        assert!(node.answers().await, "geth on port {port} did not answer");
+        (node, genesis)
     }
 
     /// Starts anvil on [`write_genesis`]'s chain from `genesis`, holding
@@ -200,9 +271,12 @@ impl Anvil {
     /// Sends a transaction from an unlocked dev account; returns its receipt.
     pub async fn send(&self, tx: Value) -> Value {
         let hash = self.rpc("eth_sendTransaction", json!([tx])).await;
+        // (geth answers an error while it indexes its first blocks.)
         let mined = || async {
-            let receipt = self.rpc("eth_getTransactionReceipt", json!([hash])).await;
-            (!receipt.is_null()).then_some(receipt)
+            let receipt = self
+                .try_rpc("eth_getTransactionReceipt", json!([hash]))
+                .await;
+            receipt.ok().filter(|r| !r.is_null())
         };
         eventually(&format!("transaction {hash} mined"), mined).await
     }
@@ -280,6 +354,63 @@ impl Drop for Anvil {
     fn drop(&mut self) {
         self.kill_group();
     }
+}
+
+/// The private key of [`DEV_ACCOUNTS`]`[0]` (Foundry's and Hardhat's
+/// well-known first test key).
+const DEV_KEY: &str = "ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
+
+/// geth: `$GETH`, then the one the install script built into
+/// `.tools/geth/bin`, then `PATH`.
+pub fn geth_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("GETH") {
+        return PathBuf::from(p);
+    }
+    let built = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.tools/geth/bin/geth");
+    match built.is_file() {
+        true => built,
+        false => PathBuf::from("geth"),
+    }
+}
+
+/// One geth command that must succeed.
+fn run_geth(geth: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new(geth)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run {} ({e}): run scripts/install-test-deps.sh",
+                geth.display()
+            )
+        });
+    assert!(
+        out.status.success(),
+        "geth {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// geth's dev genesis (`geth --dev dumpgenesis`: its fork schedule and
+/// system contracts) with [`write_genesis_with`]'s chain id and accounts.
+fn write_geth_genesis(geth: &std::path::Path, path: &std::path::Path, extra: Vec<(String, Value)>) {
+    let out = std::process::Command::new(geth)
+        .args(["--dev", "dumpgenesis"])
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run {} ({e}): run scripts/install-test-deps.sh",
+                geth.display()
+            )
+        });
+    assert!(out.status.success(), "geth dumpgenesis failed");
+    let mut dev: Value = serde_json::from_slice(&out.stdout).expect("geth's genesis is JSON");
+    write_genesis_with(path, extra);
+    let ours: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    dev["config"]["chainId"] = json!(GENESIS_CHAIN_ID);
+    let alloc = dev["alloc"].as_object_mut().expect("an alloc");
+    alloc.extend(ours["alloc"].as_object().unwrap().clone());
+    std::fs::write(path, serde_json::to_vec_pretty(&dev).unwrap()).unwrap();
 }
 
 /// Live (not zombie) processes whose command line has `--port <port>`:

@@ -359,9 +359,15 @@ struct RunArgs {
     /// checked against that block's state root.
     #[arg(long, conflicts_with_all = ["genesis", "datadir"])]
     dump: bool,
-    /// Follow a node without trace_block (some changes are then missed).
+    /// Follow a node with neither the prestate tracer nor trace_block
+    /// (accounts only; some changes are then missed).
     #[arg(long)]
     allow_incomplete: bool,
+    /// Which of the node's tracers says what each block changed: auto
+    /// (prestate, else parity), prestate (debug_traceBlockByNumber), parity
+    /// (trace_*) or blocks (blocks and receipts only).
+    #[arg(long, value_enum)]
+    changes: Option<snapshotter::sources::changes::ChangeTracer>,
     /// Where to build hints: auto, cpu or cuda.
     #[arg(long)]
     device: Option<HintDevice>,
@@ -691,6 +697,7 @@ fn run_follower(store: &std::path::Path, store_given: bool, args: &RunArgs) -> R
         source.dump = args.dump;
     }
     source.allow_incomplete |= args.allow_incomplete;
+    source.changes = args.changes.unwrap_or(source.changes);
     source.storage = args.storage.unwrap_or(source.storage);
     config.follow.ws_url = args.ws_url.clone().or(config.follow.ws_url.take());
     if let Some(device) = args.device {

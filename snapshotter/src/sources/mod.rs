@@ -1,6 +1,7 @@
 //! Where account state comes from.
 
 pub use snapshot_build::{dump, genesis};
+pub mod changes;
 #[cfg(feature = "reth")]
 pub mod reth;
 pub mod rpc;

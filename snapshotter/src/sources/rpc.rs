@@ -21,13 +21,12 @@ use alloy_provider::network::{AnyNetwork, AnyRpcBlock, TransactionResponse as _}
 use alloy_provider::transport::{TransportError, TransportResult};
 use alloy_provider::{Provider, RootProvider};
 use alloy_rpc_client::{ClientBuilder, RpcClient};
-use alloy_rpc_types_trace::parity::{
-    Action, Delta, LocalizedTransactionTrace, TraceOutput, TraceResultsWithTransactionHash,
-};
+use alloy_rpc_types_trace::parity::{Action, LocalizedTransactionTrace, TraceOutput};
 use futures_util::stream::{self, StreamExt, TryStreamExt};
 
 use protocol::storage::{PrivateStorage, StorageRecord};
 
+use super::changes::{Changed, SystemCalls};
 use crate::account::AccountRecord;
 use crate::manifest::SnapshotKind;
 use crate::pipeline::ExportedState;
@@ -38,7 +37,7 @@ use protocol::account::EMPTY_CODE_HASH;
 const NO_SLOTS: [B256; 0] = [];
 
 /// Contracts the protocol writes at every block, outside any transaction.
-const SYSTEM_CONTRACTS: [Address; 4] = [
+pub(super) const SYSTEM_CONTRACTS: [Address; 4] = [
     alloy_eips::eip4788::BEACON_ROOTS_ADDRESS,
     alloy_eips::eip2935::HISTORY_STORAGE_ADDRESS,
     alloy_eips::eip7002::WITHDRAWAL_REQUEST_PREDEPLOY_ADDRESS,
@@ -147,6 +146,9 @@ pub struct RpcOptions {
     /// Attempts per request before giving up.
     pub attempts: u32,
     pub traces: Traces,
+    /// Where a delta learns what blocks changed (`Auto` until
+    /// [`RpcSource::probe_changes`] chose).
+    pub changes: super::changes::ChangeTracer,
     /// Where the account export reports progress (none: silent).
     pub progress: Option<ProgressFn>,
 }
@@ -158,6 +160,7 @@ impl std::fmt::Debug for RpcOptions {
             .field("concurrency", &self.concurrency)
             .field("attempts", &self.attempts)
             .field("traces", &self.traces)
+            .field("changes", &self.changes)
             .field("progress", &self.progress.is_some())
             .finish()
     }
@@ -170,6 +173,7 @@ impl Default for RpcOptions {
             concurrency: 4,
             attempts: 6,
             traces: Traces::Auto,
+            changes: Default::default(),
             progress: None,
         }
     }
@@ -177,7 +181,7 @@ impl Default for RpcOptions {
 
 /// A connected node.
 pub struct RpcSource {
-    provider: RootProvider<AnyNetwork>,
+    pub(super) provider: RootProvider<AnyNetwork>,
     /// The provider's client, for batches of account reads.
     client: RpcClient,
     /// The same HTTP client, for the one reply read with a byte bound of
@@ -185,7 +189,7 @@ pub struct RpcSource {
     http: reqwest::Client,
     url: String,
     pub chain_id: u64,
-    options: RpcOptions,
+    pub(super) options: RpcOptions,
     /// Where codes already read are kept: an export reads only the codes
     /// it does not hold.
     code_store: Option<crate::store::SnapshotStore>,
@@ -253,6 +257,18 @@ impl RpcSource {
 
     /// Exports read only the codes `store` does not keep (each export
     /// otherwise reads every code its accounts have).
+    /// The tracer deltas read changes with ([`Self::probe_changes`]'s
+    /// choice).
+    pub fn with_changes(mut self, tracer: super::changes::ChangeTracer) -> Self {
+        use super::changes::ChangeTracer;
+        self.options.traces = match tracer {
+            ChangeTracer::Blocks => Traces::Off,
+            _ => Traces::On,
+        };
+        self.options.changes = tracer;
+        self
+    }
+
     pub fn with_code_store(mut self, store: crate::store::SnapshotStore) -> Self {
         self.code_store = Some(store);
         self
@@ -293,7 +309,7 @@ impl RpcSource {
     /// One request (`request` makes it afresh for each attempt), retried
     /// with exponential backoff on transport errors; the node's own error
     /// and a reply of the wrong shape are not retried.
-    async fn retry<R, F, Fut>(
+    pub(super) async fn retry<R, F, Fut>(
         &self,
         method: &'static str,
         block: Option<u64>,
@@ -426,7 +442,7 @@ impl RpcSource {
     }
 
     /// Block `n` with its transactions (`full`) or only their hashes.
-    async fn block(&self, n: u64, full: bool) -> Result<AnyRpcBlock, RpcSourceError> {
+    pub(super) async fn block(&self, n: u64, full: bool) -> Result<AnyRpcBlock, RpcSourceError> {
         let number = BlockNumberOrTag::Number(n);
         let block = self
             .retry("eth_getBlockByNumber", Some(n), || {
@@ -481,7 +497,7 @@ impl RpcSource {
 
     /// [`Self::touched`], with what the call traces say of lifetimes:
     /// the `SELFDESTRUCT`s and the contracts created, by block.
-    async fn touched_traced(
+    pub(super) async fn touched_traced(
         &self,
         from: u64,
         to: u64,
@@ -492,6 +508,7 @@ impl RpcSource {
         for n in from..=to {
             let block = self.block(n, true).await?;
             out.extend(block_participants(&block));
+            lives.blocks.push(system_calls_of(&block));
             if block.transactions.is_empty() {
                 continue;
             }
@@ -528,7 +545,10 @@ impl RpcSource {
     }
 
     /// Block `n`'s parity call traces.
-    async fn traces(&self, n: u64) -> Result<Vec<LocalizedTransactionTrace>, RpcSourceError> {
+    pub(super) async fn traces(
+        &self,
+        n: u64,
+    ) -> Result<Vec<LocalizedTransactionTrace>, RpcSourceError> {
         self.retry("trace_block", Some(n), || {
             self.provider.trace_block(BlockId::number(n))
         })
@@ -675,7 +695,7 @@ impl RpcSource {
     }
 
     /// The code of `address` at block `at` (empty: not a contract).
-    async fn code_at(&self, address: Address, at: u64) -> Result<Bytes, RpcSourceError> {
+    pub(super) async fn code_at(&self, address: Address, at: u64) -> Result<Bytes, RpcSourceError> {
         self.retry("eth_getCode", Some(at), || {
             self.provider
                 .get_code_at(address)
@@ -749,42 +769,6 @@ impl RpcSource {
             .collect())
     }
 
-    /// The slots of the contracts `listed` holds (every contract's, for
-    /// the whole state) that blocks `from..=to` wrote: the `stateDiff` of
-    /// `trace_replayBlockTransactions`, which every slot a transaction
-    /// changed appears in; and the contracts destroyed in them, whose
-    /// earlier slots the diff does not list (see [`NodeDelta`]).
-    pub async fn written_slots(
-        &self,
-        listed: &PrivateStorage,
-        from: u64,
-        to: u64,
-    ) -> Result<Written, RpcSourceError> {
-        let mut out = Written::default();
-        if listed.is_empty() {
-            return Ok(out);
-        }
-        for n in from..=to {
-            for replay in self.state_diffs(n).await? {
-                let Some(diff) = replay.full_trace.state_diff else {
-                    continue;
-                };
-                for (contract, account) in diff.iter().filter(|(c, _)| listed.holds(c)) {
-                    if matches!(account.code, Delta::Removed(_)) {
-                        out.destroyed.insert(*contract);
-                    }
-                    if !account.storage.is_empty() {
-                        out.slots
-                            .entry(*contract)
-                            .or_default()
-                            .extend(account.storage.keys().copied());
-                    }
-                }
-            }
-        }
-        Ok(out)
-    }
-
     /// The words of `slots` at block `at`, as storage records.
     async fn read_slots(
         &self,
@@ -803,32 +787,6 @@ impl RpcSource {
             );
         }
         Ok(out)
-    }
-
-    /// Whether the node answers `trace_replayBlockTransactions` with state
-    /// diffs (asked on its head block): what following listed contracts'
-    /// storage takes.
-    pub async fn has_state_diffs(&self) -> Result<bool, RpcSourceError> {
-        let head = self.head().await?;
-        match self.state_diffs(head).await {
-            Ok(_) => Ok(true),
-            Err(RpcSourceError::Node { .. } | RpcSourceError::Reply { .. }) => Ok(false),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Block `n`'s transactions replayed with their state diffs.
-    async fn state_diffs(
-        &self,
-        n: u64,
-    ) -> Result<Vec<TraceResultsWithTransactionHash>, RpcSourceError> {
-        self.retry("trace_replayBlockTransactions", Some(n), || {
-            self.provider
-                .trace_replay_block_transactions(BlockId::number(n))
-                .state_diff()
-                .into_future()
-        })
-        .await
     }
 
     /// The keys each transaction of block `n` read or wrote: every
@@ -916,25 +874,8 @@ impl RpcSource {
         let started = Instant::now();
         let (parent, _, _) = self.block_header(from).await?;
         let (hash, _, _) = self.block_header(to).await?;
-        let (touched, lives) = self.touched_traced(from + 1, to).await?;
-        let addresses: Vec<Address> = touched.into_iter().collect();
-        let mut written = self.written_slots(listed, from + 1, to).await?;
-        for &(n, contract) in &lives.destructs {
-            // Before Cancun a SELFDESTRUCT removes the account at the end
-            // of its transaction (its code is gone at the block's end, or
-            // the contract was created again later in the block: then
-            // its earlier slots are gone all the same); since, it only
-            // does for a contract created in the same transaction, which
-            // had no earlier slots. (A node's state diff may not say so:
-            // anvil's reports the account unchanged.)
-            if !listed.holds(&contract) {
-                continue;
-            }
-            if lives.created.contains(&(n, contract)) || self.code_at(contract, n).await?.is_empty()
-            {
-                written.destroyed.insert(contract);
-            }
-        }
+        let Changed { accounts, written } = self.changed(listed, from + 1, to).await?;
+        let addresses: Vec<Address> = accounts.into_iter().collect();
         tracing::debug!(
             from,
             to,
@@ -1018,16 +959,6 @@ impl RpcSource {
     }
 }
 
-/// What blocks wrote of the contracts a snapshot holds.
-#[derive(Debug, Default)]
-pub struct Written {
-    /// Each contract's slots written, by slot number.
-    pub slots: BTreeMap<Address, BTreeSet<B256>>,
-    /// Contracts destroyed (pre-Cancun `SELFDESTRUCT`), perhaps created
-    /// again since.
-    pub destroyed: BTreeSet<Address>,
-}
-
 /// A delta as the node gives it. A destroyed contract's storage is gone
 /// at once, but the state diff lists only the slots its last transaction
 /// touched: its other slots, still in the levels below, must be hidden by
@@ -1039,9 +970,19 @@ pub struct NodeDelta {
     pub destroyed: Vec<Address>,
 }
 
+/// What block `block`'s system calls write, by its header's fields.
+pub(super) fn system_calls_of(block: &AnyRpcBlock) -> SystemCalls {
+    SystemCalls {
+        number: block.header.number,
+        timestamp: block.header.timestamp,
+        beacon_root: block.header.parent_beacon_block_root.is_some(),
+        requests: block.header.requests_hash.is_some(),
+    }
+}
+
 /// Who block `block` names: its fee recipient, its transactions' senders
 /// and recipients, its withdrawals' recipients.
-fn block_participants(block: &AnyRpcBlock) -> Vec<Address> {
+pub(super) fn block_participants(block: &AnyRpcBlock) -> Vec<Address> {
     let mut out = vec![block.header.beneficiary];
     for tx in block.transactions.txns() {
         out.push(tx.from());
@@ -1081,9 +1022,11 @@ struct LogTopics {
 /// recipients (uncles' included).
 /// What call traces say of contracts' lifetimes: (block, contract).
 #[derive(Debug, Default)]
-struct Lifetimes {
-    destructs: Vec<(u64, Address)>,
-    created: BTreeSet<(u64, Address)>,
+pub(super) struct Lifetimes {
+    pub destructs: Vec<(u64, Address)>,
+    pub created: BTreeSet<(u64, Address)>,
+    /// What each block's system calls write (not in the traces).
+    pub blocks: Vec<SystemCalls>,
 }
 
 impl Lifetimes {
