@@ -27,6 +27,17 @@ impl AccessRecorder {
         }
     }
 
+    /// With `list` (an access list the run starts with) already listed,
+    /// the excluded accounts' entries left out.
+    pub(crate) fn seeded(mut self, list: &Touched) -> Self {
+        for (address, slots) in list {
+            if let Some(listed) = self.account(*address) {
+                listed.extend(slots);
+            }
+        }
+        self
+    }
+
     fn account(&mut self, address: Address) -> Option<&mut BTreeSet<B256>> {
         match self.excluded.contains(&address) {
             true => None,

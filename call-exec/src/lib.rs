@@ -47,6 +47,7 @@ use revm::{Context, InspectEvm, MainBuilder, MainContext};
 
 pub use access::Touched;
 pub use naming::Naming;
+pub use revm::context_interface::transaction::{Authorization, SignedAuthorization};
 pub use revm::primitives::hardfork::SpecId;
 pub use spec::spec_for;
 
@@ -98,6 +99,26 @@ pub struct CallArgs {
     pub max_priority_fee_per_gas: Option<u128>,
     pub value: U256,
     pub input: Bytes,
+    /// EIP-2930: the call's own access list, warm from the start (and
+    /// paid for, as a transaction pays).
+    pub access_list: Touched,
+    /// EIP-7702: the delegations the call applies before it runs, as
+    /// signed (one whose signature recovers no account, or whose chain or
+    /// nonce is not the authority's, is skipped, as a node skips it).
+    pub authorizations: Vec<SignedAuthorization>,
+    /// EIP-4844: the versioned hashes `BLOBHASH` reads, and the blob fee
+    /// cap.
+    pub blob_hashes: Vec<B256>,
+    pub max_fee_per_blob_gas: Option<u128>,
+}
+
+impl CallArgs {
+    /// The accounts that signed its delegations (those that recover).
+    pub fn authorities(&self) -> impl Iterator<Item = Address> + '_ {
+        self.authorizations
+            .iter()
+            .filter_map(|a| a.recover_authority().ok())
+    }
 }
 
 /// An account as read privately.
@@ -327,7 +348,8 @@ pub fn run_named(
     // slots included (geth leaves the recipient out).
     let excluded =
         std::iter::once(args.from.unwrap_or_default()).chain(precompiles.addresses().copied());
-    let recorder = access::AccessRecorder::new(excluded);
+    // As geth's tracer, the list a run starts with is in what it lists.
+    let recorder = access::AccessRecorder::new(excluded).seeded(access_list);
     let naming = naming::NamingWatch {
         naming: Naming::of_call(args),
     };
@@ -435,13 +457,10 @@ fn tx_env(block: &BlockContext, args: &CallArgs, access_list: &Touched) -> TxEnv
             },
         )
         .collect();
-    TxEnv {
-        // An access list needs a typed transaction (EIP-2930's, or 1559's).
-        tx_type: match (dynamic, access_list.is_empty()) {
-            (true, _) => 2,
-            (false, false) => 1,
-            (false, true) => 0,
-        },
+    let blobs = !args.blob_hashes.is_empty() || args.max_fee_per_blob_gas.is_some();
+    let delegates = !args.authorizations.is_empty();
+    let mut env = TxEnv {
+        tx_type: tx_type(dynamic, !access_list.is_empty(), blobs, delegates),
         access_list: revm::context::transaction::AccessList(items),
         caller: args.from.unwrap_or_default(),
         gas_limit: args.gas.unwrap_or(GAS_CAP).min(GAS_CAP),
@@ -449,12 +468,30 @@ fn tx_env(block: &BlockContext, args: &CallArgs, access_list: &Touched) -> TxEnv
             true => args.max_fee_per_gas.unwrap_or(0),
             false => args.gas_price.unwrap_or(0),
         },
-        gas_priority_fee: dynamic.then(|| args.max_priority_fee_per_gas.unwrap_or(0)),
+        // Blob and set-code transactions are EIP-1559 ones.
+        gas_priority_fee: (dynamic || blobs || delegates)
+            .then(|| args.max_priority_fee_per_gas.unwrap_or(0)),
         kind: TxKind::Call(args.to),
         value: args.value,
         data: args.input.clone(),
         chain_id: Some(block.chain_id),
+        blob_hashes: args.blob_hashes.clone(),
+        max_fee_per_blob_gas: args.max_fee_per_blob_gas.unwrap_or(0),
         ..Default::default()
+    };
+    env.set_signed_authorization(args.authorizations.clone());
+    env
+}
+
+/// The transaction type a call runs as: the newest its fields need (an
+/// access list needs a typed transaction, EIP-2930's or a later one).
+fn tx_type(dynamic: bool, listed: bool, blobs: bool, delegates: bool) -> u8 {
+    match (delegates, blobs, dynamic, listed) {
+        (true, ..) => 4,
+        (_, true, ..) => 3,
+        (_, _, true, _) => 2,
+        (_, _, _, true) => 1,
+        _ => 0,
     }
 }
 

@@ -66,15 +66,24 @@ impl Naming {
         let data = &args.input[..args.input.len().min(CALL_DATA_SCANNED)];
         accounts.extend(data.windows(20).map(Address::from_slice));
         accounts.remove(&Address::ZERO);
-        let own: HashSet<Address> = [args.from.unwrap_or_default(), args.to].into();
+        // The accounts that sign its delegations are the wallet's own.
+        let own: HashSet<Address> = [args.from.unwrap_or_default(), args.to]
+            .into_iter()
+            .chain(args.authorities())
+            .collect();
         accounts.extend(&own);
+        accounts.extend(args.authorizations.iter().map(|a| a.address));
+        accounts.extend(args.access_list.keys());
         // Words of the call data that are no number or address: slots
-        // computed off-chain (`extsload`), or hashes of the wallet's.
+        // computed off-chain (`extsload`), or hashes of the wallet's; and
+        // every slot its access list names.
         let hash_like = U256::from(1) << 160;
+        let listed = args.access_list.values().flatten();
         let derived = data
             .windows(32)
             .map(U256::from_be_slice)
             .filter(|w| *w >= hash_like)
+            .chain(listed.map(|slot| U256::from_be_bytes(slot.0)))
             .collect();
         Naming {
             accounts,

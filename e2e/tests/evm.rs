@@ -803,6 +803,73 @@ impl Defi {
     }
 }
 
+/// A wallet's calls of every transaction type at `at`: an approval with an
+/// EIP-2930 access list (its gas paid, its entries listed back), one with
+/// an EIP-4844 blob's hash and fee cap, and a `balanceOf` sent to a dev
+/// account that an EIP-7702 authorization (signed by `cast` with its key,
+/// at its nonce at `at`) delegates to the token: the token's code runs
+/// over the account's own storage, the delegation's gas included.
+async fn typed_calls(anvil: &Anvil, c: &Contracts, at: &str) -> Vec<Value> {
+    let approve = IFlagged::approveCall {
+        spender: holders()[3],
+        amount: U256::from(1u64),
+    };
+    let data = alloy_primitives::hex::encode_prefixed(approve.abi_encode());
+    let from = DEV_ACCOUNTS[0];
+    let slot = alloy_primitives::B256::with_last_byte(1);
+    let listed = json!({"from": from, "to": c.flagged, "data": data,
+        "accessList": [{"address": c.flagged, "storageKeys": [slot]}, {"address": holders()[2], "storageKeys": []}]});
+    let blob_hash = format!("0x01{}", "ab".repeat(31));
+    let blob = json!({"from": from, "to": c.flagged, "data": data,
+        "blobVersionedHashes": [blob_hash], "maxFeePerBlobGas": "0x3b9aca00"});
+    let authority = DEV_ACCOUNTS[1];
+    let nonce = anvil
+        .rpc("eth_getTransactionCount", json!([authority, at]))
+        .await;
+    let auth = signed_authorization(c.flagged, test_support::quantity(&nonce), anvil).await;
+    let balance_of = IFlagged::balanceOfCall {
+        holder: holders()[0],
+    }
+    .abi_encode();
+    let delegated = json!({"from": from, "to": authority,
+        "data": alloy_primitives::hex::encode_prefixed(balance_of), "authorizationList": [auth]});
+    vec![listed, blob, delegated]
+}
+
+/// Dev account 1's EIP-7702 authorization of `delegate` at `nonce`, as
+/// `cast wallet sign-auth` signs it (RLP), written as nodes write it.
+async fn signed_authorization(delegate: Address, nonce: u64, anvil: &Anvil) -> Value {
+    use alloy_rlp::Decodable;
+    let chain = test_support::quantity(&anvil.rpc("eth_chainId", json!([])).await);
+    let key = "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d";
+    let out = std::process::Command::new(test_support::foundry_tool("cast"))
+        .args([
+            "wallet",
+            "sign-auth",
+            &delegate.to_string(),
+            "--private-key",
+            key,
+        ])
+        .args(["--nonce", &nonce.to_string(), "--chain", &chain.to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rlp = alloy_primitives::hex::decode(String::from_utf8(out.stdout).unwrap().trim()).unwrap();
+    let auth = alloy_eips::eip7702::SignedAuthorization::decode(&mut rlp.as_slice()).unwrap();
+    json!({
+        "chainId": format!("{:#x}", auth.chain_id()),
+        "address": auth.address(),
+        "nonce": format!("{:#x}", auth.nonce()),
+        "yParity": format!("{:#x}", auth.y_parity()),
+        "r": format!("{:#x}", auth.r()),
+        "s": format!("{:#x}", auth.s()),
+    })
+}
+
 /// The whole state held (`storage = "all"`, nothing listed), every level
 /// read by PIR queries: every contract (all created after the base, so
 /// each is held from its first block by the deltas) answered here as the
@@ -874,6 +941,9 @@ async fn the_whole_state_answers_every_call_without_naming_a_holder() {
         same_as_anvil(&proxy, &anvil, &checker, &at).await;
         estimates(&proxy, &anvil, &c, &relayed, &at).await;
         for tx in defi.transactions() {
+            same_transaction(&proxy, &anvil, &tx, &at).await;
+        }
+        for tx in typed_calls(&anvil, &c, &at).await {
             same_transaction(&proxy, &anvil, &tx, &at).await;
         }
     }

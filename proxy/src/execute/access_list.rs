@@ -22,7 +22,8 @@ impl Executor {
             Ok(session) => session,
             Err(why) => return Ok(Err(why)),
         };
-        let mut list = Touched::new();
+        // As geth: the call's own list is where the first run starts.
+        let mut list = args.access_list.clone();
         let mut settled = None;
         for _ in 0..ACCESS_LIST_RUNS {
             let (result, touched) = match self

@@ -3,9 +3,10 @@
 
 use super::*;
 
-/// The call object of `eth_call`: what the call runs with. Fields that
-/// change state before it runs (overrides) or that this executor does
-/// not model (blobs, authorizations) make it not executable here.
+/// The call object of `eth_call`: what the call runs with, of every
+/// transaction type (access lists, blobs' hashes, 7702 delegations).
+/// Fields that change state before it runs (overrides) or that are no
+/// call's (a blob sidecar) make it not executable here.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct CallObject {
@@ -15,19 +16,58 @@ struct CallObject {
     gas_price: Option<U256>,
     max_fee_per_gas: Option<U256>,
     max_priority_fee_per_gas: Option<U256>,
+    max_fee_per_blob_gas: Option<U256>,
     value: Option<U256>,
     data: Option<Bytes>,
     input: Option<Bytes>,
-    /// Inert here: a call's type follows from its fee fields.
+    access_list: Option<Vec<AccessListEntry>>,
+    authorization_list: Option<Vec<AuthorizationEntry>>,
+    blob_versioned_hashes: Option<Vec<B256>>,
+    /// Inert here: a call's type follows from its fields.
     #[serde(rename = "type")]
     _type: Option<Value>,
     #[serde(rename = "chainId")]
     _chain_id: Option<Value>,
     #[serde(rename = "nonce")]
     _nonce: Option<Value>,
-    #[serde(rename = "accessList")]
-    _access_list: Option<Value>,
 }
+
+/// An EIP-2930 access list's entry.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct AccessListEntry {
+    address: Address,
+    #[serde(default)]
+    storage_keys: Vec<B256>,
+}
+
+/// An EIP-7702 authorization as nodes write it.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct AuthorizationEntry {
+    chain_id: U256,
+    address: Address,
+    nonce: alloy_primitives::U64,
+    y_parity: alloy_primitives::U8,
+    r: U256,
+    s: U256,
+}
+
+impl AuthorizationEntry {
+    fn signed(self) -> call_exec::SignedAuthorization {
+        let inner = call_exec::Authorization {
+            chain_id: self.chain_id,
+            address: self.address,
+            nonce: self.nonce.to(),
+        };
+        call_exec::SignedAuthorization::new_unchecked(inner, self.y_parity.to(), self.r, self.s)
+    }
+}
+
+/// At most this many access-list entries, slots and authorizations a call
+/// may name (a node's transaction pool bounds them by gas; a call object
+/// is bounded by the request's size already, this by work).
+const MAX_LISTED: usize = 4_096;
 
 /// The call `eth_call(params)` asks for, and at which block, when it can
 /// be executed here: a call (not a creation), no state or block
@@ -49,6 +89,19 @@ pub fn call_of(params: Option<&RawValue>) -> Option<(CallArgs, BlockSelector)> {
         None => Some(None),
         Some(v) => u128::try_from(v).ok().map(Some),
     };
+    let listed = object.access_list.unwrap_or_default();
+    let authorizations = object.authorization_list.unwrap_or_default();
+    let slots: usize = listed.iter().map(|e| e.storage_keys.len()).sum();
+    if listed.len() + slots + authorizations.len() > MAX_LISTED {
+        return None;
+    }
+    let mut access_list = call_exec::Touched::new();
+    for entry in listed {
+        access_list
+            .entry(entry.address)
+            .or_default()
+            .extend(entry.storage_keys);
+    }
     let args = CallArgs {
         from: object.from,
         to: object.to?,
@@ -58,6 +111,13 @@ pub fn call_of(params: Option<&RawValue>) -> Option<(CallArgs, BlockSelector)> {
         max_priority_fee_per_gas: fee(object.max_priority_fee_per_gas)?,
         value: object.value.unwrap_or_default(),
         input,
+        access_list,
+        authorizations: authorizations
+            .into_iter()
+            .map(AuthorizationEntry::signed)
+            .collect(),
+        blob_hashes: object.blob_versioned_hashes.unwrap_or_default(),
+        max_fee_per_blob_gas: fee(object.max_fee_per_blob_gas)?,
     };
     Some((args, block))
 }
@@ -115,12 +175,27 @@ mod tests {
         assert_eq!(args.gas, Some(21_000));
         assert_eq!(args.max_fee_per_gas, Some(16));
         assert_eq!(block, BlockSelector::Number(16));
+        // Every transaction type's fields.
+        let slot = B256::with_last_byte(7);
+        let auth = json!({"chainId": "0x1", "address": to, "nonce": "0x2", "yParity": "0x1", "r": "0x5", "s": "0x6"});
+        let typed = json!([{"to": to, "accessList": [{"address": to, "storageKeys": [slot]}],
+            "authorizationList": [auth], "blobVersionedHashes": [slot], "maxFeePerBlobGas": "0x9"}]);
+        let (args, _) = call_of(Some(&raw(typed))).unwrap();
+        assert_eq!(args.access_list[&to], [slot].into());
+        assert_eq!(args.authorizations[0].nonce, 2);
+        assert_eq!(args.authorizations[0].address, to);
+        assert_eq!(
+            (args.blob_hashes, args.max_fee_per_blob_gas),
+            (vec![slot], Some(9))
+        );
+        let many: Vec<Value> = (0..=MAX_LISTED).map(|_| json!({"address": to})).collect();
+        assert!(call_of(Some(&raw(json!([{"to": to, "accessList": many}])))).is_none());
         // Overrides, a creation, differing data and input, unknown fields.
         for params in [
             json!([{"to": to}, "latest", {}]),
             json!([{"data": "0x00"}]),
             json!([{"to": to, "data": "0x00", "input": "0x01"}]),
-            json!([{"to": to, "blobVersionedHashes": []}]),
+            json!([{"to": to, "blobs": []}]),
         ] {
             assert!(call_of(Some(&raw(params.clone()))).is_none(), "{params}");
         }

@@ -326,9 +326,9 @@ impl Executor {
         Ok(Ok(session))
     }
 
-    /// Runs `args` in `session` until it ends, reading what it lacks in
-    /// rounds (`first` in the first): its result, or why it cannot be
-    /// answered privately.
+    /// Runs `args` (its own access list warm) in `session` until it ends,
+    /// reading what it lacks in rounds (`first` in the first): its result,
+    /// or why it cannot be answered privately.
     pub async fn run(
         &self,
         session: &mut Session,
@@ -336,7 +336,7 @@ impl Executor {
         first: Vec<ReadKey>,
     ) -> Result<Result<CallResult, String>, ReadError> {
         let traced = self
-            .run_traced(session, args, first, &Touched::new())
+            .run_traced(session, args, first, &args.access_list)
             .await?;
         Ok(traced.map(|(result, _)| result))
     }
