@@ -47,7 +47,9 @@ use revm::{Context, InspectEvm, MainBuilder, MainContext};
 
 pub use access::Touched;
 pub use naming::Naming;
-pub use revm::context_interface::transaction::{Authorization, SignedAuthorization};
+pub use revm::context_interface::transaction::{
+    Authorization, RecoveredAuthorization, SignedAuthorization,
+};
 pub use revm::primitives::hardfork::SpecId;
 pub use spec::spec_for;
 
@@ -102,10 +104,11 @@ pub struct CallArgs {
     /// EIP-2930: the call's own access list, warm from the start (and
     /// paid for, as a transaction pays).
     pub access_list: Touched,
-    /// EIP-7702: the delegations the call applies before it runs, as
-    /// signed (one whose signature recovers no account, or whose chain or
-    /// nonce is not the authority's, is skipped, as a node skips it).
-    pub authorizations: Vec<SignedAuthorization>,
+    /// EIP-7702: the delegations the call applies before it runs, each
+    /// with the account its signature recovers (one that recovers none, or
+    /// whose chain or nonce is not the authority's, is skipped, as a node
+    /// skips it).
+    pub authorizations: Vec<RecoveredAuthorization>,
     /// EIP-4844: the versioned hashes `BLOBHASH` reads, and the blob fee
     /// cap.
     pub blob_hashes: Vec<B256>,
@@ -115,9 +118,7 @@ pub struct CallArgs {
 impl CallArgs {
     /// The accounts that signed its delegations (those that recover).
     pub fn authorities(&self) -> impl Iterator<Item = Address> + '_ {
-        self.authorizations
-            .iter()
-            .filter_map(|a| a.recover_authority().ok())
+        self.authorizations.iter().filter_map(|a| a.authority())
     }
 }
 
@@ -336,16 +337,17 @@ pub fn run_named(
 ) -> (Outcome, Touched, Naming) {
     let trace = Rc::new(RefCell::new(inner::Trace::default()));
     let db = db::RoundDb::new(known, block, trace.clone());
-    let inner = inner::InnerCalls::new(
-        known,
-        trace.clone(),
-        !args.value.is_zero(),
-        block.header.is_some(),
-    );
+    // A call that changed state before its inner calls (value sent,
+    // delegations applied) or whose frames read its blobs cannot have one
+    // answered apart: the node would run it without them.
+    let apart_differs =
+        !args.value.is_zero() || !args.authorizations.is_empty() || !args.blob_hashes.is_empty();
+    let inner = inner::InnerCalls::new(known, trace.clone(), apart_differs, block.header.is_some());
     let precompiles =
         revm::precompile::Precompiles::new(revm::precompile::PrecompileSpecId::from_spec_id(spec));
     // As reth and anvil list it (revm's inspectors): the recipient and its
     // slots included (geth leaves the recipient out).
+    // (Authorities are listed, as anvil lists them; geth leaves them out.)
     let excluded =
         std::iter::once(args.from.unwrap_or_default()).chain(precompiles.addresses().copied());
     // As geth's tracer, the list a run starts with is in what it lists.
@@ -430,6 +432,18 @@ fn block_env(block: &BlockContext, spec: SpecId, args: &CallArgs) -> BlockEnv {
     env.blob_excess_gas_and_price = None;
     if blobs {
         env.set_blob_excess_gas_and_price(excess.unwrap_or(0), spec::blob_update_fraction(spec));
+        // geth: a call whose blob fee cap is 0 (named so, or left out
+        // with blobs' hashes) sees a blob base fee of 0, so that it pays
+        // none.
+        let no_cap = match args.max_fee_per_blob_gas {
+            Some(cap) => cap == 0,
+            None => !args.blob_hashes.is_empty(),
+        };
+        if no_cap {
+            if let Some(price) = env.blob_excess_gas_and_price.as_mut() {
+                price.blob_gasprice = 0;
+            }
+        }
     }
     let Some(header) = &block.header else {
         return env;
@@ -447,7 +461,6 @@ fn block_env(block: &BlockContext, spec: SpecId, args: &CallArgs) -> BlockEnv {
 }
 
 fn tx_env(block: &BlockContext, args: &CallArgs, access_list: &Touched) -> TxEnv {
-    let dynamic = args.max_fee_per_gas.is_some() || args.max_priority_fee_per_gas.is_some();
     let items = access_list
         .iter()
         .map(
@@ -457,29 +470,39 @@ fn tx_env(block: &BlockContext, args: &CallArgs, access_list: &Touched) -> TxEnv
             },
         )
         .collect();
-    let blobs = !args.blob_hashes.is_empty() || args.max_fee_per_blob_gas.is_some();
+    // As geth: blob fields count only with blobs' hashes.
+    let blobs = !args.blob_hashes.is_empty();
     let delegates = !args.authorizations.is_empty();
+    let named_1559 = args.max_fee_per_gas.is_some() || args.max_priority_fee_per_gas.is_some();
+    let dynamic = named_1559 || blobs || delegates;
+    // A typed call naming only `gasPrice` pays it as fee cap and tip
+    // alike (geth's reading).
+    let (cap, tip) = match named_1559 {
+        true => (args.max_fee_per_gas, args.max_priority_fee_per_gas),
+        false => (args.gas_price, args.gas_price),
+    };
     let mut env = TxEnv {
-        tx_type: tx_type(dynamic, !access_list.is_empty(), blobs, delegates),
+        tx_type: tx_type(named_1559, !access_list.is_empty(), blobs, delegates),
         access_list: revm::context::transaction::AccessList(items),
         caller: args.from.unwrap_or_default(),
         gas_limit: args.gas.unwrap_or(GAS_CAP).min(GAS_CAP),
         gas_price: match dynamic {
-            true => args.max_fee_per_gas.unwrap_or(0),
+            true => cap.unwrap_or(0),
             false => args.gas_price.unwrap_or(0),
         },
-        // Blob and set-code transactions are EIP-1559 ones.
-        gas_priority_fee: (dynamic || blobs || delegates)
-            .then(|| args.max_priority_fee_per_gas.unwrap_or(0)),
+        gas_priority_fee: dynamic.then(|| tip.unwrap_or(0)),
         kind: TxKind::Call(args.to),
         value: args.value,
         data: args.input.clone(),
         chain_id: Some(block.chain_id),
         blob_hashes: args.blob_hashes.clone(),
-        max_fee_per_blob_gas: args.max_fee_per_blob_gas.unwrap_or(0),
+        max_fee_per_blob_gas: match blobs {
+            true => args.max_fee_per_blob_gas.unwrap_or(0),
+            false => 0,
+        },
         ..Default::default()
     };
-    env.set_signed_authorization(args.authorizations.clone());
+    env.set_recovered_authorization(args.authorizations.clone());
     env
 }
 

@@ -54,17 +54,24 @@ struct AuthorizationEntry {
 }
 
 impl AuthorizationEntry {
-    fn signed(self) -> call_exec::SignedAuthorization {
+    /// With the account its signature recovers: recovered once, here,
+    /// not at every run of the call.
+    fn recovered(self) -> call_exec::RecoveredAuthorization {
         let inner = call_exec::Authorization {
             chain_id: self.chain_id,
             address: self.address,
             nonce: self.nonce.to(),
         };
         call_exec::SignedAuthorization::new_unchecked(inner, self.y_parity.to(), self.r, self.s)
+            .into_recovered()
     }
 }
 
-/// At most this many access-list entries, slots and authorizations a call
+/// At most this many authorizations a call may carry: what the gas cap
+/// pays for (25,000 gas each, EIP-7702), as geth bounds them.
+const MAX_AUTHORIZATIONS: usize = (call_exec::GAS_CAP / 25_000) as usize;
+
+/// At most this many access-list entries, slots and blobs' hashes a call
 /// may name (a node's transaction pool bounds them by gas; a call object
 /// is bounded by the request's size already, this by work).
 const MAX_LISTED: usize = 4_096;
@@ -92,7 +99,9 @@ pub fn call_of(params: Option<&RawValue>) -> Option<(CallArgs, BlockSelector)> {
     let listed = object.access_list.unwrap_or_default();
     let authorizations = object.authorization_list.unwrap_or_default();
     let slots: usize = listed.iter().map(|e| e.storage_keys.len()).sum();
-    if listed.len() + slots + authorizations.len() > MAX_LISTED {
+    let hashes = object.blob_versioned_hashes.unwrap_or_default();
+    if listed.len() + slots + hashes.len() > MAX_LISTED || authorizations.len() > MAX_AUTHORIZATIONS
+    {
         return None;
     }
     let mut access_list = call_exec::Touched::new();
@@ -114,9 +123,9 @@ pub fn call_of(params: Option<&RawValue>) -> Option<(CallArgs, BlockSelector)> {
         access_list,
         authorizations: authorizations
             .into_iter()
-            .map(AuthorizationEntry::signed)
+            .map(AuthorizationEntry::recovered)
             .collect(),
-        blob_hashes: object.blob_versioned_hashes.unwrap_or_default(),
+        blob_hashes: hashes,
         max_fee_per_blob_gas: fee(object.max_fee_per_blob_gas)?,
     };
     Some((args, block))
@@ -184,6 +193,11 @@ mod tests {
         assert_eq!(args.access_list[&to], [slot].into());
         assert_eq!(args.authorizations[0].nonce, 2);
         assert_eq!(args.authorizations[0].address, to);
+        assert_eq!(
+            args.authorities().count(),
+            0,
+            "r = 5, s = 6 recover no account"
+        );
         assert_eq!(
             (args.blob_hashes, args.max_fee_per_blob_gas),
             (vec![slot], Some(9))

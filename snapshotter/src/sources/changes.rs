@@ -17,18 +17,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use std::future::IntoFuture;
-
-use alloy_eips::BlockId;
-use alloy_primitives::{Address, B256, U256, U64};
-use alloy_provider::ext::TraceApi;
-use alloy_provider::Provider;
-use alloy_rpc_types_trace::parity::{Delta, TraceResultsWithTransactionHash};
-use protocol::storage::PrivateStorage;
-
-use super::rpc::{
-    block_participants, system_calls_of, RpcSource, RpcSourceError, SYSTEM_CONTRACTS,
-};
+use alloy_primitives::{Address, B256, U256};
 
 /// Which tracer a follower asks (`[source] changes` in the config).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize, clap::ValueEnum)]
@@ -92,7 +81,22 @@ struct DiffFrame {
 #[derive(Debug, serde::Deserialize)]
 struct DiffAccount {
     #[serde(default)]
+    nonce: Option<serde_json::Value>,
+    #[serde(default)]
     storage: BTreeMap<B256, serde_json::Value>,
+}
+
+impl DiffAccount {
+    /// Whether the account did not exist (a zero nonce, which tracers
+    /// leave out: every contract's nonce is 1 or more, EIP-161).
+    fn is_absent(&self) -> bool {
+        match &self.nonce {
+            None => true,
+            Some(serde_json::Value::Number(n)) => n.as_u64() == Some(0),
+            Some(serde_json::Value::String(s)) => s == "0x0" || s == "0",
+            Some(_) => false,
+        }
+    }
 }
 
 /// The tracer's configuration asked of the node: codes left out (a
@@ -106,22 +110,37 @@ pub fn prestate_diff_config() -> serde_json::Value {
 
 /// Adds one block's prestate diffs to `into`; `holds` says whose slots a
 /// snapshot keeps. A transaction the tracer failed on is an error: what it
-/// changed would be unknown.
+/// changed would be unknown. Returns the held contracts the tracer says a
+/// transaction deleted (in its `pre`, not in its `post`), each with
+/// whether a later transaction of the block found it absent again
+/// (created anew): candidates only, since geth marks a `SELFDESTRUCT`
+/// when it starts, even in a frame that reverts ([`Destroyed`]).
 pub fn add_prestate_diffs(
     into: &mut Changed,
     traces: Vec<TxDiff>,
     holds: impl Fn(&Address) -> bool,
-) -> Result<(), String> {
+) -> Result<Vec<Destroyed>, String> {
+    let mut deleted: BTreeMap<Address, bool> = BTreeMap::new();
     for (i, tx) in traces.into_iter().enumerate() {
         let frame = match (tx.result, tx.error) {
             (Some(frame), None) => frame,
             (_, Some(error)) => return Err(format!("transaction {i}'s trace failed: {error}")),
             (None, None) => return Err(format!("transaction {i} has no trace")),
         };
+        // A contract deleted earlier in the block and created here: absent
+        // before this transaction (tracers list a created account's
+        // prestate as empty, or leave it out and give its new nonce).
+        for (address, recreated) in deleted.iter_mut() {
+            *recreated |= match (frame.pre.get(address), frame.post.get(address)) {
+                (Some(before), _) => before.is_absent(),
+                (None, Some(after)) => after.nonce.is_some(),
+                (None, None) => false,
+            };
+        }
         for (address, before) in &frame.pre {
             into.accounts.insert(*address);
             if !frame.post.contains_key(address) && holds(address) {
-                into.written.destroyed.insert(*address);
+                deleted.entry(*address).or_insert(false);
             }
             if holds(address) && !before.storage.is_empty() {
                 into.written
@@ -135,7 +154,24 @@ pub fn add_prestate_diffs(
             }
         }
     }
-    Ok(())
+    Ok(deleted
+        .into_iter()
+        .map(|(contract, recreated)| Destroyed {
+            contract,
+            recreated,
+        })
+        .collect())
+}
+
+/// A contract the prestate tracer says a block deleted. Before Cancun it
+/// was, if its code is gone at the block's end or it was created anew
+/// later in the block; since Cancun (EIP-6780) only a contract created in
+/// the same transaction is deleted, which had no earlier slots, so the
+/// claim is set aside (older geth marks every `SELFDESTRUCT`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Destroyed {
+    pub contract: Address,
+    pub recreated: bool,
 }
 
 /// The EIPs' ring buffers: EIP-4788's beacon roots and EIP-2935's block
@@ -186,222 +222,6 @@ pub fn system_slots(block: SystemCalls) -> Vec<(Address, B256)> {
 #[error("{0}")]
 pub struct Missing(pub String);
 
-impl RpcSource {
-    /// Which tracer to follow with, checked on the node's head block:
-    /// `asked`, or for `Auto` the prestate tracer, else parity traces
-    /// (both `trace_block` and, when `needs_slots`, state diffs), else
-    /// blocks alone when `allow_incomplete` and no storage is held.
-    /// `Err` inside: what the node lacks, for the operator.
-    pub async fn probe_changes(
-        &self,
-        asked: ChangeTracer,
-        needs_slots: bool,
-        allow_incomplete: bool,
-    ) -> Result<Result<ChangeTracer, Missing>, RpcSourceError> {
-        use ChangeTracer::*;
-        let head = self.head().await?;
-        if matches!(asked, Auto | Prestate) && self.answers_prestate(head).await? {
-            return Ok(Ok(Prestate));
-        }
-        let prestate = "debug_traceBlockByNumber with the prestateTracer in diffMode";
-        if asked == Prestate {
-            return Ok(Err(Missing(format!("no {prestate}"))));
-        }
-        let parity = match asked {
-            Auto | Parity => {
-                self.has_traces().await? && (!needs_slots || self.has_state_diffs().await?)
-            }
-            Prestate | Blocks => false,
-        };
-        if parity {
-            return Ok(Ok(Parity));
-        }
-        if needs_slots {
-            return Ok(Err(Missing(format!("neither {prestate} nor trace_replayBlockTransactions with state diffs, which following contracts' storage takes"))));
-        }
-        if asked == Blocks || allow_incomplete {
-            return Ok(Ok(Blocks));
-        }
-        Ok(Err(Missing(format!("neither {prestate} nor trace_block, without which internal transfers, selfdestruct beneficiaries and contracts created by contracts are missed (or accept that with --allow-incomplete)"))))
-    }
-
-    /// Whether the node answers the prestate tracer in diff mode at block
-    /// `head`. At block 0, geth refuses to trace the genesis ("genesis is
-    /// not traceable"): the method is there all the same.
-    async fn answers_prestate(&self, head: u64) -> Result<bool, RpcSourceError> {
-        match self.prestate_diffs(head).await {
-            Ok(_) => Ok(true),
-            Err(RpcSourceError::Node { message, .. })
-                if head == 0 && message.contains("genesis") =>
-            {
-                Ok(true)
-            }
-            Err(RpcSourceError::Node { .. } | RpcSourceError::Reply { .. }) => Ok(false),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Block `n`'s transactions, each with its prestate diff.
-    async fn prestate_diffs(&self, n: u64) -> Result<Vec<TxDiff>, RpcSourceError> {
-        self.retry("debug_traceBlockByNumber", Some(n), || {
-            self.provider.raw_request(
-                "debug_traceBlockByNumber".into(),
-                (U64::from(n), prestate_diff_config()),
-            )
-        })
-        .await
-    }
-
-    /// What blocks `from..=to` changed, by the tracer [`Self::probe_changes`]
-    /// chose, with the slots the protocol's system calls wrote.
-    pub(super) async fn changed(
-        &self,
-        listed: &PrivateStorage,
-        from: u64,
-        to: u64,
-    ) -> Result<Changed, RpcSourceError> {
-        let (mut changed, blocks) = match self.options.changes {
-            ChangeTracer::Prestate => self.prestate_changes(listed, from, to).await?,
-            _ => self.parity_changes(listed, from, to).await?,
-        };
-        for (contract, slot) in blocks.into_iter().flat_map(system_slots) {
-            if listed.holds(&contract) {
-                changed.written.add_slots(contract, [slot]);
-            }
-        }
-        Ok(changed)
-    }
-
-    /// [`Self::changed`] from the prestate tracer: the blocks' own
-    /// participants (fee recipients, withdrawals) and every account and
-    /// slot a transaction's diff names.
-    async fn prestate_changes(
-        &self,
-        listed: &PrivateStorage,
-        from: u64,
-        to: u64,
-    ) -> Result<(Changed, Vec<SystemCalls>), RpcSourceError> {
-        let mut changed = Changed::default();
-        changed.accounts.extend(SYSTEM_CONTRACTS);
-        let mut blocks = Vec::new();
-        for n in from..=to {
-            let block = self.block(n, false).await?;
-            changed.accounts.extend(block_participants(&block));
-            blocks.push(system_calls_of(&block));
-            if block.transactions.is_empty() {
-                continue;
-            }
-            let traces = self.prestate_diffs(n).await?;
-            if traces.len() != block.transactions.len() {
-                return Err(RpcSourceError::Reply {
-                    method: "debug_traceBlockByNumber",
-                    message: format!(
-                        "{} traces for block {n}'s {} transactions",
-                        traces.len(),
-                        block.transactions.len()
-                    ),
-                });
-            }
-            add_prestate_diffs(&mut changed, traces, |c| listed.holds(c)).map_err(|message| {
-                RpcSourceError::Reply {
-                    method: "debug_traceBlockByNumber",
-                    message: format!("block {n}: {message}"),
-                }
-            })?;
-        }
-        Ok((changed, blocks))
-    }
-
-    /// [`Self::changed`] from parity traces: the participants of the call
-    /// traces, the slots of `trace_replayBlockTransactions`'s state diffs,
-    /// and the contracts destroyed.
-    async fn parity_changes(
-        &self,
-        listed: &PrivateStorage,
-        from: u64,
-        to: u64,
-    ) -> Result<(Changed, Vec<SystemCalls>), RpcSourceError> {
-        let (accounts, lives) = self.touched_traced(from, to).await?;
-        let mut written = self.written_slots(listed, from, to).await?;
-        for &(n, contract) in &lives.destructs {
-            // Before Cancun a SELFDESTRUCT removes the account at the end
-            // of its transaction (its code is gone at the block's end, or
-            // the contract was created again later in the block: then
-            // its earlier slots are gone all the same); since, it only
-            // does for a contract created in the same transaction, which
-            // had no earlier slots. (A node's state diff may not say so:
-            // anvil's reports the account unchanged.)
-            if !listed.holds(&contract) {
-                continue;
-            }
-            if lives.created.contains(&(n, contract)) || self.code_at(contract, n).await?.is_empty()
-            {
-                written.destroyed.insert(contract);
-            }
-        }
-        Ok((Changed { accounts, written }, lives.blocks))
-    }
-
-    /// The slots of the contracts `listed` holds (every contract's, for
-    /// the whole state) that blocks `from..=to` wrote: the `stateDiff` of
-    /// `trace_replayBlockTransactions`, which every slot a transaction
-    /// changed appears in; and the contracts destroyed in them, whose
-    /// earlier slots the diff does not list (see [`NodeDelta`]).
-    async fn written_slots(
-        &self,
-        listed: &PrivateStorage,
-        from: u64,
-        to: u64,
-    ) -> Result<Written, RpcSourceError> {
-        let mut out = Written::default();
-        if listed.is_empty() {
-            return Ok(out);
-        }
-        for n in from..=to {
-            for replay in self.state_diffs(n).await? {
-                let Some(diff) = replay.full_trace.state_diff else {
-                    continue;
-                };
-                for (contract, account) in diff.iter().filter(|(c, _)| listed.holds(c)) {
-                    if matches!(account.code, Delta::Removed(_)) {
-                        out.destroyed.insert(*contract);
-                    }
-                    if !account.storage.is_empty() {
-                        out.add_slots(*contract, account.storage.keys().copied());
-                    }
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    /// Whether the node answers `trace_replayBlockTransactions` with state
-    /// diffs (asked on its head block): what following listed contracts'
-    /// storage takes.
-    pub async fn has_state_diffs(&self) -> Result<bool, RpcSourceError> {
-        let head = self.head().await?;
-        match self.state_diffs(head).await {
-            Ok(_) => Ok(true),
-            Err(RpcSourceError::Node { .. } | RpcSourceError::Reply { .. }) => Ok(false),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Block `n`'s transactions replayed with their state diffs.
-    async fn state_diffs(
-        &self,
-        n: u64,
-    ) -> Result<Vec<TraceResultsWithTransactionHash>, RpcSourceError> {
-        self.retry("trace_replayBlockTransactions", Some(n), || {
-            self.provider
-                .trace_replay_block_transactions(BlockId::number(n))
-                .state_diff()
-                .into_future()
-        })
-        .await
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -424,7 +244,7 @@ mod tests {
             {"txHash": "0x02", "result": {"pre": {C: {"balance": "0x0"}}, "post": {}}},
         ]));
         let mut changed = Changed::default();
-        add_prestate_diffs(&mut changed, traces, |a| {
+        let deleted = add_prestate_diffs(&mut changed, traces, |a| {
             *a == C.parse::<Address>().unwrap()
         })
         .unwrap();
@@ -435,11 +255,35 @@ mod tests {
             slots,
             vec![B256::with_last_byte(1), B256::with_last_byte(3)]
         );
-        assert_eq!(changed.written.destroyed, BTreeSet::from([c]));
+        let candidate = Destroyed {
+            contract: c,
+            recreated: false,
+        };
+        assert_eq!(deleted, vec![candidate]);
         assert_eq!(
             changed.written.slots.len(),
             1,
             "the wallet's slots are not held"
+        );
+    }
+
+    #[test]
+    fn a_contract_deleted_then_found_absent_was_created_anew() {
+        let deleted = |later: serde_json::Value| {
+            let traces = diffs(serde_json::json!([
+                {"result": {"pre": {C: {"balance": "0x0", "nonce": 1}}, "post": {}}},
+                {"result": later},
+            ]));
+            add_prestate_diffs(&mut Changed::default(), traces, |_| true).unwrap()[0].recreated
+        };
+        let listed_empty =
+            serde_json::json!({"pre": {C: {"balance": "0x0"}}, "post": {C: {"nonce": 1}}});
+        let left_out = serde_json::json!({"pre": {}, "post": {C: {"nonce": 1}}});
+        let live = serde_json::json!({"pre": {C: {"balance": "0x1", "nonce": 1}}, "post": {C: {"balance": "0x2"}}});
+        assert!(deleted(listed_empty) && deleted(left_out));
+        assert!(
+            !deleted(live),
+            "touched again while alive: not created anew"
         );
     }
 

@@ -26,6 +26,8 @@ use futures_util::stream::{self, StreamExt, TryStreamExt};
 
 use protocol::storage::{PrivateStorage, StorageRecord};
 
+mod tracers;
+
 use super::changes::{Changed, SystemCalls};
 use crate::account::AccountRecord;
 use crate::manifest::SnapshotKind;
@@ -37,7 +39,7 @@ use protocol::account::EMPTY_CODE_HASH;
 const NO_SLOTS: [B256; 0] = [];
 
 /// Contracts the protocol writes at every block, outside any transaction.
-pub(super) const SYSTEM_CONTRACTS: [Address; 4] = [
+const SYSTEM_CONTRACTS: [Address; 4] = [
     alloy_eips::eip4788::BEACON_ROOTS_ADDRESS,
     alloy_eips::eip2935::HISTORY_STORAGE_ADDRESS,
     alloy_eips::eip7002::WITHDRAWAL_REQUEST_PREDEPLOY_ADDRESS,
@@ -181,7 +183,7 @@ impl Default for RpcOptions {
 
 /// A connected node.
 pub struct RpcSource {
-    pub(super) provider: RootProvider<AnyNetwork>,
+    provider: RootProvider<AnyNetwork>,
     /// The provider's client, for batches of account reads.
     client: RpcClient,
     /// The same HTTP client, for the one reply read with a byte bound of
@@ -189,7 +191,7 @@ pub struct RpcSource {
     http: reqwest::Client,
     url: String,
     pub chain_id: u64,
-    pub(super) options: RpcOptions,
+    options: RpcOptions,
     /// Where codes already read are kept: an export reads only the codes
     /// it does not hold.
     code_store: Option<crate::store::SnapshotStore>,
@@ -309,7 +311,7 @@ impl RpcSource {
     /// One request (`request` makes it afresh for each attempt), retried
     /// with exponential backoff on transport errors; the node's own error
     /// and a reply of the wrong shape are not retried.
-    pub(super) async fn retry<R, F, Fut>(
+    async fn retry<R, F, Fut>(
         &self,
         method: &'static str,
         block: Option<u64>,
@@ -442,7 +444,7 @@ impl RpcSource {
     }
 
     /// Block `n` with its transactions (`full`) or only their hashes.
-    pub(super) async fn block(&self, n: u64, full: bool) -> Result<AnyRpcBlock, RpcSourceError> {
+    async fn block(&self, n: u64, full: bool) -> Result<AnyRpcBlock, RpcSourceError> {
         let number = BlockNumberOrTag::Number(n);
         let block = self
             .retry("eth_getBlockByNumber", Some(n), || {
@@ -497,7 +499,7 @@ impl RpcSource {
 
     /// [`Self::touched`], with what the call traces say of lifetimes:
     /// the `SELFDESTRUCT`s and the contracts created, by block.
-    pub(super) async fn touched_traced(
+    async fn touched_traced(
         &self,
         from: u64,
         to: u64,
@@ -531,6 +533,21 @@ impl RpcSource {
         Ok((out, lives))
     }
 
+    /// The miners of `block`'s uncles.
+    async fn uncle_miners(&self, block: &AnyRpcBlock) -> Result<Vec<Address>, RpcSourceError> {
+        let n = block.header.number;
+        let mut out = Vec::new();
+        for i in 0..block.uncles.len() as u64 {
+            let uncle = self
+                .retry("eth_getUncleByBlockNumberAndIndex", Some(n), || {
+                    self.provider.get_uncle(BlockId::number(n), i).into_future()
+                })
+                .await?;
+            out.extend(uncle.map(|u| u.header.beneficiary));
+        }
+        Ok(out)
+    }
+
     /// The contracts that block `n`'s transactions created (its receipts).
     async fn created_contracts(&self, n: u64) -> Result<Vec<Address>, RpcSourceError> {
         let receipts = self
@@ -545,10 +562,7 @@ impl RpcSource {
     }
 
     /// Block `n`'s parity call traces.
-    pub(super) async fn traces(
-        &self,
-        n: u64,
-    ) -> Result<Vec<LocalizedTransactionTrace>, RpcSourceError> {
+    async fn traces(&self, n: u64) -> Result<Vec<LocalizedTransactionTrace>, RpcSourceError> {
         self.retry("trace_block", Some(n), || {
             self.provider.trace_block(BlockId::number(n))
         })
@@ -695,7 +709,7 @@ impl RpcSource {
     }
 
     /// The code of `address` at block `at` (empty: not a contract).
-    pub(super) async fn code_at(&self, address: Address, at: u64) -> Result<Bytes, RpcSourceError> {
+    async fn code_at(&self, address: Address, at: u64) -> Result<Bytes, RpcSourceError> {
         self.retry("eth_getCode", Some(at), || {
             self.provider
                 .get_code_at(address)
@@ -793,11 +807,7 @@ impl RpcSource {
     /// account and slot of its prestate (the node's `prestateTracer`,
     /// codes left out), one set per transaction, with its sender (the
     /// block's transactions, in order).
-    pub async fn touched_keys(
-        &self,
-        n: u64,
-    ) -> Result<Vec<(Address, BTreeSet<crate::hot::HotKey>)>, RpcSourceError> {
-        use crate::hot::HotKey;
+    pub async fn touched_keys(&self, n: u64) -> Result<Vec<TxTouched>, RpcSourceError> {
         #[derive(Debug, serde::Deserialize)]
         struct TxPrestate {
             // (A transaction the tracer failed on carries an error and no
@@ -836,16 +846,12 @@ impl RpcSource {
             .into_iter()
             .zip(traces)
             .map(|(sender, tx)| {
-                let keys = tx
+                let touched = tx
                     .result
                     .into_iter()
-                    .flat_map(|(address, account)| {
-                        let slots = account.storage.into_keys();
-                        std::iter::once(HotKey::Account(address))
-                            .chain(slots.map(move |slot| HotKey::Slot(address, slot)))
-                    })
+                    .map(|(address, account)| (address, account.storage.into_keys().collect()))
                     .collect();
-                (sender, keys)
+                (sender, touched)
             })
             .collect())
     }
@@ -970,8 +976,12 @@ pub struct NodeDelta {
     pub destroyed: Vec<Address>,
 }
 
+/// A transaction's sender, and every account it read or wrote with the
+/// slots of it (its prestate).
+pub type TxTouched = (Address, BTreeMap<Address, BTreeSet<B256>>);
+
 /// What block `block`'s system calls write, by its header's fields.
-pub(super) fn system_calls_of(block: &AnyRpcBlock) -> SystemCalls {
+fn system_calls_of(block: &AnyRpcBlock) -> SystemCalls {
     SystemCalls {
         number: block.header.number,
         timestamp: block.header.timestamp,
@@ -982,7 +992,7 @@ pub(super) fn system_calls_of(block: &AnyRpcBlock) -> SystemCalls {
 
 /// Who block `block` names: its fee recipient, its transactions' senders
 /// and recipients, its withdrawals' recipients.
-pub(super) fn block_participants(block: &AnyRpcBlock) -> Vec<Address> {
+fn block_participants(block: &AnyRpcBlock) -> Vec<Address> {
     let mut out = vec![block.header.beneficiary];
     for tx in block.transactions.txns() {
         out.push(tx.from());
@@ -1022,11 +1032,11 @@ struct LogTopics {
 /// recipients (uncles' included).
 /// What call traces say of contracts' lifetimes: (block, contract).
 #[derive(Debug, Default)]
-pub(super) struct Lifetimes {
-    pub destructs: Vec<(u64, Address)>,
-    pub created: BTreeSet<(u64, Address)>,
+struct Lifetimes {
+    destructs: Vec<(u64, Address)>,
+    created: BTreeSet<(u64, Address)>,
     /// What each block's system calls write (not in the traces).
-    pub blocks: Vec<SystemCalls>,
+    blocks: Vec<SystemCalls>,
 }
 
 impl Lifetimes {
