@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 bash scripts/install-test-deps.sh
 cargo fmt --all -- --check
 bash scripts/check-deps.sh
+python3 scripts/check-modules.py
 bash scripts/check-deploy.sh
 cargo machete
 cargo clippy --workspace --all-targets --all-features --profile test-release -- -D warnings

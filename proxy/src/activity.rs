@@ -31,35 +31,10 @@ const ADDRESSES_COUNTED: usize = 1 << 16;
 /// request carries would otherwise be kept forever.
 pub const OTHER_METHOD: &str = "(other)";
 
-/// Methods that read state by address, counted by name (with
-/// [`crate::gate::NO_ADDRESS_METHODS`]).
-const STATE_METHODS: &[&str] = &[
-    "eth_getBalance",
-    "eth_getTransactionCount",
-    "eth_getCode",
-    "eth_getStorageAt",
-    "eth_getProof",
-    "eth_call",
-    "eth_estimateGas",
-    "eth_createAccessList",
-    "eth_getLogs",
-    "eth_newFilter",
-    "eth_subscribe",
-    "eth_simulateV1",
-    "eth_callMany",
-    "debug_traceCall",
-    "trace_call",
-    "eth_sign",
-    "personal_sign",
-    "eth_signTypedData_v4",
-    "ethpir_status",
-    "ethpir_trustReset",
-];
-
 /// The name the page counts `method` under: its own where it is a known
 /// method, else [`OTHER_METHOD`] (the page's maps stay bounded).
 pub fn page_name(method: &str) -> &str {
-    match STATE_METHODS.contains(&method) || crate::gate::NO_ADDRESS_METHODS.contains(&method) {
+    match crate::methods::is_known(method) {
         true => method,
         false => OTHER_METHOD,
     }

@@ -150,6 +150,13 @@ pub struct ProxyConfig {
     pub max_lag_blocks: Option<u64>,
 }
 
+/// The bounds on a widened read.
+#[derive(Clone, Copy, Debug)]
+pub struct LogBounds {
+    pub max_blocks: u64,
+    pub max_bytes: usize,
+}
+
 /// Which methods may go to the upstream node ([`crate::gate`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
@@ -174,7 +181,7 @@ pub enum UpstreamMethods {
 
 /// Reads that name an address (or, for `eth_call` and `eth_estimateGas`,
 /// usually do: `balanceOf(addr)`); the gate refuses these and every
-/// other method not on its allowlist ([`crate::gate::NO_ADDRESS_METHODS`]).
+/// other method not on its allowlist ([`crate::methods::NO_ADDRESS_METHODS`]).
 pub const ADDRESS_READS: [&str; 7] = [
     "eth_call",
     "eth_estimateGas",
@@ -278,8 +285,8 @@ impl ProxyConfig {
     }
 
     /// The bounds on a widened log filter.
-    pub fn log_bounds(&self) -> crate::logs::LogBounds {
-        crate::logs::LogBounds {
+    pub fn log_bounds(&self) -> LogBounds {
+        LogBounds {
             max_blocks: self.logs_max_blocks.max(1),
             max_bytes: (self
                 .logs_max_mib

@@ -27,51 +27,7 @@ use serde_json::Value;
 use crate::activity::{Activity, Reason};
 use crate::config::UpstreamMethods;
 use crate::error::ProxyError;
-
-/// Methods that read no state by address: blocks, transactions and
-/// receipts by hash or number, fees and gas prices, sends, the chain's
-/// identity, filters and subscriptions by id. Log filters and
-/// subscriptions are judged by what they name ([`names_no_address`]).
-pub const NO_ADDRESS_METHODS: &[&str] = &[
-    "eth_blockNumber",
-    "eth_chainId",
-    "net_version",
-    "net_listening",
-    "net_peerCount",
-    "web3_clientVersion",
-    "web3_sha3",
-    "eth_protocolVersion",
-    "eth_syncing",
-    "eth_mining",
-    "eth_hashrate",
-    "eth_accounts",
-    "eth_gasPrice",
-    "eth_maxPriorityFeePerGas",
-    "eth_blobBaseFee",
-    "eth_feeHistory",
-    "eth_getBlockByNumber",
-    "eth_getBlockByHash",
-    "eth_getBlockReceipts",
-    "eth_getBlockTransactionCountByNumber",
-    "eth_getBlockTransactionCountByHash",
-    "eth_getUncleCountByBlockNumber",
-    "eth_getUncleCountByBlockHash",
-    "eth_getUncleByBlockNumberAndIndex",
-    "eth_getUncleByBlockHashAndIndex",
-    "eth_getTransactionByHash",
-    "eth_getRawTransactionByHash",
-    "eth_getTransactionByBlockNumberAndIndex",
-    "eth_getTransactionByBlockHashAndIndex",
-    "eth_getTransactionReceipt",
-    "eth_sendRawTransaction",
-    "eth_sendTransaction",
-    "eth_newBlockFilter",
-    "eth_newPendingTransactionFilter",
-    "eth_getFilterChanges",
-    "eth_getFilterLogs",
-    "eth_uninstallFilter",
-    "eth_unsubscribe",
-];
+use crate::methods::NO_ADDRESS_METHODS;
 
 /// What `private_fallback_to_upstream` may send upstream, whatever the
 /// setting: the account reads it names (a storage word's fallback stays

@@ -22,6 +22,7 @@ pub mod execute;
 pub mod forward;
 pub mod gate;
 pub mod logs;
+pub mod methods;
 pub mod page;
 pub mod replay;
 pub mod rpc;

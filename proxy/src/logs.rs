@@ -17,6 +17,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::activity::Reason;
+use crate::config::LogBounds;
 use crate::error::ProxyError;
 use crate::gate::{filter_names_no_address, is_address_word, Openness, FILTER_FIELDS};
 use crate::upstream::Upstream;
@@ -24,13 +25,6 @@ use crate::upstream::Upstream;
 /// Filters kept; past it the oldest is uninstalled upstream (so its id
 /// then gets "filter not found", never its wide changes unfiltered).
 const FILTERS_KEPT: usize = 256;
-
-/// The bounds on a widened read.
-#[derive(Clone, Copy, Debug)]
-pub struct LogBounds {
-    pub max_blocks: u64,
-    pub max_bytes: usize,
-}
 
 /// How much a widened `logs` subscription may take from the upstream: at
 /// most `logs_max_mib` in any minute (a widened filter carries every

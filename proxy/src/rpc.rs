@@ -27,7 +27,7 @@ pub struct RpcContext {
     pub reader: Arc<PrivateReader>,
     pub upstream: Option<Arc<Upstream>>,
     /// What a widened `logs` subscription may take from the upstream.
-    pub log_bounds: crate::logs::LogBounds,
+    pub log_bounds: crate::config::LogBounds,
 }
 
 /// The answer to a private call, read by the middleware before the handler

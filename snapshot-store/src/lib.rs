@@ -144,6 +144,19 @@ pub struct StagedSnapshot {
     published: bool,
 }
 
+/// The catalog entries of stored snapshots (what `protocol::view::views`
+/// reads).
+pub fn as_entries(snaps: &[StoredSnapshot]) -> Vec<protocol::api::CatalogEntry> {
+    snaps
+        .iter()
+        .map(|s| protocol::api::CatalogEntry {
+            id: s.id,
+            manifest: s.manifest.clone(),
+            attestations: Vec::new(),
+        })
+        .collect()
+}
+
 impl StagedSnapshot {
     pub fn dir(&self) -> &Path {
         &self.dir

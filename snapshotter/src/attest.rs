@@ -271,7 +271,7 @@ fn with_destroyed_hidden(
     from: u64,
 ) -> Result<Vec<crate::pipeline::ExportedState>, String> {
     let snaps = store.list().map_err(|e| e.to_string())?;
-    let views = protocol::view::views(&crate::levels::as_entries(&snaps));
+    let views = protocol::view::views(&crate::store::as_entries(&snaps));
     let mut out = Vec::new();
     for view in views.iter().filter(|v| v.complete && v.block == from) {
         let levels: Vec<StoredSnapshot> = view

@@ -151,6 +151,18 @@ impl Activity {
     }
 }
 
+/// The tier's keys of what a transaction touched: each account, and each
+/// slot of it.
+fn keys_of(touched: &std::collections::BTreeMap<Address, BTreeSet<B256>>) -> BTreeSet<HotKey> {
+    touched
+        .iter()
+        .flat_map(|(address, slots)| {
+            std::iter::once(HotKey::Account(*address))
+                .chain(slots.iter().map(move |slot| HotKey::Slot(*address, *slot)))
+        })
+        .collect()
+}
+
 /// The keys the rule of `policy` chooses for a tier at block `to` over a
 /// base of `value_bytes` values, from `node`'s traces of the window
 /// (`concurrency` blocks asked at once): the follower's choice, and the
@@ -174,8 +186,8 @@ pub async fn chosen_keys(
         match block {
             Ok(txs) => {
                 traced += 1;
-                for (sender, keys) in &txs {
-                    activity.add_transaction(*sender, keys);
+                for (sender, touched) in &txs {
+                    activity.add_transaction(*sender, &keys_of(touched));
                 }
             }
             Err(e) => last_error = Some(e),
@@ -292,7 +304,7 @@ fn levels_under(
     all: &[StoredSnapshot],
 ) -> Result<Vec<StoredSnapshot>, String> {
     let m = &hot.manifest;
-    let views = protocol::view::Views::build(&crate::levels::as_entries(all));
+    let views = protocol::view::Views::build(&crate::store::as_entries(all));
     let view = views
         .at(m.chain_id, m.block_number)
         .filter(|v| v.complete)

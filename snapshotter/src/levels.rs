@@ -20,7 +20,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use protocol::api::CatalogEntry;
 use protocol::view::View;
 use serde::Deserialize;
 
@@ -145,19 +144,6 @@ pub fn hide_destroyed(
     Ok(added)
 }
 
-/// The catalog entries of stored snapshots (what `protocol::view::views`
-/// reads).
-pub fn as_entries(snaps: &[StoredSnapshot]) -> Vec<CatalogEntry> {
-    snaps
-        .iter()
-        .map(|s| CatalogEntry {
-            id: s.id,
-            manifest: s.manifest.clone(),
-            attestations: Vec::new(),
-        })
-        .collect()
-}
-
 /// A delta's tier: floor(log_fanout(span)).
 fn tier(snap: &StoredSnapshot, fanout: u64) -> u32 {
     let SnapshotKind::Delta { from } = snap.manifest.kind else {
@@ -199,7 +185,7 @@ impl Levels {
     /// Every view of the chain in the store.
     fn views(&self) -> Result<(Vec<View>, BTreeMap<SnapshotId, StoredSnapshot>), StoreError> {
         let snaps = entries(&self.store, self.chain_id)?;
-        let views = protocol::view::views(&as_entries(&snaps));
+        let views = protocol::view::views(&crate::store::as_entries(&snaps));
         let by_id = snaps.into_iter().map(|s| (s.id, s)).collect();
         Ok((views, by_id))
     }

@@ -78,7 +78,7 @@ async fn genesis_anvil(dir: &std::path::Path) -> (Anvil, std::path::PathBuf) {
 /// records (what the PIR lookups return, without the PIR).
 fn view_state(store: &SnapshotStore) -> (u64, BTreeMap<B256, (U256, u64)>) {
     let snaps = store.list().unwrap();
-    let views = protocol::view::views(&snapshotter::levels::as_entries(&snaps));
+    let views = protocol::view::views(&snapshotter::store::as_entries(&snaps));
     let view = protocol::view::newest(&views, None).unwrap();
     assert!(view.complete);
     let mut state = BTreeMap::new();
@@ -99,7 +99,7 @@ fn view_state(store: &SnapshotStore) -> (u64, BTreeMap<B256, (U256, u64)>) {
 /// block has several deltas; only the view's is read).
 fn newest_views_top(store: &SnapshotStore) -> snapshotter::store::StoredSnapshot {
     let snaps = store.list().unwrap();
-    let views = protocol::view::views(&snapshotter::levels::as_entries(&snaps));
+    let views = protocol::view::views(&snapshotter::store::as_entries(&snaps));
     let view = protocol::view::newest(&views, None).unwrap();
     let top = view.snapshots.last().unwrap();
     snaps.into_iter().find(|s| s.id == *top).unwrap()
@@ -211,7 +211,7 @@ async fn deltas_follow_blocks_and_survive_reorgs_and_damage() {
     // Every block has a view of its own, the rebuilt ones too (a delta
     // over several blocks would leave those inside it unreadable).
     let snaps = store.list().unwrap();
-    let views = protocol::view::views(&snapshotter::levels::as_entries(&snaps));
+    let views = protocol::view::views(&snapshotter::store::as_entries(&snaps));
     let blocks: Vec<u64> = views
         .iter()
         .filter(|v| v.complete)
@@ -283,7 +283,7 @@ async fn the_follower_rides_out_a_node_outage_and_stops_on_request() {
 /// overlaid, the freshest winning (absent: 0, as a whole-state view reads).
 pub(crate) fn view_slots(store: &SnapshotStore) -> BTreeMap<B256, U256> {
     let snaps = store.list().unwrap();
-    let views = protocol::view::views(&snapshotter::levels::as_entries(&snaps));
+    let views = protocol::view::views(&snapshotter::store::as_entries(&snaps));
     let view = protocol::view::newest(&views, None).unwrap();
     let mut slots = BTreeMap::new();
     for id in &view.snapshots {

@@ -215,7 +215,7 @@ fn check_views_at_every_block(reth: &RethDatadir, expected: &Value) {
             .unwrap();
     }
     let snaps = store.list().unwrap();
-    let entries = snapshotter::levels::as_entries(&snaps);
+    let entries = snapshotter::store::as_entries(&snaps);
     assert!(
         snaps
             .iter()

@@ -131,7 +131,7 @@ async fn header_root(anvil: &Anvil, block: u64) -> B256 {
 fn newest_view(dir: &Path) -> Vec<StoredSnapshot> {
     let store = SnapshotStore::open(dir.join("store")).unwrap();
     let all = store.list().unwrap();
-    let views = protocol::view::Views::build(&snapshotter::levels::as_entries(&all));
+    let views = protocol::view::Views::build(&snapshotter::store::as_entries(&all));
     let view = views.newest(Some(test_support::GENESIS_CHAIN_ID)).unwrap();
     view.snapshots
         .iter()

@@ -1025,7 +1025,7 @@ fn verify_state_roots(store: &SnapshotStore, ids: &[SnapshotId], url: Option<&st
         .filter(|s| ids.is_empty() || ids.contains(&s.id))
         .cloned()
         .collect();
-    let views = protocol::view::Views::build(&snapshotter::levels::as_entries(&all));
+    let views = protocol::view::Views::build(&snapshotter::store::as_entries(&all));
     let runtime = tokio::runtime::Runtime::new()?;
     let node = match url {
         Some(url) => Some(runtime.block_on(RpcSource::connect(url, RpcOptions::default()))?),

@@ -1,0 +1,78 @@
+//! The methods the proxy knows, by class: one home for the lists that the
+//! gate (what may go upstream) and the page (what it counts by name)
+//! both read.
+
+/// Methods that read no state by address: blocks, transactions and
+/// receipts by hash or number, fees and gas prices, sends, the chain's
+/// identity, filters and subscriptions by id. Log filters and
+/// subscriptions are judged by what they name (`crate::gate`).
+pub const NO_ADDRESS_METHODS: &[&str] = &[
+    "eth_blockNumber",
+    "eth_chainId",
+    "net_version",
+    "net_listening",
+    "net_peerCount",
+    "web3_clientVersion",
+    "web3_sha3",
+    "eth_protocolVersion",
+    "eth_syncing",
+    "eth_mining",
+    "eth_hashrate",
+    "eth_accounts",
+    "eth_gasPrice",
+    "eth_maxPriorityFeePerGas",
+    "eth_blobBaseFee",
+    "eth_feeHistory",
+    "eth_getBlockByNumber",
+    "eth_getBlockByHash",
+    "eth_getBlockReceipts",
+    "eth_getBlockTransactionCountByNumber",
+    "eth_getBlockTransactionCountByHash",
+    "eth_getUncleCountByBlockNumber",
+    "eth_getUncleCountByBlockHash",
+    "eth_getUncleByBlockNumberAndIndex",
+    "eth_getUncleByBlockHashAndIndex",
+    "eth_getTransactionByHash",
+    "eth_getRawTransactionByHash",
+    "eth_getTransactionByBlockNumberAndIndex",
+    "eth_getTransactionByBlockHashAndIndex",
+    "eth_getTransactionReceipt",
+    "eth_sendRawTransaction",
+    "eth_sendTransaction",
+    "eth_newBlockFilter",
+    "eth_newPendingTransactionFilter",
+    "eth_getFilterChanges",
+    "eth_getFilterLogs",
+    "eth_uninstallFilter",
+    "eth_unsubscribe",
+];
+
+/// Methods that read state by address (or sign with the wallet's keys,
+/// or are the proxy's own).
+pub const STATE_METHODS: &[&str] = &[
+    "eth_getBalance",
+    "eth_getTransactionCount",
+    "eth_getCode",
+    "eth_getStorageAt",
+    "eth_getProof",
+    "eth_call",
+    "eth_estimateGas",
+    "eth_createAccessList",
+    "eth_getLogs",
+    "eth_newFilter",
+    "eth_subscribe",
+    "eth_simulateV1",
+    "eth_callMany",
+    "debug_traceCall",
+    "trace_call",
+    "eth_sign",
+    "personal_sign",
+    "eth_signTypedData_v4",
+    "ethpir_status",
+    "ethpir_trustReset",
+];
+
+/// Whether `method` is one of the methods the proxy knows by name.
+pub fn is_known(method: &str) -> bool {
+    STATE_METHODS.contains(&method) || NO_ADDRESS_METHODS.contains(&method)
+}
