@@ -1,0 +1,335 @@
+//! The PIR queries of a read: its keys split into the levels' parts, one
+//! request for every level of the view, padded up the query ladder.
+
+use super::*;
+
+impl PrivateReader {
+    /// What each PIR level holds for `keys`, one list per level.
+    ///
+    /// A `shared` key the hot tier holds is asked only of the PIR levels
+    /// above it (every client holds the tier: reading it names nothing);
+    /// the rest, the wallet's own keys whether the tier holds them or
+    /// not, of every PIR level. With PIR levels above the tier, a
+    /// read that asks anything sends both requests at once (one with a
+    /// random filler when its part has nothing to ask), as a cover
+    /// lookup does: the server sees the same shape whatever the keys.
+    pub(super) async fn read_pir_parts(
+        &self,
+        view: &ViewClient,
+        pir: &[(usize, &Arc<SnapshotClient>)],
+        keys: &[Option<B256>],
+        shared: &[bool],
+        pad_to: usize,
+    ) -> Result<Vec<(usize, Vec<Found>)>, ReadError> {
+        let (hot, cold): (Vec<usize>, Vec<usize>) = (0..keys.len())
+            .partition(|&i| shared[i] && keys[i].is_some_and(|k| view.hot_holds(&k)));
+        let above: Vec<(usize, &Arc<SnapshotClient>)> = pir
+            .iter()
+            .filter(|(l, _)| view.above_hot().is_some_and(|above| *l >= above))
+            .copied()
+            .collect();
+        let (cold_part, hot_part) = (self.part(pir, keys, &cold), self.part(&above, keys, &hot));
+        let round = cold_part.asks() || hot_part.asks();
+        let both = round && !above.is_empty();
+        if round {
+            self.lookup_rounds
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        let (cold_found, hot_found) = tokio::join!(
+            self.read_part(cold_part, pad_to, both),
+            self.read_part(hot_part, pad_to, both)
+        );
+        let mut found: BTreeMap<usize, Vec<Found>> = pir
+            .iter()
+            .map(|(l, _)| (*l, vec![None; keys.len()]))
+            .collect();
+        for (part, found_in) in [(&cold, cold_found?), (&hot, hot_found?)] {
+            for (l, values) in found_in {
+                let level = found.get_mut(&l).expect("a PIR level");
+                for (&i, value) in part.iter().zip(values) {
+                    level[i] = value;
+                }
+            }
+        }
+        Ok(found.into_iter().collect())
+    }
+
+    /// The keys at `part` (indices into `keys`) to be read from `levels`,
+    /// with what each level answered before (looked up once a read).
+    pub(super) fn part<'a>(
+        &self,
+        levels: &'a [(usize, &'a Arc<SnapshotClient>)],
+        keys: &[Option<B256>],
+        part: &[usize],
+    ) -> Part<'a> {
+        let keys: Vec<Option<B256>> = part.iter().map(|&i| keys[i]).collect();
+        let present: Vec<B256> = keys.iter().flatten().copied().collect();
+        let known: Vec<Vec<Option<Found>>> = levels
+            .iter()
+            .map(|(_, snap)| self.answers.known(snap.setup_digest(), &present))
+            .collect();
+        // Keys some PIR level has not answered yet, each once.
+        let mut unknown: Vec<B256> = present
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| known.iter().any(|level| level[*j].is_none()))
+            .map(|(_, k)| *k)
+            .collect();
+        unknown.sort_unstable();
+        unknown.dedup();
+        let unheld = keys.len() - present.len();
+        let kept = match self.kept_as_fresh {
+            true => {
+                let distinct: std::collections::HashSet<&B256> = present.iter().collect();
+                distinct.len() - unknown.len()
+            }
+            false => 0,
+        };
+        Part {
+            levels,
+            keys,
+            known,
+            unknown,
+            unheld,
+            kept,
+        }
+    }
+
+    /// What each level of `part` holds for its keys (`None`: a key the
+    /// view does not hold): the answers kept from before, and one request
+    /// for the rest, whose verified answers are kept in turn. Nothing
+    /// when it has no level, or no key and no `force`; with `force`, a
+    /// request goes even when every key was answered before (one random
+    /// filler then: see [`Self::read_pir_parts`]).
+    pub(super) async fn read_part(
+        &self,
+        part: Part<'_>,
+        pad_to: usize,
+        force: bool,
+    ) -> Result<Vec<(usize, Vec<Found>)>, ReadError> {
+        let Part {
+            levels,
+            keys,
+            known,
+            unknown,
+            unheld,
+            kept,
+        } = part;
+        if levels.is_empty() || (keys.is_empty() && !force) {
+            return Ok(Vec::new());
+        }
+        // Kept answers to look fresh: a random key in place of each, so
+        // the request is the one a first read would send.
+        let unheld = unheld + kept;
+        let nothing = unknown.is_empty() && unheld == 0;
+        let fresh = match nothing && !force {
+            true => vec![HashMap::new(); levels.len()],
+            false => {
+                let unheld = unheld + usize::from(nothing);
+                self.request(levels, &unknown, unheld, pad_to).await?
+            }
+        };
+        Ok(levels
+            .iter()
+            .zip(known)
+            .zip(fresh)
+            .map(|(((i, _), known), fresh)| {
+                let mut known = known.into_iter();
+                let values = keys
+                    .iter()
+                    .map(|k| {
+                        let k = (*k)?;
+                        let before = known.next().flatten();
+                        before.unwrap_or_else(|| fresh.get(&k).cloned().flatten())
+                    })
+                    .collect();
+                (*i, values)
+            })
+            .collect())
+    }
+
+    /// One request reading `unknown` from every PIR level, with `unheld`
+    /// random keys, the canaries and (to `pad_to`) random fillers mixed
+    /// in; the canaries checked, each level's answers to `unknown` kept
+    /// and returned.
+    pub(super) async fn request(
+        &self,
+        pir: &[(usize, &Arc<SnapshotClient>)],
+        unknown: &[B256],
+        unheld: usize,
+        pad_to: usize,
+    ) -> Result<Vec<HashMap<B256, Found>>, ReadError> {
+        // With padding, every query beyond the real ones is a canary where
+        // answers are known, a random filler where not.
+        let real = unknown.len() + unheld;
+        let padded = match (pad_to > 0, self.ladder > 0) {
+            (true, _) => Some(pad_to),
+            (false, true) => Some(ladder_count(
+                real + self.canaries_per_request,
+                self.ladder,
+                self.catalog.max_batch(),
+            )),
+            (false, false) => None,
+        };
+        let slots = match padded {
+            Some(total) => total.saturating_sub(real),
+            None => self.canaries_per_request,
+        };
+        let canaries = canary::choose(&self.answers, pir, unknown, slots)?;
+        let fillers = slots - canaries.len();
+        self.pir_keys
+            .fetch_add(unknown.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        let arranged = canary::arrange(unknown, unheld + fillers, &canaries, pir.len());
+        let answered = self.query_levels(pir, &arranged.keys).await?;
+        let found: Vec<Vec<Found>> = answered.into_iter().map(|(_, v)| v).collect();
+        let roles = arranged.roles;
+        // Only answers whose request's canaries held are kept.
+        canary::check(&roles, &canaries, &found, pir)?;
+        let mut fresh = vec![HashMap::new(); pir.len()];
+        for (l, values) in found.into_iter().enumerate() {
+            let mut by_key: HashMap<B256, Found> = HashMap::new();
+            for (role, value) in roles.iter().zip(values) {
+                if let canary::Role::Real(i) = role {
+                    by_key.insert(unknown[*i], value);
+                }
+            }
+            let kept: Vec<Found> = unknown.iter().map(|k| by_key[k].clone()).collect();
+            self.answers.keep(pir[l].1.setup_digest(), unknown, &kept);
+            fresh[l] = by_key;
+        }
+        Ok(fresh)
+    }
+
+    /// One request with as many queries to every PIR level (`level_keys`:
+    /// each level's keys, in order); each level's decoded values.
+    pub(super) async fn query_levels(
+        &self,
+        levels: &[(usize, &Arc<SnapshotClient>)],
+        level_keys: &[Vec<B256>],
+    ) -> Result<Vec<(usize, Vec<Found>)>, ReadError> {
+        let mut bodies = Vec::with_capacity(levels.len());
+        let mut pendings = Vec::with_capacity(levels.len());
+        let per_level = level_keys.first().map_or(0, Vec::len);
+        self.largest_request
+            .fetch_max(per_level, std::sync::atomic::Ordering::Relaxed);
+        for ((_, snap), keys) in levels.iter().zip(level_keys) {
+            let mut queries = Vec::with_capacity(keys.len());
+            let mut level_pendings = Vec::with_capacity(keys.len());
+            let prepared = snap.take_prepared(keys.len()).await?;
+            for (key, prepared) in keys.iter().zip(prepared) {
+                let (q, p) = snap
+                    .client
+                    .query(prepared, key.as_slice())
+                    .map_err(|e| ReadError::Unverifiable(e.to_string()))?;
+                queries.push(q);
+                level_pendings.push(p);
+            }
+            bodies.push(encode_queries(&queries));
+            pendings.push(level_pendings);
+        }
+        let ids: Vec<String> = levels.iter().map(|(_, s)| s.entry.id.url_form()).collect();
+        let parts: Vec<(&str, &[u8])> = ids
+            .iter()
+            .zip(&bodies)
+            .map(|(id, b)| (id.as_str(), b.as_slice()))
+            .collect();
+        // Views are at most a request deep (protocol::view::MAX_DEPTH):
+        // an error here is a bug, answered as one, never a panic.
+        let request = protocol::multi::encode_request(&parts)
+            .map_err(|e| ReadError::Backend(format!("request not encodable: {e}")))?;
+        let expected = protocol::multi::response_bytes(
+            levels.iter().map(|(_, s)| s.response_bytes(per_level)),
+        );
+        let body = self.post_query(request, expected).await?;
+        let answers = protocol::multi::decode_response(&body)
+            .map_err(|e| ReadError::Unverifiable(format!("malformed response: {e}")))?;
+        if answers.len() != levels.len() {
+            return Err(ReadError::Unverifiable(format!(
+                "{} answers for {} snapshots",
+                answers.len(),
+                levels.len()
+            )));
+        }
+        let mut out = Vec::with_capacity(levels.len());
+        for (((i, snap), answer), level_pendings) in levels.iter().zip(&answers).zip(pendings) {
+            out.push((*i, decode_level(snap, answer, level_pendings)?));
+            // Answered: refill the pool now, off the request path.
+            snap.want_more();
+        }
+        Ok(out)
+    }
+
+    /// POSTs a multi-snapshot request whose answer must be exactly
+    /// `expected` bytes; the response body.
+    ///
+    /// A request that meets a broken connection or a 5xx (a replica dying
+    /// behind a load balancer, a shard missing behind a router) is sent
+    /// once more with the same bytes: the server sees nothing it has not
+    /// seen (docs/security.md, "Retries"). Nothing else is retried: not a
+    /// wrong-sized answer, and never a verification failure.
+    pub(super) async fn post_query(
+        &self,
+        request: Vec<u8>,
+        expected: u64,
+    ) -> Result<Vec<u8>, ReadError> {
+        let request = bytes::Bytes::from(request);
+        let mut attempt = 0;
+        let resp = loop {
+            let sent = self
+                .link
+                .post_lookup("query", request.clone(), Size::Exactly(expected))
+                .await;
+            let retry = match &sent {
+                Err(e) => matches!(e, FetchError::Transport { .. }),
+                Ok(resp) => resp.status.is_server_error(),
+            };
+            if !retry || attempt == 1 {
+                break sent;
+            }
+            attempt += 1;
+            tracing::debug!("query failed on the way; sending the same bytes once more");
+        }
+        .map_err(|e| match e.is_oversized() {
+            // An answer of another size than the setups fix is not an
+            // answer to these queries.
+            true => ReadError::Unverifiable(e.to_string()),
+            false => e.into(),
+        })?;
+        if resp.status.is_success() {
+            return Ok(resp.body);
+        }
+        let reason = serde_json::from_slice::<ApiError>(&resp.body)
+            .map(|e| e.error)
+            .unwrap_or_default();
+        match resp.status {
+            StatusCode::NOT_FOUND => Err(ReadError::Retired(reason)),
+            status => Err(ReadError::Backend(format!("HTTP {status} {reason}"))),
+        }
+    }
+}
+
+/// The query count a request of `wanted` queries is padded to: the least
+/// of `from, 2 from, 4 from, ...` that holds them, but never past the
+/// server's batch (`max_batch`) unless `wanted` is.
+pub(super) fn ladder_count(wanted: usize, from: usize, max_batch: usize) -> usize {
+    let mut count = from.max(1);
+    while count < wanted {
+        count = count.saturating_mul(2);
+    }
+    count.min(max_batch.max(wanted))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ladder_count;
+
+    #[test]
+    fn query_counts_climb_a_ladder() {
+        let counts: Vec<usize> = (1..=9).map(|n| ladder_count(n, 2, 64)).collect();
+        assert_eq!(counts, [2, 2, 4, 4, 8, 8, 8, 8, 16]);
+        assert_eq!(ladder_count(40, 2, 48), 48, "never past the server's batch");
+        assert_eq!(ladder_count(50, 2, 48), 50, "unless the request is");
+        assert_eq!(ladder_count(3, 4, 64), 4);
+        assert_eq!(ladder_count(0, 0, 64), 1);
+    }
+}
