@@ -109,6 +109,7 @@ fn follower_config(store: &Path, anvil: &Anvil, genesis: &Path) -> FollowConfig 
             poll_ms: 100,
             confirmations: 1,
             ws_url: None,
+            ..Default::default()
         },
         levels: LevelPolicy {
             fanout: 4,

@@ -116,6 +116,22 @@ impl Default for SourceConfig {
     }
 }
 
+/// When a delta of a whole state is checked against the block's state
+/// root before it is published.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RootCheck {
+    /// While the view holds at most `state_root_check_max_records`
+    /// records, on a node that keeps Ethereum's tries: not anvil, whose
+    /// tries keep slots written to zero and empty accounts a call touched
+    /// (EIP-161 deletes both), so that its roots are not the records'.
+    #[default]
+    Auto,
+    /// Every delta, whatever the size or the node.
+    Always,
+    Never,
+}
+
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Timing {
@@ -129,6 +145,12 @@ pub struct Timing {
     /// Stay this many blocks behind the head (0: follow the head; reorgs
     /// are repaired either way).
     pub confirmations: u64,
+    /// Whether each delta of a whole state is checked against the
+    /// block's state root before it is published ([`RootCheck`]).
+    pub state_root_check: RootCheck,
+    /// `auto` checks while the view holds at most this many records (the
+    /// check recomputes the whole root).
+    pub state_root_check_max_records: u64,
 }
 
 impl Default for Timing {
@@ -137,6 +159,8 @@ impl Default for Timing {
             poll_ms: 1000,
             ws_url: None,
             confirmations: 0,
+            state_root_check: RootCheck::Auto,
+            state_root_check_max_records: 1 << 20,
         }
     }
 }
@@ -202,6 +226,7 @@ macro_rules! failures {
 }
 
 failures!(
+    RootMismatch,
     crate::sources::rpc::RpcSourceError,
     LevelsError,
     crate::store::StoreError,
@@ -281,6 +306,9 @@ pub struct Follower {
     /// the last base whose tier failed and when.
     hot_done: Option<HotMark>,
     hot_failed: Option<(HotMark, std::time::Instant)>,
+    /// The most records a view may hold for its deltas to be checked
+    /// against the state root (set with the node).
+    root_check_max: u64,
 }
 
 impl Follower {
@@ -302,6 +330,7 @@ impl Follower {
             marked: None,
             hot_done: None,
             hot_failed: None,
+            root_check_max: 0,
             config,
         })
     }
@@ -342,6 +371,7 @@ impl Follower {
             }
             let followed = based.as_ref().map_or(&configured, |b| &b.manifest.storage);
             let node = self.with_tracer(node, !followed.is_empty()).await?;
+            self.root_check_max = self.root_check_max_of(&node).await?;
             self.configured = configured;
             self.levels = Some(levels);
             self.node = Some(node);
@@ -369,6 +399,18 @@ impl Follower {
             tracer => tracing::info!(?tracer, "changes per block read with the node's tracer"),
         }
         Ok(node.with_changes(chosen))
+    }
+
+    /// The most records a view may hold for its deltas to be checked
+    /// against the block's state root ([`RootCheck`]).
+    async fn root_check_max_of(&self, node: &RpcSource) -> Result<u64, FollowError> {
+        let follow = &self.config.follow;
+        Ok(match follow.state_root_check {
+            RootCheck::Never => 0,
+            RootCheck::Always => u64::MAX,
+            RootCheck::Auto if node.client_version().await?.starts_with("anvil") => 0,
+            RootCheck::Auto => follow.state_root_check_max_records,
+        })
     }
 
     fn levels(&self) -> std::sync::Arc<Levels> {
@@ -524,10 +566,12 @@ impl Follower {
             return Err(crate::sources::rpc::RpcSourceError::Reorged { block: from }.into());
         }
         let records = delta.state.records.len() + delta.state.storage.len();
-        let report = blocking(move || {
+        let check_max = self.root_check_max;
+        let report = blocking(move || -> Result<UpdateReport, FollowError> {
             let mut state = delta.state;
             levels.hide_destroyed(&view, &mut state, &delta.destroyed)?;
-            levels.publish(state)
+            check_delta_root(levels.store(), &view, &mut state, check_max)?;
+            Ok(levels.publish(state)?)
         })
         .await?;
         tracing::info!(from, block = to, records, published = ?report.published, retired = report.removed.len(), "delta published");
@@ -669,6 +713,52 @@ fn chained_run_end(view: &[StoredSnapshot], first: usize) -> usize {
 }
 
 /// Runs a blocking closure (a build) off the async threads.
+/// A delta of a whole state (a view of at most `max_records` records)
+/// checked before it is published: the state root of the view with it on
+/// top must be the one the node's header gives at its block, so that a
+/// change the node's tracer did not report is refused, not served.
+fn check_delta_root(
+    store: &SnapshotStore,
+    view: &[StoredSnapshot],
+    delta: &mut ExportedState,
+    max_records: u64,
+) -> Result<(), FollowError> {
+    let base = &view[0].manifest;
+    let size: u64 = view.iter().map(|l| l.manifest.record_count).sum();
+    let header = match delta.state_root {
+        Some(root) if base.storage.whole_state && size <= max_records => root,
+        _ => return Ok(()),
+    };
+    delta.records.sort_unstable_by_key(|r| r.key);
+    delta.storage.sort_unstable_by_key(|s| s.key);
+    let pending = crate::records::Records {
+        accounts: std::mem::take(&mut delta.records),
+        storage: std::mem::take(&mut delta.storage),
+    };
+    let checked =
+        crate::verify::view_state_root_with(store, &view[0], &view[1..], &pending).map(|c| c.root);
+    delta.records = pending.accounts;
+    delta.storage = pending.storage;
+    match checked? {
+        root if root == header => Ok(()),
+        root => Err(RootMismatch {
+            block: delta.block_number,
+            root,
+            header,
+        }
+        .into()),
+    }
+}
+
+/// A delta whose view does not give the block's state root.
+#[derive(Debug, thiserror::Error)]
+#[error("the delta for block {block} gives state root {root}, the node's header {header}: the node's tracer left a change out; not published (it is read again)")]
+pub struct RootMismatch {
+    block: u64,
+    root: B256,
+    header: B256,
+}
+
 async fn blocking<T: Send + 'static, E: Send + 'static>(
     f: impl FnOnce() -> Result<T, E> + Send + 'static,
 ) -> Result<T, E> {

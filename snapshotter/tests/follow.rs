@@ -314,11 +314,14 @@ async fn before_cancun_whole_state(
 ) -> (Anvil, Follower, SnapshotStore) {
     let genesis = dir.join("genesis.json");
     write_genesis_with(&genesis, vec![(account.to_string(), alloc)]);
+    // (anvil adds a CREATE2 deployer the file does not hold unless told
+    // not to: the deltas' state roots would not be the base's chain's.)
     let anvil = Anvil::start_with(&[
         "--init",
         genesis.to_str().unwrap(),
         "--chain-id",
         "4242",
+        "--disable-default-create2-deployer",
         "--hardfork",
         "shanghai",
     ])
@@ -399,6 +402,46 @@ async fn whole_state_followed_through(tracer: ChangeTracer) {
         );
     }
     every_level_after_genesis_is_attested(&store, &anvil).await;
+}
+
+/// A change no transaction made, so no tracer reports it
+/// (`anvil_setStorageAt`, then a block): the view with the delta on top
+/// does not give the block's state root, so the delta is refused, not
+/// published; the newest view stays at the block before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delta_missing_a_change_is_refused_not_published() {
+    let dir = tempfile::tempdir().unwrap();
+    let contract: Address = "0x00000000000000000000000000000000000c0de5"
+        .parse()
+        .unwrap();
+    let alloc = json!({"balance": "0x0", "code": "0x3615600b575f35600355005b33ff"});
+    let genesis = dir.path().join("genesis.json");
+    let (anvil, _, store) =
+        before_cancun_whole_state(dir.path(), contract, alloc, ChangeTracer::Prestate).await;
+    // Checked on anvil too (its contracts here write no zero, touch no
+    // empty account).
+    let mut config = config(&dir.path().join("store"), &anvil.url, Some(&genesis));
+    config.source.storage = follow::StorageScope::All;
+    config.follow.state_root_check = follow::RootCheck::Always;
+    let mut follower = Follower::new(config).unwrap();
+    follower.step().await.unwrap();
+    let to = contract.to_string();
+    let word = B256::with_last_byte(0x2a);
+    anvil
+        .transact(DEV_ACCOUNTS[0], Some(&to), word.as_slice())
+        .await;
+    follower.step().await.unwrap();
+    let checked = newest_views_top(&store).manifest.block_number;
+    assert_eq!(checked, anvil.head().await, "a delta whose root holds");
+
+    let unseen = json!([to, "0x9", word]);
+    anvil.rpc("anvil_setStorageAt", unseen).await;
+    anvil
+        .transact(DEV_ACCOUNTS[1], Some(DEV_ACCOUNTS[2]), &[])
+        .await;
+    let refused = follower.step().await.unwrap_err().to_string();
+    assert!(refused.contains("not published"), "{refused}");
+    assert_eq!(newest_views_top(&store).manifest.block_number, checked);
 }
 
 /// An attester over `store` with `anvil` as its node signs every level

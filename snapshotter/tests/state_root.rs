@@ -19,7 +19,9 @@
 //! read carries the node's own storage root and proof, but a listed
 //! contract's storage root is recomputed the chain's way, so the listed
 //! contract here never writes a zero (OpenZeppelin's preset does, in its
-//! constructor: it is not listed).
+//! constructor: it is not listed). For the touched empty account, the
+//! follower reads changes from anvil's parity traces here
+//! ([`config`]).
 
 use std::path::Path;
 
@@ -84,12 +86,17 @@ fn config(dir: &Path, anvil: &Anvil) -> snapshotter::follow::FollowConfig {
             url: Some(anvil.url.clone()),
             genesis: Some(dir.join("genesis.json")),
             tokens: Some(dir.join("tokens.toml")),
+            // anvil keeps a touched empty account in its trie (EIP-161
+            // deletes it), which only its call traces name: the prestate
+            // tracer reports changes alone, as geth's does.
+            changes: snapshotter::sources::changes::ChangeTracer::Parity,
             ..Default::default()
         },
         follow: Timing {
             poll_ms: 100,
             confirmations: 0,
             ws_url: None,
+            ..Default::default()
         },
         levels: LevelPolicy {
             fanout: 2,

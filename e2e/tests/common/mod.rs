@@ -90,6 +90,7 @@ pub fn follow_config(
             poll_ms: 100,
             confirmations,
             ws_url: None,
+            ..Default::default()
         },
         levels: snapshotter::levels::LevelPolicy {
             fanout,

@@ -533,6 +533,21 @@ impl RpcSource {
         Ok((out, lives))
     }
 
+    /// The node's `web3_clientVersion`, lower case (empty where it has
+    /// none).
+    pub async fn client_version(&self) -> Result<String, RpcSourceError> {
+        let version = self
+            .retry("web3_clientVersion", None, || {
+                self.provider.get_client_version().into_future()
+            })
+            .await;
+        match version {
+            Ok(v) => Ok(v.to_ascii_lowercase()),
+            Err(RpcSourceError::Node { .. } | RpcSourceError::Reply { .. }) => Ok(String::new()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// The miners of `block`'s uncles.
     async fn uncle_miners(&self, block: &AnyRpcBlock) -> Result<Vec<Address>, RpcSourceError> {
         let n = block.header.number;
