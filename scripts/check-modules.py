@@ -17,7 +17,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 PATH = re.compile(r"\b(crate|super|self)((?:::[A-Za-z_][A-Za-z0-9_]*)+)")
 # `use crate::{a, b::c}` / `use super::{a, b}`: the braces' first segments.
 GROUP = re.compile(r"\b(crate|super|self)::\{([^}]*)\}", re.S)
-COMMENT = re.compile(r"//[^\n]*")
+# Line comments (a `//` inside a string such as a URL is not one).
+COMMENT = re.compile(r'(?<![:"])//[^\n]*')
+INLINE_TESTS = re.compile(r"#\[cfg\(test\)\]\s*(?:pub\s+)?mod\s+\w+\s*\{")
 
 
 def module_of(src: pathlib.Path, file: pathlib.Path) -> tuple:
@@ -57,8 +59,11 @@ def edges_of(src: pathlib.Path):
         if here and here[0] == "bin":
             continue
         text = COMMENT.sub("", file.read_text())
-        # Inline test modules are part of their file's home.
-        text = text.split("#[cfg(test)]")[0]
+        # An inline test module (at the file's end) is part of its file's
+        # home; a `#[cfg(test)]` item elsewhere is read as code.
+        inline_tests = INLINE_TESTS.search(text)
+        if inline_tests:
+            text = text[: inline_tests.start()]
         out = set()
         for start, rest in PATH.findall(text):
             t = target(here, start, rest.strip(":").split("::"), modules)
@@ -73,6 +78,10 @@ def edges_of(src: pathlib.Path):
                         out.add(t)
         related = lambda a, b: a[: len(b)] == b or b[: len(a)] == a
         edges[here] = {t for t in out if not related(t, here)}
+    # A module holds its submodules: what they name, it reaches.
+    for here in files:
+        if here and here[:-1] in edges:
+            edges[here[:-1]].add(here)
     return files, edges
 
 

@@ -712,7 +712,6 @@ fn chained_run_end(view: &[StoredSnapshot], first: usize) -> usize {
     end
 }
 
-/// Runs a blocking closure (a build) off the async threads.
 /// A delta of a whole state (a view of at most `max_records` records)
 /// checked before it is published: the state root of the view with it on
 /// top must be the one the node's header gives at its block, so that a
@@ -739,26 +738,29 @@ fn check_delta_root(
         crate::verify::view_state_root_with(store, &view[0], &view[1..], &pending).map(|c| c.root);
     delta.records = pending.accounts;
     delta.storage = pending.storage;
-    match checked? {
-        root if root == header => Ok(()),
-        root => Err(RootMismatch {
-            block: delta.block_number,
-            root,
-            header,
-        }
-        .into()),
+    let reason = match checked {
+        Ok(root) if root == header => return Ok(()),
+        Ok(root) => format!("its view gives state root {root}, the node's header {header}"),
+        // (A contract's slots that do not give its storage root: the
+        // error names the level below, which is not at fault.)
+        Err(e) => e.to_string(),
+    };
+    Err(RootMismatch {
+        block: delta.block_number,
+        reason,
     }
+    .into())
 }
 
-/// A delta whose view does not give the block's state root.
+/// A delta whose view does not give the block's state.
 #[derive(Debug, thiserror::Error)]
-#[error("the delta for block {block} gives state root {root}, the node's header {header}: the node's tracer left a change out; not published (it is read again)")]
+#[error("the delta for block {block} does not add up to the node's state ({reason}): the node's tracer left a change out; not published (it is read again)")]
 pub struct RootMismatch {
     block: u64,
-    root: B256,
-    header: B256,
+    reason: String,
 }
 
+/// Runs a blocking closure (a build) off the async threads.
 async fn blocking<T: Send + 'static, E: Send + 'static>(
     f: impl FnOnce() -> Result<T, E> + Send + 'static,
 ) -> Result<T, E> {

@@ -127,14 +127,17 @@ pub fn add_prestate_diffs(
             (_, Some(error)) => return Err(format!("transaction {i}'s trace failed: {error}")),
             (None, None) => return Err(format!("transaction {i} has no trace")),
         };
-        // A contract deleted earlier in the block and created here: absent
-        // before this transaction (tracers list a created account's
-        // prestate as empty, or leave it out and give its new nonce).
+        // A contract deleted earlier in the block and created here: its
+        // nonce set (a creation's 1) from none (tracers list a created
+        // account's prestate as empty, or leave it out). A live contract
+        // whose nonce is 0 (before EIP-161, or a genesis alloc's) and
+        // that this transaction only writes to is no re-creation.
         for (address, recreated) in deleted.iter_mut() {
             *recreated |= match (frame.pre.get(address), frame.post.get(address)) {
-                (Some(before), _) => before.is_absent(),
-                (None, Some(after)) => after.nonce.is_some(),
-                (None, None) => false,
+                (before, Some(after)) if after.nonce.is_some() => {
+                    before.is_none_or(DiffAccount::is_absent)
+                }
+                _ => false,
             };
         }
         for (address, before) in &frame.pre {
@@ -280,7 +283,13 @@ mod tests {
             serde_json::json!({"pre": {C: {"balance": "0x0"}}, "post": {C: {"nonce": 1}}});
         let left_out = serde_json::json!({"pre": {}, "post": {C: {"nonce": 1}}});
         let live = serde_json::json!({"pre": {C: {"balance": "0x1", "nonce": 1}}, "post": {C: {"balance": "0x2"}}});
+        let written =
+            serde_json::json!({"pre": {C: {"balance": "0x0"}}, "post": {C: {"storage": {}}}});
         assert!(deleted(listed_empty) && deleted(left_out));
+        assert!(
+            !deleted(written),
+            "a nonce-0 contract written to: not created anew"
+        );
         assert!(
             !deleted(live),
             "touched again while alive: not created anew"
