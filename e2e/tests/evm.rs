@@ -803,6 +803,21 @@ impl Defi {
     }
 }
 
+/// `eth_getStorageValues` of two contracts' first words through the proxy
+/// (read here: the view holds the whole state): anvil's answer.
+async fn storage_values(proxy: &str, anvil: &Anvil, c: &Contracts, at: &str) {
+    let word = |n: u8| alloy_primitives::B256::with_last_byte(n);
+    let asked = json!([{
+        c.flagged.to_string(): [word(0), word(1), word(2), word(3)],
+        c.nft.to_string(): [word(0), word(5)],
+    }, at]);
+    let private = test_support::rpc(proxy, "eth_getStorageValues", asked.clone())
+        .await
+        .unwrap();
+    let node = anvil.rpc("eth_getStorageValues", asked).await;
+    assert_eq!(private, node, "eth_getStorageValues at {at}");
+}
+
 /// A wallet's calls of every transaction type at `at`: an approval with an
 /// EIP-2930 access list (its gas paid, its entries listed back), one with
 /// an EIP-4844 blob's hash and fee cap, and a `balanceOf` sent to a dev
@@ -939,6 +954,7 @@ async fn the_whole_state_answers_every_call_without_naming_a_holder() {
         };
         let checker = call_object(c.checker, &checked.abi_encode());
         same_as_anvil(&proxy, &anvil, &checker, &at).await;
+        storage_values(&proxy, &anvil, &c, &at).await;
         estimates(&proxy, &anvil, &c, &relayed, &at).await;
         for tx in defi.transactions() {
             same_transaction(&proxy, &anvil, &tx, &at).await;
@@ -948,7 +964,12 @@ async fn the_whole_state_answers_every_call_without_naming_a_holder() {
         }
     }
     let seen = relayed.lock().unwrap().clone();
-    let named = ["eth_call", "eth_estimateGas", "eth_createAccessList"];
+    let named = [
+        "eth_call",
+        "eth_estimateGas",
+        "eth_createAccessList",
+        "eth_getStorageValues",
+    ];
     assert!(
         !seen
             .iter()

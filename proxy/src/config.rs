@@ -182,11 +182,12 @@ pub enum UpstreamMethods {
 /// Reads that name an address (or, for `eth_call` and `eth_estimateGas`,
 /// usually do: `balanceOf(addr)`); the gate refuses these and every
 /// other method not on its allowlist ([`crate::methods::NO_ADDRESS_METHODS`]).
-pub const ADDRESS_READS: [&str; 7] = [
+pub const ADDRESS_READS: [&str; 8] = [
     "eth_call",
     "eth_estimateGas",
     "eth_createAccessList",
     "eth_getStorageAt",
+    "eth_getStorageValues",
     "eth_getProof",
     "eth_getLogs",
     "eth_newFilter",

@@ -54,6 +54,7 @@ pub const STATE_METHODS: &[&str] = &[
     "eth_getTransactionCount",
     "eth_getCode",
     "eth_getStorageAt",
+    "eth_getStorageValues",
     "eth_getProof",
     "eth_call",
     "eth_estimateGas",

@@ -1,7 +1,8 @@
 //! Storage reads the proxy answers privately, when the view holds the
 //! contract (its base lists it, see `protocol::storage::PrivateStorage`):
 //!
-//! - `eth_getStorageAt(contract, slot, block)`;
+//! - `eth_getStorageAt(contract, slot, block)`, and
+//!   `eth_getStorageValues({contract: [slot, ...], ...}, block)`;
 //! - the `eth_call`s of [`crate::calls`]: listed getters (`balanceOf`,
 //!   `getShares`, ...), Multicall3's `getEthBalance` and block views and
 //!   its batches of them (MetaMask's balance refresh), the BalanceChecker
@@ -51,6 +52,8 @@ pub fn checked_list(
 pub enum Answer {
     /// `eth_getStorageAt`: the slot's word, 32 bytes.
     Word(ReadKey),
+    /// `eth_getStorageValues`: each contract's words, in the order asked.
+    Words(Vec<(Address, Vec<ReadKey>)>),
     /// `eth_call`: what the contract returns (it runs in the executor;
     /// the keys are its first round's).
     Call,
@@ -138,6 +141,7 @@ pub fn plan(
     let params: Vec<Value> = serde_json::from_str(params?.get()).ok()?;
     match method {
         "eth_getStorageAt" => plan_get_storage(&params, &answerable),
+        "eth_getStorageValues" => plan_get_storage_values(&params, &answerable),
         "eth_call" => plan_eth_call(&params, &answerable),
         _ => None,
     }
@@ -178,6 +182,53 @@ fn plan_get_storage(
     })
 }
 
+/// Slots `eth_getStorageValues` may ask at once (geth's bound).
+const MAX_STORAGE_VALUES: usize = 1024;
+
+/// `eth_getStorageValues`: every contract held, at most
+/// [`MAX_STORAGE_VALUES`] slots in all, each a 32-byte word (as geth reads
+/// them); an empty request is the node's to refuse.
+fn plan_get_storage_values(
+    params: &[Value],
+    answerable: &impl Fn(&BlockSelector) -> Option<Answerable>,
+) -> Option<StorageRead> {
+    if params.len() > 2 {
+        return None;
+    }
+    let asked: std::collections::BTreeMap<Address, Vec<B256>> =
+        serde_json::from_value(params.first()?.clone()).ok()?;
+    let slots: usize = asked.values().map(Vec::len).sum();
+    if asked.is_empty() || slots > MAX_STORAGE_VALUES {
+        return None;
+    }
+    let block = block_at(params, 1)?;
+    let storage = answerable(&block)?.storage;
+    if !asked.keys().all(|c| storage.holds(c)) {
+        return None;
+    }
+    let words: Vec<(Address, Vec<ReadKey>)> = asked
+        .into_iter()
+        .map(|(contract, slots)| {
+            let keys = slots
+                .into_iter()
+                .map(|slot| ReadKey::Slot { contract, slot });
+            (contract, keys.collect())
+        })
+        .collect();
+    // Every key once, first asked first.
+    let mut seen = std::collections::HashSet::new();
+    let keys: Vec<ReadKey> = words
+        .iter()
+        .flat_map(|(_, k)| k.iter().copied())
+        .filter(|k| seen.insert(*k))
+        .collect();
+    Some(StorageRead {
+        block,
+        keys,
+        answer: Answer::Words(words),
+    })
+}
+
 fn plan_eth_call(
     params: &[Value],
     answerable: &impl Fn(&BlockSelector) -> Option<Answerable>,
@@ -201,14 +252,24 @@ fn plan_eth_call(
 /// The answer to `eth_getStorageAt`, as the node gives it: the word, 32
 /// bytes. (An `eth_call` is executed, never answered from its plan.)
 pub fn answer(read: &StorageRead, found: &Found) -> Result<Value, ReadError> {
-    let Answer::Word(key) = &read.answer else {
-        return Err(ReadError::Backend(
-            "an eth_call is executed, not planned".into(),
-        ));
-    };
-    match found.states.get(key) {
+    let word = |key: &ReadKey| match found.states.get(key) {
         Some(KeyState::Slot(s)) => Ok(serde_json::to_value(B256::from(s.word)).expect("hex")),
         _ => Err(ReadError::Backend("the slot was not read".into())),
+    };
+    match &read.answer {
+        Answer::Word(key) => word(key),
+        // As geth: keyed by the contract in lower case.
+        Answer::Words(words) => words
+            .iter()
+            .map(|(contract, keys)| {
+                let values = keys.iter().map(word).collect::<Result<Vec<_>, _>>()?;
+                Ok((format!("{contract:#x}"), Value::Array(values)))
+            })
+            .collect::<Result<serde_json::Map<_, _>, _>>()
+            .map(Value::Object),
+        Answer::Call => Err(ReadError::Backend(
+            "an eth_call is executed, not planned".into(),
+        )),
     }
 }
 
@@ -373,6 +434,33 @@ pub(crate) mod tests {
             planned.is_none(),
             "a dropped token's balanceOf is not private"
         );
+    }
+
+    #[test]
+    fn storage_values_of_held_contracts_are_planned() {
+        let c = Address::repeat_byte(0xcc);
+        let word = |n: u8| B256::with_last_byte(n);
+        let asked = serde_json::json!([{c.to_string(): [word(1), word(2), word(1)]}, "0x10"]);
+        let read = plan_of("eth_getStorageValues", asked).unwrap();
+        assert_eq!(read.keys.len(), 2, "each slot read once");
+        let Answer::Words(words) = &read.answer else {
+            panic!("{:?}", read.answer)
+        };
+        assert_eq!(words[0].1.len(), 3, "answered as asked");
+        let unheld = serde_json::json!([{Address::repeat_byte(9).to_string(): [word(1)]}]);
+        let short = serde_json::json!([{c.to_string(): ["0x1"]}]);
+        let many: Vec<B256> = (0..=MAX_STORAGE_VALUES).map(|_| word(1)).collect();
+        for params in [
+            unheld,
+            short,
+            serde_json::json!([{}]),
+            serde_json::json!([{c.to_string(): many}]),
+        ] {
+            assert!(
+                plan_of("eth_getStorageValues", params.clone()).is_none(),
+                "{params}"
+            );
+        }
     }
 
     #[test]
