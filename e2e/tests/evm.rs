@@ -804,7 +804,8 @@ impl Defi {
 }
 
 /// `eth_getStorageValues` of two contracts' first words through the proxy
-/// (read here: the view holds the whole state): anvil's answer.
+/// (read here: the view holds the whole state): anvil's answer; and
+/// `eth_getProof` refused with why.
 async fn storage_values(proxy: &str, anvil: &Anvil, c: &Contracts, at: &str) {
     let word = |n: u8| alloy_primitives::B256::with_last_byte(n);
     let asked = json!([{
@@ -816,6 +817,12 @@ async fn storage_values(proxy: &str, anvil: &Anvil, c: &Contracts, at: &str) {
         .unwrap();
     let node = anvil.rpc("eth_getStorageValues", asked).await;
     assert_eq!(private, node, "eth_getStorageValues at {at}");
+    // No trie nodes are held: a proof is refused, saying so.
+    let proof = json!([c.flagged, [word(0)], at]);
+    let refused = test_support::rpc(proxy, "eth_getProof", proof)
+        .await
+        .unwrap_err();
+    assert!(refused.contains("no proof can be made here"), "{refused}");
 }
 
 /// A wallet's calls of every transaction type at `at`: an approval with an
@@ -969,6 +976,7 @@ async fn the_whole_state_answers_every_call_without_naming_a_holder() {
         "eth_estimateGas",
         "eth_createAccessList",
         "eth_getStorageValues",
+        "eth_getProof",
     ];
     assert!(
         !seen

@@ -71,6 +71,10 @@ pub enum ProxyError {
         method: String,
         setting: &'static str,
     },
+    /// `eth_getProof` refused as [`Self::AddressReadRefused`] is: no proof
+    /// can be made privately either.
+    #[error("eth_getProof is not answered privately: the PIR snapshots hold each account's and slot's value, not the state trie's nodes, so no proof can be made here; and upstream_methods = \"{setting}\" forwards no read naming an address (\"all\" forwards it, naming the address to the upstream)")]
+    ProofNotHeld { setting: &'static str },
     /// `upstream_methods = "auto"` before a view is adopted: whether the
     /// PIR server holds the whole state is not known yet.
     #[error("not ready: {0} is not forwarded before the PIR server's view is known (upstream_methods = \"auto\"); try again")]
@@ -120,6 +124,7 @@ impl ProxyError {
             ProxyError::Upstream(e) => e.code(),
             ProxyError::NoUpstream(_)
             | ProxyError::AddressReadRefused { .. }
+            | ProxyError::ProofNotHeld { .. }
             | ProxyError::UserOnly(_)
             | ProxyError::SubscriptionsNeedWebSocket => METHOD_NOT_FOUND_CODE,
             ProxyError::UpstreamNotReady(_) | ProxyError::NoLongerWhole(_) => PIR_UNAVAILABLE,
@@ -137,6 +142,7 @@ impl ProxyError {
         matches!(
             self,
             ProxyError::AddressReadRefused { .. }
+                | ProxyError::ProofNotHeld { .. }
                 | ProxyError::UpstreamNotReady(_)
                 | ProxyError::NoLongerWhole(_)
         )

@@ -221,6 +221,9 @@ fn refusal(method: &str, closed: Closed, setting: UpstreamMethods) -> ProxyError
         UpstreamMethods::NoAddressReads => "no-address-reads",
     };
     match closed {
+        Closed::Setting | Closed::WholeState if method == "eth_getProof" => {
+            ProxyError::ProofNotHeld { setting }
+        }
         Closed::Setting | Closed::WholeState => ProxyError::AddressReadRefused {
             method: method.to_string(),
             setting,
