@@ -5,13 +5,21 @@
 # every test, with the PIR math compiled optimised (profile test-release).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each phase's start, in seconds since the command began (where a fresh
+# machine's time goes: docs/benchmarks.md, "The test command").
+started=$SECONDS
+phase() { echo "[test.sh +$((SECONDS - started)) s] $*" >&2; }
+phase installs
 bash scripts/install-test-deps.sh
+phase "format and dependency checks"
 cargo fmt --all -- --check
 bash scripts/check-deps.sh
 python3 scripts/check-modules.py
 bash scripts/check-deploy.sh
 cargo machete
+phase clippy
 cargo clippy --workspace --all-targets --all-features --profile test-release -- -D warnings
+phase tests
 
 # The tests run in a session of their own, so that anything they started
 # and left behind (anvil, nginx, a server, a proxy; orphans included) can
@@ -31,4 +39,5 @@ if [ -n "$left" ]; then
     ps -e -o pid=,sid= | awk -v s="$session" '$2 == s {print $1}' | xargs -r kill -KILL 2>/dev/null || true
     exit 1
 fi
+phase "done (status $status)"
 exit "$status"
