@@ -120,6 +120,22 @@ pub fn with_view<T>(
 /// The records of `levels` (oldest first; deltas, small) overlaid: the
 /// newest value of each account and of each slot, in key order.
 pub fn overlay(store: &SnapshotStore, levels: &[StoredSnapshot]) -> Result<Records, LevelsError> {
+    overlay_with(store, levels, &Pending::default())
+}
+
+/// A delta's records not published yet (in any order).
+#[derive(Default)]
+pub struct Pending<'a> {
+    pub accounts: &'a [AccountRecord],
+    pub storage: &'a [StorageRecord],
+}
+
+/// [`overlay`], with `pending` on top of the levels.
+pub fn overlay_with(
+    store: &SnapshotStore,
+    levels: &[StoredSnapshot],
+    pending: &Pending<'_>,
+) -> Result<Records, LevelsError> {
     let mut accounts: BTreeMap<B256, AccountRecord> = BTreeMap::new();
     let mut slots = BTreeMap::new();
     for level in levels {
@@ -127,6 +143,8 @@ pub fn overlay(store: &SnapshotStore, levels: &[StoredSnapshot]) -> Result<Recor
         accounts.extend(records.accounts.into_iter().map(|r| (r.key, r)));
         slots.extend(records.storage.into_iter().map(|s| (s.key, s)));
     }
+    accounts.extend(pending.accounts.iter().map(|r| (r.key, r.clone())));
+    slots.extend(pending.storage.iter().map(|s| (s.key, s.clone())));
     Ok(Records {
         accounts: accounts.into_values().collect(),
         storage: slots.into_values().collect(),

@@ -570,7 +570,7 @@ impl Follower {
         let report = blocking(move || -> Result<UpdateReport, FollowError> {
             let mut state = delta.state;
             levels.hide_destroyed(&view, &mut state, &delta.destroyed)?;
-            check_delta_root(levels.store(), &view, &mut state, check_max)?;
+            check_delta_root(levels.store(), &view, &state, check_max)?;
             Ok(levels.publish(state)?)
         })
         .await?;
@@ -719,7 +719,7 @@ fn chained_run_end(view: &[StoredSnapshot], first: usize) -> usize {
 fn check_delta_root(
     store: &SnapshotStore,
     view: &[StoredSnapshot],
-    delta: &mut ExportedState,
+    delta: &ExportedState,
     max_records: u64,
 ) -> Result<(), FollowError> {
     let base = &view[0].manifest;
@@ -728,16 +728,12 @@ fn check_delta_root(
         Some(root) if base.storage.whole_state && size <= max_records => root,
         _ => return Ok(()),
     };
-    delta.records.sort_unstable_by_key(|r| r.key);
-    delta.storage.sort_unstable_by_key(|s| s.key);
-    let pending = crate::records::Records {
-        accounts: std::mem::take(&mut delta.records),
-        storage: std::mem::take(&mut delta.storage),
+    let pending = crate::folded::Pending {
+        accounts: &delta.records,
+        storage: &delta.storage,
     };
     let checked =
         crate::verify::view_state_root_with(store, &view[0], &view[1..], &pending).map(|c| c.root);
-    delta.records = pending.accounts;
-    delta.storage = pending.storage;
     let reason = match checked {
         Ok(root) if root == header => return Ok(()),
         Ok(root) => format!("its view gives state root {root}, the node's header {header}"),

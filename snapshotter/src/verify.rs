@@ -180,17 +180,17 @@ pub fn view_state_root(
     base: &StoredSnapshot,
     deltas: &[StoredSnapshot],
 ) -> Result<StateRootCheck, StoreError> {
-    view_state_root_with(store, base, deltas, &crate::records::Records::default())
+    view_state_root_with(store, base, deltas, &Default::default())
 }
 
 /// [`view_state_root`] with `pending` overlaid on top: a delta's records
-/// not published yet (its accounts and slots sorted by key), so that a
-/// delta can be checked before it is published.
+/// not published yet, so that a delta can be checked before it is
+/// published.
 pub fn view_state_root_with(
     store: &SnapshotStore,
     base: &StoredSnapshot,
     deltas: &[StoredSnapshot],
-    pending: &crate::records::Records,
+    pending: &crate::folded::Pending<'_>,
 ) -> Result<StateRootCheck, StoreError> {
     let top = deltas.last().unwrap_or(base);
     if base.manifest.kind != crate::manifest::SnapshotKind::Full {
@@ -202,9 +202,8 @@ pub fn view_state_root_with(
     let mapped = store.map_checked(base, RECORDS_FILE)?;
     let base_file = RecordsFile::new((*mapped).as_ref())
         .map_err(|e| invalid(base, format!("records.bin: {e}")))?;
-    let mut newer =
-        crate::folded::overlay(store, deltas).map_err(|e| invalid(top, e.to_string()))?;
-    overlay_pending(&mut newer, pending);
+    let newer = crate::folded::overlay_with(store, deltas, pending)
+        .map_err(|e| invalid(top, e.to_string()))?;
     let folded = crate::folded::Folded {
         base: &base_file,
         newer: &newer,
@@ -221,21 +220,6 @@ pub fn view_state_root_with(
         root,
         contracts,
     })
-}
-
-/// `pending`'s records over `newer`'s (both sorted by key; the pending
-/// ones win).
-fn overlay_pending(newer: &mut crate::records::Records, pending: &crate::records::Records) {
-    use std::collections::BTreeMap;
-    if pending.accounts.is_empty() && pending.storage.is_empty() {
-        return;
-    }
-    let mut accounts: BTreeMap<_, _> = newer.accounts.drain(..).map(|r| (r.key, r)).collect();
-    accounts.extend(pending.accounts.iter().map(|r| (r.key, r.clone())));
-    let mut slots: BTreeMap<_, _> = newer.storage.drain(..).map(|s| (s.key, s)).collect();
-    slots.extend(pending.storage.iter().map(|s| (s.key, s.clone())));
-    newer.accounts = accounts.into_values().collect();
-    newer.storage = slots.into_values().collect();
 }
 
 /// [`view_state_root`], then the root compared with the top level's

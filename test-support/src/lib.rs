@@ -373,8 +373,8 @@ pub fn geth_binary() -> PathBuf {
     }
 }
 
-/// One geth command that must succeed.
-fn run_geth(geth: &std::path::Path, args: &[&str]) {
+/// One geth command that must succeed: its output.
+fn run_geth(geth: &std::path::Path, args: &[&str]) -> Vec<u8> {
     let out = std::process::Command::new(geth)
         .args(args)
         .output()
@@ -389,27 +389,17 @@ fn run_geth(geth: &std::path::Path, args: &[&str]) {
         "geth {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    out.stdout
 }
 
 /// geth's dev genesis (`geth --dev dumpgenesis`: its fork schedule and
 /// system contracts) with [`write_genesis_with`]'s chain id and accounts.
 fn write_geth_genesis(geth: &std::path::Path, path: &std::path::Path, extra: Vec<(String, Value)>) {
-    let out = std::process::Command::new(geth)
-        .args(["--dev", "dumpgenesis"])
-        .output()
-        .unwrap_or_else(|e| {
-            panic!(
-                "cannot run {} ({e}): run scripts/install-test-deps.sh",
-                geth.display()
-            )
-        });
-    assert!(out.status.success(), "geth dumpgenesis failed");
-    let mut dev: Value = serde_json::from_slice(&out.stdout).expect("geth's genesis is JSON");
-    write_genesis_with(path, extra);
-    let ours: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    let dumped = run_geth(geth, &["--dev", "dumpgenesis"]);
+    let mut dev: Value = serde_json::from_slice(&dumped).expect("geth's genesis is JSON");
     dev["config"]["chainId"] = json!(GENESIS_CHAIN_ID);
     let alloc = dev["alloc"].as_object_mut().expect("an alloc");
-    alloc.extend(ours["alloc"].as_object().unwrap().clone());
+    alloc.extend(genesis_alloc(extra));
     std::fs::write(path, serde_json::to_vec_pretty(&dev).unwrap()).unwrap();
 }
 
@@ -562,6 +552,20 @@ pub fn write_genesis(path: &std::path::Path) {
 /// [`write_genesis`]'s file with `extra` accounts (address, account as
 /// the alloc holds it) in its alloc too.
 pub fn write_genesis_with(path: &std::path::Path, extra: Vec<(String, Value)>) {
+    let genesis = json!({
+        "config": {"chainId": GENESIS_CHAIN_ID},
+        "nonce": "0x0",
+        "timestamp": "0x0",
+        "gasLimit": "0x1c9c380",
+        "difficulty": "0x0",
+        "extraData": "0x",
+        "alloc": genesis_alloc(extra),
+    });
+    std::fs::write(path, serde_json::to_vec_pretty(&genesis).unwrap()).unwrap();
+}
+
+/// [`write_genesis`]'s accounts, with `extra` (address, account).
+fn genesis_alloc(extra: Vec<(String, Value)>) -> serde_json::Map<String, Value> {
     let mut alloc = serde_json::Map::new();
     for a in ALL_DEV_ACCOUNTS {
         alloc.insert(a.to_string(), json!({"balance": "0x21e19e0c9bab2400000"}));
@@ -574,16 +578,7 @@ pub fn write_genesis_with(path: &std::path::Path, extra: Vec<(String, Value)>) {
         );
     }
     alloc.extend(extra);
-    let genesis = json!({
-        "config": {"chainId": GENESIS_CHAIN_ID},
-        "nonce": "0x0",
-        "timestamp": "0x0",
-        "gasLimit": "0x1c9c380",
-        "difficulty": "0x0",
-        "extraData": "0x",
-        "alloc": alloc,
-    });
-    std::fs::write(path, serde_json::to_vec_pretty(&genesis).unwrap()).unwrap();
+    alloc
 }
 
 /// A CREATE2 factory for the genesis alloc (salt 0, the calldata as init

@@ -541,11 +541,7 @@ impl RpcSource {
                 self.provider.get_client_version().into_future()
             })
             .await;
-        match version {
-            Ok(v) => Ok(v.to_ascii_lowercase()),
-            Err(RpcSourceError::Node { .. } | RpcSourceError::Reply { .. }) => Ok(String::new()),
-            Err(e) => Err(e),
-        }
+        Ok(answered(version)?.unwrap_or_default().to_ascii_lowercase())
     }
 
     /// The miners of `block`'s uncles.
@@ -874,11 +870,7 @@ impl RpcSource {
     /// Whether the node answers `trace_block` (asked on its head block).
     pub async fn has_traces(&self) -> Result<bool, RpcSourceError> {
         let head = self.head().await?;
-        match self.traces(head).await {
-            Ok(_) => Ok(true),
-            Err(RpcSourceError::Node { .. } | RpcSourceError::Reply { .. }) => Ok(false),
-            Err(e) => Err(e),
-        }
+        Ok(answered(self.traces(head).await)?.is_some())
     }
 
     /// A delta: every account touched in blocks `(from, to]`, and every
@@ -1079,6 +1071,17 @@ fn trace_participants(trace: &LocalizedTransactionTrace) -> Vec<Address> {
         out.push(created.address);
     }
     out
+}
+
+/// What the node answered, or `None` where it has no such answer (its
+/// own error, or a reply of another shape: a method it lacks); a
+/// transport failure stays an error.
+pub(super) fn answered<T>(result: Result<T, RpcSourceError>) -> Result<Option<T>, RpcSourceError> {
+    match result {
+        Ok(v) => Ok(Some(v)),
+        Err(RpcSourceError::Node { .. } | RpcSourceError::Reply { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 fn classify(method: &'static str, block: Option<u64>, message: String) -> RpcSourceError {

@@ -10,7 +10,9 @@ use alloy_provider::Provider;
 use alloy_rpc_types_trace::parity::{Delta, TraceResultsWithTransactionHash};
 use protocol::storage::PrivateStorage;
 
-use super::{block_participants, system_calls_of, RpcSource, RpcSourceError, SYSTEM_CONTRACTS};
+use super::{
+    answered, block_participants, system_calls_of, RpcSource, RpcSourceError, SYSTEM_CONTRACTS,
+};
 use crate::sources::changes::{
     add_prestate_diffs, prestate_diff_config, system_slots, ChangeTracer, Changed, Destroyed,
     Missing, SystemCalls, TxDiff, Written,
@@ -60,14 +62,12 @@ impl RpcSource {
     /// not traceable"): the method is there all the same.
     async fn answers_prestate(&self, head: u64) -> Result<bool, RpcSourceError> {
         match self.prestate_diffs(head).await {
-            Ok(_) => Ok(true),
             Err(RpcSourceError::Node { message, .. })
                 if head == 0 && message.contains("genesis") =>
             {
                 Ok(true)
             }
-            Err(RpcSourceError::Node { .. } | RpcSourceError::Reply { .. }) => Ok(false),
-            Err(e) => Err(e),
+            traced => Ok(answered(traced)?.is_some()),
         }
     }
 
@@ -226,11 +226,7 @@ impl RpcSource {
     /// storage takes.
     pub async fn has_state_diffs(&self) -> Result<bool, RpcSourceError> {
         let head = self.head().await?;
-        match self.state_diffs(head).await {
-            Ok(_) => Ok(true),
-            Err(RpcSourceError::Node { .. } | RpcSourceError::Reply { .. }) => Ok(false),
-            Err(e) => Err(e),
-        }
+        Ok(answered(self.state_diffs(head).await)?.is_some())
     }
 
     /// Block `n`'s transactions replayed with their state diffs.
