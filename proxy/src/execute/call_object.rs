@@ -204,6 +204,11 @@ mod tests {
         );
         let many: Vec<Value> = (0..=MAX_LISTED).map(|_| json!({"address": to})).collect();
         assert!(call_of(Some(&raw(json!([{"to": to, "accessList": many}])))).is_none());
+        // More delegations than the gas cap pays for: refused before any
+        // signature is recovered.
+        let auths: Vec<Value> = (0..=MAX_AUTHORIZATIONS).map(|_| auth.clone()).collect();
+        let delegating = json!([{"to": to, "authorizationList": auths}]);
+        assert!(call_of(Some(&raw(delegating))).is_none());
         // Overrides, a creation, differing data and input, unknown fields.
         for params in [
             json!([{"to": to}, "latest", {}]),
