@@ -23,6 +23,8 @@ pub const UNVERIFIABLE: i32 = -32004;
 pub const SERVER_ERROR: i32 = -32000;
 /// The upstream node could not be reached.
 pub const UPSTREAM_UNAVAILABLE: i32 = -32005;
+/// geth's code for a request past one of its limits (the same number).
+pub const LIMIT_EXCEEDED: i32 = -32005;
 
 /// Why an upstream URL was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -100,6 +102,9 @@ pub enum ProxyError {
     /// Parameters the proxy must read and cannot.
     #[error("invalid params: {0}")]
     BadParams(String),
+    /// A request past a limit the node also keeps (its code and words).
+    #[error("{0}")]
+    LimitExceeded(String),
     /// `eth_subscribe` without a WebSocket upstream.
     #[error(
         "subscriptions need a WebSocket upstream (upstream = \"ws://...\"); none is configured"
@@ -133,6 +138,7 @@ impl ProxyError {
             | ProxyError::LogsTooBig { .. }
             | ProxyError::BadParams(_) => INVALID_PARAMS_CODE,
             ProxyError::NotAnswerable(_) => NOT_IN_PRIVATE_SET,
+            ProxyError::LimitExceeded(_) => LIMIT_EXCEEDED,
             ProxyError::FilterNotFound => SERVER_ERROR,
         }
     }

@@ -224,6 +224,9 @@ where
         if let Some(e) = refused_at_entry(&req, &copy) {
             return MethodResponse::error(copy.id, e);
         }
+        if let Some(e) = storage::refused_params(&copy.method, copy.params.as_deref()) {
+            return MethodResponse::error(copy.id, e);
+        }
         let planned = match req.extensions_mut().remove::<storage::PrefetchedSlots>() {
             Some(ahead) => Some((ahead.read, Some(ahead.results))),
             None => {
@@ -487,12 +490,18 @@ where
     }
 
     /// A method the proxy does not answer itself: a log filter naming an
-    /// address, read widened ([`crate::logs`]); anything else forwarded.
+    /// address, read widened ([`crate::logs`]); a sender's part of the
+    /// pool, picked from the whole pool ([`crate::txpool`]); anything else
+    /// forwarded.
     async fn forward_other(&self, call: CallCopy) -> MethodResponse {
         if let Some(upstream) = &self.policy.upstream {
             let params = call.params.as_deref();
             let logs = &self.policy.logs;
             if let Some(answer) = logs.answer(upstream, &call.method, params).await {
+                return respond(call.id, answer);
+            }
+            let pool = crate::txpool::content_from(upstream, &call.method, params).await;
+            if let Some(answer) = pool {
                 return respond(call.id, answer);
             }
         }

@@ -27,6 +27,7 @@ pub mod page;
 pub mod replay;
 pub mod rpc;
 pub mod storage;
+pub mod txpool;
 pub mod upstream;
 
 use std::sync::Arc;

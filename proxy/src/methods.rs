@@ -3,8 +3,9 @@
 //! both read.
 
 /// Methods that read no state by address: blocks, transactions and
-/// receipts by hash or number, fees and gas prices, sends, the chain's
-/// identity, filters and subscriptions by id. Log filters and
+/// receipts by hash or number (raw, and their traces), fees and gas
+/// prices, sends, the chain's identity and configuration, the pool's
+/// status and whole content, filters and subscriptions by id. Log filters and
 /// subscriptions are judged by what they name (`crate::gate`).
 pub const NO_ADDRESS_METHODS: &[&str] = &[
     "eth_blockNumber",
@@ -45,6 +46,19 @@ pub const NO_ADDRESS_METHODS: &[&str] = &[
     "eth_getFilterLogs",
     "eth_uninstallFilter",
     "eth_unsubscribe",
+    "eth_baseFee",
+    "eth_config",
+    "eth_capabilities",
+    "debug_getRawBlock",
+    "debug_getRawHeader",
+    "debug_getRawReceipts",
+    "debug_getRawTransaction",
+    "debug_traceBlockByNumber",
+    "debug_traceBlockByHash",
+    "debug_traceTransaction",
+    "txpool_status",
+    "txpool_content",
+    "txpool_inspect",
 ];
 
 /// Methods that read state by address (or sign with the wallet's keys,

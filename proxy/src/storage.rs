@@ -25,6 +25,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::calls::{self, Answerable};
+use crate::error::ProxyError;
 
 /// The catalog's list for a view, less the getters whose entry is not
 /// the trusted list's: those are read as any unlisted contract's calls.
@@ -147,6 +148,58 @@ pub fn plan(
     }
 }
 
+/// geth's reading of a storage key (`eth_getStorageAt`'s second
+/// parameter): hex, `0x` optional, an odd length padded, at most 32
+/// bytes. Its error is geth's words.
+pub fn storage_key(text: &str) -> Result<B256, String> {
+    let digits = text
+        .strip_prefix("0x")
+        .or_else(|| text.strip_prefix("0X"))
+        .unwrap_or(text);
+    let padded = match digits.len() % 2 {
+        1 => format!("0{digits}"),
+        _ => digits.to_string(),
+    };
+    if padded.len() > 64 {
+        return Err(format!(
+            "storage key too long (want at most 32 bytes): {text:?}"
+        ));
+    }
+    let bytes = alloy_primitives::hex::decode(&padded)
+        .map_err(|_| format!("invalid hex in storage key: {text:?}"))?;
+    Ok(B256::left_padding_from(&bytes))
+}
+
+/// What the node refuses in a storage read's parameters, refused here in
+/// its words and with its code, so that nothing is sent for it: a key
+/// that is not one, an empty `eth_getStorageValues`, or one over
+/// [`MAX_STORAGE_VALUES`] slots.
+pub fn refused_params(method: &str, params: Option<&RawValue>) -> Option<ProxyError> {
+    let params: Vec<Value> = serde_json::from_str(params?.get()).ok()?;
+    match method {
+        "eth_getStorageAt" => {
+            let key = params.get(1)?.as_str()?;
+            storage_key(key).err().map(ProxyError::BadParams)
+        }
+        "eth_getStorageValues" => {
+            let asked = params.first()?.as_object()?;
+            let lists: Option<Vec<&Vec<Value>>> = asked.values().map(Value::as_array).collect();
+            let Some(lists) = lists else {
+                let why = "invalid argument 0: each contract's slots are a list";
+                return Some(ProxyError::BadParams(why.into()));
+            };
+            match lists.iter().map(|l| l.len()).sum::<usize>() {
+                0 => Some(ProxyError::BadParams("empty request".into())),
+                n if n > MAX_STORAGE_VALUES => Some(ProxyError::LimitExceeded(format!(
+                    "too many slots (max {MAX_STORAGE_VALUES})"
+                ))),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
 /// The block parameter at `at` (absent or null: latest).
 pub(crate) fn block_at(params: &[Value], at: usize) -> Option<BlockSelector> {
     match params.get(at) {
@@ -165,16 +218,12 @@ fn plan_get_storage(
         return None;
     }
     let contract = ethpir_client::parse_address(params.first()?.as_str()?).ok()?;
-    // A slot is a quantity of at most 32 bytes (nodes take both forms).
-    let slot: U256 = serde_json::from_value(params.get(1)?.clone()).ok()?;
+    let slot = storage_key(params.get(1)?.as_str()?).ok()?;
     let block = block_at(params, 2)?;
     if !answerable(&block)?.storage.holds(&contract) {
         return None;
     }
-    let key = ReadKey::Slot {
-        contract,
-        slot: B256::from(slot),
-    };
+    let key = ReadKey::Slot { contract, slot };
     Some(StorageRead {
         block,
         keys: vec![key],
@@ -491,6 +540,40 @@ pub(crate) mod tests {
             answer(&read, &found(&read, |_| U256::from(7))).unwrap(),
             serde_json::json!(format!("0x{:064x}", 7))
         );
+    }
+
+    /// geth's reading of a key: hex with or without `0x` (never decimal),
+    /// odd lengths padded, at most 32 bytes; what it refuses is refused
+    /// here with its code, before anything is read or sent.
+    #[test]
+    fn storage_keys_are_read_as_geth_reads_them() {
+        assert_eq!(storage_key("10").unwrap(), B256::with_last_byte(0x10));
+        assert_eq!(storage_key("0x5").unwrap(), B256::with_last_byte(5));
+        assert_eq!(
+            storage_key(&format!("0x{}", "0".repeat(64))).unwrap(),
+            B256::ZERO
+        );
+        assert!(storage_key(&format!("0x{}", "0".repeat(65))).is_err());
+        assert!(storage_key("0xasdf").is_err());
+        let refused = |method: &str, params: serde_json::Value| {
+            refused_params(method, Some(&raw(params))).map(|e| e.code())
+        };
+        let c = Address::repeat_byte(0xcc);
+        let invalid = Some(jsonrpsee::types::error::INVALID_PARAMS_CODE);
+        assert_eq!(
+            refused("eth_getStorageAt", serde_json::json!([c, "0xzz"])),
+            invalid
+        );
+        assert_eq!(
+            refused("eth_getStorageAt", serde_json::json!([c, "0x1"])),
+            None
+        );
+        let empty = serde_json::json!([{c.to_string(): []}]);
+        assert_eq!(refused("eth_getStorageValues", empty), invalid);
+        let many = vec![B256::ZERO; MAX_STORAGE_VALUES + 1];
+        let over = serde_json::json!([{c.to_string(): many}]);
+        let limit = Some(crate::error::LIMIT_EXCEEDED);
+        assert_eq!(refused("eth_getStorageValues", over), limit);
     }
 
     #[test]

@@ -1,7 +1,6 @@
 //! `eth_createAccessList` as geth makes it, over a session's privately
 //! read state.
 
-use super::call_object::revert_message;
 use super::*;
 
 /// Most runs of `eth_createAccessList` (each with the list the last one
@@ -62,7 +61,8 @@ pub fn access_list_answer(list: &Touched, result: &CallResult) -> Value {
         .collect();
     let (gas, error) = match result {
         CallResult::Success { gas_used, .. } => (*gas_used, None),
-        CallResult::Revert { gas_used, output } => (*gas_used, Some(revert_message(output))),
+        // geth names the revert, not its reason, here.
+        CallResult::Revert { gas_used, .. } => (*gas_used, Some("execution reverted".into())),
         CallResult::Halt { gas_used, message } => (*gas_used, Some(message.clone())),
         CallResult::Invalid { message } => (0, Some(message.clone())),
     };

@@ -240,6 +240,13 @@ mod tests {
             access_list_answer(&Touched::new(), &halted)["error"],
             "out of gas"
         );
+        // geth's access list names a revert without its reason.
+        let reverted = CallResult::Revert {
+            output: alloy_primitives::Bytes::from_static(b"\x08\xc3\x79\xa0"),
+            gas_used: 9,
+        };
+        let answer = access_list_answer(&Touched::new(), &reverted);
+        assert_eq!(answer["error"], "execution reverted");
         let e = node_answer(&halted).unwrap_err();
         assert_eq!((e.code(), e.message()), (EXECUTION_FAILED, "out of gas"));
     }
