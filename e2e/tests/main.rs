@@ -22,6 +22,7 @@ mod idle;
 mod merges;
 mod pages;
 mod push;
+mod rpc_compat;
 mod tamper;
 mod tokens;
 mod traffic;

@@ -209,36 +209,59 @@ impl Node {
             ],
         );
         run_geth(&geth, &["init", "--datadir", &data_s, &path(&genesis)]);
-        let port = free_port();
-        let child = tokio::process::Command::new(&geth)
-            .args(["--dev", "--datadir", &data_s, "--password", &password_s])
-            .args([
-                "--http",
-                "--http.addr",
-                "127.0.0.1",
-                "--http.port",
-                &port.to_string(),
-            ])
-            .args([
-                "--http.api",
-                "eth,debug,net,web3",
-                "--nodiscover",
-                "--ipcdisable",
-            ])
-            .args(["--port", "0", "--authrpc.port", "0", "--verbosity", "2"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {} ({e})", geth.display()));
-        let node = Node {
-            child,
-            url: format!("http://127.0.0.1:{port}"),
-            port,
-        };
-        assert!(node.answers().await, "geth on port {port} did not answer");
+        let dev = ["--dev", "--datadir", &data_s, "--password", &password_s];
+        let dev = [&dev[..], &["--authrpc.port", "0"]].concat();
+        let node = spawn_geth(&geth, &dev).await;
         (node, genesis)
+    }
+
+    /// Starts an archive geth (hash scheme: every block's state kept, to
+    /// be traced and read at any block) over a chain of blocks, as hive's
+    /// rpc-compat simulator does: `genesis` initialised, `chain` (RLP
+    /// blocks) imported, then `fcu` (an `engine_forkchoiceUpdated`
+    /// request) sent to its engine API to set its head, safe and
+    /// finalized blocks. Namespaces `eth`, `debug`, `net`, `web3` and
+    /// `txpool` on loopback.
+    pub async fn start_geth_chain(
+        dir: &std::path::Path,
+        genesis: &std::path::Path,
+        chain: &std::path::Path,
+        fcu: &std::path::Path,
+    ) -> Node {
+        let geth = geth_binary();
+        let path = |p: &std::path::Path| p.to_str().expect("a UTF-8 path").to_string();
+        let data = path(&dir.join("geth-data"));
+        let archive = ["--state.scheme", "hash", "--gcmode", "archive"];
+        let datadir = ["--datadir", data.as_str()];
+        run_geth(
+            &geth,
+            &[&datadir[..], &archive[..2], &["init", &path(genesis)]].concat(),
+        );
+        run_geth(
+            &geth,
+            &[&datadir[..], &archive, &["import", &path(chain)]].concat(),
+        );
+        let secret = dir.join("jwt.hex");
+        let key: [u8; 32] = std::array::from_fn(|i| (i as u8).wrapping_mul(37).wrapping_add(11));
+        std::fs::write(&secret, hex_of(&key)).unwrap();
+        let engine_port = free_port().to_string();
+        let engine = [
+            "--authrpc.addr",
+            "127.0.0.1",
+            "--authrpc.port",
+            &engine_port,
+            "--authrpc.jwtsecret",
+            &path(&secret),
+        ];
+        let node = spawn_geth(&geth, &[&datadir[..], &archive, &engine].concat()).await;
+        let request = std::fs::read(fcu).expect("the forkchoice request");
+        let url = format!("http://127.0.0.1:{engine_port}");
+        let answer = engine_call(&url, &key, request).await;
+        assert_eq!(
+            answer["result"]["payloadStatus"]["status"], "VALID",
+            "geth's answer to the forkchoice update: {answer}"
+        );
+        node
     }
 
     /// Starts anvil on [`write_genesis`]'s chain from `genesis`, holding
@@ -371,6 +394,72 @@ pub fn geth_binary() -> PathBuf {
         true => built,
         false => PathBuf::from("geth"),
     }
+}
+
+/// geth with `args` and its HTTP JSON-RPC (`eth`, `debug`, `net`, `web3`,
+/// `txpool`) on a free loopback port, no peers, in a process group of its
+/// own; once it answers.
+async fn spawn_geth(geth: &std::path::Path, args: &[&str]) -> Node {
+    let port = free_port();
+    let child = tokio::process::Command::new(geth)
+        .args(args)
+        .args(["--http", "--http.addr", "127.0.0.1"])
+        .args(["--http.port", &port.to_string()])
+        .args(["--http.api", "eth,debug,net,web3,txpool"])
+        .args(["--nodiscover", "--ipcdisable", "--port", "0"])
+        .args(["--verbosity", "2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {} ({e})", geth.display()));
+    let node = Node {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+        port,
+    };
+    assert!(node.answers().await, "geth on port {port} did not answer");
+    node
+}
+
+/// A call to an engine API: `body` posted with a JWT (HS256 over `key`,
+/// issued now), polled until the endpoint answers; its JSON answer.
+async fn engine_call(url: &str, key: &[u8], body: Vec<u8>) -> Value {
+    let http = reqwest::Client::new();
+    let send = || async {
+        let response = http
+            .post(url)
+            .header("content-type", "application/json")
+            .header("authorization", format!("Bearer {}", engine_jwt(key)))
+            .body(body.clone())
+            .send()
+            .await
+            .ok()?;
+        serde_json::from_slice::<Value>(&response.bytes().await.ok()?).ok()
+    };
+    eventually("the engine API answers", send).await
+}
+
+/// An engine API token (EIP-3675's JWT: HS256, `iat` now).
+fn engine_jwt(key: &[u8]) -> String {
+    use base64::Engine as _;
+    use hmac::Mac as _;
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("a clock after 1970")
+        .as_secs();
+    let header = b64(br#"{"alg":"HS256","typ":"JWT"}"#);
+    let claims = b64(format!(r#"{{"iat":{now}}}"#).as_bytes());
+    let signed = format!("{header}.{claims}");
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key).expect("any key length");
+    mac.update(signed.as_bytes());
+    format!("{signed}.{}", b64(&mac.finalize().into_bytes()))
+}
+
+fn hex_of(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// One geth command that must succeed: its output.

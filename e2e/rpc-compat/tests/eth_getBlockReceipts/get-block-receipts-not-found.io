@@ -1,0 +1,3 @@
+// gets receipts for notfound hash
+>> {"jsonrpc":"2.0","id":1,"method":"eth_getBlockReceipts","params":["0x00000000000000000000000000000000000000000000000000000000deadbeef"]}
+<< {"jsonrpc":"2.0","id":1,"result":null}

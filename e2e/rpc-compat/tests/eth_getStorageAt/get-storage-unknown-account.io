@@ -1,0 +1,3 @@
+// gets storage of a non-existent account
+>> {"jsonrpc":"2.0","id":1,"method":"eth_getStorageAt","params":["0xc1cadaffffffffffffffffffffffffffffffffff","0x0100000000000000000000000000000000000000000000000000000000000000","latest"]}
+<< {"jsonrpc":"2.0","id":1,"result":"0x0000000000000000000000000000000000000000000000000000000000000000"}

@@ -1,0 +1,309 @@
+//! ethereum/execution-apis's rpc-compat suite through the proxy, with
+//! hive's comparison rules. geth (archive) runs the suite's chain
+//! (`e2e/rpc-compat`: the cases, their licence and the commit they came
+//! from); a follower reads its whole state from the suite's genesis and
+//! every block's trace, a PIR server serves it, and the proxy answers in
+//! front of geth through a recording relay. Each case's answer must be
+//! geth's own, and no request relayed to geth may name an address the
+//! case names.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use snapshotter::follow::StorageScope;
+
+use crate::common::{
+    follow_config, passthrough, start_proxy, start_recording_relay, start_server, view_reaches,
+    Follower, RelayedCalls,
+};
+
+/// One `.io` file: requests (`>>`) and the answers recorded (`<<`).
+struct Case {
+    /// Its path under `tests/`, without `.io`.
+    name: String,
+    /// Whether the recorded answer is only an example (hive checks its
+    /// schema); compared here with geth's own answer all the same.
+    speconly: bool,
+    exchanges: Vec<(Value, Value)>,
+}
+
+fn suite_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("rpc-compat/tests")
+}
+
+/// Every case under `root`, in the order hive walks them (by path).
+fn load_cases(root: &Path) -> Vec<Case> {
+    let mut files = Vec::new();
+    for dir in std::fs::read_dir(root).unwrap() {
+        let dir = dir.unwrap().path();
+        if dir.is_dir() {
+            for file in std::fs::read_dir(&dir).unwrap() {
+                files.push(file.unwrap().path());
+            }
+        }
+    }
+    files.retain(|f| f.extension().is_some_and(|e| e == "io"));
+    files.sort();
+    let name = |f: &Path| {
+        let relative = f.strip_prefix(root).unwrap().with_extension("");
+        relative.to_str().unwrap().to_string()
+    };
+    files
+        .iter()
+        .map(|f| parse_case(name(f), &std::fs::read_to_string(f).unwrap()))
+        .collect()
+}
+
+/// hive's reading of a `.io` file: `//` comments before the first
+/// request (`speconly:` marks one), then `>>` and `<<` lines in pairs.
+fn parse_case(name: String, text: &str) -> Case {
+    let mut case = Case {
+        name,
+        speconly: false,
+        exchanges: Vec::new(),
+    };
+    let mut request = None;
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if let Some(comment) = line.strip_prefix("//") {
+            case.speconly |= comment.trim_start().starts_with("speconly:");
+        } else if let Some(sent) = line.strip_prefix(">>") {
+            request = Some(serde_json::from_str(sent.trim()).unwrap());
+        } else if let Some(answer) = line.strip_prefix("<<") {
+            let sent = request.take().expect("a request before its answer");
+            case.exchanges
+                .push((sent, serde_json::from_str(answer.trim()).unwrap()));
+        } else {
+            panic!("{}: not a line of a case: {line}", case.name);
+        }
+    }
+    case
+}
+
+/// hive's comparison: error messages are dropped wherever both sides
+/// hold an error object (at the top or nested), numbers compare by value,
+/// everything else exactly.
+fn hive_equal(answer: &Value, expected: &Value) -> bool {
+    let (mut answer, mut expected) = (answer.clone(), expected.clone());
+    drop_shared_error_messages(&mut answer, &mut expected);
+    same_json(&answer, &expected)
+}
+
+fn drop_shared_error_messages(answer: &mut Value, expected: &mut Value) {
+    match (answer, expected) {
+        (Value::Object(a), Value::Object(e)) => {
+            for (key, e_child) in e.iter_mut() {
+                let Some(a_child) = a.get_mut(key) else {
+                    continue;
+                };
+                if key == "error" {
+                    let both = a_child.get("message").is_some() && e_child.get("message").is_some();
+                    if let (true, Some(a_err), Some(e_err)) =
+                        (both, a_child.as_object_mut(), e_child.as_object_mut())
+                    {
+                        a_err.remove("message");
+                        e_err.remove("message");
+                    }
+                } else {
+                    drop_shared_error_messages(a_child, e_child);
+                }
+            }
+        }
+        (Value::Array(a), Value::Array(e)) => {
+            for (a_child, e_child) in a.iter_mut().zip(e.iter_mut()) {
+                drop_shared_error_messages(a_child, e_child);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn same_json(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(x, y)| same_json(x, y))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| same_json(v, w)))
+        }
+        _ => a == b,
+    }
+}
+
+/// Every address a request names: each string of its parameters that is
+/// 20 bytes of hex, lowercased, without `0x`.
+fn named_addresses(request: &Value) -> Vec<String> {
+    fn walk(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::String(s) => {
+                let hex = s.strip_prefix("0x").unwrap_or("");
+                if hex.len() == 40 && hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    out.push(hex.to_ascii_lowercase());
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|i| walk(i, out)),
+            Value::Object(map) => map.values().for_each(|i| walk(i, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(&request["params"], &mut out);
+    out.retain(|a| a.bytes().any(|b| b != b'0'));
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Methods whose second sending differs from the first (a transaction
+/// already in the pool): compared with the recorded answer, not geth's.
+const SENT_ONCE: &[&str] = &["eth_sendRawTransaction"];
+
+/// Methods the proxy refuses by design, with a clear error and nothing
+/// sent: no trie nodes are held to prove a value (`eth_getProof`), and
+/// `eth_simulateV1` is not run here yet (its blocks' state roots need the
+/// trie too; see docs/operations.md).
+const REFUSED_HERE: &[&str] = &["eth_getProof", "eth_simulateV1"];
+
+/// What went wrong with one case through the proxy.
+enum Finding {
+    /// Its answer is not geth's (nor, for [`SENT_ONCE`], the file's; for
+    /// [`REFUSED_HERE`], not an error).
+    Differs {
+        request: Value,
+        proxy: Value,
+        expected: Value,
+    },
+    /// A request relayed to geth named an address the case names.
+    Named { address: String, relayed: Value },
+}
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Finding::Differs {
+                request,
+                proxy,
+                expected,
+            } => write!(f, ">> {request}\n<< {proxy}\nexpected {expected}"),
+            Finding::Named { address, relayed } => {
+                write!(f, "0x{address} reached the node in {relayed}")
+            }
+        }
+    }
+}
+
+async fn post(http: &reqwest::Client, url: &str, request: &Value) -> Value {
+    let response = http.post(url).json(request).send().await.unwrap();
+    let bytes = response.bytes().await.unwrap();
+    serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| Value::String(format!("not JSON: {}", String::from_utf8_lossy(&bytes))))
+}
+
+/// Runs `case` through the proxy (and, first, at geth): what went wrong,
+/// and whether geth's own answers differ from the file's.
+async fn run_case(
+    http: &reqwest::Client,
+    case: &Case,
+    proxy: &str,
+    geth: &str,
+    relayed: &RelayedCalls,
+) -> (Vec<Finding>, bool) {
+    let (mut findings, mut geth_differs_from_file) = (Vec::new(), false);
+    for (request, recorded) in &case.exchanges {
+        let method = request["method"].as_str().unwrap_or_default();
+        let before = relayed.lock().unwrap().len();
+        let expected = if SENT_ONCE.contains(&method) {
+            recorded.clone()
+        } else {
+            let direct = post(http, geth, request).await;
+            geth_differs_from_file |= !case.speconly && !hive_equal(&direct, recorded);
+            direct
+        };
+        let from_geth = relayed.lock().unwrap().len();
+        let proxy_answer = post(http, proxy, request).await;
+        let right = match REFUSED_HERE.contains(&method) {
+            true => proxy_answer.get("error").is_some(),
+            false => hive_equal(&proxy_answer, &expected),
+        };
+        if !right {
+            findings.push(Finding::Differs {
+                request: request.clone(),
+                proxy: proxy_answer,
+                expected,
+            });
+        }
+        let sent: Vec<Value> = relayed.lock().unwrap()[before.min(from_geth)..].to_vec();
+        for address in named_addresses(request) {
+            let leak = sent
+                .iter()
+                .find(|c| c.to_string().to_ascii_lowercase().contains(&address));
+            if let Some(relayed) = leak {
+                findings.push(Finding::Named {
+                    address: address.clone(),
+                    relayed: relayed.clone(),
+                });
+            }
+        }
+    }
+    (findings, geth_differs_from_file)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rpc_compat_suite_through_the_proxy_is_geths_and_private() {
+    let suite = suite_dir();
+    let dir = tempfile::tempdir().unwrap();
+    let genesis = suite.join("genesis.json");
+    let geth = test_support::Node::start_geth_chain(
+        dir.path(),
+        &genesis,
+        &suite.join("chain.rlp"),
+        &suite.join("headfcu.json"),
+    )
+    .await;
+    let head = geth.head().await;
+    let store = dir.path().join("store");
+    let mut config = follow_config(&store, &geth.url, &genesis, 0, 4, 4096);
+    config.source.storage = StorageScope::All;
+    let follower = Follower::start(config);
+    let server = start_server(&store).await;
+    let (relay, _, relayed) = start_recording_relay(&geth.url, passthrough()).await;
+    let proxy = start_proxy(&server, Some(relay), &dir.path().join("cache")).await;
+    view_reaches(&proxy, head).await;
+
+    let http = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let cases = load_cases(&suite);
+    // Every case of rpc-compat/SOURCE.md's commit that the copy holds.
+    assert_eq!(cases.len(), 232, "the suite's cases");
+    let (mut failed, mut geth_own) = (Vec::new(), Vec::new());
+    for case in &cases {
+        let (findings, geth_differs) = run_case(&http, case, &proxy, &geth.url, &relayed).await;
+        if geth_differs {
+            geth_own.push(case.name.clone());
+        }
+        for finding in &findings {
+            eprintln!("{}: {finding}", case.name);
+        }
+        if !findings.is_empty() {
+            failed.push(case.name.clone());
+        }
+    }
+    let refused = cases
+        .iter()
+        .filter(|c| REFUSED_HERE.iter().any(|m| c.name.starts_with(m)))
+        .count();
+    eprintln!(
+        "{} cases: {} geth's answer through the proxy, {refused} refused by design ({REFUSED_HERE:?}), {} failed; \
+         geth 1.17.10's own answer differs from the file in {}: {geth_own:?}",
+        cases.len(),
+        cases.len() - refused - failed.len(),
+        failed.len(),
+        geth_own.len()
+    );
+    assert_eq!(failed, Vec::<String>::new());
+    follower.stop().await;
+}
