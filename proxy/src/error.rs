@@ -23,8 +23,9 @@ pub const UNVERIFIABLE: i32 = -32004;
 pub const SERVER_ERROR: i32 = -32000;
 /// The upstream node could not be reached.
 pub const UPSTREAM_UNAVAILABLE: i32 = -32005;
-/// geth's code for a request past one of its limits (the same number).
-pub const LIMIT_EXCEEDED: i32 = -32005;
+/// geth's code for a request past one of its limits
+/// (`clientLimitExceededError`).
+pub const LIMIT_EXCEEDED: i32 = -38026;
 
 /// Why an upstream URL was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

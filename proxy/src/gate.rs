@@ -27,7 +27,7 @@ use serde_json::Value;
 use crate::activity::{Activity, Reason};
 use crate::config::UpstreamMethods;
 use crate::error::ProxyError;
-use crate::methods::NO_ADDRESS_METHODS;
+use crate::methods::{NO_ADDRESS_METHODS, TRACE_METHODS};
 
 /// What `private_fallback_to_upstream` may send upstream, whatever the
 /// setting: the account reads it names (a storage word's fallback stays
@@ -240,6 +240,13 @@ pub fn names_no_state_by_address(method: &str, params: Option<&Value>) -> bool {
         return true;
     }
     let first = params.and_then(|p| p.get(0));
+    if TRACE_METHODS.contains(&method) {
+        // A block's number or tag, or a block's or transaction's hash.
+        let target = first.and_then(Value::as_str).is_some_and(|t| t.len() <= 66);
+        let count = params.and_then(Value::as_array).map_or(0, Vec::len);
+        let options = params.and_then(|p| p.get(1));
+        return target && count <= 2 && trace_options_read_no_state(options);
+    }
     if FILTER_METHODS.contains(&method) {
         return first.is_some_and(|filter| filter.is_object() && filter_names_no_address(filter));
     }
@@ -254,6 +261,59 @@ pub fn names_no_state_by_address(method: &str, params: Option<&Value>) -> bool {
         };
     }
     false
+}
+
+/// geth's tracers written in Go: each reports on the transactions traced
+/// and reads no account of the caller's choosing.
+const BUILT_IN_TRACERS: [&str; 5] = [
+    "callTracer",
+    "prestateTracer",
+    "4byteTracer",
+    "flatCallTracer",
+    "noopTracer",
+];
+
+/// The built-in tracers' settings (`tracerConfig`), each a flag.
+const TRACER_FLAGS: [&str; 7] = [
+    "onlyTopCall",
+    "withLog",
+    "diffMode",
+    "disableCode",
+    "disableStorage",
+    "includePrecompiles",
+    "convertParityErrors",
+];
+
+/// Whether a trace's options (absent, or geth's `TraceConfig`) read no
+/// state by address: a built-in tracer or the struct logger, and only
+/// known keys, written exactly (geth's decoding ignores case: `Tracer`
+/// would be read as the tracer, so any key not here is refused).
+fn trace_options_read_no_state(options: Option<&Value>) -> bool {
+    let Some(options) = options.filter(|o| !o.is_null()) else {
+        return true;
+    };
+    let Some(options) = options.as_object() else {
+        return false;
+    };
+    options.iter().all(|(key, value)| match key.as_str() {
+        "tracer" => value
+            .as_str()
+            .is_some_and(|t| BUILT_IN_TRACERS.contains(&t)),
+        "tracerConfig" => value.as_object().is_some_and(|config| {
+            config
+                .iter()
+                .all(|(flag, on)| TRACER_FLAGS.contains(&flag.as_str()) && on.is_boolean())
+        }),
+        // A duration ("5s").
+        "timeout" => value.as_str().is_some_and(|t| {
+            t.len() <= 16 && t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.')
+        }),
+        "reexec" => value.is_u64(),
+        "disableStorage" | "disableStack" | "enableMemory" | "enableReturnData" => {
+            value.is_boolean()
+        }
+        _ => false,
+    })
 }
 
 /// The fields a log filter may have (as geth reads them, whose JSON
@@ -392,6 +452,49 @@ mod tests {
 
     const HOLDER_WORD: &str = "0x00000000000000000000000070997970c51812dc3a010c7d01b50e0d17dc79c8";
     const TRANSFER: &str = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef";
+
+    /// A trace by hash or number passes with a built-in tracer; a
+    /// JavaScript tracer (which reads any account: `db.getBalance`), an
+    /// unknown option or a key written in another case does not.
+    #[test]
+    fn traces_pass_with_built_in_tracers_only() {
+        let tx = format!("0x{}", "ab".repeat(32));
+        let passes = |method: &str, params: Value| names_no_state_by_address(method, Some(&params));
+        for options in [
+            json!(null),
+            json!({}),
+            json!({"tracer": "callTracer", "tracerConfig": {"onlyTopCall": true, "withLog": false}}),
+            json!({"tracer": "prestateTracer", "tracerConfig": {"diffMode": true}, "timeout": "5s"}),
+            json!({"disableStorage": true, "enableMemory": false, "reexec": 128}),
+        ] {
+            assert!(
+                passes("debug_traceTransaction", json!([tx, options])),
+                "{options}"
+            );
+            assert!(
+                passes("debug_traceBlockByNumber", json!(["0x3", options])),
+                "{options}"
+            );
+        }
+        assert!(passes("debug_traceBlockByHash", json!([tx])));
+        let js = "{result: function(ctx, db) { return db.getBalance(toAddress('0x70997970c51812dc3a010c7d01b50e0d17dc79c8')); }, fault: function() {}}";
+        for options in [
+            json!({"tracer": js}),
+            json!({"Tracer": "callTracer"}),
+            json!({"tracer": "callTracer", "tracerConfig": {"onlyTopCall": "0x70997970c51812dc3a010c7d01b50e0d17dc79c8"}}),
+            json!({"tracer": "callTracer", "stateOverrides": {}}),
+            json!({"timeout": "0x70997970c51812dc3a010c7d01b50e0d17dc79c8"}),
+            json!("callTracer"),
+        ] {
+            assert!(
+                !passes("debug_traceTransaction", json!([tx, options])),
+                "{options}"
+            );
+        }
+        assert!(!passes("debug_traceBlockByNumber", json!([{"number": 3}])));
+        assert!(!passes("debug_traceTransaction", json!([tx, {}, {}])));
+        assert!(!passes("debug_traceTransaction", json!([])));
+    }
 
     #[test]
     fn only_methods_that_read_no_state_by_address_pass() {

@@ -3,7 +3,7 @@
 //! both read.
 
 /// Methods that read no state by address: blocks, transactions and
-/// receipts by hash or number (raw, and their traces), fees and gas
+/// receipts by hash or number (raw too), fees and gas
 /// prices, sends, the chain's identity and configuration, the pool's
 /// status and whole content, filters and subscriptions by id. Log filters and
 /// subscriptions are judged by what they name (`crate::gate`).
@@ -53,12 +53,20 @@ pub const NO_ADDRESS_METHODS: &[&str] = &[
     "debug_getRawHeader",
     "debug_getRawReceipts",
     "debug_getRawTransaction",
-    "debug_traceBlockByNumber",
-    "debug_traceBlockByHash",
-    "debug_traceTransaction",
     "txpool_status",
     "txpool_content",
     "txpool_inspect",
+];
+
+/// Methods that trace a block or a transaction by number or hash: they
+/// name no address, but their options choose the tracer, and a
+/// JavaScript tracer reads any account it likes (`db.getBalance(...)`):
+/// the gate admits them only with geth's built-in tracers
+/// (`crate::gate`).
+pub const TRACE_METHODS: &[&str] = &[
+    "debug_traceTransaction",
+    "debug_traceBlockByNumber",
+    "debug_traceBlockByHash",
 ];
 
 /// Methods that read state by address (or sign with the wallet's keys,
@@ -89,5 +97,7 @@ pub const STATE_METHODS: &[&str] = &[
 
 /// Whether `method` is one of the methods the proxy knows by name.
 pub fn is_known(method: &str) -> bool {
-    STATE_METHODS.contains(&method) || NO_ADDRESS_METHODS.contains(&method)
+    STATE_METHODS.contains(&method)
+        || NO_ADDRESS_METHODS.contains(&method)
+        || TRACE_METHODS.contains(&method)
 }

@@ -13,7 +13,7 @@
 //! goes upstream under the configured policy, never half private. Answers
 //! are ABI-encoded exactly as the contract would return them.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use alloy_eips::BlockId;
 use alloy_primitives::{Address, Bytes, B256, U256};
@@ -165,37 +165,66 @@ pub fn storage_key(text: &str) -> Result<B256, String> {
             "storage key too long (want at most 32 bytes): {text:?}"
         ));
     }
-    let bytes = alloy_primitives::hex::decode(&padded)
-        .map_err(|_| format!("invalid hex in storage key: {text:?}"))?;
+    // (The hex decoder would take a second `0x`; geth does not.)
+    let bytes = match padded.bytes().all(|b| b.is_ascii_hexdigit()) {
+        true => alloy_primitives::hex::decode(&padded).ok(),
+        false => None,
+    };
+    let bytes = bytes.ok_or_else(|| format!("invalid hex in storage key: {text:?}"))?;
     Ok(B256::left_padding_from(&bytes))
 }
 
-/// What the node refuses in a storage read's parameters, refused here in
-/// its words and with its code, so that nothing is sent for it: a key
-/// that is not one, an empty `eth_getStorageValues`, or one over
-/// [`MAX_STORAGE_VALUES`] slots.
+/// What the node refuses in a storage read's parameters, refused here
+/// with its code (-32602; -38026 past its slot bound), so that nothing is
+/// read or sent for it: params that are not an array of the method's
+/// arguments, an address or a key that is not one, a block that is not
+/// one, an `eth_getStorageValues` of no slot or of more than
+/// [`MAX_STORAGE_VALUES`].
 pub fn refused_params(method: &str, params: Option<&RawValue>) -> Option<ProxyError> {
-    let params: Vec<Value> = serde_json::from_str(params?.get()).ok()?;
-    match method {
-        "eth_getStorageAt" => {
-            let key = params.get(1)?.as_str()?;
-            storage_key(key).err().map(ProxyError::BadParams)
+    if !matches!(method, "eth_getStorageAt" | "eth_getStorageValues") {
+        return None;
+    }
+    let invalid = |why: String| Some(ProxyError::BadParams(why));
+    let Ok(params) = serde_json::from_str::<Vec<Value>>(params.map_or("[]", RawValue::get)) else {
+        return invalid("params must be an array of the method's arguments".into());
+    };
+    let (arguments, block_at_index) = match method {
+        "eth_getStorageAt" => (2..=3, 2),
+        _ => (1..=2, 1),
+    };
+    if !arguments.contains(&params.len()) {
+        return invalid(format!("{} arguments, want {arguments:?}", params.len()));
+    }
+    if block_at(&params, block_at_index).is_none() {
+        return invalid(format!("invalid argument {block_at_index}: not a block"));
+    }
+    if method == "eth_getStorageAt" {
+        let address = params[0]
+            .as_str()
+            .ok_or_else(|| "an address is a hex string".to_string())
+            .and_then(ethpir_client::parse_address);
+        if let Err(why) = address {
+            return invalid(format!("invalid argument 0: {why}"));
         }
-        "eth_getStorageValues" => {
-            let asked = params.first()?.as_object()?;
-            let lists: Option<Vec<&Vec<Value>>> = asked.values().map(Value::as_array).collect();
-            let Some(lists) = lists else {
-                let why = "invalid argument 0: each contract's slots are a list";
-                return Some(ProxyError::BadParams(why.into()));
-            };
-            match lists.iter().map(|l| l.len()).sum::<usize>() {
-                0 => Some(ProxyError::BadParams("empty request".into())),
-                n if n > MAX_STORAGE_VALUES => Some(ProxyError::LimitExceeded(format!(
-                    "too many slots (max {MAX_STORAGE_VALUES})"
-                ))),
-                _ => None,
-            }
-        }
+        return match params[1].as_str() {
+            None => invalid("invalid argument 1: a storage key is a hex string".into()),
+            Some(key) => storage_key(key).err().map(ProxyError::BadParams),
+        };
+    }
+    match serde_json::from_value::<BTreeMap<Address, Vec<B256>>>(params[0].clone()) {
+        Err(e) => invalid(format!("invalid argument 0: {e}")),
+        Ok(asked) => slot_count_refusal(asked.values().map(Vec::len).sum()),
+    }
+}
+
+/// geth's bounds on `eth_getStorageValues`: one slot at least, at most
+/// [`MAX_STORAGE_VALUES`] in all.
+fn slot_count_refusal(slots: usize) -> Option<ProxyError> {
+    match slots {
+        0 => Some(ProxyError::BadParams("empty request".into())),
+        n if n > MAX_STORAGE_VALUES => Some(ProxyError::LimitExceeded(format!(
+            "too many slots (max {MAX_STORAGE_VALUES})"
+        ))),
         _ => None,
     }
 }
@@ -234,9 +263,9 @@ fn plan_get_storage(
 /// Slots `eth_getStorageValues` may ask at once (geth's bound).
 const MAX_STORAGE_VALUES: usize = 1024;
 
-/// `eth_getStorageValues`: every contract held, at most
-/// [`MAX_STORAGE_VALUES`] slots in all, each a 32-byte word (as geth reads
-/// them); an empty request is the node's to refuse.
+/// `eth_getStorageValues`: every contract held, within geth's slot
+/// bounds ([`slot_count_refusal`]), each a 32-byte word (as geth reads
+/// them).
 fn plan_get_storage_values(
     params: &[Value],
     answerable: &impl Fn(&BlockSelector) -> Option<Answerable>,
@@ -244,10 +273,9 @@ fn plan_get_storage_values(
     if params.len() > 2 {
         return None;
     }
-    let asked: std::collections::BTreeMap<Address, Vec<B256>> =
+    let asked: BTreeMap<Address, Vec<B256>> =
         serde_json::from_value(params.first()?.clone()).ok()?;
-    let slots: usize = asked.values().map(Vec::len).sum();
-    if asked.is_empty() || slots > MAX_STORAGE_VALUES {
+    if slot_count_refusal(asked.values().map(Vec::len).sum()).is_some() {
         return None;
     }
     let block = block_at(params, 1)?;
@@ -555,6 +583,7 @@ pub(crate) mod tests {
         );
         assert!(storage_key(&format!("0x{}", "0".repeat(65))).is_err());
         assert!(storage_key("0xasdf").is_err());
+        assert!(storage_key("0x0x12").is_err(), "one 0x, as geth");
         let refused = |method: &str, params: serde_json::Value| {
             refused_params(method, Some(&raw(params))).map(|e| e.code())
         };
@@ -564,10 +593,32 @@ pub(crate) mod tests {
             refused("eth_getStorageAt", serde_json::json!([c, "0xzz"])),
             invalid
         );
-        assert_eq!(
-            refused("eth_getStorageAt", serde_json::json!([c, "0x1"])),
-            None
-        );
+        for fine in [
+            serde_json::json!([c, "0x1"]),
+            serde_json::json!([c, "0x1", "latest"]),
+        ] {
+            assert_eq!(refused("eth_getStorageAt", fine), None);
+        }
+        // Every malformed shape is refused, never forwarded.
+        for params in [
+            serde_json::json!([c, 5]),
+            serde_json::json!([c]),
+            serde_json::json!({"address": c, "key": "0x1"}),
+            serde_json::json!(["0x01", "0x1"]),
+            serde_json::json!([c, "0x1", "nonsense"]),
+            serde_json::json!([c, "0x1", "latest", 4]),
+        ] {
+            let refusal = refused("eth_getStorageAt", params.clone());
+            assert_eq!(refusal, invalid, "{params}");
+        }
+        for params in [
+            serde_json::json!(["0x01"]),
+            serde_json::json!([{c.to_string(): ["0x1"]}]),
+            serde_json::json!([{c.to_string(): "0x1"}]),
+        ] {
+            let refusal = refused("eth_getStorageValues", params.clone());
+            assert_eq!(refusal, invalid, "{params}");
+        }
         let empty = serde_json::json!([{c.to_string(): []}]);
         assert_eq!(refused("eth_getStorageValues", empty), invalid);
         let many = vec![B256::ZERO; MAX_STORAGE_VALUES + 1];

@@ -21,12 +21,15 @@ impl Executor {
             Ok(session) => session,
             Err(why) => return Ok(Err(why)),
         };
-        // As geth: the call's own list is where the first run starts.
-        let mut list = args.access_list.clone();
+        // As geth: the call's own list is where the first run starts,
+        // each entry once (geth's tracer keeps a set); each later run is
+        // given what the last one touched.
+        let mut list = call_exec::warm_set(&args.access_list);
+        let mut paid = call_exec::listing(&list);
         let mut settled = None;
         for _ in 0..ACCESS_LIST_RUNS {
             let (result, touched) = match self
-                .run_traced(&mut session, args, Vec::new(), &list)
+                .run_traced(&mut session, args, Vec::new(), &paid)
                 .await?
             {
                 Ok(run) => run,
@@ -36,6 +39,7 @@ impl Executor {
                 settled = Some(result);
                 break;
             }
+            paid = call_exec::listing(&touched);
             list = touched;
         }
         let requests = self.pad_requests(&session).await;

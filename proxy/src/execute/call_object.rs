@@ -97,20 +97,22 @@ pub fn call_of(params: Option<&RawValue>) -> Option<(CallArgs, BlockSelector)> {
         Some(v) => u128::try_from(v).ok().map(Some),
     };
     let listed = object.access_list.unwrap_or_default();
-    let authorizations = object.authorization_list.unwrap_or_default();
+    // Named but empty, a list still makes the call its type (refused
+    // as a node refuses it): kept as named.
+    let authorizations = object.authorization_list;
     let slots: usize = listed.iter().map(|e| e.storage_keys.len()).sum();
-    let hashes = object.blob_versioned_hashes.unwrap_or_default();
-    if listed.len() + slots + hashes.len() > MAX_LISTED || authorizations.len() > MAX_AUTHORIZATIONS
-    {
+    let hashes = object.blob_versioned_hashes;
+    let hash_count = hashes.as_ref().map_or(0, Vec::len);
+    let authorization_count = authorizations.as_ref().map_or(0, Vec::len);
+    if listed.len() + slots + hash_count > MAX_LISTED || authorization_count > MAX_AUTHORIZATIONS {
         return None;
     }
-    let mut access_list = call_exec::Touched::new();
-    for entry in listed {
-        access_list
-            .entry(entry.address)
-            .or_default()
-            .extend(entry.storage_keys);
-    }
+    // As given: each entry is paid, a repeated one too.
+    let items = listed.into_iter().map(|entry| call_exec::AccessListItem {
+        address: entry.address,
+        storage_keys: entry.storage_keys,
+    });
+    let access_list = call_exec::AccessList(items.collect());
     let args = CallArgs {
         from: object.from,
         to: object.to?,
@@ -121,10 +123,11 @@ pub fn call_of(params: Option<&RawValue>) -> Option<(CallArgs, BlockSelector)> {
         value: object.value.unwrap_or_default(),
         input,
         access_list,
-        authorizations: authorizations
-            .into_iter()
-            .map(AuthorizationEntry::recovered)
-            .collect(),
+        authorizations: authorizations.map(|list| {
+            list.into_iter()
+                .map(AuthorizationEntry::recovered)
+                .collect()
+        }),
         blob_hashes: hashes,
         max_fee_per_blob_gas: fee(object.max_fee_per_blob_gas)?,
     };
@@ -190,9 +193,10 @@ mod tests {
         let typed = json!([{"to": to, "accessList": [{"address": to, "storageKeys": [slot]}],
             "authorizationList": [auth], "blobVersionedHashes": [slot], "maxFeePerBlobGas": "0x9"}]);
         let (args, _) = call_of(Some(&raw(typed))).unwrap();
-        assert_eq!(args.access_list[&to], [slot].into());
-        assert_eq!(args.authorizations[0].nonce, 2);
-        assert_eq!(args.authorizations[0].address, to);
+        assert_eq!(call_exec::warm_set(&args.access_list)[&to], [slot].into());
+        let authorizations = args.authorizations.as_deref().unwrap();
+        assert_eq!(authorizations[0].nonce, 2);
+        assert_eq!(authorizations[0].address, to);
         assert_eq!(
             args.authorities().count(),
             0,
@@ -200,8 +204,13 @@ mod tests {
         );
         assert_eq!(
             (args.blob_hashes, args.max_fee_per_blob_gas),
-            (vec![slot], Some(9))
+            (Some(vec![slot]), Some(9))
         );
+        // Named empty, a list is kept as named (the run is refused).
+        let empty = json!([{"to": to, "authorizationList": [], "blobVersionedHashes": []}]);
+        let (args, _) = call_of(Some(&raw(empty))).unwrap();
+        assert_eq!(args.authorizations, Some(vec![]));
+        assert_eq!(args.blob_hashes, Some(vec![]));
         let many: Vec<Value> = (0..=MAX_LISTED).map(|_| json!({"address": to})).collect();
         assert!(call_of(Some(&raw(json!([{"to": to, "accessList": many}])))).is_none());
         // More delegations than the gas cap pays for: refused before any

@@ -348,7 +348,7 @@ impl Executor {
         session: &mut Session,
         args: &CallArgs,
         first: Vec<ReadKey>,
-        access_list: &Touched,
+        access_list: &call_exec::AccessList,
     ) -> Result<Result<(CallResult, Touched), String>, ReadError> {
         let (mut pending, mut learned_from) = self.first_round(first, args, &mut session.reads);
         for _ in 0..MAX_ROUNDS {
@@ -819,7 +819,7 @@ struct Run {
     block: BlockContext,
     spec: SpecId,
     args: CallArgs,
-    access_list: Touched,
+    access_list: call_exec::AccessList,
 }
 
 /// Runs one round off the async runtime (a call may run long: up to the
