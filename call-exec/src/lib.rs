@@ -47,6 +47,7 @@ use revm::{Context, InspectEvm, MainBuilder, MainContext};
 
 pub use access::Touched;
 pub use naming::Naming;
+pub use revm::context::transaction::{AccessList, AccessListItem};
 pub use revm::context_interface::transaction::{
     Authorization, RecoveredAuthorization, SignedAuthorization,
 };
@@ -101,24 +102,29 @@ pub struct CallArgs {
     pub max_priority_fee_per_gas: Option<u128>,
     pub value: U256,
     pub input: Bytes,
-    /// EIP-2930: the call's own access list, warm from the start (and
-    /// paid for, as a transaction pays).
-    pub access_list: Touched,
+    /// EIP-2930: the call's own access list as given, warm from the start
+    /// and paid for as a transaction pays (each entry, repeated ones too).
+    pub access_list: AccessList,
     /// EIP-7702: the delegations the call applies before it runs, each
     /// with the account its signature recovers (one that recovers none, or
     /// whose chain or nonce is not the authority's, is skipped, as a node
     /// skips it).
-    pub authorizations: Vec<RecoveredAuthorization>,
+    /// (Named empty, the call is still of that type, which a node
+    /// refuses: `authorizationList: []`; so with `blobVersionedHashes`.)
+    pub authorizations: Option<Vec<RecoveredAuthorization>>,
     /// EIP-4844: the versioned hashes `BLOBHASH` reads, and the blob fee
     /// cap.
-    pub blob_hashes: Vec<B256>,
+    pub blob_hashes: Option<Vec<B256>>,
     pub max_fee_per_blob_gas: Option<u128>,
 }
 
 impl CallArgs {
     /// The accounts that signed its delegations (those that recover).
     pub fn authorities(&self) -> impl Iterator<Item = Address> + '_ {
-        self.authorizations.iter().filter_map(|a| a.authority())
+        self.authorizations
+            .iter()
+            .flatten()
+            .filter_map(|a| a.authority())
     }
 }
 
@@ -307,20 +313,40 @@ pub enum Outcome {
     Unanswerable(Unanswerable),
 }
 
-/// Runs `args` in `block` over `known`.
+/// Runs `args` in `block` over `known`, with its own access list.
 pub fn run(block: &BlockContext, spec: SpecId, args: &CallArgs, known: &KnownState) -> Outcome {
-    run_traced(block, spec, args, known, &Touched::new()).0
+    run_traced(block, spec, args, known, &args.access_list).0
+}
+
+/// The accounts and slots an access list makes warm, each once.
+pub fn warm_set(list: &AccessList) -> Touched {
+    let mut set = Touched::new();
+    for item in list.iter() {
+        let slots = set.entry(item.address).or_default();
+        slots.extend(item.storage_keys.iter().copied());
+    }
+    set
+}
+
+/// An access list of `set`'s accounts and slots, each once (the list a
+/// run that touched them would be given).
+pub fn listing(set: &Touched) -> AccessList {
+    let items = set.iter().map(|(address, slots)| AccessListItem {
+        address: *address,
+        storage_keys: slots.iter().copied().collect(),
+    });
+    AccessList(items.collect())
 }
 
 /// Runs `args` with `access_list` (EIP-2930: those accounts and slots
-/// warm from the start) over `known`; with what the run touched, as an
-/// access list (the sender and the precompiles left out).
+/// warm from the start, each entry paid) over `known`; with what the run
+/// touched, as an access list (the sender and the precompiles left out).
 pub fn run_traced(
     block: &BlockContext,
     spec: SpecId,
     args: &CallArgs,
     known: &KnownState,
-    access_list: &Touched,
+    access_list: &AccessList,
 ) -> (Outcome, Touched) {
     let (outcome, touched, _) = run_named(block, spec, args, known, access_list);
     (outcome, touched)
@@ -333,7 +359,7 @@ pub fn run_named(
     spec: SpecId,
     args: &CallArgs,
     known: &KnownState,
-    access_list: &Touched,
+    access_list: &AccessList,
 ) -> (Outcome, Touched, Naming) {
     let trace = Rc::new(RefCell::new(inner::Trace::default()));
     let db = db::RoundDb::new(known, block, trace.clone());
@@ -341,7 +367,7 @@ pub fn run_named(
     // delegations applied) or whose frames read its blobs cannot have one
     // answered apart: the node would run it without them.
     let apart_differs =
-        !args.value.is_zero() || !args.authorizations.is_empty() || !args.blob_hashes.is_empty();
+        !args.value.is_zero() || args.authorizations.is_some() || args.blob_hashes.is_some();
     let inner = inner::InnerCalls::new(known, trace.clone(), apart_differs, block.header.is_some());
     let precompiles =
         revm::precompile::Precompiles::new(revm::precompile::PrecompileSpecId::from_spec_id(spec));
@@ -351,7 +377,7 @@ pub fn run_named(
     let excluded =
         std::iter::once(args.from.unwrap_or_default()).chain(precompiles.addresses().copied());
     // As geth's tracer, the list a run starts with is in what it lists.
-    let recorder = access::AccessRecorder::new(excluded).seeded(access_list);
+    let recorder = access::AccessRecorder::new(excluded).seeded(&warm_set(access_list));
     let naming = naming::NamingWatch {
         naming: Naming::of_call(args),
     };
@@ -437,7 +463,7 @@ fn block_env(block: &BlockContext, spec: SpecId, args: &CallArgs) -> BlockEnv {
         // none.
         let no_cap = match args.max_fee_per_blob_gas {
             Some(cap) => cap == 0,
-            None => !args.blob_hashes.is_empty(),
+            None => args.blob_hashes.is_some(),
         };
         if no_cap {
             if let Some(price) = env.blob_excess_gas_and_price.as_mut() {
@@ -460,19 +486,10 @@ fn block_env(block: &BlockContext, spec: SpecId, args: &CallArgs) -> BlockEnv {
     env
 }
 
-fn tx_env(block: &BlockContext, args: &CallArgs, access_list: &Touched) -> TxEnv {
-    let items = access_list
-        .iter()
-        .map(
-            |(address, slots)| revm::context::transaction::AccessListItem {
-                address: *address,
-                storage_keys: slots.iter().copied().collect(),
-            },
-        )
-        .collect();
+fn tx_env(block: &BlockContext, args: &CallArgs, access_list: &AccessList) -> TxEnv {
     // As geth: blob fields count only with blobs' hashes.
-    let blobs = !args.blob_hashes.is_empty();
-    let delegates = !args.authorizations.is_empty();
+    let blobs = args.blob_hashes.is_some();
+    let delegates = args.authorizations.is_some();
     let named_1559 = args.max_fee_per_gas.is_some() || args.max_priority_fee_per_gas.is_some();
     let dynamic = named_1559 || blobs || delegates;
     // A typed call naming only `gasPrice` pays it as fee cap and tip
@@ -483,7 +500,7 @@ fn tx_env(block: &BlockContext, args: &CallArgs, access_list: &Touched) -> TxEnv
     };
     let mut env = TxEnv {
         tx_type: tx_type(named_1559, !access_list.is_empty(), blobs, delegates),
-        access_list: revm::context::transaction::AccessList(items),
+        access_list: access_list.clone(),
         caller: args.from.unwrap_or_default(),
         gas_limit: args.gas.unwrap_or(GAS_CAP).min(GAS_CAP),
         gas_price: match dynamic {
@@ -495,14 +512,14 @@ fn tx_env(block: &BlockContext, args: &CallArgs, access_list: &Touched) -> TxEnv
         value: args.value,
         data: args.input.clone(),
         chain_id: Some(block.chain_id),
-        blob_hashes: args.blob_hashes.clone(),
+        blob_hashes: args.blob_hashes.clone().unwrap_or_default(),
         max_fee_per_blob_gas: match blobs {
             true => args.max_fee_per_blob_gas.unwrap_or(0),
             false => 0,
         },
         ..Default::default()
     };
-    env.set_recovered_authorization(args.authorizations.clone());
+    env.set_recovered_authorization(args.authorizations.clone().unwrap_or_default());
     env
 }
 
@@ -554,6 +571,10 @@ fn halt_message(reason: &HaltReason) -> String {
 fn invalid_message(revm: &str) -> String {
     if revm.contains("lack of funds") {
         "insufficient funds for gas * price + value".into()
+    } else if revm.contains("empty authorization list") {
+        "EIP-7702 transaction with empty auth list".into()
+    } else if revm.contains("empty blobs") {
+        "blob transaction missing blob hashes".into()
     } else {
         revm.to_string()
     }

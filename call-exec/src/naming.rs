@@ -72,13 +72,13 @@ impl Naming {
             .chain(args.authorities())
             .collect();
         accounts.extend(&own);
-        accounts.extend(args.authorizations.iter().map(|a| a.address));
-        accounts.extend(args.access_list.keys());
+        accounts.extend(args.authorizations.iter().flatten().map(|a| a.address));
+        accounts.extend(args.access_list.iter().map(|item| item.address));
         // Words of the call data that are no number or address: slots
         // computed off-chain (`extsload`), or hashes of the wallet's; and
         // every slot its access list names.
         let hash_like = U256::from(1) << 160;
-        let listed = args.access_list.values().flatten();
+        let listed = args.access_list.iter().flat_map(|item| &item.storage_keys);
         let derived = data
             .windows(32)
             .map(U256::from_be_slice)

@@ -284,7 +284,8 @@ fn a_traced_run_lists_what_it_touched() {
         Need::Slot { contract, slot } => known.add_slot(*contract, *slot, U256::from(1)),
         other => absent(other, known),
     });
-    let (outcome, touched) = run_traced(&block(), SpecId::PRAGUE, &args, &known, &Touched::new());
+    let none = AccessList::default();
+    let (outcome, touched) = run_traced(&block(), SpecId::PRAGUE, &args, &known, &none);
     assert!(matches!(outcome, Outcome::Done(CallResult::Success { .. })));
     let want: Touched = [(CONTRACT, [B256::ZERO].into())].into();
     assert_eq!(touched, want);
@@ -293,8 +294,16 @@ fn a_traced_run_lists_what_it_touched() {
         Outcome::Done(CallResult::Success { gas_used, .. }) => gas_used,
         other => panic!("{other:?}"),
     };
-    let (again, _) = run_traced(&block(), SpecId::PRAGUE, &args, &known, &touched);
-    assert_ne!(gas(again), gas(outcome));
+    let listed = listing(&touched);
+    let (again, _) = run_traced(&block(), SpecId::PRAGUE, &args, &known, &listed);
+    let warm = gas(again);
+    assert_ne!(warm, gas(outcome));
+    // Each entry is paid, a repeated one too (EIP-2930 counts entries):
+    // 2,400 for the account and 1,900 for the slot again.
+    let mut twice = listed.clone();
+    twice.0.extend(listed.0.iter().cloned());
+    let (repeated, _) = run_traced(&block(), SpecId::PRAGUE, &args, &known, &twice);
+    assert_eq!(gas(repeated), warm + 2_400 + 1_900);
 }
 
 #[test]
