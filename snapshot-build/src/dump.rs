@@ -1,15 +1,16 @@
-//! The `dump` source: the whole state a development node hands over in
-//! one reply (anvil's `anvil_dumpState`: every account with its code and
-//! every storage slot, at the node's newest block). It is what a JSON-RPC
-//! node without a genesis file or a datadir offers for a base; the caller
-//! checks the state root it implies against the node's header of that
-//! block before using it.
+//! The `dump` source: the whole state a node hands over over JSON-RPC,
+//! what a node without a genesis file or a datadir offers for a base:
+//! anvil's `anvil_dumpState` (every account with its code and every
+//! storage slot, at its newest block, in one reply) or geth's
+//! `debug_accountRange` (pages of accounts by key, each with its code and
+//! storage, at a block). The caller checks the state root it implies
+//! against the node's header of that block before using it.
 
 use std::collections::BTreeMap;
 use std::io::Read;
 
 use alloy_genesis::GenesisAccount;
-use alloy_primitives::Address;
+use alloy_primitives::{Address, Bytes, B256, U256};
 use serde::Deserialize;
 
 use protocol::storage::PrivateStorage;
@@ -29,6 +30,98 @@ pub enum DumpError {
     TooLarge,
     #[error("the state dump is not anvil's JSON: {0}")]
     Json(#[from] serde_json::Error),
+    /// geth names an account by address only where it recorded the
+    /// preimage of its key.
+    #[error("debug_accountRange names account key {key} by no address: geth holds no preimage of it (start geth with --cache.preimages from its first block to dump its state by address, or build the base from a genesis file or a reth datadir)")]
+    NoPreimage { key: String },
+    #[error("debug_accountRange's account {address}: {why}")]
+    BadAccount { address: Address, why: String },
+}
+
+/// A whole state by address, as a genesis file's alloc holds it.
+pub type Alloc = BTreeMap<Address, GenesisAccount>;
+
+/// One reply of geth's `debug_accountRange`: accounts in key order, each
+/// with its code and storage, and the key the next page starts at
+/// (absent after the last page).
+#[derive(Debug, Deserialize)]
+pub struct AccountRangePage {
+    accounts: BTreeMap<String, RangeAccount>,
+    #[serde(default)]
+    pub next: Option<Bytes>,
+}
+
+/// An account as geth's dump writes it (its `root` and `codeHash` are
+/// recomputed from what it holds).
+#[derive(Debug, Deserialize)]
+struct RangeAccount {
+    /// In decimal.
+    balance: String,
+    nonce: u64,
+    #[serde(default)]
+    code: Option<Bytes>,
+    /// Slot (its preimage) to word, in hex without `0x` or leading zeros;
+    /// geth leaves out a slot whose preimage it lacks.
+    #[serde(default)]
+    storage: BTreeMap<B256, String>,
+    #[serde(default)]
+    address: Option<Address>,
+    #[serde(default)]
+    key: Option<Bytes>,
+}
+
+impl AccountRangePage {
+    /// How many accounts the page holds.
+    pub fn len(&self) -> usize {
+        self.accounts.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.accounts.is_empty()
+    }
+
+    /// Adds the page's accounts to `alloc` by address; an account geth
+    /// cannot name is an error (a base needs every account).
+    pub fn add_to(self, alloc: &mut Alloc) -> Result<(), DumpError> {
+        for (name, account) in self.accounts {
+            let Some(address) = account.address else {
+                let key = account.key.map_or(name, |k| k.to_string());
+                return Err(DumpError::NoPreimage { key });
+            };
+            let bad = |why: String| DumpError::BadAccount { address, why };
+            let balance = U256::from_str_radix(&account.balance, 10)
+                .map_err(|e| bad(format!("balance {:?}: {e}", account.balance)))?;
+            let mut storage = BTreeMap::new();
+            for (slot, word) in account.storage {
+                let value = U256::from_str_radix(word.trim_start_matches("0x"), 16)
+                    .map_err(|e| bad(format!("slot {slot}: word {word:?}: {e}")))?;
+                storage.insert(slot, B256::from(value));
+            }
+            let code = account.code.filter(|c| !c.is_empty());
+            let genesis = GenesisAccount {
+                nonce: Some(account.nonce),
+                balance,
+                code,
+                storage: Some(storage),
+                private_key: None,
+            };
+            alloc.insert(address, genesis);
+        }
+        Ok(())
+    }
+}
+
+/// The full state of `chain_id` at `block` from geth's account ranges
+/// (`alloc`), with the storage `listed` holds and the state root it
+/// implies (the caller compares it with the node's header).
+pub fn account_range_state(
+    alloc: &Alloc,
+    chain_id: u64,
+    block: u64,
+    listed: &PrivateStorage,
+) -> ExportedState {
+    let source = format!("dump:debug_accountRange@{block}");
+    crate::genesis::alloc_state(alloc, chain_id, block, listed, &source)
 }
 
 /// What of anvil's dump a base needs (the blocks and transactions it also
@@ -78,7 +171,6 @@ fn inflate(gzipped: &[u8], limit: u64) -> Result<Vec<u8>, DumpError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use alloy_primitives::{B256, U256};
     use std::io::Write;
 
     fn gzip(text: &str) -> Vec<u8> {
@@ -130,6 +222,56 @@ mod tests {
             none.state_root, state.state_root,
             "the root covers every slot"
         );
+    }
+
+    /// geth's shape: balances in decimal, words trimmed and without `0x`,
+    /// accounts keyed by address where it knows the preimage.
+    const RANGE: &str = r#"{"root":"5e5a","accounts":{
+        "0x00000000000000000000000000000000000000Aa":{"balance":"1000000000000000000","nonce":3,
+            "root":"0x56","codeHash":"0xc5","code":"0x6000",
+            "storage":{"0x0000000000000000000000000000000000000000000000000000000000000001":"05"},
+            "address":"0x00000000000000000000000000000000000000aa","key":"0x01"},
+        "0x00000000000000000000000000000000000000bB":{"balance":"0","nonce":0,"root":"0x56","codeHash":"0xc5",
+            "address":"0x00000000000000000000000000000000000000bb","key":"0x02"}},
+        "next":"0x03"}"#;
+
+    #[test]
+    fn an_account_range_page_is_read_by_address() {
+        let page: AccountRangePage = serde_json::from_str(RANGE).unwrap();
+        assert_eq!(page.next, Some(Bytes::from_static(&[3])));
+        let mut alloc = Alloc::new();
+        page.add_to(&mut alloc).unwrap();
+        let contract: Address = "0x00000000000000000000000000000000000000aa"
+            .parse()
+            .unwrap();
+        let account = &alloc[&contract];
+        assert_eq!(account.balance, U256::from(10u64).pow(U256::from(18)));
+        assert_eq!(account.nonce, Some(3));
+        assert_eq!(
+            account.storage.as_ref().unwrap()[&B256::with_last_byte(1)],
+            B256::with_last_byte(5)
+        );
+        let state = account_range_state(&alloc, 7, 9, &PrivateStorage::whole_state());
+        assert_eq!((state.records.len(), state.storage.len()), (2, 1));
+        assert_eq!(state.block_number, 9);
+    }
+
+    #[test]
+    fn an_account_geth_cannot_name_is_refused() {
+        let nameless = r#"{"root":"5e","accounts":{"pre(0xabcd)":{"balance":"0","nonce":0,
+            "root":"0x56","codeHash":"0xc5","key":"0xabcd"}}}"#;
+        let page: AccountRangePage = serde_json::from_str(nameless).unwrap();
+        let refused = page.add_to(&mut Alloc::new()).unwrap_err();
+        assert!(
+            refused.to_string().contains("--cache.preimages"),
+            "{refused}"
+        );
+        let bad = RANGE.replace("\"05\"", "\"zz\"");
+        let page: AccountRangePage = serde_json::from_str(&bad).unwrap();
+        assert!(matches!(
+            page.add_to(&mut Alloc::new()),
+            Err(DumpError::BadAccount { .. })
+        ));
     }
 
     #[test]

@@ -60,8 +60,8 @@ pub struct SourceConfig {
     /// Base: a reth datadir (the full state at its head).
     pub datadir: Option<PathBuf>,
     /// Base: the node's own dump of its whole state at its head
-    /// (anvil_dumpState), checked against that block's state root: a
-    /// development chain without a genesis file or datadir.
+    /// (anvil_dumpState, geth's debug_accountRange), checked against that
+    /// block's state root: a chain without a genesis file or datadir.
     pub dump: bool,
     /// Follow a node without call traces (changes they would reveal are
     /// missed: see the log line at start).
@@ -250,7 +250,7 @@ pub enum Refusal {
     TwoBases,
     #[error("no base for chain {chain_id} in the store, and neither --genesis FILE nor --datadir RETH_DATADIR: a JSON-RPC node cannot list its accounts, so the full state must come from a genesis file (plus every block since) or a reth datadir (a development node's own dump with --dump)")]
     NoBase { chain_id: u64 },
-    #[error("no base for chain {chain_id} in the store, and --dump, but the node offers no state dump (anvil_dumpState): give --genesis FILE or --datadir RETH_DATADIR")]
+    #[error("no base for chain {chain_id} in the store, and --dump, but the node offers no state dump (anvil_dumpState, debug_accountRange): give --genesis FILE or --datadir RETH_DATADIR")]
     NoDump { chain_id: u64 },
     #[error("the node at {url} answers {missing}. Enable the debug namespace (geth: --http.api eth,debug; reth, erigon, nethermind, anvil have it) or the trace namespace, or choose with [source] changes")]
     NoChangeTracer { url: String, missing: Missing },

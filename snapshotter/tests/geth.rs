@@ -108,3 +108,74 @@ fn every_level_has_geths_state_root(store: &std::path::Path, url: &str, head: u6
     assert!(checked >= 2, "{text}");
     assert!(text.contains(&format!("at block {head} ")), "{text}");
 }
+
+/// A base from geth's own state at its head (`debug_accountRange`, geth
+/// recording preimages): every account and slot, checked against its
+/// state root, the slots written since the genesis included; without
+/// preimages, geth cannot name its accounts, and the base is refused
+/// with the advice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_base_is_read_from_geths_account_ranges() {
+    let dir = tempfile::tempdir().unwrap();
+    let word = |n: u8| format!("{:#066x}", n);
+    let contract = json!({
+        "balance": "0x3",
+        "code": "0x3615600b575f35600355005b33ff",
+        "storage": {word(1): word(5)},
+    });
+    let alloc = vec![(CONTRACT.into(), contract.clone())];
+    let preimages = ["--cache.preimages"];
+    let (geth, _) = Node::start_geth_with(dir.path(), alloc.clone(), &preimages).await;
+    geth.transact(
+        DEV_ACCOUNTS[0],
+        Some(CONTRACT),
+        B256::with_last_byte(0x2a).as_slice(),
+    )
+    .await;
+    let head = geth.head().await;
+    let node = RpcSource::connect(&geth.url, RpcOptions::default())
+        .await
+        .unwrap();
+    let whole = protocol::storage::PrivateStorage::whole_state();
+    let state = node
+        .export_dump(&whole)
+        .await
+        .unwrap()
+        .expect("geth dumps its state");
+    assert_eq!(state.block_number, head);
+    assert!(
+        state.source.contains("debug_accountRange"),
+        "{}",
+        state.source
+    );
+    let contract: Address = CONTRACT.parse().unwrap();
+    let word_of = |n: u8| {
+        let key = protocol::storage::storage_key_of(&contract, &B256::with_last_byte(n));
+        let slot = state.storage.iter().find(|s| s.key == key);
+        slot.map(|s| s.value)
+    };
+    assert_eq!(
+        (word_of(1), word_of(3)),
+        (Some(U256::from(5)), Some(U256::from(0x2a)))
+    );
+    let sender: Address = DEV_ACCOUNTS[0].parse().unwrap();
+    assert!(state
+        .records
+        .iter()
+        .any(|r| r.address == Some(sender) && r.nonce == 1));
+    geth.stop().await;
+
+    let bare = tempfile::tempdir().unwrap();
+    let (geth, _) = Node::start_geth(bare.path(), alloc).await;
+    geth.transact(
+        DEV_ACCOUNTS[0],
+        Some(CONTRACT),
+        B256::with_last_byte(0x2a).as_slice(),
+    )
+    .await;
+    let node = RpcSource::connect(&geth.url, RpcOptions::default())
+        .await
+        .unwrap();
+    let refused = node.export_dump(&whole).await.unwrap_err().to_string();
+    assert!(refused.contains("--cache.preimages"), "{refused}");
+}

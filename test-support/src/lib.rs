@@ -186,6 +186,16 @@ impl Node {
     /// `eth`, `debug` and `net` namespaces on loopback. Returns the node
     /// and the genesis file it was initialised with.
     pub async fn start_geth(dir: &std::path::Path, extra: Vec<(String, Value)>) -> (Node, PathBuf) {
+        Node::start_geth_with(dir, extra, &[]).await
+    }
+
+    /// [`Node::start_geth`] with more of geth's flags, given to its `init`
+    /// too (`--cache.preimages`: the genesis accounts' preimages kept).
+    pub async fn start_geth_with(
+        dir: &std::path::Path,
+        extra: Vec<(String, Value)>,
+        flags: &[&str],
+    ) -> (Node, PathBuf) {
         let geth = geth_binary();
         let genesis = dir.join("geth-genesis.json");
         write_geth_genesis(&geth, &genesis, extra);
@@ -208,9 +218,10 @@ impl Node {
                 &path(&key),
             ],
         );
-        run_geth(&geth, &["init", "--datadir", &data_s, &path(&genesis)]);
+        let init = ["init", "--datadir", &data_s, &path(&genesis)];
+        run_geth(&geth, &[flags, &init[..]].concat());
         let dev = ["--dev", "--datadir", &data_s, "--password", &password_s];
-        let dev = [&dev[..], &["--authrpc.port", "0"]].concat();
+        let dev = [&dev[..], &["--authrpc.port", "0"], flags].concat();
         let node = spawn_geth(&geth, &dev).await;
         (node, genesis)
     }

@@ -355,8 +355,9 @@ struct RunArgs {
     #[arg(long)]
     datadir: Option<PathBuf>,
     /// Base: the node's own dump of its whole state at its head
-    /// (anvil_dumpState: a development chain without a genesis file),
-    /// checked against that block's state root.
+    /// (anvil_dumpState; geth's debug_accountRange, geth run with
+    /// --cache.preimages from its first block), checked against that
+    /// block's state root.
     #[arg(long, conflicts_with_all = ["genesis", "datadir"])]
     dump: bool,
     /// Follow a node with neither the prestate tracer nor trace_block
@@ -387,8 +388,9 @@ enum Source {
     Genesis(GenesisArgs),
     /// Accounts from a JSON-RPC node: the active set of the last --window
     /// blocks, (--historical) chosen accounts at an older block, or
-    /// (--dump) the full state at its head from a development node's own
-    /// dump (anvil_dumpState), checked against that block's state root.
+    /// (--dump) the full state at its head from the node's own dump
+    /// (anvil_dumpState, geth's debug_accountRange), checked against that
+    /// block's state root.
     Rpc(RpcArgs),
     /// Accounts from a reth datadir, opened read-only (the node may keep
     /// running): the full state at the head (default), the active set of
@@ -472,9 +474,10 @@ struct RpcArgs {
     #[arg(long, requires = "from_block")]
     to_block: Option<u64>,
     /// A full snapshot at the node's head from the node's dump of its
-    /// whole state (anvil_dumpState: development chains), checked against
-    /// the head's state root; with `--storage all`, every slot of every
-    /// contract.
+    /// whole state (anvil_dumpState; geth's debug_accountRange, geth run
+    /// with --cache.preimages from its first block; held in memory: for
+    /// test and development chains), checked against the head's state
+    /// root; with `--storage all`, every slot of every contract.
     #[arg(long, conflicts_with_all = ["historical", "block"])]
     dump: bool,
     #[command(flatten)]
@@ -840,7 +843,7 @@ fn export_rpc(args: &RpcArgs) -> Result<ExportedState> {
             let listed = args.storage.listed(node.chain_id)?;
             return node.export_dump(&listed).await?.with_context(|| {
                 format!(
-                    "the node at {} offers no state dump (anvil_dumpState)",
+                    "the node at {} offers no state dump (anvil_dumpState, debug_accountRange)",
                     protocol::url::redact(&args.url)
                 )
             });

@@ -26,6 +26,7 @@ use futures_util::stream::{self, StreamExt, TryStreamExt};
 
 use protocol::storage::{PrivateStorage, StorageRecord};
 
+mod ranges;
 mod tracers;
 
 use super::changes::{Changed, SystemCalls};
@@ -119,7 +120,7 @@ pub enum RpcSourceError {
     },
     #[error("block {block} changed while it was read (a reorg); it will be read again")]
     Reorged { block: u64 },
-    #[error("the node's state dump gives the state root {dumped}, its header of block {block} {header} (a block mined while it dumped; anvil's genesis header names no real root, so a dump needs block 1 or later): it will be asked again")]
+    #[error("the node's state dump gives the state root {dumped}, its header of block {block} {header} (a block mined while it dumped; anvil's genesis header names no real root, so a dump needs block 1 or later; geth's debug_accountRange leaves out slots it holds no preimage of: --cache.preimages from its first block): it will be asked again")]
     DumpMismatch {
         block: u64,
         dumped: B256,
@@ -402,27 +403,38 @@ impl RpcSource {
     }
 
     /// The full state at the node's newest block from its own dump
-    /// ([`Self::dump_state`]), with the storage `listed` holds (every slot
-    /// for the whole state), checked whole against the state root of the
-    /// node's header of that block; `None` when the node offers no dump.
+    /// (anvil's [`Self::dump_state`], else geth's `debug_accountRange`),
+    /// with the storage `listed` holds (every slot for the whole state),
+    /// checked whole against the state root of the node's header of that
+    /// block; `None` when the node offers neither.
     pub async fn export_dump(
         &self,
         listed: &PrivateStorage,
     ) -> Result<Option<ExportedState>, RpcSourceError> {
-        let Some(dump) = self.dump_state().await? else {
-            return Ok(None);
-        };
-        // Inflating and hashing the whole state: off the async threads.
         let (chain_id, listed) = (self.chain_id, listed.clone());
-        let parsed = tokio::task::spawn_blocking(move || {
-            crate::sources::dump::parse_anvil_dump(&dump, chain_id, &listed)
-        })
-        .await
-        .expect("parsing the dump panicked");
-        let mut state = parsed.map_err(|e| RpcSourceError::Reply {
-            method: DUMP_METHOD,
-            message: e.to_string(),
-        })?;
+        // Inflating and hashing the whole state: off the async threads.
+        let mut state = match self.dump_state().await? {
+            Some(dump) => tokio::task::spawn_blocking(move || {
+                crate::sources::dump::parse_anvil_dump(&dump, chain_id, &listed)
+            })
+            .await
+            .expect("parsing the dump panicked")
+            .map_err(|e| RpcSourceError::Reply {
+                method: DUMP_METHOD,
+                message: e.to_string(),
+            })?,
+            None => {
+                let block = self.head().await?;
+                let Some(alloc) = self.account_ranges(block).await? else {
+                    return Ok(None);
+                };
+                tokio::task::spawn_blocking(move || {
+                    crate::sources::dump::account_range_state(&alloc, chain_id, block, &listed)
+                })
+                .await
+                .expect("hashing the account ranges panicked")
+            }
+        };
         let (hash, root, time) = self.block_header(state.block_number).await?;
         let dumped = state.state_root.unwrap_or_default();
         if dumped != root {
