@@ -461,7 +461,7 @@ where
             }
             RunHere::AccessList => {
                 let run = |held| executor.access_list(&args, &sel, held);
-                let answer = |(list, result)| Ok(execute::access_list_answer(&list, &result));
+                let answer = |(list, result)| execute::access_list_answer(&list, &result);
                 self.run_here(call, &args, &sel, run, answer).await
             }
         }

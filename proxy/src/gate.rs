@@ -299,16 +299,20 @@ fn trace_options_read_no_state(options: Option<&Value>) -> bool {
         "tracer" => value
             .as_str()
             .is_some_and(|t| BUILT_IN_TRACERS.contains(&t)),
-        "tracerConfig" => value.as_object().is_some_and(|config| {
-            config
-                .iter()
-                .all(|(flag, on)| TRACER_FLAGS.contains(&flag.as_str()) && on.is_boolean())
-        }),
+        "tracerConfig" => {
+            value.is_null()
+                || value.as_object().is_some_and(|config| {
+                    config
+                        .iter()
+                        .all(|(flag, on)| TRACER_FLAGS.contains(&flag.as_str()) && on.is_boolean())
+                })
+        }
         // A duration ("5s").
         "timeout" => value.as_str().is_some_and(|t| {
             t.len() <= 16 && t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.')
         }),
-        "reexec" => value.is_u64(),
+        // (`reexec`: older geths'; `limit`: the struct logger's steps.)
+        "reexec" | "limit" => value.is_u64(),
         "disableStorage" | "disableStack" | "enableMemory" | "enableReturnData" => {
             value.is_boolean()
         }

@@ -36,6 +36,14 @@ pub enum DumpError {
     NoPreimage { key: String },
     #[error("debug_accountRange's account {address}: {why}")]
     BadAccount { address: Address, why: String },
+    /// Its slots do not give the storage root geth gives it: geth left
+    /// out slots it holds no preimage of.
+    #[error("debug_accountRange's account {address}: its slots give storage root {slots}, geth's is {geth} (geth holds no preimage of some of its slots: run it with --cache.preimages from its first block)")]
+    MissingSlots {
+        address: Address,
+        slots: B256,
+        geth: B256,
+    },
 }
 
 /// A whole state by address, as a genesis file's alloc holds it.
@@ -51,10 +59,12 @@ pub struct AccountRangePage {
     pub next: Option<Bytes>,
 }
 
-/// An account as geth's dump writes it (its `root` and `codeHash` are
-/// recomputed from what it holds).
+/// An account as geth's dump writes it (its `codeHash` is recomputed from
+/// its code).
 #[derive(Debug, Deserialize)]
 struct RangeAccount {
+    /// Its storage root, which the slots given must make.
+    root: B256,
     /// In decimal.
     balance: String,
     nonce: u64,
@@ -74,6 +84,22 @@ impl AccountRangePage {
     /// How many accounts the page holds.
     pub fn len(&self) -> usize {
         self.accounts.len()
+    }
+
+    /// The key (an account's hash) the page starts at, where geth gives
+    /// it.
+    pub fn first_key(&self) -> Option<&[u8]> {
+        let keys = self
+            .accounts
+            .values()
+            .filter_map(|a| a.key.as_ref().map(|k| k.as_ref()));
+        keys.min()
+    }
+
+    /// How many records (accounts and slots) the page holds.
+    pub fn records(&self) -> usize {
+        let slots: usize = self.accounts.values().map(|a| a.storage.len()).sum();
+        self.accounts.len() + slots
     }
 
     pub fn is_empty(&self) -> bool {
@@ -96,6 +122,18 @@ impl AccountRangePage {
                 let value = U256::from_str_radix(word.trim_start_matches("0x"), 16)
                     .map_err(|e| bad(format!("slot {slot}: word {word:?}: {e}")))?;
                 storage.insert(slot, B256::from(value));
+            }
+            let words = storage
+                .iter()
+                .map(|(slot, word)| (*slot, U256::from_be_bytes(word.0)));
+            let slots = alloy_trie::root::storage_root_unhashed(words);
+            if slots != account.root {
+                let geth = account.root;
+                return Err(DumpError::MissingSlots {
+                    address,
+                    slots,
+                    geth,
+                });
             }
             let code = account.code.filter(|c| !c.is_empty());
             let genesis = GenesisAccount {
@@ -226,19 +264,27 @@ mod tests {
 
     /// geth's shape: balances in decimal, words trimmed and without `0x`,
     /// accounts keyed by address where it knows the preimage.
-    const RANGE: &str = r#"{"root":"5e5a","accounts":{
-        "0x00000000000000000000000000000000000000Aa":{"balance":"1000000000000000000","nonce":3,
-            "root":"0x56","codeHash":"0xc5","code":"0x6000",
-            "storage":{"0x0000000000000000000000000000000000000000000000000000000000000001":"05"},
-            "address":"0x00000000000000000000000000000000000000aa","key":"0x01"},
-        "0x00000000000000000000000000000000000000bB":{"balance":"0","nonce":0,"root":"0x56","codeHash":"0xc5",
-            "address":"0x00000000000000000000000000000000000000bb","key":"0x02"}},
-        "next":"0x03"}"#;
+    fn range() -> String {
+        let slot_root =
+            alloy_trie::root::storage_root_unhashed([(B256::with_last_byte(1), U256::from(5))]);
+        let empty = alloy_trie::EMPTY_ROOT_HASH;
+        format!(
+            r#"{{"root":"5e5a","accounts":{{
+        "0x00000000000000000000000000000000000000Aa":{{"balance":"1000000000000000000","nonce":3,
+            "root":"{slot_root}","codeHash":"0xc5","code":"0x6000",
+            "storage":{{"0x0000000000000000000000000000000000000000000000000000000000000001":"05"}},
+            "address":"0x00000000000000000000000000000000000000aa","key":"0x01"}},
+        "0x00000000000000000000000000000000000000bB":{{"balance":"0","nonce":0,"root":"{empty}","codeHash":"0xc5",
+            "address":"0x00000000000000000000000000000000000000bb","key":"0x02"}}}},
+        "next":"0x03"}}"#
+        )
+    }
 
     #[test]
     fn an_account_range_page_is_read_by_address() {
-        let page: AccountRangePage = serde_json::from_str(RANGE).unwrap();
+        let page: AccountRangePage = serde_json::from_str(&range()).unwrap();
         assert_eq!(page.next, Some(Bytes::from_static(&[3])));
+        assert_eq!((page.len(), page.records()), (2, 3));
         let mut alloc = Alloc::new();
         page.add_to(&mut alloc).unwrap();
         let contract: Address = "0x00000000000000000000000000000000000000aa"
@@ -258,20 +304,31 @@ mod tests {
 
     #[test]
     fn an_account_geth_cannot_name_is_refused() {
-        let nameless = r#"{"root":"5e","accounts":{"pre(0xabcd)":{"balance":"0","nonce":0,
-            "root":"0x56","codeHash":"0xc5","key":"0xabcd"}}}"#;
-        let page: AccountRangePage = serde_json::from_str(nameless).unwrap();
+        let nameless = format!(
+            r#"{{"root":"5e","accounts":{{"pre(0xabcd)":{{"balance":"0","nonce":0,
+            "root":"{}","codeHash":"0xc5","key":"0xabcd"}}}}}}"#,
+            alloy_trie::EMPTY_ROOT_HASH
+        );
+        let page: AccountRangePage = serde_json::from_str(&nameless).unwrap();
         let refused = page.add_to(&mut Alloc::new()).unwrap_err();
         assert!(
             refused.to_string().contains("--cache.preimages"),
             "{refused}"
         );
-        let bad = RANGE.replace("\"05\"", "\"zz\"");
+        let bad = range().replace("\"05\"", "\"zz\"");
         let page: AccountRangePage = serde_json::from_str(&bad).unwrap();
         assert!(matches!(
             page.add_to(&mut Alloc::new()),
             Err(DumpError::BadAccount { .. })
         ));
+        // A slot geth left out (no preimage): the storage root says so.
+        let missing = range().replace("\"05\"", "\"06\"");
+        let page: AccountRangePage = serde_json::from_str(&missing).unwrap();
+        let refused = page.add_to(&mut Alloc::new()).unwrap_err();
+        assert!(
+            matches!(refused, DumpError::MissingSlots { .. }),
+            "{refused}"
+        );
     }
 
     #[test]

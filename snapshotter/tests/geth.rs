@@ -110,8 +110,9 @@ fn every_level_has_geths_state_root(store: &std::path::Path, url: &str, head: u6
 }
 
 /// A base from geth's own state at its head (`debug_accountRange`, geth
-/// recording preimages): every account and slot, checked against its
-/// state root, the slots written since the genesis included; without
+/// recording preimages): every account and slot (more than a page of
+/// accounts), checked against its state root, the slots written since
+/// the genesis included; without
 /// preimages, geth cannot name its accounts, and the base is refused
 /// with the advice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -123,7 +124,15 @@ async fn a_base_is_read_from_geths_account_ranges() {
         "code": "0x3615600b575f35600355005b33ff",
         "storage": {word(1): word(5)},
     });
-    let alloc = vec![(CONTRACT.into(), contract.clone())];
+    let mut alloc = vec![(CONTRACT.into(), contract.clone())];
+    // Past geth's page of 256 accounts.
+    let funded = (1..=300u64).map(|i| {
+        (
+            format!("{:#042x}", 0xf000_0000 + i),
+            json!({"balance": "0x1"}),
+        )
+    });
+    alloc.extend(funded);
     let preimages = ["--cache.preimages"];
     let (geth, _) = Node::start_geth_with(dir.path(), alloc.clone(), &preimages).await;
     geth.transact(
@@ -163,6 +172,11 @@ async fn a_base_is_read_from_geths_account_ranges() {
         .records
         .iter()
         .any(|r| r.address == Some(sender) && r.nonce == 1));
+    assert!(
+        state.records.len() > 300,
+        "{} accounts",
+        state.records.len()
+    );
     geth.stop().await;
 
     let bare = tempfile::tempdir().unwrap();

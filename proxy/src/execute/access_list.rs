@@ -57,19 +57,29 @@ impl Executor {
 }
 
 /// `eth_createAccessList`'s answer: the list, the gas used with it, and
-/// why the call failed where it did (geth's fields).
-pub fn access_list_answer(list: &Touched, result: &CallResult) -> Value {
-    let items: Vec<Value> = list
-        .iter()
-        .map(|(address, slots)| serde_json::json!({"address": address, "storageKeys": slots}))
-        .collect();
+/// why the call failed where it did (geth's fields); a call the node
+/// would not even run (an empty authorization list, too little balance
+/// for its gas) is geth's error, not a list.
+pub fn access_list_answer(
+    list: &Touched,
+    result: &CallResult,
+) -> Result<Value, jsonrpsee::types::ErrorObjectOwned> {
     let (gas, error) = match result {
         CallResult::Success { gas_used, .. } => (*gas_used, None),
         // geth names the revert, not its reason, here.
         CallResult::Revert { gas_used, .. } => (*gas_used, Some("execution reverted".into())),
         CallResult::Halt { gas_used, message } => (*gas_used, Some(message.clone())),
-        CallResult::Invalid { message } => (0, Some(message.clone())),
+        CallResult::Invalid { message } => {
+            let message = format!("failed to apply transaction: {message}");
+            let failed =
+                jsonrpsee::types::ErrorObjectOwned::owned(EXECUTION_FAILED, message, None::<()>);
+            return Err(failed);
+        }
     };
+    let items: Vec<Value> = list
+        .iter()
+        .map(|(address, slots)| serde_json::json!({"address": address, "storageKeys": slots}))
+        .collect();
     let mut answer = serde_json::json!({
         "accessList": items,
         "gasUsed": alloy_primitives::U64::from(gas),
@@ -77,5 +87,5 @@ pub fn access_list_answer(list: &Touched, result: &CallResult) -> Value {
     if let Some(error) = error {
         answer["error"] = Value::String(error);
     }
-    answer
+    Ok(answer)
 }

@@ -238,7 +238,7 @@ mod tests {
             gas_used: 0x5208,
         };
         assert_eq!(
-            access_list_answer(&list, &ok),
+            access_list_answer(&list, &ok).unwrap(),
             json!({"accessList": [{"address": a, "storageKeys": [B256::with_last_byte(1)]}], "gasUsed": "0x5208"})
         );
         let halted = CallResult::Halt {
@@ -246,7 +246,7 @@ mod tests {
             gas_used: 7,
         };
         assert_eq!(
-            access_list_answer(&Touched::new(), &halted)["error"],
+            access_list_answer(&Touched::new(), &halted).unwrap()["error"],
             "out of gas"
         );
         // geth's access list names a revert without its reason.
@@ -254,8 +254,14 @@ mod tests {
             output: alloy_primitives::Bytes::from_static(b"\x08\xc3\x79\xa0"),
             gas_used: 9,
         };
-        let answer = access_list_answer(&Touched::new(), &reverted);
+        let answer = access_list_answer(&Touched::new(), &reverted).unwrap();
         assert_eq!(answer["error"], "execution reverted");
+        // A call the node would not run is its error, not a list.
+        let invalid = CallResult::Invalid {
+            message: "EIP-7702 transaction with empty auth list".into(),
+        };
+        let refused = access_list_answer(&Touched::new(), &invalid).unwrap_err();
+        assert_eq!(refused.code(), EXECUTION_FAILED);
         let e = node_answer(&halted).unwrap_err();
         assert_eq!((e.code(), e.message()), (EXECUTION_FAILED, "out of gas"));
     }

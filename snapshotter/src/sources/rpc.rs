@@ -425,7 +425,8 @@ impl RpcSource {
             })?,
             None => {
                 let block = self.head().await?;
-                let Some(alloc) = self.account_ranges(block).await? else {
+                let (hash, _, _) = self.block_header(block).await?;
+                let Some(alloc) = self.account_ranges(block, hash).await? else {
                     return Ok(None);
                 };
                 tokio::task::spawn_blocking(move || {
