@@ -178,10 +178,7 @@ impl Logs {
         };
         let answered = async {
             self.check_span(upstream, &wide).await?;
-            let params = serde_json::value::to_raw_value(&[wide]).expect("a filter serialises");
-            let raw = upstream
-                .call("eth_getLogs", Some(params), Reason::NotPrivateMethod)
-                .await?;
+            let raw = ask(upstream, "eth_getLogs", Some(wide)).await?;
             self.checked(&raw, &wanted)
         };
         Some(answered.await)
@@ -237,11 +234,7 @@ impl Logs {
         filter: Option<Value>,
         wanted: Option<LogFilter>,
     ) -> Result<Value, ProxyError> {
-        let params =
-            filter.map(|f| serde_json::value::to_raw_value(&[f]).expect("a filter serialises"));
-        let raw = upstream
-            .call(method, params, Reason::NotPrivateMethod)
-            .await?;
+        let raw = ask(upstream, method, filter).await?;
         let node: String = serde_json::from_str(raw.get())
             .map_err(|e| ProxyError::UpstreamUnavailable(format!("a filter id: {e}")))?;
         let own = own_filter_id();
@@ -257,14 +250,12 @@ impl Logs {
                 .flatten()
         };
         if let Some(old) = evicted {
-            let params = serde_json::value::to_raw_value(&[old.node]).expect("an id serialises");
-            let _ = upstream
-                .call(
-                    "eth_uninstallFilter",
-                    Some(params),
-                    Reason::NotPrivateMethod,
-                )
-                .await;
+            let _ = ask(
+                upstream,
+                "eth_uninstallFilter",
+                Some(Value::String(old.node)),
+            )
+            .await;
         }
         Ok(Value::String(own))
     }
@@ -294,10 +285,7 @@ impl Logs {
                 _ => Err(ProxyError::FilterNotFound),
             };
         };
-        let params = serde_json::value::to_raw_value(&[node]).expect("an id serialises");
-        let raw = upstream
-            .call(method, Some(params), Reason::NotPrivateMethod)
-            .await?;
+        let raw = ask(upstream, method, Some(Value::String(node))).await?;
         match wanted {
             Some(wanted) => self.checked(&raw, &wanted),
             None => serde_json::from_str(raw.get())
@@ -472,6 +460,20 @@ pub fn span(filter: &Value, head: u64) -> Option<u64> {
     };
     let (from, to) = (bound("fromBlock")?, bound("toBlock")?);
     Some(to.saturating_sub(from) + 1)
+}
+
+/// `method` with its one parameter (a filter or a filter's id), if any,
+/// asked of the node as a method the proxy does not answer itself (the
+/// gate still judges what it names).
+async fn ask(
+    upstream: &Upstream,
+    method: &str,
+    param: Option<Value>,
+) -> Result<Box<RawValue>, ProxyError> {
+    let params = param.map(|p| serde_json::value::to_raw_value(&[p]).expect("JSON serialises"));
+    upstream
+        .call(method, params, Reason::NotPrivateMethod)
+        .await
 }
 
 #[cfg(test)]

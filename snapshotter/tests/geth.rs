@@ -15,6 +15,17 @@ use super::follow::{config, view_slots};
 /// else word 0 is written to slot 3.
 const CONTRACT: &str = "0x00000000000000000000000000000000000c0de5";
 
+/// [`CONTRACT`]'s genesis account: its code, 3 wei, and `words` (slot,
+/// word) in its storage.
+fn genesis_contract(words: &[(u8, u8)]) -> serde_json::Value {
+    let word = |n: u8| format!("{:#066x}", n);
+    let storage: serde_json::Map<String, serde_json::Value> = words
+        .iter()
+        .map(|(slot, value)| (word(*slot), json!(word(*value))))
+        .collect();
+    json!({"balance": "0x3", "code": "0x3615600b575f35600355005b33ff", "storage": storage})
+}
+
 /// The tracer geth offers is found, and one it lacks is named.
 async fn geth_offers_the_prestate_tracer_only(url: &str) {
     let node = RpcSource::connect(url, RpcOptions::default())
@@ -39,12 +50,7 @@ async fn geth_offers_the_prestate_tracer_only(url: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn geth_is_followed_with_the_whole_state_through_its_prestate_tracer() {
     let dir = tempfile::tempdir().unwrap();
-    let word = |n: u8| format!("{:#066x}", n);
-    let contract = json!({
-        "balance": "0x3",
-        "code": "0x3615600b575f35600355005b33ff",
-        "storage": {word(1): word(5), word(3): word(7)},
-    });
+    let contract = genesis_contract(&[(1, 5), (3, 7)]);
     let factory = test_support::CREATE2_FACTORY;
     let alloc = vec![
         (CONTRACT.into(), contract),
@@ -118,12 +124,7 @@ fn every_level_has_geths_state_root(store: &std::path::Path, url: &str, head: u6
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_base_is_read_from_geths_account_ranges() {
     let dir = tempfile::tempdir().unwrap();
-    let word = |n: u8| format!("{:#066x}", n);
-    let contract = json!({
-        "balance": "0x3",
-        "code": "0x3615600b575f35600355005b33ff",
-        "storage": {word(1): word(5)},
-    });
+    let contract = genesis_contract(&[(1, 5)]);
     let mut alloc = vec![(CONTRACT.into(), contract.clone())];
     // Past geth's page of 256 accounts.
     let funded = (1..=300u64).map(|i| {
