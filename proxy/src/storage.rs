@@ -141,8 +141,16 @@ pub fn plan(
 ) -> Option<StorageRead> {
     let params: Vec<Value> = serde_json::from_str(params?.get()).ok()?;
     match method {
-        "eth_getStorageAt" => plan_get_storage(&params, &answerable),
-        "eth_getStorageValues" => plan_get_storage_values(&params, &answerable),
+        "eth_getStorageAt" | "eth_getStorageValues" => match storage_args(method, &params).ok()? {
+            StorageArgs::At {
+                contract,
+                slot,
+                block,
+            } => plan_get_storage(contract, slot, block, &answerable),
+            StorageArgs::Values { asked, block } => {
+                plan_get_storage_values(asked, block, &answerable)
+            }
+        },
         "eth_call" => plan_eth_call(&params, &answerable),
         _ => None,
     }
@@ -175,19 +183,41 @@ pub fn storage_key(text: &str) -> Result<B256, String> {
 }
 
 /// What the node refuses in a storage read's parameters, refused here
-/// with its code (-32602; -38026 past its slot bound), so that nothing is
-/// read or sent for it: params that are not an array of the method's
-/// arguments, an address or a key that is not one, a block that is not
-/// one, an `eth_getStorageValues` of no slot or of more than
-/// [`MAX_STORAGE_VALUES`].
+/// with its code ([`storage_args`]'s refusal), so that nothing is read or
+/// sent for it.
 pub fn refused_params(method: &str, params: Option<&RawValue>) -> Option<ProxyError> {
     if !matches!(method, "eth_getStorageAt" | "eth_getStorageValues") {
         return None;
     }
-    let invalid = |why: String| Some(ProxyError::BadParams(why));
     let Ok(params) = serde_json::from_str::<Vec<Value>>(params.map_or("[]", RawValue::get)) else {
-        return invalid("params must be an array of the method's arguments".into());
+        let why = "params must be an array of the method's arguments";
+        return Some(ProxyError::BadParams(why.into()));
     };
+    storage_args(method, &params).err()
+}
+
+/// A storage read's arguments, as geth reads them.
+enum StorageArgs {
+    /// `eth_getStorageAt(contract, slot, block)`.
+    At {
+        contract: Address,
+        slot: B256,
+        block: BlockSelector,
+    },
+    /// `eth_getStorageValues({contract: [slot, ...], ...}, block)`.
+    Values {
+        asked: BTreeMap<Address, Vec<B256>>,
+        block: BlockSelector,
+    },
+}
+
+/// `eth_getStorageAt`'s or `eth_getStorageValues`'s arguments (any other
+/// method is read as the latter), or geth's refusal of them (-32602;
+/// -38026 past its slot bound): not the method's number of arguments, an
+/// address or a key that is not one, a block that is not one, no slot or
+/// more than [`MAX_STORAGE_VALUES`].
+fn storage_args(method: &str, params: &[Value]) -> Result<StorageArgs, ProxyError> {
+    let invalid = |why: String| Err(ProxyError::BadParams(why));
     let (arguments, block_at_index) = match method {
         "eth_getStorageAt" => (2..=3, 2),
         _ => (1..=2, 1),
@@ -195,25 +225,35 @@ pub fn refused_params(method: &str, params: Option<&RawValue>) -> Option<ProxyEr
     if !arguments.contains(&params.len()) {
         return invalid(format!("{} arguments, want {arguments:?}", params.len()));
     }
-    if block_at(&params, block_at_index).is_none() {
+    let Some(block) = block_at(params, block_at_index) else {
         return invalid(format!("invalid argument {block_at_index}: not a block"));
-    }
+    };
     if method == "eth_getStorageAt" {
-        let address = params[0]
+        let contract = params[0]
             .as_str()
             .ok_or_else(|| "an address is a hex string".to_string())
             .and_then(ethpir_client::parse_address);
-        if let Err(why) = address {
-            return invalid(format!("invalid argument 0: {why}"));
-        }
-        return match params[1].as_str() {
-            None => invalid("invalid argument 1: a storage key is a hex string".into()),
-            Some(key) => storage_key(key).err().map(ProxyError::BadParams),
+        let contract = match contract {
+            Ok(contract) => contract,
+            Err(why) => return invalid(format!("invalid argument 0: {why}")),
         };
+        let Some(key) = params[1].as_str() else {
+            return invalid("invalid argument 1: a storage key is a hex string".into());
+        };
+        let slot = storage_key(key).map_err(ProxyError::BadParams)?;
+        return Ok(StorageArgs::At {
+            contract,
+            slot,
+            block,
+        });
     }
-    match serde_json::from_value::<BTreeMap<Address, Vec<B256>>>(params[0].clone()) {
-        Err(e) => invalid(format!("invalid argument 0: {e}")),
-        Ok(asked) => slot_count_refusal(asked.values().map(Vec::len).sum()),
+    let asked: BTreeMap<Address, Vec<B256>> = match serde_json::from_value(params[0].clone()) {
+        Ok(asked) => asked,
+        Err(e) => return invalid(format!("invalid argument 0: {e}")),
+    };
+    match slot_count_refusal(asked.values().map(Vec::len).sum()) {
+        Some(refusal) => Err(refusal),
+        None => Ok(StorageArgs::Values { asked, block }),
     }
 }
 
@@ -239,16 +279,13 @@ pub(crate) fn block_at(params: &[Value], at: usize) -> Option<BlockSelector> {
     }
 }
 
+/// `eth_getStorageAt` of a contract the view at `block` holds.
 fn plan_get_storage(
-    params: &[Value],
+    contract: Address,
+    slot: B256,
+    block: BlockSelector,
     answerable: &impl Fn(&BlockSelector) -> Option<Answerable>,
 ) -> Option<StorageRead> {
-    if params.len() > 3 {
-        return None;
-    }
-    let contract = ethpir_client::parse_address(params.first()?.as_str()?).ok()?;
-    let slot = storage_key(params.get(1)?.as_str()?).ok()?;
-    let block = block_at(params, 2)?;
     if !answerable(&block)?.storage.holds(&contract) {
         return None;
     }
@@ -263,22 +300,13 @@ fn plan_get_storage(
 /// Slots `eth_getStorageValues` may ask at once (geth's bound).
 const MAX_STORAGE_VALUES: usize = 1024;
 
-/// `eth_getStorageValues`: every contract held, within geth's slot
-/// bounds ([`slot_count_refusal`]), each a 32-byte word (as geth reads
-/// them).
+/// `eth_getStorageValues` (its slots within geth's bounds, each a
+/// 32-byte word: [`storage_args`]) where every contract is held.
 fn plan_get_storage_values(
-    params: &[Value],
+    asked: BTreeMap<Address, Vec<B256>>,
+    block: BlockSelector,
     answerable: &impl Fn(&BlockSelector) -> Option<Answerable>,
 ) -> Option<StorageRead> {
-    if params.len() > 2 {
-        return None;
-    }
-    let asked: BTreeMap<Address, Vec<B256>> =
-        serde_json::from_value(params.first()?.clone()).ok()?;
-    if slot_count_refusal(asked.values().map(Vec::len).sum()).is_some() {
-        return None;
-    }
-    let block = block_at(params, 1)?;
     let storage = answerable(&block)?.storage;
     if !asked.keys().all(|c| storage.holds(c)) {
         return None;
