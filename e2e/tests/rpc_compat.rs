@@ -202,11 +202,9 @@ impl std::fmt::Display for Finding {
     }
 }
 
+/// One request's whole JSON answer.
 async fn post(http: &reqwest::Client, url: &str, request: &Value) -> Value {
-    let response = http.post(url).json(request).send().await.unwrap();
-    let bytes = response.bytes().await.unwrap();
-    serde_json::from_slice(&bytes)
-        .unwrap_or_else(|_| Value::String(format!("not JSON: {}", String::from_utf8_lossy(&bytes))))
+    test_support::rpc_raw(http, url, &request.to_string()).await
 }
 
 /// Runs `case` through the proxy (and, first, at geth): what went wrong,
