@@ -13,7 +13,14 @@
 //                      bytes of `key`, derived from the seed by pir-core) of
 //                      row (u32 LE) || c (u32 LE) || 0 (u64); read as u32 LE;
 //   ethpir_hint_gemm - M += A_tile . D_tile over Z_2^32, D in pir-core's panel
-//                      layout (columns in panels of <= 64, rows in quads).
+//                      layout (columns in panels of <= 64, rows in quads);
+//   ethpir_answer_*  - the server's answers q . D over Z_2^32 for a batch of
+//                      queries, on the tensor cores (below, with their
+//                      layout).
+//
+// The tensor-core instruction is the one place with inline PTX; the
+// emulator defines ETHPIR_EMULATOR and supplies the same warp-wide
+// operation in C++.
 
 typedef unsigned int u32;
 typedef unsigned long long u64;
@@ -23,7 +30,8 @@ typedef unsigned char u8;
 // Set from Rust (src/defines.rs), never here: NVRTC options and the
 // emulator's build pass them.
 #if !defined(ETHPIR_BLOCK_COLS) || !defined(ETHPIR_PANEL_COLS) || !defined(ETHPIR_TM) || \
-    !defined(ETHPIR_TK) || !defined(ETHPIR_GEMM_THREADS) || !defined(ETHPIR_EXPAND_THREADS)
+    !defined(ETHPIR_TK) || !defined(ETHPIR_GEMM_THREADS) || !defined(ETHPIR_EXPAND_THREADS) || \
+    !defined(ETHPIR_ANSWER_THREADS) || !defined(ETHPIR_SLICE_THREADS)
 #error "compile with the defines of gpu-kernels/src/defines.rs"
 #endif
 
@@ -305,3 +313,197 @@ extern "C" __global__ void __launch_bounds__(ETHPIR_GEMM_THREADS) ethpir_hint_ge
         }
     }
 }
+
+// ---------------------------------------------------------------------------
+// Answers. A query q (one u32 per served row) times D (i8) over Z_2^32 is
+// sum_t 2^(8t) (q_t . D), where q_t is byte t of every entry: four u8
+// vectors, each an exact integer product on the tensor cores
+// (mma m16n8k32, u8 x s8 -> s32). The planes of all queries are the rows of
+// one u8 matrix P (row 4i + t: plane t of query i), so D is read once per
+// batch for every plane and query.
+//
+// Layouts, in 32-bit words:
+//   planes: P[m][g], m < 4 * queries, g < groups (a served row group of 4):
+//           byte r of the word is plane t of entry 4g + r, which is also
+//           what one register of the MMA's A fragment holds;
+//   d:      the served rows of pir-core's panel layout, panel after panel:
+//           panel p starts at word p * 64 * groups, its word (g, c) holds
+//           rows 4g .. 4g+3 of column c (a B fragment's register);
+//   out:    out[i][c], i < queries, c < cols_pad, zeroed before the launch:
+//           the partial sums of every block are added in (mod 2^32, so the
+//           order does not matter and the result is exact).
+//
+// A block takes one panel, one chunk of row groups and up to 16 * MT rows
+// of P; its 4 warps take the chunk's steps of 8 groups (32 rows) in turn.
+// A chunk is at most 16384 groups, so a warp's s32 accumulator sums at
+// most 16384 rows of |u8 x s8| <= 255 * 128: below 2^31, never wrapping.
+
+#ifdef ETHPIR_EMULATOR
+// Supplied by emulator/emulator.cpp.
+void ethpir_mma_u8s8(int c[4], const u32 a[4], const u32 b[2]);
+__device__ __forceinline__ u32 ethpir_load_word(const i8* base, u64 word) {
+    u32 v;
+    __builtin_memcpy(&v, base + 4 * word, 4);
+    return v;
+}
+#define ethpir_atomic_add(ptr, v) __atomic_fetch_add((ptr), (v), __ATOMIC_RELAXED)
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+// No u8 x s8 MMA before sm_80: the host never launches an answer kernel
+// there (src/cuda.rs), so that the hint kernels still build and run.
+__device__ __forceinline__ void ethpir_mma_u8s8(int c[4], const u32 a[4], const u32 b[2]) {
+    __trap();
+}
+__device__ __forceinline__ u32 ethpir_load_word(const i8* base, u64 word) {
+    return ((const u32*)base)[word];
+}
+#define ethpir_atomic_add(ptr, v) atomicAdd((ptr), (v))
+#else
+// c += a . b for one 16 x 8 x 32 tile held across the warp (PTX ISA,
+// "Matrix Fragments for mma.m16n8k32": a0 rows gid, k 4 tig .. +3; a1 row
+// gid + 8; a2 and a3 the same rows at k + 16; b0 k 4 tig .. +3 of column
+// gid, b1 k + 16; c0, c1 row gid, columns 2 tig, 2 tig + 1; c2, c3 row
+// gid + 8).
+__device__ __forceinline__ void ethpir_mma_u8s8(int c[4], const u32 a[4], const u32 b[2]) {
+    // Not volatile: a pure function of its operands, so the compiler may
+    // schedule the next step's loads across it.
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+__device__ __forceinline__ u32 ethpir_load_word(const i8* base, u64 word) {
+    return ((const u32*)base)[word];
+}
+#define ethpir_atomic_add(ptr, v) atomicAdd((ptr), (v))
+#endif
+
+// Splits `count` queries (entry r of query i at q[i * 4 * groups + r]) into
+// their byte planes (P above). One thread per (query, group).
+extern "C" __global__ void __launch_bounds__(ETHPIR_SLICE_THREADS) ethpir_answer_slice(const u32* q, u32 count, u32 groups, u32* planes) {
+    u64 item = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (item >= (u64)count * groups) {
+        return;
+    }
+    u64 query = item / groups;
+    u64 g = item % groups;
+    const u32* x = q + query * 4 * groups + 4 * g;
+    for (u32 t = 0; t < 4; ++t) {
+        u32 word = 0;
+        for (u32 r = 0; r < 4; ++r) {
+            word |= ((x[r] >> (8 * t)) & 0xFFu) << (8 * r);
+        }
+        planes[(query * 4 + t) * groups + g] = word;
+    }
+}
+
+// One block of the answer (see above): MT tiles of 16 rows of P, U steps
+// of 8 row groups loaded at a time by each warp.
+template <int MT, int U>
+__device__ void ethpir_answer_block(const u32* planes, u32 m_rows, const i8* d, u32 groups, u32 cols_pad,
+                                    u32 chunk_groups, u32* out) {
+    __shared__ u32 sums[4 * MT][ETHPIR_PANEL_COLS];
+    u32 panels = (cols_pad + ETHPIR_PANEL_COLS - 1) / ETHPIR_PANEL_COLS;
+    u32 m_groups = (m_rows + 16 * MT - 1) / (16 * MT);
+    u64 item = blockIdx.x;
+    u32 mg = (u32)(item % m_groups);
+    item /= m_groups;
+    u32 panel = (u32)(item % panels);
+    u32 chunk = (u32)(item / panels);
+    u32 width = cols_pad - panel * ETHPIR_PANEL_COLS;
+    if (width > ETHPIR_PANEL_COLS) {
+        width = ETHPIR_PANEL_COLS;
+    }
+    u32 ntiles = width / 8;
+    u32 m0 = mg * 16 * MT;
+    u32 g_begin = chunk * chunk_groups;
+    u32 g_end = groups - g_begin < chunk_groups ? groups : g_begin + chunk_groups;
+    u32 tid = threadIdx.x;
+    u32 warp = tid / 32;
+    u32 lane = tid % 32;
+    u32 gid = lane / 4;
+    u32 tig = lane % 4;
+    u64 panel_words = (u64)panel * ETHPIR_PANEL_COLS * groups;
+    for (u32 e = tid; e < 4 * MT * ETHPIR_PANEL_COLS; e += ETHPIR_ANSWER_THREADS) {
+        sums[e / ETHPIR_PANEL_COLS][e % ETHPIR_PANEL_COLS] = 0;
+    }
+    int acc[MT][8][4];
+    for (int i = 0; i < MT; ++i) {
+        for (int j = 0; j < 8; ++j) {
+            for (int k = 0; k < 4; ++k) {
+                acc[i][j][k] = 0;
+            }
+        }
+    }
+    // U steps at a time: every load of the U steps is issued before their
+    // MMAs, so that a warp keeps U steps of the database in flight.
+    const u32 warps = ETHPIR_ANSWER_THREADS / 32;
+    for (u32 g0 = g_begin + 8 * warp; g0 < g_end; g0 += 8 * warps * U) {
+        u32 b[U][8][2];
+        u32 a[U][MT][4];
+        for (u32 u = 0; u < U; ++u) {
+            u32 ga = g0 + 8 * warps * u + tig;
+            u32 gb = ga + 4;
+            bool has_a = ga < g_end;
+            bool has_b = gb < g_end;
+            for (u32 nt = 0; nt < 8; ++nt) {
+                u32 col = nt * 8 + gid;
+                bool in = nt < ntiles;
+                b[u][nt][0] = in && has_a ? ethpir_load_word(d, panel_words + (u64)ga * width + col) : 0u;
+                b[u][nt][1] = in && has_b ? ethpir_load_word(d, panel_words + (u64)gb * width + col) : 0u;
+            }
+            for (u32 mt = 0; mt < MT; ++mt) {
+                u32 row = m0 + mt * 16 + gid;
+                bool lo = row < m_rows;
+                bool hi = row + 8 < m_rows;
+                a[u][mt][0] = lo && has_a ? planes[(u64)row * groups + ga] : 0u;
+                a[u][mt][1] = hi && has_a ? planes[(u64)(row + 8) * groups + ga] : 0u;
+                a[u][mt][2] = lo && has_b ? planes[(u64)row * groups + gb] : 0u;
+                a[u][mt][3] = hi && has_b ? planes[(u64)(row + 8) * groups + gb] : 0u;
+            }
+        }
+        for (u32 u = 0; u < U; ++u) {
+            for (u32 mt = 0; mt < MT; ++mt) {
+                for (u32 nt = 0; nt < 8; ++nt) {
+                    if (nt < ntiles) {
+                        ethpir_mma_u8s8(acc[mt][nt], a[u][mt], b[u][nt]);
+                    }
+                }
+            }
+        }
+    }
+    __syncthreads();
+    // Plane t of query i is row 4i + t: weighted by 2^(8t), summed per query.
+    for (u32 mt = 0; mt < MT; ++mt) {
+        for (u32 nt = 0; nt < 8; ++nt) {
+            for (u32 k = 0; k < 4; ++k) {
+                u32 row = m0 + mt * 16 + gid + (k >= 2 ? 8 : 0);
+                u32 col = nt * 8 + tig * 2 + (k & 1);
+                if (row < m_rows && nt < ntiles) {
+                    u32 v = (u32)acc[mt][nt][k] << (8 * (row % 4));
+                    ethpir_atomic_add(&sums[(row - m0) / 4][col], v);
+                }
+            }
+        }
+    }
+    __syncthreads();
+    for (u32 e = tid; e < 4 * MT * ETHPIR_PANEL_COLS; e += ETHPIR_ANSWER_THREADS) {
+        u32 query = m0 / 4 + e / ETHPIR_PANEL_COLS;
+        u32 col = e % ETHPIR_PANEL_COLS;
+        if (4 * query < m_rows && col < width) {
+            ethpir_atomic_add(&out[(u64)query * cols_pad + panel * ETHPIR_PANEL_COLS + col],
+                              sums[e / ETHPIR_PANEL_COLS][col]);
+        }
+    }
+}
+
+// The answer kernels: ethpir_answer_m<MT>u<U>, 4 * MT queries a block.
+// src/answer.rs names them (AnswerKernel) and chooses one per batch.
+#define ETHPIR_ANSWER_KERNEL(MT, U)                                                                      \
+    extern "C" __global__ void __launch_bounds__(ETHPIR_ANSWER_THREADS)                                  \
+        ethpir_answer_m##MT##u##U(const u32* planes, u32 m_rows, const i8* d, u32 groups, u32 cols_pad,  \
+                                  u32 chunk_groups, u32* out) {                                          \
+        ethpir_answer_block<MT, U>(planes, m_rows, d, groups, cols_pad, chunk_groups, out);               \
+    }
+ETHPIR_ANSWER_KERNEL(1, 1)
+ETHPIR_ANSWER_KERNEL(2, 2)
+ETHPIR_ANSWER_KERNEL(4, 2)

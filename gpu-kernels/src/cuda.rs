@@ -10,8 +10,10 @@ use pir_core::matrix::{Expansion, PublicMatrix};
 use pir_core::params::SEED_BYTES;
 use pir_core::EncodedDb;
 
+use crate::answer::{AnswerBackend, AnswerKernel, AnswerShape, DeviceDb};
 use crate::defines::{
-    kernel_defines, BLOCK_COLS, EXPAND_THREADS, GEMM_THREADS, GEMM_TM, PANEL_COLS,
+    kernel_defines, ANSWER_THREADS, BLOCK_COLS, EXPAND_THREADS, GEMM_THREADS, GEMM_TM, PANEL_COLS,
+    SLICE_THREADS,
 };
 use crate::tiling::{expand, plan_tile_rows, run_tiled, GemmShape, HintBackend};
 use crate::{GpuError, KERNEL_SOURCE};
@@ -66,33 +68,102 @@ pub fn compile_ptx(arch: Option<&'static str>) -> Result<cudarc::nvrtc::Ptx, Gpu
     .map_err(|e| GpuError::Compile(format!("{e:?}")))
 }
 
-/// A GPU with the kernels loaded.
-pub struct CudaHint {
+/// The process's GPU, opened and its kernels compiled once: every level a
+/// server holds shares it (each with a stream of its own). A failure is
+/// kept too, so that a machine without a GPU is probed once.
+pub fn shared() -> Result<&'static CudaGpu, GpuError> {
+    static GPU: std::sync::OnceLock<Result<CudaGpu, String>> = std::sync::OnceLock::new();
+    GPU.get_or_init(|| CudaGpu::new().map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|e| GpuError::Unusable(e.clone()))
+}
+
+/// A GPU with the kernels loaded, and the stream its work goes to.
+#[derive(Clone)]
+pub struct CudaGpu {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     expand_fn: CudaFunction,
     gemm_fn: CudaFunction,
+    slice_fn: CudaFunction,
+    /// The answer kernels, in [`AnswerKernel::ALL`]'s order.
+    answer_fns: Vec<CudaFunction>,
+    multiprocessors: u32,
+    compute_capability: (u32, u32),
     name: String,
 }
 
-impl CudaHint {
+impl CudaGpu {
     /// Opens device 0 and compiles the kernels.
     pub fn new() -> Result<Self, GpuError> {
         probe()?;
         let ctx = CudaContext::new(0).map_err(driver)?;
         let name = ctx.name().map_err(driver)?;
-        let ptx = compile_ptx(None)?;
+        use cudarc::driver::sys::CUdevice_attribute as Attr;
+        let major = ctx
+            .attribute(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+            .map_err(driver)?;
+        let minor = ctx
+            .attribute(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
+            .map_err(driver)?;
+        // The device's own architecture (NVRTC's default predates the
+        // tensor-core instruction of the answer kernels); leaked once per
+        // process, as NVRTC's options take a static string.
+        let arch: &'static str = Box::leak(format!("compute_{major}{minor}").into_boxed_str());
+        let ptx = compile_ptx(Some(arch))?;
         let module = ctx.load_module(ptx).map_err(driver)?;
         let expand_fn = module.load_function("ethpir_expand").map_err(driver)?;
         let gemm_fn = module.load_function("ethpir_hint_gemm").map_err(driver)?;
+        let slice_fn = module
+            .load_function("ethpir_answer_slice")
+            .map_err(driver)?;
+        let answer_fns = AnswerKernel::ALL
+            .iter()
+            .map(|k| module.load_function(&k.name()).map_err(driver))
+            .collect::<Result<Vec<_>, _>>()?;
+        let multiprocessors = ctx
+            .attribute(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(driver)? as u32;
         let stream = ctx.default_stream();
-        Ok(CudaHint {
+        Ok(CudaGpu {
             ctx,
             stream,
             expand_fn,
             gemm_fn,
+            slice_fn,
+            answer_fns,
+            multiprocessors,
+            compute_capability: (major as u32, minor as u32),
             name,
         })
+    }
+
+    /// The same GPU with a stream of its own (one per database held, so
+    /// that answers from different databases run side by side).
+    pub fn with_own_stream(&self) -> Result<Self, GpuError> {
+        let mut gpu = self.clone();
+        gpu.stream = self.ctx.new_stream().map_err(driver)?;
+        Ok(gpu)
+    }
+
+    /// Uploads the rows `db` serves to answer from them, when they and a
+    /// batch of `max_queries` queries fit the free memory.
+    pub fn hold(&self, db: &EncodedDb, max_queries: usize) -> Result<DeviceDb<Self>, GpuError> {
+        let (major, minor) = self.compute_capability;
+        if major < 8 {
+            return Err(GpuError::Unusable(format!(
+                "answers need compute capability 8.0 or newer (this GPU: {major}.{minor})"
+            )));
+        }
+        let (free, _) = self.memory()?;
+        let rows = db.served_rows().len() as u64;
+        let needed = db.bytes() as u64
+            + max_queries as u64 * (8 * rows + 4 * db.shape().padded_cols() as u64);
+        // Leave a tenth for the driver and other databases' batches.
+        if needed > free / 10 * 9 {
+            return Err(GpuError::OutOfMemory { needed, free });
+        }
+        DeviceDb::upload(self.with_own_stream()?, db)
     }
 
     pub fn device_name(&self) -> &str {
@@ -145,7 +216,7 @@ impl CudaHint {
     }
 }
 
-impl HintBackend for CudaHint {
+impl HintBackend for CudaGpu {
     type U32Buf = CudaSlice<u32>;
     type I8Buf = CudaSlice<i8>;
     type KeyBuf = CudaSlice<u8>;
@@ -243,5 +314,75 @@ impl HintBackend for CudaHint {
         let mut all = self.stream.clone_dtoh(m).map_err(driver)?;
         all.truncate(len);
         Ok(all)
+    }
+}
+
+impl AnswerBackend for CudaGpu {
+    fn upload_u32(
+        &self,
+        dst: &mut CudaSlice<u32>,
+        offset: usize,
+        src: &[u32],
+    ) -> Result<(), GpuError> {
+        if src.is_empty() {
+            return Ok(());
+        }
+        let mut view = dst.slice_mut(offset..offset + src.len());
+        self.stream.memcpy_htod(src, &mut view).map_err(driver)
+    }
+
+    fn multiprocessors(&self) -> u32 {
+        self.multiprocessors
+    }
+
+    fn synchronize(&self) -> Result<(), GpuError> {
+        self.stream.synchronize().map_err(driver)
+    }
+
+    unsafe fn slice_unchecked(
+        &self,
+        q: &CudaSlice<u32>,
+        count: u32,
+        groups: u32,
+        planes: &mut CudaSlice<u32>,
+    ) -> Result<(), GpuError> {
+        let items = count as u64 * groups as u64;
+        let cfg = LaunchConfig {
+            grid_dim: (items.div_ceil(SLICE_THREADS as u64) as u32, 1, 1),
+            block_dim: (SLICE_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut args = self.stream.launch_builder(&self.slice_fn);
+        args.arg(q).arg(&count).arg(&groups).arg(planes);
+        // SAFETY: the caller guarantees q and planes hold count x 4 x
+        // groups elements; the kernel touches no others.
+        unsafe { args.launch(cfg) }.map(|_| ()).map_err(driver)
+    }
+
+    unsafe fn answer_unchecked(
+        &self,
+        planes: &CudaSlice<u32>,
+        d: &CudaSlice<i8>,
+        out: &mut CudaSlice<u32>,
+        shape: AnswerShape,
+    ) -> Result<(), GpuError> {
+        let cfg = LaunchConfig {
+            grid_dim: (shape.blocks() as u32, 1, 1),
+            block_dim: (ANSWER_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let function = &self.answer_fns[shape.kernel.index()];
+        let m_rows = 4 * shape.queries;
+        let mut args = self.stream.launch_builder(function);
+        args.arg(planes)
+            .arg(&m_rows)
+            .arg(d)
+            .arg(&shape.groups)
+            .arg(&shape.cols_pad)
+            .arg(&shape.chunk_groups)
+            .arg(out);
+        // SAFETY: the caller guarantees the sizes of the contract, which
+        // bound every index the kernel touches; the block count fits a u32.
+        unsafe { args.launch(cfg) }.map(|_| ()).map_err(driver)
     }
 }

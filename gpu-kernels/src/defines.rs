@@ -19,6 +19,16 @@ pub const GEMM_THREADS: u32 = 256;
 /// Threads per block of the matrix expansion.
 pub const EXPAND_THREADS: u32 = 128;
 
+/// Threads per block of the answer kernels (4 warps; the kernel's steps
+/// assume whole warps).
+pub const ANSWER_THREADS: u32 = 128;
+/// Threads per block of the query slicing.
+pub const SLICE_THREADS: u32 = 256;
+/// Most row groups (of 4 rows) one answer block sums: a warp's s32
+/// accumulator then stays below 2^31 (16384 x 255 x 128 < 2^31 with a
+/// quarter of the chunk per warp; kernels/ethpir.cu says why it matters).
+pub const ANSWER_MAX_CHUNK_GROUPS: u32 = 16384;
+
 /// `(name, value)` of every define the CUDA source needs.
 pub fn kernel_defines() -> Vec<(&'static str, String)> {
     vec![
@@ -28,5 +38,7 @@ pub fn kernel_defines() -> Vec<(&'static str, String)> {
         ("ETHPIR_TK", format!("{GEMM_TK}u")),
         ("ETHPIR_GEMM_THREADS", format!("{GEMM_THREADS}u")),
         ("ETHPIR_EXPAND_THREADS", format!("{EXPAND_THREADS}u")),
+        ("ETHPIR_ANSWER_THREADS", format!("{ANSWER_THREADS}u")),
+        ("ETHPIR_SLICE_THREADS", format!("{SLICE_THREADS}u")),
     ]
 }

@@ -6,11 +6,25 @@ use pir_core::matrix::{Expansion, PublicMatrix};
 use pir_core::params::SEED_BYTES;
 use pir_core::EncodedDb;
 
+use crate::answer::{AnswerBackend, AnswerShape, DeviceDb};
 use crate::tiling::{expand as checked_expand, run_tiled, GemmShape, HintBackend};
 use crate::GpuError;
 
 extern "C" {
     fn ethpir_emu_expand(key: *const u8, mode: u32, n: u32, col0: u32, ncols: u32, out: *mut u32);
+    fn ethpir_emu_answer_slice(q: *const u32, count: u32, groups: u32, planes: *mut u32);
+    #[allow(clippy::too_many_arguments)]
+    fn ethpir_emu_answer(
+        kernel: u32,
+        blocks: u32,
+        planes: *const u32,
+        m_rows: u32,
+        d: *const i8,
+        groups: u32,
+        cols_pad: u32,
+        chunk_groups: u32,
+        out: *mut u32,
+    );
     fn ethpir_emu_hint_gemm(
         a: *const u32,
         a_ld: u32,
@@ -99,6 +113,64 @@ impl HintBackend for Emulator {
     fn download(&self, m: &Vec<u32>, len: usize) -> Result<Vec<u32>, GpuError> {
         Ok(m[..len].to_vec())
     }
+}
+
+impl AnswerBackend for Emulator {
+    fn upload_u32(&self, dst: &mut Vec<u32>, offset: usize, src: &[u32]) -> Result<(), GpuError> {
+        dst[offset..offset + src.len()].copy_from_slice(src);
+        Ok(())
+    }
+
+    fn multiprocessors(&self) -> u32 {
+        1
+    }
+
+    fn synchronize(&self) -> Result<(), GpuError> {
+        Ok(())
+    }
+
+    unsafe fn slice_unchecked(
+        &self,
+        q: &Vec<u32>,
+        count: u32,
+        groups: u32,
+        planes: &mut Vec<u32>,
+    ) -> Result<(), GpuError> {
+        // SAFETY: the caller guarantees both buffers hold count x 4 x
+        // groups elements, all the kernel touches.
+        unsafe { ethpir_emu_answer_slice(q.as_ptr(), count, groups, planes.as_mut_ptr()) };
+        Ok(())
+    }
+
+    unsafe fn answer_unchecked(
+        &self,
+        planes: &Vec<u32>,
+        d: &Vec<i8>,
+        out: &mut Vec<u32>,
+        shape: AnswerShape,
+    ) -> Result<(), GpuError> {
+        // SAFETY: the caller guarantees the sizes of the contract, which
+        // bound every index the kernel touches; the block count fits a u32.
+        unsafe {
+            ethpir_emu_answer(
+                shape.kernel.index() as u32,
+                shape.blocks() as u32,
+                planes.as_ptr(),
+                4 * shape.queries,
+                d.as_ptr(),
+                shape.groups,
+                shape.cols_pad,
+                shape.chunk_groups,
+                out.as_mut_ptr(),
+            )
+        };
+        Ok(())
+    }
+}
+
+/// A database's served rows in emulated device memory.
+pub fn device_db(db: &EncodedDb) -> DeviceDb<Emulator> {
+    DeviceDb::upload(Emulator, db).expect("host memory")
 }
 
 /// Expands columns `col0 .. col0 + ncols` of rows `0 .. n` with the kernel.

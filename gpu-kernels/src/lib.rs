@@ -8,7 +8,7 @@
 //! The kernels are CUDA C in `kernels/ethpir.cu`, compiled at run time with
 //! NVRTC and launched with `cudarc` (loaded dynamically: this crate builds
 //! and runs on machines without CUDA). [`build_hint`] with
-//! [`HintDevice::Auto`] takes the GPU when a driver and a device are there
+//! [`Device::Auto`] takes the GPU when a driver and a device are there
 //! and the CPU otherwise, and says which and why.
 
 // `unsafe` lives only where kernels are launched (FFI to the driver and to
@@ -21,6 +21,8 @@ use std::str::FromStr;
 use pir_core::EncodedDb;
 use pir_core::PublicMatrix;
 
+#[allow(unsafe_code)]
+pub mod answer;
 #[cfg(feature = "cuda")]
 #[allow(unsafe_code)]
 pub mod cuda;
@@ -39,9 +41,9 @@ const _: () = assert!(defines::PANEL_COLS as usize == pir_core::db::PANEL_COLS);
 /// The CUDA C source of the kernels.
 pub const KERNEL_SOURCE: &str = include_str!("../kernels/ethpir.cu");
 
-/// Where to build the hint.
+/// Where to build a hint or answer queries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum HintDevice {
+pub enum Device {
     /// The GPU when one is usable, else all CPU cores.
     #[default]
     Auto,
@@ -49,24 +51,24 @@ pub enum HintDevice {
     Cuda,
 }
 
-impl FromStr for HintDevice {
+impl FromStr for Device {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
-            "auto" => Ok(HintDevice::Auto),
-            "cpu" => Ok(HintDevice::Cpu),
-            "cuda" | "gpu" => Ok(HintDevice::Cuda),
+            "auto" => Ok(Device::Auto),
+            "cpu" => Ok(Device::Cpu),
+            "cuda" | "gpu" => Ok(Device::Cuda),
             other => Err(format!("unknown device '{other}': use auto, cpu or cuda")),
         }
     }
 }
 
-impl fmt::Display for HintDevice {
+impl fmt::Display for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            HintDevice::Auto => "auto",
-            HintDevice::Cpu => "cpu",
-            HintDevice::Cuda => "cuda",
+            Device::Auto => "auto",
+            Device::Cpu => "cpu",
+            Device::Cuda => "cuda",
         })
     }
 }
@@ -78,6 +80,8 @@ pub enum GpuError {
     NoDriver,
     #[error("no NVRTC library on this machine (needed to compile the kernels)")]
     NoNvrtc,
+    #[error("{0}")]
+    Unusable(String),
     #[error("no CUDA device")]
     NoDevice,
     #[error("this build has no CUDA support (feature `cuda` off)")]
@@ -93,8 +97,8 @@ pub enum GpuError {
 /// Which builder made a hint, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HintReport {
-    /// Where it was built: [`HintDevice::Cpu`] or [`HintDevice::Cuda`].
-    pub device: HintDevice,
+    /// Where it was built: [`Device::Cpu`] or [`Device::Cuda`].
+    pub device: Device,
     /// The GPU's name, or why the CPU was used.
     pub detail: String,
 }
@@ -105,7 +109,7 @@ pub struct HintReport {
 pub fn build_hint(
     db: &EncodedDb,
     matrix: &PublicMatrix,
-    device: HintDevice,
+    device: Device,
 ) -> Result<(Vec<u32>, HintReport), GpuError> {
     build_hint_with_progress(db, matrix, device, &|_| {})
 }
@@ -115,7 +119,7 @@ pub fn build_hint(
 pub fn build_hint_with_progress(
     db: &EncodedDb,
     matrix: &PublicMatrix,
-    device: HintDevice,
+    device: Device,
     progress: &(dyn Fn(usize) + Sync),
 ) -> Result<(Vec<u32>, HintReport), GpuError> {
     let cpu = |detail: String| {
@@ -123,18 +127,18 @@ pub fn build_hint_with_progress(
         (
             hint,
             HintReport {
-                device: HintDevice::Cpu,
+                device: Device::Cpu,
                 detail,
             },
         )
     };
     match device {
-        HintDevice::Cpu => Ok(cpu(format!(
+        Device::Cpu => Ok(cpu(format!(
             "requested; {}",
             pir_core::product::cpu_detail()
         ))),
-        HintDevice::Cuda => gpu_hint(db, matrix, progress),
-        HintDevice::Auto => match gpu_hint(db, matrix, progress) {
+        Device::Cuda => gpu_hint(db, matrix, progress),
+        Device::Auto => match gpu_hint(db, matrix, progress) {
             Ok(done) => {
                 tracing::info!(gpu = %done.1.detail, "hint built on the GPU");
                 Ok(done)
@@ -149,7 +153,7 @@ pub fn build_hint_with_progress(
 
 /// The build pipeline's hint step on this device choice (`Auto` falls back
 /// to the CPU as [`build_hint`] does).
-impl pir_core::product::HintBuilder for HintDevice {
+impl pir_core::product::HintBuilder for Device {
     fn build_hint(
         &self,
         db: &EncodedDb,
@@ -172,12 +176,12 @@ fn gpu_hint(
     matrix: &PublicMatrix,
     progress: &(dyn Fn(usize) + Sync),
 ) -> Result<(Vec<u32>, HintReport), GpuError> {
-    let gpu = cuda::CudaHint::new()?;
+    let gpu = cuda::CudaGpu::new()?;
     let hint = gpu.build(db, matrix, progress)?;
     Ok((
         hint,
         HintReport {
-            device: HintDevice::Cuda,
+            device: Device::Cuda,
             detail: gpu.device_name().to_string(),
         },
     ))
@@ -189,5 +193,91 @@ fn gpu_hint(
     _: &PublicMatrix,
     _: &(dyn Fn(usize) + Sync),
 ) -> Result<(Vec<u32>, HintReport), GpuError> {
+    Err(GpuError::NotBuilt)
+}
+
+/// Levels smaller than this are answered on the CPU under [`Device::Auto`]:
+/// all cores scan them in well under a millisecond, less than a batch's
+/// trip over PCIe.
+pub const GPU_ANSWER_MIN_BYTES: u64 = 16 << 20;
+
+/// A database's served rows held on the GPU to answer from
+/// ([`hold_for_answers`]).
+pub struct GpuAnswers {
+    #[cfg(feature = "cuda")]
+    db: answer::DeviceDb<cuda::CudaGpu>,
+    name: String,
+}
+
+impl GpuAnswers {
+    /// The GPU's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `v . D` for each query vector (one entry per served row):
+    /// [`pir_core::product::multiply`]'s numbers, from device memory.
+    pub fn answer(
+        &self,
+        vecs: &[&[u32]],
+    ) -> Result<(Vec<Vec<u32>>, answer::AnswerTimes), GpuError> {
+        #[cfg(feature = "cuda")]
+        return self.db.answer_timed(vecs);
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = vecs;
+            Err(GpuError::NotBuilt)
+        }
+    }
+
+    /// Bytes of database it holds on the GPU.
+    pub fn bytes(&self) -> u64 {
+        #[cfg(feature = "cuda")]
+        return self.db.bytes();
+        #[cfg(not(feature = "cuda"))]
+        0
+    }
+}
+
+/// Where a server answers a level from, and why.
+pub enum AnswerPlace {
+    Gpu(GpuAnswers),
+    /// On the CPU, with the reason (asked for, or why not the GPU).
+    Cpu(String),
+}
+
+/// Holds `db`'s served rows on the GPU when `device` asks for it and they
+/// fit with a batch of `max_queries` queries: `Cuda` fails when they
+/// cannot, `Auto` answers on the CPU then (and for levels under
+/// [`GPU_ANSWER_MIN_BYTES`]), `Cpu` always does.
+pub fn hold_for_answers(
+    db: &EncodedDb,
+    device: Device,
+    max_queries: usize,
+) -> Result<AnswerPlace, GpuError> {
+    match device {
+        Device::Cpu => Ok(AnswerPlace::Cpu("requested".into())),
+        Device::Cuda => gpu_answers(db, max_queries).map(AnswerPlace::Gpu),
+        Device::Auto if (db.bytes() as u64) < GPU_ANSWER_MIN_BYTES => Ok(AnswerPlace::Cpu(
+            format!("level of {} bytes: the CPU is as fast", db.bytes()),
+        )),
+        Device::Auto => Ok(match gpu_answers(db, max_queries) {
+            Ok(gpu) => AnswerPlace::Gpu(gpu),
+            Err(why) => AnswerPlace::Cpu(format!("GPU not usable: {why}")),
+        }),
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn gpu_answers(db: &EncodedDb, max_queries: usize) -> Result<GpuAnswers, GpuError> {
+    let gpu = cuda::shared()?;
+    Ok(GpuAnswers {
+        db: gpu.hold(db, max_queries)?,
+        name: gpu.device_name().to_string(),
+    })
+}
+
+#[cfg(not(feature = "cuda"))]
+fn gpu_answers(_: &EncodedDb, _: usize) -> Result<GpuAnswers, GpuError> {
     Err(GpuError::NotBuilt)
 }

@@ -16,16 +16,30 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
 
-use gpu_kernels::defines::{EXPAND_THREADS, GEMM_THREADS};
+use gpu_kernels::defines::{ANSWER_THREADS, EXPAND_THREADS, GEMM_THREADS, SLICE_THREADS};
 
 const ARCHS: [(&str, &str); 2] = [("compute_80", "sm_80"), ("compute_90", "sm_90")];
 const OUT_ENV: &str = "ETHPIR_PTX_OUT";
 
 /// The kernels and the threads per block their launch bounds name.
-const KERNELS: [(&str, u32); 2] = [
+const KERNELS: [(&str, u32); 3] = [
     ("ethpir_expand", EXPAND_THREADS),
     ("ethpir_hint_gemm", GEMM_THREADS),
+    ("ethpir_answer_slice", SLICE_THREADS),
 ];
+
+/// Every kernel ptxas must report on: the above and the answer kernels.
+fn kernels() -> Vec<(String, u32)> {
+    KERNELS
+        .iter()
+        .map(|(k, t)| (k.to_string(), *t))
+        .chain(
+            gpu_kernels::answer::AnswerKernel::ALL
+                .iter()
+                .map(|k| (k.name(), ANSWER_THREADS)),
+        )
+        .collect()
+}
 
 fn tools() -> PathBuf {
     let dir = std::env::var_os("ETHPIR_CUDA_TOOLS")
@@ -113,9 +127,9 @@ fn the_kernels_compile_for_sm80_and_sm90_without_spills() {
         let text = String::from_utf8_lossy(&report.stderr).to_string();
         assert!(report.status.success(), "ptxas {sm}:\n{text}");
         let usage = parse_ptxas(&text);
-        for (kernel, threads) in KERNELS {
+        for (kernel, threads) in kernels() {
             let u = usage
-                .get(kernel)
+                .get(&kernel)
                 .unwrap_or_else(|| panic!("{sm}: no {kernel} in\n{text}"));
             let allowed = (65536 / threads).min(255);
             assert_eq!(

@@ -71,9 +71,10 @@ struct Args {
     /// Public-matrix expansion of the measured setup: aes128-ctr or turboshake128.
     #[arg(long, default_value_t = pir_core::Expansion::default())]
     expansion: pir_core::Expansion,
-    /// Hint builder: cpu, cuda (an NVIDIA GPU, with its name in the output) or auto.
+    /// Where the hint is built and the answers computed: cpu, cuda (an NVIDIA GPU, the
+    /// database held in its memory, its name in the output) or auto.
     #[arg(long, default_value = "cpu")]
-    device: gpu_kernels::HintDevice,
+    device: gpu_kernels::Device,
     /// Product kernel: auto (the best this CPU has, or $ETHPIR_KERNEL), avx512-vnni, avx2 or
     /// portable. A kernel the CPU lacks is refused.
     #[arg(long, default_value = "auto")]
@@ -178,6 +179,8 @@ fn ratios(peer: &Map<String, Value>, ours: &Map<String, Value>) -> Map<String, V
 /// Our server and client over the records, and what making them cost.
 struct Ours {
     server: PirServer,
+    /// The database held on the GPU (`--device cuda`, or `auto` with one).
+    answers: Option<gpu_kernels::GpuAnswers>,
     client: PirClient,
     shape: pir_core::DbShape,
     db_bytes: usize,
@@ -214,10 +217,16 @@ fn setup_ours(args: &Args, records: &[(Vec<u8>, Vec<u8>)], rng: &mut ChaCha20Rng
         .map_err(|e| anyhow::anyhow!("hint on {}: {e}", args.device))?;
     let hint_ms = hint_start.elapsed().as_secs_f64() * 1e3;
     let server = PirServer::from_parts(db, matrix, hint)?;
+    let answers = match gpu_kernels::hold_for_answers(server.db(), args.device, args.batch.max(1))?
+    {
+        gpu_kernels::AnswerPlace::Gpu(gpu) => Some(gpu),
+        gpu_kernels::AnswerPlace::Cpu(_) => None,
+    };
     let (client, client_setup_ms) = time_ms(|| PirClient::from_setup_bytes(server.setup_bytes()));
     Ok(Ours {
         client: client?,
         server,
+        answers,
         shape,
         db_bytes,
         report,
@@ -246,7 +255,7 @@ fn time_lookups(
     probes: &[usize],
     rng: &mut ChaCha20Rng,
 ) -> Result<LookupTimes> {
-    let (client, server) = (&ours.client, &ours.server);
+    let client = &ours.client;
     let mut t = LookupTimes::default();
     for &i in probes {
         let (key, value) = &records[i];
@@ -258,7 +267,7 @@ fn time_lookups(
         });
         t.online.push(ms);
         t.query_len = query.len();
-        let (answer, ms) = time_ms(|| server.answer_bytes(&query).map(|(bytes, _)| bytes));
+        let (answer, ms) = time_ms(|| respond(ours, &query));
         t.respond.push(ms);
         let answer = answer?;
         t.response_len = answer.len();
@@ -283,7 +292,7 @@ fn time_batches(
     (probes, batch): (&[usize], usize),
     rng: &mut ChaCha20Rng,
 ) -> Result<Vec<f64>> {
-    let (client, server) = (&ours.client, &ours.server);
+    let client = &ours.client;
     let mut batch_ms = Vec::new();
     for _ in 0..3 {
         let mut pendings = Vec::new();
@@ -294,7 +303,7 @@ fn time_batches(
             pendings.push((i, p));
         }
         let body = encode_queries(&queries);
-        let (answer, ms) = time_ms(|| server.answer_bytes(&body).map(|(bytes, _)| bytes));
+        let (answer, ms) = time_ms(|| respond(ours, &body));
         batch_ms.push(ms / batch as f64);
         let responses = decode_responses(&answer?)?;
         for ((i, p), r) in pendings.into_iter().zip(&responses) {
@@ -305,6 +314,22 @@ fn time_batches(
         }
     }
     Ok(batch_ms)
+}
+
+/// A batch's response bytes, from GPU memory when the database is held
+/// there, else from all CPU cores.
+fn respond(ours: &Ours, body: &[u8]) -> Result<Vec<u8>> {
+    let Some(gpu) = &ours.answers else {
+        return Ok(ours.server.answer_bytes(body)?.0);
+    };
+    let queries = ours.server.checked_queries(body)?;
+    let vecs: Vec<&[u32]> = queries.iter().map(|q| q.vector.as_slice()).collect();
+    let (answers, _) = gpu.answer(&vecs)?;
+    let responses: Vec<pir_core::Response> = answers
+        .into_iter()
+        .map(|elems| pir_core::Response { elems })
+        .collect();
+    Ok(pir_core::wire::encode_responses(&responses))
 }
 
 fn bench_ours(
@@ -339,9 +364,16 @@ fn ours_json(args: &Args, ours: &Ours, t: LookupTimes, batch_ms: Vec<f64>) -> Ma
     m.insert("kernel".into(), json!(pir_core::kernel::kernel_name()));
     m.insert("expansion".into(), json!(args.expansion.name()));
     m.insert("device".into(), json!(report.device.to_string()));
-    if report.device == gpu_kernels::HintDevice::Cuda {
+    if report.device == gpu_kernels::Device::Cuda {
         m.insert("gpu".into(), json!(report.detail));
     }
+    m.insert(
+        "answer_device".into(),
+        json!(match &ours.answers {
+            Some(gpu) => format!("cuda ({})", gpu.name()),
+            None => "cpu".into(),
+        }),
+    );
     m.insert("threads".into(), json!(threads));
     m.insert("encode_s".into(), json!(ours.encode_ms / 1e3));
     m.insert("hint_s".into(), json!(ours.hint_ms / 1e3));

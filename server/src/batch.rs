@@ -91,7 +91,7 @@ fn run_pass(snap: &LoadedSnapshot, jobs: Vec<Job>, metrics: &crate::metrics::Met
     let (queries, replies): (Vec<Vec<Query>>, Vec<_>) =
         jobs.into_iter().map(|j| (j.queries, j.reply)).unzip();
     let all: Vec<Query> = queries.into_iter().flatten().collect();
-    let answered = snap.answer_batch(&all);
+    let answered = snap.answer_batch(&all, metrics);
     metrics.observe_pass(&snap.url_id, sizes.len(), all.len(), started.elapsed());
     match answered {
         Ok(responses) => {

@@ -44,6 +44,40 @@ pub struct ServerConfig {
     pub shard: Option<String>,
     /// Route to row shards instead of answering (no database loaded).
     pub router: RouterSettings,
+    /// Where answers are computed.
+    pub answer: AnswerSettings,
+}
+
+/// Where answers are computed (`[answer]` in configs/server.toml).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AnswerSettings {
+    pub device: AnswerDevice,
+}
+
+/// `auto`: each level from GPU memory when a GPU is usable and the level
+/// (with a full batch) fits it, else on all CPU cores, logged with the
+/// reason; `cpu`; `cuda`: a level that cannot be held on the GPU is not
+/// served.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AnswerDevice {
+    #[default]
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+impl std::str::FromStr for AnswerDevice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(AnswerDevice::Auto),
+            "cpu" => Ok(AnswerDevice::Cpu),
+            "cuda" => Ok(AnswerDevice::Cuda),
+            other => Err(format!("unknown device '{other}': use auto, cpu or cuda")),
+        }
+    }
 }
 
 /// A router in front of row shards (`[router]` in configs/server.toml).
@@ -82,6 +116,7 @@ impl Default for ServerConfig {
             export_files: false,
             shard: None,
             router: RouterSettings::default(),
+            answer: AnswerSettings::default(),
         }
     }
 }

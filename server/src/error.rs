@@ -28,6 +28,9 @@ pub enum ServerError {
     CodeTable(protocol::manifest::SnapshotId),
     #[error("serving: {0}")]
     Io(#[from] std::io::Error),
+    /// `[answer] device = "cuda"` and the level cannot be held on the GPU.
+    #[error("answers on the GPU: {0}")]
+    Gpu(String),
 }
 
 #[derive(Debug, thiserror::Error)]

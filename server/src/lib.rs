@@ -32,7 +32,7 @@ mod routes;
 mod shards;
 mod state;
 
-pub use config::{BatchSettings, Role, ServerConfig};
+pub use config::{AnswerDevice, AnswerSettings, BatchSettings, Role, ServerConfig};
 pub use error::{RouteError, ServerError};
 pub use loaded::{LoadedSnapshot, Serving};
 pub use routes::router;

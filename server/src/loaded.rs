@@ -13,8 +13,9 @@ use pir_core::{PirServer, PublishedSetup};
 use snapshot_store::{SnapshotStore, StoredSnapshot};
 use tokio::sync::oneshot;
 
-use crate::config::Role;
+use crate::config::{AnswerDevice, Role};
 use crate::error::ServerError;
+use crate::metrics::Metrics;
 
 /// How a snapshot's queries are answered here.
 pub enum Serving {
@@ -38,6 +39,70 @@ pub struct LoadedSnapshot {
     pub codes: Option<protocol::codes::CodeTree>,
     /// Its queue of lookups waiting for a pass.
     pub batcher: Batcher,
+    /// Where its passes run.
+    pub answers_on: AnswersOn,
+}
+
+/// Where a snapshot's passes run.
+pub enum AnswersOn {
+    /// All CPU cores, and why (asked for, a router, or why not a GPU).
+    Cpu(String),
+    /// Its served rows held in GPU memory.
+    #[cfg(feature = "gpu")]
+    Gpu(gpu_kernels::GpuAnswers),
+}
+
+impl AnswersOn {
+    /// Holds `pir`'s database where `device` says (see [`AnswerDevice`]),
+    /// for passes of up to `max_queries` queries.
+    fn choose(
+        pir: &PirServer,
+        device: AnswerDevice,
+        max_queries: usize,
+    ) -> Result<Self, ServerError> {
+        #[cfg(feature = "gpu")]
+        {
+            let device = match device {
+                AnswerDevice::Auto => gpu_kernels::Device::Auto,
+                AnswerDevice::Cpu => gpu_kernels::Device::Cpu,
+                AnswerDevice::Cuda => gpu_kernels::Device::Cuda,
+            };
+            match gpu_kernels::hold_for_answers(pir.db(), device, max_queries) {
+                Ok(gpu_kernels::AnswerPlace::Gpu(gpu)) => Ok(AnswersOn::Gpu(gpu)),
+                Ok(gpu_kernels::AnswerPlace::Cpu(why)) => Ok(AnswersOn::Cpu(why)),
+                Err(e) => Err(ServerError::Gpu(e.to_string())),
+            }
+        }
+        #[cfg(not(feature = "gpu"))]
+        {
+            let _ = (pir, max_queries);
+            match device {
+                AnswerDevice::Cuda => Err(ServerError::Gpu(
+                    "this server is built without GPU support (feature `gpu`)".into(),
+                )),
+                AnswerDevice::Cpu => Ok(AnswersOn::Cpu("requested".into())),
+                AnswerDevice::Auto => Ok(AnswersOn::Cpu("built without GPU support".into())),
+            }
+        }
+    }
+
+    /// `cpu` or `cuda`.
+    pub fn device(&self) -> &'static str {
+        match self {
+            AnswersOn::Cpu(_) => "cpu",
+            #[cfg(feature = "gpu")]
+            AnswersOn::Gpu(_) => "cuda",
+        }
+    }
+
+    /// The GPU's name, or why the CPU.
+    pub fn detail(&self) -> String {
+        match self {
+            AnswersOn::Cpu(why) => why.clone(),
+            #[cfg(feature = "gpu")]
+            AnswersOn::Gpu(gpu) => gpu.name().to_string(),
+        }
+    }
 }
 
 impl LoadedSnapshot {
@@ -47,6 +112,7 @@ impl LoadedSnapshot {
         store: &SnapshotStore,
         stored: StoredSnapshot,
         role: Role,
+        answer: (AnswerDevice, usize),
     ) -> Result<Self, ServerError> {
         let serving = match role {
             Role::Whole => Serving::Local(store.load_server(&stored, None)?),
@@ -73,7 +139,12 @@ impl LoadedSnapshot {
             }
             None => None,
         };
+        let answers_on = match &serving {
+            Serving::Local(pir) => AnswersOn::choose(pir, answer.0, answer.1)?,
+            Serving::Routed(_) => AnswersOn::Cpu("a router answers nothing itself".into()),
+        };
         Ok(LoadedSnapshot {
+            answers_on,
             table,
             codes,
             url_id: stored.id.url_form(),
@@ -107,13 +178,42 @@ impl LoadedSnapshot {
         }
     }
 
-    /// Answers a batch from the database here, in one pass.
-    pub fn answer_batch(&self, queries: &[Query]) -> Result<Vec<Response>, AnswerError> {
-        match &self.serving {
-            Serving::Local(pir) => pir.answer_batch(queries),
+    /// Answers a batch from the database here, in one pass: from GPU
+    /// memory when it is held there (a GPU failure answers the batch on
+    /// the CPU instead, logged and counted), else on all CPU cores.
+    pub fn answer_batch(
+        &self,
+        queries: &[Query],
+        metrics: &Metrics,
+    ) -> Result<Vec<Response>, AnswerError> {
+        let pir = match &self.serving {
+            Serving::Local(pir) => pir,
             // A router never answers itself (its query route forwards).
-            Serving::Routed(_) => Err(AnswerError::EmptyBatch),
+            Serving::Routed(_) => return Err(AnswerError::EmptyBatch),
+        };
+        #[cfg(feature = "gpu")]
+        if let AnswersOn::Gpu(gpu) = &self.answers_on {
+            if queries.is_empty() {
+                return Err(AnswerError::EmptyBatch);
+            }
+            queries.iter().try_for_each(|q| pir.check(q))?;
+            let vecs: Vec<&[u32]> = queries.iter().map(|q| q.vector.as_slice()).collect();
+            match gpu.answer(&vecs) {
+                Ok((answers, times)) => {
+                    metrics.observe_gpu_pass(times.total());
+                    return Ok(answers
+                        .into_iter()
+                        .map(|elems| Response { elems })
+                        .collect());
+                }
+                Err(e) => {
+                    metrics.gpu_fallbacks.inc();
+                    tracing::warn!(snapshot = %self.url_id, error = %e, "GPU pass failed; answering this batch on the CPU");
+                }
+            }
         }
+        metrics.passes.with_label_values(&["cpu"]).inc();
+        pir.answer_batch(queries)
     }
 }
 

@@ -5,7 +5,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    TextEncoder,
 };
 
 pub struct Metrics {
@@ -19,6 +20,12 @@ pub struct Metrics {
     pub pass_requests: Histogram,
     pub snapshots: IntGauge,
     pub queued: IntGauge,
+    /// Passes by where they ran (`cpu`, `cuda`).
+    pub passes: IntCounterVec,
+    /// The GPU's part of a pass (queries in, answers out).
+    pub gpu_seconds: Histogram,
+    /// Batches a GPU failed, answered on the CPU instead.
+    pub gpu_fallbacks: IntCounter,
     /// From the follower's mark in the store (set as `/metrics` is read).
     pub follower_head: IntGauge,
     pub follower_lag: IntGauge,
@@ -156,6 +163,23 @@ impl Metrics {
                 sizes(),
             ),
             snapshots: gauge("ethpir_snapshots", "Snapshots being served"),
+            passes: counter(
+                "ethpir_passes_total",
+                "Passes over a database, by where they ran (cpu, cuda)",
+                &["device"],
+            ),
+            gpu_seconds: histogram(
+                "ethpir_gpu_pass_seconds",
+                "GPU time of one pass (queries copied in, answered, answers copied out)",
+                vec![
+                    0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5,
+                ],
+            ),
+            gpu_fallbacks: IntCounter::new(
+                "ethpir_gpu_fallbacks_total",
+                "Batches the GPU failed, answered on the CPU instead",
+            )
+            .expect("valid metric"),
             queued: gauge(
                 "ethpir_queue_depth",
                 "Query batches waiting or being answered",
@@ -182,12 +206,21 @@ impl Metrics {
             Box::new(self.pass_queries.clone()),
             Box::new(self.pass_requests.clone()),
             Box::new(self.snapshots.clone()),
+            Box::new(self.passes.clone()),
+            Box::new(self.gpu_seconds.clone()),
+            Box::new(self.gpu_fallbacks.clone()),
             Box::new(self.queued.clone()),
             Box::new(self.follower_head.clone()),
             Box::new(self.follower_lag.clone()),
         ] {
             self.registry.register(m).expect("unique metric");
         }
+    }
+
+    /// A pass answered from GPU memory, and the GPU's time.
+    pub fn observe_gpu_pass(&self, took: Duration) {
+        self.passes.with_label_values(&["cuda"]).inc();
+        self.gpu_seconds.observe(took.as_secs_f64());
     }
 
     /// One pass over `snapshot`'s database: `requests` requests' parts,

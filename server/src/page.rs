@@ -30,6 +30,9 @@ pub struct ServerStatus {
     /// `whole`, `shard i/n` or `router`.
     pub role: String,
     pub snapshots: Vec<SnapshotRow>,
+    /// Store entries that could not be served (`<id>:<setup digest>`),
+    /// and why (also logged once).
+    pub unserved: Vec<Unserved>,
     pub follower: Option<FollowerRow>,
     /// The last ten minutes, oldest first.
     pub recent: Vec<Step>,
@@ -57,6 +60,18 @@ pub struct SnapshotRow {
     pub response_bytes: u64,
     /// Who signed it (checked when the store took the signature).
     pub attested_by: Vec<Address>,
+    /// Where its passes run (`cpu`, `cuda`), and the GPU's name or why
+    /// the CPU.
+    pub device: String,
+    pub device_detail: String,
+}
+
+/// A store entry that could not be served.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Unserved {
+    pub entry: String,
+    pub error: String,
 }
 
 /// What the follower last saw of its node.
@@ -86,7 +101,13 @@ fn status(state: &AppState) -> ServerStatus {
         .entries()
         .iter()
         .rev()
-        .map(|e| SnapshotRow {
+        .map(|e| (e, state.get(&e.id.url_form())))
+        .map(|(e, loaded)| SnapshotRow {
+            device: loaded
+                .as_ref()
+                .map_or("", |s| s.answers_on.device())
+                .to_string(),
+            device_detail: loaded.map(|s| s.answers_on.detail()).unwrap_or_default(),
             id: e.id.url_form(),
             kind: e.manifest.kind.name().to_string(),
             block: e.manifest.block_number,
@@ -109,6 +130,11 @@ fn status(state: &AppState) -> ServerStatus {
         now,
         role: state.role.to_string(),
         snapshots,
+        unserved: state
+            .unserved()
+            .into_iter()
+            .map(|(entry, error)| Unserved { entry, error })
+            .collect(),
         follower,
         recent: state.metrics.recent.steps(),
         step_secs: STEP_SECS,

@@ -517,7 +517,7 @@ async fn answer_alone(
         work.iter()
             .map(|(snap, queries)| {
                 let started = Instant::now();
-                let answers = snap.answer_batch(queries);
+                let answers = snap.answer_batch(queries, &pass_state.metrics);
                 let metrics = &pass_state.metrics;
                 metrics.observe_pass(&snap.url_id, 1, queries.len(), started.elapsed());
                 answers.map_err(|error| RouteError::Query {

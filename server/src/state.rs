@@ -29,6 +29,8 @@ pub struct AppState {
     pub export_files: bool,
     pub metrics: Metrics,
     pub role: Role,
+    /// Where answers are computed.
+    pub answer: crate::config::AnswerSettings,
     /// The shards behind a router.
     pub shards: Option<ShardRouter>,
     /// Store entries that failed to load, so each is logged once.
@@ -181,6 +183,7 @@ impl AppState {
         let max_batch = config.max_batch.clamp(1, pir_core::wire::MAX_BATCH);
         Ok(AppState {
             role,
+            answer: config.answer,
             shards,
             store: SnapshotStore::open(&config.store)?,
             snapshots: RwLock::new(BTreeMap::new()),
@@ -225,6 +228,13 @@ impl AppState {
     pub fn catalog_before(&self, etag: &str) -> Option<Arc<CatalogBody>> {
         let history = self.history.read().expect("lock");
         history.iter().rev().find(|b| b.etag == etag).cloned()
+    }
+
+    /// Store entries that could not be served (`<id>:<setup digest>`) and
+    /// why.
+    pub fn unserved(&self) -> Vec<(String, String)> {
+        let failed = self.failed.read().expect("lock");
+        failed.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
     }
 
     pub fn get(&self, url_id: &str) -> Option<Arc<LoadedSnapshot>> {
@@ -338,11 +348,13 @@ impl AppState {
         }
         let store = self.store.clone();
         let role = self.role;
+        let answer = (self.answer.device, self.batching.max_queries.max(1));
         let loaded =
-            tokio::task::spawn_blocking(move || LoadedSnapshot::load(&store, stored, role)).await;
+            tokio::task::spawn_blocking(move || LoadedSnapshot::load(&store, stored, role, answer))
+                .await;
         match loaded {
             Ok(Ok(snap)) => {
-                tracing::info!(snapshot = %id, records = snap.stored.manifest.record_count, k = snap.stored.manifest.pir.partitions, role = %self.role, "serving");
+                tracing::info!(snapshot = %id, records = snap.stored.manifest.record_count, k = snap.stored.manifest.pir.partitions, role = %self.role, answers = snap.answers_on.device(), why = %snap.answers_on.detail(), "serving");
                 self.snapshots
                     .write()
                     .expect("lock")

@@ -10,7 +10,7 @@ use alloy_primitives::{Address, U256};
 use pir_core::wire::{decode_responses, encode_queries};
 use pir_core::{Lookup, PirClient};
 use server::api::Catalog;
-use server::{BatchSettings, ServerConfig};
+use server::{AnswerDevice, AnswerSettings, BatchSettings, ServerConfig};
 use snapshotter::pipeline::{build_and_publish, BuildOptions, ExportedState};
 use snapshotter::{AccountRecord, SnapshotKind, SnapshotStore};
 
@@ -958,4 +958,77 @@ async fn past_its_held_waits_a_server_answers_at_once_and_announces_no_long_poll
     let other = "\"another\"".to_string();
     let (status, announced, _) = wait_after(http.clone(), base, other, 30).await;
     assert_eq!((status, announced), (204, false), "another catalog");
+}
+
+/// `/status.json`, once `ready` holds of it (polled, 60 s at most).
+async fn status_when(
+    http: &reqwest::Client,
+    base: &str,
+    ready: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let status: serde_json::Value = http
+            .get(format!("{base}/status.json"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if ready(&status) {
+            return status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "status never ready: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Where a level's passes run is chosen per level and shown on the page:
+/// `cpu` says it was asked for, `auto` keeps a small level on the CPU and
+/// says why, and `cuda` serves a level only from GPU memory (on a machine
+/// without a usable GPU the level is listed unserved, with the reason).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_level_says_where_its_answers_run() {
+    let dir = tempfile::tempdir().unwrap();
+    publish_view(dir.path(), 300, 10);
+    let http = reqwest::Client::new();
+    let served = |s: &serde_json::Value| !s["snapshots"].as_array().unwrap().is_empty();
+    let unserved = |s: &serde_json::Value| !s["unserved"].as_array().unwrap().is_empty();
+    for (device, why) in [
+        (AnswerDevice::Cpu, "requested"),
+        (AnswerDevice::Auto, "the CPU is as fast"),
+    ] {
+        let base = start_configured(ServerConfig {
+            store: dir.path().to_path_buf(),
+            answer: AnswerSettings { device },
+            ..Default::default()
+        })
+        .await;
+        let status = status_when(&http, &base, served).await;
+        for row in status["snapshots"].as_array().unwrap() {
+            assert_eq!(row["device"], "cpu", "{device:?}: {row}");
+            let detail = row["deviceDetail"].as_str().unwrap();
+            assert!(detail.contains(why), "{device:?}: {detail}");
+        }
+    }
+    let base = start_configured(ServerConfig {
+        store: dir.path().to_path_buf(),
+        answer: AnswerSettings {
+            device: AnswerDevice::Cuda,
+        },
+        ..Default::default()
+    })
+    .await;
+    let status = status_when(&http, &base, |s| served(s) || unserved(s)).await;
+    for row in status["snapshots"].as_array().unwrap() {
+        assert_eq!(row["device"], "cuda", "a GPU here, yet: {row}");
+    }
+    for entry in status["unserved"].as_array().unwrap() {
+        let error = entry["error"].as_str().unwrap();
+        assert!(error.contains("answers on the GPU"), "{error}");
+    }
 }

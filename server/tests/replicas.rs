@@ -118,7 +118,7 @@ fn follower_config(store: &Path, anvil: &Anvil, genesis: &Path) -> FollowConfig 
         },
         hot: Default::default(),
         build: BuildSettings {
-            device: snapshotter::settings::HintDevice::Cpu,
+            device: snapshotter::settings::Device::Cpu,
             ..Default::default()
         },
     }

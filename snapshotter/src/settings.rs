@@ -10,7 +10,7 @@ use pir_core::{Arity, Expansion, Packing};
 use serde::Deserialize;
 
 // The device choice is part of the settings (tests and configs name it).
-pub use gpu_kernels::HintDevice;
+pub use gpu_kernels::Device;
 
 use crate::pipeline::{resolve_packing, BuildOptions, HintBudget};
 use crate::progress::ProgressFn;
@@ -45,7 +45,7 @@ pub struct LayoutSettings {
 pub struct BuildSettings {
     /// Where to build the hint: auto (GPU if usable, else CPU), cpu, cuda.
     #[arg(long, default_value = "auto")]
-    pub device: HintDevice,
+    pub device: Device,
     /// How the public matrix is expanded from its seed: aes128-ctr (fast
     /// wherever the CPU has AES instructions: x86-64, ARMv8) or
     /// turboshake128 (for wallets on CPUs without them).
@@ -184,12 +184,12 @@ mod tests {
     #[test]
     fn defaults_are_the_flags_and_a_table_overrides_them() {
         let d = BuildSettings::default();
-        assert_eq!(d.device, HintDevice::Auto);
+        assert_eq!(d.device, Device::Auto);
         assert_eq!(d.layout.arity, 3);
         assert_eq!(d.layout.hint_budget_mib, HintBudget::Auto);
         assert_eq!(d.encode_memory_mib, 1024);
         let t: BuildSettings = toml::from_str("device = \"cpu\"\narity = 4").unwrap();
-        assert_eq!(t.device, HintDevice::Cpu);
+        assert_eq!(t.device, Device::Cpu);
         assert_eq!(t.layout.arity, 4);
         assert_eq!(t.layout.packing, d.layout.packing);
     }

@@ -58,7 +58,7 @@ pub(crate) fn config(
         },
         hot: Default::default(),
         build: BuildSettings {
-            device: snapshotter::settings::HintDevice::Cpu,
+            device: snapshotter::settings::Device::Cpu,
             ..Default::default()
         },
         ..Default::default()

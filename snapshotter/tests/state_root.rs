@@ -107,7 +107,7 @@ fn config(dir: &Path, anvil: &Anvil) -> snapshotter::follow::FollowConfig {
         },
         hot: Default::default(),
         build: BuildSettings {
-            device: snapshotter::settings::HintDevice::Cpu,
+            device: snapshotter::settings::Device::Cpu,
             ..Default::default()
         },
     }

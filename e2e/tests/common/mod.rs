@@ -99,7 +99,7 @@ pub fn follow_config(
         },
         hot: Default::default(),
         build: BuildSettings {
-            device: snapshotter::settings::HintDevice::Cpu,
+            device: snapshotter::settings::Device::Cpu,
             ..Default::default()
         },
     }

@@ -6,6 +6,9 @@
 
 use std::time::Instant;
 
+#[cfg(feature = "cuda")]
+use gpu_kernels::answer::AnswerKernel;
+
 use anyhow::{bail, Result};
 use clap::Parser;
 use pir_core::{EncodeOptions, EncodedDb, Expansion, Packing, PublicMatrix};
@@ -30,6 +33,16 @@ struct Args {
     /// aes128-ctr; both are checked against the test vectors regardless).
     #[arg(long, default_value_t = Expansion::default())]
     expansion: Expansion,
+    /// Also time answers from GPU memory on databases of 2^N keys of
+    /// --value-bytes, packed as pir-bench packs them (random elements of
+    /// the shape, no encoding), e.g. `24,26,28`: batches of 1, 16, 64 and
+    /// 256 queries (those under 4 GB of queries), the first 16 answers of
+    /// each checked against the CPU.
+    #[arg(long, value_delimiter = ',')]
+    bench_answers: Vec<u32>,
+    /// Repetitions per answer timing (median reported).
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
 }
 
 fn main() -> Result<()> {
@@ -38,7 +51,7 @@ fn main() -> Result<()> {
     bail!("this build has no CUDA support (feature `cuda` off)");
     #[cfg(feature = "cuda")]
     {
-        use gpu_kernels::cuda::{probe, CudaHint};
+        use gpu_kernels::cuda::{probe, CudaGpu};
         if let Err(why) = probe() {
             println!(
                 "{}",
@@ -46,7 +59,7 @@ fn main() -> Result<()> {
             );
             bail!("no usable GPU: {why}");
         }
-        let gpu = CudaHint::new()?;
+        let gpu = CudaGpu::new()?;
         let (free, total) = gpu.memory()?;
         println!(
             "{}",
@@ -54,8 +67,14 @@ fn main() -> Result<()> {
         );
         let expansion_ok = check_expansions(&gpu)?;
         let hint_ok = check_hint(&gpu, &args)?;
-        if !expansion_ok || !hint_ok {
+        let answers_ok = check_answers(&gpu, &args)?;
+        if !expansion_ok || !hint_ok || !answers_ok {
             bail!("GPU results differ from the CPU");
+        }
+        for &log2 in &args.bench_answers {
+            if !bench_answers(&gpu, &args, log2)? {
+                bail!("GPU answers differ from the CPU at 2^{log2} keys");
+            }
         }
         println!("{}", serde_json::json!({"ok": true}));
         Ok(())
@@ -65,7 +84,7 @@ fn main() -> Result<()> {
 /// The GPU's expansion of the public matrix against pir-core's pinned test
 /// vectors (row 1773, block 5) and the CPU's blocks, for each expansion.
 #[cfg(feature = "cuda")]
-fn check_expansions(gpu: &gpu_kernels::cuda::CudaHint) -> Result<bool> {
+fn check_expansions(gpu: &gpu_kernels::cuda::CudaGpu) -> Result<bool> {
     let seed: [u8; 32] = std::array::from_fn(|i| i as u8);
     let vectors = [
         (
@@ -105,7 +124,7 @@ fn check_expansions(gpu: &gpu_kernels::cuda::CudaHint) -> Result<bool> {
 /// A GPU hint of a random database against the CPU's, bit for bit, and
 /// both timed.
 #[cfg(feature = "cuda")]
-fn check_hint(gpu: &gpu_kernels::cuda::CudaHint, args: &Args) -> Result<bool> {
+fn check_hint(gpu: &gpu_kernels::cuda::CudaGpu, args: &Args) -> Result<bool> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(3);
     let db = random_db(args, &mut rng)?;
     let matrix = PublicMatrix::new(args.expansion, rng.random());
@@ -150,4 +169,174 @@ fn random_db(args: &Args, rng: &mut rand::rngs::StdRng) -> Result<EncodedDb> {
         &options,
         rng,
     )?)
+}
+
+/// The CPU's answers (all cores, the best kernel) to `vecs`.
+#[cfg(feature = "cuda")]
+fn cpu_answers(db: &EncodedDb, vecs: &[Vec<u32>]) -> Vec<Vec<u32>> {
+    let sliced: Vec<pir_core::kernel::SlicedVec> = vecs
+        .iter()
+        .map(|v| pir_core::kernel::SlicedVec::new(v))
+        .collect();
+    pir_core::product::multiply(db, &sliced.iter().collect::<Vec<_>>())
+}
+
+#[cfg(feature = "cuda")]
+fn random_queries(count: usize, rows: usize, rng: &mut rand::rngs::StdRng) -> Vec<Vec<u32>> {
+    (0..count)
+        .map(|_| (0..rows).map(|_| rng.random()).collect())
+        .collect()
+}
+
+/// GPU answers against the CPU's, bit for bit: a random database (lone
+/// queries and batches of 5 and 64, every kernel) and the extremes (every
+/// element at the bottom of the plaintext range, every query entry
+/// 2^32 - 1: the largest sums the kernels make).
+#[cfg(feature = "cuda")]
+fn check_answers(gpu: &gpu_kernels::cuda::CudaGpu, args: &Args) -> Result<bool> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(4);
+    let db = random_db(args, &mut rng)?;
+    let held = gpu.hold(&db, 64)?;
+    let rows = db.shape().rows();
+    let mut all_ok = true;
+    for count in [1usize, 5, 64] {
+        let vecs = random_queries(count, rows, &mut rng);
+        let refs: Vec<&[u32]> = vecs.iter().map(|v| v.as_slice()).collect();
+        let want = cpu_answers(&db, &vecs);
+        for kernel in AnswerKernel::ALL {
+            let (gpu_answers, times) = held.answer_with(&refs, kernel, None)?;
+            let ok = gpu_answers == want;
+            all_ok &= ok;
+            println!(
+                "{}",
+                serde_json::json!({"stage": "answer", "ok": ok, "kernel": kernel.name(), "queries": count, "rows": rows, "cols": db.shape().cols(),
+                    "gpu_ms": times.total().as_secs_f64() * 1e3, "kernel_ms": times.compute.as_secs_f64() * 1e3})
+            );
+        }
+    }
+    let limit = 1i16 << (db.shape().lwe.plaintext_bits - 1);
+    let low = EncodedDb::from_parts(db.shape().clone(), vec![-limit as i8; db.data().len()])?;
+    let ones = vec![vec![u32::MAX; rows]; 5];
+    let refs: Vec<&[u32]> = ones.iter().map(|v| v.as_slice()).collect();
+    let want = cpu_answers(&low, &ones);
+    let held = gpu.hold(&low, 5)?;
+    let mut ok = true;
+    for kernel in AnswerKernel::ALL {
+        ok &= held.answer_with(&refs, kernel, None)?.0 == want;
+    }
+    all_ok &= ok;
+    println!(
+        "{}",
+        serde_json::json!({"stage": "answer-extremes", "ok": ok})
+    );
+    Ok(all_ok)
+}
+
+/// A database of the shape 2^`log2` keys make, filled with random
+/// elements of its plaintext range on all cores.
+#[cfg(feature = "cuda")]
+fn synthetic_db(args: &Args, log2: u32) -> Result<EncodedDb> {
+    use pir_core::db::{plan, DbShape};
+    use pir_core::fuse::FuseGeometry;
+    use rayon::prelude::*;
+    let keys = 1usize << log2;
+    // pir-bench's packing (a 32 MiB hint), so that the figures compare.
+    let options = EncodeOptions::default();
+    let p = plan(keys, args.value_bytes, &options)?;
+    // The fullest partition, as pir-core's plan estimates it.
+    let per = keys.div_ceil(p.partitions as usize);
+    let fullest = per + 3 * (per as f64).sqrt().ceil() as usize + 1;
+    let geometry = FuseGeometry::for_keys(options.arity, fullest, 0);
+    let shape = DbShape {
+        lwe: pir_core::params::LweParams::for_rows(
+            geometry.array_length() as u64,
+            p.partitions as u64 * p.elems as u64,
+        )?,
+        geometry,
+        partitions: p.partitions,
+        value_bytes: args.value_bytes as u32,
+        partition_seed: 0,
+        filter_seeds: vec![0; p.partitions as usize],
+    };
+    let bits = shape.lwe.plaintext_bits;
+    let mut data = vec![0i8; shape.rows() * shape.padded_cols()];
+    data.par_chunks_mut(1 << 20)
+        .enumerate()
+        .for_each(|(i, chunk)| {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(i as u64);
+            for x in chunk {
+                *x = ((rng.next_u32() >> (32 - bits)) as i32 - (1 << (bits - 1))) as i8;
+            }
+        });
+    Ok(EncodedDb::from_parts(shape, data)?)
+}
+
+/// Answers timed on the GPU (median of --reps, phases apart) and on all
+/// CPU cores, batches of 1, 16, 64 and 256, at 2^`log2` keys.
+#[cfg(feature = "cuda")]
+fn bench_answers(gpu: &gpu_kernels::cuda::CudaGpu, args: &Args, log2: u32) -> Result<bool> {
+    let t = Instant::now();
+    let db = synthetic_db(args, log2)?;
+    let fill_s = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let held = gpu.hold(&db, 256)?;
+    let upload_s = t.elapsed().as_secs_f64();
+    let rows = db.shape().rows();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+    let mut all_ok = true;
+    // Batches whose queries stay under 4 GB (a query is 4 bytes a row).
+    for count in [1usize, 16, 64, 256]
+        .into_iter()
+        .filter(|&c| c as u64 * 4 * rows as u64 <= 4 << 30)
+    {
+        let vecs = random_queries(count, rows, &mut rng);
+        let refs: Vec<&[u32]> = vecs.iter().map(|v| v.as_slice()).collect();
+        // Every kernel timed; the one the server would choose reported.
+        let chosen = AnswerKernel::for_batch(count as u32);
+        let mut times = Vec::new();
+        let mut first = None;
+        let mut kernels = serde_json::Map::new();
+        for kernel in AnswerKernel::ALL {
+            let mut compute = Vec::new();
+            for _ in 0..args.reps.max(1) {
+                let (answers, phases) = held.answer_with(&refs, kernel, None)?;
+                if kernel == chosen {
+                    first.get_or_insert(answers);
+                    times.push(phases);
+                }
+                compute.push(phases.compute.as_secs_f64() * 1e3);
+            }
+            compute.sort_by(f64::total_cmp);
+            kernels.insert(kernel.name(), serde_json::json!(compute[compute.len() / 2]));
+        }
+        // The CPU answers at most 16 of them (at 2^30 keys a batch of 256
+        // would take it most of a minute): the first ones, compared.
+        let checked = count.min(16);
+        let t = Instant::now();
+        let cpu = cpu_answers(&db, &vecs[..checked]);
+        let cpu_ms = t.elapsed().as_secs_f64() * 1e3;
+        let ok = first.as_ref().map(|a| &a[..checked]) == Some(&cpu[..]);
+        all_ok &= ok;
+        let median = |f: &dyn Fn(&gpu_kernels::answer::AnswerTimes) -> f64| {
+            let mut v: Vec<f64> = times.iter().map(f).collect();
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let kernel_ms = median(&|p| p.compute.as_secs_f64() * 1e3);
+        let total_ms = median(&|p| p.total().as_secs_f64() * 1e3);
+        println!(
+            "{}",
+            serde_json::json!({"stage": "answer-bench", "ok": ok, "log2_keys": log2, "rows": rows, "cols": db.shape().cols(),
+                "db_bytes": db.bytes(), "queries": count, "kernel": chosen.name(), "kernel_ms": kernel_ms,
+                "kernel_ms_each": kernels,
+                "upload_ms": median(&|p| p.upload.as_secs_f64() * 1e3),
+                "download_ms": median(&|p| p.download.as_secs_f64() * 1e3),
+                "total_ms": total_ms, "kernel_ms_per_query": kernel_ms / count as f64,
+                "kernel_gbps": db.bytes() as f64 / (kernel_ms / 1e3) / 1e9,
+                "queries_per_s": count as f64 / (total_ms / 1e3),
+                "cpu_queries": checked, "cpu_ms": cpu_ms, "cpu_threads": rayon::current_num_threads(),
+                "fill_s": fill_s, "hold_s": upload_s})
+        );
+    }
+    Ok(all_ok)
 }

@@ -51,6 +51,11 @@ struct Cli {
     /// comma-separated or repeated) and their partial answers added.
     #[arg(long, value_name = "URL", value_delimiter = ',')]
     route_to: Vec<String>,
+    /// Where answers are computed: auto (each level held in GPU memory
+    /// when a GPU is usable and it fits, else all CPU cores; logged per
+    /// level), cpu, or cuda (a level the GPU cannot hold is not served).
+    #[arg(long, value_name = "DEVICE")]
+    answer_device: Option<server::AnswerDevice>,
     /// Log filter.
     #[arg(long, default_value = "info", env = "ETHPIR_LOG")]
     log: String,
@@ -86,6 +91,9 @@ async fn main() -> Result<()> {
     }
     if !cli.route_to.is_empty() {
         config.router.shards = cli.route_to;
+    }
+    if let Some(v) = cli.answer_device {
+        config.answer.device = v;
     }
     config.shard().context("--shard")?;
     check_open_files(&config);

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use gpu_kernels::HintDevice;
+use gpu_kernels::Device;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::Write as _;
 
@@ -371,7 +371,7 @@ struct RunArgs {
     changes: Option<snapshotter::sources::changes::ChangeTracer>,
     /// Where to build hints: auto, cpu or cuda.
     #[arg(long)]
-    device: Option<HintDevice>,
+    device: Option<Device>,
     /// One step and exit: the base if missing, then the blocks up to the head.
     #[arg(long)]
     once: bool,

@@ -76,6 +76,10 @@ struct Args {
     /// snapshot's records.bin, read in place.
     #[arg(long, conflicts_with_all = ["url", "build_only"])]
     store: Option<std::path::PathBuf>,
+    /// Where the started server answers (server setting answer.device):
+    /// one run per device named, e.g. `cpu,cuda` on a GPU machine.
+    #[arg(long, value_delimiter = ',', default_value = "cpu")]
+    answer_device: Vec<server::AnswerDevice>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -122,16 +126,17 @@ async fn main() -> Result<()> {
         Batching::Off => vec![false],
         Batching::Both => vec![false, true],
     };
-    for enabled in modes {
-        let settings = server::BatchSettings {
-            enabled,
-            window_ms: args.window_ms,
-            max_queries: args.max_queries,
-        };
-        let line = run(&args, &store_dir, &records, settings).await?;
-        let mut line = line;
-        line["build_s"] = json!(build_s);
-        println!("{line}");
+    for &device in &args.answer_device {
+        for &enabled in &modes {
+            let settings = server::BatchSettings {
+                enabled,
+                window_ms: args.window_ms,
+                max_queries: args.max_queries,
+            };
+            let mut line = run(&args, &store_dir, &records, settings, device).await?;
+            line["build_s"] = json!(build_s);
+            println!("{line}");
+        }
     }
     Ok(())
 }
@@ -142,10 +147,12 @@ async fn run(
     store_dir: &std::path::Path,
     records: &[AccountRecord],
     batching: server::BatchSettings,
+    device: server::AnswerDevice,
 ) -> Result<serde_json::Value> {
-    let base = start_server(store_dir, batching).await?;
+    let base = start_server(store_dir, batching, device).await?;
     let mut line = measure(args, &base, records).await?;
     line["batching"] = json!(batching.enabled);
+    line["answer_device"] = json!(format!("{device:?}").to_lowercase());
     line["window_ms"] = json!(batching.window_ms);
     line["max_queries"] = json!(batching.max_queries);
     Ok(line)
@@ -179,6 +186,8 @@ async fn measure(args: &Args, base: &str, records: &[AccountRecord]) -> Result<s
         .await?;
     let passes = metric(&metrics, "ethpir_pass_queries_count");
     let queries = metric(&metrics, "ethpir_pass_queries_sum");
+    let gpu_passes = metric(&metrics, "ethpir_passes_total{device=\"cuda\"}");
+    let gpu_fallbacks = metric(&metrics, "ethpir_gpu_fallbacks_total");
     Ok(json!({
         "bench": "server-throughput",
         "accounts": catalog_accounts(&http, &base).await?,
@@ -191,6 +200,8 @@ async fn measure(args: &Args, base: &str, records: &[AccountRecord]) -> Result<s
         "lone_lookup_ms": lone,
         "passes": passes,
         "mean_queries_per_pass": queries / passes.max(1.0),
+        "gpu_passes": gpu_passes,
+        "gpu_fallbacks": gpu_fallbacks,
         "cpu": system_bench::cpu_model(),
         "cores": std::thread::available_parallelism().map(usize::from).unwrap_or(1),
         "kernel": pir_core::kernel::active().name(),
@@ -201,11 +212,13 @@ async fn measure(args: &Args, base: &str, records: &[AccountRecord]) -> Result<s
 async fn start_server(
     store_dir: &std::path::Path,
     batching: server::BatchSettings,
+    device: server::AnswerDevice,
 ) -> Result<String> {
     system_bench::serve_store(server::ServerConfig {
         store: store_dir.to_path_buf(),
         queue: 4096,
         batching,
+        answer: server::AnswerSettings { device },
         ..Default::default()
     })
     .await

@@ -1,0 +1,374 @@
+//! The server's answers on a device: the served rows of a database are
+//! uploaded once ([`DeviceDb::upload`]) and every batch of queries is
+//! answered from device memory in one pass over them
+//! (`kernels/ethpir.cu`, `ethpir_answer_*`), bit for bit
+//! [`pir_core::product::multiply`]. Shared by the CUDA backend and the host
+//! emulator, like the hint's tiling driver.
+
+use std::time::{Duration, Instant};
+
+use pir_core::db::PANEL_COLS;
+use pir_core::EncodedDb;
+
+use crate::defines::ANSWER_MAX_CHUNK_GROUPS;
+use crate::tiling::HintBackend;
+use crate::GpuError;
+
+/// Row groups (of 4 rows) one warp step of the answer kernel takes, times
+/// the block's 4 warps: a chunk is a whole number of them.
+const CHUNK_STEP_GROUPS: u32 = 32;
+
+/// Blocks an answer launch aims for per multiprocessor (enough to keep
+/// every one busy while loads wait, few enough that the partial sums
+/// added at the end stay a small part of the work).
+const BLOCKS_PER_MULTIPROCESSOR: u64 = 16;
+
+/// Overrides the answer kernel [`AnswerKernel::for_batch`] chooses (a
+/// name of [`AnswerKernel::ALL`]), for measurements.
+pub const ANSWER_KERNEL_ENV: &str = "ETHPIR_GPU_ANSWER_KERNEL";
+
+/// One of the answer kernels, `ethpir_answer_m<MT>u<U>`: a block takes
+/// `MT` tiles of 16 byte-plane rows (`4 MT` queries), and each warp loads
+/// `U` steps of the database before their products.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AnswerKernel {
+    pub mt: u32,
+    pub unroll: u32,
+}
+
+impl AnswerKernel {
+    /// Every kernel `kernels/ethpir.cu` defines, in its order. Of the
+    /// seven shapes first measured (docs/benchmarks.md, "Answers from GPU
+    /// memory"), these were the fastest at some batch size or within 4 %
+    /// of it; the unrolled lone-query ones (m1u4, m1u8) and m2u4, m4u1
+    /// were slower everywhere.
+    pub const ALL: [AnswerKernel; 3] = [
+        AnswerKernel { mt: 1, unroll: 1 },
+        AnswerKernel { mt: 2, unroll: 2 },
+        AnswerKernel { mt: 4, unroll: 2 },
+    ];
+
+    /// Its entry point.
+    pub fn name(&self) -> String {
+        format!("ethpir_answer_m{}u{}", self.mt, self.unroll)
+    }
+
+    /// Its place in [`Self::ALL`].
+    pub fn index(&self) -> usize {
+        Self::ALL
+            .iter()
+            .position(|k| k == self)
+            .expect("a kernel of ALL")
+    }
+
+    /// Queries one block takes.
+    pub fn queries_per_block(&self) -> u32 {
+        4 * self.mt
+    }
+
+    /// The kernel for a batch of `queries`: `$ETHPIR_GPU_ANSWER_KERNEL`
+    /// when set to a kernel's name, else by the batch's size.
+    pub fn for_batch(queries: u32) -> AnswerKernel {
+        if let Some(k) = std::env::var(ANSWER_KERNEL_ENV)
+            .ok()
+            .and_then(|name| Self::ALL.into_iter().find(|k| k.name() == name))
+        {
+            return k;
+        }
+        // Measured on an H200 at 2^24 .. 2^30 keys: m1u1 for a lone query
+        // (the scan at 3.3 to 4.0 TB/s), m2u2 for batches.
+        match queries {
+            0..=4 => AnswerKernel { mt: 1, unroll: 1 },
+            _ => AnswerKernel { mt: 2, unroll: 2 },
+        }
+    }
+}
+
+/// One answer launch: `queries` queries over `groups` served row groups of
+/// a database `cols_pad` columns wide, cut into chunks of `chunk_groups`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AnswerShape {
+    pub queries: u32,
+    pub groups: u32,
+    pub cols_pad: u32,
+    pub chunk_groups: u32,
+    pub kernel: AnswerKernel,
+}
+
+impl AnswerShape {
+    /// The launch for `queries` queries on a device with `multiprocessors`
+    /// multiprocessors.
+    pub fn plan(queries: u32, groups: u32, cols_pad: u32, multiprocessors: u32) -> Self {
+        let mut shape = AnswerShape {
+            queries,
+            groups,
+            cols_pad,
+            chunk_groups: ANSWER_MAX_CHUNK_GROUPS,
+            kernel: AnswerKernel::for_batch(queries),
+        };
+        let per_chunk = shape.panels() * shape.query_blocks();
+        let target = BLOCKS_PER_MULTIPROCESSOR * multiprocessors.max(1) as u64;
+        let chunks = target.div_ceil(per_chunk).max(1);
+        shape.chunk_groups = (groups as u64)
+            .div_ceil(chunks)
+            .next_multiple_of(CHUNK_STEP_GROUPS as u64)
+            .min(ANSWER_MAX_CHUNK_GROUPS as u64) as u32;
+        shape
+    }
+
+    fn panels(&self) -> u64 {
+        self.cols_pad.div_ceil(PANEL_COLS as u32) as u64
+    }
+
+    fn query_blocks(&self) -> u64 {
+        self.queries.div_ceil(self.kernel.queries_per_block()) as u64
+    }
+
+    /// Blocks of the launch: (query block, panel, chunk), query blocks
+    /// fastest so that blocks reading the same database tile run together.
+    pub fn blocks(&self) -> u64 {
+        self.panels()
+            * self.query_blocks()
+            * (self.groups as u64).div_ceil(self.chunk_groups as u64)
+    }
+}
+
+/// What a device must offer to answer, beyond building hints. The launches
+/// are `unsafe`: a kernel trusts its buffer sizes; [`DeviceDb`] checks them.
+pub trait AnswerBackend: HintBackend {
+    /// Copies `src` into `dst` at `offset` (bounds-checked: panics past the end).
+    fn upload_u32(
+        &self,
+        dst: &mut Self::U32Buf,
+        offset: usize,
+        src: &[u32],
+    ) -> Result<(), GpuError>;
+    /// Multiprocessors of the device (how many blocks a launch wants).
+    fn multiprocessors(&self) -> u32;
+    /// Waits for the work queued so far (for timing its phases).
+    fn synchronize(&self) -> Result<(), GpuError>;
+    /// Splits `count` queries of `4 * groups` entries each (`q`, one after
+    /// another) into their byte planes.
+    ///
+    /// # Safety
+    ///
+    /// `q` holds `count * 4 * groups` elements and `planes` as many.
+    unsafe fn slice_unchecked(
+        &self,
+        q: &Self::U32Buf,
+        count: u32,
+        groups: u32,
+        planes: &mut Self::U32Buf,
+    ) -> Result<(), GpuError>;
+    /// `out[i] = planes of query i . d` for every query of `shape`.
+    ///
+    /// # Safety
+    ///
+    /// `planes` holds `4 * queries * groups` elements, `d` `4 * groups *
+    /// cols_pad` (the panel layout of [`DeviceDb`]), `out` `queries *
+    /// cols_pad`, all zero; `cols_pad` is whole lane groups; `chunk_groups`
+    /// is a positive multiple of 32 of at most
+    /// [`ANSWER_MAX_CHUNK_GROUPS`]; [`AnswerShape::blocks`] fits a `u32`.
+    unsafe fn answer_unchecked(
+        &self,
+        planes: &Self::U32Buf,
+        d: &Self::I8Buf,
+        out: &mut Self::U32Buf,
+        shape: AnswerShape,
+    ) -> Result<(), GpuError>;
+}
+
+/// The served rows of a database in device memory, ready to answer.
+pub struct DeviceDb<B: AnswerBackend> {
+    backend: B,
+    d: B::I8Buf,
+    groups: u32,
+    cols: usize,
+    cols_pad: u32,
+}
+
+impl<B: AnswerBackend> DeviceDb<B> {
+    /// Uploads the rows `db` serves (all, or a shard's), panel after panel.
+    pub fn upload(backend: B, db: &EncodedDb) -> Result<Self, GpuError> {
+        let served = db.served_rows();
+        let groups = served.len() / 4;
+        let cols_pad = db.shape().padded_cols();
+        let too_large = |_| GpuError::Driver("database too large for one device".into());
+        let groups_u32 = u32::try_from(groups).map_err(too_large)?;
+        let cols_pad_u32 = u32::try_from(cols_pad).map_err(too_large)?;
+        let mut d = backend.alloc_i8(groups * 4 * cols_pad)?;
+        for p in 0..db.panels() {
+            let (_, width) = db.panel_columns(p);
+            let src = &db.panel(p)[served.start / 4 * width * 4..served.end / 4 * width * 4];
+            backend.upload_i8(&mut d, p * PANEL_COLS * groups * 4, src)?;
+        }
+        Ok(DeviceDb {
+            backend,
+            d,
+            groups: groups_u32,
+            cols: db.shape().cols(),
+            cols_pad: cols_pad_u32,
+        })
+    }
+
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// Entries of a query to it (the served rows).
+    pub fn query_rows(&self) -> usize {
+        self.groups as usize * 4
+    }
+
+    /// Bytes of database it holds.
+    pub fn bytes(&self) -> u64 {
+        self.groups as u64 * 4 * self.cols_pad as u64
+    }
+
+    /// `v . D` for each vector (one entry per served row), `cols` elements
+    /// each: [`pir_core::product::multiply`]'s numbers.
+    pub fn answer(&self, vecs: &[&[u32]]) -> Result<Vec<Vec<u32>>, GpuError> {
+        Ok(self.answer_timed(vecs)?.0)
+    }
+
+    /// [`Self::answer`], and how long each phase took.
+    pub fn answer_timed(&self, vecs: &[&[u32]]) -> Result<(Vec<Vec<u32>>, AnswerTimes), GpuError> {
+        let shape = AnswerShape::plan(
+            vecs.len() as u32,
+            self.groups,
+            self.cols_pad,
+            self.backend.multiprocessors(),
+        );
+        self.answer_planned(vecs, shape)
+    }
+
+    /// [`Self::answer`] with `kernel`, cut into chunks of `chunk_groups`
+    /// row groups when given (tests force several chunks on small
+    /// databases; benchmarks compare kernels).
+    pub fn answer_with(
+        &self,
+        vecs: &[&[u32]],
+        kernel: AnswerKernel,
+        chunk_groups: Option<u32>,
+    ) -> Result<(Vec<Vec<u32>>, AnswerTimes), GpuError> {
+        let mut shape = AnswerShape::plan(
+            vecs.len() as u32,
+            self.groups,
+            self.cols_pad,
+            self.backend.multiprocessors(),
+        );
+        shape.kernel = kernel;
+        if let Some(chunk) = chunk_groups {
+            shape.chunk_groups = chunk;
+        }
+        self.answer_planned(vecs, shape)
+    }
+
+    fn answer_planned(
+        &self,
+        vecs: &[&[u32]],
+        shape: AnswerShape,
+    ) -> Result<(Vec<Vec<u32>>, AnswerTimes), GpuError> {
+        if vecs.is_empty() {
+            return Ok((Vec::new(), AnswerTimes::default()));
+        }
+        let start = Instant::now();
+        let rows = self.query_rows();
+        assert!(
+            vecs.iter().all(|v| v.len() == rows),
+            "one entry per served row"
+        );
+        assert!(
+            shape.chunk_groups > 0
+                && shape.chunk_groups.is_multiple_of(CHUNK_STEP_GROUPS)
+                && shape.chunk_groups <= ANSWER_MAX_CHUNK_GROUPS,
+            "chunk of {} groups",
+            shape.chunk_groups
+        );
+        assert!(
+            shape.groups == self.groups
+                && shape.cols_pad == self.cols_pad
+                && shape.queries as usize == vecs.len(),
+            "launch shape of another database or batch"
+        );
+        assert!(shape.blocks() <= u32::MAX as u64, "launch too large");
+        let len = vecs.len() * rows;
+        let mut q = self.backend.alloc_u32(len)?;
+        for (i, v) in vecs.iter().enumerate() {
+            self.backend.upload_u32(&mut q, i * rows, v)?;
+        }
+        self.backend.synchronize()?;
+        let uploaded = Instant::now();
+        let mut planes = self.backend.alloc_u32(len)?;
+        let mut out = self
+            .backend
+            .alloc_u32(vecs.len() * self.cols_pad as usize)?;
+        assert!(B::u32_len(&out) >= vecs.len() * self.cols_pad as usize);
+        assert!(B::i8_len(&self.d) >= self.bytes() as usize);
+        // SAFETY: q and planes hold count x rows elements (allocated just
+        // above), out count x cols_pad zeros (alloc zeroes), d the
+        // database's groups x 4 x cols_pad bytes (upload); the chunk and
+        // block count were asserted above.
+        unsafe {
+            self.backend
+                .slice_unchecked(&q, vecs.len() as u32, self.groups, &mut planes)?;
+            self.backend
+                .answer_unchecked(&planes, &self.d, &mut out, shape)?;
+        }
+        self.backend.synchronize()?;
+        let computed = Instant::now();
+        let all = self
+            .backend
+            .download(&out, vecs.len() * self.cols_pad as usize)?;
+        let times = AnswerTimes {
+            upload: uploaded - start,
+            compute: computed - uploaded,
+            download: computed.elapsed(),
+        };
+        let answers = all
+            .chunks_exact(self.cols_pad as usize)
+            .map(|c| c[..self.cols].to_vec())
+            .collect();
+        Ok((answers, times))
+    }
+}
+
+/// Where a batch's time went on the device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AnswerTimes {
+    /// Queries copied to the device (allocation included).
+    pub upload: Duration,
+    /// Slicing and the answer kernel.
+    pub compute: Duration,
+    /// Answers copied back.
+    pub download: Duration,
+}
+
+impl AnswerTimes {
+    pub fn total(&self) -> Duration {
+        self.upload + self.compute + self.download
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans_stay_within_the_kernels_bounds() {
+        for (queries, groups, cols_pad, sms) in [
+            (1, 194_560, 4_704, 132),
+            (64, 194_560, 4_704, 132),
+            (256, 194_560, 4_704, 132),
+            (1, 10, 16, 1),
+            (5, 1 << 26, 64, 132),
+        ] {
+            let s = AnswerShape::plan(queries, groups, cols_pad, sms);
+            assert!(s.chunk_groups > 0 && s.chunk_groups <= ANSWER_MAX_CHUNK_GROUPS);
+            assert!(s.chunk_groups.is_multiple_of(CHUNK_STEP_GROUPS));
+            assert!(s.blocks() <= u32::MAX as u64);
+        }
+        let lone = AnswerShape::plan(1, 194_560, 4_704, 132);
+        assert!(lone.blocks() >= 132 * BLOCKS_PER_MULTIPROCESSOR / 2);
+    }
+}

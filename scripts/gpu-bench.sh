@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The GPU check of issue 63, as one script for a machine with an NVIDIA GPU:
+# gpu-selftest (expansion, hint and answers bit for bit the CPU's, then
+# answers timed from GPU memory at 2^24 .. 2^30 keys), pir-bench with the
+# hint and answers on the GPU (every answer decoded and checked), and
+# server-bench with the server answering on the CPU, then on the GPU.
+#
+#   BIN=target/release OUT=gpu-bench-out scripts/gpu-bench.sh
+#
+# BIN holds gpu-selftest, pir-bench and server-bench (cargo build --release
+# -p gpu-kernels -p pir-bench -p system-bench); what it prints is kept in
+# OUT as JSON lines. NVRTC is loaded by name at run time: the script puts
+# the first libnvrtc it finds on the library path.
+set -uo pipefail
+BIN=${BIN:-target/release}
+OUT=${OUT:-gpu-bench-out}
+LOG2=${LOG2:-24,26,28,30}
+mkdir -p "$OUT"
+{
+    date -u +%FT%TZ
+    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader
+    lscpu | grep -E '^(Model name|CPU\(s\))' | tr -s ' '
+    uname -r
+} | tee "$OUT/machine.txt"
+nvrtc=$(find /usr/local /opt /usr/lib -name 'libnvrtc.so*' 2>/dev/null | grep -v builtins | head -1)
+[ -n "$nvrtc" ] && export LD_LIBRARY_PATH="$(dirname "$nvrtc")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+echo "nvrtc: ${nvrtc:-not found}" | tee -a "$OUT/machine.txt"
+
+step() {
+    local name=$1
+    shift
+    echo "== $name: $*"
+    local t0=$SECONDS
+    "$@" 2>"$OUT/$name.err" | tee "$OUT/$name.jsonl"
+    local rc=${PIPESTATUS[0]}
+    echo "== $name: exit $rc after $((SECONDS - t0)) s"
+    tail -5 "$OUT/$name.err"
+}
+
+step selftest "$BIN/gpu-selftest" --bench-answers "$LOG2" --reps 3
+for n in 24 26; do
+    step "pir-bench-$n" "$BIN/pir-bench" --device cuda --log2-keys "$n" --batch 64 --reps 5 --no-memread
+done
+if [ -x "$BIN/server-bench" ]; then
+    step server-bench "$BIN/server-bench" --log2-accounts 22 --answer-device cpu,cuda \
+        --batching on --seconds 5 --dir /tmp/server-bench-data
+fi
