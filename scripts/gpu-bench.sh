@@ -7,6 +7,11 @@
 #
 #   BIN=target/release OUT=gpu-bench-out scripts/gpu-bench.sh
 #
+# LOG2 (answer sizes, default 24,26,28,30; 2^30 needs about 90 GB of GPU
+# memory), HINT_LOG2 (the selftest's database, default 16), PIR_LOG2
+# (pir-bench sizes, default "24 26") and SERVER_BENCH=0 (skip it) trim a
+# run to the device time at hand.
+#
 # BIN holds gpu-selftest, pir-bench and server-bench (cargo build --release
 # -p gpu-kernels -p pir-bench -p system-bench); what it prints is kept in
 # OUT as JSON lines. NVRTC is loaded by name at run time: the script puts
@@ -15,6 +20,9 @@ set -uo pipefail
 BIN=${BIN:-target/release}
 OUT=${OUT:-gpu-bench-out}
 LOG2=${LOG2:-24,26,28,30}
+HINT_LOG2=${HINT_LOG2:-16}
+PIR_LOG2=${PIR_LOG2:-24 26}
+SERVER_BENCH=${SERVER_BENCH:-1}
 mkdir -p "$OUT"
 {
     date -u +%FT%TZ
@@ -37,11 +45,11 @@ step() {
     tail -5 "$OUT/$name.err"
 }
 
-step selftest "$BIN/gpu-selftest" --bench-answers "$LOG2" --reps 3
-for n in 24 26; do
+step selftest "$BIN/gpu-selftest" --log2-keys "$HINT_LOG2" --bench-answers "$LOG2" --reps 3
+for n in $PIR_LOG2; do
     step "pir-bench-$n" "$BIN/pir-bench" --device cuda --log2-keys "$n" --batch 64 --reps 5 --no-memread
 done
-if [ -x "$BIN/server-bench" ]; then
+if [ "$SERVER_BENCH" = 1 ] && [ -x "$BIN/server-bench" ]; then
     step server-bench "$BIN/server-bench" --log2-accounts 22 --answer-device cpu,cuda \
         --batching on --seconds 5 --dir /tmp/server-bench-data
 fi

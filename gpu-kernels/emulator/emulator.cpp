@@ -1,24 +1,68 @@
-// Runs kernels/ethpir.cu on the host, one std::thread per CUDA thread of a
-// block and a std::barrier for __syncthreads, blocks one after another. It
+// Runs kernels/ethpir.cu on the host: the CUDA threads of a block are
+// fibers (ucontext) on the calling thread, switched cooperatively at
+// __syncthreads and at the warp-wide MMA, blocks one after another. It
 // exists so that the kernels' arithmetic is tested bit for bit against
-// pir-core on machines without a GPU; it is not fast.
-#include <barrier>
-#include <algorithm>
+// pir-core on machines without a GPU; it is not fast, but a switch costs
+// a fraction of an OS thread's (the warp's MMA meets 32 lanes twice).
+#include <ucontext.h>
+
 #include <cstdint>
-#include <deque>
+#include <functional>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 namespace {
 struct EmuDim3 {
     unsigned x = 1, y = 1, z = 1;
 };
-thread_local EmuDim3 threadIdx;
-EmuDim3 blockIdx, blockDim, gridDim;
-std::barrier<>* emu_barrier = nullptr;
-// One barrier per warp of the running block, for the warp-wide MMA.
-std::barrier<>* emu_warp_barrier[32] = {};
+EmuDim3 threadIdx, blockIdx, blockDim, gridDim;
+
+// One CUDA thread of the running block.
+struct EmuFiber {
+    ucontext_t context;
+    std::vector<char> stack;
+    bool done = false;
+};
+
+// The running block: its fibers, the scheduler's context, the body.
+struct EmuBlock {
+    std::vector<EmuFiber> fibers;
+    ucontext_t scheduler;
+    unsigned current = 0;
+    std::function<void()> body;
+};
+EmuBlock emu_block;
+
+// Back to the scheduler, which resumes the next fiber in turn.
+void emu_yield() {
+    swapcontext(&emu_block.fibers[emu_block.current].context, &emu_block.scheduler);
+}
+
+// A barrier of `expected` fibers: the last to arrive opens it.
+struct EmuBarrier {
+    unsigned expected = 0;
+    unsigned arrived = 0;
+    unsigned long long generation = 0;
+    void arrive_and_wait() {
+        unsigned long long mine = generation;
+        if (++arrived == expected) {
+            arrived = 0;
+            ++generation;
+            return;
+        }
+        while (generation == mine) {
+            emu_yield();
+        }
+    }
+};
+EmuBarrier emu_barrier;
+// One per warp of the running block, for the warp-wide MMA.
+EmuBarrier emu_warp_barrier[32];
+
+void emu_fiber_main() {
+    emu_block.body();
+    emu_block.fibers[emu_block.current].done = true;
+}
 }  // namespace
 
 #define ETHPIR_EMULATOR 1
@@ -29,7 +73,7 @@ std::barrier<>* emu_warp_barrier[32] = {};
 #define __constant__ static const
 #define __forceinline__ inline
 #define __shared__ static
-#define __syncthreads() emu_barrier->arrive_and_wait()
+#define __syncthreads() emu_barrier.arrive_and_wait()
 
 #include "../kernels/ethpir.cu"
 
@@ -68,7 +112,7 @@ void ethpir_mma_u8s8(int c[4], const u32 a[4], const u32 b[2]) {
     }
     f.b[lane][0] = b[0];
     f.b[lane][1] = b[1];
-    emu_warp_barrier[warp]->arrive_and_wait();
+    emu_warp_barrier[warp].arrive_and_wait();
     unsigned gid = lane / 4;
     unsigned tig = lane % 4;
     int out[4];
@@ -81,7 +125,7 @@ void ethpir_mma_u8s8(int c[4], const u32 a[4], const u32 b[2]) {
         }
         out[i] = (int)sum;
     }
-    emu_warp_barrier[warp]->arrive_and_wait();
+    emu_warp_barrier[warp].arrive_and_wait();
     for (int i = 0; i < 4; ++i) {
         c[i] = (int)((u32)c[i] + (u32)out[i]);
     }
@@ -90,33 +134,53 @@ void ethpir_mma_u8s8(int c[4], const u32 a[4], const u32 b[2]) {
 // The emulated grid state is global, like a GPU's: one launch at a time.
 static std::mutex emu_launch_lock;
 
+// Runs every fiber of the block (blockIdx set) to its end, round-robin.
+static void run_block(unsigned threads) {
+    for (unsigned t = 0; t < threads; ++t) {
+        EmuFiber& f = emu_block.fibers[t];
+        f.done = false;
+        getcontext(&f.context);
+        f.context.uc_stack.ss_sp = f.stack.data();
+        f.context.uc_stack.ss_size = f.stack.size();
+        f.context.uc_link = &emu_block.scheduler;
+        makecontext(&f.context, emu_fiber_main, 0);
+    }
+    unsigned left = threads;
+    while (left > 0) {
+        for (unsigned t = 0; t < threads; ++t) {
+            if (emu_block.fibers[t].done) {
+                continue;
+            }
+            emu_block.current = t;
+            threadIdx = EmuDim3{t, 0, 0};
+            swapcontext(&emu_block.scheduler, &emu_block.fibers[t].context);
+            left -= emu_block.fibers[t].done ? 1 : 0;
+        }
+    }
+}
+
+// Bytes of stack per fiber: the kernels' locals are a few KiB.
+constexpr size_t EMU_STACK_BYTES = 64 << 10;
+
 template <typename Kernel>
 static void emu_launch(EmuDim3 grid, unsigned threads, Kernel kernel) {
     std::lock_guard<std::mutex> one_launch(emu_launch_lock);
     gridDim = grid;
     blockDim = EmuDim3{threads, 1, 1};
+    emu_block.body = kernel;
+    emu_block.fibers.resize(threads);
+    for (auto& f : emu_block.fibers) {
+        f.stack.resize(EMU_STACK_BYTES);
+    }
+    emu_barrier.expected = threads;
+    for (unsigned w = 0; w * 32 < threads && w < 32; ++w) {
+        emu_warp_barrier[w].expected = threads - 32 * w < 32 ? threads - 32 * w : 32;
+    }
     for (unsigned z = 0; z < grid.z; ++z) {
         for (unsigned y = 0; y < grid.y; ++y) {
             for (unsigned x = 0; x < grid.x; ++x) {
                 blockIdx = EmuDim3{x, y, z};
-                std::barrier<> bar(threads);
-                emu_barrier = &bar;
-                std::deque<std::barrier<>> warp_bars;
-                for (unsigned w = 0; w * 32 < threads && w < 32; ++w) {
-                    warp_bars.emplace_back(std::min(32u, threads - 32 * w));
-                    emu_warp_barrier[w] = &warp_bars.back();
-                }
-                std::vector<std::thread> pool;
-                pool.reserve(threads);
-                for (unsigned t = 0; t < threads; ++t) {
-                    pool.emplace_back([t, &kernel] {
-                        threadIdx = EmuDim3{t, 0, 0};
-                        kernel();
-                    });
-                }
-                for (auto& th : pool) {
-                    th.join();
-                }
+                run_block(threads);
             }
         }
     }
@@ -129,12 +193,6 @@ extern "C" void ethpir_emu_expand(const u8* key, u32 mode, u32 n, u32 col0, u32 
     emu_launch(grid, threads, [=] { ethpir_expand(key, mode, n, col0, ncols, out); });
 }
 
-extern "C" void ethpir_emu_hint_gemm(const u32* a, u32 a_ld, u32 n, u32 krows, const i8* d, u32 cols_pad,
-                                     u32 cols, u32* m) {
-    u32 panels = (cols_pad + ETHPIR_PANEL_COLS - 1) / ETHPIR_PANEL_COLS;
-    EmuDim3 grid{panels, (n + ETHPIR_TM - 1) / ETHPIR_TM, 1};
-    emu_launch(grid, ETHPIR_GEMM_THREADS, [=] { ethpir_hint_gemm(a, a_ld, n, krows, d, cols_pad, cols, m); });
-}
 
 extern "C" void ethpir_emu_answer_slice(const u32* q, u32 count, u32 groups, u32* planes) {
     u64 items = (u64)count * groups;

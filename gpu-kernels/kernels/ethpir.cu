@@ -1,10 +1,12 @@
-// CUDA kernels of the ethpir hint builder. Compiled at run time with NVRTC
-// (see src/cuda.rs) and, for tests on machines without a GPU, as plain C++
-// by emulator/emulator.cpp, which runs every CUDA thread of a block on its
-// own host thread. Keep this file free of anything else CUDA-specific than
-// the qualifiers, blockIdx/threadIdx/blockDim, __shared__ and __syncthreads.
+// CUDA kernels of ethpir: the hint builder's and the server's answers.
+// Compiled at run time with NVRTC (see src/cuda.rs) and, for tests on
+// machines without a GPU, as plain C++ by emulator/emulator.cpp, which runs
+// every CUDA thread of a block on its own host thread. Keep this file free
+// of anything else CUDA-specific than the qualifiers,
+// blockIdx/threadIdx/blockDim, __shared__, __syncthreads and the two
+// helpers below that the emulator supplies (the MMA, atomics).
 //
-// Both kernels make exactly the numbers pir-core makes on the CPU:
+// The kernels make exactly the numbers pir-core makes on the CPU:
 //   ethpir_expand    - the public matrix A in the setup's expansion (`mode`,
 //                      pir-core's Expansion::code): 0 = block (row, block)
 //                      is TurboSHAKE128 (Keccak-p[1600,12], domain byte 0x0A)
@@ -12,11 +14,10 @@
 //                      4c .. 4c+4 of a row are AES-128 (key: the first 16
 //                      bytes of `key`, derived from the seed by pir-core) of
 //                      row (u32 LE) || c (u32 LE) || 0 (u64); read as u32 LE;
-//   ethpir_hint_gemm - M += A_tile . D_tile over Z_2^32, D in pir-core's panel
-//                      layout (columns in panels of <= 64, rows in quads);
-//   ethpir_answer_*  - the server's answers q . D over Z_2^32 for a batch of
-//                      queries, on the tensor cores (below, with their
-//                      layout).
+//   ethpir_answer_*  - q . D over Z_2^32 for a batch of vectors q, on the
+//                      tensor cores (below, with their layout): the
+//                      server's answers, and the hint M += A_tile . D_tile
+//                      with the rows of A as the vectors.
 //
 // The tensor-core instruction is the one place with inline PTX; the
 // emulator defines ETHPIR_EMULATOR and supplies the same warp-wide
@@ -29,8 +30,7 @@ typedef unsigned char u8;
 
 // Set from Rust (src/defines.rs), never here: NVRTC options and the
 // emulator's build pass them.
-#if !defined(ETHPIR_BLOCK_COLS) || !defined(ETHPIR_PANEL_COLS) || !defined(ETHPIR_TM) || \
-    !defined(ETHPIR_TK) || !defined(ETHPIR_GEMM_THREADS) || !defined(ETHPIR_EXPAND_THREADS) || \
+#if !defined(ETHPIR_BLOCK_COLS) || !defined(ETHPIR_PANEL_COLS) || !defined(ETHPIR_EXPAND_THREADS) || \
     !defined(ETHPIR_ANSWER_THREADS) || !defined(ETHPIR_SLICE_THREADS)
 #error "compile with the defines of gpu-kernels/src/defines.rs"
 #endif
@@ -113,7 +113,7 @@ __device__ __forceinline__ u8 ethpir_xtime(u8 x) {
 }
 
 // AES-128 key expansion (FIPS-197, 5.2): 11 round keys of 16 bytes.
-__device__ void ethpir_aes128_schedule(const u8* key, u8 rk[176]) {
+__device__ void ethpir_aes128_schedule(const u8* sbox, const u8* key, u8 rk[176]) {
     for (int i = 0; i < 16; ++i) {
         rk[i] = key[i];
     }
@@ -122,10 +122,10 @@ __device__ void ethpir_aes128_schedule(const u8* key, u8 rk[176]) {
         u8 t0 = rk[i - 4], t1 = rk[i - 3], t2 = rk[i - 2], t3 = rk[i - 1];
         if (i % 16 == 0) {
             u8 first = t0;
-            t0 = (u8)(ETHPIR_SBOX[t1] ^ rcon);
-            t1 = ETHPIR_SBOX[t2];
-            t2 = ETHPIR_SBOX[t3];
-            t3 = ETHPIR_SBOX[first];
+            t0 = (u8)(sbox[t1] ^ rcon);
+            t1 = sbox[t2];
+            t2 = sbox[t3];
+            t3 = sbox[first];
             rcon = ethpir_xtime(rcon);
         }
         rk[i] = rk[i - 16] ^ t0;
@@ -137,7 +137,7 @@ __device__ void ethpir_aes128_schedule(const u8* key, u8 rk[176]) {
 
 // Encrypts one block in place; the state is column-major (byte r + 4c is
 // row r of column c), as FIPS-197 lays the input bytes out.
-__device__ void ethpir_aes128_encrypt(const u8 rk[176], u8 st[16]) {
+__device__ void ethpir_aes128_encrypt(const u8* sbox, const u8 rk[176], u8 st[16]) {
     for (int i = 0; i < 16; ++i) {
         st[i] ^= rk[i];
     }
@@ -146,7 +146,7 @@ __device__ void ethpir_aes128_encrypt(const u8 rk[176], u8 st[16]) {
         for (int c = 0; c < 4; ++c) {
             for (int r = 0; r < 4; ++r) {
                 // SubBytes, then ShiftRows: row r moves left by r columns.
-                t[r + 4 * c] = ETHPIR_SBOX[st[r + 4 * ((c + r) % 4)]];
+                t[r + 4 * c] = sbox[st[r + 4 * ((c + r) % 4)]];
             }
         }
         if (round < 10) {
@@ -173,9 +173,9 @@ __device__ __forceinline__ void ethpir_store_le32(u8* p, u32 v) {
 
 // `count` entries of row `row` from column `col` (a multiple of 4) on, in
 // AES-128 counter mode.
-__device__ void ethpir_expand_aes(const u8* key, u32 row, u32 col, u32 count, u32* dst) {
+__device__ void ethpir_expand_aes(const u8* sbox, const u8* key, u32 row, u32 col, u32 count, u32* dst) {
     u8 rk[176];
-    ethpir_aes128_schedule(key, rk);
+    ethpir_aes128_schedule(sbox, key, rk);
     for (u32 done = 0; done < count; done += 4) {
         u8 st[16];
         ethpir_store_le32(st, row);
@@ -183,7 +183,7 @@ __device__ void ethpir_expand_aes(const u8* key, u32 row, u32 col, u32 count, u3
         for (int i = 8; i < 16; ++i) {
             st[i] = 0;
         }
-        ethpir_aes128_encrypt(rk, st);
+        ethpir_aes128_encrypt(sbox, rk, st);
         for (u32 e = 0; e < 4 && done + e < count; ++e) {
             const u8* p = st + 4 * e;
             dst[done + e] = (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24);
@@ -196,6 +196,13 @@ __device__ void ethpir_expand_aes(const u8* key, u32 row, u32 col, u32 count, u3
 // thread per (row, 2048-column block). `key`: the seed (mode 0) or the AES
 // key (mode 1), 32 bytes.
 extern "C" __global__ void __launch_bounds__(ETHPIR_EXPAND_THREADS) ethpir_expand(const u8* key, u32 mode, u32 n, u32 col0, u32 ncols, u32* out) {
+    // The S-box in shared memory: each thread looks up its own bytes, which
+    // constant memory would serve one address at a time.
+    __shared__ u8 sbox[256];
+    for (u32 i = threadIdx.x; i < 256; i += blockDim.x) {
+        sbox[i] = ETHPIR_SBOX[i];
+    }
+    __syncthreads();
     u32 blocks_per_row = (ncols + ETHPIR_BLOCK_COLS - 1) / ETHPIR_BLOCK_COLS;
     u64 item = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (item >= (u64)n * blocks_per_row) {
@@ -207,7 +214,7 @@ extern "C" __global__ void __launch_bounds__(ETHPIR_EXPAND_THREADS) ethpir_expan
     u32 count = ncols - start < ETHPIR_BLOCK_COLS ? ncols - start : ETHPIR_BLOCK_COLS;
     u32* dst = out + (u64)row * ncols + start;
     if (mode == 1) {
-        ethpir_expand_aes(key, row, col0 + start, count, dst);
+        ethpir_expand_aes(sbox, key, row, col0 + start, count, dst);
         return;
     }
     u64 st[25];
@@ -234,83 +241,6 @@ extern "C" __global__ void __launch_bounds__(ETHPIR_EXPAND_THREADS) ethpir_expan
             break;
         }
         ethpir_keccak_p12(st);
-    }
-}
-
-// m[n x cols] += a[n x krows] . d[krows x cols] (mod 2^32).
-// a: row-major, leading dimension a_ld. d: panel layout over krows rows
-// (krows a multiple of 4), cols_pad columns. Grid: (panels, ceil(n / 64)),
-// 256 threads; each thread owns a 4 x 4 block of the 64 x 64 output tile.
-extern "C" __global__ void __launch_bounds__(ETHPIR_GEMM_THREADS) ethpir_hint_gemm(const u32* a, u32 a_ld, u32 n, u32 krows, const i8* d,
-                                            u32 cols_pad, u32 cols, u32* m) {
-    __shared__ u32 as[ETHPIR_TM][ETHPIR_TK + 1];
-    __shared__ int ds[ETHPIR_TK][ETHPIR_PANEL_COLS];
-    u32 panel = blockIdx.x;
-    u32 row0 = blockIdx.y * ETHPIR_TM;
-    u32 tid = threadIdx.x;
-    u32 ty = tid / 16;
-    u32 tx = tid % 16;
-    u32 width = cols_pad - panel * ETHPIR_PANEL_COLS;
-    if (width > ETHPIR_PANEL_COLS) {
-        width = ETHPIR_PANEL_COLS;
-    }
-    const i8* dp = d + (u64)panel * ETHPIR_PANEL_COLS * krows;
-    u32 acc[4][4];
-    for (int i = 0; i < 4; ++i) {
-        for (int j = 0; j < 4; ++j) {
-            acc[i][j] = 0;
-        }
-    }
-    for (u32 k0 = 0; k0 < krows; k0 += ETHPIR_TK) {
-        for (u32 e = tid; e < ETHPIR_TM * ETHPIR_TK; e += ETHPIR_GEMM_THREADS) {
-            u32 r = e / ETHPIR_TK;
-            u32 kk = e % ETHPIR_TK;
-            u32 gi = row0 + r;
-            u32 gk = k0 + kk;
-            as[r][kk] = (gi < n && gk < krows) ? a[(u64)gi * a_ld + gk] : 0u;
-        }
-        // The 32 rows starting at k0 are one contiguous run of 32 * width bytes.
-        const i8* run = dp + (u64)(k0 / 4) * width * 4;
-        for (u32 e = tid; e < ETHPIR_TK * ETHPIR_PANEL_COLS; e += ETHPIR_GEMM_THREADS) {
-            u32 kk = e / ETHPIR_PANEL_COLS;
-            u32 jj = e % ETHPIR_PANEL_COLS;
-            ds[kk][jj] = 0;
-        }
-        __syncthreads();
-        for (u32 e = tid; e < ETHPIR_TK * width; e += ETHPIR_GEMM_THREADS) {
-            u32 quad = e / (width * 4);
-            u32 within = e % (width * 4);
-            u32 kk = quad * 4 + within % 4;
-            u32 jj = within / 4;
-            if (k0 + kk < krows) {
-                ds[kk][jj] = (int)run[e];
-            }
-        }
-        __syncthreads();
-        for (u32 kk = 0; kk < ETHPIR_TK; ++kk) {
-            u32 av[4];
-            u32 dv[4];
-            for (int i = 0; i < 4; ++i) {
-                av[i] = as[ty * 4 + i][kk];
-                dv[i] = (u32)ds[kk][tx * 4 + i];
-            }
-            for (int i = 0; i < 4; ++i) {
-                for (int j = 0; j < 4; ++j) {
-                    acc[i][j] += av[i] * dv[j];
-                }
-            }
-        }
-        __syncthreads();
-    }
-    for (int i = 0; i < 4; ++i) {
-        u32 gi = row0 + ty * 4 + i;
-        for (int j = 0; j < 4; ++j) {
-            u32 jj = tx * 4 + j;
-            u32 col = panel * ETHPIR_PANEL_COLS + jj;
-            if (gi < n && jj < width && col < cols) {
-                m[(u64)gi * cols + col] += acc[i][j];
-            }
-        }
     }
 }
 

@@ -160,15 +160,15 @@ pub trait AnswerBackend: HintBackend {
         groups: u32,
         planes: &mut Self::U32Buf,
     ) -> Result<(), GpuError>;
-    /// `out[i] = planes of query i . d` for every query of `shape`.
+    /// `out[i] += planes of query i . d` for every query of `shape`.
     ///
     /// # Safety
     ///
     /// `planes` holds `4 * queries * groups` elements, `d` `4 * groups *
     /// cols_pad` (the panel layout of [`DeviceDb`]), `out` `queries *
-    /// cols_pad`, all zero; `cols_pad` is whole lane groups; `chunk_groups`
-    /// is a positive multiple of 32 of at most
-    /// [`ANSWER_MAX_CHUNK_GROUPS`]; [`AnswerShape::blocks`] fits a `u32`.
+    /// cols_pad`; `cols_pad` is whole lane groups; `chunk_groups` is a
+    /// positive multiple of 32 of at most [`ANSWER_MAX_CHUNK_GROUPS`];
+    /// [`AnswerShape::blocks`] fits a `u32`.
     unsafe fn answer_unchecked(
         &self,
         planes: &Self::U32Buf,
@@ -279,19 +279,11 @@ impl<B: AnswerBackend> DeviceDb<B> {
             "one entry per served row"
         );
         assert!(
-            shape.chunk_groups > 0
-                && shape.chunk_groups.is_multiple_of(CHUNK_STEP_GROUPS)
-                && shape.chunk_groups <= ANSWER_MAX_CHUNK_GROUPS,
-            "chunk of {} groups",
-            shape.chunk_groups
-        );
-        assert!(
             shape.groups == self.groups
                 && shape.cols_pad == self.cols_pad
                 && shape.queries as usize == vecs.len(),
             "launch shape of another database or batch"
         );
-        assert!(shape.blocks() <= u32::MAX as u64, "launch too large");
         let len = vecs.len() * rows;
         let mut q = self.backend.alloc_u32(len)?;
         for (i, v) in vecs.iter().enumerate() {
@@ -300,21 +292,11 @@ impl<B: AnswerBackend> DeviceDb<B> {
         self.backend.synchronize()?;
         let uploaded = Instant::now();
         let mut planes = self.backend.alloc_u32(len)?;
+        // Zeroed by the allocation: the kernels add into it.
         let mut out = self
             .backend
             .alloc_u32(vecs.len() * self.cols_pad as usize)?;
-        assert!(B::u32_len(&out) >= vecs.len() * self.cols_pad as usize);
-        assert!(B::i8_len(&self.d) >= self.bytes() as usize);
-        // SAFETY: q and planes hold count x rows elements (allocated just
-        // above), out count x cols_pad zeros (alloc zeroes), d the
-        // database's groups x 4 x cols_pad bytes (upload); the chunk and
-        // block count were asserted above.
-        unsafe {
-            self.backend
-                .slice_unchecked(&q, vecs.len() as u32, self.groups, &mut planes)?;
-            self.backend
-                .answer_unchecked(&planes, &self.d, &mut out, shape)?;
-        }
+        add_products(&self.backend, &q, &mut planes, &self.d, &mut out, shape)?;
         self.backend.synchronize()?;
         let computed = Instant::now();
         let all = self
@@ -330,6 +312,58 @@ impl<B: AnswerBackend> DeviceDb<B> {
             .map(|c| c[..self.cols].to_vec())
             .collect();
         Ok((answers, times))
+    }
+}
+
+/// Adds the products of `shape.queries` vectors (`q`, one after another,
+/// `4 * groups` entries each) with the database `d` (the panel layout of
+/// [`DeviceDb`], `groups` row groups) into `out` (`queries x cols_pad`),
+/// splitting the vectors into byte planes in `planes` first; every buffer
+/// and the launch's bounds checked before a kernel runs. The answers (into
+/// zeros) and the hint (tile after tile into the same sums) both end here.
+pub fn add_products<B: AnswerBackend>(
+    backend: &B,
+    q: &B::U32Buf,
+    planes: &mut B::U32Buf,
+    d: &B::I8Buf,
+    out: &mut B::U32Buf,
+    shape: AnswerShape,
+) -> Result<(), GpuError> {
+    let (queries, groups, cols_pad) = (
+        shape.queries as usize,
+        shape.groups as usize,
+        shape.cols_pad as usize,
+    );
+    let len = queries * 4 * groups;
+    assert!(
+        B::u32_len(q) >= len && B::u32_len(planes) >= len,
+        "query buffers hold fewer than {queries} x {} entries",
+        4 * groups
+    );
+    assert!(
+        B::i8_len(d) >= 4 * groups * cols_pad,
+        "database buffer too small"
+    );
+    assert!(
+        B::u32_len(out) >= queries * cols_pad,
+        "answer buffer too small"
+    );
+    assert!(
+        cols_pad.is_multiple_of(pir_core::db::LANE_COLS),
+        "padded width {cols_pad} is not whole lane groups"
+    );
+    assert!(
+        shape.chunk_groups > 0
+            && shape.chunk_groups.is_multiple_of(CHUNK_STEP_GROUPS)
+            && shape.chunk_groups <= ANSWER_MAX_CHUNK_GROUPS,
+        "chunk of {} groups",
+        shape.chunk_groups
+    );
+    assert!(shape.blocks() <= u32::MAX as u64, "launch too large");
+    // SAFETY: every length and bound of both contracts was asserted above.
+    unsafe {
+        backend.slice_unchecked(q, shape.queries, shape.groups, planes)?;
+        backend.answer_unchecked(planes, d, out, shape)
     }
 }
 

@@ -11,11 +11,8 @@ use pir_core::params::SEED_BYTES;
 use pir_core::EncodedDb;
 
 use crate::answer::{AnswerBackend, AnswerKernel, AnswerShape, DeviceDb};
-use crate::defines::{
-    kernel_defines, ANSWER_THREADS, BLOCK_COLS, EXPAND_THREADS, GEMM_THREADS, GEMM_TM, PANEL_COLS,
-    SLICE_THREADS,
-};
-use crate::tiling::{expand, plan_tile_rows, run_tiled, GemmShape, HintBackend};
+use crate::defines::{kernel_defines, ANSWER_THREADS, BLOCK_COLS, EXPAND_THREADS, SLICE_THREADS};
+use crate::tiling::{expand, plan_tile_rows, run_tiled, HintBackend};
 use crate::{GpuError, KERNEL_SOURCE};
 
 fn driver(e: impl std::fmt::Debug) -> GpuError {
@@ -84,7 +81,6 @@ pub struct CudaGpu {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     expand_fn: CudaFunction,
-    gemm_fn: CudaFunction,
     slice_fn: CudaFunction,
     /// The answer kernels, in [`AnswerKernel::ALL`]'s order.
     answer_fns: Vec<CudaFunction>,
@@ -113,7 +109,6 @@ impl CudaGpu {
         let ptx = compile_ptx(Some(arch))?;
         let module = ctx.load_module(ptx).map_err(driver)?;
         let expand_fn = module.load_function("ethpir_expand").map_err(driver)?;
-        let gemm_fn = module.load_function("ethpir_hint_gemm").map_err(driver)?;
         let slice_fn = module
             .load_function("ethpir_answer_slice")
             .map_err(driver)?;
@@ -129,7 +124,6 @@ impl CudaGpu {
             ctx,
             stream,
             expand_fn,
-            gemm_fn,
             slice_fn,
             answer_fns,
             multiprocessors,
@@ -279,34 +273,6 @@ impl HintBackend for CudaGpu {
             .arg(out);
         // SAFETY: the kernel writes n x ncols entries of `out`, which the
         // caller guarantees it holds; the key buffer is 32 bytes.
-        unsafe { args.launch(cfg) }.map(|_| ()).map_err(driver)
-    }
-
-    unsafe fn gemm_unchecked(
-        &self,
-        a: &CudaSlice<u32>,
-        d: &CudaSlice<i8>,
-        m: &mut CudaSlice<u32>,
-        shape: GemmShape,
-    ) -> Result<(), GpuError> {
-        let panels = shape.cols_pad.div_ceil(PANEL_COLS);
-        let cfg = LaunchConfig {
-            grid_dim: (panels, shape.n.div_ceil(GEMM_TM), 1),
-            block_dim: (GEMM_THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let mut args = self.stream.launch_builder(&self.gemm_fn);
-        args.arg(a)
-            .arg(&shape.a_ld)
-            .arg(&shape.n)
-            .arg(&shape.krows)
-            .arg(d)
-            .arg(&shape.cols_pad)
-            .arg(&shape.cols)
-            .arg(m);
-        // SAFETY: the caller guarantees the sizes of the contract (a holds
-        // n x a_ld, d krows x cols_pad, m n x cols); the kernel guards every
-        // index against them.
         unsafe { args.launch(cfg) }.map(|_| ()).map_err(driver)
     }
 

@@ -10,12 +10,6 @@ pub const BLOCK_COLS: u32 = 2048;
 /// Database columns per panel (`pir_core::db::PANEL_COLS`).
 pub const PANEL_COLS: u32 = 64;
 
-/// Rows of `A` per block of the hint GEMM.
-pub const GEMM_TM: u32 = 64;
-/// Database rows per shared-memory step of the hint GEMM.
-pub const GEMM_TK: u32 = 32;
-/// Threads per block of the hint GEMM.
-pub const GEMM_THREADS: u32 = 256;
 /// Threads per block of the matrix expansion.
 pub const EXPAND_THREADS: u32 = 128;
 
@@ -34,9 +28,6 @@ pub fn kernel_defines() -> Vec<(&'static str, String)> {
     vec![
         ("ETHPIR_BLOCK_COLS", format!("{BLOCK_COLS}u")),
         ("ETHPIR_PANEL_COLS", format!("{PANEL_COLS}u")),
-        ("ETHPIR_TM", format!("{GEMM_TM}u")),
-        ("ETHPIR_TK", format!("{GEMM_TK}u")),
-        ("ETHPIR_GEMM_THREADS", format!("{GEMM_THREADS}u")),
         ("ETHPIR_EXPAND_THREADS", format!("{EXPAND_THREADS}u")),
         ("ETHPIR_ANSWER_THREADS", format!("{ANSWER_THREADS}u")),
         ("ETHPIR_SLICE_THREADS", format!("{SLICE_THREADS}u")),

@@ -7,7 +7,7 @@ use pir_core::params::SEED_BYTES;
 use pir_core::EncodedDb;
 
 use crate::answer::{AnswerBackend, AnswerShape, DeviceDb};
-use crate::tiling::{expand as checked_expand, run_tiled, GemmShape, HintBackend};
+use crate::tiling::{expand as checked_expand, run_tiled, HintBackend};
 use crate::GpuError;
 
 extern "C" {
@@ -24,16 +24,6 @@ extern "C" {
         cols_pad: u32,
         chunk_groups: u32,
         out: *mut u32,
-    );
-    fn ethpir_emu_hint_gemm(
-        a: *const u32,
-        a_ld: u32,
-        n: u32,
-        krows: u32,
-        d: *const i8,
-        cols_pad: u32,
-        cols: u32,
-        m: *mut u32,
     );
 }
 
@@ -83,30 +73,6 @@ impl HintBackend for Emulator {
         // SAFETY: the caller guarantees `out` holds n x ncols entries; the
         // key is 32 bytes by type.
         unsafe { ethpir_emu_expand(key.as_ptr(), mode, n, col0, ncols, out.as_mut_ptr()) };
-        Ok(())
-    }
-
-    unsafe fn gemm_unchecked(
-        &self,
-        a: &Vec<u32>,
-        d: &Vec<i8>,
-        m: &mut Vec<u32>,
-        shape: GemmShape,
-    ) -> Result<(), GpuError> {
-        // SAFETY: the caller guarantees the buffer sizes of the contract,
-        // which cover every index the kernel touches.
-        unsafe {
-            ethpir_emu_hint_gemm(
-                a.as_ptr(),
-                shape.a_ld,
-                shape.n,
-                shape.krows,
-                d.as_ptr(),
-                shape.cols_pad,
-                shape.cols,
-                m.as_mut_ptr(),
-            )
-        };
         Ok(())
     }
 

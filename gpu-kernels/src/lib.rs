@@ -33,7 +33,7 @@ pub mod emulated;
 #[allow(unsafe_code)]
 mod tiling;
 
-pub use tiling::{expand, gemm, plan_tile_rows, GemmShape, HintBackend};
+pub use tiling::{expand, plan_tile_rows, HintBackend};
 
 const _: () = assert!(defines::BLOCK_COLS as usize == pir_core::matrix::BLOCK_COLS);
 const _: () = assert!(defines::PANEL_COLS as usize == pir_core::db::PANEL_COLS);

@@ -1,28 +1,22 @@
 //! The tiled hint driver shared by the CUDA backend and the host emulator:
 //! for each row tile of the database, expand the matching columns of `A` on
-//! the device, upload the tile of `D` (panel by panel), multiply-accumulate.
+//! the device, upload the tile of `D` (panel by panel), and add `A_tile .
+//! D_tile` into the hint with the answer kernels: each row of `A` is a
+//! "query" over the tile's rows (crate::answer), so the hint's product runs
+//! on the tensor cores too.
 
 use pir_core::db::PANEL_COLS;
 use pir_core::matrix::{Expansion, PublicMatrix, BLOCK_COLS};
 use pir_core::params::SEED_BYTES;
 use pir_core::EncodedDb;
 
+use crate::answer::{add_products, AnswerBackend, AnswerShape};
 use crate::GpuError;
 
-/// The dimensions of one hint GEMM launch: `m (n x cols) += a (n x krows,
-/// leading dimension a_ld) . d (krows x cols_pad, panel layout)`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct GemmShape {
-    pub a_ld: u32,
-    pub n: u32,
-    pub krows: u32,
-    pub cols_pad: u32,
-    pub cols: u32,
-}
-
-/// What a device must offer to build a hint. The two launches are `unsafe`:
-/// a kernel trusts its buffer sizes. Safe code launches through [`expand`]
-/// and [`gemm`], which check every length first.
+/// What a device must offer to build a hint. The launch is `unsafe`: a
+/// kernel trusts its buffer sizes. Safe code launches through [`expand`],
+/// which checks every length first (and the product through
+/// [`crate::answer::add_products`]).
 pub trait HintBackend {
     type U32Buf;
     type I8Buf;
@@ -52,20 +46,6 @@ pub trait HintBackend {
         ncols: u32,
         out: &mut Self::U32Buf,
     ) -> Result<(), GpuError>;
-    /// `m += a . d` for one tile.
-    ///
-    /// # Safety
-    ///
-    /// `krows <= a_ld`, `a` holds `n * a_ld` elements, `cols <= cols_pad`,
-    /// `cols_pad` is whole panels, `d` holds `krows * cols_pad` and `m`
-    /// holds `n * cols`.
-    unsafe fn gemm_unchecked(
-        &self,
-        a: &Self::U32Buf,
-        d: &Self::I8Buf,
-        m: &mut Self::U32Buf,
-        shape: GemmShape,
-    ) -> Result<(), GpuError>;
     fn download(&self, m: &Self::U32Buf, len: usize) -> Result<Vec<u32>, GpuError>;
 }
 
@@ -89,56 +69,15 @@ pub fn expand<B: HintBackend>(
     unsafe { backend.expand_unchecked(key, expansion, n, col0, ncols, out) }
 }
 
-/// `m += a . d` for one tile, after checking every buffer against `shape`.
-pub fn gemm<B: HintBackend>(
-    backend: &B,
-    a: &B::U32Buf,
-    d: &B::I8Buf,
-    m: &mut B::U32Buf,
-    shape: GemmShape,
-) -> Result<(), GpuError> {
-    let GemmShape {
-        a_ld,
-        n,
-        krows,
-        cols_pad,
-        cols,
-    } = shape;
-    assert!(
-        krows <= a_ld,
-        "krows {krows} exceeds the leading dimension {a_ld}"
-    );
-    assert!(
-        cols <= cols_pad,
-        "cols {cols} exceed the padded width {cols_pad}"
-    );
-    assert!(
-        (cols_pad as usize).is_multiple_of(pir_core::db::LANE_COLS),
-        "padded width {cols_pad} is not whole lane groups"
-    );
-    assert!(
-        B::u32_len(a) >= n as usize * a_ld as usize,
-        "A tile too small"
-    );
-    assert!(
-        B::i8_len(d) >= krows as usize * cols_pad as usize,
-        "D tile too small"
-    );
-    assert!(
-        B::u32_len(m) >= n as usize * cols as usize,
-        "hint buffer too small"
-    );
-    // SAFETY: every length the contract names was asserted just above.
-    unsafe { backend.gemm_unchecked(a, d, m, shape) }
-}
-
 /// Database rows per tile when `free` bytes of device memory are available:
 /// a multiple of the public-matrix block width, at most the whole database.
 pub fn plan_tile_rows(db: &EncodedDb, free: u64) -> Result<usize, GpuError> {
     let shape = db.shape();
     let n = shape.lwe.dimension as u64;
-    let hint = 4 * n * shape.cols() as u64;
-    let per_row = 4 * n + shape.padded_cols() as u64;
+    // The hint (full padded width while it is summed), and per row of a
+    // tile: its column of A, A's byte planes, and the row of D.
+    let hint = 4 * n * shape.padded_cols() as u64;
+    let per_row = 8 * n + shape.padded_cols() as u64;
     let usable = (free as f64 * 0.85) as u64;
     let rows_fit = usable.saturating_sub(hint) / per_row;
     let tile = (rows_fit as usize / BLOCK_COLS) * BLOCK_COLS;
@@ -152,7 +91,7 @@ pub fn plan_tile_rows(db: &EncodedDb, free: u64) -> Result<usize, GpuError> {
 }
 
 /// Builds the hint with `backend`, `tile_rows` database rows at a time.
-pub fn run_tiled<B: HintBackend>(
+pub fn run_tiled<B: AnswerBackend>(
     backend: &B,
     db: &EncodedDb,
     matrix: &PublicMatrix,
@@ -170,8 +109,10 @@ pub fn run_tiled<B: HintBackend>(
     let cols_pad = shape.padded_cols();
     let tile_rows = tile_rows.min(rows.next_multiple_of(BLOCK_COLS));
     let key = backend.upload_key(&matrix.kernel_key())?;
-    let mut m = backend.alloc_u32(n as usize * cols)?;
+    // Zeroed by the allocation: every tile adds into it.
+    let mut m = backend.alloc_u32(n as usize * cols_pad)?;
     let mut a = backend.alloc_u32(n as usize * tile_rows)?;
+    let mut planes = backend.alloc_u32(n as usize * tile_rows)?;
     let mut d = backend.alloc_i8(tile_rows * cols_pad)?;
     for t0 in (0..rows).step_by(tile_rows) {
         let krows = tile_rows.min(rows - t0);
@@ -189,15 +130,18 @@ pub fn run_tiled<B: HintBackend>(
             krows as u32,
             &mut a,
         )?;
-        let shape = GemmShape {
-            a_ld: krows as u32,
+        let product = AnswerShape::plan(
             n,
-            krows: krows as u32,
-            cols_pad: cols_pad as u32,
-            cols: cols as u32,
-        };
-        gemm(backend, &a, &d, &mut m, shape)?;
+            (krows / 4) as u32,
+            cols_pad as u32,
+            backend.multiprocessors(),
+        );
+        add_products(backend, &a, &mut planes, &d, &mut m, product)?;
         progress(1);
     }
-    backend.download(&m, n as usize * cols)
+    let padded = backend.download(&m, n as usize * cols_pad)?;
+    Ok(padded
+        .chunks_exact(cols_pad)
+        .flat_map(|row| row[..cols].iter().copied())
+        .collect())
 }

@@ -86,7 +86,8 @@ fn random_db(
 fn emulated_hint_equals_cpu_hint() {
     let mut rng = ChaCha20Rng::seed_from_u64(11);
     // (keys, value bytes, arity, packing, tile rows): k = 1 and k > 1, both
-    // arities, shapes that are not multiples of the tiles, one and several tiles.
+    // arities, shapes that are not multiples of the tiles, one and several
+    // tiles (the second adding into the first's sums).
     let cases = [
         (
             150usize,
@@ -117,8 +118,9 @@ fn emulated_hint_equals_cpu_hint() {
 /// undersized one is a panic with a message, never an out-of-bounds write.
 #[test]
 fn undersized_buffers_are_refused_before_launch() {
+    use gpu_kernels::answer::{add_products, AnswerKernel, AnswerShape};
     use gpu_kernels::emulated::Emulator;
-    use gpu_kernels::{expand, gemm, GemmShape};
+    use gpu_kernels::expand;
     let key = [7u8; 32];
     let refused =
         |f: &mut dyn FnMut()| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err();
@@ -126,31 +128,56 @@ fn undersized_buffers_are_refused_before_launch() {
         let mut out = vec![0u32; 10];
         let _ = expand(&Emulator, &key, Expansion::Aes128Ctr, 4, 0, 100, &mut out);
     }));
-    let shape = GemmShape {
-        a_ld: 64,
-        n: 8,
-        krows: 64,
+    // 3 vectors over 16 row groups (64 rows) of a database 32 columns wide.
+    let shape = AnswerShape {
+        queries: 3,
+        groups: 16,
         cols_pad: 32,
-        cols: 30,
+        chunk_groups: 32,
+        kernel: AnswerKernel::for_batch(3),
     };
-    let a = vec![0u32; 8 * 64];
-    let d = vec![0i8; 64 * 32];
+    let q = vec![1u32; 3 * 64];
+    let d = vec![1i8; 64 * 32];
+    let run = |q: &Vec<u32>, d: &Vec<i8>, out_len: usize, shape: AnswerShape| {
+        let mut planes = vec![0u32; q.len()];
+        let mut out = vec![0u32; out_len];
+        add_products(&Emulator, q, &mut planes, d, &mut out, shape).map(|_| out)
+    };
     assert!(refused(&mut || {
-        let mut m = vec![0u32; 8 * 30 - 1];
-        let _ = gemm(&Emulator, &a, &d, &mut m, shape);
+        let _ = run(&q, &d, 3 * 32 - 1, shape);
     }));
     assert!(refused(&mut || {
-        let mut m = vec![0u32; 8 * 30];
-        let _ = gemm(&Emulator, &a, &d[..100].to_vec(), &mut m, shape);
+        let _ = run(&q, &d[..100].to_vec(), 3 * 32, shape);
     }));
     assert!(refused(&mut || {
-        let mut m = vec![0u32; 8 * 30];
-        let _ = gemm(&Emulator, &a, &d, &mut m, GemmShape { krows: 65, ..shape });
+        let _ = run(&q[..64].to_vec(), &d, 3 * 32, shape);
     }));
-    // The same call with right-sized buffers runs.
-    let mut m = vec![0u32; 8 * 30];
-    gemm(&Emulator, &a, &d, &mut m, shape).unwrap();
-    assert!(m.iter().all(|&x| x == 0));
+    assert!(refused(&mut || {
+        let _ = run(
+            &q,
+            &d,
+            3 * 32,
+            AnswerShape {
+                chunk_groups: 48,
+                ..shape
+            },
+        );
+    }));
+    assert!(refused(&mut || {
+        let _ = run(
+            &q,
+            &d,
+            3 * 32,
+            AnswerShape {
+                cols_pad: 24,
+                ..shape
+            },
+        );
+    }));
+    // The same call with right-sized buffers runs: every entry is 64 rows
+    // of 1 x 1.
+    let out = run(&q, &d, 3 * 32, shape).unwrap();
+    assert!(out.iter().all(|&x| x == 64));
 }
 
 /// The answer kernels, emulated, against pir-core's product, bit for bit:

@@ -16,15 +16,14 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
 
-use gpu_kernels::defines::{ANSWER_THREADS, EXPAND_THREADS, GEMM_THREADS, SLICE_THREADS};
+use gpu_kernels::defines::{ANSWER_THREADS, EXPAND_THREADS, SLICE_THREADS};
 
 const ARCHS: [(&str, &str); 2] = [("compute_80", "sm_80"), ("compute_90", "sm_90")];
 const OUT_ENV: &str = "ETHPIR_PTX_OUT";
 
 /// The kernels and the threads per block their launch bounds name.
-const KERNELS: [(&str, u32); 3] = [
+const KERNELS: [(&str, u32); 2] = [
     ("ethpir_expand", EXPAND_THREADS),
-    ("ethpir_hint_gemm", GEMM_THREADS),
     ("ethpir_answer_slice", SLICE_THREADS),
 ];
 
