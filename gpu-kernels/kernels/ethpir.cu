@@ -278,8 +278,9 @@ __device__ __forceinline__ u32 ethpir_load_word(const i8* base, u64 word) {
 }
 #define ethpir_atomic_add(ptr, v) __atomic_fetch_add((ptr), (v), __ATOMIC_RELAXED)
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-// No u8 x s8 MMA before sm_80: the host never launches an answer kernel
-// there (src/cuda.rs), so that the hint kernels still build and run.
+// No u8 x s8 MMA before sm_80: the host refuses such GPUs before any
+// product (src/cuda.rs, check_tensor_cores); this keeps the module
+// compiling there.
 __device__ __forceinline__ void ethpir_mma_u8s8(int c[4], const u32 a[4], const u32 b[2]) {
     __trap();
 }

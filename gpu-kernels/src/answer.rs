@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use pir_core::db::PANEL_COLS;
 use pir_core::EncodedDb;
 
+use crate::backend::Backend;
 use crate::defines::ANSWER_MAX_CHUNK_GROUPS;
-use crate::tiling::HintBackend;
 use crate::GpuError;
 
 /// Row groups (of 4 rows) one warp step of the answer kernel takes, times
@@ -135,7 +135,7 @@ impl AnswerShape {
 
 /// What a device must offer to answer, beyond building hints. The launches
 /// are `unsafe`: a kernel trusts its buffer sizes; [`DeviceDb`] checks them.
-pub trait AnswerBackend: HintBackend {
+pub trait AnswerBackend: Backend {
     /// Copies `src` into `dst` at `offset` (bounds-checked: panics past the end).
     fn upload_u32(
         &self,
@@ -168,7 +168,7 @@ pub trait AnswerBackend: HintBackend {
     /// cols_pad` (the panel layout of [`DeviceDb`]), `out` `queries *
     /// cols_pad`; `cols_pad` is whole lane groups; `chunk_groups` is a
     /// positive multiple of 32 of at most [`ANSWER_MAX_CHUNK_GROUPS`];
-    /// [`AnswerShape::blocks`] fits a `u32`.
+    /// [`AnswerShape::blocks`] is at most 2^31 - 1.
     unsafe fn answer_unchecked(
         &self,
         planes: &Self::U32Buf,
@@ -359,7 +359,13 @@ pub fn add_products<B: AnswerBackend>(
         "chunk of {} groups",
         shape.chunk_groups
     );
-    assert!(shape.blocks() <= u32::MAX as u64, "launch too large");
+    // A grid's x dimension is at most 2^31 - 1 blocks.
+    let grid_limit = i32::MAX as u64;
+    assert!(shape.blocks() <= grid_limit, "launch too large");
+    assert!(
+        (len as u64 / 4).div_ceil(crate::defines::SLICE_THREADS as u64) <= grid_limit,
+        "slicing launch too large"
+    );
     // SAFETY: every length and bound of both contracts was asserted above.
     unsafe {
         backend.slice_unchecked(q, shape.queries, shape.groups, planes)?;

@@ -11,8 +11,9 @@ use pir_core::params::SEED_BYTES;
 use pir_core::EncodedDb;
 
 use crate::answer::{AnswerBackend, AnswerKernel, AnswerShape, DeviceDb};
+use crate::backend::{expand, Backend};
 use crate::defines::{kernel_defines, ANSWER_THREADS, BLOCK_COLS, EXPAND_THREADS, SLICE_THREADS};
-use crate::tiling::{expand, plan_tile_rows, run_tiled, HintBackend};
+use crate::tiling::{plan_tile_rows, run_tiled};
 use crate::{GpuError, KERNEL_SOURCE};
 
 fn driver(e: impl std::fmt::Debug) -> GpuError {
@@ -132,6 +133,18 @@ impl CudaGpu {
         })
     }
 
+    /// The products (answers and the hint's) run on the u8 x s8 tensor-core
+    /// instruction of compute capability 8.0 and later; older GPUs are
+    /// refused here (the CPU builds and answers instead under `auto`).
+    fn check_tensor_cores(&self) -> Result<(), GpuError> {
+        match self.compute_capability {
+            (major, minor) if major < 8 => Err(GpuError::Unusable(format!(
+                "the kernels need compute capability 8.0 or newer (this GPU: {major}.{minor})"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// The same GPU with a stream of its own (one per database held, so
     /// that answers from different databases run side by side).
     pub fn with_own_stream(&self) -> Result<Self, GpuError> {
@@ -143,12 +156,10 @@ impl CudaGpu {
     /// Uploads the rows `db` serves to answer from them, when they and a
     /// batch of `max_queries` queries fit the free memory.
     pub fn hold(&self, db: &EncodedDb, max_queries: usize) -> Result<DeviceDb<Self>, GpuError> {
-        let (major, minor) = self.compute_capability;
-        if major < 8 {
-            return Err(GpuError::Unusable(format!(
-                "answers need compute capability 8.0 or newer (this GPU: {major}.{minor})"
-            )));
-        }
+        self.check_tensor_cores()?;
+        // Buffers freed on other streams return to the free count once
+        // their work is done.
+        self.ctx.synchronize().map_err(driver)?;
         let (free, _) = self.memory()?;
         let rows = db.served_rows().len() as u64;
         let needed = db.bytes() as u64
@@ -177,6 +188,7 @@ impl CudaGpu {
         matrix: &PublicMatrix,
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<Vec<u32>, GpuError> {
+        self.check_tensor_cores()?;
         let (free, _) = self.memory()?;
         let tile_rows = plan_tile_rows(db, free)?;
         self.build_tiled(db, matrix, tile_rows, progress)
@@ -210,7 +222,7 @@ impl CudaGpu {
     }
 }
 
-impl HintBackend for CudaGpu {
+impl Backend for CudaGpu {
     type U32Buf = CudaSlice<u32>;
     type I8Buf = CudaSlice<i8>;
     type KeyBuf = CudaSlice<u8>;

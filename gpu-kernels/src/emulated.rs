@@ -7,7 +7,8 @@ use pir_core::params::SEED_BYTES;
 use pir_core::EncodedDb;
 
 use crate::answer::{AnswerBackend, AnswerShape, DeviceDb};
-use crate::tiling::{expand as checked_expand, run_tiled, HintBackend};
+use crate::backend::{expand as checked_expand, Backend};
+use crate::tiling::run_tiled;
 use crate::GpuError;
 
 extern "C" {
@@ -30,7 +31,7 @@ extern "C" {
 /// Host memory standing in for device memory.
 pub struct Emulator;
 
-impl HintBackend for Emulator {
+impl Backend for Emulator {
     type U32Buf = Vec<u32>;
     type I8Buf = Vec<i8>;
     type KeyBuf = [u8; SEED_BYTES];

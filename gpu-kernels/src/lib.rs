@@ -23,6 +23,8 @@ use pir_core::PublicMatrix;
 
 #[allow(unsafe_code)]
 pub mod answer;
+#[allow(unsafe_code)]
+pub mod backend;
 #[cfg(feature = "cuda")]
 #[allow(unsafe_code)]
 pub mod cuda;
@@ -30,10 +32,10 @@ pub mod defines;
 #[cfg(feature = "host-emulator")]
 #[allow(unsafe_code)]
 pub mod emulated;
-#[allow(unsafe_code)]
 mod tiling;
 
-pub use tiling::{expand, plan_tile_rows, HintBackend};
+pub use backend::{expand, Backend};
+pub use tiling::plan_tile_rows;
 
 const _: () = assert!(defines::BLOCK_COLS as usize == pir_core::matrix::BLOCK_COLS);
 const _: () = assert!(defines::PANEL_COLS as usize == pir_core::db::PANEL_COLS);

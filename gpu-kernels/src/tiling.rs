@@ -6,68 +6,12 @@
 //! on the tensor cores too.
 
 use pir_core::db::PANEL_COLS;
-use pir_core::matrix::{Expansion, PublicMatrix, BLOCK_COLS};
-use pir_core::params::SEED_BYTES;
+use pir_core::matrix::{PublicMatrix, BLOCK_COLS};
 use pir_core::EncodedDb;
 
 use crate::answer::{add_products, AnswerBackend, AnswerShape};
+use crate::backend::expand;
 use crate::GpuError;
-
-/// What a device must offer to build a hint. The launch is `unsafe`: a
-/// kernel trusts its buffer sizes. Safe code launches through [`expand`],
-/// which checks every length first (and the product through
-/// [`crate::answer::add_products`]).
-pub trait HintBackend {
-    type U32Buf;
-    type I8Buf;
-    /// The public matrix's key on the device ([`PublicMatrix::kernel_key`]).
-    type KeyBuf;
-    fn alloc_u32(&self, len: usize) -> Result<Self::U32Buf, GpuError>;
-    fn alloc_i8(&self, len: usize) -> Result<Self::I8Buf, GpuError>;
-    fn upload_key(&self, key: &[u8; SEED_BYTES]) -> Result<Self::KeyBuf, GpuError>;
-    /// Copies `src` into `dst` at `offset` (bounds-checked: panics past the end).
-    fn upload_i8(&self, dst: &mut Self::I8Buf, offset: usize, src: &[i8]) -> Result<(), GpuError>;
-    /// Elements a buffer holds.
-    fn u32_len(buf: &Self::U32Buf) -> usize;
-    /// Elements a buffer holds.
-    fn i8_len(buf: &Self::I8Buf) -> usize;
-    /// Columns `col0 .. col0 + ncols` of all `n` rows of `A` into `out`,
-    /// expanded from `key` the way `expansion` says.
-    ///
-    /// # Safety
-    ///
-    /// `out` holds at least `n * ncols` elements.
-    unsafe fn expand_unchecked(
-        &self,
-        key: &Self::KeyBuf,
-        expansion: Expansion,
-        n: u32,
-        col0: u32,
-        ncols: u32,
-        out: &mut Self::U32Buf,
-    ) -> Result<(), GpuError>;
-    fn download(&self, m: &Self::U32Buf, len: usize) -> Result<Vec<u32>, GpuError>;
-}
-
-/// Expands columns `col0 .. col0 + ncols` of rows `0 .. n` of `A` into
-/// `out`, after checking that it is large enough.
-pub fn expand<B: HintBackend>(
-    backend: &B,
-    key: &B::KeyBuf,
-    expansion: Expansion,
-    n: u32,
-    col0: u32,
-    ncols: u32,
-    out: &mut B::U32Buf,
-) -> Result<(), GpuError> {
-    assert!(
-        B::u32_len(out) >= n as usize * ncols as usize,
-        "expansion output holds {} elements, needs {n} x {ncols}",
-        B::u32_len(out)
-    );
-    // SAFETY: the output length was asserted just above.
-    unsafe { backend.expand_unchecked(key, expansion, n, col0, ncols, out) }
-}
 
 /// Database rows per tile when `free` bytes of device memory are available:
 /// a multiple of the public-matrix block width, at most the whole database.

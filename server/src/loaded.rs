@@ -198,7 +198,16 @@ impl LoadedSnapshot {
             }
             queries.iter().try_for_each(|q| pir.check(q))?;
             let vecs: Vec<&[u32]> = queries.iter().map(|q| q.vector.as_slice()).collect();
-            match gpu.answer(&vecs) {
+            // A panic in the GPU path (a driver binding's, say) is a failed
+            // pass too: the CPU answers instead.
+            let answered =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| gpu.answer(&vecs)))
+                    .unwrap_or_else(|_| {
+                        Err(gpu_kernels::GpuError::Unusable(
+                            "the GPU pass panicked".into(),
+                        ))
+                    });
+            match answered {
                 Ok((answers, times)) => {
                     metrics.observe_gpu_pass(times.total());
                     return Ok(answers

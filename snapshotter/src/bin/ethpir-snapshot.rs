@@ -270,6 +270,8 @@ struct PlanArgs {
     layout: LayoutSettings,
     #[command(flatten)]
     hot: HotPlan,
+    #[command(flatten)]
+    gpu: GpuPlan,
     /// JSON lines instead of a table.
     #[arg(long)]
     json: bool,
@@ -331,6 +333,70 @@ impl HotPlan {
         }
         writeln!(out, "hot tier: {:.1} MiB ({entries} entries of {entry} B), downloaded once per tier: {per_hour:.2} MiB an hour always on (a tier every {} h)", self.hot_mib, self.hot_every_hours)?;
         writeln!(out, "a swap's first estimate: {} keys + {} canaries = {:.1} MiB up; with the tier: {} keys + {} canaries = {:.1} MiB up", self.swap_keys, self.swap_requests, mib(without), self.holder_keys, self.holder_keys, mib(with))?;
+        Ok(())
+    }
+}
+
+/// What answering the base from GPU memory takes (`plan --lookups-per-s`):
+/// GPUs to hold it, a lone lookup's and a batch's time, lookups a second.
+/// The defaults are one H200's, measured with `gpu-selftest
+/// --bench-answers` at 2^30 keys (docs/benchmarks.md, "Answers from GPU
+/// memory").
+#[derive(Args)]
+struct GpuPlan {
+    /// Memory of one GPU, GiB (80: an H100; 141: an H200).
+    #[arg(long, default_value_t = 141.0)]
+    gpu_memory_gib: f64,
+    /// Database bytes one GPU scans a second for a lone query, GB/s.
+    #[arg(long, default_value_t = 3700.0)]
+    gpu_scan_gbs: f64,
+    /// Database bytes one GPU answers a second per query of a batch of
+    /// 64 (its queries times the database over the batch's time), GB/s.
+    #[arg(long, default_value_t = 22500.0)]
+    gpu_batch_gbs: f64,
+    /// Wallet lookups a second to size the GPUs for (0: none).
+    #[arg(long, default_value_t = 0.0)]
+    lookups_per_s: f64,
+}
+
+impl GpuPlan {
+    /// The GPU lines for a base of `database_bytes` whose queries are
+    /// `query_bytes` (JSON with `json`).
+    fn write(
+        &self,
+        out: &mut impl std::io::Write,
+        database_bytes: u64,
+        query_bytes: u64,
+        json: bool,
+    ) -> Result<()> {
+        if self.lookups_per_s <= 0.0 {
+            return Ok(());
+        }
+        let db = database_bytes as f64;
+        // A GPU holds its rows, a full batch's queries and their planes
+        // (the server's default batching.max_queries, 256), and leaves a
+        // tenth free (the server's rule).
+        let per_gpu =
+            self.gpu_memory_gib * (1u64 << 30) as f64 * 0.9 - 256.0 * 2.0 * query_bytes as f64;
+        let to_hold = (db / per_gpu.max(1.0)).ceil().max(1.0);
+        let for_load = (self.lookups_per_s * db / (self.gpu_batch_gbs * 1e9)).ceil();
+        let gpus = to_hold.max(for_load);
+        // Row shards: every GPU scans its share, in parallel.
+        let lone_ms = db / gpus / (self.gpu_scan_gbs * 1e9) * 1e3;
+        let batch_ms = 64.0 * db / gpus / (self.gpu_batch_gbs * 1e9) * 1e3;
+        let lookups_per_s = self.gpu_batch_gbs * 1e9 * gpus / db;
+        let ingress = self.lookups_per_s * query_bytes as f64 / 1e9;
+        if json {
+            let line = serde_json::json!({
+                "gpus_to_hold": to_hold, "gpus_for_load": for_load, "gpus": gpus,
+                "lone_lookup_ms": lone_ms, "batch_64_ms": batch_ms,
+                "lookups_per_s_capacity": lookups_per_s, "query_ingress_gbs": ingress,
+            });
+            writeln!(out, "{line}")?;
+            return Ok(());
+        }
+        writeln!(out, "GPUs ({:.0} GiB, {:.0} GB/s lone, {:.0} GB/s a query batched): {to_hold} to hold the base, {for_load} for {:.0} lookups/s: {gpus} as row shards", self.gpu_memory_gib, self.gpu_scan_gbs, self.gpu_batch_gbs, self.lookups_per_s)?;
+        writeln!(out, "on {gpus} GPUs: a lone lookup {lone_ms:.1} ms, a batch of 64 {batch_ms:.1} ms, {lookups_per_s:.0} lookups/s; queries arrive at {ingress:.1} GB/s")?;
         Ok(())
     }
 }
@@ -885,24 +951,28 @@ fn plan(args: &PlanArgs) -> Result<()> {
         )?;
         writeln!(out, "kind   packing  k      rows        query KiB  response KiB  lookup KiB  hint MiB  database MiB  shard MiB  pass s/core")?;
     }
-    let mut base_query = 0;
+    let mut base = None;
     for (kind, packing) in kinds {
-        let query = plan_row(&mut out, args, (kind, arity, packing), records)?;
+        let p = plan_row(&mut out, args, (kind, arity, packing), records)?;
         if kind == "base" {
-            base_query = query;
+            base = Some(p);
         }
     }
-    args.hot.write(&mut out, base_query, value_bytes, json)?;
+    let base = base.expect("a base row");
+    args.hot
+        .write(&mut out, base.query_bytes, value_bytes, json)?;
+    args.gpu
+        .write(&mut out, base.database_bytes, base.query_bytes, json)?;
     Ok(())
 }
 
-/// One row of `plan` (a base's or a level's shape); its query's bytes.
+/// One row of `plan` (a base's or a level's shape); the shape's plan.
 fn plan_row(
     out: &mut impl std::io::Write,
     args: &PlanArgs,
     (kind, arity, packing): (&str, pir_core::Arity, Packing),
     records: usize,
-) -> Result<u64> {
+) -> Result<pir_core::db::Plan> {
     let (value_bytes, shards) = (args.value_bytes, args.shards);
     let options = pir_core::EncodeOptions { arity, packing };
     let p = pir_core::db::plan(records, value_bytes, &options)
@@ -922,7 +992,7 @@ fn plan_row(
             "lookup_bytes": lookup, "hint_bytes": p.hint_bytes, "database_bytes": p.database_bytes,
         });
         writeln!(out, "{line}")?;
-        return Ok(p.query_bytes);
+        return Ok(p);
     }
     let name = match packing {
         Packing::Fixed(_) => "fixed",
@@ -942,7 +1012,7 @@ fn plan_row(
         mib(shard_bytes),
         pass_s
     )?;
-    Ok(p.query_bytes)
+    Ok(p)
 }
 
 fn list(store: &SnapshotStore, json: bool) -> Result<()> {
@@ -1125,4 +1195,44 @@ fn prune(store: &SnapshotStore, chain_id: u64, retention: &RetentionArgs) -> Res
         tracing::info!(snapshot = %id, "removed by retention");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::GpuPlan;
+
+    fn gpu_line(plan: &GpuPlan, database_bytes: u64) -> serde_json::Value {
+        let mut out = Vec::new();
+        plan.write(&mut out, database_bytes, 3_538_944, true)
+            .unwrap();
+        serde_json::from_slice(&out).unwrap()
+    }
+
+    /// The GPU count is the larger of what holds the base and what
+    /// answers the load, and the load's figures follow from it.
+    #[test]
+    fn gpus_hold_the_base_and_answer_the_load() {
+        let mut plan = GpuPlan {
+            gpu_memory_gib: 141.0,
+            gpu_scan_gbs: 3700.0,
+            gpu_batch_gbs: 22500.0,
+            lookups_per_s: 1600.0,
+        };
+        // Mainnet's whole state (66.4 GB): one card holds it, five answer.
+        let line = gpu_line(&plan, 66_390_000_000);
+        assert_eq!(line["gpus_to_hold"], 1.0);
+        assert_eq!(line["gpus"], 5.0);
+        assert!(line["lookups_per_s_capacity"].as_f64().unwrap() >= 1600.0);
+        // A base four H100s must hold, under a light load.
+        plan.gpu_memory_gib = 80.0;
+        plan.lookups_per_s = 10.0;
+        let line = gpu_line(&plan, 250_000_000_000);
+        assert_eq!(line["gpus_to_hold"], 4.0);
+        assert_eq!(line["gpus"], 4.0);
+        // No load named: no GPU lines.
+        plan.lookups_per_s = 0.0;
+        let mut out = Vec::new();
+        plan.write(&mut out, 1, 1, true).unwrap();
+        assert!(out.is_empty());
+    }
 }
