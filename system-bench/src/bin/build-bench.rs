@@ -60,6 +60,10 @@ struct Args {
     /// Where the store is built.
     #[arg(long, default_value = "./build-bench-data")]
     dir: std::path::PathBuf,
+    /// Where the hint is built, as the snapshotter's --device: auto (a
+    /// CUDA GPU when one is usable, else all cores), cpu or cuda.
+    #[arg(long, default_value = "auto")]
+    device: gpu_kernels::Device,
     /// Keep the store.
     #[arg(long)]
     keep: bool,
@@ -86,6 +90,7 @@ fn main() -> Result<()> {
         packing,
         base_packing,
         encode_memory_bytes: usize::try_from(args.encode_memory_mib << 20)?,
+        hint: std::sync::Arc::new(args.device),
         ..Default::default()
     };
     let (snap, made_s, build_s) = build(&store, &args, count, &options)?;
