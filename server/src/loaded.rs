@@ -209,19 +209,19 @@ impl LoadedSnapshot {
                     });
             match answered {
                 Ok((answers, times)) => {
-                    metrics.observe_gpu_pass(times.total());
+                    metrics.device.gpu_pass(times.total());
                     return Ok(answers
                         .into_iter()
                         .map(|elems| Response { elems })
                         .collect());
                 }
                 Err(e) => {
-                    metrics.gpu_fallbacks.inc();
+                    metrics.device.gpu_fallbacks.inc();
                     tracing::warn!(snapshot = %self.url_id, error = %e, "GPU pass failed; answering this batch on the CPU");
                 }
             }
         }
-        metrics.passes.with_label_values(&["cpu"]).inc();
+        metrics.device.cpu_pass();
         pir.answer_batch(queries)
     }
 }

@@ -20,12 +20,8 @@ pub struct Metrics {
     pub pass_requests: Histogram,
     pub snapshots: IntGauge,
     pub queued: IntGauge,
-    /// Passes by where they ran (`cpu`, `cuda`).
-    pub passes: IntCounterVec,
-    /// The GPU's part of a pass (queries in, answers out).
-    pub gpu_seconds: Histogram,
-    /// Batches a GPU failed, answered on the CPU instead.
-    pub gpu_fallbacks: IntCounter,
+    /// Where passes ran.
+    pub device: DeviceMetrics,
     /// From the follower's mark in the store (set as `/metrics` is read).
     pub follower_head: IntGauge,
     pub follower_lag: IntGauge,
@@ -130,6 +126,51 @@ fn histogram(name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
     Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets)).expect("valid metric")
 }
 
+/// Where passes ran: the CPU or the GPU, the GPU's time, its failures.
+pub struct DeviceMetrics {
+    /// Passes by where they ran (`cpu`, `cuda`).
+    pub passes: IntCounterVec,
+    /// The GPU's part of a pass (queries in, answers out).
+    pub gpu_seconds: Histogram,
+    /// Batches a GPU failed, answered on the CPU instead.
+    pub gpu_fallbacks: IntCounter,
+}
+
+impl DeviceMetrics {
+    fn new() -> Self {
+        DeviceMetrics {
+            passes: counter(
+                "ethpir_passes_total",
+                "Passes over a database, by where they ran (cpu, cuda)",
+                &["device"],
+            ),
+            gpu_seconds: histogram(
+                "ethpir_gpu_pass_seconds",
+                "GPU time of one pass (queries copied in, answered, answers copied out)",
+                vec![
+                    0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5,
+                ],
+            ),
+            gpu_fallbacks: IntCounter::new(
+                "ethpir_gpu_fallbacks_total",
+                "Batches the GPU failed, answered on the CPU instead",
+            )
+            .expect("valid metric"),
+        }
+    }
+
+    /// A pass answered from GPU memory, and the GPU's time.
+    pub fn gpu_pass(&self, took: Duration) {
+        self.passes.with_label_values(&["cuda"]).inc();
+        self.gpu_seconds.observe(took.as_secs_f64());
+    }
+
+    /// A pass answered on the CPU.
+    pub fn cpu_pass(&self) {
+        self.passes.with_label_values(&["cpu"]).inc();
+    }
+}
+
 impl Metrics {
     pub fn new() -> Self {
         let sizes = || vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
@@ -163,23 +204,7 @@ impl Metrics {
                 sizes(),
             ),
             snapshots: gauge("ethpir_snapshots", "Snapshots being served"),
-            passes: counter(
-                "ethpir_passes_total",
-                "Passes over a database, by where they ran (cpu, cuda)",
-                &["device"],
-            ),
-            gpu_seconds: histogram(
-                "ethpir_gpu_pass_seconds",
-                "GPU time of one pass (queries copied in, answered, answers copied out)",
-                vec![
-                    0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5,
-                ],
-            ),
-            gpu_fallbacks: IntCounter::new(
-                "ethpir_gpu_fallbacks_total",
-                "Batches the GPU failed, answered on the CPU instead",
-            )
-            .expect("valid metric"),
+            device: DeviceMetrics::new(),
             queued: gauge(
                 "ethpir_queue_depth",
                 "Query batches waiting or being answered",
@@ -206,21 +231,15 @@ impl Metrics {
             Box::new(self.pass_queries.clone()),
             Box::new(self.pass_requests.clone()),
             Box::new(self.snapshots.clone()),
-            Box::new(self.passes.clone()),
-            Box::new(self.gpu_seconds.clone()),
-            Box::new(self.gpu_fallbacks.clone()),
+            Box::new(self.device.passes.clone()),
+            Box::new(self.device.gpu_seconds.clone()),
+            Box::new(self.device.gpu_fallbacks.clone()),
             Box::new(self.queued.clone()),
             Box::new(self.follower_head.clone()),
             Box::new(self.follower_lag.clone()),
         ] {
             self.registry.register(m).expect("unique metric");
         }
-    }
-
-    /// A pass answered from GPU memory, and the GPU's time.
-    pub fn observe_gpu_pass(&self, took: Duration) {
-        self.passes.with_label_values(&["cuda"]).inc();
-        self.gpu_seconds.observe(took.as_secs_f64());
     }
 
     /// One pass over `snapshot`'s database: `requests` requests' parts,

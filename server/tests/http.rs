@@ -960,31 +960,28 @@ async fn past_its_held_waits_a_server_answers_at_once_and_announces_no_long_poll
     assert_eq!((status, announced), (204, false), "another catalog");
 }
 
-/// `/status.json`, once `ready` holds of it (polled, 60 s at most).
+/// `/status.json`, once `ready` holds of it (polled within
+/// test-support's patience).
 async fn status_when(
     http: &reqwest::Client,
     base: &str,
     ready: impl Fn(&serde_json::Value) -> bool,
 ) -> serde_json::Value {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
+    let last = std::sync::Mutex::new(serde_json::Value::Null);
+    let status = test_support::poll(test_support::PATIENCE, || async {
         let status: serde_json::Value = http
             .get(format!("{base}/status.json"))
             .send()
             .await
-            .unwrap()
+            .ok()?
             .json()
             .await
-            .unwrap();
-        if ready(&status) {
-            return status;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "status never ready: {status}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+            .ok()?;
+        *last.lock().unwrap() = status.clone();
+        ready(&status).then_some(status)
+    })
+    .await;
+    status.unwrap_or_else(|| panic!("status never ready: {}", last.lock().unwrap()))
 }
 
 /// Where a level's passes run is chosen per level and shown on the page:

@@ -271,6 +271,45 @@ fn synthetic_db(args: &Args, log2: u32) -> Result<EncodedDb> {
     Ok(EncodedDb::from_parts(shape, data)?)
 }
 
+/// The chosen kernel's answers and phases, and every kernel's median
+/// time by name.
+#[cfg(feature = "cuda")]
+type KernelTimes = (
+    Vec<Vec<u32>>,
+    Vec<gpu_kernels::answer::AnswerTimes>,
+    serde_json::Map<String, serde_json::Value>,
+);
+
+/// Every answer kernel timed on `refs` (the median of `reps`): the
+/// answers and phases of `chosen` (the server's choice), and each kernel's
+/// median time, by name.
+#[cfg(feature = "cuda")]
+fn time_kernels(
+    held: &gpu_kernels::answer::DeviceDb<gpu_kernels::cuda::CudaGpu>,
+    refs: &[&[u32]],
+    chosen: AnswerKernel,
+    reps: usize,
+) -> Result<KernelTimes> {
+    let mut times = Vec::new();
+    let mut first = None;
+    let mut kernels = serde_json::Map::new();
+    for kernel in AnswerKernel::ALL {
+        let mut compute = Vec::new();
+        for _ in 0..reps.max(1) {
+            let (answers, phases) = held.answer_with(refs, kernel, None)?;
+            if kernel == chosen {
+                first.get_or_insert(answers);
+                times.push(phases);
+            }
+            compute.push(phases.compute.as_secs_f64() * 1e3);
+        }
+        compute.sort_by(f64::total_cmp);
+        kernels.insert(kernel.name(), serde_json::json!(compute[compute.len() / 2]));
+    }
+    let first = first.ok_or_else(|| anyhow::anyhow!("{} is not a kernel of ALL", chosen.name()))?;
+    Ok((first, times, kernels))
+}
+
 /// Answers timed on the GPU (median of --reps, phases apart) and on all
 /// CPU cores, batches of 1, 16, 64 and 256, at 2^`log2` keys.
 #[cfg(feature = "cuda")]
@@ -291,31 +330,15 @@ fn bench_answers(gpu: &gpu_kernels::cuda::CudaGpu, args: &Args, log2: u32) -> Re
     {
         let vecs = random_queries(count, rows, &mut rng);
         let refs: Vec<&[u32]> = vecs.iter().map(|v| v.as_slice()).collect();
-        // Every kernel timed; the one the server would choose reported.
         let chosen = AnswerKernel::for_batch(count as u32);
-        let mut times = Vec::new();
-        let mut first = None;
-        let mut kernels = serde_json::Map::new();
-        for kernel in AnswerKernel::ALL {
-            let mut compute = Vec::new();
-            for _ in 0..args.reps.max(1) {
-                let (answers, phases) = held.answer_with(&refs, kernel, None)?;
-                if kernel == chosen {
-                    first.get_or_insert(answers);
-                    times.push(phases);
-                }
-                compute.push(phases.compute.as_secs_f64() * 1e3);
-            }
-            compute.sort_by(f64::total_cmp);
-            kernels.insert(kernel.name(), serde_json::json!(compute[compute.len() / 2]));
-        }
+        let (first, times, kernels) = time_kernels(&held, &refs, chosen, args.reps)?;
         // The CPU answers at most 16 of them (at 2^30 keys a batch of 256
         // would take it most of a minute): the first ones, compared.
         let checked = count.min(16);
         let t = Instant::now();
         let cpu = cpu_answers(&db, &vecs[..checked]);
         let cpu_ms = t.elapsed().as_secs_f64() * 1e3;
-        let ok = first.as_ref().map(|a| &a[..checked]) == Some(&cpu[..]);
+        let ok = first[..checked] == cpu[..];
         all_ok &= ok;
         let median = |f: &dyn Fn(&gpu_kernels::answer::AnswerTimes) -> f64| {
             let mut v: Vec<f64> = times.iter().map(f).collect();
