@@ -206,9 +206,19 @@ pub const GPU_ANSWER_MIN_BYTES: u64 = 16 << 20;
 /// A database's served rows held on the GPU to answer from
 /// ([`hold_for_answers`]).
 pub struct GpuAnswers {
-    #[cfg(feature = "cuda")]
-    db: answer::DeviceDb<cuda::CudaGpu>,
+    held: Held,
     name: String,
+}
+
+/// Where the rows are held: a real GPU, or (tests only) the host emulator.
+enum Held {
+    #[cfg(feature = "cuda")]
+    Cuda(answer::DeviceDb<cuda::CudaGpu>),
+    #[cfg(feature = "host-emulator")]
+    Emulated {
+        db: answer::DeviceDb<emulated::Emulator>,
+        fail: bool,
+    },
 }
 
 impl GpuAnswers {
@@ -223,22 +233,67 @@ impl GpuAnswers {
         &self,
         vecs: &[&[u32]],
     ) -> Result<(Vec<Vec<u32>>, answer::AnswerTimes), GpuError> {
-        #[cfg(feature = "cuda")]
-        return self.db.answer_timed(vecs);
-        #[cfg(not(feature = "cuda"))]
-        {
-            let _ = vecs;
-            Err(GpuError::NotBuilt)
+        let _ = vecs;
+        match &self.held {
+            #[cfg(feature = "cuda")]
+            Held::Cuda(db) => db.answer_timed(vecs),
+            #[cfg(feature = "host-emulator")]
+            Held::Emulated { fail: true, .. } => Err(GpuError::Driver(
+                "a failure the host emulator was told to make".into(),
+            )),
+            #[cfg(feature = "host-emulator")]
+            Held::Emulated { db, .. } => db.answer_timed(vecs),
         }
     }
 
     /// Bytes of database it holds on the GPU.
     pub fn bytes(&self) -> u64 {
-        #[cfg(feature = "cuda")]
-        return self.db.bytes();
-        #[cfg(not(feature = "cuda"))]
-        0
+        match &self.held {
+            #[cfg(feature = "cuda")]
+            Held::Cuda(db) => db.bytes(),
+            #[cfg(feature = "host-emulator")]
+            Held::Emulated { db, .. } => db.bytes(),
+        }
     }
+}
+
+/// What the host emulator stands in for (feature `host-emulator`, which
+/// no production build has): the tests of a GPU's users (the server)
+/// hold levels on it instead of a GPU, and may make its passes fail.
+#[cfg(feature = "host-emulator")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EmulatedGpu {
+    /// No stand-in: the real GPU or none.
+    Off,
+    /// Levels held on the emulator, answered by the kernels' source.
+    Answering,
+    /// Levels held on the emulator, every pass failing.
+    Failing,
+}
+
+#[cfg(feature = "host-emulator")]
+static EMULATED_GPU: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Makes the levels held from now on stand on the host emulator (tests of
+/// the server's GPU path on machines without one). Process-wide.
+#[cfg(feature = "host-emulator")]
+pub fn emulate_gpu(mode: EmulatedGpu) {
+    EMULATED_GPU.store(mode as u8, std::sync::atomic::Ordering::SeqCst);
+}
+
+#[cfg(feature = "host-emulator")]
+fn emulated_answers(db: &EncodedDb) -> Option<Result<GpuAnswers, GpuError>> {
+    let fail = match EMULATED_GPU.load(std::sync::atomic::Ordering::SeqCst) {
+        1 => false,
+        2 => true,
+        _ => return None,
+    };
+    Some(
+        answer::DeviceDb::upload(emulated::Emulator, db).map(|db| GpuAnswers {
+            held: Held::Emulated { db, fail },
+            name: "host emulator".into(),
+        }),
+    )
 }
 
 /// Where a server answers a level from, and why.
@@ -270,16 +325,22 @@ pub fn hold_for_answers(
     }
 }
 
-#[cfg(feature = "cuda")]
 fn gpu_answers(db: &EncodedDb, max_queries: usize) -> Result<GpuAnswers, GpuError> {
-    let gpu = cuda::shared()?;
-    Ok(GpuAnswers {
-        db: gpu.hold(db, max_queries)?,
-        name: gpu.device_name().to_string(),
-    })
-}
-
-#[cfg(not(feature = "cuda"))]
-fn gpu_answers(_: &EncodedDb, _: usize) -> Result<GpuAnswers, GpuError> {
-    Err(GpuError::NotBuilt)
+    #[cfg(feature = "host-emulator")]
+    if let Some(emulated) = emulated_answers(db) {
+        return emulated;
+    }
+    #[cfg(feature = "cuda")]
+    {
+        let gpu = cuda::shared()?;
+        Ok(GpuAnswers {
+            held: Held::Cuda(gpu.hold(db, max_queries)?),
+            name: gpu.device_name().to_string(),
+        })
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (db, max_queries);
+        Err(GpuError::NotBuilt)
+    }
 }

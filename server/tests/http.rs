@@ -1029,3 +1029,98 @@ async fn each_level_says_where_its_answers_run() {
         assert!(error.contains("answers on the GPU"), "{error}");
     }
 }
+
+/// A level held on a GPU (here the host emulator, running the kernels'
+/// own source) answers lookups as the CPU would, every pass counted on
+/// the GPU; when the GPU's passes fail, the same lookups are answered on
+/// the CPU and each fallback counted: never an error, never a wrong value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpu_passes_answer_and_a_failing_gpu_falls_back_to_the_cpu() {
+    use gpu_kernels::{emulate_gpu, EmulatedGpu};
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path()).unwrap();
+    let exported = state(5, 300);
+    build_and_publish(&store, exported.clone(), &opts()).unwrap();
+    let http = reqwest::Client::new();
+    for mode in [EmulatedGpu::Answering, EmulatedGpu::Failing] {
+        emulate_gpu(mode);
+        let base = start_configured(ServerConfig {
+            store: dir.path().to_path_buf(),
+            answer: AnswerSettings {
+                device: AnswerDevice::Cuda,
+            },
+            ..Default::default()
+        })
+        .await;
+        let status = status_when(&http, &base, |s| {
+            !s["snapshots"].as_array().unwrap().is_empty()
+        })
+        .await;
+        let row = &status["snapshots"][0];
+        assert_eq!(
+            (row["device"].as_str(), row["deviceDetail"].as_str()),
+            (Some("cuda"), Some("host emulator")),
+            "{mode:?}"
+        );
+        let id = row["id"].as_str().unwrap().to_string();
+        let client = client_for(&http, &base, &id).await;
+        let mut rng = rand::rng();
+        let (queries, pendings): (Vec<_>, Vec<_>) = exported
+            .records
+            .iter()
+            .take(5)
+            .map(|r| {
+                let (q, p) = client
+                    .query(client.prepare(&mut rng), r.key.as_slice())
+                    .unwrap();
+                (q, (r.clone(), p))
+            })
+            .unzip();
+        let body =
+            protocol::multi::encode_request(&[(id.as_str(), &encode_queries(&queries))]).unwrap();
+        let resp = http
+            .post(format!("{base}/v1/query"))
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200, "{mode:?}");
+        let body = resp.bytes().await.unwrap();
+        let parts = protocol::multi::decode_response(&body).unwrap();
+        let responses = decode_responses(parts[0]).unwrap();
+        for ((record, pending), response) in pendings.into_iter().zip(&responses) {
+            let Lookup::Found(v) = client.decode(pending, response).unwrap() else {
+                panic!("{mode:?}: absent")
+            };
+            assert_eq!(
+                snapshotter::decode_value(&v, snapshotter::ValueLayout::WithCode)
+                    .unwrap()
+                    .balance_nonce(),
+                (record.balance, record.nonce),
+                "{mode:?}"
+            );
+        }
+        let text = http
+            .get(format!("{base}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        // A label never counted is not in the text: 0.
+        let count = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+                .unwrap_or(0.0)
+        };
+        let gpu = count("ethpir_passes_total{device=\"cuda\"}");
+        let cpu = count("ethpir_passes_total{device=\"cpu\"}");
+        let fallbacks = count("ethpir_gpu_fallbacks_total");
+        match mode {
+            EmulatedGpu::Answering => assert_eq!((gpu, cpu, fallbacks), (1.0, 0.0, 0.0)),
+            _ => assert_eq!((gpu, cpu, fallbacks), (0.0, 1.0, 1.0)),
+        }
+    }
+    emulate_gpu(EmulatedGpu::Off);
+}
