@@ -198,9 +198,9 @@ fn gpu_hint(
     Err(GpuError::NotBuilt)
 }
 
-/// Levels smaller than this are answered on the CPU under [`Device::Auto`]:
-/// all cores scan them in well under a millisecond, less than a batch's
-/// trip over PCIe.
+/// Levels smaller than this are answered on the CPU under [`Device::Auto`]
+/// by default: all cores scan them in well under a millisecond, less than
+/// a batch's trip over PCIe.
 pub const GPU_ANSWER_MIN_BYTES: u64 = 16 << 20;
 
 /// A database's served rows held on the GPU to answer from
@@ -299,28 +299,35 @@ fn emulated_answers(db: &EncodedDb) -> Option<Result<GpuAnswers, GpuError>> {
 /// Where a server answers a level from, and why.
 pub enum AnswerPlace {
     Gpu(GpuAnswers),
-    /// On the CPU, with the reason (asked for, or why not the GPU).
+    /// On the CPU for good, with the reason (asked for, or a level too
+    /// small to gain).
     Cpu(String),
+    /// On the CPU because the GPU could not take it now (absent, full,
+    /// failing), with the reason: worth asking again later, when memory
+    /// is freed.
+    CpuForNow(String),
 }
 
 /// Holds `db`'s served rows on the GPU when `device` asks for it and they
 /// fit with a batch of `max_queries` queries: `Cuda` fails when they
 /// cannot, `Auto` answers on the CPU then (and for levels under
-/// [`GPU_ANSWER_MIN_BYTES`]), `Cpu` always does.
+/// `min_bytes`), `Cpu` always does.
 pub fn hold_for_answers(
     db: &EncodedDb,
     device: Device,
     max_queries: usize,
+    min_bytes: u64,
 ) -> Result<AnswerPlace, GpuError> {
     match device {
         Device::Cpu => Ok(AnswerPlace::Cpu("requested".into())),
         Device::Cuda => gpu_answers(db, max_queries).map(AnswerPlace::Gpu),
-        Device::Auto if (db.bytes() as u64) < GPU_ANSWER_MIN_BYTES => Ok(AnswerPlace::Cpu(
-            format!("level of {} bytes: the CPU is as fast", db.bytes()),
-        )),
+        Device::Auto if (db.bytes() as u64) < min_bytes => Ok(AnswerPlace::Cpu(format!(
+            "level of {} bytes: the CPU is as fast",
+            db.bytes()
+        ))),
         Device::Auto => Ok(match gpu_answers(db, max_queries) {
             Ok(gpu) => AnswerPlace::Gpu(gpu),
-            Err(why) => AnswerPlace::Cpu(format!("GPU not usable: {why}")),
+            Err(why) => AnswerPlace::CpuForNow(format!("GPU not usable: {why}")),
         }),
     }
 }

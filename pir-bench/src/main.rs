@@ -217,10 +217,10 @@ fn setup_ours(args: &Args, records: &[(Vec<u8>, Vec<u8>)], rng: &mut ChaCha20Rng
         .map_err(|e| anyhow::anyhow!("hint on {}: {e}", args.device))?;
     let hint_ms = hint_start.elapsed().as_secs_f64() * 1e3;
     let server = PirServer::from_parts(db, matrix, hint)?;
-    let answers = match gpu_kernels::hold_for_answers(server.db(), args.device, args.batch.max(1))?
-    {
+    let batch = args.batch.max(1);
+    let answers = match gpu_kernels::hold_for_answers(server.db(), args.device, batch, 0)? {
         gpu_kernels::AnswerPlace::Gpu(gpu) => Some(gpu),
-        gpu_kernels::AnswerPlace::Cpu(_) => None,
+        gpu_kernels::AnswerPlace::Cpu(_) | gpu_kernels::AnswerPlace::CpuForNow(_) => None,
     };
     let (client, client_setup_ms) = time_ms(|| PirClient::from_setup_bytes(server.setup_bytes()));
     Ok(Ours {

@@ -49,10 +49,28 @@ pub struct ServerConfig {
 }
 
 /// Where answers are computed (`[answer]` in configs/server.toml).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AnswerSettings {
     pub device: AnswerDevice,
+    /// Under `auto`, levels smaller than this many MiB stay on the CPU.
+    pub min_gpu_mib: f64,
+}
+
+impl Default for AnswerSettings {
+    fn default() -> Self {
+        AnswerSettings {
+            device: AnswerDevice::Auto,
+            min_gpu_mib: 16.0,
+        }
+    }
+}
+
+impl AnswerSettings {
+    /// [`Self::min_gpu_mib`] in bytes.
+    pub fn min_gpu_bytes(&self) -> u64 {
+        (self.min_gpu_mib.max(0.0) * (1u64 << 20) as f64) as u64
+    }
 }
 
 /// `auto`: each level from GPU memory when a GPU is usable and the level

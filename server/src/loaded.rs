@@ -13,7 +13,7 @@ use pir_core::{PirServer, PublishedSetup};
 use snapshot_store::{SnapshotStore, StoredSnapshot};
 use tokio::sync::oneshot;
 
-use crate::config::{AnswerDevice, Role};
+use crate::config::{AnswerDevice, AnswerSettings, Role};
 use crate::error::ServerError;
 use crate::metrics::Metrics;
 
@@ -39,44 +39,51 @@ pub struct LoadedSnapshot {
     pub codes: Option<protocol::codes::CodeTree>,
     /// Its queue of lookups waiting for a pass.
     pub batcher: Batcher,
-    /// Where its passes run.
-    pub answers_on: AnswersOn,
+    /// Where its passes run (moved to the GPU when it frees up:
+    /// [`LoadedSnapshot::try_gpu_again`]).
+    answers_on: std::sync::RwLock<AnswersOn>,
 }
 
 /// Where a snapshot's passes run.
 pub enum AnswersOn {
-    /// All CPU cores, and why (asked for, a router, or why not a GPU).
+    /// All CPU cores, and why (asked for, a router, a small level).
     Cpu(String),
+    /// All CPU cores until the GPU can take it (absent, full, failing),
+    /// and why: asked again at every rescan.
+    #[cfg_attr(not(feature = "gpu"), allow(dead_code))]
+    CpuForNow(String),
     /// Its served rows held in GPU memory.
     #[cfg(feature = "gpu")]
     Gpu(gpu_kernels::GpuAnswers),
 }
 
 impl AnswersOn {
-    /// Holds `pir`'s database where `device` says (see [`AnswerDevice`]),
+    /// Holds `pir`'s database where `answer` says (see [`AnswerDevice`]),
     /// for passes of up to `max_queries` queries.
     fn choose(
         pir: &PirServer,
-        device: AnswerDevice,
+        answer: AnswerSettings,
         max_queries: usize,
     ) -> Result<Self, ServerError> {
         #[cfg(feature = "gpu")]
         {
-            let device = match device {
+            let device = match answer.device {
                 AnswerDevice::Auto => gpu_kernels::Device::Auto,
                 AnswerDevice::Cpu => gpu_kernels::Device::Cpu,
                 AnswerDevice::Cuda => gpu_kernels::Device::Cuda,
             };
-            match gpu_kernels::hold_for_answers(pir.db(), device, max_queries) {
+            let min = answer.min_gpu_bytes();
+            match gpu_kernels::hold_for_answers(pir.db(), device, max_queries, min) {
                 Ok(gpu_kernels::AnswerPlace::Gpu(gpu)) => Ok(AnswersOn::Gpu(gpu)),
                 Ok(gpu_kernels::AnswerPlace::Cpu(why)) => Ok(AnswersOn::Cpu(why)),
+                Ok(gpu_kernels::AnswerPlace::CpuForNow(why)) => Ok(AnswersOn::CpuForNow(why)),
                 Err(e) => Err(ServerError::Gpu(e.to_string())),
             }
         }
         #[cfg(not(feature = "gpu"))]
         {
             let _ = (pir, max_queries);
-            match device {
+            match answer.device {
                 AnswerDevice::Cuda => Err(ServerError::Gpu(
                     "this server is built without GPU support (feature `gpu`)".into(),
                 )),
@@ -89,7 +96,7 @@ impl AnswersOn {
     /// `cpu` or `cuda`.
     pub fn device(&self) -> &'static str {
         match self {
-            AnswersOn::Cpu(_) => "cpu",
+            AnswersOn::Cpu(_) | AnswersOn::CpuForNow(_) => "cpu",
             #[cfg(feature = "gpu")]
             AnswersOn::Gpu(_) => "cuda",
         }
@@ -99,6 +106,7 @@ impl AnswersOn {
     pub fn detail(&self) -> String {
         match self {
             AnswersOn::Cpu(why) => why.clone(),
+            AnswersOn::CpuForNow(why) => format!("for now: {why}"),
             #[cfg(feature = "gpu")]
             AnswersOn::Gpu(gpu) => gpu.name().to_string(),
         }
@@ -112,7 +120,7 @@ impl LoadedSnapshot {
         store: &SnapshotStore,
         stored: StoredSnapshot,
         role: Role,
-        answer: (AnswerDevice, usize),
+        answer: (AnswerSettings, usize),
     ) -> Result<Self, ServerError> {
         let serving = match role {
             Role::Whole => Serving::Local(store.load_server(&stored, None)?),
@@ -144,7 +152,7 @@ impl LoadedSnapshot {
             Serving::Routed(_) => AnswersOn::Cpu("a router answers nothing itself".into()),
         };
         Ok(LoadedSnapshot {
-            answers_on,
+            answers_on: std::sync::RwLock::new(answers_on),
             table,
             codes,
             url_id: stored.id.url_form(),
@@ -178,6 +186,49 @@ impl LoadedSnapshot {
         }
     }
 
+    /// Where its passes run: `cpu` or `cuda`.
+    pub fn answers_device(&self) -> &'static str {
+        self.answers_on.read().expect("lock").device()
+    }
+
+    /// The GPU's name, or why the CPU.
+    pub fn answers_detail(&self) -> String {
+        self.answers_on.read().expect("lock").detail()
+    }
+
+    /// Whether it is on the CPU until the GPU can take it.
+    pub fn waits_for_gpu(&self) -> bool {
+        matches!(
+            *self.answers_on.read().expect("lock"),
+            AnswersOn::CpuForNow(_)
+        )
+    }
+
+    /// Asks the GPU again for a level on the CPU for now (the previous
+    /// base retired and its memory freed, a fault gone): whether its
+    /// passes moved to the GPU. Uploads the level when it fits, so it runs
+    /// off the async threads.
+    pub fn try_gpu_again(&self, answer: AnswerSettings, max_queries: usize) -> bool {
+        let Serving::Local(pir) = &self.serving else {
+            return false;
+        };
+        if !self.waits_for_gpu() {
+            return false;
+        }
+        match AnswersOn::choose(pir, answer, max_queries) {
+            Ok(AnswersOn::CpuForNow(why)) => {
+                *self.answers_on.write().expect("lock") = AnswersOn::CpuForNow(why);
+                false
+            }
+            Ok(AnswersOn::Cpu(_)) | Err(_) => false,
+            #[cfg(feature = "gpu")]
+            Ok(place @ AnswersOn::Gpu(_)) => {
+                *self.answers_on.write().expect("lock") = place;
+                true
+            }
+        }
+    }
+
     /// Answers a batch from the database here, in one pass: from GPU
     /// memory when it is held there (a GPU failure answers the batch on
     /// the CPU instead, logged and counted), else on all CPU cores.
@@ -192,7 +243,7 @@ impl LoadedSnapshot {
             Serving::Routed(_) => return Err(AnswerError::EmptyBatch),
         };
         #[cfg(feature = "gpu")]
-        if let AnswersOn::Gpu(gpu) = &self.answers_on {
+        if let AnswersOn::Gpu(gpu) = &*self.answers_on.read().expect("lock") {
             if queries.is_empty() {
                 return Err(AnswerError::EmptyBatch);
             }

@@ -105,9 +105,9 @@ fn status(state: &AppState) -> ServerStatus {
         .map(|(e, loaded)| SnapshotRow {
             device: loaded
                 .as_ref()
-                .map_or("", |s| s.answers_on.device())
+                .map_or("", |s| s.answers_device())
                 .to_string(),
-            device_detail: loaded.map(|s| s.answers_on.detail()).unwrap_or_default(),
+            device_detail: loaded.map(|s| s.answers_detail()).unwrap_or_default(),
             id: e.id.url_form(),
             kind: e.manifest.kind.name().to_string(),
             block: e.manifest.block_number,

@@ -286,9 +286,27 @@ impl AppState {
         if self.reread_attestations() {
             self.remake_catalog();
         }
+        self.move_to_the_gpu().await;
         self.metrics
             .snapshots
             .set(self.snapshots.read().expect("lock").len() as i64);
+    }
+
+    /// Asks the GPU again for every level on the CPU for now (each rescan:
+    /// a level that did not fit beside the previous base moves once that
+    /// base is retired and its memory freed).
+    async fn move_to_the_gpu(&self) {
+        let max_queries = self.batching.max_queries.max(1);
+        for snap in self.all().into_iter().filter(|s| s.waits_for_gpu()) {
+            let answer = self.answer;
+            let trying = snap.clone();
+            let moved =
+                tokio::task::spawn_blocking(move || trying.try_gpu_again(answer, max_queries))
+                    .await;
+            if let Ok(true) = moved {
+                tracing::info!(snapshot = %snap.url_id, gpu = %snap.answers_detail(), "answers moved to the GPU");
+            }
+        }
     }
 
     /// Reads again the attestations of the served snapshots whose folder
@@ -348,13 +366,13 @@ impl AppState {
         }
         let store = self.store.clone();
         let role = self.role;
-        let answer = (self.answer.device, self.batching.max_queries.max(1));
+        let answer = (self.answer, self.batching.max_queries.max(1));
         let loaded =
             tokio::task::spawn_blocking(move || LoadedSnapshot::load(&store, stored, role, answer))
                 .await;
         match loaded {
             Ok(Ok(snap)) => {
-                tracing::info!(snapshot = %id, records = snap.stored.manifest.record_count, k = snap.stored.manifest.pir.partitions, role = %self.role, answers = snap.answers_on.device(), why = %snap.answers_on.detail(), "serving");
+                tracing::info!(snapshot = %id, records = snap.stored.manifest.record_count, k = snap.stored.manifest.pir.partitions, role = %self.role, answers = snap.answers_device(), why = %snap.answers_detail(), "serving");
                 self.snapshots
                     .write()
                     .expect("lock")

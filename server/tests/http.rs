@@ -1001,7 +1001,10 @@ async fn each_level_says_where_its_answers_run() {
     ] {
         let base = start_configured(ServerConfig {
             store: dir.path().to_path_buf(),
-            answer: AnswerSettings { device },
+            answer: AnswerSettings {
+                device,
+                ..Default::default()
+            },
             ..Default::default()
         })
         .await;
@@ -1016,6 +1019,7 @@ async fn each_level_says_where_its_answers_run() {
         store: dir.path().to_path_buf(),
         answer: AnswerSettings {
             device: AnswerDevice::Cuda,
+            ..Default::default()
         },
         ..Default::default()
     })
@@ -1030,6 +1034,82 @@ async fn each_level_says_where_its_answers_run() {
     }
 }
 
+/// The emulated GPU's mode is process-wide: the tests that set it take
+/// turns.
+static EMULATED_GPU: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Five of `exported`'s accounts looked up privately in snapshot `id`
+/// over HTTP, each decoded and checked against its record.
+async fn five_lookups(http: &reqwest::Client, base: &str, id: &str, exported: &ExportedState) {
+    let client = client_for(http, base, id).await;
+    let mut rng = rand::rng();
+    let (queries, pendings): (Vec<_>, Vec<_>) = exported
+        .records
+        .iter()
+        .take(5)
+        .map(|r| {
+            let (q, p) = client
+                .query(client.prepare(&mut rng), r.key.as_slice())
+                .unwrap();
+            (q, (r.clone(), p))
+        })
+        .unzip();
+    let body = protocol::multi::encode_request(&[(id, &encode_queries(&queries))]).unwrap();
+    let resp = http
+        .post(format!("{base}/v1/query"))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let body = resp.bytes().await.unwrap();
+    let parts = protocol::multi::decode_response(&body).unwrap();
+    let responses = decode_responses(parts[0]).unwrap();
+    for ((record, pending), response) in pendings.into_iter().zip(&responses) {
+        let Lookup::Found(v) = client.decode(pending, response).unwrap() else {
+            panic!("absent")
+        };
+        assert_eq!(
+            snapshotter::decode_value(&v, snapshotter::ValueLayout::WithCode)
+                .unwrap()
+                .balance_nonce(),
+            (record.balance, record.nonce)
+        );
+    }
+}
+
+/// Passes counted on the GPU, on the CPU, and GPU passes answered on the
+/// CPU instead, from `/metrics` (a label never counted is absent: 0).
+async fn passes(http: &reqwest::Client, base: &str) -> (f64, f64, f64) {
+    let text = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let count = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or(0.0)
+    };
+    (
+        count("ethpir_passes_total{device=\"cuda\"}"),
+        count("ethpir_passes_total{device=\"cpu\"}"),
+        count("ethpir_gpu_fallbacks_total"),
+    )
+}
+
+/// The first served snapshot's row of `/status.json`, once there is one.
+async fn first_row(http: &reqwest::Client, base: &str) -> serde_json::Value {
+    let status = status_when(http, base, |s| {
+        !s["snapshots"].as_array().unwrap().is_empty()
+    })
+    .await;
+    status["snapshots"][0].clone()
+}
+
 /// A level held on a GPU (here the host emulator, running the kernels'
 /// own source) answers lookups as the CPU would, every pass counted on
 /// the GPU; when the GPU's passes fail, the same lookups are answered on
@@ -1037,6 +1117,7 @@ async fn each_level_says_where_its_answers_run() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gpu_passes_answer_and_a_failing_gpu_falls_back_to_the_cpu() {
     use gpu_kernels::{emulate_gpu, EmulatedGpu};
+    let _turn = EMULATED_GPU.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let store = SnapshotStore::open(dir.path()).unwrap();
     let exported = state(5, 300);
@@ -1048,79 +1129,63 @@ async fn gpu_passes_answer_and_a_failing_gpu_falls_back_to_the_cpu() {
             store: dir.path().to_path_buf(),
             answer: AnswerSettings {
                 device: AnswerDevice::Cuda,
+                ..Default::default()
             },
             ..Default::default()
         })
         .await;
-        let status = status_when(&http, &base, |s| {
-            !s["snapshots"].as_array().unwrap().is_empty()
-        })
-        .await;
-        let row = &status["snapshots"][0];
+        let row = first_row(&http, &base).await;
         assert_eq!(
             (row["device"].as_str(), row["deviceDetail"].as_str()),
             (Some("cuda"), Some("host emulator")),
             "{mode:?}"
         );
-        let id = row["id"].as_str().unwrap().to_string();
-        let client = client_for(&http, &base, &id).await;
-        let mut rng = rand::rng();
-        let (queries, pendings): (Vec<_>, Vec<_>) = exported
-            .records
-            .iter()
-            .take(5)
-            .map(|r| {
-                let (q, p) = client
-                    .query(client.prepare(&mut rng), r.key.as_slice())
-                    .unwrap();
-                (q, (r.clone(), p))
-            })
-            .unzip();
-        let body =
-            protocol::multi::encode_request(&[(id.as_str(), &encode_queries(&queries))]).unwrap();
-        let resp = http
-            .post(format!("{base}/v1/query"))
-            .body(body)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), 200, "{mode:?}");
-        let body = resp.bytes().await.unwrap();
-        let parts = protocol::multi::decode_response(&body).unwrap();
-        let responses = decode_responses(parts[0]).unwrap();
-        for ((record, pending), response) in pendings.into_iter().zip(&responses) {
-            let Lookup::Found(v) = client.decode(pending, response).unwrap() else {
-                panic!("{mode:?}: absent")
-            };
-            assert_eq!(
-                snapshotter::decode_value(&v, snapshotter::ValueLayout::WithCode)
-                    .unwrap()
-                    .balance_nonce(),
-                (record.balance, record.nonce),
-                "{mode:?}"
-            );
-        }
-        let text = http
-            .get(format!("{base}/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        // A label never counted is not in the text: 0.
-        let count = |name: &str| {
-            text.lines()
-                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-                .unwrap_or(0.0)
-        };
-        let gpu = count("ethpir_passes_total{device=\"cuda\"}");
-        let cpu = count("ethpir_passes_total{device=\"cpu\"}");
-        let fallbacks = count("ethpir_gpu_fallbacks_total");
+        five_lookups(&http, &base, row["id"].as_str().unwrap(), &exported).await;
+        let counted = passes(&http, &base).await;
         match mode {
-            EmulatedGpu::Answering => assert_eq!((gpu, cpu, fallbacks), (1.0, 0.0, 0.0)),
-            _ => assert_eq!((gpu, cpu, fallbacks), (0.0, 1.0, 1.0)),
+            EmulatedGpu::Answering => assert_eq!(counted, (1.0, 0.0, 0.0)),
+            _ => assert_eq!(counted, (0.0, 1.0, 1.0)),
         }
     }
+    emulate_gpu(EmulatedGpu::Off);
+}
+
+/// Under `auto`, a level the GPU cannot take at load is answered on the
+/// CPU "for now", and moves to the GPU at a later rescan once it can
+/// (here: no GPU, then the emulator standing in for one), without a
+/// restart; its lookups then run on the GPU.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_level_on_the_cpu_for_now_moves_to_the_gpu_when_it_can() {
+    use gpu_kernels::{emulate_gpu, EmulatedGpu};
+    let _turn = EMULATED_GPU.lock().await;
+    emulate_gpu(EmulatedGpu::Off);
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path()).unwrap();
+    let exported = state(5, 300);
+    build_and_publish(&store, exported.clone(), &opts()).unwrap();
+    let http = reqwest::Client::new();
+    let base = start_configured(ServerConfig {
+        store: dir.path().to_path_buf(),
+        rescan_secs: 0.1,
+        answer: AnswerSettings {
+            device: AnswerDevice::Auto,
+            min_gpu_mib: 0.0,
+        },
+        ..Default::default()
+    })
+    .await;
+    let row = first_row(&http, &base).await;
+    if row["device"] == "cuda" {
+        // A real GPU here took it at once: nothing to move.
+        assert_ne!(row["deviceDetail"], "host emulator");
+        return;
+    }
+    let detail = row["deviceDetail"].as_str().unwrap();
+    assert!(detail.starts_with("for now: GPU not usable"), "{detail}");
+    emulate_gpu(EmulatedGpu::Answering);
+    let status = status_when(&http, &base, |s| s["snapshots"][0]["device"] == "cuda").await;
+    assert_eq!(status["snapshots"][0]["deviceDetail"], "host emulator");
+    five_lookups(&http, &base, row["id"].as_str().unwrap(), &exported).await;
+    assert_eq!(passes(&http, &base).await, (1.0, 0.0, 0.0));
     emulate_gpu(EmulatedGpu::Off);
 }

@@ -218,7 +218,10 @@ async fn start_server(
         store: store_dir.to_path_buf(),
         queue: 4096,
         batching,
-        answer: server::AnswerSettings { device },
+        answer: server::AnswerSettings {
+            device,
+            ..Default::default()
+        },
         ..Default::default()
     })
     .await
