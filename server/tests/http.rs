@@ -105,6 +105,25 @@ fn publish_view(dir: &std::path::Path, accounts: u64, changed: u64) -> SnapshotS
     store
 }
 
+/// Each response decoded to its record's balance and nonce.
+fn assert_found(
+    client: &PirClient,
+    pendings: Vec<(AccountRecord, pir_core::PendingAnswer)>,
+    responses: &[pir_core::Response],
+) {
+    for ((record, pending), response) in pendings.into_iter().zip(responses) {
+        let Lookup::Found(v) = client.decode(pending, response).unwrap() else {
+            panic!("absent")
+        };
+        assert_eq!(
+            snapshotter::decode_value(&v, snapshotter::ValueLayout::WithCode)
+                .unwrap()
+                .balance_nonce(),
+            (record.balance, record.nonce)
+        );
+    }
+}
+
 /// A PIR client for snapshot `id`, from its setup over HTTP.
 async fn client_for(http: &reqwest::Client, base: &str, id: &str) -> PirClient {
     let setup = http
@@ -200,17 +219,7 @@ async fn serves_private_queries_and_refuses_bad_ones() {
     let parts = protocol::multi::decode_response(&body).unwrap();
     assert_eq!(parts.len(), 1);
     let responses = decode_responses(parts[0]).unwrap();
-    for ((record, pending), response) in pendings.into_iter().zip(&responses) {
-        let Lookup::Found(v) = client.decode(pending, response).unwrap() else {
-            panic!("absent")
-        };
-        assert_eq!(
-            snapshotter::decode_value(&v, snapshotter::ValueLayout::WithCode)
-                .unwrap()
-                .balance_nonce(),
-            (record.balance, record.nonce)
-        );
-    }
+    assert_found(&client, pendings, &responses);
     let one = encode_queries(&queries[..1]);
 
     // Bad requests: truncated, trailing, random, oversized, unknown id, wrong setup.
@@ -1065,17 +1074,7 @@ async fn five_lookups(http: &reqwest::Client, base: &str, id: &str, exported: &E
     let body = resp.bytes().await.unwrap();
     let parts = protocol::multi::decode_response(&body).unwrap();
     let responses = decode_responses(parts[0]).unwrap();
-    for ((record, pending), response) in pendings.into_iter().zip(&responses) {
-        let Lookup::Found(v) = client.decode(pending, response).unwrap() else {
-            panic!("absent")
-        };
-        assert_eq!(
-            snapshotter::decode_value(&v, snapshotter::ValueLayout::WithCode)
-                .unwrap()
-                .balance_nonce(),
-            (record.balance, record.nonce)
-        );
-    }
+    assert_found(&client, pendings, &responses);
 }
 
 /// Passes counted on the GPU, on the CPU, and GPU passes answered on the
