@@ -969,6 +969,20 @@ async fn past_its_held_waits_a_server_answers_at_once_and_announces_no_long_poll
     assert_eq!((status, announced), (204, false), "another catalog");
 }
 
+/// A server over `store` answering where `device` says (other settings
+/// the defaults).
+async fn start_answering_on(store: &std::path::Path, device: AnswerDevice) -> String {
+    start_configured(ServerConfig {
+        store: store.to_path_buf(),
+        answer: AnswerSettings {
+            device,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .await
+}
+
 /// `/status.json`, once `ready` holds of it (polled within
 /// test-support's patience).
 async fn status_when(
@@ -1008,15 +1022,7 @@ async fn each_level_says_where_its_answers_run() {
         (AnswerDevice::Cpu, "requested"),
         (AnswerDevice::Auto, "the CPU is as fast"),
     ] {
-        let base = start_configured(ServerConfig {
-            store: dir.path().to_path_buf(),
-            answer: AnswerSettings {
-                device,
-                ..Default::default()
-            },
-            ..Default::default()
-        })
-        .await;
+        let base = start_answering_on(dir.path(), device).await;
         let status = status_when(&http, &base, served).await;
         for row in status["snapshots"].as_array().unwrap() {
             assert_eq!(row["device"], "cpu", "{device:?}: {row}");
@@ -1024,15 +1030,7 @@ async fn each_level_says_where_its_answers_run() {
             assert!(detail.contains(why), "{device:?}: {detail}");
         }
     }
-    let base = start_configured(ServerConfig {
-        store: dir.path().to_path_buf(),
-        answer: AnswerSettings {
-            device: AnswerDevice::Cuda,
-            ..Default::default()
-        },
-        ..Default::default()
-    })
-    .await;
+    let base = start_answering_on(dir.path(), AnswerDevice::Cuda).await;
     let status = status_when(&http, &base, |s| served(s) || unserved(s)).await;
     for row in status["snapshots"].as_array().unwrap() {
         assert_eq!(row["device"], "cuda", "a GPU here, yet: {row}");
@@ -1124,15 +1122,7 @@ async fn gpu_passes_answer_and_a_failing_gpu_falls_back_to_the_cpu() {
     let http = reqwest::Client::new();
     for mode in [EmulatedGpu::Answering, EmulatedGpu::Failing] {
         emulate_gpu(mode);
-        let base = start_configured(ServerConfig {
-            store: dir.path().to_path_buf(),
-            answer: AnswerSettings {
-                device: AnswerDevice::Cuda,
-                ..Default::default()
-            },
-            ..Default::default()
-        })
-        .await;
+        let base = start_answering_on(dir.path(), AnswerDevice::Cuda).await;
         let row = first_row(&http, &base).await;
         assert_eq!(
             (row["device"].as_str(), row["deviceDetail"].as_str()),
