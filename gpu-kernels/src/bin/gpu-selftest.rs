@@ -1,7 +1,9 @@
-//! `gpu-selftest`: run on a new machine to see whether the GPU hint builder
-//! works there: finds the driver and device, compiles the kernels, checks
-//! the public-matrix expansion against pir-core's test vector and a GPU hint
-//! against the CPU hint, bit for bit, and times both. Prints JSON lines.
+//! `gpu-selftest`: run on a new machine to see whether the GPU kernels work
+//! there: finds the driver and device, compiles the kernels, checks the
+//! public-matrix expansion against pir-core's test vector, a GPU hint
+//! against the CPU hint and GPU answers against the CPU's (every answer
+//! kernel, the extremes), bit for bit, and times them; `--bench-answers`
+//! times answers from GPU memory at larger sizes. Prints JSON lines.
 #![forbid(unsafe_code)]
 
 use std::time::Instant;
@@ -17,7 +19,7 @@ use rand::{Rng, RngCore, SeedableRng};
 #[derive(Parser)]
 #[command(
     name = "gpu-selftest",
-    about = "Check that the CUDA hint builder works on this machine and matches the CPU bit for bit"
+    about = "Check that the CUDA kernels (expansion, hint, answers) work on this machine and match the CPU bit for bit"
 )]
 struct Args {
     /// log2 of the number of random records in the comparison database.
