@@ -5,11 +5,18 @@
 //! streamed in row tiles when it does not fit in device memory, and the
 //! result is bit-identical to [`pir_core::product::hint_cpu`].
 //!
+//! The server's answers `q . D` from GPU memory ([`hold_for_answers`],
+//! [`answer`]): a level's rows uploaded once, each batch of queries one
+//! tensor-core product of their byte planes with the database,
+//! bit-identical to [`pir_core::product::multiply`]. The hint's product
+//! runs on the same kernels.
+//!
 //! The kernels are CUDA C in `kernels/ethpir.cu`, compiled at run time with
 //! NVRTC and launched with `cudarc` (loaded dynamically: this crate builds
 //! and runs on machines without CUDA). [`build_hint`] with
 //! [`Device::Auto`] takes the GPU when a driver and a device are there
-//! and the CPU otherwise, and says which and why.
+//! and the CPU otherwise, and says which and why; so does
+//! [`hold_for_answers`].
 
 // `unsafe` lives only where kernels are launched (FFI to the driver and to
 // the emulator), behind checked wrappers.
