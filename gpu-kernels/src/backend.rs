@@ -15,7 +15,7 @@ use crate::GpuError;
 pub trait Backend {
     type U32Buf;
     type I8Buf;
-    /// The public matrix's key on the device ([`PublicMatrix::kernel_key`]).
+    /// The public matrix's key on the device ([`pir_core::PublicMatrix::kernel_key`]).
     type KeyBuf;
     fn alloc_u32(&self, len: usize) -> Result<Self::U32Buf, GpuError>;
     fn alloc_i8(&self, len: usize) -> Result<Self::I8Buf, GpuError>;
