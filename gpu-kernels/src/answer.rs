@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use pir_core::db::PANEL_COLS;
 use pir_core::EncodedDb;
 
-use crate::backend::Backend;
+use crate::backend::{upload_rows, Backend};
 use crate::defines::ANSWER_MAX_CHUNK_GROUPS;
 use crate::GpuError;
 
@@ -197,11 +197,7 @@ impl<B: AnswerBackend> DeviceDb<B> {
         let groups_u32 = u32::try_from(groups).map_err(too_large)?;
         let cols_pad_u32 = u32::try_from(cols_pad).map_err(too_large)?;
         let mut d = backend.alloc_i8(groups * 4 * cols_pad)?;
-        for p in 0..db.panels() {
-            let (_, width) = db.panel_columns(p);
-            let src = &db.panel(p)[served.start / 4 * width * 4..served.end / 4 * width * 4];
-            backend.upload_i8(&mut d, p * PANEL_COLS * groups * 4, src)?;
-        }
+        upload_rows(&backend, db, served, &mut d)?;
         Ok(DeviceDb {
             backend,
             d,
@@ -209,10 +205,6 @@ impl<B: AnswerBackend> DeviceDb<B> {
             cols: db.shape().cols(),
             cols_pad: cols_pad_u32,
         })
-    }
-
-    pub fn backend(&self) -> &B {
-        &self.backend
     }
 
     /// Entries of a query to it (the served rows).
@@ -233,13 +225,17 @@ impl<B: AnswerBackend> DeviceDb<B> {
 
     /// [`Self::answer`], and how long each phase took.
     pub fn answer_timed(&self, vecs: &[&[u32]]) -> Result<(Vec<Vec<u32>>, AnswerTimes), GpuError> {
-        let shape = AnswerShape::plan(
-            vecs.len() as u32,
+        self.answer_planned(vecs, self.plan(vecs.len()))
+    }
+
+    /// The launch for a batch of `queries` on this device.
+    fn plan(&self, queries: usize) -> AnswerShape {
+        AnswerShape::plan(
+            queries as u32,
             self.groups,
             self.cols_pad,
             self.backend.multiprocessors(),
-        );
-        self.answer_planned(vecs, shape)
+        )
     }
 
     /// [`Self::answer`] with `kernel`, cut into chunks of `chunk_groups`
@@ -251,12 +247,7 @@ impl<B: AnswerBackend> DeviceDb<B> {
         kernel: AnswerKernel,
         chunk_groups: Option<u32>,
     ) -> Result<(Vec<Vec<u32>>, AnswerTimes), GpuError> {
-        let mut shape = AnswerShape::plan(
-            vecs.len() as u32,
-            self.groups,
-            self.cols_pad,
-            self.backend.multiprocessors(),
-        );
+        let mut shape = self.plan(vecs.len());
         shape.kernel = kernel;
         if let Some(chunk) = chunk_groups {
             shape.chunk_groups = chunk;

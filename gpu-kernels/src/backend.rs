@@ -2,8 +2,12 @@
 //! and the public matrix's expansion, with the one checked launch of the
 //! expansion.
 
+use std::ops::Range;
+
+use pir_core::db::PANEL_COLS;
 use pir_core::matrix::Expansion;
 use pir_core::params::SEED_BYTES;
+use pir_core::EncodedDb;
 
 use crate::GpuError;
 
@@ -42,6 +46,24 @@ pub trait Backend {
         out: &mut Self::U32Buf,
     ) -> Result<(), GpuError>;
     fn download(&self, m: &Self::U32Buf, len: usize) -> Result<Vec<u32>, GpuError>;
+}
+
+/// Copies `rows` of `db` (whole row groups) into `d` in pir-core's panel
+/// layout over those rows alone: panel `p` at byte `p * 64 * rows.len()`.
+/// A level held to answer (its served rows) and a hint's row tile are
+/// laid out alike.
+pub fn upload_rows<B: Backend>(
+    backend: &B,
+    db: &EncodedDb,
+    rows: Range<usize>,
+    d: &mut B::I8Buf,
+) -> Result<(), GpuError> {
+    for p in 0..db.panels() {
+        let (_, width) = db.panel_columns(p);
+        let src = &db.panel(p)[rows.start / 4 * width * 4..rows.end / 4 * width * 4];
+        backend.upload_i8(d, p * PANEL_COLS * rows.len(), src)?;
+    }
+    Ok(())
 }
 
 /// Expands columns `col0 .. col0 + ncols` of rows `0 .. n` of `A` into

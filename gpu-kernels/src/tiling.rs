@@ -5,12 +5,11 @@
 //! "query" over the tile's rows (crate::answer), so the hint's product runs
 //! on the tensor cores too.
 
-use pir_core::db::PANEL_COLS;
 use pir_core::matrix::{PublicMatrix, BLOCK_COLS};
 use pir_core::EncodedDb;
 
 use crate::answer::{add_products, AnswerBackend, AnswerShape};
-use crate::backend::expand;
+use crate::backend::{expand, upload_rows};
 use crate::GpuError;
 
 /// Database rows per tile when `free` bytes of device memory are available:
@@ -60,11 +59,7 @@ pub fn run_tiled<B: AnswerBackend>(
     let mut d = backend.alloc_i8(tile_rows * cols_pad)?;
     for t0 in (0..rows).step_by(tile_rows) {
         let krows = tile_rows.min(rows - t0);
-        for p in 0..db.panels() {
-            let (_, width) = db.panel_columns(p);
-            let src = &db.panel(p)[(t0 / 4) * width * 4..((t0 + krows) / 4) * width * 4];
-            backend.upload_i8(&mut d, p * PANEL_COLS * krows, src)?;
-        }
+        upload_rows(backend, db, t0..t0 + krows, &mut d)?;
         expand(
             backend,
             &key,

@@ -196,12 +196,11 @@ fn undersized_buffers_are_refused_before_launch() {
 #[test]
 fn emulated_answers_equal_cpu_answers() {
     use gpu_kernels::answer::AnswerKernel;
-    use pir_core::kernel::SlicedVec;
-    use pir_core::product::multiply;
+    use pir_core::product::multiply_vectors;
     let mut rng = ChaCha20Rng::seed_from_u64(12);
     let cpu = |db: &EncodedDb, vecs: &[Vec<u32>]| {
-        let sliced: Vec<SlicedVec> = vecs.iter().map(|v| SlicedVec::new(v)).collect();
-        multiply(db, &sliced.iter().collect::<Vec<_>>())
+        let refs: Vec<&[u32]> = vecs.iter().map(|v| v.as_slice()).collect();
+        multiply_vectors(db, &refs)
     };
     // (keys, value bytes, packing): last panels 16, 32, 48 and 64 wide.
     let cases = [

@@ -77,6 +77,14 @@ pub fn multiply(db: &EncodedDb, vecs: &[&SlicedVec]) -> Vec<Vec<u32>> {
     results
 }
 
+/// `v . D` for each plain vector (one entry per served row), split for the
+/// active kernel first: [`multiply`] for callers holding `u32` vectors
+/// (the server's queries, and the GPU's checks against the CPU).
+pub fn multiply_vectors(db: &EncodedDb, vecs: &[&[u32]]) -> Vec<Vec<u32>> {
+    let sliced: Vec<SlicedVec> = vecs.iter().map(|v| SlicedVec::new(v)).collect();
+    multiply(db, &sliced.iter().collect::<Vec<_>>())
+}
+
 /// Public-matrix rows handled together by one task of the hint build.
 const HINT_ROWS_PER_TASK: usize = 16;
 

@@ -3,9 +3,8 @@
 
 use crate::db::{DbShape, EncodedDb};
 use crate::error::{AnswerError, ParamError, WireError};
-use crate::kernel::SlicedVec;
 use crate::matrix::PublicMatrix;
-use crate::product::{hint_cpu, multiply};
+use crate::product::{hint_cpu, multiply_vectors};
 use crate::wire::{self, Query, Response, SetupData, SetupId};
 
 /// Why raw query bytes were refused.
@@ -188,15 +187,21 @@ impl PirServer {
         checked_batch(body, |q| self.check(q))
     }
 
-    /// Answers a batch in one pass over the database.
-    pub fn answer_batch(&self, queries: &[Query]) -> Result<Vec<Response>, AnswerError> {
+    /// Whether a batch may be answered: not empty, every query fitting
+    /// this database ([`Self::check`]). Every answering path asks this
+    /// first, the GPU's too.
+    pub fn check_batch(&self, queries: &[Query]) -> Result<(), AnswerError> {
         if queries.is_empty() {
             return Err(AnswerError::EmptyBatch);
         }
-        queries.iter().try_for_each(|q| self.check(q))?;
-        let sliced: Vec<SlicedVec> = queries.iter().map(|q| SlicedVec::new(&q.vector)).collect();
-        let refs: Vec<&SlicedVec> = sliced.iter().collect();
-        Ok(multiply(&self.db, &refs)
+        queries.iter().try_for_each(|q| self.check(q))
+    }
+
+    /// Answers a batch in one pass over the database.
+    pub fn answer_batch(&self, queries: &[Query]) -> Result<Vec<Response>, AnswerError> {
+        self.check_batch(queries)?;
+        let vecs: Vec<&[u32]> = queries.iter().map(|q| q.vector.as_slice()).collect();
+        Ok(multiply_vectors(&self.db, &vecs)
             .into_iter()
             .map(|elems| Response { elems })
             .collect())

@@ -244,10 +244,7 @@ impl LoadedSnapshot {
         };
         #[cfg(feature = "gpu")]
         if let AnswersOn::Gpu(gpu) = &*self.answers_on.read().expect("lock") {
-            if queries.is_empty() {
-                return Err(AnswerError::EmptyBatch);
-            }
-            queries.iter().try_for_each(|q| pir.check(q))?;
+            pir.check_batch(queries)?;
             let vecs: Vec<&[u32]> = queries.iter().map(|q| q.vector.as_slice()).collect();
             // A panic in the GPU path (a driver binding's, say) is a failed
             // pass too: the CPU answers instead.

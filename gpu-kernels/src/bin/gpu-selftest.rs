@@ -176,11 +176,8 @@ fn random_db(args: &Args, rng: &mut rand::rngs::StdRng) -> Result<EncodedDb> {
 /// The CPU's answers (all cores, the best kernel) to `vecs`.
 #[cfg(feature = "cuda")]
 fn cpu_answers(db: &EncodedDb, vecs: &[Vec<u32>]) -> Vec<Vec<u32>> {
-    let sliced: Vec<pir_core::kernel::SlicedVec> = vecs
-        .iter()
-        .map(|v| pir_core::kernel::SlicedVec::new(v))
-        .collect();
-    pir_core::product::multiply(db, &sliced.iter().collect::<Vec<_>>())
+    let refs: Vec<&[u32]> = vecs.iter().map(|v| v.as_slice()).collect();
+    pir_core::product::multiply_vectors(db, &refs)
 }
 
 #[cfg(feature = "cuda")]
