@@ -9,7 +9,7 @@ use alloy_primitives::{Address, B256, U256};
 use revm::bytecode::Bytecode;
 use revm::primitives::{StorageKey, StorageValue, KECCAK_EMPTY};
 use revm::state::AccountInfo;
-use revm::Database;
+use revm::{Database, DatabaseRef};
 
 use crate::inner::Trace;
 use crate::{BlockContext, KnownState, Need, Unanswerable};
@@ -42,6 +42,28 @@ impl Database for RoundDb<'_> {
     type Error = Infallible;
 
     fn basic(&mut self, address: Address) -> Result<Option<AccountInfo>, Infallible> {
+        self.basic_ref(address)
+    }
+
+    fn code_by_hash(&mut self, code_hash: B256) -> Result<Bytecode, Infallible> {
+        self.code_by_hash_ref(code_hash)
+    }
+
+    fn storage(&mut self, address: Address, index: StorageKey) -> Result<StorageValue, Infallible> {
+        self.storage_ref(address, index)
+    }
+
+    fn block_hash(&mut self, number: u64) -> Result<B256, Infallible> {
+        self.block_hash_ref(number)
+    }
+}
+
+/// The same by shared reference (what a simulation's cache over the
+/// round's state reads through): a miss is noted all the same.
+impl DatabaseRef for RoundDb<'_> {
+    type Error = Infallible;
+
+    fn basic_ref(&self, address: Address) -> Result<Option<AccountInfo>, Infallible> {
         let Some(facts) = self.known.accounts.get(&address) else {
             self.miss(Need::Account(address));
             return Ok(None);
@@ -68,11 +90,11 @@ impl Database for RoundDb<'_> {
     }
 
     /// Never asked: every account comes with its code.
-    fn code_by_hash(&mut self, _code_hash: B256) -> Result<Bytecode, Infallible> {
+    fn code_by_hash_ref(&self, _code_hash: B256) -> Result<Bytecode, Infallible> {
         Ok(Bytecode::default())
     }
 
-    fn storage(&mut self, address: Address, index: StorageKey) -> Result<StorageValue, Infallible> {
+    fn storage_ref(&self, address: Address, index: StorageKey) -> Result<StorageValue, Infallible> {
         let slot = B256::from(index);
         if let Some(word) = self.known.slots.get(&(address, slot)) {
             return Ok(*word);
@@ -93,7 +115,7 @@ impl Database for RoundDb<'_> {
         Ok(U256::ZERO)
     }
 
-    fn block_hash(&mut self, number: u64) -> Result<B256, Infallible> {
+    fn block_hash_ref(&self, number: u64) -> Result<B256, Infallible> {
         if let Some(header) = &self.block.header {
             if number.checked_add(1) == Some(self.block.number) {
                 return Ok(header.parent_hash);

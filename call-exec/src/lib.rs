@@ -32,6 +32,7 @@ mod access;
 mod db;
 mod inner;
 mod naming;
+pub mod simulate;
 mod spec;
 
 use std::cell::RefCell;
@@ -89,6 +90,11 @@ pub struct HeaderFacts {
     pub parent_hash: B256,
     /// `None` before Cancun.
     pub excess_blob_gas: Option<u64>,
+    /// What the block used (a simulated block after it takes its fees
+    /// from them).
+    pub gas_used: u64,
+    /// `None` before Cancun.
+    pub blob_gas_used: Option<u64>,
 }
 
 /// What an `eth_call` asks, as a wallet sends it.

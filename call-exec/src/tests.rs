@@ -15,6 +15,8 @@ fn block() -> BlockContext {
             gas_limit: 30_000_000,
             parent_hash: b256!("2222222222222222222222222222222222222222222222222222222222222222"),
             excess_blob_gas: Some(0),
+            gas_used: 0,
+            blob_gas_used: Some(0),
         }),
     }
 }

@@ -239,6 +239,9 @@ where
                 return self.run_method(kind, copy, args, sel, planned).await;
             }
         }
+        if copy.method == "eth_simulateV1" {
+            return self.simulate(copy).await;
+        }
         if let Some((read, ahead)) = planned {
             return self.answer_storage(copy, read, ahead).await;
         }
@@ -369,6 +372,48 @@ where
             execute::node_answer(&done.result).map(|data| serde_json::json!(data))
         };
         self.run_here(call, &args, &sel, run, answer).await
+    }
+
+    /// `eth_simulateV1` run here over privately read state
+    /// ([`execute::Executor::simulate`]): geth's answer, or geth's error;
+    /// what cannot be answered privately takes the fallback, as a call
+    /// does (the upstream where the gate admits the method, which by
+    /// default it does not).
+    async fn simulate(&self, call: CallCopy) -> MethodResponse {
+        let request = match execute::simulation_of(call.params.as_deref()) {
+            Ok(request) => request,
+            Err(e) => return MethodResponse::error(call.id, e.into_object()),
+        };
+        let held = match self.held_at(&request.at) {
+            Ok(held) => held,
+            Err(Refusal::Distrusted(e)) => return MethodResponse::error(call.id, e),
+            Err(Refusal::NoView) => return self.forward(call, Reason::NoView).await,
+        };
+        let why = match self.policy.executor.simulate(&request, held).await {
+            Ok(Ok(simulated)) => {
+                self.policy.activity.private(&call.method);
+                return match execute::simulate_answer(&simulated) {
+                    Ok(value) => MethodResponse::response(
+                        call.id,
+                        ResponsePayload::success(value),
+                        MAX_RESPONSE_BYTES,
+                    ),
+                    Err(error) => MethodResponse::error(call.id, error),
+                };
+            }
+            Ok(Err(why)) => why,
+            Err(e) if e.is_unanswerable() => e.to_string(),
+            Err(e) => {
+                tracing::info!(method = %call.method, error = %Redacted(&e), "private read failed");
+                return MethodResponse::error(call.id, ProxyError::from(e));
+            }
+        };
+        tracing::info!(method = %call.method, why = %Redacted(&why), "not answerable privately; taking the fallback");
+        self.policy.activity.warn(
+            WarningKind::Fallback,
+            format!("{} not answered privately: {why}", call.method),
+        );
+        self.forward(call, Reason::NotHeld).await
     }
 
     /// A call run here (`run`, given the contracts whose storage it may

@@ -235,7 +235,7 @@ async fn run_until(
         upstream = config.upstream.as_deref().map(redact).unwrap_or_else(|| "none".into()),
         "ethpir-proxy listening on http:// and ws://; its page (what stayed private) at http://{addr}/"
     );
-    tracing::info!("private (never sent upstream): eth_getBalance, eth_getTransactionCount, eth_getCode (where the snapshots say which code), eth_getStorageAt of the contracts the catalog lists (of every contract under a whole-state view); eth_call, eth_estimateGas and eth_createAccessList executed here (revm) over privately read state, where every storage word they read is of a listed contract, or of any contract while the view holds the whole state (inside a batch, only an inner call that is not goes its own way, and never where gas is observed after it); eth_blockNumber is the upstream's head capped at the newest view");
+    tracing::info!("private (never sent upstream): eth_getBalance, eth_getTransactionCount, eth_getCode (where the snapshots say which code), eth_getStorageAt of the contracts the catalog lists (of every contract under a whole-state view); eth_call, eth_estimateGas, eth_createAccessList and eth_simulateV1 executed here (revm) over privately read state, where every storage word they read is of a listed contract, or of any contract while the view holds the whole state (inside a batch, only an inner call that is not goes its own way, and never where gas is observed after it); eth_blockNumber is the upstream's head capped at the newest view");
     tokio::select! {
         _ = shutdown => {
             let _ = handle.stop();

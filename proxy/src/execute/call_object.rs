@@ -35,16 +35,16 @@ struct CallObject {
 /// An EIP-2930 access list's entry.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct AccessListEntry {
-    address: Address,
+pub(super) struct AccessListEntry {
+    pub(super) address: Address,
     #[serde(default)]
-    storage_keys: Vec<B256>,
+    pub(super) storage_keys: Vec<B256>,
 }
 
 /// An EIP-7702 authorization as nodes write it.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct AuthorizationEntry {
+pub(super) struct AuthorizationEntry {
     chain_id: U256,
     address: Address,
     nonce: alloy_primitives::U64,
@@ -56,25 +56,29 @@ struct AuthorizationEntry {
 impl AuthorizationEntry {
     /// With the account its signature recovers: recovered once, here,
     /// not at every run of the call.
-    fn recovered(self) -> call_exec::RecoveredAuthorization {
+    pub(super) fn recovered(self) -> call_exec::RecoveredAuthorization {
+        self.signed().into_recovered()
+    }
+
+    /// As signed (a transaction's encoding holds it so).
+    pub(super) fn signed(&self) -> call_exec::SignedAuthorization {
         let inner = call_exec::Authorization {
             chain_id: self.chain_id,
             address: self.address,
             nonce: self.nonce.to(),
         };
         call_exec::SignedAuthorization::new_unchecked(inner, self.y_parity.to(), self.r, self.s)
-            .into_recovered()
     }
 }
 
 /// At most this many authorizations a call may carry: what the gas cap
 /// pays for (25,000 gas each, EIP-7702), as geth bounds them.
-const MAX_AUTHORIZATIONS: usize = (call_exec::GAS_CAP / 25_000) as usize;
+pub(super) const MAX_AUTHORIZATIONS: usize = (call_exec::GAS_CAP / 25_000) as usize;
 
 /// At most this many access-list entries, slots and blobs' hashes a call
 /// may name (a node's transaction pool bounds them by gas; a call object
 /// is bounded by the request's size already, this by work).
-const MAX_LISTED: usize = 4_096;
+pub(super) const MAX_LISTED: usize = 4_096;
 
 /// The call `eth_call(params)` asks for, and at which block, when it can
 /// be executed here: a call (not a creation), no state or block

@@ -45,10 +45,12 @@ use crate::upstream::Upstream;
 mod access_list;
 mod call_object;
 mod estimate;
+mod simulate;
 
 pub use access_list::access_list_answer;
 pub use call_object::{call_of, node_answer};
 pub use estimate::{estimate_answer, Estimated};
+pub use simulate::{simulate_answer, simulation_of};
 
 /// Most runs of one call (the first included). A token's balance takes
 /// 2-3; issue 48 reports a multisig's owner list at 6, a concentrated-
@@ -702,6 +704,8 @@ impl Executor {
             gas_limit: header.gas_limit,
             parent_hash: header.parent_hash,
             excess_blob_gas: header.excess_blob_gas,
+            gas_used: header.gas_used,
+            blob_gas_used: header.blob_gas_used,
         };
         let mut kept = self.headers.lock().expect("headers");
         if kept.len() >= HEADERS_KEPT {

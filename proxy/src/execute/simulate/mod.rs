@@ -1,0 +1,202 @@
+//! `eth_simulateV1` run here, over state read privately in rounds, as geth
+//! runs it ([`call_exec::simulate`]): several blocks, block and state
+//! overrides, `validation`, `traceTransfers`, `returnFullTransactions`,
+//! geth's errors and limits. Every account and word it reads is read by
+//! PIR, none from the hot tier (the calls name the wallet throughout).
+//!
+//! The one thing not geth's: a simulated block's `stateRoot` needs the
+//! state trie's nodes along every path it changed, which the snapshots do
+//! not hold. It is given as zero, and so the block's `hash` (made of its
+//! header), the next block's `parentHash` and the logs' `blockHash` are
+//! this header's, not the node's. A call that reads a simulated block's
+//! hash (`BLOCKHASH`, the history contract) cannot be answered so, and is
+//! refused; every other field is the node's (the transactions', receipts'
+//! and withdrawals' roots, the bloom, sizes, fees, gas, logs, data).
+
+mod answer;
+mod params;
+
+pub use answer::simulate_answer;
+pub use params::{simulation_of, SimRequest};
+
+use call_exec::simulate::{BaseBlock, SimBlockDone, SimOutcome, Simulation};
+
+use super::*;
+
+/// An error as geth gives it for `eth_simulateV1` (the whole request
+/// fails).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GethError {
+    pub code: i32,
+    pub message: String,
+}
+
+/// The code of what is not simulated here (the request is refused, never
+/// sent upstream): the gate's.
+pub const NOT_DONE_HERE: i32 = -32601;
+
+impl GethError {
+    fn new(code: i32, message: String) -> Self {
+        GethError { code, message }
+    }
+
+    fn unsupported(what: &str) -> Self {
+        GethError::new(
+            NOT_DONE_HERE,
+            format!("eth_simulateV1 runs here, privately, and does not simulate {what}"),
+        )
+    }
+
+    pub fn into_object(self) -> jsonrpsee::types::ErrorObjectOwned {
+        jsonrpsee::types::ErrorObjectOwned::owned(self.code, self.message, None::<()>)
+    }
+}
+
+/// What a simulation gave: geth's error, or its blocks.
+pub enum Simulated {
+    Failed(GethError),
+    Ran(Box<Ran>),
+}
+
+/// A simulation that ran: its blocks as settled, and what they gave.
+pub struct Ran {
+    pub simulation: Simulation,
+    pub extras: Vec<params::BlockExtra>,
+    pub blocks: Vec<SimBlockDone>,
+    pub full_transactions: bool,
+}
+
+impl Executor {
+    /// Runs `request` at its view over contracts `held`, reading what it
+    /// lacks in rounds (every key by PIR).
+    pub async fn simulate(
+        &self,
+        request: &SimRequest,
+        held: PrivateStorage,
+    ) -> Result<Result<Simulated, String>, ReadError> {
+        let mut session = match self.open(&request.at, held, Vec::new()).await? {
+            Ok(session) => session,
+            Err(why) => return Ok(Err(why)),
+        };
+        let (Some(header), Some(hash)) = (
+            session.block.header.clone(),
+            self.manifest_hash(&session.view),
+        ) else {
+            return Ok(Err(
+                "the view's block header could not be had from the upstream".into(),
+            ));
+        };
+        let chain_id = session.block.chain_id;
+        let base = params::Base {
+            number: session.block.number,
+            timestamp: session.block.timestamp,
+            coinbase: header.coinbase,
+            gas_limit: header.gas_limit,
+            chain_id,
+        };
+        let chain = match params::settle_chain(request, &base) {
+            Ok(chain) => chain,
+            Err(e) => return Ok(Ok(Simulated::Failed(e))),
+        };
+        let (blocks, extras): (Vec<_>, Vec<_>) = chain.into_iter().unzip();
+        let simulation = Simulation {
+            base: BaseBlock {
+                context: session.block.clone(),
+                hash,
+                gas_used: header.gas_used,
+                blob_gas_used: header.blob_gas_used,
+            },
+            blocks,
+            validation: request.validation,
+            trace_transfers: request.trace_transfers,
+            latest: self.latest,
+        };
+        let outcome = self.simulate_in(&mut session, &simulation).await?;
+        let requests = self.pad_requests(&session).await;
+        log_simulation(&session, requests);
+        Ok(outcome.map(|outcome| match outcome {
+            Err(e) => Simulated::Failed(e),
+            Ok(blocks) => Simulated::Ran(Box::new(Ran {
+                simulation,
+                extras,
+                blocks,
+                full_transactions: request.full_transactions,
+            })),
+        }))
+    }
+
+    /// The rounds of a simulation: run, read what it lacked, run again.
+    async fn simulate_in(
+        &self,
+        session: &mut Session,
+        simulation: &Simulation,
+    ) -> Result<Result<Result<Vec<SimBlockDone>, GethError>, String>, ReadError> {
+        let mut pending = first_keys(simulation);
+        for _ in 0..MAX_ROUNDS {
+            let round = self.read_round(&session.view, &mut session.reads, pending, usize::MAX);
+            if let Some(why) = round.await? {
+                return Ok(Err(why));
+            }
+            session.rounds += 1;
+            let known = std::mem::take(&mut session.reads.known);
+            let run = simulation.clone();
+            let (outcome, known, took) = tokio::task::spawn_blocking(move || {
+                let started = std::time::Instant::now();
+                let outcome = call_exec::simulate::simulate(&run, &known);
+                (outcome, known, started.elapsed())
+            })
+            .await
+            .map_err(|e| ReadError::Backend(format!("the EVM failed: {e}")))?;
+            session.reads.known = known;
+            session.evm_time += took;
+            match outcome {
+                SimOutcome::Done(blocks) => return Ok(Ok(Ok(blocks))),
+                SimOutcome::Failed { code, message } => {
+                    return Ok(Ok(Err(GethError::new(code, message))))
+                }
+                SimOutcome::Unsupported(why) => return Ok(Ok(Err(GethError::unsupported(&why)))),
+                SimOutcome::Unanswerable(why) => return Ok(Err(describe(&why))),
+                SimOutcome::Needs(needs) => {
+                    pending = self.keys_of(&mut session.reads, needs).await?;
+                }
+            }
+        }
+        Ok(Err(format!("more than {MAX_ROUNDS} rounds of reads")))
+    }
+}
+
+/// The keys a simulation surely reads, asked in its first round: every
+/// call's sender and target, every account overridden.
+fn first_keys(simulation: &Simulation) -> Vec<ReadKey> {
+    let mut keys: Vec<ReadKey> = Vec::new();
+    let mut add = |a: Address| {
+        let key = ReadKey::Account(a);
+        if !keys.contains(&key) && keys.len() < MAX_KEYS / 2 {
+            keys.push(key);
+        }
+    };
+    for block in &simulation.blocks {
+        for (address, _) in &block.overrides {
+            add(*address);
+        }
+        for call in &block.calls {
+            add(call.from);
+            if let Some(to) = call.to {
+                add(to);
+            }
+        }
+    }
+    keys
+}
+
+fn log_simulation(session: &Session, requests: u64) {
+    tracing::info!(
+        method = "eth_simulateV1",
+        rounds = session.rounds,
+        keys = session.reads.keys,
+        requests,
+        evm_us = session.evm_time.as_micros() as u64,
+        snapshot = %session.view.top(),
+        "executed privately"
+    );
+}

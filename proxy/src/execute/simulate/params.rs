@@ -1,0 +1,459 @@
+//! `eth_simulateV1`'s parameters as geth reads them, and its chain of
+//! blocks as geth's `sanitizeChain` settles it (numbers in order, gaps
+//! filled with empty blocks, times 12 s apart unless named, the fee
+//! recipient and gas limit carried from block to block).
+
+use std::collections::BTreeMap;
+
+use alloy_primitives::{Address, Bytes, B256, U256, U64};
+use call_exec::simulate::{AccountOverride, SimBlock, SimCall};
+use ethpir_client::BlockSelector;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use super::super::call_object::{
+    AccessListEntry, AuthorizationEntry, MAX_AUTHORIZATIONS, MAX_LISTED,
+};
+use super::GethError;
+
+/// geth's most blocks in one request (gaps filled included).
+pub const MAX_BLOCKS: u64 = 256;
+/// geth's most calls in one block, and in one request.
+const MAX_CALLS_PER_BLOCK: usize = 5_000;
+const MAX_CALLS: usize = 10_000;
+/// Most accounts one block overrides, and words one override sets (a
+/// bound on work; geth's is the request's size).
+const MAX_OVERRIDES: usize = 1_024;
+const MAX_WORDS: usize = 4_096;
+/// geth's timestamp step between simulated blocks.
+const TIME_STEP: u64 = 12;
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Options {
+    #[serde(default)]
+    block_state_calls: Vec<BlockJson>,
+    #[serde(default)]
+    trace_transfers: bool,
+    #[serde(default)]
+    validation: bool,
+    #[serde(default)]
+    return_full_transactions: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct BlockJson {
+    block_overrides: Option<BlockOverrides>,
+    state_overrides: Option<BTreeMap<Address, OverrideJson>>,
+    calls: Option<Vec<CallJson>>,
+}
+
+/// A block's overrides as named.
+#[derive(Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BlockOverrides {
+    number: Option<U256>,
+    difficulty: Option<U256>,
+    time: Option<U64>,
+    gas_limit: Option<U64>,
+    fee_recipient: Option<Address>,
+    prev_randao: Option<B256>,
+    base_fee_per_gas: Option<U256>,
+    blob_base_fee: Option<U256>,
+    beacon_root: Option<B256>,
+    withdrawals: Option<Vec<WithdrawalJson>>,
+}
+
+/// A withdrawal (every field may be left out, as geth reads it).
+#[derive(Clone, Copy, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WithdrawalJson {
+    #[serde(default)]
+    index: U64,
+    #[serde(default)]
+    validator_index: U64,
+    #[serde(default)]
+    address: Address,
+    #[serde(default)]
+    amount: U64,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct OverrideJson {
+    nonce: Option<U64>,
+    code: Option<Bytes>,
+    balance: Option<U256>,
+    state: Option<BTreeMap<B256, B256>>,
+    state_diff: Option<BTreeMap<B256, B256>>,
+    move_precompile_to_address: Option<Address>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CallJson {
+    from: Option<Address>,
+    to: Option<Address>,
+    gas: Option<U64>,
+    gas_price: Option<U256>,
+    max_fee_per_gas: Option<U256>,
+    max_priority_fee_per_gas: Option<U256>,
+    max_fee_per_blob_gas: Option<U256>,
+    value: Option<U256>,
+    nonce: Option<U64>,
+    data: Option<Bytes>,
+    input: Option<Bytes>,
+    chain_id: Option<U256>,
+    access_list: Option<Vec<AccessListEntry>>,
+    authorization_list: Option<Vec<AuthorizationEntry>>,
+    blob_versioned_hashes: Option<Vec<B256>>,
+    blobs: Option<Value>,
+}
+
+/// A request, read: its blocks as named, and how to answer.
+pub struct SimRequest {
+    pub blocks: Vec<RequestedBlock>,
+    pub validation: bool,
+    pub trace_transfers: bool,
+    pub full_transactions: bool,
+    pub at: BlockSelector,
+}
+
+/// One block as the request names it.
+pub struct RequestedBlock {
+    overrides: BlockOverrides,
+    state: Vec<(Address, AccountOverride)>,
+    calls: Vec<SimCall>,
+    signed: Vec<Option<Vec<call_exec::SignedAuthorization>>>,
+    /// Each call's chain id, as named.
+    chain_ids: Vec<Option<U256>>,
+}
+
+/// A simulated block's facts beside the engine's, which its answer holds:
+/// its withdrawals as named (the root holds their indexes), and each
+/// call's delegations as signed (a transaction's hash holds them).
+#[derive(Clone, Debug, Default)]
+pub struct BlockExtra {
+    pub withdrawals: Vec<Withdrawal>,
+    pub signed: Vec<Option<Vec<call_exec::SignedAuthorization>>>,
+}
+
+/// A withdrawal as named.
+#[derive(Clone, Debug, Default)]
+pub struct Withdrawal {
+    pub index: u64,
+    pub validator_index: u64,
+    pub address: Address,
+    pub gwei: u64,
+}
+
+fn invalid(message: String) -> GethError {
+    GethError::new(-32602, message)
+}
+
+fn too_many(message: String) -> GethError {
+    GethError::new(-38026, message)
+}
+
+/// Reads `eth_simulateV1`'s parameters (the options and the block) as geth
+/// reads them; geth's error where it refuses them.
+pub fn simulation_of(params: Option<&RawValue>) -> Result<SimRequest, GethError> {
+    let params: Vec<Value> = match params {
+        None => Vec::new(),
+        Some(raw) => serde_json::from_str(raw.get())
+            .map_err(|e| invalid(format!("invalid arguments: {e}")))?,
+    };
+    if params.is_empty() {
+        return Err(invalid("missing value for required argument 0".into()));
+    }
+    if params.len() > 2 {
+        return Err(invalid("too many arguments, want at most 2".into()));
+    }
+    let options: Options = match &params[0] {
+        Value::Null => Options {
+            block_state_calls: Vec::new(),
+            trace_transfers: false,
+            validation: false,
+            return_full_transactions: false,
+        },
+        value => serde_json::from_value(value.clone())
+            .map_err(|e| invalid(format!("invalid argument 0: {e}")))?,
+    };
+    let at = match params.get(1) {
+        None | Some(Value::Null) => BlockSelector::Newest,
+        Some(_) => crate::storage::block_at(&params, 1)
+            .ok_or_else(|| invalid("invalid argument 1: not a block".into()))?,
+    };
+    if options.block_state_calls.is_empty() {
+        return Err(invalid("empty input".into()));
+    }
+    if options.block_state_calls.len() as u64 > MAX_BLOCKS {
+        return Err(too_many("too many blocks".into()));
+    }
+    let mut total = 0;
+    for block in &options.block_state_calls {
+        let calls = block.calls.as_ref().map_or(0, Vec::len);
+        if calls > MAX_CALLS_PER_BLOCK {
+            return Err(too_many(format!(
+                "too many calls in block: {calls} > {MAX_CALLS_PER_BLOCK}"
+            )));
+        }
+        total += calls;
+        if total > MAX_CALLS {
+            return Err(too_many(format!("too many calls: {total} > {MAX_CALLS}")));
+        }
+    }
+    let blocks = options
+        .block_state_calls
+        .into_iter()
+        .map(requested_block)
+        .collect::<Result<_, _>>()?;
+    Ok(SimRequest {
+        blocks,
+        validation: options.validation,
+        trace_transfers: options.trace_transfers,
+        full_transactions: options.return_full_transactions,
+        at,
+    })
+}
+
+fn requested_block(block: BlockJson) -> Result<RequestedBlock, GethError> {
+    let overrides = block.state_overrides.unwrap_or_default();
+    if overrides.len() > MAX_OVERRIDES {
+        return Err(invalid(format!(
+            "more than {MAX_OVERRIDES} accounts overridden"
+        )));
+    }
+    let state = overrides
+        .into_iter()
+        .map(|(address, o)| Ok((address, account_override(o)?)))
+        .collect::<Result<_, GethError>>()?;
+    let mut calls = Vec::new();
+    let mut signed = Vec::new();
+    let mut chain_ids = Vec::new();
+    for call in block.calls.unwrap_or_default() {
+        chain_ids.push(call.chain_id);
+        signed.push(
+            call.authorization_list
+                .as_ref()
+                .map(|list| list.iter().map(AuthorizationEntry::signed).collect()),
+        );
+        calls.push(sim_call(call)?);
+    }
+    Ok(RequestedBlock {
+        overrides: block.block_overrides.unwrap_or_default(),
+        state,
+        calls,
+        signed,
+        chain_ids,
+    })
+}
+
+fn account_override(o: OverrideJson) -> Result<AccountOverride, GethError> {
+    let words = |map: Option<BTreeMap<B256, B256>>| -> Result<_, GethError> {
+        match map {
+            Some(m) if m.len() > MAX_WORDS => Err(invalid(format!(
+                "more than {MAX_WORDS} storage words overridden"
+            ))),
+            m => Ok(m.map(|m| m.into_iter().collect())),
+        }
+    };
+    Ok(AccountOverride {
+        balance: o.balance,
+        nonce: o.nonce.map(|n| n.to()),
+        code: o.code,
+        state: words(o.state)?,
+        state_diff: words(o.state_diff)?,
+        move_precompile_to: o.move_precompile_to_address,
+    })
+}
+
+fn sim_call(call: CallJson) -> Result<SimCall, GethError> {
+    let fee = |v: Option<U256>| match v {
+        None => Ok(None),
+        Some(v) => u128::try_from(v)
+            .map(Some)
+            .map_err(|_| invalid("a fee past 2^128".into())),
+    };
+    let listed = call.access_list.unwrap_or_default();
+    let slots: usize = listed.iter().map(|e| e.storage_keys.len()).sum();
+    let hashes = call.blob_versioned_hashes.as_ref().map_or(0, Vec::len);
+    let authorizations = call.authorization_list.as_ref().map_or(0, Vec::len);
+    if listed.len() + slots + hashes > MAX_LISTED || authorizations > MAX_AUTHORIZATIONS {
+        return Err(invalid(
+            "a call names too many access-list entries, blobs or delegations".into(),
+        ));
+    }
+    if call.blobs.is_some() {
+        return Err(GethError::unsupported("a call carrying blobs (a sidecar)"));
+    }
+    let items = listed.into_iter().map(|entry| call_exec::AccessListItem {
+        address: entry.address,
+        storage_keys: entry.storage_keys,
+    });
+    Ok(SimCall {
+        from: call.from.unwrap_or_default(),
+        to: call.to,
+        gas: call.gas.map(|g| g.to()),
+        gas_price: fee(call.gas_price)?,
+        max_fee_per_gas: fee(call.max_fee_per_gas)?,
+        max_priority_fee_per_gas: fee(call.max_priority_fee_per_gas)?,
+        value: call.value.unwrap_or_default(),
+        // geth: `input` wins over `data`.
+        input: call.input.or(call.data).unwrap_or_default(),
+        nonce: call.nonce.map(|n| n.to()),
+        access_list: call_exec::AccessList(items.collect()),
+        authorizations: call.authorization_list.map(|list| {
+            list.into_iter()
+                .map(AuthorizationEntry::recovered)
+                .collect()
+        }),
+        blob_hashes: call.blob_versioned_hashes,
+        max_fee_per_blob_gas: fee(call.max_fee_per_blob_gas)?,
+    })
+}
+
+/// What a simulated chain starts from: the base block's number, time, fee
+/// recipient and gas limit.
+pub struct Base {
+    pub number: u64,
+    pub timestamp: u64,
+    pub coinbase: Address,
+    pub gas_limit: u64,
+    pub chain_id: u64,
+}
+
+/// The chain of blocks `request` makes after `base` (gaps filled), with
+/// each one's withdrawals; geth's error where the blocks are out of order.
+pub fn settle_chain(
+    request: &SimRequest,
+    base: &Base,
+) -> Result<Vec<(SimBlock, BlockExtra)>, GethError> {
+    let (mut number, mut time) = (base.number, base.timestamp);
+    let (mut coinbase, mut gas_limit) = (base.coinbase, base.gas_limit);
+    let mut chain = Vec::new();
+    for block in &request.blocks {
+        let o = &block.overrides;
+        let wanted = match o.number {
+            Some(n) => u64::try_from(n).map_err(|_| too_many("too many blocks".into()))?,
+            None => number + 1,
+        };
+        if wanted <= number {
+            return Err(GethError::new(
+                -38020,
+                format!("block numbers must be in order: {wanted} <= {number}"),
+            ));
+        }
+        if wanted - base.number > MAX_BLOCKS {
+            return Err(too_many("too many blocks".into()));
+        }
+        for n in number + 1..wanted {
+            time += TIME_STEP;
+            chain.push((
+                SimBlock {
+                    number: n,
+                    timestamp: time,
+                    gas_limit,
+                    coinbase,
+                    ..Default::default()
+                },
+                BlockExtra::default(),
+            ));
+        }
+        number = wanted;
+        let stamp = match o.time {
+            Some(t) if t.to::<u64>() <= time => {
+                return Err(GethError::new(
+                    -38021,
+                    format!(
+                        "block timestamps must be in order: {} <= {time}",
+                        t.to::<u64>()
+                    ),
+                ))
+            }
+            Some(t) => t.to::<u64>(),
+            None => time + TIME_STEP,
+        };
+        time = stamp;
+        coinbase = o.fee_recipient.unwrap_or(coinbase);
+        gas_limit = o.gas_limit.map_or(gas_limit, |g| g.to());
+        chain.push(settled_block(
+            request, block, base, number, time, coinbase, gas_limit,
+        )?);
+    }
+    Ok(chain)
+}
+
+fn settled_block(
+    request: &SimRequest,
+    block: &RequestedBlock,
+    base: &Base,
+    number: u64,
+    timestamp: u64,
+    coinbase: Address,
+    gas_limit: u64,
+) -> Result<(SimBlock, BlockExtra), GethError> {
+    let o = &block.overrides;
+    if o.difficulty.is_some_and(|d| !d.is_zero()) {
+        return Err(GethError::unsupported(
+            "a block with a difficulty (before the merge)",
+        ));
+    }
+    for chain_id in block.chain_ids.iter().flatten() {
+        if *chain_id != U256::from(base.chain_id) {
+            return Err(GethError::new(
+                -32000,
+                format!(
+                    "chainId does not match node's (have={chain_id}, want={})",
+                    base.chain_id
+                ),
+            ));
+        }
+    }
+    let withdrawals: Vec<Withdrawal> = o
+        .withdrawals
+        .iter()
+        .flatten()
+        .map(|w| Withdrawal {
+            index: w.index.to(),
+            validator_index: w.validator_index.to(),
+            address: w.address,
+            gwei: w.amount.to(),
+        })
+        .collect();
+    let base_fee = match o.base_fee_per_gas {
+        None => None,
+        Some(fee) => {
+            Some(u64::try_from(fee).map_err(|_| GethError::unsupported("a base fee past 2^64"))?)
+        }
+    };
+    let blob_base_fee = match o.blob_base_fee {
+        None => None,
+        Some(fee) => Some(
+            u128::try_from(fee)
+                .map_err(|_| GethError::unsupported("a blob base fee past 2^128"))?,
+        ),
+    };
+    let _ = request;
+    Ok((
+        SimBlock {
+            number,
+            timestamp,
+            gas_limit,
+            coinbase,
+            prevrandao: o.prev_randao.unwrap_or_default(),
+            base_fee,
+            blob_base_fee,
+            beacon_root: o.beacon_root.unwrap_or_default(),
+            withdrawals: withdrawals.iter().map(|w| (w.address, w.gwei)).collect(),
+            overrides: block.state.clone(),
+            calls: block.calls.clone(),
+        },
+        BlockExtra {
+            withdrawals,
+            signed: block.signed.clone(),
+        },
+    ))
+}
