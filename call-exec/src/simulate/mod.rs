@@ -16,8 +16,25 @@
 //! [`SimOutcome::Unsupported`]. The blocks' roots and hashes are the
 //! caller's to make.
 
+mod block;
+mod call;
 mod fees;
 mod logs;
+mod precompiles;
+
+use block::{apply_overrides, block_facts, cfg, credit_withdrawals, system_call, BlockFacts};
+use call::run_call;
+use precompiles::BlockPrecompiles;
+use revm::handler::instructions::EthInstructions;
+
+/// What a block's calls run in: the request, the block's environment and
+/// precompiles, the block.
+struct BlockRun<'a> {
+    sim: &'a Simulation,
+    facts: BlockFacts,
+    precompiles: BlockPrecompiles,
+    block: &'a SimBlock,
+}
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -282,64 +299,6 @@ fn run_blocks(sim: &Simulation, db: &mut SimDb) -> Result<Vec<SimBlockDone>, Sto
     Ok(done)
 }
 
-/// One block's environment: its rules, base fee and blob facts.
-struct BlockFacts {
-    spec: SpecId,
-    env: BlockEnv,
-    base_fee: u64,
-    excess_blob_gas: u64,
-}
-
-fn block_facts(sim: &Simulation, block: &SimBlock, parent: &Parent) -> Result<BlockFacts, Stop> {
-    let chain = sim.base.context.chain_id;
-    let spec = crate::spec_for(chain, block.number, block.timestamp, sim.latest);
-    if !spec.is_enabled_in(SpecId::MERGE) {
-        return Err(Stop::Unsupported("a block before the merge".into()));
-    }
-    let base_fee = match (block.base_fee, sim.validation) {
-        (Some(fee), _) => fee,
-        (None, true) => fees::next_base_fee(parent.gas_used, parent.gas_limit, parent.base_fee),
-        (None, false) => 0,
-    };
-    let mut env = BlockEnv {
-        number: U256::from(block.number),
-        timestamp: U256::from(block.timestamp),
-        gas_limit: block.gas_limit,
-        basefee: base_fee,
-        beneficiary: block.coinbase,
-        prevrandao: Some(block.prevrandao),
-        difficulty: U256::ZERO,
-        ..Default::default()
-    };
-    env.blob_excess_gas_and_price = None;
-    let mut excess_blob_gas = 0;
-    if spec.is_enabled_in(SpecId::CANCUN) {
-        let schedule = blob_schedule(chain, spec, block.timestamp);
-        let parent_spec = crate::spec_for(chain, parent.number, parent.timestamp, sim.latest);
-        if parent_spec.is_enabled_in(SpecId::CANCUN) {
-            excess_blob_gas = fees::next_excess_blob_gas(
-                parent.excess_blob_gas.unwrap_or(0),
-                parent.blob_gas_used.unwrap_or(0),
-                parent.base_fee,
-                &schedule,
-                spec.is_enabled_in(SpecId::OSAKA),
-            );
-        }
-        env.set_blob_excess_gas_and_price(excess_blob_gas, schedule.update_fraction);
-        if let (Some(price), Some(set)) =
-            (block.blob_base_fee, env.blob_excess_gas_and_price.as_mut())
-        {
-            set.blob_gasprice = price;
-        }
-    }
-    Ok(BlockFacts {
-        spec,
-        env,
-        base_fee,
-        excess_blob_gas,
-    })
-}
-
 fn run_block(
     sim: &Simulation,
     block: &SimBlock,
@@ -348,20 +307,8 @@ fn run_block(
     budget: &mut u64,
     db: &mut SimDb,
 ) -> Result<SimBlockDone, Stop> {
-    let facts = block_facts(sim, block, parent)?;
-    apply_overrides(sim, &facts, block, db)?;
-    let mut tracer = logs::CallLogs::new(sim.trace_transfers);
-    if facts.spec.is_enabled_in(SpecId::CANCUN) {
-        system_call(sim, &facts, db, BEACON_ROOTS, block.beacon_root.0.to_vec())?;
-    }
-    if facts.spec.is_enabled_in(SpecId::PRAGUE) {
-        // A later block's parent hash depends on state roots not made
-        // here: a call that reads the history contract there is refused
-        // (`CallLogs::reads_history`).
-        let hash = parent_hash.unwrap_or_default();
-        system_call(sim, &facts, db, HISTORY_STORAGE, hash.0.to_vec())?;
-        tracer.history_unknown = parent_hash.is_none();
-    }
+    let (run, mut tracer) = start_block(sim, block, parent, parent_hash, db)?;
+    let facts = &run.facts;
     let mut done = SimBlockDone {
         spec: facts.spec,
         base_fee: facts.base_fee,
@@ -372,7 +319,7 @@ fn run_block(
         calls: Vec::with_capacity(block.calls.len()),
     };
     for call in &block.calls {
-        let result = run_call(sim, &facts, block, call, &done, budget, &mut tracer, db)?;
+        let result = run_call(&run, call, &done, budget, &mut tracer, db)?;
         if tracer.reads_history {
             return Err(Stop::Unsupported(
                 "a call reading the history contract after the first block (its hashes are not made here)".into(),
@@ -386,346 +333,62 @@ fn run_block(
             return Err(Stop::Unsupported("a deposit (EIP-6110 requests)".into()));
         }
         done.gas_used += result.gas_used;
-        done.blob_gas_used +=
-            GAS_PER_BLOB * call.blob_hashes.as_ref().map_or(0, |h| h.len() as u64);
+        let blobs = call.blob_hashes.as_ref().map_or(0, |h| h.len() as u64);
+        done.blob_gas_used += GAS_PER_BLOB * blobs;
         done.calls.push(result);
     }
-    if facts.spec.is_enabled_in(SpecId::PRAGUE) {
-        for (kind, contract) in [(1u8, WITHDRAWAL_REQUESTS), (2u8, CONSOLIDATION_REQUESTS)] {
-            let output = system_call(sim, &facts, db, contract, Vec::new())?;
-            if !output.is_empty() {
-                let mut request = vec![kind];
-                request.extend_from_slice(&output);
-                done.requests.push(Bytes::from(request));
-            }
-        }
-    }
-    credit_withdrawals(block, db);
+    done.requests = end_block(&run, db)?;
     Ok(done)
 }
 
-/// Applies a block's state overrides, in ascending address order (geth's).
-fn apply_overrides(
-    sim: &Simulation,
-    facts: &BlockFacts,
-    block: &SimBlock,
+/// A block's start: its environment, its overrides applied, its system
+/// calls (EIP-4788's root, EIP-2935's parent hash) run.
+fn start_block<'a>(
+    sim: &'a Simulation,
+    block: &'a SimBlock,
+    parent: &Parent,
+    parent_hash: Option<B256>,
     db: &mut SimDb,
-) -> Result<(), Stop> {
-    let precompiles = revm::precompile::Precompiles::new(
-        revm::precompile::PrecompileSpecId::from_spec_id(facts.spec),
-    );
-    let _ = sim;
-    for (address, over) in &block.overrides {
-        if let Some(to) = over.move_precompile_to {
-            if !precompiles.contains(address) {
-                return Err(Stop::Failed(
-                    -32000,
-                    format!("account {address} is not a precompile"),
-                ));
-            }
-            if block.overrides.iter().any(|(a, _)| *a == to) {
-                return Err(Stop::Failed(
-                    -32000,
-                    format!("account {to} is already overridden"),
-                ));
-            }
-        }
-        if precompiles.contains(address) {
-            return Err(Stop::Unsupported(format!(
-                "a precompile overridden or moved ({address})"
-            )));
-        }
-        if over.state.is_some() && over.state_diff.is_some() {
-            return Err(Stop::Failed(
-                -32000,
-                format!("account {address} has both 'state' and 'stateDiff'"),
-            ));
-        }
-        let mut info = db.basic(*address).ok().flatten().unwrap_or_default();
-        if let Some(nonce) = over.nonce {
-            info.nonce = nonce;
-        }
-        if let Some(balance) = over.balance {
-            info.balance = balance;
-        }
-        if let Some(code) = &over.code {
-            info.code_hash = match code.is_empty() {
-                true => KECCAK_EMPTY,
-                false => keccak256(code),
-            };
-            info.code = Some(Bytecode::new_raw(code.clone()));
-        }
-        db.insert_account_info(*address, info);
-        let word = |(slot, value): &(B256, B256)| {
-            (U256::from_be_bytes(slot.0), U256::from_be_bytes(value.0))
-        };
-        if let Some(state) = &over.state {
-            let _ = db.replace_account_storage(*address, state.iter().map(word).collect());
-        }
-        if let Some(diff) = &over.state_diff {
-            for (slot, value) in diff.iter().map(word) {
-                let _ = db.insert_account_storage(*address, slot, value);
+) -> Result<(BlockRun<'a>, logs::CallLogs), Stop> {
+    let facts = block_facts(sim, block, parent)?;
+    let precompiles = apply_overrides(&facts, block, db)?;
+    let mut tracer = logs::CallLogs::new(sim.trace_transfers);
+    if facts.spec.is_enabled_in(SpecId::CANCUN) {
+        system_call(sim, &facts, db, BEACON_ROOTS, block.beacon_root.0.to_vec())?;
+    }
+    if facts.spec.is_enabled_in(SpecId::PRAGUE) {
+        // A later block's parent hash depends on state roots not made
+        // here: a call that reads the history contract there is refused
+        // (`CallLogs::reads_history`).
+        let hash = parent_hash.unwrap_or_default();
+        system_call(sim, &facts, db, HISTORY_STORAGE, hash.0.to_vec())?;
+        tracer.history_unknown = parent_hash.is_none();
+    }
+    let run = BlockRun {
+        sim,
+        facts,
+        precompiles,
+        block,
+    };
+    Ok((run, tracer))
+}
+
+/// A block's end: EIP-7002's and 7251's requests (type byte first, empty
+/// ones left out), then its withdrawals credited.
+fn end_block(run: &BlockRun, db: &mut SimDb) -> Result<Vec<Bytes>, Stop> {
+    let mut requests = Vec::new();
+    if run.facts.spec.is_enabled_in(SpecId::PRAGUE) {
+        for (kind, contract) in [(1u8, WITHDRAWAL_REQUESTS), (2u8, CONSOLIDATION_REQUESTS)] {
+            let output = system_call(run.sim, &run.facts, db, contract, Vec::new())?;
+            if !output.is_empty() {
+                let mut request = vec![kind];
+                request.extend_from_slice(&output);
+                requests.push(Bytes::from(request));
             }
         }
     }
-    Ok(())
-}
-
-/// A system call of the block (EIP-4788, 2935, 7002, 7251), committed; its
-/// output. A contract the state lacks does nothing.
-fn system_call(
-    sim: &Simulation,
-    facts: &BlockFacts,
-    db: &mut SimDb,
-    contract: Address,
-    data: Vec<u8>,
-) -> Result<Bytes, Stop> {
-    let has_code = db
-        .basic(contract)
-        .ok()
-        .flatten()
-        .is_some_and(|info| info.code_hash != KECCAK_EMPTY);
-    if !has_code {
-        return Ok(Bytes::new());
-    }
-    let mut evm = Context::mainnet()
-        .with_db(&mut *db)
-        .with_cfg(cfg(sim, facts.spec))
-        .with_block(facts.env.clone())
-        .build_mainnet();
-    let result = evm.system_call(contract, Bytes::from(data));
-    drop(evm);
-    match result {
-        Ok(out) => {
-            db.commit(out.state);
-            match out.result {
-                ExecutionResult::Success { output, .. } => Ok(output.into_data()),
-                _ => Err(Stop::Failed(
-                    -32000,
-                    format!("system call to {contract} failed to execute"),
-                )),
-            }
-        }
-        Err(e) => Err(Stop::Failed(
-            -32603,
-            format!("system call to {contract}: {e}"),
-        )),
-    }
-}
-
-/// Credits a block's withdrawals (gwei) after its calls.
-fn credit_withdrawals(block: &SimBlock, db: &mut SimDb) {
-    for (address, gwei) in &block.withdrawals {
-        let mut info = db.basic(*address).ok().flatten().unwrap_or_default();
-        info.balance = info
-            .balance
-            .saturating_add(U256::from(*gwei) * U256::from(1_000_000_000u64));
-        db.insert_account_info(*address, info);
-    }
-}
-
-/// geth's settings for simulated transactions: the checks of a
-/// transaction's nonce only with `validation`, no sender-code check, no
-/// per-transaction gas cap, the block's gas counted here.
-fn cfg(sim: &Simulation, spec: SpecId) -> CfgEnv {
-    let mut cfg = CfgEnv::new_with_spec(spec);
-    cfg.chain_id = sim.base.context.chain_id;
-    cfg.disable_nonce_check = !sim.validation;
-    cfg.disable_eip3607 = true;
-    cfg.disable_block_gas_limit = true;
-    cfg.tx_gas_limit_cap = Some(u64::MAX);
-    cfg
-}
-
-/// The transaction a call becomes: geth's defaults (the state's nonce,
-/// the block's gas left within the budget, zero fees), or why the
-/// request fails.
-fn transaction(
-    call: &SimCall,
-    state_nonce: u64,
-    gas_left: u64,
-    budget: u64,
-) -> Result<(SimTx, bool), Stop> {
-    let wanted = call.gas.unwrap_or(gas_left);
-    if gas_left < wanted {
-        return Err(Stop::Failed(
-            -38015,
-            format!("block gas limit reached: remaining: {gas_left}, required: {wanted}"),
-        ));
-    }
-    let gas = wanted.min(budget);
-    let named_1559 = call.max_fee_per_gas.is_some() || call.max_priority_fee_per_gas.is_some();
-    if call.gas_price.is_some() && named_1559 {
-        return Err(Stop::Failed(
-            -32000,
-            "both gasPrice and (maxFeePerGas or maxPriorityFeePerGas) specified".into(),
-        ));
-    }
-    let typed_fields =
-        !call.access_list.is_empty() || call.authorizations.is_some() || call.blob_hashes.is_some();
-    if call.gas_price.is_some() && typed_fields {
-        return Err(Stop::Unsupported(
-            "a call naming gasPrice with typed fields (an access list, blobs, delegations)".into(),
-        ));
-    }
-    let tx_type = match (
-        call.gas_price.is_some(),
-        &call.authorizations,
-        &call.blob_hashes,
-    ) {
-        (true, ..) => 0,
-        (false, Some(_), _) => 4,
-        (false, None, Some(_)) => 3,
-        (false, None, None) => 2,
-    };
-    let (cap, tip) = match call.gas_price {
-        Some(price) => (price, price),
-        None => (
-            call.max_fee_per_gas.unwrap_or(0),
-            call.max_priority_fee_per_gas.unwrap_or(0),
-        ),
-    };
-    let tx = SimTx {
-        tx_type,
-        nonce: call.nonce.unwrap_or(state_nonce),
-        gas,
-        max_fee_per_gas: cap,
-        max_priority_fee_per_gas: tip,
-        max_fee_per_blob_gas: call.max_fee_per_blob_gas.unwrap_or(0),
-    };
-    Ok((tx, gas < wanted))
-}
-
-/// geth's first check of a transaction under `validation` (before its
-/// fees, where revm checks them first).
-fn check_nonce(from: Address, tx: u64, state: u64, gas: u64) -> Result<(), Stop> {
-    let (code, message) = match tx.cmp(&state) {
-        std::cmp::Ordering::Greater => (
-            -38011,
-            format!("nonce too high: address {from}, tx: {tx} state: {state}"),
-        ),
-        std::cmp::Ordering::Less => (
-            -38010,
-            format!("nonce too low: address {from}, tx: {tx} state: {state}"),
-        ),
-        std::cmp::Ordering::Equal if state == u64::MAX => (
-            -32603,
-            format!("nonce has max value: address {from}, nonce: {state}"),
-        ),
-        std::cmp::Ordering::Equal => return Ok(()),
-    };
-    Err(Stop::Failed(
-        code,
-        format!("err: {message} (supplied gas {gas})"),
-    ))
-}
-
-#[allow(clippy::too_many_arguments)]
-fn run_call(
-    sim: &Simulation,
-    facts: &BlockFacts,
-    block: &SimBlock,
-    call: &SimCall,
-    done: &SimBlockDone,
-    budget: &mut u64,
-    tracer: &mut logs::CallLogs,
-    db: &mut SimDb,
-) -> Result<SimCallDone, Stop> {
-    let sender = db.basic(call.from).ok().flatten().unwrap_or_default();
-    let gas_left = block.gas_limit.saturating_sub(done.gas_used);
-    let (tx, gas_capped) = transaction(call, sender.nonce, gas_left, *budget)?;
-    if sim.validation {
-        check_nonce(call.from, tx.nonce, sender.nonce, tx.gas)?;
-    }
-    let mut cfg = cfg(sim, facts.spec);
-    // geth skips the fee checks only without validation and with no fee
-    // named (or both zero).
-    cfg.disable_base_fee =
-        !sim.validation && tx.max_fee_per_gas == 0 && tx.max_priority_fee_per_gas == 0;
-    let mut env = TxEnv {
-        tx_type: tx.tx_type,
-        caller: call.from,
-        gas_limit: tx.gas,
-        gas_price: tx.max_fee_per_gas,
-        gas_priority_fee: (tx.tx_type != 0).then_some(tx.max_priority_fee_per_gas),
-        kind: call.to.map_or(TxKind::Create, TxKind::Call),
-        value: call.value,
-        data: call.input.clone(),
-        nonce: tx.nonce,
-        chain_id: Some(sim.base.context.chain_id),
-        access_list: call.access_list.clone(),
-        blob_hashes: call.blob_hashes.clone().unwrap_or_default(),
-        max_fee_per_blob_gas: tx.max_fee_per_blob_gas,
-        ..Default::default()
-    };
-    env.set_recovered_authorization(call.authorizations.clone().unwrap_or_default());
-    tracer.reset();
-    let result = {
-        let mut evm = Context::mainnet()
-            .with_db(&mut *db)
-            .with_cfg(cfg)
-            .with_block(facts.env.clone())
-            .build_mainnet_with_inspector(&mut *tracer);
-        evm.inspect_tx(env)
-    };
-    let out = match result {
-        Ok(out) => out,
-        Err(EVMError::Transaction(invalid)) => {
-            let (code, message) = fees::refusal(&invalid);
-            return Err(Stop::Failed(
-                code,
-                format!("err: {message} (supplied gas {})", tx.gas),
-            ));
-        }
-        Err(e) => return Err(Stop::Failed(-32603, e.to_string())),
-    };
-    db.commit(out.state);
-    // geth's nonce wraps past 2^64 - 1; revm's stays.
-    if sender.nonce == u64::MAX && call.to.is_some() {
-        let mut info = db.basic(call.from).ok().flatten().unwrap_or_default();
-        info.nonce = 0;
-        db.insert_account_info(call.from, info);
-    }
-    let logs = tracer.take();
-    let gas = match &out.result {
-        ExecutionResult::Success { gas, .. }
-        | ExecutionResult::Revert { gas, .. }
-        | ExecutionResult::Halt { gas, .. } => *gas,
-    };
-    let (gas_used, max_used_gas) = (
-        gas.tx_gas_used(),
-        gas.total_gas_spent().max(gas.floor_gas()),
-    );
-    *budget = budget.saturating_sub(gas_used);
-    let (output, failure, receipt_logs, logs) = match out.result {
-        ExecutionResult::Success {
-            output,
-            logs: receipt,
-            ..
-        } => (output.into_data(), None, receipt, logs),
-        ExecutionResult::Revert { output, .. } => (
-            Bytes::new(),
-            Some(CallFailure::Reverted(output)),
-            Vec::new(),
-            Vec::new(),
-        ),
-        ExecutionResult::Halt { reason, .. } => (
-            Bytes::new(),
-            Some(CallFailure::Halted(crate::halt_message(&reason))),
-            Vec::new(),
-            Vec::new(),
-        ),
-    };
-    Ok(SimCallDone {
-        tx,
-        output,
-        gas_used,
-        max_used_gas,
-        logs,
-        receipt_logs,
-        failure,
-        gas_capped,
-    })
+    credit_withdrawals(run.block, db);
+    Ok(requests)
 }
 
 #[cfg(test)]

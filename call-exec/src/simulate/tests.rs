@@ -198,7 +198,7 @@ fn explicit_gas_past_the_block_fails_and_a_revert_is_the_calls_own() {
 }
 
 #[test]
-fn an_older_blocks_hash_is_unanswerable_and_a_moved_precompile_unsupported() {
+fn an_older_blocks_hash_is_unanswerable() {
     let mut known = KnownState::whole_state();
     known.add_account(HOLDER, account(0, 0));
     known.add_account(
@@ -223,17 +223,40 @@ fn an_older_blocks_hash_is_unanswerable_and_a_moved_precompile_unsupported() {
         ),
         "{outcome:?}"
     );
-    let mut moved = block(101, Vec::new());
-    let ecrecover = address!("0000000000000000000000000000000000000001");
+}
+
+#[test]
+fn a_moved_precompile_runs_at_its_new_address_for_one_block() {
+    let mut known = KnownState::whole_state();
+    known.add_account(HOLDER, account(0, 0));
+    let identity = address!("0000000000000000000000000000000000000004");
+    let echo = |to| SimCall {
+        from: HOLDER,
+        to: Some(to),
+        input: bytes!("1234"),
+        ..Default::default()
+    };
+    let mut moved = block(101, vec![echo(PAYEE), echo(identity)]);
     moved.overrides = vec![(
-        ecrecover,
+        identity,
         AccountOverride {
             move_precompile_to: Some(PAYEE),
             ..Default::default()
         },
     )];
-    let (outcome, _) = settle(&sim(vec![moved.clone()]), &mut known);
-    assert!(matches!(outcome, SimOutcome::Unsupported(_)), "{outcome:?}");
+    let after = block(102, vec![echo(PAYEE), echo(identity)]);
+    let (outcome, _) = settle(&sim(vec![moved.clone(), after]), &mut known);
+    let SimOutcome::Done(done) = outcome else {
+        panic!("{outcome:?}")
+    };
+    let outputs: Vec<&[u8]> = done
+        .iter()
+        .flat_map(|b| &b.calls)
+        .map(|c| c.output.as_ref())
+        .collect();
+    // Moved: it echoes at PAYEE, 0x04 is a plain account; the next block
+    // has the fork's precompiles again.
+    assert_eq!(outputs, [&[0x12, 0x34][..], &[], &[], &[0x12, 0x34]]);
     // Moving what is no precompile is geth's error.
     moved.overrides[0].0 = CONTRACT;
     let (outcome, _) = settle(&sim(vec![moved]), &mut known);

@@ -1,0 +1,199 @@
+//! A simulated call: the transaction it becomes (geth's defaults), run and
+//! committed.
+
+use super::*;
+
+/// The transaction a call becomes: geth's defaults (the state's nonce,
+/// the block's gas left within the budget, zero fees), or why the
+/// request fails.
+fn transaction(
+    call: &SimCall,
+    state_nonce: u64,
+    gas_left: u64,
+    budget: u64,
+) -> Result<(SimTx, bool), Stop> {
+    let wanted = call.gas.unwrap_or(gas_left);
+    if gas_left < wanted {
+        return Err(Stop::Failed(
+            -38015,
+            format!("block gas limit reached: remaining: {gas_left}, required: {wanted}"),
+        ));
+    }
+    let gas = wanted.min(budget);
+    let named_1559 = call.max_fee_per_gas.is_some() || call.max_priority_fee_per_gas.is_some();
+    if call.gas_price.is_some() && named_1559 {
+        return Err(Stop::Failed(
+            -32000,
+            "both gasPrice and (maxFeePerGas or maxPriorityFeePerGas) specified".into(),
+        ));
+    }
+    let typed_fields =
+        !call.access_list.is_empty() || call.authorizations.is_some() || call.blob_hashes.is_some();
+    if call.gas_price.is_some() && typed_fields {
+        return Err(Stop::Unsupported(
+            "a call naming gasPrice with typed fields (an access list, blobs, delegations)".into(),
+        ));
+    }
+    let tx_type = match (
+        call.gas_price.is_some(),
+        &call.authorizations,
+        &call.blob_hashes,
+    ) {
+        (true, ..) => 0,
+        (false, Some(_), _) => 4,
+        (false, None, Some(_)) => 3,
+        (false, None, None) => 2,
+    };
+    let (cap, tip) = match call.gas_price {
+        Some(price) => (price, price),
+        None => (
+            call.max_fee_per_gas.unwrap_or(0),
+            call.max_priority_fee_per_gas.unwrap_or(0),
+        ),
+    };
+    let tx = SimTx {
+        tx_type,
+        nonce: call.nonce.unwrap_or(state_nonce),
+        gas,
+        max_fee_per_gas: cap,
+        max_priority_fee_per_gas: tip,
+        max_fee_per_blob_gas: call.max_fee_per_blob_gas.unwrap_or(0),
+    };
+    Ok((tx, gas < wanted))
+}
+
+/// geth's first check of a transaction under `validation` (before its
+/// fees, where revm checks them first).
+fn check_nonce(from: Address, tx: u64, state: u64, gas: u64) -> Result<(), Stop> {
+    let (code, message) = match tx.cmp(&state) {
+        std::cmp::Ordering::Greater => (
+            -38011,
+            format!("nonce too high: address {from}, tx: {tx} state: {state}"),
+        ),
+        std::cmp::Ordering::Less => (
+            -38010,
+            format!("nonce too low: address {from}, tx: {tx} state: {state}"),
+        ),
+        std::cmp::Ordering::Equal if state == u64::MAX => (
+            -32603,
+            format!("nonce has max value: address {from}, nonce: {state}"),
+        ),
+        std::cmp::Ordering::Equal => return Ok(()),
+    };
+    Err(Stop::Failed(
+        code,
+        format!("err: {message} (supplied gas {gas})"),
+    ))
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn run_call(
+    run: &BlockRun,
+    call: &SimCall,
+    done: &SimBlockDone,
+    budget: &mut u64,
+    tracer: &mut logs::CallLogs,
+    db: &mut SimDb,
+) -> Result<SimCallDone, Stop> {
+    let (sim, facts, block) = (run.sim, &run.facts, run.block);
+    let sender = db.basic(call.from).ok().flatten().unwrap_or_default();
+    let gas_left = block.gas_limit.saturating_sub(done.gas_used);
+    let (tx, gas_capped) = transaction(call, sender.nonce, gas_left, *budget)?;
+    if sim.validation {
+        check_nonce(call.from, tx.nonce, sender.nonce, tx.gas)?;
+    }
+    let mut cfg = cfg(sim, facts.spec);
+    // geth skips the fee checks only without validation and with no fee
+    // named (or both zero).
+    cfg.disable_base_fee =
+        !sim.validation && tx.max_fee_per_gas == 0 && tx.max_priority_fee_per_gas == 0;
+    let mut env = TxEnv {
+        tx_type: tx.tx_type,
+        caller: call.from,
+        gas_limit: tx.gas,
+        gas_price: tx.max_fee_per_gas,
+        gas_priority_fee: (tx.tx_type != 0).then_some(tx.max_priority_fee_per_gas),
+        kind: call.to.map_or(TxKind::Create, TxKind::Call),
+        value: call.value,
+        data: call.input.clone(),
+        nonce: tx.nonce,
+        chain_id: Some(sim.base.context.chain_id),
+        access_list: call.access_list.clone(),
+        blob_hashes: call.blob_hashes.clone().unwrap_or_default(),
+        max_fee_per_blob_gas: tx.max_fee_per_blob_gas,
+        ..Default::default()
+    };
+    env.set_recovered_authorization(call.authorizations.clone().unwrap_or_default());
+    tracer.reset();
+    let result = {
+        let context = Context::mainnet()
+            .with_db(&mut *db)
+            .with_cfg(cfg)
+            .with_block(facts.env.clone());
+        let mut evm = revm::context::Evm::new_with_inspector(
+            context,
+            &mut *tracer,
+            EthInstructions::new_mainnet_with_spec(facts.spec),
+            run.precompiles.clone(),
+        );
+        evm.inspect_tx(env)
+    };
+    let out = match result {
+        Ok(out) => out,
+        Err(EVMError::Transaction(invalid)) => {
+            let (code, message) = fees::refusal(&invalid);
+            return Err(Stop::Failed(
+                code,
+                format!("err: {message} (supplied gas {})", tx.gas),
+            ));
+        }
+        Err(e) => return Err(Stop::Failed(-32603, e.to_string())),
+    };
+    db.commit(out.state);
+    // geth's nonce wraps past 2^64 - 1; revm's stays.
+    if sender.nonce == u64::MAX && call.to.is_some() {
+        let mut info = db.basic(call.from).ok().flatten().unwrap_or_default();
+        info.nonce = 0;
+        db.insert_account_info(call.from, info);
+    }
+    let logs = tracer.take();
+    let gas = match &out.result {
+        ExecutionResult::Success { gas, .. }
+        | ExecutionResult::Revert { gas, .. }
+        | ExecutionResult::Halt { gas, .. } => *gas,
+    };
+    let (gas_used, max_used_gas) = (
+        gas.tx_gas_used(),
+        gas.total_gas_spent().max(gas.floor_gas()),
+    );
+    *budget = budget.saturating_sub(gas_used);
+    let (output, failure, receipt_logs, logs) = match out.result {
+        ExecutionResult::Success {
+            output,
+            logs: receipt,
+            ..
+        } => (output.into_data(), None, receipt, logs),
+        ExecutionResult::Revert { output, .. } => (
+            Bytes::new(),
+            Some(CallFailure::Reverted(output)),
+            Vec::new(),
+            Vec::new(),
+        ),
+        ExecutionResult::Halt { reason, .. } => (
+            Bytes::new(),
+            Some(CallFailure::Halted(crate::halt_message(&reason))),
+            Vec::new(),
+            Vec::new(),
+        ),
+    };
+    Ok(SimCallDone {
+        tx,
+        output,
+        gas_used,
+        max_used_gas,
+        logs,
+        receipt_logs,
+        failure,
+        gas_capped,
+    })
+}
