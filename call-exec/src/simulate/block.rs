@@ -103,40 +103,53 @@ pub(super) fn apply_overrides(
         if is_precompile {
             precompiles.remove(*address);
         }
-        if over.state.is_some() && over.state_diff.is_some() {
-            return Err(Stop::Failed(
-                -32000,
-                format!("account {address} has both 'state' and 'stateDiff'"),
-            ));
-        }
-        let mut info = db.basic(*address).ok().flatten().unwrap_or_default();
-        if let Some(nonce) = over.nonce {
-            info.nonce = nonce;
-        }
-        if let Some(balance) = over.balance {
-            info.balance = balance;
-        }
-        if let Some(code) = &over.code {
-            info.code_hash = match code.is_empty() {
-                true => KECCAK_EMPTY,
-                false => keccak256(code),
-            };
-            info.code = Some(Bytecode::new_raw(code.clone()));
-        }
-        db.insert_account_info(*address, info);
-        let word = |(slot, value): &(B256, B256)| {
-            (U256::from_be_bytes(slot.0), U256::from_be_bytes(value.0))
-        };
-        if let Some(state) = &over.state {
-            let _ = db.replace_account_storage(*address, state.iter().map(word).collect());
-        }
-        if let Some(diff) = &over.state_diff {
-            for (slot, value) in diff.iter().map(word) {
-                let _ = db.insert_account_storage(*address, slot, value);
-            }
-        }
+        override_account(db, *address, over)?;
     }
     Ok(precompiles)
+}
+
+/// One account's override: its nonce, balance and code, then its whole
+/// storage (`state`) or some words (`stateDiff`).
+fn override_account(db: &mut SimDb, address: Address, over: &AccountOverride) -> Result<(), Stop> {
+    if over.state.is_some() && over.state_diff.is_some() {
+        return Err(Stop::Failed(
+            -32000,
+            format!("account {address} has both 'state' and 'stateDiff'"),
+        ));
+    }
+    let mut info = db.basic(address).ok().flatten().unwrap_or_default();
+    if let Some(nonce) = over.nonce {
+        info.nonce = nonce;
+    }
+    if let Some(balance) = over.balance {
+        info.balance = balance;
+    }
+    if let Some(code) = &over.code {
+        info.code_hash = match code.is_empty() {
+            true => KECCAK_EMPTY,
+            false => keccak256(code),
+        };
+        // (Bytes a delegation's prefix begins that are no delegation: revm
+        // holds no such code.)
+        let bytecode = Bytecode::new_raw_checked(code.clone()).map_err(|_| {
+            Stop::Unsupported(format!(
+                "code beginning 0xef01 that is no delegation ({address})"
+            ))
+        })?;
+        info.code = Some(bytecode);
+    }
+    db.insert_account_info(address, info);
+    let word =
+        |(slot, value): &(B256, B256)| (U256::from_be_bytes(slot.0), U256::from_be_bytes(value.0));
+    if let Some(state) = &over.state {
+        let _ = db.replace_account_storage(address, state.iter().map(word).collect());
+    }
+    if let Some(diff) = &over.state_diff {
+        for (slot, value) in diff.iter().map(word) {
+            let _ = db.insert_account_storage(address, slot, value);
+        }
+    }
+    Ok(())
 }
 
 /// A system call of the block (EIP-4788, 2935, 7002, 7251), committed; its

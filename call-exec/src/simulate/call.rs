@@ -2,6 +2,7 @@
 //! committed.
 
 use super::*;
+use revm::context::result::ExecResultAndState;
 
 /// The transaction a call becomes: geth's defaults (the state's nonce,
 /// the block's gas left within the budget, zero fees), or why the
@@ -86,7 +87,6 @@ fn check_nonce(from: Address, tx: u64, state: u64, gas: u64) -> Result<(), Stop>
     ))
 }
 
-#[allow(clippy::too_many_arguments)]
 pub(super) fn run_call(
     run: &BlockRun,
     call: &SimCall,
@@ -95,18 +95,29 @@ pub(super) fn run_call(
     tracer: &mut logs::CallLogs,
     db: &mut SimDb,
 ) -> Result<SimCallDone, Stop> {
-    let (sim, facts, block) = (run.sim, &run.facts, run.block);
+    let sim = run.sim;
     let sender = db.basic(call.from).ok().flatten().unwrap_or_default();
-    let gas_left = block.gas_limit.saturating_sub(done.gas_used);
+    let gas_left = run.block.gas_limit.saturating_sub(done.gas_used);
     let (tx, gas_capped) = transaction(call, sender.nonce, gas_left, *budget)?;
     if sim.validation {
         check_nonce(call.from, tx.nonce, sender.nonce, tx.gas)?;
     }
-    let mut cfg = cfg(sim, facts.spec);
-    // geth skips the fee checks only without validation and with no fee
-    // named (or both zero).
-    cfg.disable_base_fee =
-        !sim.validation && tx.max_fee_per_gas == 0 && tx.max_priority_fee_per_gas == 0;
+    tracer.reset();
+    let out = execute(run, call, &tx, tracer, db)?;
+    db.commit(out.state);
+    // geth's nonce wraps past 2^64 - 1; revm's stays.
+    if sender.nonce == u64::MAX && call.to.is_some() {
+        let mut info = db.basic(call.from).ok().flatten().unwrap_or_default();
+        info.nonce = 0;
+        db.insert_account_info(call.from, info);
+    }
+    let done = call_done(out.result, tx, tracer.take(), gas_capped);
+    *budget = budget.saturating_sub(done.gas_used);
+    Ok(done)
+}
+
+/// The transaction's environment for revm.
+fn tx_env(sim: &Simulation, call: &SimCall, tx: &SimTx) -> TxEnv {
     let mut env = TxEnv {
         tx_type: tx.tx_type,
         caller: call.from,
@@ -124,50 +135,61 @@ pub(super) fn run_call(
         ..Default::default()
     };
     env.set_recovered_authorization(call.authorizations.clone().unwrap_or_default());
-    tracer.reset();
-    let result = {
-        let context = Context::mainnet()
-            .with_db(&mut *db)
-            .with_cfg(cfg)
-            .with_block(facts.env.clone());
-        let mut evm = revm::context::Evm::new_with_inspector(
-            context,
-            &mut *tracer,
-            EthInstructions::new_mainnet_with_spec(facts.spec),
-            run.precompiles.clone(),
-        );
-        evm.inspect_tx(env)
-    };
-    let out = match result {
-        Ok(out) => out,
+    env
+}
+
+/// Runs the transaction over the block's state (not committed): its
+/// result and state, or geth's refusal of it.
+fn execute(
+    run: &BlockRun,
+    call: &SimCall,
+    tx: &SimTx,
+    tracer: &mut logs::CallLogs,
+    db: &mut SimDb,
+) -> Result<ExecResultAndState<ExecutionResult>, Stop> {
+    let sim = run.sim;
+    let mut cfg = cfg(sim, run.facts.spec);
+    // geth skips the fee checks only without validation and with no fee
+    // named (or both zero).
+    cfg.disable_base_fee =
+        !sim.validation && tx.max_fee_per_gas == 0 && tx.max_priority_fee_per_gas == 0;
+    let context = Context::mainnet()
+        .with_db(&mut *db)
+        .with_cfg(cfg)
+        .with_block(run.facts.env.clone());
+    let mut evm = revm::context::Evm::new_with_inspector(
+        context,
+        &mut *tracer,
+        EthInstructions::new_mainnet_with_spec(run.facts.spec),
+        run.precompiles.clone(),
+    );
+    match evm.inspect_tx(tx_env(sim, call, tx)) {
+        Ok(out) => Ok(out),
         Err(EVMError::Transaction(invalid)) => {
             let (code, message) = fees::refusal(&invalid);
-            return Err(Stop::Failed(
+            Err(Stop::Failed(
                 code,
                 format!("err: {message} (supplied gas {})", tx.gas),
-            ));
+            ))
         }
-        Err(e) => return Err(Stop::Failed(-32603, e.to_string())),
-    };
-    db.commit(out.state);
-    // geth's nonce wraps past 2^64 - 1; revm's stays.
-    if sender.nonce == u64::MAX && call.to.is_some() {
-        let mut info = db.basic(call.from).ok().flatten().unwrap_or_default();
-        info.nonce = 0;
-        db.insert_account_info(call.from, info);
+        Err(e) => Err(Stop::Failed(-32603, e.to_string())),
     }
-    let logs = tracer.take();
-    let gas = match &out.result {
+}
+
+/// A call's result as geth reports it: its data, gas, the tracer's logs
+/// and the receipt's (none when it failed).
+fn call_done(
+    result: ExecutionResult,
+    tx: SimTx,
+    logs: Vec<SimLog>,
+    gas_capped: bool,
+) -> SimCallDone {
+    let gas = match &result {
         ExecutionResult::Success { gas, .. }
         | ExecutionResult::Revert { gas, .. }
         | ExecutionResult::Halt { gas, .. } => *gas,
     };
-    let (gas_used, max_used_gas) = (
-        gas.tx_gas_used(),
-        gas.total_gas_spent().max(gas.floor_gas()),
-    );
-    *budget = budget.saturating_sub(gas_used);
-    let (output, failure, receipt_logs, logs) = match out.result {
+    let (output, failure, receipt_logs, logs) = match result {
         ExecutionResult::Success {
             output,
             logs: receipt,
@@ -186,14 +208,14 @@ pub(super) fn run_call(
             Vec::new(),
         ),
     };
-    Ok(SimCallDone {
+    SimCallDone {
         tx,
         output,
-        gas_used,
-        max_used_gas,
+        gas_used: gas.tx_gas_used(),
+        max_used_gas: gas.total_gas_spent().max(gas.floor_gas()),
         logs,
         receipt_logs,
         failure,
         gas_capped,
-    })
+    }
 }

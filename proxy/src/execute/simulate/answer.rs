@@ -73,71 +73,84 @@ fn unsigned<T: RlpEcdsaEncodableTx>(tx_type: u8, tx: &T) -> Vec<u8> {
 }
 
 fn encode(chain_id: u64, call: &SimCall, tx: &SimTx, extra: &BlockExtra, i: usize) -> Encoded {
-    let kind = call.to.map_or(TxKind::Create, TxKind::Call);
-    let to = call.to.unwrap_or_default();
-    let (input, value, access_list) = (call.input.clone(), call.value, call.access_list.clone());
     let bytes = match tx.tx_type {
-        0 => unsigned(
-            0,
-            &TxLegacy {
-                chain_id: None,
-                nonce: tx.nonce,
-                gas_price: tx.max_fee_per_gas,
-                gas_limit: tx.gas,
-                to: kind,
-                value,
-                input,
-            },
-        ),
-        3 => unsigned(
-            3,
-            &TxEip4844 {
-                chain_id,
-                nonce: tx.nonce,
-                gas_limit: tx.gas,
-                max_fee_per_gas: tx.max_fee_per_gas,
-                max_priority_fee_per_gas: tx.max_priority_fee_per_gas,
-                to,
-                value,
-                access_list,
-                blob_versioned_hashes: call.blob_hashes.clone().unwrap_or_default(),
-                max_fee_per_blob_gas: tx.max_fee_per_blob_gas,
-                input,
-            },
-        ),
-        4 => unsigned(
-            4,
-            &TxEip7702 {
-                chain_id,
-                nonce: tx.nonce,
-                gas_limit: tx.gas,
-                max_fee_per_gas: tx.max_fee_per_gas,
-                max_priority_fee_per_gas: tx.max_priority_fee_per_gas,
-                to,
-                value,
-                access_list,
-                authorization_list: extra.signed.get(i).cloned().flatten().unwrap_or_default(),
-                input,
-            },
-        ),
-        _ => unsigned(
-            2,
-            &TxEip1559 {
-                chain_id,
-                nonce: tx.nonce,
-                gas_limit: tx.gas,
-                max_fee_per_gas: tx.max_fee_per_gas,
-                max_priority_fee_per_gas: tx.max_priority_fee_per_gas,
-                to: kind,
-                value,
-                access_list,
-                input,
-            },
-        ),
+        0 => unsigned(0, &legacy(call, tx)),
+        3 => unsigned(3, &blob(chain_id, call, tx)),
+        4 => {
+            let signed = extra.signed.get(i).cloned().flatten().unwrap_or_default();
+            unsigned(4, &delegating(chain_id, call, tx, signed))
+        }
+        _ => unsigned(2, &dynamic(chain_id, call, tx)),
     };
     Encoded {
         hash: keccak256(&bytes),
         bytes,
+    }
+}
+
+fn legacy(call: &SimCall, tx: &SimTx) -> TxLegacy {
+    TxLegacy {
+        chain_id: None,
+        nonce: tx.nonce,
+        gas_price: tx.max_fee_per_gas,
+        gas_limit: tx.gas,
+        to: call.to.map_or(TxKind::Create, TxKind::Call),
+        value: call.value,
+        input: call.input.clone(),
+    }
+}
+
+fn dynamic(chain_id: u64, call: &SimCall, tx: &SimTx) -> TxEip1559 {
+    TxEip1559 {
+        chain_id,
+        nonce: tx.nonce,
+        gas_limit: tx.gas,
+        max_fee_per_gas: tx.max_fee_per_gas,
+        max_priority_fee_per_gas: tx.max_priority_fee_per_gas,
+        to: call.to.map_or(TxKind::Create, TxKind::Call),
+        value: call.value,
+        access_list: call.access_list.clone(),
+        input: call.input.clone(),
+    }
+}
+
+/// (A blob or delegating transaction creates nothing: its `to` is the
+/// call's, which the run refused otherwise.)
+fn blob(chain_id: u64, call: &SimCall, tx: &SimTx) -> TxEip4844 {
+    let d = dynamic(chain_id, call, tx);
+    TxEip4844 {
+        chain_id,
+        nonce: d.nonce,
+        gas_limit: d.gas_limit,
+        max_fee_per_gas: d.max_fee_per_gas,
+        max_priority_fee_per_gas: d.max_priority_fee_per_gas,
+        to: call.to.unwrap_or_default(),
+        value: d.value,
+        access_list: d.access_list,
+        blob_versioned_hashes: call.blob_hashes.clone().unwrap_or_default(),
+        max_fee_per_blob_gas: tx.max_fee_per_blob_gas,
+        input: d.input,
+    }
+}
+
+fn delegating(
+    chain_id: u64,
+    call: &SimCall,
+    tx: &SimTx,
+    signed: Vec<call_exec::SignedAuthorization>,
+) -> TxEip7702 {
+    let d = dynamic(chain_id, call, tx);
+    TxEip7702 {
+        chain_id,
+        nonce: d.nonce,
+        gas_limit: d.gas_limit,
+        max_fee_per_gas: d.max_fee_per_gas,
+        max_priority_fee_per_gas: d.max_priority_fee_per_gas,
+        to: call.to.unwrap_or_default(),
+        value: d.value,
+        access_list: d.access_list,
+        authorization_list: signed,
+        input: d.input,
     }
 }
 
@@ -278,46 +291,8 @@ fn block_json(
     hash: B256,
     txs: &[Encoded],
 ) -> Value {
-    let shanghai = done.spec.is_enabled_in(SpecId::SHANGHAI);
-    let withdrawals = withdrawals(extra);
-    let mut out = json!({
-        "number": quantity(header.number),
-        "hash": hash,
-        "parentHash": header.parent_hash,
-        "nonce": header.nonce,
-        "mixHash": header.mix_hash,
-        "sha3Uncles": header.ommers_hash,
-        "logsBloom": header.logs_bloom,
-        "stateRoot": header.state_root,
-        "miner": header.beneficiary,
-        "difficulty": header.difficulty,
-        "extraData": header.extra_data,
-        "gasLimit": quantity(header.gas_limit),
-        "gasUsed": quantity(header.gas_used),
-        "timestamp": quantity(header.timestamp),
-        "transactionsRoot": header.transactions_root,
-        "receiptsRoot": header.receipts_root,
-        "size": quantity(size(header, txs, shanghai.then_some(withdrawals.as_slice())) as u64),
-        "uncles": [],
-    });
+    let mut out = header_json(header, hash, txs, extra);
     let fields = out.as_object_mut().expect("an object");
-    if let Some(fee) = header.base_fee_per_gas {
-        fields.insert("baseFeePerGas".into(), quantity(fee));
-    }
-    if let Some(root) = header.withdrawals_root {
-        fields.insert("withdrawalsRoot".into(), json!(root));
-        fields.insert("withdrawals".into(), json!(withdrawals));
-    }
-    if let (Some(used), Some(excess)) = (header.blob_gas_used, header.excess_blob_gas) {
-        fields.insert("blobGasUsed".into(), quantity(used));
-        fields.insert("excessBlobGas".into(), quantity(excess));
-    }
-    if let Some(root) = header.parent_beacon_block_root {
-        fields.insert("parentBeaconBlockRoot".into(), json!(root));
-    }
-    if let Some(requests) = header.requests_hash {
-        fields.insert("requestsHash".into(), json!(requests));
-    }
     let at = Placed {
         number: header.number,
         timestamp: header.timestamp,
@@ -343,6 +318,55 @@ fn block_json(
         .enumerate()
         .map(|(i, (call, tx))| call_json(&at, call, tx.hash, i));
     fields.insert("calls".into(), Value::Array(calls.collect()));
+    out
+}
+
+/// A block's header as a node writes it (each fork's fields where the
+/// header has them), with its size.
+fn header_json(header: &Header, hash: B256, txs: &[Encoded], extra: &BlockExtra) -> Value {
+    let withdrawals = withdrawals(extra);
+    let listed = header
+        .withdrawals_root
+        .is_some()
+        .then_some(withdrawals.as_slice());
+    let mut out = json!({
+        "number": quantity(header.number),
+        "hash": hash,
+        "parentHash": header.parent_hash,
+        "nonce": header.nonce,
+        "mixHash": header.mix_hash,
+        "sha3Uncles": header.ommers_hash,
+        "logsBloom": header.logs_bloom,
+        "stateRoot": header.state_root,
+        "miner": header.beneficiary,
+        "difficulty": header.difficulty,
+        "extraData": header.extra_data,
+        "gasLimit": quantity(header.gas_limit),
+        "gasUsed": quantity(header.gas_used),
+        "timestamp": quantity(header.timestamp),
+        "transactionsRoot": header.transactions_root,
+        "receiptsRoot": header.receipts_root,
+        "size": quantity(size(header, txs, listed) as u64),
+        "uncles": [],
+    });
+    let fields = out.as_object_mut().expect("an object");
+    if let Some(fee) = header.base_fee_per_gas {
+        fields.insert("baseFeePerGas".into(), quantity(fee));
+    }
+    if let Some(root) = header.withdrawals_root {
+        fields.insert("withdrawalsRoot".into(), json!(root));
+        fields.insert("withdrawals".into(), json!(withdrawals));
+    }
+    if let (Some(used), Some(excess)) = (header.blob_gas_used, header.excess_blob_gas) {
+        fields.insert("blobGasUsed".into(), quantity(used));
+        fields.insert("excessBlobGas".into(), quantity(excess));
+    }
+    if let Some(root) = header.parent_beacon_block_root {
+        fields.insert("parentBeaconBlockRoot".into(), json!(root));
+    }
+    if let Some(requests) = header.requests_hash {
+        fields.insert("requestsHash".into(), json!(requests));
+    }
     out
 }
 
@@ -435,38 +459,51 @@ fn full_transactions(
                 "s": "0x0",
             });
             let fields = out.as_object_mut().expect("an object");
-            if sim.tx_type == 0 {
-                fields.insert("gasPrice".into(), json!(U256::from(sim.max_fee_per_gas)));
-                // geth derives it from v = 0: (0 - 35) / 2 as a u64.
-                fields.insert("chainId".into(), json!("0x7fffffffffffffee"));
-                return out;
-            }
-            let price =
-                (u128::from(at.base_fee) + sim.max_priority_fee_per_gas).min(sim.max_fee_per_gas);
-            fields.insert("gasPrice".into(), json!(U256::from(price)));
-            fields.insert(
-                "maxFeePerGas".into(),
-                json!(U256::from(sim.max_fee_per_gas)),
-            );
-            fields.insert(
-                "maxPriorityFeePerGas".into(),
-                json!(U256::from(sim.max_priority_fee_per_gas)),
-            );
-            fields.insert("accessList".into(), json!(call.access_list));
-            fields.insert("chainId".into(), quantity(chain_id));
-            fields.insert("yParity".into(), json!("0x0"));
-            if sim.tx_type == 3 {
-                fields.insert(
-                    "maxFeePerBlobGas".into(),
-                    json!(U256::from(sim.max_fee_per_blob_gas)),
-                );
-                fields.insert("blobVersionedHashes".into(), json!(call.blob_hashes));
-            }
-            if sim.tx_type == 4 {
-                let signed = extra.signed.get(i).cloned().flatten().unwrap_or_default();
-                fields.insert("authorizationList".into(), json!(signed));
-            }
+            let signed = || extra.signed.get(i).cloned().flatten().unwrap_or_default();
+            fee_fields(fields, at, call, sim, chain_id, signed);
             out
         })
         .collect()
+}
+
+/// A full transaction's fee fields and those of its type: a legacy one's
+/// price (and the chain id geth derives from a zero `v`); a typed one's
+/// caps, its price in the block, its access list, blobs, delegations.
+fn fee_fields(
+    fields: &mut serde_json::Map<String, Value>,
+    at: &Placed,
+    call: &SimCall,
+    sim: &SimTx,
+    chain_id: u64,
+    signed: impl FnOnce() -> Vec<call_exec::SignedAuthorization>,
+) {
+    if sim.tx_type == 0 {
+        fields.insert("gasPrice".into(), json!(U256::from(sim.max_fee_per_gas)));
+        // geth derives it from v = 0: (0 - 35) / 2 as a u64.
+        fields.insert("chainId".into(), json!("0x7fffffffffffffee"));
+        return;
+    }
+    let price = u128::from(at.base_fee)
+        .saturating_add(sim.max_priority_fee_per_gas)
+        .min(sim.max_fee_per_gas);
+    let quantity128 = |n: u128| json!(U256::from(n));
+    fields.insert("gasPrice".into(), quantity128(price));
+    fields.insert("maxFeePerGas".into(), quantity128(sim.max_fee_per_gas));
+    fields.insert(
+        "maxPriorityFeePerGas".into(),
+        quantity128(sim.max_priority_fee_per_gas),
+    );
+    fields.insert("accessList".into(), json!(call.access_list));
+    fields.insert("chainId".into(), quantity(chain_id));
+    fields.insert("yParity".into(), json!("0x0"));
+    if sim.tx_type == 3 {
+        fields.insert(
+            "maxFeePerBlobGas".into(),
+            quantity128(sim.max_fee_per_blob_gas),
+        );
+        fields.insert("blobVersionedHashes".into(), json!(call.blob_hashes));
+    }
+    if sim.tx_type == 4 {
+        fields.insert("authorizationList".into(), json!(signed()));
+    }
 }

@@ -220,13 +220,19 @@ pub fn simulation_of(params: Option<&RawValue>) -> Result<SimRequest, GethError>
 }
 
 fn requested_block(block: BlockJson) -> Result<RequestedBlock, GethError> {
-    let overrides = block.state_overrides.unwrap_or_default();
-    if overrides.len() > MAX_OVERRIDES {
+    let overrides = block.block_overrides.unwrap_or_default();
+    if overrides.difficulty.is_some_and(|d| !d.is_zero()) {
+        return Err(GethError::unsupported(
+            "a block with a difficulty (before the merge)",
+        ));
+    }
+    let accounts = block.state_overrides.unwrap_or_default();
+    if accounts.len() > MAX_OVERRIDES {
         return Err(invalid(format!(
             "more than {MAX_OVERRIDES} accounts overridden"
         )));
     }
-    let state = overrides
+    let state = accounts
         .into_iter()
         .map(|(address, o)| Ok((address, account_override(o)?)))
         .collect::<Result<_, GethError>>()?;
@@ -243,7 +249,7 @@ fn requested_block(block: BlockJson) -> Result<RequestedBlock, GethError> {
         calls.push(sim_call(call)?);
     }
     Ok(RequestedBlock {
-        overrides: block.block_overrides.unwrap_or_default(),
+        overrides,
         state,
         calls,
         signed,
@@ -350,7 +356,7 @@ pub fn settle_chain(
             return Err(too_many("too many blocks".into()));
         }
         for n in number + 1..wanted {
-            time += TIME_STEP;
+            time = time.wrapping_add(TIME_STEP);
             chain.push((
                 SimBlock {
                     number: n,
@@ -374,20 +380,19 @@ pub fn settle_chain(
                 ))
             }
             Some(t) => t.to::<u64>(),
-            None => time + TIME_STEP,
+            None => time.wrapping_add(TIME_STEP),
         };
         time = stamp;
         coinbase = o.fee_recipient.unwrap_or(coinbase);
         gas_limit = o.gas_limit.map_or(gas_limit, |g| g.to());
         chain.push(settled_block(
-            request, block, base, number, time, coinbase, gas_limit,
+            block, base, number, time, coinbase, gas_limit,
         )?);
     }
     Ok(chain)
 }
 
 fn settled_block(
-    request: &SimRequest,
     block: &RequestedBlock,
     base: &Base,
     number: u64,
@@ -396,47 +401,9 @@ fn settled_block(
     gas_limit: u64,
 ) -> Result<(SimBlock, BlockExtra), GethError> {
     let o = &block.overrides;
-    if o.difficulty.is_some_and(|d| !d.is_zero()) {
-        return Err(GethError::unsupported(
-            "a block with a difficulty (before the merge)",
-        ));
-    }
-    for chain_id in block.chain_ids.iter().flatten() {
-        if *chain_id != U256::from(base.chain_id) {
-            return Err(GethError::new(
-                -32000,
-                format!(
-                    "chainId does not match node's (have={chain_id}, want={})",
-                    base.chain_id
-                ),
-            ));
-        }
-    }
-    let withdrawals: Vec<Withdrawal> = o
-        .withdrawals
-        .iter()
-        .flatten()
-        .map(|w| Withdrawal {
-            index: w.index.to(),
-            validator_index: w.validator_index.to(),
-            address: w.address,
-            gwei: w.amount.to(),
-        })
-        .collect();
-    let base_fee = match o.base_fee_per_gas {
-        None => None,
-        Some(fee) => {
-            Some(u64::try_from(fee).map_err(|_| GethError::unsupported("a base fee past 2^64"))?)
-        }
-    };
-    let blob_base_fee = match o.blob_base_fee {
-        None => None,
-        Some(fee) => Some(
-            u128::try_from(fee)
-                .map_err(|_| GethError::unsupported("a blob base fee past 2^128"))?,
-        ),
-    };
-    let _ = request;
+    check_chain_ids(block, base.chain_id)?;
+    let withdrawals = withdrawals_of(o);
+    let (base_fee, blob_base_fee) = fees_of(o)?;
     Ok((
         SimBlock {
             number,
@@ -456,4 +423,48 @@ fn settled_block(
             signed: block.signed.clone(),
         },
     ))
+}
+
+/// geth's refusal of a call naming another chain.
+fn check_chain_ids(block: &RequestedBlock, chain_id: u64) -> Result<(), GethError> {
+    match block
+        .chain_ids
+        .iter()
+        .flatten()
+        .find(|c| **c != U256::from(chain_id))
+    {
+        None => Ok(()),
+        Some(other) => Err(GethError::new(
+            -32000,
+            format!("chainId does not match node's (have={other}, want={chain_id})"),
+        )),
+    }
+}
+
+fn withdrawals_of(o: &BlockOverrides) -> Vec<Withdrawal> {
+    let each = |w: &WithdrawalJson| Withdrawal {
+        index: w.index.to(),
+        validator_index: w.validator_index.to(),
+        address: w.address,
+        gwei: w.amount.to(),
+    };
+    o.withdrawals.iter().flatten().map(each).collect()
+}
+
+/// A block's base fee and blob base fee, as named.
+fn fees_of(o: &BlockOverrides) -> Result<(Option<u64>, Option<u128>), GethError> {
+    let base_fee = match o.base_fee_per_gas {
+        None => None,
+        Some(fee) => {
+            Some(u64::try_from(fee).map_err(|_| GethError::unsupported("a base fee past 2^64"))?)
+        }
+    };
+    let blob_base_fee = match o.blob_base_fee {
+        None => None,
+        Some(fee) => Some(
+            u128::try_from(fee)
+                .map_err(|_| GethError::unsupported("a blob base fee past 2^128"))?,
+        ),
+    };
+    Ok((base_fee, blob_base_fee))
 }
