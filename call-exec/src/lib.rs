@@ -463,7 +463,8 @@ fn block_env(block: &BlockContext, spec: SpecId, args: &CallArgs) -> BlockEnv {
     let excess = block.header.as_ref().and_then(|h| h.excess_blob_gas);
     env.blob_excess_gas_and_price = None;
     if blobs {
-        env.set_blob_excess_gas_and_price(excess.unwrap_or(0), spec::blob_update_fraction(spec));
+        let fraction = spec::blob_schedule(block.chain_id, spec, block.timestamp).update_fraction;
+        env.set_blob_excess_gas_and_price(excess.unwrap_or(0), fraction);
         // geth: a call whose blob fee cap is 0 (named so, or left out
         // with blobs' hashes) sees a blob base fee of 0, so that it pays
         // none.

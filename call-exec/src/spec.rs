@@ -46,10 +46,61 @@ pub fn spec_for(chain_id: u64, number: u64, timestamp: u64, latest: SpecId) -> S
         .map_or(SpecId::FRONTIER, |(_, spec)| *spec)
 }
 
-/// The blob base fee's update fraction under `spec` (BLOBBASEFEE).
-pub(crate) fn blob_update_fraction(spec: SpecId) -> u64 {
-    match spec.is_enabled_in(SpecId::PRAGUE) {
-        true => BLOB_BASE_FEE_UPDATE_FRACTION_PRAGUE,
-        false => BLOB_BASE_FEE_UPDATE_FRACTION_CANCUN,
+/// A block's blob parameters: its target and most blobs, and the blob base
+/// fee's update fraction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlobSchedule {
+    pub target: u64,
+    pub max: u64,
+    pub update_fraction: u64,
+}
+
+/// Mainnet's blob-parameter-only forks (EIP-7892) by timestamp, newest
+/// first.
+const MAINNET_BPO: &[(u64, BlobSchedule)] = &[
+    (
+        1_767_747_671,
+        BlobSchedule {
+            target: 14,
+            max: 21,
+            update_fraction: 11_684_671,
+        },
+    ),
+    (
+        1_765_290_071,
+        BlobSchedule {
+            target: 10,
+            max: 15,
+            update_fraction: 8_346_193,
+        },
+    ),
+];
+
+/// The blob parameters of a block at `timestamp` under `spec`: mainnet's
+/// forks on mainnet, the fork's own elsewhere (a chain's own schedule is
+/// not known here: [`blob_schedule_known`]).
+pub fn blob_schedule(chain_id: u64, spec: SpecId, timestamp: u64) -> BlobSchedule {
+    if chain_id == MAINNET {
+        if let Some((_, schedule)) = MAINNET_BPO.iter().find(|(t, _)| timestamp >= *t) {
+            return *schedule;
+        }
     }
+    match spec.is_enabled_in(SpecId::PRAGUE) {
+        true => BlobSchedule {
+            target: 6,
+            max: 9,
+            update_fraction: BLOB_BASE_FEE_UPDATE_FRACTION_PRAGUE,
+        },
+        false => BlobSchedule {
+            target: 3,
+            max: 6,
+            update_fraction: BLOB_BASE_FEE_UPDATE_FRACTION_CANCUN,
+        },
+    }
+}
+
+/// Whether [`blob_schedule`] knows the chain's own (mainnet's), past the
+/// forks' defaults.
+pub fn blob_schedule_known(chain_id: u64) -> bool {
+    chain_id == MAINNET
 }

@@ -377,8 +377,8 @@ where
     /// `eth_simulateV1` run here over privately read state
     /// ([`execute::Executor::simulate`]): geth's answer, or geth's error;
     /// what cannot be answered privately takes the fallback, as a call
-    /// does (the upstream where the gate admits the method, which by
-    /// default it does not).
+    /// does (the upstream where the gate admits the method: not while the
+    /// view holds the whole state, unless the user opened it).
     async fn simulate(&self, call: CallCopy) -> MethodResponse {
         let request = match execute::simulation_of(call.params.as_deref()) {
             Ok(request) => request,

@@ -42,10 +42,22 @@ pub(super) fn block_facts(
     if spec.is_enabled_in(SpecId::CANCUN) {
         let schedule = blob_schedule(chain, spec, block.timestamp);
         let parent_spec = crate::spec_for(chain, parent.number, parent.timestamp, sim.latest);
+        let (excess, used) = (
+            parent.excess_blob_gas.unwrap_or(0),
+            parent.blob_gas_used.unwrap_or(0),
+        );
+        // Under every fork's target, no excess follows, whatever the
+        // chain's schedule; past it, only a schedule known here says.
+        let least_target = 3 * GAS_PER_BLOB;
+        if !blob_schedule_known(chain) && excess.saturating_add(used) >= least_target {
+            return Err(Stop::Unsupported(
+                "the blob fees of a chain whose blob schedule is not known here".into(),
+            ));
+        }
         if parent_spec.is_enabled_in(SpecId::CANCUN) {
             excess_blob_gas = fees::next_excess_blob_gas(
-                parent.excess_blob_gas.unwrap_or(0),
-                parent.blob_gas_used.unwrap_or(0),
+                excess,
+                used,
                 parent.base_fee,
                 &schedule,
                 spec.is_enabled_in(SpecId::OSAKA),
@@ -84,6 +96,12 @@ pub(super) fn apply_overrides(
             ));
         }
         let is_precompile = precompiles.is_precompile(address);
+        let system = |a: &Address| SYSTEM_CONTRACTS.contains(a);
+        if system(address) || over.move_precompile_to.as_ref().is_some_and(system) {
+            return Err(Stop::Unsupported(format!(
+                "an override of the system contract {address} (or a precompile moved onto one)"
+            )));
+        }
         if let Some(to) = over.move_precompile_to {
             if !is_precompile {
                 return Err(Stop::Failed(

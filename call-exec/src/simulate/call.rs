@@ -2,13 +2,14 @@
 //! committed.
 
 use super::*;
-use revm::context::result::ExecResultAndState;
+use revm::context::result::{ExecResultAndState, InvalidTransaction};
 
 /// The transaction a call becomes: geth's defaults (the state's nonce,
 /// the block's gas left within the budget, zero fees), or why the
 /// request fails.
 fn transaction(
     call: &SimCall,
+    chain_id: u64,
     state_nonce: u64,
     gas_left: u64,
     budget: u64,
@@ -21,6 +22,22 @@ fn transaction(
         ));
     }
     let gas = wanted.min(budget);
+    if let Some(other) = call.chain_id.filter(|c| *c != U256::from(chain_id)) {
+        return Err(Stop::Failed(
+            -32000,
+            format!("chainId does not match node's (have={other}, want={chain_id})"),
+        ));
+    }
+    if call.authorizations.is_some() && call.blob_hashes.is_some() {
+        return Err(Stop::Unsupported(
+            "a call naming both delegations and blobs".into(),
+        ));
+    }
+    if call.to.is_none() && state_nonce == u64::MAX {
+        return Err(Stop::Unsupported(
+            "a creation from an account whose nonce is at its most".into(),
+        ));
+    }
     let named_1559 = call.max_fee_per_gas.is_some() || call.max_priority_fee_per_gas.is_some();
     if call.gas_price.is_some() && named_1559 {
         return Err(Stop::Failed(
@@ -98,12 +115,13 @@ pub(super) fn run_call(
     let sim = run.sim;
     let sender = db.basic(call.from).ok().flatten().unwrap_or_default();
     let gas_left = run.block.gas_limit.saturating_sub(done.gas_used);
-    let (tx, gas_capped) = transaction(call, sender.nonce, gas_left, *budget)?;
+    let chain_id = sim.base.context.chain_id;
+    let (tx, gas_capped) = transaction(call, chain_id, sender.nonce, gas_left, *budget)?;
     if sim.validation {
         check_nonce(call.from, tx.nonce, sender.nonce, tx.gas)?;
     }
     tracer.reset();
-    let out = execute(run, call, &tx, tracer, db)?;
+    let out = execute(run, call, &tx, &sender, tracer, db)?;
     db.commit(out.state);
     // geth's nonce wraps past 2^64 - 1; revm's stays.
     if sender.nonce == u64::MAX && call.to.is_some() {
@@ -116,8 +134,17 @@ pub(super) fn run_call(
     Ok(done)
 }
 
-/// The transaction's environment for revm.
-fn tx_env(sim: &Simulation, call: &SimCall, tx: &SimTx) -> TxEnv {
+/// The transaction's environment for revm. Without `validation`, a blob
+/// call naming no blob fee cap pays the block's blob price (geth skips the
+/// cap's check then, and charges the price).
+fn tx_env(run: &BlockRun, call: &SimCall, tx: &SimTx) -> TxEnv {
+    let sim = run.sim;
+    let blob_price = run
+        .facts
+        .env
+        .blob_excess_gas_and_price
+        .map_or(0, |b| b.blob_gasprice);
+    let uncapped = !sim.validation && tx.max_fee_per_blob_gas == 0 && call.blob_hashes.is_some();
     let mut env = TxEnv {
         tx_type: tx.tx_type,
         caller: call.from,
@@ -131,7 +158,10 @@ fn tx_env(sim: &Simulation, call: &SimCall, tx: &SimTx) -> TxEnv {
         chain_id: Some(sim.base.context.chain_id),
         access_list: call.access_list.clone(),
         blob_hashes: call.blob_hashes.clone().unwrap_or_default(),
-        max_fee_per_blob_gas: tx.max_fee_per_blob_gas,
+        max_fee_per_blob_gas: match uncapped {
+            true => blob_price,
+            false => tx.max_fee_per_blob_gas,
+        },
         ..Default::default()
     };
     env.set_recovered_authorization(call.authorizations.clone().unwrap_or_default());
@@ -144,6 +174,7 @@ fn execute(
     run: &BlockRun,
     call: &SimCall,
     tx: &SimTx,
+    sender: &revm::state::AccountInfo,
     tracer: &mut logs::CallLogs,
     db: &mut SimDb,
 ) -> Result<ExecResultAndState<ExecutionResult>, Stop> {
@@ -163,10 +194,17 @@ fn execute(
         EthInstructions::new_mainnet_with_spec(run.facts.spec),
         run.precompiles.clone(),
     );
-    match evm.inspect_tx(tx_env(sim, call, tx)) {
+    match evm.inspect_tx(tx_env(run, call, tx)) {
         Ok(out) => Ok(out),
         Err(EVMError::Transaction(invalid)) => {
-            let (code, message) = fees::refusal(&invalid);
+            // geth checks the balance before the intrinsic gas.
+            let (code, message) = match cannot_pay(call, tx, sender) {
+                true => fees::refusal(&InvalidTransaction::LackOfFundForMaxFee {
+                    fee: Box::new(cost(call, tx)),
+                    balance: Box::new(sender.balance),
+                }),
+                false => fees::refusal(&invalid),
+            };
             Err(Stop::Failed(
                 code,
                 format!("err: {message} (supplied gas {})", tx.gas),
@@ -218,4 +256,20 @@ fn call_done(
         failure,
         gas_capped,
     }
+}
+
+/// What geth's balance check asks of the sender: the gas at the fee cap,
+/// the value, and the blobs at their cap.
+fn cost(call: &SimCall, tx: &SimTx) -> U256 {
+    let blobs = call.blob_hashes.as_ref().map_or(0, |h| h.len() as u64);
+    let gas = U256::from(tx.gas).saturating_mul(U256::from(tx.max_fee_per_gas));
+    let blob_gas = U256::from(GAS_PER_BLOB * blobs);
+    gas.saturating_add(call.value)
+        .saturating_add(blob_gas.saturating_mul(U256::from(tx.max_fee_per_blob_gas)))
+}
+
+/// Whether the sender cannot pay [`cost`] (checked before anything else
+/// of the transaction's but its nonce and fees, as geth checks it).
+fn cannot_pay(call: &SimCall, tx: &SimTx, sender: &revm::state::AccountInfo) -> bool {
+    sender.balance < cost(call, tx)
 }

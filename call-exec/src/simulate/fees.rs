@@ -2,12 +2,10 @@
 //! base fee, the excess blob gas and the blob base fee), and geth's codes
 //! for a transaction it refuses.
 
+use crate::spec::BlobSchedule;
 use revm::context::result::InvalidTransaction;
 use revm::context_interface::block::BlobExcessGasAndPrice;
-use revm::primitives::eip4844::{
-    BLOB_BASE_FEE_UPDATE_FRACTION_CANCUN, BLOB_BASE_FEE_UPDATE_FRACTION_PRAGUE, GAS_PER_BLOB,
-};
-use revm::primitives::hardfork::SpecId;
+use revm::primitives::eip4844::GAS_PER_BLOB;
 
 /// EIP-1559: the base fee after a parent that used `gas_used` of
 /// `gas_limit` at `base_fee` (London's rule; elasticity 2, change 1/8).
@@ -24,59 +22,6 @@ pub(crate) fn next_base_fee(gas_used: u64, gas_limit: u64, base_fee: u64) -> u64
     } else {
         let delta = base * u128::from(target - gas_used) / u128::from(target) / 8;
         (base - delta.min(base)) as u64
-    }
-}
-
-/// A block's blob parameters: its target and most blobs, and the blob base
-/// fee's update fraction.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BlobSchedule {
-    pub target: u64,
-    pub max: u64,
-    pub update_fraction: u64,
-}
-
-/// Mainnet's blob-parameter-only forks (EIP-7892) by timestamp, newest
-/// first.
-const MAINNET_BPO: &[(u64, BlobSchedule)] = &[
-    (
-        1_767_747_671,
-        BlobSchedule {
-            target: 14,
-            max: 21,
-            update_fraction: 11_684_671,
-        },
-    ),
-    (
-        1_765_290_071,
-        BlobSchedule {
-            target: 10,
-            max: 15,
-            update_fraction: 8_346_193,
-        },
-    ),
-];
-
-/// The blob parameters of a block at `timestamp` under `spec`: mainnet's
-/// forks on mainnet, the fork's own elsewhere (a chain's own schedule is
-/// not known here).
-pub fn blob_schedule(chain_id: u64, spec: SpecId, timestamp: u64) -> BlobSchedule {
-    if chain_id == 1 {
-        if let Some((_, schedule)) = MAINNET_BPO.iter().find(|(t, _)| timestamp >= *t) {
-            return *schedule;
-        }
-    }
-    match spec.is_enabled_in(SpecId::PRAGUE) {
-        true => BlobSchedule {
-            target: 6,
-            max: 9,
-            update_fraction: BLOB_BASE_FEE_UPDATE_FRACTION_PRAGUE,
-        },
-        false => BlobSchedule {
-            target: 3,
-            max: 6,
-            update_fraction: BLOB_BASE_FEE_UPDATE_FRACTION_CANCUN,
-        },
     }
 }
 
@@ -154,6 +99,8 @@ pub(crate) fn refusal(invalid: &InvalidTransaction) -> (i32, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::blob_schedule;
+    use revm::primitives::hardfork::SpecId;
 
     #[test]
     fn the_base_fee_follows_london() {

@@ -49,7 +49,7 @@ use revm::handler::SystemCallEvm;
 use revm::primitives::{TxKind, KECCAK_EMPTY};
 use revm::{Context, InspectEvm, MainBuilder, MainContext};
 
-pub use fees::{blob_schedule, BlobSchedule};
+pub use crate::spec::{blob_schedule, blob_schedule_known, BlobSchedule};
 pub use logs::{SimLog, TRANSFER_LOG_ADDRESS};
 
 use crate::db::RoundDb;
@@ -65,8 +65,18 @@ pub const HISTORY_STORAGE: Address = address!("0x0000F90827F1C53a10cb7A02335B175
 const WITHDRAWAL_REQUESTS: Address = address!("0x00000961Ef480Eb55e80D19ad83579A64c007002");
 /// EIP-7251's consolidation requests contract.
 const CONSOLIDATION_REQUESTS: Address = address!("0x0000BBdDc7CE488642fb579F8B00f3a590007251");
-/// Mainnet's deposit contract (EIP-6110 reads its logs as requests).
-const DEPOSIT_CONTRACT: Address = address!("0x00000000219ab540356cBB839Cbe05303d7705Fa");
+/// The deposit contract's `DepositEvent` (EIP-6110 reads such logs of a
+/// chain's deposit contract as requests): refused wherever it is seen.
+const DEPOSIT_EVENT: B256 =
+    alloy_primitives::b256!("0x649bbc62d0e31342afea4e5cd82d4049e7e1ee912fc0889aa790803be39038c5");
+/// The system contracts a block calls: their code runs with a gas of its
+/// own in every block, so no override may replace it.
+const SYSTEM_CONTRACTS: [Address; 4] = [
+    BEACON_ROOTS,
+    HISTORY_STORAGE,
+    WITHDRAWAL_REQUESTS,
+    CONSOLIDATION_REQUESTS,
+];
 /// Blob gas per blob.
 const GAS_PER_BLOB: u64 = revm::primitives::eip4844::GAS_PER_BLOB;
 
@@ -132,6 +142,8 @@ pub struct SimCall {
     pub authorizations: Option<Vec<RecoveredAuthorization>>,
     pub blob_hashes: Option<Vec<B256>>,
     pub max_fee_per_blob_gas: Option<u128>,
+    /// As named (geth refuses another chain's).
+    pub chain_id: Option<U256>,
 }
 
 /// A whole request.
@@ -325,16 +337,16 @@ fn run_block(
                 "a call reading the history contract after the first block (its hashes are not made here)".into(),
             ));
         }
-        if result
-            .receipt_logs
-            .iter()
-            .any(|log| log.address == DEPOSIT_CONTRACT)
-        {
+        let deposit = |log: &Log| log.topics().first() == Some(&DEPOSIT_EVENT);
+        if result.receipt_logs.iter().any(deposit) {
             return Err(Stop::Unsupported("a deposit (EIP-6110 requests)".into()));
         }
         done.gas_used += result.gas_used;
-        let blobs = call.blob_hashes.as_ref().map_or(0, |h| h.len() as u64);
-        done.blob_gas_used += GAS_PER_BLOB * blobs;
+        // (Only a blob transaction's blobs count: geth's receipts.)
+        if result.tx.tx_type == 3 {
+            let blobs = call.blob_hashes.as_ref().map_or(0, |h| h.len() as u64);
+            done.blob_gas_used += GAS_PER_BLOB * blobs;
+        }
         done.calls.push(result);
     }
     done.requests = end_block(&run, db)?;

@@ -293,3 +293,72 @@ fn the_base_blocks_own_hash_is_read() {
     };
     assert_eq!(done[0].calls[0].output.as_ref(), base().hash.as_slice());
 }
+
+#[test]
+fn a_system_contracts_code_is_never_overridden() {
+    let mut known = KnownState::whole_state();
+    let mut looped = block(101, Vec::new());
+    looped.overrides = vec![(
+        BEACON_ROOTS,
+        AccountOverride {
+            // JUMPDEST PUSH0 JUMP: a loop run by every block's system call.
+            code: Some(bytes!("5b5f56")),
+            ..Default::default()
+        },
+    )];
+    let (outcome, _) = settle(&sim(vec![looped]), &mut known);
+    assert!(matches!(outcome, SimOutcome::Unsupported(_)), "{outcome:?}");
+}
+
+#[test]
+fn geths_order_and_types_of_refusals() {
+    let mut known = KnownState::whole_state();
+    known.add_account(HOLDER, account(0, u64::MAX));
+    // A creation from a nonce at its most is refused, not reported done.
+    let create = SimCall {
+        from: HOLDER,
+        input: bytes!("00"),
+        ..Default::default()
+    };
+    let (outcome, _) = settle(&sim(vec![block(101, vec![create])]), &mut known);
+    assert!(matches!(outcome, SimOutcome::Unsupported(_)), "{outcome:?}");
+    // Too little balance and too little gas: geth names the balance.
+    known.add_account(HOLDER, account(0, 0));
+    let mut poor = transfer(1);
+    poor.gas = Some(1);
+    let (outcome, _) = settle(&sim(vec![block(101, vec![poor])]), &mut known);
+    assert!(
+        matches!(outcome, SimOutcome::Failed { code: -38014, .. }),
+        "{outcome:?}"
+    );
+    // Delegations and blobs at once: refused.
+    let mut both = transfer(0);
+    both.authorizations = Some(Vec::new());
+    both.blob_hashes = Some(vec![B256::with_last_byte(1)]);
+    let (outcome, _) = settle(&sim(vec![block(101, vec![both])]), &mut known);
+    assert!(matches!(outcome, SimOutcome::Unsupported(_)), "{outcome:?}");
+    // Another chain's id: geth's -32000.
+    let mut elsewhere = transfer(0);
+    elsewhere.chain_id = Some(U256::from(1));
+    let (outcome, _) = settle(&sim(vec![block(101, vec![elsewhere])]), &mut known);
+    assert!(
+        matches!(outcome, SimOutcome::Failed { code: -32000, .. }),
+        "{outcome:?}"
+    );
+}
+
+#[test]
+fn a_blob_call_without_a_blob_fee_cap_runs_without_validation() {
+    let mut known = KnownState::whole_state();
+    known.add_account(HOLDER, account(1_000_000_000, 0));
+    let mut blob = transfer(0);
+    let mut hash = [0u8; 32];
+    hash[0] = 1;
+    blob.blob_hashes = Some(vec![B256::from(hash)]);
+    let (outcome, _) = settle(&sim(vec![block(101, vec![blob])]), &mut known);
+    let SimOutcome::Done(done) = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(done[0].calls[0].tx.tx_type, 3);
+    assert_eq!(done[0].blob_gas_used, GAS_PER_BLOB);
+}

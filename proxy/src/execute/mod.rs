@@ -488,12 +488,13 @@ impl Executor {
         learned_from: usize,
     ) -> Result<Option<String>, ReadError> {
         let mut unread: Vec<ReadKey> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         for (i, key) in keys.into_iter().enumerate() {
             let known = match key {
                 ReadKey::Account(a) => reads.known.account(&a).is_some(),
                 ReadKey::Slot { .. } | ReadKey::HighPart { .. } => false,
             };
-            if !known && !unread.contains(&key) && view.holds(&key).is_ok() {
+            if !known && view.holds(&key).is_ok() && seen.insert(key) {
                 unread.push(key);
                 reads.learned += usize::from(i >= learned_from);
             }

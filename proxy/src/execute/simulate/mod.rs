@@ -86,13 +86,11 @@ impl Executor {
                 "the view's block header could not be had from the upstream".into(),
             ));
         };
-        let chain_id = session.block.chain_id;
         let base = params::Base {
             number: session.block.number,
             timestamp: session.block.timestamp,
             coinbase: header.coinbase,
             gas_limit: header.gas_limit,
-            chain_id,
         };
         let chain = match params::settle_chain(request, &base) {
             Ok(chain) => chain,

@@ -22,9 +22,11 @@ pub const MAX_BLOCKS: u64 = 256;
 /// geth's most calls in one block, and in one request.
 const MAX_CALLS_PER_BLOCK: usize = 5_000;
 const MAX_CALLS: usize = 10_000;
-/// Most accounts one block overrides, and words one override sets (a
-/// bound on work; geth's is the request's size).
+/// Most accounts one block overrides, words one override sets, and
+/// withdrawals one block credits (a bound on work; geth's is the
+/// request's size).
 const MAX_OVERRIDES: usize = 1_024;
+const MAX_WITHDRAWALS: usize = 1_024;
 const MAX_WORDS: usize = 4_096;
 /// geth's timestamp step between simulated blocks.
 const TIME_STEP: u64 = 12;
@@ -127,8 +129,6 @@ pub struct RequestedBlock {
     state: Vec<(Address, AccountOverride)>,
     calls: Vec<SimCall>,
     signed: Vec<Option<Vec<call_exec::SignedAuthorization>>>,
-    /// Each call's chain id, as named.
-    chain_ids: Vec<Option<U256>>,
 }
 
 /// A simulated block's facts beside the engine's, which its answer holds:
@@ -221,6 +221,15 @@ pub fn simulation_of(params: Option<&RawValue>) -> Result<SimRequest, GethError>
 
 fn requested_block(block: BlockJson) -> Result<RequestedBlock, GethError> {
     let overrides = block.block_overrides.unwrap_or_default();
+    if overrides
+        .withdrawals
+        .as_ref()
+        .is_some_and(|w| w.len() > MAX_WITHDRAWALS)
+    {
+        return Err(invalid(format!(
+            "more than {MAX_WITHDRAWALS} withdrawals in a block"
+        )));
+    }
     if overrides.difficulty.is_some_and(|d| !d.is_zero()) {
         return Err(GethError::unsupported(
             "a block with a difficulty (before the merge)",
@@ -238,9 +247,7 @@ fn requested_block(block: BlockJson) -> Result<RequestedBlock, GethError> {
         .collect::<Result<_, GethError>>()?;
     let mut calls = Vec::new();
     let mut signed = Vec::new();
-    let mut chain_ids = Vec::new();
     for call in block.calls.unwrap_or_default() {
-        chain_ids.push(call.chain_id);
         signed.push(
             call.authorization_list
                 .as_ref()
@@ -253,7 +260,6 @@ fn requested_block(block: BlockJson) -> Result<RequestedBlock, GethError> {
         state,
         calls,
         signed,
-        chain_ids,
     })
 }
 
@@ -318,6 +324,7 @@ fn sim_call(call: CallJson) -> Result<SimCall, GethError> {
         }),
         blob_hashes: call.blob_versioned_hashes,
         max_fee_per_blob_gas: fee(call.max_fee_per_blob_gas)?,
+        chain_id: call.chain_id,
     })
 }
 
@@ -328,7 +335,6 @@ pub struct Base {
     pub timestamp: u64,
     pub coinbase: Address,
     pub gas_limit: u64,
-    pub chain_id: u64,
 }
 
 /// The chain of blocks `request` makes after `base` (gaps filled), with
@@ -344,7 +350,10 @@ pub fn settle_chain(
         let o = &block.overrides;
         let wanted = match o.number {
             Some(n) => u64::try_from(n).map_err(|_| too_many("too many blocks".into()))?,
-            None => number + 1,
+            // (A view at the last number there is has no next block.)
+            None => number
+                .checked_add(1)
+                .ok_or_else(|| too_many("too many blocks".into()))?,
         };
         if wanted <= number {
             return Err(GethError::new(
@@ -385,23 +394,19 @@ pub fn settle_chain(
         time = stamp;
         coinbase = o.fee_recipient.unwrap_or(coinbase);
         gas_limit = o.gas_limit.map_or(gas_limit, |g| g.to());
-        chain.push(settled_block(
-            block, base, number, time, coinbase, gas_limit,
-        )?);
+        chain.push(settled_block(block, number, time, coinbase, gas_limit)?);
     }
     Ok(chain)
 }
 
 fn settled_block(
     block: &RequestedBlock,
-    base: &Base,
     number: u64,
     timestamp: u64,
     coinbase: Address,
     gas_limit: u64,
 ) -> Result<(SimBlock, BlockExtra), GethError> {
     let o = &block.overrides;
-    check_chain_ids(block, base.chain_id)?;
     let withdrawals = withdrawals_of(o);
     let (base_fee, blob_base_fee) = fees_of(o)?;
     Ok((
@@ -423,22 +428,6 @@ fn settled_block(
             signed: block.signed.clone(),
         },
     ))
-}
-
-/// geth's refusal of a call naming another chain.
-fn check_chain_ids(block: &RequestedBlock, chain_id: u64) -> Result<(), GethError> {
-    match block
-        .chain_ids
-        .iter()
-        .flatten()
-        .find(|c| **c != U256::from(chain_id))
-    {
-        None => Ok(()),
-        Some(other) => Err(GethError::new(
-            -32000,
-            format!("chainId does not match node's (have={other}, want={chain_id})"),
-        )),
-    }
 }
 
 fn withdrawals_of(o: &BlockOverrides) -> Vec<Withdrawal> {
