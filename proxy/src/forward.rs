@@ -371,7 +371,7 @@ where
         let answer = |done: execute::Answered| {
             execute::node_answer(&done.result).map(|data| serde_json::json!(data))
         };
-        self.run_here(call, &args, &sel, run, answer).await
+        self.run_here(call, Some(args.to), &sel, run, answer).await
     }
 
     /// `eth_simulateV1` run here over privately read state
@@ -384,36 +384,11 @@ where
             Ok(request) => request,
             Err(e) => return MethodResponse::error(call.id, e.into_object()),
         };
-        let held = match self.held_at(&request.at) {
-            Ok(held) => held,
-            Err(Refusal::Distrusted(e)) => return MethodResponse::error(call.id, e),
-            Err(Refusal::NoView) => return self.forward(call, Reason::NoView).await,
-        };
-        let why = match self.policy.executor.simulate(&request, held).await {
-            Ok(Ok(simulated)) => {
-                self.policy.activity.private(&call.method);
-                return match execute::simulate_answer(&simulated) {
-                    Ok(value) => MethodResponse::response(
-                        call.id,
-                        ResponsePayload::success(value),
-                        MAX_RESPONSE_BYTES,
-                    ),
-                    Err(error) => MethodResponse::error(call.id, error),
-                };
-            }
-            Ok(Err(why)) => why,
-            Err(e) if e.is_unanswerable() => e.to_string(),
-            Err(e) => {
-                tracing::info!(method = %call.method, error = %Redacted(&e), "private read failed");
-                return MethodResponse::error(call.id, ProxyError::from(e));
-            }
-        };
-        tracing::info!(method = %call.method, why = %Redacted(&why), "not answerable privately; taking the fallback");
-        self.policy.activity.warn(
-            WarningKind::Fallback,
-            format!("{} not answered privately: {why}", call.method),
-        );
-        self.forward(call, Reason::NotHeld).await
+        let executor = &self.policy.executor;
+        let at = request.at.clone();
+        let run = |held| async move { executor.simulate(&request, held).await };
+        let answer = |simulated| execute::simulate_answer(&simulated);
+        self.run_here(call, None, &at, run, answer).await
     }
 
     /// A call run here (`run`, given the contracts whose storage it may
@@ -423,7 +398,7 @@ where
     async fn run_here<T, Fut>(
         &self,
         call: CallCopy,
-        args: &call_exec::CallArgs,
+        contract: Option<Address>,
         sel: &BlockSelector,
         run: impl FnOnce(PrivateStorage) -> Fut,
         answer: impl FnOnce(T) -> Result<serde_json::Value, jsonrpsee::types::ErrorObjectOwned>,
@@ -451,20 +426,21 @@ where
             Ok(Err(why)) => why,
             Err(e) if e.is_unanswerable() => e.to_string(),
             Err(e) => {
-                tracing::debug!(method = %call.method, contract = %args.to, error = %e, "private read failed");
+                tracing::debug!(method = %call.method, ?contract, error = %e, "private read failed");
                 tracing::info!(method = %call.method, error = %Redacted(&e), "private read failed");
                 return MethodResponse::error(call.id, ProxyError::from(e));
             }
         };
-        tracing::debug!(method = %call.method, contract = %args.to, %why, "not answerable privately; taking the fallback");
+        tracing::debug!(method = %call.method, ?contract, %why, "not answerable privately; taking the fallback");
         tracing::info!(method = %call.method, why = %Redacted(&why), "not answerable privately; taking the fallback");
         let taken = match self.policy.may_forward(&call.method) {
             true => "went upstream",
             false => "failed (private-only)",
         };
+        let of = contract.map(|c| format!(" of {c}")).unwrap_or_default();
         self.policy.activity.warn(
             WarningKind::Fallback,
-            format!("{} of {} {taken}: {why}", call.method, args.to),
+            format!("{}{of} {taken}: {why}", call.method),
         );
         self.forward(call, Reason::NotHeld).await
     }
@@ -502,12 +478,12 @@ where
             RunHere::EstimateGas => {
                 let run = |held| executor.estimate(&args, &sel, held, Vec::new());
                 let answer = |estimated| execute::estimate_answer(&estimated);
-                self.run_here(call, &args, &sel, run, answer).await
+                self.run_here(call, Some(args.to), &sel, run, answer).await
             }
             RunHere::AccessList => {
                 let run = |held| executor.access_list(&args, &sel, held);
                 let answer = |(list, result)| execute::access_list_answer(&list, &result);
-                self.run_here(call, &args, &sel, run, answer).await
+                self.run_here(call, Some(args.to), &sel, run, answer).await
             }
         }
     }

@@ -197,8 +197,14 @@ fn execute(
     match evm.inspect_tx(tx_env(run, call, tx)) {
         Ok(out) => Ok(out),
         Err(EVMError::Transaction(invalid)) => {
-            // geth checks the balance before the intrinsic gas.
-            let (code, message) = match cannot_pay(call, tx, sender) {
+            // geth checks the balance before the intrinsic gas (and
+            // after the fees, as revm does).
+            let gas_first = matches!(
+                invalid,
+                InvalidTransaction::CallGasCostMoreThanGasLimit { .. }
+                    | InvalidTransaction::GasFloorMoreThanGasLimit { .. }
+            );
+            let (code, message) = match gas_first && cannot_pay(call, tx, sender) {
                 true => fees::refusal(&InvalidTransaction::LackOfFundForMaxFee {
                     fee: Box::new(cost(call, tx)),
                     balance: Box::new(sender.balance),
