@@ -189,9 +189,6 @@ const SIMULATIONS_REFUSED: &[&str] = &[
     "eth_simulateV1/ethSimulate-use-as-many-features-as-possible",
     // A base block before the merge.
     "eth_simulateV1/ethSimulate-empty-with-block-num-set-firstblock",
-    // A block past the view (geth: "header not found").
-    "eth_simulateV1/ethSimulate-empty-with-block-num-set-plus1",
-    "eth_simulateV1/ethSimulate-make-call-with-future-block",
 ];
 
 /// `answer` without what a simulated block's state root makes: its

@@ -409,7 +409,10 @@ where
         let held = match self.held_at(sel) {
             Ok(held) => held,
             Err(Refusal::Distrusted(e)) => return MethodResponse::error(call.id, e),
-            Err(Refusal::NoView) => return self.forward(call, Reason::NoView).await,
+            Err(Refusal::NoView) => match self.past_the_head(sel).await {
+                Some(e) => return MethodResponse::error(call.id, e),
+                None => return self.forward(call, Reason::NoView).await,
+            },
         };
         let why = match run(held).await {
             Ok(Ok(done)) => {
@@ -443,6 +446,26 @@ where
             format!("{}{of} {taken}: {why}", call.method),
         );
         self.forward(call, Reason::NotHeld).await
+    }
+
+    /// geth's answer to a call at a block past the upstream's head
+    /// ("header not found"), where `sel` names one: no view has it, and
+    /// the node has none either (its head names no address).
+    async fn past_the_head(
+        &self,
+        sel: &BlockSelector,
+    ) -> Option<jsonrpsee::types::ErrorObjectOwned> {
+        let BlockSelector::Number(n) = sel else {
+            return None;
+        };
+        let head = self.policy.upstream.as_ref()?.head().await?;
+        (*n > head).then(|| {
+            jsonrpsee::types::ErrorObjectOwned::owned(
+                execute::EXECUTION_FAILED,
+                "header not found",
+                None::<()>,
+            )
+        })
     }
 
     /// The contracts whose storage a call at `sel` may read privately;
