@@ -500,7 +500,26 @@ async fn a_tier_holding_the_holders_keys_changes_nothing_on_the_wire(
             same_as_anvil(&proxy, anvil, &balance, &at).await;
         })
         .await;
-        seen.push((estimate, refresh, balance));
+        // The swap simulated (eth_simulateV1), the first request of
+        // another fresh proxy: its result is the call's, every key read
+        // by PIR whatever the tier holds.
+        let cache = tempfile::tempdir().unwrap();
+        let proxy = tier_proxy(server, upstream, &cache, HotTierUse::Ahead).await;
+        test_support::eventually("a fresh proxy reads the tier", || async {
+            let s = status(&proxy).await;
+            (s["viewBlock"].as_u64()? >= traded && !s["hot"].is_null()).then_some(())
+        })
+        .await;
+        let simulated = wire_of(server, &base, async {
+            let blocks = json!([{"blockStateCalls": [{"calls": [swap]}]}, at]);
+            let v = test_support::rpc(&proxy, "eth_simulateV1", blocks).await;
+            let direct = anvil.rpc("eth_call", json!([swap, at])).await;
+            let v = v.expect("simulated");
+            assert_eq!(v[0]["calls"][0]["status"], "0x1", "{v}");
+            assert_eq!(v[0]["calls"][0]["returnData"], direct, "{v}");
+        })
+        .await;
+        seen.push((estimate, refresh, balance, simulated));
     }
     assert_eq!(
         seen[0], seen[1],
