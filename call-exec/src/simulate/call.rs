@@ -122,6 +122,14 @@ pub(super) fn run_call(
     }
     tracer.reset();
     let out = execute(run, call, &tx, &sender, tracer, db)?;
+    // A system contract made by a call (its deployer is any address here)
+    // would run its code with gas of its own in every later block.
+    let made = |a: &Address| out.state.get(a).is_some_and(|acc| acc.is_created());
+    if let Some(system) = SYSTEM_CONTRACTS.iter().find(|a| made(a)) {
+        return Err(Stop::Unsupported(format!(
+            "a call creating the system contract {system}"
+        )));
+    }
     db.commit(out.state);
     // geth's nonce wraps past 2^64 - 1; revm's stays.
     if sender.nonce == u64::MAX && call.to.is_some() {
@@ -144,7 +152,7 @@ fn tx_env(run: &BlockRun, call: &SimCall, tx: &SimTx) -> TxEnv {
         .env
         .blob_excess_gas_and_price
         .map_or(0, |b| b.blob_gasprice);
-    let uncapped = !sim.validation && tx.max_fee_per_blob_gas == 0 && call.blob_hashes.is_some();
+    let uncapped = uncapped_blobs(run, call, tx);
     let mut env = TxEnv {
         tx_type: tx.tx_type,
         caller: call.from,
@@ -204,6 +212,17 @@ fn execute(
                 InvalidTransaction::CallGasCostMoreThanGasLimit { .. }
                     | InvalidTransaction::GasFloorMoreThanGasLimit { .. }
             );
+            // Without a blob fee cap, geth's check leaves the blobs out
+            // and its balance then wraps below zero: not followed here.
+            let blob_fee_unpaid = uncapped_blobs(run, call, tx)
+                && matches!(invalid, InvalidTransaction::LackOfFundForMaxFee { .. })
+                && !cannot_pay(call, tx, sender);
+            if blob_fee_unpaid {
+                return Err(Stop::Unsupported(
+                    "a blob call whose sender cannot pay the blob fee (geth's balance would wrap)"
+                        .into(),
+                ));
+            }
             let (code, message) = match gas_first && cannot_pay(call, tx, sender) {
                 true => fees::refusal(&InvalidTransaction::LackOfFundForMaxFee {
                     fee: Box::new(cost(call, tx)),
@@ -278,4 +297,10 @@ fn cost(call: &SimCall, tx: &SimTx) -> U256 {
 /// of the transaction's but its nonce and fees, as geth checks it).
 fn cannot_pay(call: &SimCall, tx: &SimTx, sender: &revm::state::AccountInfo) -> bool {
     sender.balance < cost(call, tx)
+}
+
+/// A blob call without `validation` naming no blob fee cap (geth skips
+/// the cap's check and charges the block's blob price).
+fn uncapped_blobs(run: &BlockRun, call: &SimCall, tx: &SimTx) -> bool {
+    !run.sim.validation && tx.max_fee_per_blob_gas == 0 && call.blob_hashes.is_some()
 }

@@ -11,9 +11,9 @@
 //! What cannot be answered here ends it: an old or a simulated block's
 //! hash (a simulated block's hash depends on its state root, which needs
 //! the state trie), the storage of a contract not held
-//! ([`SimOutcome::Unanswerable`]); and what is not done here (a
-//! precompile overridden or moved, the deposit contract's logs):
-//! [`SimOutcome::Unsupported`]. The blocks' roots and hashes are the
+//! ([`SimOutcome::Unanswerable`]); and what is not done here (a system
+//! contract overridden or created, a deposit, a blob fee geth's balance
+//! would wrap for): [`SimOutcome::Unsupported`]. The blocks' roots and hashes are the
 //! caller's to make.
 
 mod block;

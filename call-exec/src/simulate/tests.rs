@@ -362,3 +362,33 @@ fn a_blob_call_without_a_blob_fee_cap_runs_without_validation() {
     assert_eq!(done[0].calls[0].tx.tx_type, 3);
     assert_eq!(done[0].blob_gas_used, GAS_PER_BLOB);
 }
+
+#[test]
+fn a_blob_fee_the_sender_cannot_pay_is_refused_not_wrapped() {
+    let mut known = KnownState::whole_state();
+    known.add_account(HOLDER, account(1, 0));
+    let mut blob = transfer(0);
+    let mut hash = [0u8; 32];
+    hash[0] = 1;
+    blob.blob_hashes = Some(vec![B256::from(hash)]);
+    let (outcome, _) = settle(&sim(vec![block(101, vec![blob])]), &mut known);
+    assert!(matches!(outcome, SimOutcome::Unsupported(_)), "{outcome:?}");
+}
+
+#[test]
+fn a_call_creating_a_system_contract_is_refused() {
+    // EIP-4788's deployer, at its first nonce, makes the contract's
+    // address (absent on this chain).
+    let deployer = address!("0B799C86a49DEeb90402691F1041aa3AF2d3C875");
+    assert_eq!(deployer.create(0), BEACON_ROOTS);
+    let mut known = KnownState::whole_state();
+    known.add_account(deployer, account(0, 0));
+    let create = SimCall {
+        from: deployer,
+        // PUSH1 1 PUSH1 0 RETURN: one byte of code.
+        input: bytes!("60016000f3"),
+        ..Default::default()
+    };
+    let (outcome, _) = settle(&sim(vec![block(101, vec![create])]), &mut known);
+    assert!(matches!(outcome, SimOutcome::Unsupported(_)), "{outcome:?}");
+}

@@ -9,9 +9,12 @@
 //! not hold. It is given as zero, and so the block's `hash` (made of its
 //! header), the next block's `parentHash` and the logs' `blockHash` are
 //! this header's, not the node's. A call that reads a simulated block's
-//! hash (`BLOCKHASH`, the history contract) cannot be answered so, and is
-//! refused; every other field is the node's (the transactions', receipts'
-//! and withdrawals' roots, the bloom, sizes, fees, gas, logs, data).
+//! hash with `BLOCKHASH` cannot be answered so: it takes the fallback, as
+//! a call's unanswerable read does (refused while the gate keeps address
+//! reads from the upstream); one that calls the history contract after
+//! the first block is refused. Every other field is the node's (the
+//! transactions', receipts' and withdrawals' roots, the bloom, sizes,
+//! fees, gas, logs, data).
 
 mod answer;
 mod params;
@@ -167,10 +170,10 @@ impl Executor {
 /// call's sender and target, every account overridden.
 fn first_keys(simulation: &Simulation) -> Vec<ReadKey> {
     let mut keys: Vec<ReadKey> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     let mut add = |a: Address| {
-        let key = ReadKey::Account(a);
-        if !keys.contains(&key) && keys.len() < MAX_KEYS / 2 {
-            keys.push(key);
+        if keys.len() < MAX_KEYS / 2 && seen.insert(a) {
+            keys.push(ReadKey::Account(a));
         }
     };
     for block in &simulation.blocks {
