@@ -177,6 +177,7 @@ async fn the_address_never_leaves_at_the_edges() {
     other_call_methods_are_refused(&proxy, &relayed, chain.token).await;
     logs_naming_the_holder_stay_private(&proxy, &chain, &relayed).await;
     subscriptions_pass_the_gate(&chain).await;
+    a_widened_subscription_past_its_budget_is_closed(&chain).await;
     a_web_page_runs_nothing(&proxy, &chain).await;
     a_call_costs_what_it_reads(&proxy, &chain, &upstream).await;
     filter_ids_are_the_proxys_own(&proxy, &chain, &upstream).await;
@@ -365,6 +366,78 @@ async fn filter_ids_are_the_proxys_own(proxy: &str, chain: &WholeChain, upstream
         let v = reply(proxy, "eth_getFilterChanges", json!([own])).await;
         assert_eq!(v["error"]["message"], "filter not found", "{v}");
     }
+}
+
+/// Runtime code that emits `logs` Transfer-shaped logs (three topics: the
+/// Transfer event, dev(3), `to`), each of `bytes` of data.
+fn log_emitter(to: Address, logs: usize, bytes: u32) -> Vec<u8> {
+    let word = |w: [u8; 32]| [&[0x7f][..], &w].concat();
+    let topic2 = word(to.into_word().0);
+    let topic1 = word(dev(3).into_word().0);
+    let event: [u8; 32] = alloy_primitives::hex::decode(TRANSFER)
+        .unwrap()
+        .try_into()
+        .unwrap();
+    let size = bytes.to_be_bytes();
+    let one = [
+        topic2,
+        topic1,
+        word(event),
+        // PUSH3 size, PUSH1 0, LOG3
+        vec![0x62, size[1], size[2], size[3], 0x60, 0x00, 0xa3],
+    ]
+    .concat();
+    one.repeat(logs)
+}
+
+/// A `logs` subscription naming the holder is read widened (every
+/// Transfer); past `logs_max_mib` of them in a minute it is closed with an
+/// error, never thinned out in silence nor kept open without bound. A
+/// contract emits 14 Transfer logs of 40 KiB each to another address, in
+/// each of two transactions (2.3 MB of notifications): none is the
+/// holder's, the subscription ends.
+async fn a_widened_subscription_past_its_budget_is_closed(chain: &WholeChain) {
+    use jsonrpsee::core::client::SubscriptionClientT;
+    let cache = tempfile::tempdir().unwrap();
+    let proxy = start_proxy_with(proxy::ProxyConfig {
+        pir_server: chain.server.clone(),
+        upstream: Some(chain.anvil.url.replacen("http://", "ws://", 1)),
+        cache_dir: cache.path().to_path_buf(),
+        logs_max_mib: 1,
+        ..Default::default()
+    })
+    .await;
+    view_reaches(&proxy, 0).await;
+    let ws = jsonrpsee::ws_client::WsClientBuilder::default()
+        .build(proxy.replacen("http://", "ws://", 1))
+        .await
+        .unwrap();
+    let filter = json!({"topics": [TRANSFER, null, topic(holder())]});
+    let mut logs = ws
+        .subscribe::<Value, _>(
+            "eth_subscribe",
+            jsonrpsee::rpc_params!["logs", filter],
+            "eth_unsubscribe",
+        )
+        .await
+        .expect("a logs subscription naming the holder, widened");
+    let emitter = Address::with_last_byte(0xe7);
+    let code =
+        alloy_primitives::Bytes::from(log_emitter(Address::with_last_byte(0x44), 14, 40 << 10));
+    chain
+        .anvil
+        .rpc("anvil_setCode", json!([emitter, code]))
+        .await;
+    for _ in 0..2 {
+        send(&chain.anvil, 3, emitter, Vec::new()).await;
+    }
+    let ended = tokio::time::timeout(test_support::PATIENCE, logs.next())
+        .await
+        .expect("the subscription ends within the patience");
+    assert!(
+        !matches!(ended, Some(Ok(_))),
+        "no log of another reaches the wallet: {ended:?}"
+    );
 }
 
 /// The filter of the holder's incoming transfers, from block 0.
