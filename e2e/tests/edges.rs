@@ -180,6 +180,7 @@ async fn the_address_never_leaves_at_the_edges() {
     a_widened_subscription_past_its_budget_is_closed(&chain).await;
     a_web_page_runs_nothing(&proxy, &chain).await;
     a_call_costs_what_it_reads(&proxy, &chain, &upstream).await;
+    padding_reads_the_calls_view(&chain, &upstream).await;
     filter_ids_are_the_proxys_own(&proxy, &chain, &upstream).await;
 
     let seen = relayed.lock().unwrap().clone();
@@ -626,6 +627,68 @@ async fn a_call_costs_what_it_reads(proxy: &str, chain: &WholeChain, upstream: &
         "after 300 holders a fresh holder's call asked {fresh} queries, a proxy's first {baseline}"
     );
     queries_of(proxy.to_string(), holder()).await;
+}
+
+/// Queries the server has answered of each snapshot, by its id.
+async fn queries_by_level(server: &str) -> std::collections::HashMap<String, u64> {
+    let prefix = "ethpir_queries_total{snapshot=\"";
+    metrics_text(server)
+        .await
+        .lines()
+        .filter_map(|l| {
+            let (id, rest) = l.strip_prefix(prefix)?.split_once("\"}")?;
+            Some((id.to_string(), rest.trim().parse::<f64>().ok()? as u64))
+        })
+        .collect()
+}
+
+/// A call's padding (`pad_call_rounds_to`) reads the call's own view: a
+/// call pinned at an older block sends its 4 requests, the padding after
+/// the answer, to that block's levels only; the newer level is never
+/// asked (the server cannot tell padding from a read at the newest view).
+async fn padding_reads_the_calls_view(chain: &WholeChain, upstream: &str) {
+    let cache = tempfile::tempdir().unwrap();
+    let proxy = start_proxy_with(proxy::ProxyConfig {
+        pir_server: chain.server.clone(),
+        upstream: Some(upstream.to_string()),
+        cache_dir: cache.path().to_path_buf(),
+        pad_call_rounds_to: 4,
+        canaries_per_request: 0,
+        ..Default::default()
+    })
+    .await;
+    let older = view_reaches(&proxy, chain.anvil.head().await).await;
+    let transfer = IToken::transferCall {
+        to: Address::with_last_byte(0x45),
+        amount: U256::from(1u64),
+    };
+    send(&chain.anvil, 3, chain.token, transfer.abi_encode()).await;
+    let newer = view_reaches(&proxy, chain.anvil.head().await).await;
+    assert!(newer > older);
+    let before = queries_by_level(&chain.server).await;
+    let requests = route_requests(&chain.server, "query", true).await;
+    let call = balance_of(chain.token, Address::with_last_byte(0x53));
+    same_as_anvil(&proxy, &chain.anvil, &call, &format!("{older:#x}")).await;
+    test_support::eventually("the call's rounds and padding: 4 requests", || async {
+        let sent = route_requests(&chain.server, "query", true).await - requests;
+        (sent >= 4).then_some(())
+    })
+    .await;
+    let after = queries_by_level(&chain.server).await;
+    let block_of = |id: &str| id.split('-').nth(1).and_then(|b| b.parse::<u64>().ok());
+    let asked: Vec<(&String, u64)> = after
+        .iter()
+        .map(|(id, n)| (id, n - before.get(id).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    assert!(!asked.is_empty());
+    for (id, _) in &asked {
+        let block = block_of(id).unwrap_or_else(|| panic!("a level's id: {id}"));
+        assert!(
+            block <= older,
+            "padding of a call at {older} asked {id}: {asked:?}"
+        );
+    }
 }
 
 /// A proxy that remembers (in its cache) that its server held the whole
