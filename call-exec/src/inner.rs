@@ -76,6 +76,9 @@ pub(crate) struct InnerCalls<'a> {
     /// Whether the block's header is known: else its facts are
     /// unanswerable.
     header_known: bool,
+    /// Whether the blob base fee is known: off mainnet, past zero excess
+    /// blob gas, it depends on a blob schedule not known here.
+    blob_fee_known: bool,
 }
 
 /// Opcodes that read a fact only the block's header has.
@@ -103,7 +106,14 @@ impl<'a> InnerCalls<'a> {
             depth: 0,
             wrote: moves_value,
             header_known,
+            blob_fee_known: true,
         }
+    }
+
+    /// Whether BLOBBASEFEE may be read (else it is unanswerable).
+    pub(crate) fn blob_fee_known(mut self, known: bool) -> Self {
+        self.blob_fee_known = known;
+        self
     }
 }
 
@@ -138,7 +148,8 @@ impl<CTX: ContextTr, INTR: InterpreterTypes> Inspector<CTX, INTR> for InnerCalls
         if op == opcode::GAS {
             self.trace.borrow_mut().gas_observed();
         }
-        if !self.header_known && HEADER_FACTS.contains(&op) {
+        let unknown_fee = op == opcode::BLOBBASEFEE && !self.blob_fee_known;
+        if (!self.header_known && HEADER_FACTS.contains(&op)) || unknown_fee {
             self.trace
                 .borrow_mut()
                 .unanswerable(Unanswerable::BlockField(op));

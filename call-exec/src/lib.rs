@@ -374,7 +374,14 @@ pub fn run_named(
     // answered apart: the node would run it without them.
     let apart_differs =
         !args.value.is_zero() || args.authorizations.is_some() || args.blob_hashes.is_some();
-    let inner = inner::InnerCalls::new(known, trace.clone(), apart_differs, block.header.is_some());
+    let excess = block
+        .header
+        .as_ref()
+        .and_then(|h| h.excess_blob_gas)
+        .unwrap_or(0);
+    let blob_fee_known = excess == 0 || spec::blob_schedule_known(block.chain_id);
+    let inner = inner::InnerCalls::new(known, trace.clone(), apart_differs, block.header.is_some())
+        .blob_fee_known(blob_fee_known);
     let precompiles =
         revm::precompile::Precompiles::new(revm::precompile::PrecompileSpecId::from_spec_id(spec));
     // As reth and anvil list it (revm's inspectors): the recipient and its

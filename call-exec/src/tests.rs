@@ -273,6 +273,31 @@ fn without_a_header_its_facts_are_unanswerable() {
 }
 
 #[test]
+fn the_blob_base_fee_of_an_unknown_schedule_is_unanswerable() {
+    // BLOBBASEFEE PUSH0 MSTORE PUSH1 32 PUSH0 RETURN
+    let mut known = KnownState::new([]);
+    contract(&mut known, CONTRACT, bytes!("4a5f5260205ff3"));
+    let args = CallArgs {
+        to: CONTRACT,
+        ..Default::default()
+    };
+    // No excess blob gas: the price is 1 whatever the schedule.
+    let (outcome, _) = settle(&mut known, &args, absent);
+    let Outcome::Done(CallResult::Success { output, .. }) = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(U256::from_be_slice(&output), U256::from(1));
+    // Some excess, off mainnet: it depends on the chain's schedule.
+    let mut excess = block();
+    excess.header.as_mut().unwrap().excess_blob_gas = Some(10_000_000);
+    let (outcome, _) = settle_in(&excess, &mut known, &args, absent);
+    assert_eq!(
+        outcome,
+        Outcome::Unanswerable(Unanswerable::BlockField(0x4a))
+    );
+}
+
+#[test]
 fn a_traced_run_lists_what_it_touched() {
     // SLOAD(0), return it; the sender is left out of the list.
     let mut known = KnownState::new([CONTRACT]);
