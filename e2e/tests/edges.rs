@@ -398,7 +398,6 @@ fn log_emitter(to: Address, logs: usize, bytes: u32) -> Vec<u8> {
 /// each of two transactions (2.3 MB of notifications): none is the
 /// holder's, the subscription ends.
 async fn a_widened_subscription_past_its_budget_is_closed(chain: &WholeChain) {
-    use jsonrpsee::core::client::SubscriptionClientT;
     let cache = tempfile::tempdir().unwrap();
     let proxy = start_proxy_with(proxy::ProxyConfig {
         pir_server: chain.server.clone(),
@@ -409,19 +408,8 @@ async fn a_widened_subscription_past_its_budget_is_closed(chain: &WholeChain) {
     })
     .await;
     view_reaches(&proxy, 0).await;
-    let ws = jsonrpsee::ws_client::WsClientBuilder::default()
-        .build(proxy.replacen("http://", "ws://", 1))
-        .await
-        .unwrap();
-    let filter = json!({"topics": [TRANSFER, null, topic(holder())]});
-    let mut logs = ws
-        .subscribe::<Value, _>(
-            "eth_subscribe",
-            jsonrpsee::rpc_params!["logs", filter],
-            "eth_unsubscribe",
-        )
-        .await
-        .expect("a logs subscription naming the holder, widened");
+    // (The client lives as long as its subscription.)
+    let (_ws, mut logs) = holders_logs(&proxy).await;
     let emitter = Address::with_last_byte(0xe7);
     let code =
         alloy_primitives::Bytes::from(log_emitter(Address::with_last_byte(0x44), 14, 40 << 10));
@@ -441,6 +429,31 @@ async fn a_widened_subscription_past_its_budget_is_closed(chain: &WholeChain) {
     );
 }
 
+/// A WebSocket client of `proxy` and its `logs` subscription naming the
+/// holder (read widened).
+async fn holders_logs(
+    proxy: &str,
+) -> (
+    jsonrpsee::ws_client::WsClient,
+    jsonrpsee::core::client::Subscription<Value>,
+) {
+    use jsonrpsee::core::client::SubscriptionClientT;
+    let ws = jsonrpsee::ws_client::WsClientBuilder::default()
+        .build(proxy.replacen("http://", "ws://", 1))
+        .await
+        .unwrap();
+    let filter = json!({"topics": [TRANSFER, null, topic(holder())]});
+    let logs = ws
+        .subscribe::<Value, _>(
+            "eth_subscribe",
+            jsonrpsee::rpc_params!["logs", filter],
+            "eth_unsubscribe",
+        )
+        .await
+        .expect("a logs subscription naming the holder, widened");
+    (ws, logs)
+}
+
 /// The filter of the holder's incoming transfers, from block 0.
 fn naming_holder() -> Value {
     json!({"fromBlock": "0x0", "topics": [TRANSFER, null, topic(holder())]})
@@ -454,19 +467,7 @@ async fn subscriptions_pass_the_gate(chain: &WholeChain) {
     let ws_node = chain.anvil.url.replacen("http://", "ws://", 1);
     let (proxy, _cache) = fresh_proxy(&chain.server, Some(ws_node)).await;
     view_reaches(&proxy, 0).await;
-    let ws = jsonrpsee::ws_client::WsClientBuilder::default()
-        .build(proxy.replacen("http://", "ws://", 1))
-        .await
-        .unwrap();
-    let filter = json!({"topics": [TRANSFER, null, topic(holder())]});
-    let mut logs = ws
-        .subscribe::<Value, _>(
-            "eth_subscribe",
-            jsonrpsee::rpc_params!["logs", filter],
-            "eth_unsubscribe",
-        )
-        .await
-        .expect("a logs subscription naming the holder, widened");
+    let (ws, mut logs) = holders_logs(&proxy).await;
     let mut heads = ws
         .subscribe::<Value, _>(
             "eth_subscribe",

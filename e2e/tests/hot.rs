@@ -208,6 +208,19 @@ async fn tier_proxy(
     .await
 }
 
+/// A fresh proxy of `server` ([`tier_proxy`], the tier read ahead) once
+/// it holds the tier at a view of `traded` or later.
+async fn proxy_with_tier(server: &str, upstream: &str, traded: u64) -> (String, tempfile::TempDir) {
+    let cache = tempfile::tempdir().unwrap();
+    let proxy = tier_proxy(server, upstream, &cache, HotTierUse::Ahead).await;
+    test_support::eventually("a fresh proxy reads the tier", || async {
+        let s = status(&proxy).await;
+        (s["viewBlock"].as_u64()? >= traded && !s["hot"].is_null()).then_some(())
+    })
+    .await;
+    (proxy, cache)
+}
+
 /// What the holder's calls cost a proxy.
 #[derive(Debug)]
 struct Cost {
@@ -473,13 +486,7 @@ async fn a_tier_holding_the_holders_keys_changes_nothing_on_the_wire(
     let balance = call_object(m.proxied, &IFlagged::balanceOfCall { holder }.abi_encode());
     let mut seen = Vec::new();
     for server in [server, testing_server.as_str()] {
-        let cache = tempfile::tempdir().unwrap();
-        let proxy = tier_proxy(server, upstream, &cache, HotTierUse::Ahead).await;
-        test_support::eventually("a fresh proxy reads the tier", || async {
-            let s = status(&proxy).await;
-            (s["viewBlock"].as_u64()? >= traded && !s["hot"].is_null()).then_some(())
-        })
-        .await;
+        let (proxy, _cache) = proxy_with_tier(server, upstream, traded).await;
         let swap = m.swap(holder);
         let estimate = wire_of(server, &base, async {
             let v = test_support::rpc(&proxy, "eth_estimateGas", json!([swap, at])).await;
@@ -503,13 +510,7 @@ async fn a_tier_holding_the_holders_keys_changes_nothing_on_the_wire(
         // The swap simulated (eth_simulateV1), the first request of
         // another fresh proxy: its result is the call's, every key read
         // by PIR whatever the tier holds.
-        let cache = tempfile::tempdir().unwrap();
-        let proxy = tier_proxy(server, upstream, &cache, HotTierUse::Ahead).await;
-        test_support::eventually("a fresh proxy reads the tier", || async {
-            let s = status(&proxy).await;
-            (s["viewBlock"].as_u64()? >= traded && !s["hot"].is_null()).then_some(())
-        })
-        .await;
+        let (proxy, _cache) = proxy_with_tier(server, upstream, traded).await;
         let simulated = wire_of(server, &base, async {
             let blocks = json!([{"blockStateCalls": [{"calls": [swap]}]}, at]);
             let v = test_support::rpc(&proxy, "eth_simulateV1", blocks).await;
@@ -527,13 +528,7 @@ async fn a_tier_holding_the_holders_keys_changes_nothing_on_the_wire(
     );
     let mut alike = Vec::new();
     for who in [holder, Address::repeat_byte(0x5e)] {
-        let cache = tempfile::tempdir().unwrap();
-        let proxy = tier_proxy(&testing_server, upstream, &cache, HotTierUse::Ahead).await;
-        test_support::eventually("a fresh proxy reads the tier", || async {
-            let s = status(&proxy).await;
-            (s["viewBlock"].as_u64()? >= traded && !s["hot"].is_null()).then_some(())
-        })
-        .await;
+        let (proxy, _cache) = proxy_with_tier(&testing_server, upstream, traded).await;
         let call = call_object(
             m.proxied,
             &IFlagged::balanceOfCall { holder: who }.abi_encode(),
