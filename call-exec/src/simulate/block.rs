@@ -38,44 +38,59 @@ pub(super) fn block_facts(
         ..Default::default()
     };
     env.blob_excess_gas_and_price = None;
-    let mut excess_blob_gas = 0;
-    if spec.is_enabled_in(SpecId::CANCUN) {
-        let schedule = blob_schedule(chain, spec, block.timestamp);
-        let parent_spec = crate::spec_for(chain, parent.number, parent.timestamp, sim.latest);
-        let (excess, used) = (
-            parent.excess_blob_gas.unwrap_or(0),
-            parent.blob_gas_used.unwrap_or(0),
-        );
-        // Under every fork's target, no excess follows, whatever the
-        // chain's schedule; past it, only a schedule known here says.
-        let least_target = 3 * GAS_PER_BLOB;
-        if !blob_schedule_known(chain) && excess.saturating_add(used) >= least_target {
-            return Err(Stop::Unsupported(
-                "the blob fees of a chain whose blob schedule is not known here".into(),
-            ));
-        }
-        if parent_spec.is_enabled_in(SpecId::CANCUN) {
-            excess_blob_gas = fees::next_excess_blob_gas(
-                excess,
-                used,
-                parent.base_fee,
-                &schedule,
-                spec.is_enabled_in(SpecId::OSAKA),
-            );
-        }
-        env.set_blob_excess_gas_and_price(excess_blob_gas, schedule.update_fraction);
-        if let (Some(price), Some(set)) =
-            (block.blob_base_fee, env.blob_excess_gas_and_price.as_mut())
-        {
-            set.blob_gasprice = price;
-        }
-    }
+    let excess_blob_gas = match spec.is_enabled_in(SpecId::CANCUN) {
+        true => blob_facts(sim, block, parent, spec, &mut env)?,
+        false => 0,
+    };
     Ok(BlockFacts {
         spec,
         env,
         base_fee,
         excess_blob_gas,
     })
+}
+
+/// A Cancun block's blob facts, set in `env`: its excess blob gas (from
+/// the parent's, under the block's schedule) and blob base fee (named, or
+/// from the excess).
+fn blob_facts(
+    sim: &Simulation,
+    block: &SimBlock,
+    parent: &Parent,
+    spec: SpecId,
+    env: &mut BlockEnv,
+) -> Result<u64, Stop> {
+    let chain = sim.base.context.chain_id;
+    let mut excess_blob_gas = 0;
+    let schedule = blob_schedule(chain, spec, block.timestamp);
+    let parent_spec = crate::spec_for(chain, parent.number, parent.timestamp, sim.latest);
+    let (excess, used) = (
+        parent.excess_blob_gas.unwrap_or(0),
+        parent.blob_gas_used.unwrap_or(0),
+    );
+    // Under every fork's target, no excess follows, whatever the
+    // chain's schedule; past it, only a schedule known here says.
+    let least_target = 3 * GAS_PER_BLOB;
+    if !blob_schedule_known(chain) && excess.saturating_add(used) >= least_target {
+        return Err(Stop::Unsupported(
+            "the blob fees of a chain whose blob schedule is not known here".into(),
+        ));
+    }
+    if parent_spec.is_enabled_in(SpecId::CANCUN) {
+        excess_blob_gas = fees::next_excess_blob_gas(
+            excess,
+            used,
+            parent.base_fee,
+            &schedule,
+            spec.is_enabled_in(SpecId::OSAKA),
+        );
+    }
+    env.set_blob_excess_gas_and_price(excess_blob_gas, schedule.update_fraction);
+    if let (Some(price), Some(set)) = (block.blob_base_fee, env.blob_excess_gas_and_price.as_mut())
+    {
+        set.blob_gasprice = price;
+    }
+    Ok(excess_blob_gas)
 }
 
 /// Applies a block's state overrides, in ascending address order (geth's):

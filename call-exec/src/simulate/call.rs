@@ -38,6 +38,21 @@ fn transaction(
             "a creation from an account whose nonce is at its most".into(),
         ));
     }
+    let (tx_type, cap, tip) = type_and_fees(call)?;
+    let tx = SimTx {
+        tx_type,
+        nonce: call.nonce.unwrap_or(state_nonce),
+        gas,
+        max_fee_per_gas: cap,
+        max_priority_fee_per_gas: tip,
+        max_fee_per_blob_gas: call.max_fee_per_blob_gas.unwrap_or(0),
+    };
+    Ok((tx, gas < wanted))
+}
+
+/// The transaction's type and its fee cap and tip, as geth's defaults make
+/// them (`gasPrice` a legacy transaction's, both caps zero unless named).
+fn type_and_fees(call: &SimCall) -> Result<(u8, u128, u128), Stop> {
     let named_1559 = call.max_fee_per_gas.is_some() || call.max_priority_fee_per_gas.is_some();
     if call.gas_price.is_some() && named_1559 {
         return Err(Stop::Failed(
@@ -69,15 +84,7 @@ fn transaction(
             call.max_priority_fee_per_gas.unwrap_or(0),
         ),
     };
-    let tx = SimTx {
-        tx_type,
-        nonce: call.nonce.unwrap_or(state_nonce),
-        gas,
-        max_fee_per_gas: cap,
-        max_priority_fee_per_gas: tip,
-        max_fee_per_blob_gas: call.max_fee_per_blob_gas.unwrap_or(0),
-    };
-    Ok((tx, gas < wanted))
+    Ok((tx_type, cap, tip))
 }
 
 /// geth's first check of a transaction under `validation` (before its
