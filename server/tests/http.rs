@@ -124,6 +124,28 @@ fn assert_found(
     }
 }
 
+/// `queries` of snapshot `id` sent to `POST /v1/query` (framed by
+/// protocol::multi, one snapshot named): its responses.
+async fn post_queries(
+    http: &reqwest::Client,
+    base: &str,
+    id: &str,
+    queries: &[pir_core::Query],
+) -> Vec<pir_core::Response> {
+    let body = protocol::multi::encode_request(&[(id, &encode_queries(queries))]).unwrap();
+    let resp = http
+        .post(format!("{base}/v1/query"))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let body = resp.bytes().await.unwrap();
+    let parts = protocol::multi::decode_response(&body).unwrap();
+    assert_eq!(parts.len(), 1);
+    decode_responses(parts[0]).unwrap()
+}
+
 /// A PIR client for snapshot `id`, from its setup over HTTP.
 async fn client_for(http: &reqwest::Client, base: &str, id: &str) -> PirClient {
     let setup = http
@@ -208,17 +230,7 @@ async fn serves_private_queries_and_refuses_bad_ones() {
     // request naming one snapshot here).
     let url = format!("{base}/v1/query");
     let to = |id: &str, batch: &[u8]| protocol::multi::encode_request(&[(id, batch)]).unwrap();
-    let resp = http
-        .post(&url)
-        .body(to(&entry.id.url_form(), &encode_queries(&queries)))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    let body = resp.bytes().await.unwrap();
-    let parts = protocol::multi::decode_response(&body).unwrap();
-    assert_eq!(parts.len(), 1);
-    let responses = decode_responses(parts[0]).unwrap();
+    let responses = post_queries(&http, &base, &entry.id.url_form(), &queries).await;
     assert_found(&client, pendings, &responses);
     let one = encode_queries(&queries[..1]);
 
@@ -276,14 +288,7 @@ async fn serves_private_queries_and_refuses_bad_ones() {
         .await
         .unwrap();
     assert!(health.contains("\"snapshots\":1"), "{health}");
-    let metrics = http
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&http, &base).await;
     assert!(
         metrics.contains("ethpir_queries_total{snapshot=\"31337-5-full\"} 5"),
         "{metrics}"
@@ -539,9 +544,19 @@ async fn one_request_queries_every_level_of_a_view() {
 
 /// A metric's value in Prometheus text (`name` with its labels, if any).
 fn metric(text: &str, name: &str) -> f64 {
+    counted(text, name).unwrap_or_else(|| panic!("no {name} in {text}"))
+}
+
+/// The value of metric line `name` in `/metrics` text, if there is one.
+fn counted(text: &str, name: &str) -> Option<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in {text}"))
+}
+
+/// The server's `/metrics` text.
+async fn metrics_text(http: &reqwest::Client, base: &str) -> String {
+    let response = http.get(format!("{base}/metrics")).send().await.unwrap();
+    response.text().await.unwrap()
 }
 
 /// Many wallets at once, each reading its own accounts through every level
@@ -600,8 +615,7 @@ async fn answers_batched_across_requests_go_to_their_own_requests() {
                 .collect();
             assert_eq!(values, expected, "wallet {w}'s own accounts");
         }
-        let text = http.get(format!("{base}/metrics")).send().await.unwrap();
-        let text = text.text().await.unwrap();
+        let text = metrics_text(&http, &base).await;
         let passes = metric(&text, "ethpir_pass_requests_count");
         let requests = metric(&text, "ethpir_pass_requests_sum");
         assert_eq!(requests, 22.0, "11 good requests, 2 parts each");
@@ -1061,36 +1075,15 @@ async fn five_lookups(http: &reqwest::Client, base: &str, id: &str, exported: &E
             (q, (r.clone(), p))
         })
         .unzip();
-    let body = protocol::multi::encode_request(&[(id, &encode_queries(&queries))]).unwrap();
-    let resp = http
-        .post(format!("{base}/v1/query"))
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    let body = resp.bytes().await.unwrap();
-    let parts = protocol::multi::decode_response(&body).unwrap();
-    let responses = decode_responses(parts[0]).unwrap();
+    let responses = post_queries(http, base, id, &queries).await;
     assert_found(&client, pendings, &responses);
 }
 
 /// Passes counted on the GPU, on the CPU, and GPU passes answered on the
 /// CPU instead, from `/metrics` (a label never counted is absent: 0).
 async fn passes(http: &reqwest::Client, base: &str) -> (f64, f64, f64) {
-    let text = http
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let count = |name: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-            .unwrap_or(0.0)
-    };
+    let text = metrics_text(http, base).await;
+    let count = |name: &str| counted(&text, name).unwrap_or(0.0);
     (
         count("ethpir_passes_total{device=\"cuda\"}"),
         count("ethpir_passes_total{device=\"cpu\"}"),

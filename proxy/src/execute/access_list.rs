@@ -43,7 +43,7 @@ impl Executor {
             list = touched;
         }
         let requests = self.pad_requests(&session).await;
-        log_cost("eth_createAccessList", args, &session, requests);
+        log_cost("eth_createAccessList", Some(args.to), &session, requests);
         if let Some(why) = apart_taints_gas(&session) {
             return Ok(Err(why));
         }

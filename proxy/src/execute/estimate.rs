@@ -71,7 +71,7 @@ impl Executor {
         };
         let estimated = self.estimate_in(&mut session, args, first).await;
         let requests = self.pad_requests(&session).await;
-        log_cost("eth_estimateGas", args, &session, requests);
+        log_cost("eth_estimateGas", Some(args.to), &session, requests);
         if let Some(why) = apart_taints_gas(&session) {
             return Ok(Err(why));
         }

@@ -464,7 +464,7 @@ impl Executor {
     /// `pad_rounds_to` when it sent any.
     pub async fn close(&self, session: Session, args: &CallArgs, result: CallResult) -> Answered {
         let requests = self.pad_requests(&session).await;
-        log_cost("eth_call", args, &session, requests);
+        log_cost("eth_call", Some(args.to), &session, requests);
         Answered {
             result,
             rounds: session.rounds,
@@ -744,10 +744,11 @@ impl Executor {
     }
 }
 
-/// What a method run here cost, logged (names the contract, never the
-/// caller): its rounds, keys and PIR requests.
-fn log_cost(method: &str, args: &CallArgs, session: &Session, requests: u64) {
-    tracing::debug!(method, contract = %args.to, "executed privately");
+/// What a method run here cost, logged (names the contract at debug,
+/// where there is one; never the caller): its rounds, keys and PIR
+/// requests.
+fn log_cost(method: &str, contract: Option<Address>, session: &Session, requests: u64) {
+    tracing::debug!(method, ?contract, "executed privately");
     tracing::info!(
         method,
         rounds = session.rounds,

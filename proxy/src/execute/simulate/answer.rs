@@ -179,9 +179,10 @@ fn receipts(done: &SimBlockDone) -> (Vec<Vec<u8>>, Bloom) {
     (encoded, bloom)
 }
 
-fn trie_root(items: &[Vec<u8>]) -> B256 {
-    proofs::ordered_trie_root_with_encoder(items, |item: &Vec<u8>, buf: &mut Vec<u8>| {
-        buf.extend_from_slice(item)
+/// The trie root of `items` by index, each as `bytes` gives it.
+fn trie_root<T>(items: &[T], bytes: impl Fn(&T) -> &[u8]) -> B256 {
+    proofs::ordered_trie_root_with_encoder(items, |item: &T, buf: &mut Vec<u8>| {
+        buf.extend_from_slice(bytes(item))
     })
 }
 
@@ -195,19 +196,6 @@ fn requests_hash(requests: &[Bytes]) -> B256 {
     B256::from_slice(&all.finalize())
 }
 
-fn withdrawals(extra: &BlockExtra) -> Vec<alloy_eips::eip4895::Withdrawal> {
-    extra
-        .withdrawals
-        .iter()
-        .map(|w| alloy_eips::eip4895::Withdrawal {
-            index: w.index,
-            validator_index: w.validator_index,
-            address: w.address,
-            amount: w.gwei,
-        })
-        .collect()
-}
-
 fn header(
     block: &SimBlock,
     done: &SimBlockDone,
@@ -217,7 +205,6 @@ fn header(
     receipts: &[Vec<u8>],
     bloom: Bloom,
 ) -> Header {
-    let txs: Vec<Vec<u8>> = txs.iter().map(|t| t.bytes.clone()).collect();
     let spec = done.spec;
     let cancun = spec.is_enabled_in(SpecId::CANCUN);
     Header {
@@ -226,8 +213,8 @@ fn header(
         beneficiary: block.coinbase,
         // Not made here: the state trie's nodes are not held.
         state_root: B256::ZERO,
-        transactions_root: trie_root(&txs),
-        receipts_root: trie_root(receipts),
+        transactions_root: trie_root(txs, |t| &t.bytes),
+        receipts_root: trie_root(receipts, |r| r),
         logs_bloom: bloom,
         difficulty: U256::ZERO,
         number: block.number,
@@ -240,7 +227,7 @@ fn header(
         base_fee_per_gas: spec.is_enabled_in(SpecId::LONDON).then_some(done.base_fee),
         withdrawals_root: spec
             .is_enabled_in(SpecId::SHANGHAI)
-            .then(|| proofs::calculate_withdrawals_root(&withdrawals(extra))),
+            .then(|| proofs::calculate_withdrawals_root(&extra.withdrawals)),
         blob_gas_used: cancun.then_some(done.blob_gas_used),
         excess_blob_gas: cancun.then_some(done.excess_blob_gas),
         parent_beacon_block_root: cancun.then_some(block.beacon_root),
@@ -324,7 +311,7 @@ fn block_json(
 /// A block's header as a node writes it (each fork's fields where the
 /// header has them), with its size.
 fn header_json(header: &Header, hash: B256, txs: &[Encoded], extra: &BlockExtra) -> Value {
-    let withdrawals = withdrawals(extra);
+    let withdrawals = &extra.withdrawals;
     let listed = header
         .withdrawals_root
         .is_some()

@@ -63,7 +63,7 @@ pub enum Simulated {
 
 /// A simulation that ran: its blocks as settled, and what they gave.
 pub struct Ran {
-    pub simulation: Simulation,
+    pub simulation: Arc<Simulation>,
     pub extras: Vec<params::BlockExtra>,
     pub blocks: Vec<SimBlockDone>,
     pub full_transactions: bool,
@@ -100,7 +100,7 @@ impl Executor {
             Err(e) => return Ok(Ok(Simulated::Failed(e))),
         };
         let (blocks, extras): (Vec<_>, Vec<_>) = chain.into_iter().unzip();
-        let simulation = Simulation {
+        let simulation = Arc::new(Simulation {
             base: BaseBlock {
                 context: session.block.clone(),
                 hash,
@@ -111,10 +111,10 @@ impl Executor {
             validation: request.validation,
             trace_transfers: request.trace_transfers,
             latest: self.latest,
-        };
+        });
         let outcome = self.simulate_in(&mut session, &simulation).await?;
         let requests = self.pad_requests(&session).await;
-        log_simulation(&session, requests);
+        log_cost("eth_simulateV1", None, &session, requests);
         Ok(outcome.map(|outcome| match outcome {
             Err(e) => Simulated::Failed(e),
             Ok(blocks) => Simulated::Ran(Box::new(Ran {
@@ -130,7 +130,7 @@ impl Executor {
     async fn simulate_in(
         &self,
         session: &mut Session,
-        simulation: &Simulation,
+        simulation: &Arc<Simulation>,
     ) -> Result<Result<Result<Vec<SimBlockDone>, GethError>, String>, ReadError> {
         let mut pending = first_keys(simulation);
         for _ in 0..MAX_ROUNDS {
@@ -140,7 +140,8 @@ impl Executor {
             }
             session.rounds += 1;
             let known = std::mem::take(&mut session.reads.known);
-            let run = simulation.clone();
+            // (The request is shared with the blocking run, not copied.)
+            let run = Arc::clone(simulation);
             let (outcome, known, took) = tokio::task::spawn_blocking(move || {
                 let started = std::time::Instant::now();
                 let outcome = call_exec::simulate::simulate(&run, &known);
@@ -188,16 +189,4 @@ fn first_keys(simulation: &Simulation) -> Vec<ReadKey> {
         }
     }
     keys
-}
-
-fn log_simulation(session: &Session, requests: u64) {
-    tracing::info!(
-        method = "eth_simulateV1",
-        rounds = session.rounds,
-        keys = session.reads.keys,
-        requests,
-        evm_us = session.evm_time.as_micros() as u64,
-        snapshot = %session.view.top(),
-        "executed privately"
-    );
 }

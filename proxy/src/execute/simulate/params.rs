@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use alloy_eips::eip4895::Withdrawal;
 use alloy_primitives::{Address, Bytes, B256, U256, U64};
 use call_exec::simulate::{AccountOverride, SimBlock, SimCall};
 use ethpir_client::BlockSelector;
@@ -138,15 +139,6 @@ pub struct RequestedBlock {
 pub struct BlockExtra {
     pub withdrawals: Vec<Withdrawal>,
     pub signed: Vec<Option<Vec<call_exec::SignedAuthorization>>>,
-}
-
-/// A withdrawal as named.
-#[derive(Clone, Debug, Default)]
-pub struct Withdrawal {
-    pub index: u64,
-    pub validator_index: u64,
-    pub address: Address,
-    pub gwei: u64,
 }
 
 fn invalid(message: String) -> GethError {
@@ -419,7 +411,7 @@ fn settled_block(
             base_fee,
             blob_base_fee,
             beacon_root: o.beacon_root.unwrap_or_default(),
-            withdrawals: withdrawals.iter().map(|w| (w.address, w.gwei)).collect(),
+            withdrawals: withdrawals.iter().map(|w| (w.address, w.amount)).collect(),
             overrides: block.state.clone(),
             calls: block.calls.clone(),
         },
@@ -435,7 +427,7 @@ fn withdrawals_of(o: &BlockOverrides) -> Vec<Withdrawal> {
         index: w.index.to(),
         validator_index: w.validator_index.to(),
         address: w.address,
-        gwei: w.amount.to(),
+        amount: w.amount.to(),
     };
     o.withdrawals.iter().flatten().map(each).collect()
 }
