@@ -10,7 +10,10 @@
 # LOG2 (answer sizes, default 24,26,28,30; 2^30 needs about 90 GB of GPU
 # memory), HINT_LOG2 (the selftest's database, default 16), PIR_LOG2
 # (pir-bench sizes, default "24 26") and SERVER_BENCH=0 (skip it) trim a
-# run to the device time at hand.
+# run to the device time at hand. KERNEL=<name> (e.g. ethpir_answer_s4x2)
+# runs pir-bench and server-bench again with that answer kernel forced for
+# every batch (ETHPIR_GPU_ANSWER_KERNEL), beside the server's own choice;
+# gpu-selftest times every kernel regardless.
 #
 # BIN holds gpu-selftest, pir-bench and server-bench (cargo build --release
 # -p gpu-kernels -p pir-bench -p system-bench); what it prints is kept in
@@ -23,6 +26,7 @@ LOG2=${LOG2:-24,26,28,30}
 HINT_LOG2=${HINT_LOG2:-16}
 PIR_LOG2=${PIR_LOG2:-24 26}
 SERVER_BENCH=${SERVER_BENCH:-1}
+KERNEL=${KERNEL:-}
 mkdir -p "$OUT"
 {
     date -u +%FT%TZ
@@ -46,10 +50,19 @@ step() {
 }
 
 step selftest "$BIN/gpu-selftest" --log2-keys "$HINT_LOG2" --bench-answers "$LOG2" --reps 3
-for n in $PIR_LOG2; do
-    step "pir-bench-$n" "$BIN/pir-bench" --device cuda --log2-keys "$n" --batch 64 --reps 5 --no-memread
-done
-if [ "$SERVER_BENCH" = 1 ] && [ -x "$BIN/server-bench" ]; then
-    step server-bench "$BIN/server-bench" --log2-accounts 22 --answer-device cpu,cuda \
-        --batching on --seconds 5 --dir /tmp/server-bench-data
+# The end-to-end benches, with the server's choice of kernel, then (when
+# KERNEL is set) with KERNEL forced.
+end_to_end() {
+    local tag=$1
+    for n in $PIR_LOG2; do
+        step "pir-bench-$n$tag" "$BIN/pir-bench" --device cuda --log2-keys "$n" --batch 64 --reps 5 --no-memread
+    done
+    if [ "$SERVER_BENCH" = 1 ] && [ -x "$BIN/server-bench" ]; then
+        step "server-bench$tag" "$BIN/server-bench" --log2-accounts 22 --answer-device cpu,cuda \
+            --batching on --seconds 5 --dir /tmp/server-bench-data
+    fi
+}
+end_to_end ""
+if [ -n "$KERNEL" ]; then
+    ETHPIR_GPU_ANSWER_KERNEL=$KERNEL end_to_end "-$KERNEL"
 fi

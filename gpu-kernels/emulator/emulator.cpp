@@ -73,6 +73,7 @@ void emu_fiber_main() {
 #define __constant__ static const
 #define __forceinline__ inline
 #define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
 #define __syncthreads() emu_barrier.arrive_and_wait()
 
 #include "../kernels/ethpir.cu"
@@ -186,27 +187,33 @@ static void emu_launch(EmuDim3 grid, unsigned threads, Kernel kernel) {
     }
 }
 
-extern "C" void ethpir_emu_expand(const u8* key, u32 mode, u32 n, u32 col0, u32 ncols, u32* out) {
-    u64 items = (u64)n * ((ncols + ETHPIR_BLOCK_COLS - 1) / ETHPIR_BLOCK_COLS);
-    unsigned threads = 64;
-    EmuDim3 grid{(unsigned)((items + threads - 1) / threads), 1, 1};
-    emu_launch(grid, threads, [=] { ethpir_expand(key, mode, n, col0, ncols, out); });
+// `blocks` as src/backend.rs (expand_launch) computes them.
+extern "C" void ethpir_emu_expand(u32 aes, u32 blocks, const u8* key, u32 n, u32 col0, u32 ncols, u32* out) {
+    emu_launch(EmuDim3{blocks, 1, 1}, ETHPIR_EXPAND_THREADS, [=] {
+        if (aes != 0) {
+            ethpir_expand_aes(key, n, col0, ncols, out);
+        } else {
+            ethpir_expand_turboshake(key, n, col0, ncols, out);
+        }
+    });
 }
 
-
-extern "C" void ethpir_emu_answer_slice(const u32* q, u32 count, u32 groups, u32* planes) {
-    u64 items = (u64)count * groups;
+extern "C" void ethpir_emu_answer_slice(const u32* q, u32 count, u32 groups, u32 stride, u32* planes) {
+    u64 items = (u64)count * stride;
     EmuDim3 grid{(unsigned)((items + ETHPIR_SLICE_THREADS - 1) / ETHPIR_SLICE_THREADS), 1, 1};
-    emu_launch(grid, ETHPIR_SLICE_THREADS, [=] { ethpir_answer_slice(q, count, groups, planes); });
+    emu_launch(grid, ETHPIR_SLICE_THREADS, [=] { ethpir_answer_slice(q, count, groups, stride, planes); });
 }
 
-// `blocks` as the CUDA launch computes it (src/answer.rs); `kernel` is
-// the kernel's place in AnswerKernel::ALL.
-extern "C" void ethpir_emu_answer(u32 kernel, u32 blocks, const u32* planes, u32 m_rows, const i8* d, u32 groups,
-                                  u32 cols_pad, u32 chunk_groups, u32* out) {
-    using Kernel = void (*)(const u32*, u32, const i8*, u32, u32, u32, u32*);
-    static const Kernel kernels[] = {ethpir_answer_m1u1, ethpir_answer_m2u2, ethpir_answer_m4u2};
+// `blocks` and `threads` as the CUDA launch computes them (src/answer.rs);
+// `kernel` is the kernel's place in AnswerKernel::ALL.
+extern "C" void ethpir_emu_answer(u32 kernel, u32 blocks, u32 threads, const u32* planes, u32 m_rows, u32 stride,
+                                  const i8* d, u32 groups, u32 cols_pad, u32 chunk_groups, u32* out) {
+    using Kernel = void (*)(const u32*, u32, u32, const i8*, u32, u32, u32, u32*);
+    static const Kernel kernels[] = {
+        ethpir_answer_m1u1, ethpir_answer_m2u2, ethpir_answer_m4u2, ethpir_answer_s1x2,
+        ethpir_answer_s2x2, ethpir_answer_s4x1, ethpir_answer_s4x2, ethpir_answer_s2x3,
+    };
     Kernel run = kernels[kernel];
-    emu_launch(EmuDim3{blocks, 1, 1}, ETHPIR_ANSWER_THREADS,
-               [=] { run(planes, m_rows, d, groups, cols_pad, chunk_groups, out); });
+    emu_launch(EmuDim3{blocks, 1, 1}, threads,
+               [=] { run(planes, m_rows, stride, d, groups, cols_pad, chunk_groups, out); });
 }

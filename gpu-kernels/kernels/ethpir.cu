@@ -3,17 +3,18 @@
 // machines without a GPU, as plain C++ by emulator/emulator.cpp, which runs
 // every CUDA thread of a block on its own host thread. Keep this file free
 // of anything else CUDA-specific than the qualifiers,
-// blockIdx/threadIdx/blockDim, __shared__, __syncthreads and the two
-// helpers below that the emulator supplies (the MMA, atomics).
+// blockIdx/threadIdx/blockDim, __shared__, __align__, __syncthreads and the
+// helpers below that the emulator supplies (the MMA, atomics, 16-byte
+// loads and asynchronous copies into shared memory).
 //
 // The kernels make exactly the numbers pir-core makes on the CPU:
-//   ethpir_expand    - the public matrix A in the setup's expansion (`mode`,
-//                      pir-core's Expansion::code): 0 = block (row, block)
-//                      is TurboSHAKE128 (Keccak-p[1600,12], domain byte 0x0A)
-//                      of seed || row (u32 LE) || block (u32 LE); 1 = entries
-//                      4c .. 4c+4 of a row are AES-128 (key: the first 16
-//                      bytes of `key`, derived from the seed by pir-core) of
-//                      row (u32 LE) || c (u32 LE) || 0 (u64); read as u32 LE;
+//   ethpir_expand_* - the public matrix A in the setup's expansion:
+//                      turboshake: block (row, block) is TurboSHAKE128
+//                      (Keccak-p[1600,12], domain byte 0x0A) of seed || row
+//                      (u32 LE) || block (u32 LE); aes: entries 4c .. 4c+4
+//                      of a row are AES-128 (key: the first 16 bytes of
+//                      `key`, derived from the seed by pir-core) of row (u32
+//                      LE) || c (u32 LE) || 0 (u64); read as u32 LE;
 //   ethpir_answer_*  - q . D over Z_2^32 for a batch of vectors q, on the
 //                      tensor cores (below, with their layout): the
 //                      server's answers, and the hint M += A_tile . D_tile
@@ -31,7 +32,9 @@ typedef unsigned char u8;
 // Set from Rust (src/defines.rs), never here: NVRTC options and the
 // emulator's build pass them.
 #if !defined(ETHPIR_BLOCK_COLS) || !defined(ETHPIR_PANEL_COLS) || !defined(ETHPIR_EXPAND_THREADS) || \
-    !defined(ETHPIR_ANSWER_THREADS) || !defined(ETHPIR_SLICE_THREADS)
+    !defined(ETHPIR_AES_STEPS) || \
+    !defined(ETHPIR_ANSWER_THREADS) || !defined(ETHPIR_SLICE_THREADS) || !defined(ETHPIR_STAGE_GROUPS) || \
+    !defined(ETHPIR_STAGES)
 #error "compile with the defines of gpu-kernels/src/defines.rs"
 #endif
 
@@ -135,74 +138,56 @@ __device__ void ethpir_aes128_schedule(const u8* sbox, const u8* key, u8 rk[176]
     }
 }
 
-// Encrypts one block in place; the state is column-major (byte r + 4c is
-// row r of column c), as FIPS-197 lays the input bytes out.
-__device__ void ethpir_aes128_encrypt(const u8* sbox, const u8 rk[176], u8 st[16]) {
-    for (int i = 0; i < 16; ++i) {
-        st[i] ^= rk[i];
-    }
-    for (int round = 1; round <= 10; ++round) {
-        u8 t[16];
-        for (int c = 0; c < 4; ++c) {
-            for (int r = 0; r < 4; ++r) {
-                // SubBytes, then ShiftRows: row r moves left by r columns.
-                t[r + 4 * c] = sbox[st[r + 4 * ((c + r) % 4)]];
-            }
-        }
-        if (round < 10) {
-            for (int c = 0; c < 4; ++c) {
-                u8 a0 = t[4 * c], a1 = t[4 * c + 1], a2 = t[4 * c + 2], a3 = t[4 * c + 3];
-                u8 all = a0 ^ a1 ^ a2 ^ a3;
-                t[4 * c] = a0 ^ all ^ ethpir_xtime(a0 ^ a1);
-                t[4 * c + 1] = a1 ^ all ^ ethpir_xtime(a1 ^ a2);
-                t[4 * c + 2] = a2 ^ all ^ ethpir_xtime(a2 ^ a3);
-                t[4 * c + 3] = a3 ^ all ^ ethpir_xtime(a3 ^ a0);
-            }
-        }
-        for (int i = 0; i < 16; ++i) {
-            st[i] = t[i] ^ rk[16 * round + i];
-        }
-    }
+// AES-128 with tables (FIPS-197's round as four lookups a column): TE[x]
+// is column (2 s, s, s, 3 s) of MixColumns for s = S(x), a byte per lane
+// of the little-endian word; the other three rows' tables are rotations of
+// it. A column word holds bytes r = 0..3 of state column c (byte r + 4c).
+__device__ __forceinline__ u32 ethpir_rotl32(u32 x, int n) {
+    return (x << n) | (x >> (32 - n));
 }
 
-__device__ __forceinline__ void ethpir_store_le32(u8* p, u32 v) {
-    for (int i = 0; i < 4; ++i) {
-        p[i] = (u8)(v >> (8 * i));
-    }
-}
-
-// `count` entries of row `row` from column `col` (a multiple of 4) on, in
-// AES-128 counter mode.
-__device__ void ethpir_expand_aes(const u8* sbox, const u8* key, u32 row, u32 col, u32 count, u32* dst) {
-    u8 rk[176];
-    ethpir_aes128_schedule(sbox, key, rk);
-    for (u32 done = 0; done < count; done += 4) {
-        u8 st[16];
-        ethpir_store_le32(st, row);
-        ethpir_store_le32(st + 4, (col + done) / 4);
-        for (int i = 8; i < 16; ++i) {
-            st[i] = 0;
-        }
-        ethpir_aes128_encrypt(sbox, rk, st);
-        for (u32 e = 0; e < 4 && done + e < count; ++e) {
-            const u8* p = st + 4 * e;
-            dst[done + e] = (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24);
-        }
-    }
-}
-
-// Columns col0 .. col0 + ncols of every row 0 .. n of A, into `out`
-// (row-major, leading dimension ncols). col0 is a multiple of 2048. One
-// thread per (row, 2048-column block). `key`: the seed (mode 0) or the AES
-// key (mode 1), 32 bytes.
-extern "C" __global__ void __launch_bounds__(ETHPIR_EXPAND_THREADS) ethpir_expand(const u8* key, u32 mode, u32 n, u32 col0, u32 ncols, u32* out) {
-    // The S-box in shared memory: each thread looks up its own bytes, which
-    // constant memory would serve one address at a time.
-    __shared__ u8 sbox[256];
+// Fills `te` (256 words) from the S-box; by the block's threads.
+__device__ void ethpir_aes_tables(const u8* sbox, u32* te) {
     for (u32 i = threadIdx.x; i < 256; i += blockDim.x) {
-        sbox[i] = ETHPIR_SBOX[i];
+        u8 s = sbox[i];
+        u8 s2 = ethpir_xtime(s);
+        te[i] = (u32)s2 | ((u32)s << 8) | ((u32)s << 16) | ((u32)(s2 ^ s) << 24);
     }
-    __syncthreads();
+}
+
+// Encrypts the block of column words c[0..4] in place with round-key words
+// rk[0..44] (word j: bytes 4j .. 4j+3 of the schedule, little-endian).
+__device__ __forceinline__ void ethpir_aes128_encrypt_tables(const u32* te, const u8* sbox, const u32* rk, u32 c[4]) {
+    u32 s0 = c[0] ^ rk[0], s1 = c[1] ^ rk[1], s2 = c[2] ^ rk[2], s3 = c[3] ^ rk[3];
+    for (int round = 1; round < 10; ++round) {
+        // Row r of new column j comes from old column j + r (ShiftRows).
+        u32 t0 = te[s0 & 0xFF] ^ ethpir_rotl32(te[(s1 >> 8) & 0xFF], 8) ^ ethpir_rotl32(te[(s2 >> 16) & 0xFF], 16) ^
+                 ethpir_rotl32(te[s3 >> 24], 24) ^ rk[4 * round];
+        u32 t1 = te[s1 & 0xFF] ^ ethpir_rotl32(te[(s2 >> 8) & 0xFF], 8) ^ ethpir_rotl32(te[(s3 >> 16) & 0xFF], 16) ^
+                 ethpir_rotl32(te[s0 >> 24], 24) ^ rk[4 * round + 1];
+        u32 t2 = te[s2 & 0xFF] ^ ethpir_rotl32(te[(s3 >> 8) & 0xFF], 8) ^ ethpir_rotl32(te[(s0 >> 16) & 0xFF], 16) ^
+                 ethpir_rotl32(te[s1 >> 24], 24) ^ rk[4 * round + 2];
+        u32 t3 = te[s3 & 0xFF] ^ ethpir_rotl32(te[(s0 >> 8) & 0xFF], 8) ^ ethpir_rotl32(te[(s1 >> 16) & 0xFF], 16) ^
+                 ethpir_rotl32(te[s2 >> 24], 24) ^ rk[4 * round + 3];
+        s0 = t0;
+        s1 = t1;
+        s2 = t2;
+        s3 = t3;
+    }
+    // The last round has no MixColumns.
+    u32 w[4] = {s0, s1, s2, s3};
+    for (int j = 0; j < 4; ++j) {
+        c[j] = ((u32)sbox[w[j] & 0xFF] | ((u32)sbox[(w[(j + 1) % 4] >> 8) & 0xFF] << 8) |
+                ((u32)sbox[(w[(j + 2) % 4] >> 16) & 0xFF] << 16) | ((u32)sbox[w[(j + 3) % 4] >> 24] << 24)) ^
+               rk[40 + j];
+    }
+}
+
+// Columns col0 .. col0 + ncols of every row 0 .. n of A in TurboSHAKE128,
+// into `out` (row-major, leading dimension ncols). col0 is a multiple of
+// 2048. One thread per (row, 2048-column block). `key`: the seed.
+extern "C" __global__ void __launch_bounds__(ETHPIR_EXPAND_THREADS)
+    ethpir_expand_turboshake(const u8* key, u32 n, u32 col0, u32 ncols, u32* out) {
     u32 blocks_per_row = (ncols + ETHPIR_BLOCK_COLS - 1) / ETHPIR_BLOCK_COLS;
     u64 item = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (item >= (u64)n * blocks_per_row) {
@@ -213,10 +198,6 @@ extern "C" __global__ void __launch_bounds__(ETHPIR_EXPAND_THREADS) ethpir_expan
     u32 start = blk * ETHPIR_BLOCK_COLS;
     u32 count = ncols - start < ETHPIR_BLOCK_COLS ? ncols - start : ETHPIR_BLOCK_COLS;
     u32* dst = out + (u64)row * ncols + start;
-    if (mode == 1) {
-        ethpir_expand_aes(sbox, key, row, col0 + start, count, dst);
-        return;
-    }
     u64 st[25];
     for (int i = 0; i < 25; ++i) {
         st[i] = 0;
@@ -244,6 +225,50 @@ extern "C" __global__ void __launch_bounds__(ETHPIR_EXPAND_THREADS) ethpir_expan
     }
 }
 
+// The same columns in AES-128 counter mode: one block of 4 entries per
+// thread and step, ETHPIR_AES_STEPS steps a thread, adjacent threads on
+// adjacent blocks of a row (so that a warp's stores are adjacent too). The
+// tables and round keys are the block's, in shared memory. `key`: the AES
+// key (its first 16 bytes).
+extern "C" __global__ void __launch_bounds__(ETHPIR_EXPAND_THREADS)
+    ethpir_expand_aes(const u8* key, u32 n, u32 col0, u32 ncols, u32* out) {
+    __shared__ u8 sbox[256];
+    __shared__ u32 te[256];
+    __shared__ u8 schedule[176];
+    __shared__ u32 rk[44];
+    for (u32 i = threadIdx.x; i < 256; i += blockDim.x) {
+        sbox[i] = ETHPIR_SBOX[i];
+    }
+    __syncthreads();
+    ethpir_aes_tables(sbox, te);
+    if (threadIdx.x == 0) {
+        ethpir_aes128_schedule(sbox, key, schedule);
+    }
+    __syncthreads();
+    for (u32 i = threadIdx.x; i < 44; i += blockDim.x) {
+        const u8* p = schedule + 4 * i;
+        rk[i] = (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24);
+    }
+    __syncthreads();
+    u32 per_row = (ncols + 3) / 4;
+    u64 total = (u64)n * per_row;
+    u64 base = (u64)blockIdx.x * ETHPIR_AES_STEPS * blockDim.x;
+    for (u32 step = 0; step < ETHPIR_AES_STEPS; ++step) {
+        u64 item = base + (u64)step * blockDim.x + threadIdx.x;
+        if (item >= total) {
+            return;
+        }
+        u32 row = (u32)(item / per_row);
+        u32 col = 4 * (u32)(item % per_row);
+        u32 c[4] = {row, (col0 + col) / 4, 0u, 0u};
+        ethpir_aes128_encrypt_tables(te, sbox, rk, c);
+        u32* dst = out + (u64)row * ncols + col;
+        for (u32 e = 0; e < 4 && col + e < ncols; ++e) {
+            dst[e] = c[e];
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Answers. A query q (one u32 per served row) times D (i8) over Z_2^32 is
 // sum_t 2^(8t) (q_t . D), where q_t is byte t of every entry: four u8
@@ -253,9 +278,11 @@ extern "C" __global__ void __launch_bounds__(ETHPIR_EXPAND_THREADS) ethpir_expan
 // batch for every plane and query.
 //
 // Layouts, in 32-bit words:
-//   planes: P[m][g], m < 4 * queries, g < groups (a served row group of 4):
-//           byte r of the word is plane t of entry 4g + r, which is also
-//           what one register of the MMA's A fragment holds;
+//   planes: P[m][g] at m * stride + g, m < 4 * queries, g < stride (a
+//           served row group of 4; stride is groups rounded up to whole
+//           stages, the groups past the last zero): byte r of the word is
+//           plane t of entry 4g + r, which is also what one register of
+//           the MMA's A fragment holds;
 //   d:      the served rows of pir-core's panel layout, panel after panel:
 //           panel p starts at word p * 64 * groups, its word (g, c) holds
 //           rows 4g .. 4g+3 of column c (a B fragment's register);
@@ -263,10 +290,25 @@ extern "C" __global__ void __launch_bounds__(ETHPIR_EXPAND_THREADS) ethpir_expan
 //           the partial sums of every block are added in (mod 2^32, so the
 //           order does not matter and the result is exact).
 //
-// A block takes one panel, one chunk of row groups and up to 16 * MT rows
-// of P; its 4 warps take the chunk's steps of 8 groups (32 rows) in turn.
-// A chunk is at most 16384 groups, so a warp's s32 accumulator sums at
-// most 16384 rows of |u8 x s8| <= 255 * 128: below 2^31, never wrapping.
+// Two families of kernels share these layouts:
+//   ethpir_answer_m<MT>u<U> (direct): a block takes one panel, one chunk of
+//           row groups and up to 16 * MT rows of P; its 4 warps take the
+//           chunk's steps of 8 groups (32 rows) in turn, loading their
+//           fragments straight from global memory. For a lone query, a scan
+//           at memory speed.
+//   ethpir_answer_s<WM>x<WN> (staged): a block takes WN panels, one chunk
+//           and 32 * WM rows of P; both operands go through shared memory
+//           in stages of ETHPIR_STAGE_GROUPS groups, ETHPIR_STAGES - 1 of
+//           them in flight (cp.async), and each warp multiplies a 32-row x
+//           64-column tile from there. For batches.
+// A chunk is at most 16384 groups (65,536 rows), so an s32 accumulator
+// sums at most 65,536 products of |u8 x s8| <= 255 * 128: below 2^31,
+// never wrapping.
+
+// Four words of shared memory at a 16-byte boundary, in one load.
+struct __align__(16) ethpir_u32x4 {
+    u32 w[4];
+};
 
 #ifdef ETHPIR_EMULATOR
 // Supplied by emulator/emulator.cpp.
@@ -276,17 +318,42 @@ __device__ __forceinline__ u32 ethpir_load_word(const i8* base, u64 word) {
     __builtin_memcpy(&v, base + 4 * word, 4);
     return v;
 }
+__device__ __forceinline__ ethpir_u32x4 ethpir_load4(const u32* p) {
+    ethpir_u32x4 v;
+    __builtin_memcpy(&v, p, 16);
+    return v;
+}
+// The copy happens at once; the barriers the kernel keeps for the GPU's
+// asynchronous copies order it the same way.
+__device__ __forceinline__ void ethpir_cp_async16(u32* dst, const void* src, u32 bytes) {
+    __builtin_memset(dst, 0, 16);
+    if (bytes != 0) {
+        __builtin_memcpy(dst, src, 16);
+    }
+}
+__device__ __forceinline__ void ethpir_cp_async_commit() {}
+template <int PENDING>
+__device__ __forceinline__ void ethpir_cp_async_wait() {}
 #define ethpir_atomic_add(ptr, v) __atomic_fetch_add((ptr), (v), __ATOMIC_RELAXED)
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-// No u8 x s8 MMA before sm_80: the host refuses such GPUs before any
-// product (src/cuda.rs, check_tensor_cores); this keeps the module
-// compiling there.
+// No u8 x s8 MMA (nor cp.async) before sm_80: the host refuses such GPUs
+// before any product (src/cuda.rs, check_tensor_cores); this keeps the
+// module compiling there.
 __device__ __forceinline__ void ethpir_mma_u8s8(int c[4], const u32 a[4], const u32 b[2]) {
     __trap();
 }
 __device__ __forceinline__ u32 ethpir_load_word(const i8* base, u64 word) {
     return ((const u32*)base)[word];
 }
+__device__ __forceinline__ ethpir_u32x4 ethpir_load4(const u32* p) {
+    return *(const ethpir_u32x4*)p;
+}
+__device__ __forceinline__ void ethpir_cp_async16(u32* dst, const void* src, u32 bytes) {
+    __trap();
+}
+__device__ __forceinline__ void ethpir_cp_async_commit() {}
+template <int PENDING>
+__device__ __forceinline__ void ethpir_cp_async_wait() {}
 #define ethpir_atomic_add(ptr, v) atomicAdd((ptr), (v))
 #else
 // c += a . b for one 16 x 8 x 32 tile held across the warp (PTX ISA,
@@ -305,33 +372,53 @@ __device__ __forceinline__ void ethpir_mma_u8s8(int c[4], const u32 a[4], const 
 __device__ __forceinline__ u32 ethpir_load_word(const i8* base, u64 word) {
     return ((const u32*)base)[word];
 }
+__device__ __forceinline__ ethpir_u32x4 ethpir_load4(const u32* p) {
+    return *(const ethpir_u32x4*)p;
+}
+// 16 bytes from global `src` to shared `dst`, in the background; the bytes
+// past `bytes` (0 or 16) are zeros, and none is read when it is 0.
+__device__ __forceinline__ void ethpir_cp_async16(u32* dst, const void* src, u32 bytes) {
+    u32 shared;
+    asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(shared) : "l"(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void ethpir_cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+// Waits until at most PENDING committed groups of copies are in flight.
+template <int PENDING>
+__device__ __forceinline__ void ethpir_cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING));
+}
 #define ethpir_atomic_add(ptr, v) atomicAdd((ptr), (v))
 #endif
 
 // Splits `count` queries (entry r of query i at q[i * 4 * groups + r]) into
-// their byte planes (P above). One thread per (query, group).
-extern "C" __global__ void __launch_bounds__(ETHPIR_SLICE_THREADS) ethpir_answer_slice(const u32* q, u32 count, u32 groups, u32* planes) {
+// their byte planes (P above, rows `stride` words apart, zeros past
+// `groups`). One thread per (query, group of the stride).
+extern "C" __global__ void __launch_bounds__(ETHPIR_SLICE_THREADS)
+    ethpir_answer_slice(const u32* q, u32 count, u32 groups, u32 stride, u32* planes) {
     u64 item = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (item >= (u64)count * groups) {
+    if (item >= (u64)count * stride) {
         return;
     }
-    u64 query = item / groups;
-    u64 g = item % groups;
+    u64 query = item / stride;
+    u64 g = item % stride;
     const u32* x = q + query * 4 * groups + 4 * g;
     for (u32 t = 0; t < 4; ++t) {
         u32 word = 0;
-        for (u32 r = 0; r < 4; ++r) {
+        for (u32 r = 0; g < groups && r < 4; ++r) {
             word |= ((x[r] >> (8 * t)) & 0xFFu) << (8 * r);
         }
-        planes[(query * 4 + t) * groups + g] = word;
+        planes[(query * 4 + t) * stride + g] = word;
     }
 }
 
 // One block of the answer (see above): MT tiles of 16 rows of P, U steps
 // of 8 row groups loaded at a time by each warp.
 template <int MT, int U>
-__device__ void ethpir_answer_block(const u32* planes, u32 m_rows, const i8* d, u32 groups, u32 cols_pad,
-                                    u32 chunk_groups, u32* out) {
+__device__ void ethpir_answer_block(const u32* planes, u32 m_rows, u32 stride, const i8* d, u32 groups,
+                                    u32 cols_pad, u32 chunk_groups, u32* out) {
     __shared__ u32 sums[4 * MT][ETHPIR_PANEL_COLS];
     u32 panels = (cols_pad + ETHPIR_PANEL_COLS - 1) / ETHPIR_PANEL_COLS;
     u32 m_groups = (m_rows + 16 * MT - 1) / (16 * MT);
@@ -386,10 +473,10 @@ __device__ void ethpir_answer_block(const u32* planes, u32 m_rows, const i8* d, 
                 u32 row = m0 + mt * 16 + gid;
                 bool lo = row < m_rows;
                 bool hi = row + 8 < m_rows;
-                a[u][mt][0] = lo && has_a ? planes[(u64)row * groups + ga] : 0u;
-                a[u][mt][1] = hi && has_a ? planes[(u64)(row + 8) * groups + ga] : 0u;
-                a[u][mt][2] = lo && has_b ? planes[(u64)row * groups + gb] : 0u;
-                a[u][mt][3] = hi && has_b ? planes[(u64)(row + 8) * groups + gb] : 0u;
+                a[u][mt][0] = lo && has_a ? planes[(u64)row * stride + ga] : 0u;
+                a[u][mt][1] = hi && has_a ? planes[(u64)(row + 8) * stride + ga] : 0u;
+                a[u][mt][2] = lo && has_b ? planes[(u64)row * stride + gb] : 0u;
+                a[u][mt][3] = hi && has_b ? planes[(u64)(row + 8) * stride + gb] : 0u;
             }
         }
         for (u32 u = 0; u < U; ++u) {
@@ -431,10 +518,203 @@ __device__ void ethpir_answer_block(const u32* planes, u32 m_rows, const i8* d, 
 // src/answer.rs names them (AnswerKernel) and chooses one per batch.
 #define ETHPIR_ANSWER_KERNEL(MT, U)                                                                      \
     extern "C" __global__ void __launch_bounds__(ETHPIR_ANSWER_THREADS)                                  \
-        ethpir_answer_m##MT##u##U(const u32* planes, u32 m_rows, const i8* d, u32 groups, u32 cols_pad,  \
-                                  u32 chunk_groups, u32* out) {                                          \
-        ethpir_answer_block<MT, U>(planes, m_rows, d, groups, cols_pad, chunk_groups, out);               \
+        ethpir_answer_m##MT##u##U(const u32* planes, u32 m_rows, u32 stride, const i8* d, u32 groups,    \
+                                  u32 cols_pad, u32 chunk_groups, u32* out) {                            \
+        ethpir_answer_block<MT, U>(planes, m_rows, stride, d, groups, cols_pad, chunk_groups, out);       \
     }
 ETHPIR_ANSWER_KERNEL(1, 1)
 ETHPIR_ANSWER_KERNEL(2, 2)
 ETHPIR_ANSWER_KERNEL(4, 2)
+
+// ---------------------------------------------------------------------------
+// The staged answer kernels (see above). Within a stage of 16 groups, the
+// MMA's k and n are permuted so that every fragment is a 16-byte load from
+// shared memory (the product does not depend on which k or n a slot holds,
+// only that A and B agree and that each sum lands in its column):
+//   k: at step s (0, 1), lane tig's first register pair holds group
+//      4 tig + 2 s and its second 4 tig + 2 s + 1, so a row's four words
+//      4 tig .. 4 tig + 3 feed both steps;
+//   n: column tile nt, column gid is the panel's column 8 gid + nt, so a
+//      lane's 8 columns of one group are adjacent words.
+// A stage in shared memory: A as [32 WM rows][16 groups]; each panel's B as
+// [16 groups][64 columns], its 16-byte pieces of group j at piece
+// c ^ ethpir_stage_swizzle(j), so that the 8 lanes of a quarter warp read
+// 32 different banks.
+
+__device__ __forceinline__ u32 ethpir_stage_swizzle(u32 group) {
+    return ((group >> 2) & 1u) | (((group >> 3) & 1u) << 2);
+}
+
+// Width of panel p of a database cols_pad columns wide (0 past the last).
+__device__ __forceinline__ u32 ethpir_panel_width(u32 p, u32 cols_pad) {
+    u32 start = p * ETHPIR_PANEL_COLS;
+    if (start >= cols_pad) {
+        return 0;
+    }
+    return cols_pad - start < ETHPIR_PANEL_COLS ? cols_pad - start : ETHPIR_PANEL_COLS;
+}
+
+// Issues the copies of one stage (groups g0 .. g0 + 16 of rows m0 .. of P
+// and of panels p0 .. p0 + WN) into `stage`; what lies outside the
+// operands (rows past m_rows, groups past g_end, panels or columns past the
+// database) is zeros.
+template <int WM, int WN>
+__device__ void ethpir_stage_load(u32* stage, const u32* planes, u32 m0, u32 m_rows, u32 stride, const i8* d,
+                                  u32 groups, u32 cols_pad, u32 p0, u32 g0, u32 g_end) {
+    const u32 threads = 32 * WM * WN;
+    const u32 rows = 32 * WM;
+    const u32 a_words = rows * ETHPIR_STAGE_GROUPS;
+    for (u32 c = threadIdx.x; c < rows * (ETHPIR_STAGE_GROUPS / 4); c += threads) {
+        u32 r = c / (ETHPIR_STAGE_GROUPS / 4);
+        u32 piece = c % (ETHPIR_STAGE_GROUPS / 4);
+        bool in = m0 + r < m_rows;
+        const u32* src = in ? planes + (u64)(m0 + r) * stride + g0 + 4 * piece : planes;
+        ethpir_cp_async16(stage + r * ETHPIR_STAGE_GROUPS + 4 * piece, src, in ? 16u : 0u);
+    }
+    const u32 pieces = ETHPIR_PANEL_COLS / 4;
+    for (u32 c = threadIdx.x; c < WN * ETHPIR_STAGE_GROUPS * pieces; c += threads) {
+        u32 pp = c / (ETHPIR_STAGE_GROUPS * pieces);
+        u32 j = (c / pieces) % ETHPIR_STAGE_GROUPS;
+        u32 piece = c % pieces;
+        u32 width = ethpir_panel_width(p0 + pp, cols_pad);
+        bool in = g0 + j < g_end && 4 * piece < width;
+        u64 word = (u64)(p0 + pp) * ETHPIR_PANEL_COLS * groups + (u64)(g0 + j) * width + 4 * piece;
+        const void* src = in ? (const void*)(d + 4 * word) : (const void*)d;
+        u32* dst = stage + a_words + (pp * ETHPIR_STAGE_GROUPS + j) * ETHPIR_PANEL_COLS +
+                   4 * (piece ^ ethpir_stage_swizzle(j));
+        ethpir_cp_async16(dst, src, in ? 16u : 0u);
+    }
+}
+
+// The MMAs of one stage for warp (wm, wn): rows 32 wm .. of the block's P
+// tile times the block's panel wn, into acc.
+template <int WM, int WN>
+__device__ __forceinline__ void ethpir_stage_multiply(const u32* stage, u32 wm, u32 wn, u32 gid, u32 tig,
+                                                      int acc[2][8][4]) {
+    const u32 a_words = 32 * WM * ETHPIR_STAGE_GROUPS;
+    ethpir_u32x4 lo[2], hi[2];
+    for (u32 mt = 0; mt < 2; ++mt) {
+        u32 row = 32 * wm + 16 * mt + gid;
+        lo[mt] = ethpir_load4(stage + row * ETHPIR_STAGE_GROUPS + 4 * tig);
+        hi[mt] = ethpir_load4(stage + (row + 8) * ETHPIR_STAGE_GROUPS + 4 * tig);
+    }
+    const u32* b_panel = stage + a_words + wn * ETHPIR_STAGE_GROUPS * ETHPIR_PANEL_COLS;
+    u32 swizzle = ethpir_stage_swizzle(4 * tig);
+    for (u32 s = 0; s < 2; ++s) {
+        u32 b[8][2];
+        for (u32 h = 0; h < 2; ++h) {
+            const u32* row = b_panel + (4 * tig + 2 * s + h) * ETHPIR_PANEL_COLS;
+            ethpir_u32x4 first = ethpir_load4(row + 4 * ((2 * gid) ^ swizzle));
+            ethpir_u32x4 second = ethpir_load4(row + 4 * ((2 * gid + 1) ^ swizzle));
+            for (u32 nt = 0; nt < 4; ++nt) {
+                b[nt][h] = first.w[nt];
+                b[nt + 4][h] = second.w[nt];
+            }
+        }
+        for (u32 mt = 0; mt < 2; ++mt) {
+            u32 a[4] = {lo[mt].w[2 * s], hi[mt].w[2 * s], lo[mt].w[2 * s + 1], hi[mt].w[2 * s + 1]};
+            for (u32 nt = 0; nt < 8; ++nt) {
+                ethpir_mma_u8s8(acc[mt][nt], a, b[nt]);
+            }
+        }
+    }
+}
+
+template <int WM, int WN>
+__device__ void ethpir_answer_staged(const u32* planes, u32 m_rows, u32 stride, const i8* d, u32 groups,
+                                     u32 cols_pad, u32 chunk_groups, u32* out) {
+    const u32 threads = 32 * WM * WN;
+    const u32 rows = 32 * WM;
+    const u32 stage_words = rows * ETHPIR_STAGE_GROUPS + WN * ETHPIR_STAGE_GROUPS * ETHPIR_PANEL_COLS;
+    __shared__ __align__(16) u32 smem[ETHPIR_STAGES * stage_words];
+    u32 panels = (cols_pad + ETHPIR_PANEL_COLS - 1) / ETHPIR_PANEL_COLS;
+    u32 n_blocks = (panels + WN - 1) / WN;
+    u32 m_blocks = (m_rows + rows - 1) / rows;
+    u64 item = blockIdx.x;
+    u32 mb = (u32)(item % m_blocks);
+    item /= m_blocks;
+    u32 p0 = (u32)(item % n_blocks) * WN;
+    u32 chunk = (u32)(item / n_blocks);
+    u32 m0 = mb * rows;
+    u32 g_begin = chunk * chunk_groups;
+    u32 g_end = groups - g_begin < chunk_groups ? groups : g_begin + chunk_groups;
+    u32 ktiles = (g_end - g_begin + ETHPIR_STAGE_GROUPS - 1) / ETHPIR_STAGE_GROUPS;
+    u32 warp = threadIdx.x / 32;
+    u32 lane = threadIdx.x % 32;
+    u32 gid = lane / 4;
+    u32 tig = lane % 4;
+    u32 wm = warp % WM;
+    u32 wn = warp / WM;
+    int acc[2][8][4];
+    for (int i = 0; i < 2; ++i) {
+        for (int j = 0; j < 8; ++j) {
+            for (int k = 0; k < 4; ++k) {
+                acc[i][j][k] = 0;
+            }
+        }
+    }
+    // STAGES - 1 stages in flight: at step kt, stage kt is waited for, and
+    // stage kt + STAGES - 1 is issued into the buffer every warp finished
+    // multiplying at step kt - 1 (the barrier says so).
+    for (u32 s = 0; s + 1 < ETHPIR_STAGES; ++s) {
+        if (s < ktiles) {
+            ethpir_stage_load<WM, WN>(smem + s * stage_words, planes, m0, m_rows, stride, d, groups, cols_pad, p0,
+                                      g_begin + s * ETHPIR_STAGE_GROUPS, g_end);
+        }
+        ethpir_cp_async_commit();
+    }
+    for (u32 kt = 0; kt < ktiles; ++kt) {
+        ethpir_cp_async_wait<ETHPIR_STAGES - 2>();
+        __syncthreads();
+        u32 next = kt + ETHPIR_STAGES - 1;
+        if (next < ktiles) {
+            ethpir_stage_load<WM, WN>(smem + (next % ETHPIR_STAGES) * stage_words, planes, m0, m_rows, stride, d,
+                                      groups, cols_pad, p0, g_begin + next * ETHPIR_STAGE_GROUPS, g_end);
+        }
+        ethpir_cp_async_commit();
+        ethpir_stage_multiply<WM, WN>(smem + (kt % ETHPIR_STAGES) * stage_words, wm, wn, gid, tig, acc);
+    }
+    ethpir_cp_async_wait<0>();
+    __syncthreads();
+    // The block's sums per query (plane t of query i is row 4i + t,
+    // weighted by 2^(8t)), in the stages' memory, then into `out`.
+    const u32 sum_cols = WN * ETHPIR_PANEL_COLS;
+    u32* sums = smem;
+    for (u32 e = threadIdx.x; e < rows / 4 * sum_cols; e += threads) {
+        sums[e] = 0;
+    }
+    __syncthreads();
+    for (u32 mt = 0; mt < 2; ++mt) {
+        for (u32 nt = 0; nt < 8; ++nt) {
+            for (u32 k = 0; k < 4; ++k) {
+                u32 row = 32 * wm + 16 * mt + gid + (k >= 2 ? 8 : 0);
+                u32 col = wn * ETHPIR_PANEL_COLS + (2 * tig + (k & 1)) * 8 + nt;
+                u32 v = (u32)acc[mt][nt][k] << (8 * (row % 4));
+                ethpir_atomic_add(&sums[row / 4 * sum_cols + col], v);
+            }
+        }
+    }
+    __syncthreads();
+    for (u32 e = threadIdx.x; e < rows / 4 * sum_cols; e += threads) {
+        u32 query = m0 / 4 + e / sum_cols;
+        u32 p = p0 + (e % sum_cols) / ETHPIR_PANEL_COLS;
+        u32 col = e % ETHPIR_PANEL_COLS;
+        if (4 * query < m_rows && col < ethpir_panel_width(p, cols_pad)) {
+            ethpir_atomic_add(&out[(u64)query * cols_pad + p * ETHPIR_PANEL_COLS + col], sums[e]);
+        }
+    }
+}
+
+// The staged kernels: ethpir_answer_s<WM>x<WN>, 32 * WM * WN threads,
+// 8 * WM queries and WN panels a block. src/answer.rs names them.
+#define ETHPIR_STAGED_KERNEL(WM, WN)                                                                     \
+    extern "C" __global__ void __launch_bounds__(32 * WM * WN)                                           \
+        ethpir_answer_s##WM##x##WN(const u32* planes, u32 m_rows, u32 stride, const i8* d, u32 groups,   \
+                                   u32 cols_pad, u32 chunk_groups, u32* out) {                           \
+        ethpir_answer_staged<WM, WN>(planes, m_rows, stride, d, groups, cols_pad, chunk_groups, out);    \
+    }
+ETHPIR_STAGED_KERNEL(1, 2)
+ETHPIR_STAGED_KERNEL(2, 2)
+ETHPIR_STAGED_KERNEL(4, 1)
+ETHPIR_STAGED_KERNEL(4, 2)
+ETHPIR_STAGED_KERNEL(2, 3)

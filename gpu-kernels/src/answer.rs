@@ -11,7 +11,7 @@ use pir_core::db::PANEL_COLS;
 use pir_core::EncodedDb;
 
 use crate::backend::{upload_rows, Backend};
-use crate::defines::ANSWER_MAX_CHUNK_GROUPS;
+use crate::defines::{ANSWER_MAX_CHUNK_GROUPS, ANSWER_THREADS, STAGE_GROUPS};
 use crate::GpuError;
 
 /// Row groups (of 4 rows) one warp step of the answer kernel takes, times
@@ -27,30 +27,58 @@ const BLOCKS_PER_MULTIPROCESSOR: u64 = 16;
 /// name of [`AnswerKernel::ALL`]), for measurements.
 pub const ANSWER_KERNEL_ENV: &str = "ETHPIR_GPU_ANSWER_KERNEL";
 
-/// One of the answer kernels, `ethpir_answer_m<MT>u<U>`: a block takes
-/// `MT` tiles of 16 byte-plane rows (`4 MT` queries), and each warp loads
-/// `U` steps of the database before their products.
+/// One of the answer kernels of `kernels/ethpir.cu`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AnswerKernel {
-    pub mt: u32,
-    pub unroll: u32,
+pub enum AnswerKernel {
+    /// `ethpir_answer_m<MT>u<U>`: a block of 4 warps takes one panel and
+    /// `MT` tiles of 16 byte-plane rows (`4 MT` queries); each warp loads
+    /// `U` steps of the database from global memory before their products.
+    Direct { mt: u32, unroll: u32 },
+    /// `ethpir_answer_s<WM>x<WN>`: a block of `WM x WN` warps takes `WN`
+    /// panels and `32 WM` byte-plane rows (`8 WM` queries), both operands
+    /// staged in shared memory.
+    Staged { wm: u32, wn: u32 },
 }
 
 impl AnswerKernel {
     /// Every kernel `kernels/ethpir.cu` defines, in its order. Of the
-    /// seven shapes first measured (docs/benchmarks.md, "Answers from GPU
-    /// memory"), these were the fastest at some batch size or within 4 %
-    /// of it; the unrolled lone-query ones (m1u4, m1u8) and m2u4, m4u1
-    /// were slower everywhere.
-    pub const ALL: [AnswerKernel; 3] = [
-        AnswerKernel { mt: 1, unroll: 1 },
-        AnswerKernel { mt: 2, unroll: 2 },
-        AnswerKernel { mt: 4, unroll: 2 },
+    /// seven direct shapes first measured (docs/benchmarks.md, "Answers
+    /// from GPU memory"), these were the fastest at some batch size or
+    /// within 4 % of it; the unrolled lone-query ones (m1u4, m1u8) and
+    /// m2u4, m4u1 were slower everywhere.
+    pub const ALL: [AnswerKernel; 8] = [
+        AnswerKernel::Direct { mt: 1, unroll: 1 },
+        AnswerKernel::Direct { mt: 2, unroll: 2 },
+        AnswerKernel::Direct { mt: 4, unroll: 2 },
+        AnswerKernel::Staged { wm: 1, wn: 2 },
+        AnswerKernel::Staged { wm: 2, wn: 2 },
+        AnswerKernel::Staged { wm: 4, wn: 1 },
+        AnswerKernel::Staged { wm: 4, wn: 2 },
+        AnswerKernel::Staged { wm: 2, wn: 3 },
     ];
 
     /// Its entry point.
     pub fn name(&self) -> String {
-        format!("ethpir_answer_m{}u{}", self.mt, self.unroll)
+        match self {
+            AnswerKernel::Direct { mt, unroll } => format!("ethpir_answer_m{mt}u{unroll}"),
+            AnswerKernel::Staged { wm, wn } => format!("ethpir_answer_s{wm}x{wn}"),
+        }
+    }
+
+    /// Threads per block (its launch bounds).
+    pub fn threads(&self) -> u32 {
+        match self {
+            AnswerKernel::Direct { .. } => ANSWER_THREADS,
+            AnswerKernel::Staged { wm, wn } => 32 * wm * wn,
+        }
+    }
+
+    /// Panels (of 64 columns) one block takes.
+    pub fn panels_per_block(&self) -> u32 {
+        match self {
+            AnswerKernel::Direct { .. } => 1,
+            AnswerKernel::Staged { wn, .. } => *wn,
+        }
     }
 
     /// Its place in [`Self::ALL`].
@@ -63,7 +91,10 @@ impl AnswerKernel {
 
     /// Queries one block takes.
     pub fn queries_per_block(&self) -> u32 {
-        4 * self.mt
+        match self {
+            AnswerKernel::Direct { mt, .. } => 4 * mt,
+            AnswerKernel::Staged { wm, .. } => 8 * wm,
+        }
     }
 
     /// The kernel for a batch of `queries`: `$ETHPIR_GPU_ANSWER_KERNEL`
@@ -76,10 +107,13 @@ impl AnswerKernel {
             return k;
         }
         // Measured on an H200 at 2^24 .. 2^30 keys: m1u1 for a lone query
-        // (the scan at 3.3 to 4.0 TB/s), m2u2 for batches.
+        // (the scan at 3.3 to 4.0 TB/s), m2u2 for batches. The staged
+        // kernels are checked bit for bit (the emulator, gpu-selftest) but
+        // not yet timed on a GPU: they are chosen here once they are
+        // measured faster (docs/benchmarks.md, "Staged answer kernels").
         match queries {
-            0..=4 => AnswerKernel { mt: 1, unroll: 1 },
-            _ => AnswerKernel { mt: 2, unroll: 2 },
+            0..=4 => AnswerKernel::Direct { mt: 1, unroll: 1 },
+            _ => AnswerKernel::Direct { mt: 2, unroll: 2 },
         }
     }
 }
@@ -106,7 +140,7 @@ impl AnswerShape {
             chunk_groups: ANSWER_MAX_CHUNK_GROUPS,
             kernel: AnswerKernel::for_batch(queries),
         };
-        let per_chunk = shape.panels() * shape.query_blocks();
+        let per_chunk = shape.panel_blocks() * shape.query_blocks();
         let target = BLOCKS_PER_MULTIPROCESSOR * multiprocessors.max(1) as u64;
         let chunks = target.div_ceil(per_chunk).max(1);
         shape.chunk_groups = (groups as u64)
@@ -116,18 +150,27 @@ impl AnswerShape {
         shape
     }
 
-    fn panels(&self) -> u64 {
-        self.cols_pad.div_ceil(PANEL_COLS as u32) as u64
+    /// Blocks of panels the launch takes (one block's width each).
+    fn panel_blocks(&self) -> u64 {
+        (self.cols_pad.div_ceil(PANEL_COLS as u32) as u64)
+            .div_ceil(self.kernel.panels_per_block() as u64)
+    }
+
+    /// Words between two rows of the byte planes: the served row groups
+    /// rounded up to whole stages of the staged kernels (zeros past them).
+    pub fn plane_stride(&self) -> u32 {
+        self.groups.next_multiple_of(STAGE_GROUPS)
     }
 
     fn query_blocks(&self) -> u64 {
         self.queries.div_ceil(self.kernel.queries_per_block()) as u64
     }
 
-    /// Blocks of the launch: (query block, panel, chunk), query blocks
-    /// fastest so that blocks reading the same database tile run together.
+    /// Blocks of the launch: (query block, panel block, chunk), query
+    /// blocks fastest so that blocks reading the same database tile run
+    /// together.
     pub fn blocks(&self) -> u64 {
-        self.panels()
+        self.panel_blocks()
             * self.query_blocks()
             * (self.groups as u64).div_ceil(self.chunk_groups as u64)
     }
@@ -148,23 +191,27 @@ pub trait AnswerBackend: Backend {
     /// Waits for the work queued so far (for timing its phases).
     fn synchronize(&self) -> Result<(), GpuError>;
     /// Splits `count` queries of `4 * groups` entries each (`q`, one after
-    /// another) into their byte planes.
+    /// another) into their byte planes, rows `stride` words apart (zeros
+    /// past `groups`).
     ///
     /// # Safety
     ///
-    /// `q` holds `count * 4 * groups` elements and `planes` as many.
+    /// `q` holds `count * 4 * groups` elements, `planes` `count * 4 *
+    /// stride`, and `stride >= groups`.
     unsafe fn slice_unchecked(
         &self,
         q: &Self::U32Buf,
         count: u32,
         groups: u32,
+        stride: u32,
         planes: &mut Self::U32Buf,
     ) -> Result<(), GpuError>;
     /// `out[i] += planes of query i . d` for every query of `shape`.
     ///
     /// # Safety
     ///
-    /// `planes` holds `4 * queries * groups` elements, `d` `4 * groups *
+    /// `planes` holds `4 * queries * plane_stride` elements (the layout
+    /// [`Self::slice_unchecked`] leaves), `d` `4 * groups *
     /// cols_pad` (the panel layout of [`DeviceDb`]), `out` `queries *
     /// cols_pad`; `cols_pad` is whole lane groups; `chunk_groups` is a
     /// positive multiple of 32 of at most [`ANSWER_MAX_CHUNK_GROUPS`];
@@ -276,13 +323,14 @@ impl<B: AnswerBackend> DeviceDb<B> {
             "launch shape of another database or batch"
         );
         let len = vecs.len() * rows;
+        let planes_len = 4 * vecs.len() * shape.plane_stride() as usize;
         let mut q = self.backend.alloc_u32(len)?;
         for (i, v) in vecs.iter().enumerate() {
             self.backend.upload_u32(&mut q, i * rows, v)?;
         }
         self.backend.synchronize()?;
         let uploaded = Instant::now();
-        let mut planes = self.backend.alloc_u32(len)?;
+        let mut planes = self.backend.alloc_u32(planes_len)?;
         // Zeroed by the allocation: the kernels add into it.
         let mut out = self
             .backend
@@ -309,7 +357,8 @@ impl<B: AnswerBackend> DeviceDb<B> {
 /// Adds the products of `shape.queries` vectors (`q`, one after another,
 /// `4 * groups` entries each) with the database `d` (the panel layout of
 /// [`DeviceDb`], `groups` row groups) into `out` (`queries x cols_pad`),
-/// splitting the vectors into byte planes in `planes` first; every buffer
+/// splitting the vectors into byte planes in `planes` first (`4 *
+/// queries` rows of [`AnswerShape::plane_stride`] words); every buffer
 /// and the launch's bounds checked before a kernel runs. The answers (into
 /// zeros) and the hint (tile after tile into the same sums) both end here.
 pub fn add_products<B: AnswerBackend>(
@@ -326,10 +375,16 @@ pub fn add_products<B: AnswerBackend>(
         shape.cols_pad as usize,
     );
     let len = queries * 4 * groups;
+    let planes_len = queries * 4 * shape.plane_stride() as usize;
     assert!(
-        B::u32_len(q) >= len && B::u32_len(planes) >= len,
-        "query buffers hold fewer than {queries} x {} entries",
+        B::u32_len(q) >= len,
+        "query buffer holds fewer than {queries} x {} entries",
         4 * groups
+    );
+    assert!(
+        B::u32_len(planes) >= planes_len,
+        "plane buffer holds fewer than {queries} x 4 x {} words",
+        shape.plane_stride()
     );
     assert!(
         B::i8_len(d) >= 4 * groups * cols_pad,
@@ -354,12 +409,12 @@ pub fn add_products<B: AnswerBackend>(
     let grid_limit = i32::MAX as u64;
     assert!(shape.blocks() <= grid_limit, "launch too large");
     assert!(
-        (len as u64 / 4).div_ceil(crate::defines::SLICE_THREADS as u64) <= grid_limit,
+        (planes_len as u64 / 4).div_ceil(crate::defines::SLICE_THREADS as u64) <= grid_limit,
         "slicing launch too large"
     );
     // SAFETY: every length and bound of both contracts was asserted above.
     unsafe {
-        backend.slice_unchecked(q, shape.queries, shape.groups, planes)?;
+        backend.slice_unchecked(q, shape.queries, shape.groups, shape.plane_stride(), planes)?;
         backend.answer_unchecked(planes, d, out, shape)
     }
 }
@@ -398,6 +453,21 @@ mod tests {
             assert!(s.chunk_groups > 0 && s.chunk_groups <= ANSWER_MAX_CHUNK_GROUPS);
             assert!(s.chunk_groups.is_multiple_of(CHUNK_STEP_GROUPS));
             assert!(s.blocks() <= u32::MAX as u64);
+            assert!(s.plane_stride() >= groups && s.plane_stride().is_multiple_of(STAGE_GROUPS));
+            for kernel in AnswerKernel::ALL {
+                let k = AnswerShape { kernel, ..s };
+                let panels = cols_pad.div_ceil(PANEL_COLS as u32) as u64;
+                let chunks = (groups as u64).div_ceil(s.chunk_groups as u64);
+                assert_eq!(
+                    k.blocks(),
+                    panels.div_ceil(kernel.panels_per_block() as u64)
+                        * queries.div_ceil(kernel.queries_per_block()) as u64
+                        * chunks,
+                    "{}",
+                    kernel.name()
+                );
+                assert!(kernel.threads().is_multiple_of(32) && kernel.threads() <= 1024);
+            }
         }
         let lone = AnswerShape::plan(1, 194_560, 4_704, 132);
         assert!(lone.blocks() >= 132 * BLOCKS_PER_MULTIPROCESSOR / 2);

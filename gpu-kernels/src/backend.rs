@@ -66,6 +66,30 @@ pub fn upload_rows<B: Backend>(
     Ok(())
 }
 
+/// The kernel of an expansion and its blocks (of
+/// [`crate::defines::EXPAND_THREADS`] threads) for `n` rows of `ncols`
+/// columns: TurboSHAKE128 one thread per (row, block of 2048 columns),
+/// AES one thread per [`crate::defines::AES_STEPS`] AES blocks.
+pub fn expand_launch(expansion: Expansion, n: u32, ncols: u32) -> (&'static str, u64) {
+    use crate::defines::{AES_STEPS, EXPAND_THREADS};
+    match expansion {
+        Expansion::TurboShake128 => {
+            let items = n as u64 * ncols.div_ceil(pir_core::matrix::BLOCK_COLS as u32) as u64;
+            (
+                "ethpir_expand_turboshake",
+                items.div_ceil(EXPAND_THREADS as u64),
+            )
+        }
+        Expansion::Aes128Ctr => {
+            let items = n as u64 * ncols.div_ceil(4) as u64;
+            (
+                "ethpir_expand_aes",
+                items.div_ceil(EXPAND_THREADS as u64 * AES_STEPS as u64),
+            )
+        }
+    }
+}
+
 /// Expands columns `col0 .. col0 + ncols` of rows `0 .. n` of `A` into
 /// `out`, after checking that it is large enough.
 pub fn expand<B: Backend>(
@@ -82,11 +106,9 @@ pub fn expand<B: Backend>(
         "expansion output holds {} elements, needs {n} x {ncols}",
         B::u32_len(out)
     );
-    // One thread per (row, block of columns); a grid is at most 2^31 - 1
-    // blocks of at least 64 threads.
+    // A grid is at most 2^31 - 1 blocks.
     assert!(
-        n as u64 * ncols.div_ceil(pir_core::matrix::BLOCK_COLS as u32) as u64
-            <= (i32::MAX as u64) * 64,
+        expand_launch(expansion, n, ncols).1 <= i32::MAX as u64,
         "expansion launch too large"
     );
     // SAFETY: the output length was asserted just above.

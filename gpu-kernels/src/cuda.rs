@@ -11,8 +11,8 @@ use pir_core::params::SEED_BYTES;
 use pir_core::EncodedDb;
 
 use crate::answer::{AnswerBackend, AnswerKernel, AnswerShape, DeviceDb};
-use crate::backend::{expand, Backend};
-use crate::defines::{kernel_defines, ANSWER_THREADS, BLOCK_COLS, EXPAND_THREADS, SLICE_THREADS};
+use crate::backend::{expand, expand_launch, Backend};
+use crate::defines::{kernel_defines, EXPAND_THREADS, SLICE_THREADS};
 use crate::tiling::{plan_tile_rows, run_tiled};
 use crate::{GpuError, KERNEL_SOURCE};
 
@@ -81,7 +81,8 @@ pub fn shared() -> Result<&'static CudaGpu, GpuError> {
 pub struct CudaGpu {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
-    expand_fn: CudaFunction,
+    /// The expansions' kernels, TurboSHAKE128's then AES's.
+    expand_fns: [CudaFunction; 2],
     slice_fn: CudaFunction,
     /// The answer kernels, in [`AnswerKernel::ALL`]'s order.
     answer_fns: Vec<CudaFunction>,
@@ -109,7 +110,15 @@ impl CudaGpu {
         let arch: &'static str = Box::leak(format!("compute_{major}{minor}").into_boxed_str());
         let ptx = compile_ptx(Some(arch))?;
         let module = ctx.load_module(ptx).map_err(driver)?;
-        let expand_fn = module.load_function("ethpir_expand").map_err(driver)?;
+        let load_expand = |e| {
+            module
+                .load_function(expand_launch(e, 0, 0).0)
+                .map_err(driver)
+        };
+        let expand_fns = [
+            load_expand(Expansion::TurboShake128)?,
+            load_expand(Expansion::Aes128Ctr)?,
+        ];
         let slice_fn = module
             .load_function("ethpir_answer_slice")
             .map_err(driver)?;
@@ -124,7 +133,7 @@ impl CudaGpu {
         Ok(CudaGpu {
             ctx,
             stream,
-            expand_fn,
+            expand_fns,
             slice_fn,
             answer_fns,
             multiprocessors,
@@ -207,6 +216,27 @@ impl CudaGpu {
         Ok(hint)
     }
 
+    /// Expands columns `0 .. ncols` of rows `0 .. n` into device memory and
+    /// times the kernel alone, the second of two runs (for benchmarks).
+    pub fn time_expansion(
+        &self,
+        matrix: &PublicMatrix,
+        n: u32,
+        ncols: u32,
+    ) -> Result<std::time::Duration, GpuError> {
+        let key = self.upload_key(&matrix.kernel_key())?;
+        let mut out = self.alloc_u32(n as usize * ncols as usize)?;
+        let mut took = std::time::Duration::ZERO;
+        for _ in 0..2 {
+            self.stream.synchronize().map_err(driver)?;
+            let start = std::time::Instant::now();
+            expand(self, &key, matrix.expansion(), n, 0, ncols, &mut out)?;
+            self.stream.synchronize().map_err(driver)?;
+            took = start.elapsed();
+        }
+        Ok(took)
+    }
+
     /// Expands columns `col0 .. col0 + ncols` of rows `0 .. n` on the GPU.
     pub fn expand_to_host(
         &self,
@@ -269,20 +299,15 @@ impl Backend for CudaGpu {
         ncols: u32,
         out: &mut CudaSlice<u32>,
     ) -> Result<(), GpuError> {
-        let items = n as u64 * ncols.div_ceil(BLOCK_COLS) as u64;
+        let (_, blocks) = expand_launch(expansion, n, ncols);
         let cfg = LaunchConfig {
-            grid_dim: (items.div_ceil(EXPAND_THREADS as u64) as u32, 1, 1),
+            grid_dim: (blocks as u32, 1, 1),
             block_dim: (EXPAND_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut args = self.stream.launch_builder(&self.expand_fn);
-        let mode = expansion.code() as u32;
-        args.arg(key)
-            .arg(&mode)
-            .arg(&n)
-            .arg(&col0)
-            .arg(&ncols)
-            .arg(out);
+        let function = &self.expand_fns[usize::from(expansion == Expansion::Aes128Ctr)];
+        let mut args = self.stream.launch_builder(function);
+        args.arg(key).arg(&n).arg(&col0).arg(&ncols).arg(out);
         // SAFETY: the kernel writes n x ncols entries of `out`, which the
         // caller guarantees it holds; the key buffer is 32 bytes.
         unsafe { args.launch(cfg) }.map(|_| ()).map_err(driver)
@@ -322,18 +347,23 @@ impl AnswerBackend for CudaGpu {
         q: &CudaSlice<u32>,
         count: u32,
         groups: u32,
+        stride: u32,
         planes: &mut CudaSlice<u32>,
     ) -> Result<(), GpuError> {
-        let items = count as u64 * groups as u64;
+        let items = count as u64 * stride as u64;
         let cfg = LaunchConfig {
             grid_dim: (items.div_ceil(SLICE_THREADS as u64) as u32, 1, 1),
             block_dim: (SLICE_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
         let mut args = self.stream.launch_builder(&self.slice_fn);
-        args.arg(q).arg(&count).arg(&groups).arg(planes);
-        // SAFETY: the caller guarantees q and planes hold count x 4 x
-        // groups elements; the kernel touches no others.
+        args.arg(q)
+            .arg(&count)
+            .arg(&groups)
+            .arg(&stride)
+            .arg(planes);
+        // SAFETY: the caller guarantees q holds count x 4 x groups elements
+        // and planes count x 4 x stride; the kernel touches no others.
         unsafe { args.launch(cfg) }.map(|_| ()).map_err(driver)
     }
 
@@ -346,14 +376,16 @@ impl AnswerBackend for CudaGpu {
     ) -> Result<(), GpuError> {
         let cfg = LaunchConfig {
             grid_dim: (shape.blocks() as u32, 1, 1),
-            block_dim: (ANSWER_THREADS, 1, 1),
+            block_dim: (shape.kernel.threads(), 1, 1),
             shared_mem_bytes: 0,
         };
         let function = &self.answer_fns[shape.kernel.index()];
         let m_rows = 4 * shape.queries;
+        let stride = shape.plane_stride();
         let mut args = self.stream.launch_builder(function);
         args.arg(planes)
             .arg(&m_rows)
+            .arg(&stride)
             .arg(d)
             .arg(&shape.groups)
             .arg(&shape.cols_pad)

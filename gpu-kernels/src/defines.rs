@@ -12,10 +12,20 @@ pub const PANEL_COLS: u32 = 64;
 
 /// Threads per block of the matrix expansion.
 pub const EXPAND_THREADS: u32 = 128;
+/// AES blocks (of 4 entries) each thread of the AES expansion encrypts:
+/// the block's tables and round keys, made once, serve them all.
+pub const AES_STEPS: u32 = 16;
 
-/// Threads per block of the answer kernels (4 warps; the kernel's steps
-/// assume whole warps).
+/// Threads per block of the direct answer kernels (4 warps; the kernel's
+/// steps assume whole warps). The staged ones have `32 WM WN`.
 pub const ANSWER_THREADS: u32 = 128;
+/// Row groups (of 4 rows) of one stage of the staged answer kernels: the
+/// planes' rows are padded to whole stages.
+pub const STAGE_GROUPS: u32 = 16;
+/// Stages of the staged answer kernels in shared memory (one being
+/// multiplied, the others in flight): 3 x 16 KiB, the static limit of 48
+/// KiB, for the widest.
+pub const STAGES: u32 = 3;
 /// Threads per block of the query slicing.
 pub const SLICE_THREADS: u32 = 256;
 /// Most row groups (of 4 rows) one answer block sums: a warp's s32
@@ -29,7 +39,10 @@ pub fn kernel_defines() -> Vec<(&'static str, String)> {
         ("ETHPIR_BLOCK_COLS", format!("{BLOCK_COLS}u")),
         ("ETHPIR_PANEL_COLS", format!("{PANEL_COLS}u")),
         ("ETHPIR_EXPAND_THREADS", format!("{EXPAND_THREADS}u")),
+        ("ETHPIR_AES_STEPS", format!("{AES_STEPS}u")),
         ("ETHPIR_ANSWER_THREADS", format!("{ANSWER_THREADS}u")),
         ("ETHPIR_SLICE_THREADS", format!("{SLICE_THREADS}u")),
+        ("ETHPIR_STAGE_GROUPS", format!("{STAGE_GROUPS}u")),
+        ("ETHPIR_STAGES", format!("{STAGES}")),
     ]
 }

@@ -12,14 +12,30 @@ use crate::tiling::run_tiled;
 use crate::GpuError;
 
 extern "C" {
-    fn ethpir_emu_expand(key: *const u8, mode: u32, n: u32, col0: u32, ncols: u32, out: *mut u32);
-    fn ethpir_emu_answer_slice(q: *const u32, count: u32, groups: u32, planes: *mut u32);
+    fn ethpir_emu_expand(
+        aes: u32,
+        blocks: u32,
+        key: *const u8,
+        n: u32,
+        col0: u32,
+        ncols: u32,
+        out: *mut u32,
+    );
+    fn ethpir_emu_answer_slice(
+        q: *const u32,
+        count: u32,
+        groups: u32,
+        stride: u32,
+        planes: *mut u32,
+    );
     #[allow(clippy::too_many_arguments)]
     fn ethpir_emu_answer(
         kernel: u32,
         blocks: u32,
+        threads: u32,
         planes: *const u32,
         m_rows: u32,
+        stride: u32,
         d: *const i8,
         groups: u32,
         cols_pad: u32,
@@ -70,10 +86,21 @@ impl Backend for Emulator {
         ncols: u32,
         out: &mut Vec<u32>,
     ) -> Result<(), GpuError> {
-        let mode = expansion.code() as u32;
+        let aes = u32::from(expansion == Expansion::Aes128Ctr);
+        let (_, blocks) = crate::backend::expand_launch(expansion, n, ncols);
         // SAFETY: the caller guarantees `out` holds n x ncols entries; the
         // key is 32 bytes by type.
-        unsafe { ethpir_emu_expand(key.as_ptr(), mode, n, col0, ncols, out.as_mut_ptr()) };
+        unsafe {
+            ethpir_emu_expand(
+                aes,
+                blocks as u32,
+                key.as_ptr(),
+                n,
+                col0,
+                ncols,
+                out.as_mut_ptr(),
+            )
+        };
         Ok(())
     }
 
@@ -101,11 +128,12 @@ impl AnswerBackend for Emulator {
         q: &Vec<u32>,
         count: u32,
         groups: u32,
+        stride: u32,
         planes: &mut Vec<u32>,
     ) -> Result<(), GpuError> {
-        // SAFETY: the caller guarantees both buffers hold count x 4 x
-        // groups elements, all the kernel touches.
-        unsafe { ethpir_emu_answer_slice(q.as_ptr(), count, groups, planes.as_mut_ptr()) };
+        // SAFETY: the caller guarantees q holds count x 4 x groups elements
+        // and planes count x 4 x stride, all the kernel touches.
+        unsafe { ethpir_emu_answer_slice(q.as_ptr(), count, groups, stride, planes.as_mut_ptr()) };
         Ok(())
     }
 
@@ -122,8 +150,10 @@ impl AnswerBackend for Emulator {
             ethpir_emu_answer(
                 shape.kernel.index() as u32,
                 shape.blocks() as u32,
+                shape.kernel.threads(),
                 planes.as_ptr(),
                 4 * shape.queries,
+                shape.plane_stride(),
                 d.as_ptr(),
                 shape.groups,
                 shape.cols_pad,

@@ -188,7 +188,8 @@ fn undersized_buffers_are_refused_before_launch() {
 }
 
 /// The answer kernels, emulated, against pir-core's product, bit for bit:
-/// single and batched (every kernel, partial query blocks),
+/// single and batched (every kernel, direct and staged, partial query
+/// blocks, stages and panel blocks),
 /// every last-panel width (16 to 64 columns), row counts that are not
 /// whole steps, one chunk and many, a shard's rows, and the extremes
 /// (every element at the bottom of the plaintext range, every query entry
@@ -217,8 +218,14 @@ fn emulated_answers_equal_cpu_answers() {
         let device = emulated::device_db(&db);
         let rows = db.shape().rows();
         // One query, one more than a narrow block takes, several blocks'
-        // worth with the last one partial.
-        for count in [1usize, 5, 17] {
+        // worth with the last one partial (of the widest staged kernel's
+        // 32 queries too, on one database).
+        let counts: &[usize] = if n == 500 {
+            &[1, 5, 17, 40]
+        } else {
+            &[1, 5, 17]
+        };
+        for &count in counts {
             let vecs: Vec<Vec<u32>> = (0..count)
                 .map(|_| (0..rows).map(|_| rng.random()).collect())
                 .collect();

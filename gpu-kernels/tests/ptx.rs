@@ -16,14 +16,15 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
 
-use gpu_kernels::defines::{ANSWER_THREADS, EXPAND_THREADS, SLICE_THREADS};
+use gpu_kernels::defines::{EXPAND_THREADS, SLICE_THREADS};
 
 const ARCHS: [(&str, &str); 2] = [("compute_80", "sm_80"), ("compute_90", "sm_90")];
 const OUT_ENV: &str = "ETHPIR_PTX_OUT";
 
 /// The kernels and the threads per block their launch bounds name.
-const KERNELS: [(&str, u32); 2] = [
-    ("ethpir_expand", EXPAND_THREADS),
+const KERNELS: [(&str, u32); 3] = [
+    ("ethpir_expand_turboshake", EXPAND_THREADS),
+    ("ethpir_expand_aes", EXPAND_THREADS),
     ("ethpir_answer_slice", SLICE_THREADS),
 ];
 
@@ -35,7 +36,7 @@ fn kernels() -> Vec<(String, u32)> {
         .chain(
             gpu_kernels::answer::AnswerKernel::ALL
                 .iter()
-                .map(|k| (k.name(), ANSWER_THREADS)),
+                .map(|k| (k.name(), k.threads())),
         )
         .collect()
 }

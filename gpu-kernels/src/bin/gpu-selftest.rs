@@ -37,9 +37,9 @@ struct Args {
     expansion: Expansion,
     /// Also time answers from GPU memory on databases of 2^N keys of
     /// --value-bytes, packed as pir-bench packs them (random elements of
-    /// the shape, no encoding), e.g. `24,26,28`: batches of 1, 16, 64 and
-    /// 256 queries (those under 4 GB of queries), the first 16 answers of
-    /// each checked against the CPU.
+    /// the shape, no encoding), e.g. `24,26,28`: batches of 1, 8, 16, 32,
+    /// 64 and 256 queries (those under 4 GB of queries), every kernel's
+    /// answers compared, and the first 16 checked against the CPU.
     #[arg(long, value_delimiter = ',')]
     bench_answers: Vec<u32>,
     /// Repetitions per answer timing (median reported).
@@ -115,9 +115,14 @@ fn check_expansions(gpu: &gpu_kernels::cuda::CudaGpu) -> Result<bool> {
         }
         let ok = vector_ok && mismatches == 0;
         all_ok &= ok;
+        // The whole of A at 2^26 keys' shape (1,774 x 778,240 entries).
+        let (n, cols) = (1774u32, 778_240u32);
+        let took = gpu.time_expansion(&matrix, n, cols)?;
         println!(
             "{}",
-            serde_json::json!({"stage": "expansion", "expansion": expansion.name(), "ok": ok, "test_vector": vector_ok, "mismatches": mismatches})
+            serde_json::json!({"stage": "expansion", "expansion": expansion.name(), "ok": ok, "test_vector": vector_ok, "mismatches": mismatches,
+                "bench_rows": n, "bench_cols": cols, "bench_ms": took.as_secs_f64() * 1e3,
+                "bench_gbps": 4.0 * n as f64 * cols as f64 / took.as_secs_f64() / 1e9})
         );
     }
     Ok(all_ok)
@@ -270,18 +275,20 @@ fn synthetic_db(args: &Args, log2: u32) -> Result<EncodedDb> {
     Ok(EncodedDb::from_parts(shape, data)?)
 }
 
-/// The chosen kernel's answers and phases, and every kernel's median
-/// time by name.
+/// The chosen kernel's answers and phases, every kernel's median time by
+/// name, and whether every kernel's answers were the chosen one's.
 #[cfg(feature = "cuda")]
 type KernelTimes = (
     Vec<Vec<u32>>,
     Vec<gpu_kernels::answer::AnswerTimes>,
     serde_json::Map<String, serde_json::Value>,
+    bool,
 );
 
 /// Every answer kernel timed on `refs` (the median of `reps`): the
-/// answers and phases of `chosen` (the server's choice), and each kernel's
-/// median time, by name.
+/// answers and phases of `chosen` (the server's choice), each kernel's
+/// median time, by name, and whether all kernels answered alike (the CPU
+/// checks the chosen one's).
 #[cfg(feature = "cuda")]
 fn time_kernels(
     held: &gpu_kernels::answer::DeviceDb<gpu_kernels::cuda::CudaGpu>,
@@ -291,14 +298,20 @@ fn time_kernels(
 ) -> Result<KernelTimes> {
     let mut times = Vec::new();
     let mut first = None;
+    let mut each_first = Vec::new();
     let mut kernels = serde_json::Map::new();
     for kernel in AnswerKernel::ALL {
         let mut compute = Vec::new();
-        for _ in 0..reps.max(1) {
+        for rep in 0..reps.max(1) {
             let (answers, phases) = held.answer_with(refs, kernel, None)?;
             if kernel == chosen {
-                first.get_or_insert(answers);
                 times.push(phases);
+                if rep == 0 {
+                    first = Some(answers.clone());
+                }
+            }
+            if rep == 0 {
+                each_first.push(answers);
             }
             compute.push(phases.compute.as_secs_f64() * 1e3);
         }
@@ -306,11 +319,12 @@ fn time_kernels(
         kernels.insert(kernel.name(), serde_json::json!(compute[compute.len() / 2]));
     }
     let first = first.ok_or_else(|| anyhow::anyhow!("{} is not a kernel of ALL", chosen.name()))?;
-    Ok((first, times, kernels))
+    let agree = each_first.iter().all(|a| *a == first);
+    Ok((first, times, kernels, agree))
 }
 
 /// Answers timed on the GPU (median of --reps, phases apart) and on all
-/// CPU cores, batches of 1, 16, 64 and 256, at 2^`log2` keys.
+/// CPU cores, batches of 1 to 256, at 2^`log2` keys.
 #[cfg(feature = "cuda")]
 fn bench_answers(gpu: &gpu_kernels::cuda::CudaGpu, args: &Args, log2: u32) -> Result<bool> {
     let t = Instant::now();
@@ -323,21 +337,21 @@ fn bench_answers(gpu: &gpu_kernels::cuda::CudaGpu, args: &Args, log2: u32) -> Re
     let mut rng = rand::rngs::StdRng::seed_from_u64(5);
     let mut all_ok = true;
     // Batches whose queries stay under 4 GB (a query is 4 bytes a row).
-    for count in [1usize, 16, 64, 256]
+    for count in [1usize, 8, 16, 32, 64, 256]
         .into_iter()
         .filter(|&c| c as u64 * 4 * rows as u64 <= 4 << 30)
     {
         let vecs = random_queries(count, rows, &mut rng);
         let refs: Vec<&[u32]> = vecs.iter().map(|v| v.as_slice()).collect();
         let chosen = AnswerKernel::for_batch(count as u32);
-        let (first, times, kernels) = time_kernels(&held, &refs, chosen, args.reps)?;
+        let (first, times, kernels, agree) = time_kernels(&held, &refs, chosen, args.reps)?;
         // The CPU answers at most 16 of them (at 2^30 keys a batch of 256
         // would take it most of a minute): the first ones, compared.
         let checked = count.min(16);
         let t = Instant::now();
         let cpu = cpu_answers(&db, &vecs[..checked]);
         let cpu_ms = t.elapsed().as_secs_f64() * 1e3;
-        let ok = first[..checked] == cpu[..];
+        let ok = first[..checked] == cpu[..] && agree;
         all_ok &= ok;
         let median = |f: &dyn Fn(&gpu_kernels::answer::AnswerTimes) -> f64| {
             let mut v: Vec<f64> = times.iter().map(f).collect();
