@@ -318,7 +318,15 @@ __device__ __forceinline__ u32 ethpir_load_word(const i8* base, u64 word) {
     __builtin_memcpy(&v, base + 4 * word, 4);
     return v;
 }
+// A GPU faults on a 16-byte access that is not 16-byte aligned; the
+// emulator stops there too, so that the tests catch it.
+__device__ __forceinline__ void ethpir_check_align16(const void* p) {
+    if ((unsigned long long)p % 16 != 0) {
+        __builtin_trap();
+    }
+}
 __device__ __forceinline__ ethpir_u32x4 ethpir_load4(const u32* p) {
+    ethpir_check_align16(p);
     ethpir_u32x4 v;
     __builtin_memcpy(&v, p, 16);
     return v;
@@ -326,6 +334,10 @@ __device__ __forceinline__ ethpir_u32x4 ethpir_load4(const u32* p) {
 // The copy happens at once; the barriers the kernel keeps for the GPU's
 // asynchronous copies order it the same way.
 __device__ __forceinline__ void ethpir_cp_async16(u32* dst, const void* src, u32 bytes) {
+    ethpir_check_align16(dst);
+    if (bytes != 0) {
+        ethpir_check_align16(src);
+    }
     __builtin_memset(dst, 0, 16);
     if (bytes != 0) {
         __builtin_memcpy(dst, src, 16);

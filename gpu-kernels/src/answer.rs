@@ -310,6 +310,11 @@ impl<B: AnswerBackend> DeviceDb<B> {
         if vecs.is_empty() {
             return Ok((Vec::new(), AnswerTimes::default()));
         }
+        if self.groups == 0 {
+            // No served rows: every product is zero (and no launch is
+            // made of no blocks).
+            return Ok((vec![vec![0; self.cols]; vecs.len()], AnswerTimes::default()));
+        }
         let start = Instant::now();
         let rows = self.query_rows();
         assert!(
@@ -452,7 +457,7 @@ mod tests {
             let s = AnswerShape::plan(queries, groups, cols_pad, sms);
             assert!(s.chunk_groups > 0 && s.chunk_groups <= ANSWER_MAX_CHUNK_GROUPS);
             assert!(s.chunk_groups.is_multiple_of(CHUNK_STEP_GROUPS));
-            assert!(s.blocks() <= u32::MAX as u64);
+            assert!(s.blocks() <= i32::MAX as u64);
             assert!(s.plane_stride() >= groups && s.plane_stride().is_multiple_of(STAGE_GROUPS));
             for kernel in AnswerKernel::ALL {
                 let k = AnswerShape { kernel, ..s };

@@ -106,6 +106,15 @@ pub fn expand<B: Backend>(
         "expansion output holds {} elements, needs {n} x {ncols}",
         B::u32_len(out)
     );
+    // The kernels number TurboSHAKE's blocks and AES's counters from col0.
+    assert!(
+        (col0 as usize).is_multiple_of(pir_core::matrix::BLOCK_COLS),
+        "expansion from column {col0}, not a block's first"
+    );
+    if n == 0 || ncols == 0 {
+        // Nothing to expand (and a launch of no blocks is an error).
+        return Ok(());
+    }
     // A grid is at most 2^31 - 1 blocks.
     assert!(
         expand_launch(expansion, n, ncols).1 <= i32::MAX as u64,

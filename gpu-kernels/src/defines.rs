@@ -29,8 +29,9 @@ pub const STAGES: u32 = 3;
 /// Threads per block of the query slicing.
 pub const SLICE_THREADS: u32 = 256;
 /// Most row groups (of 4 rows) one answer block sums: a warp's s32
-/// accumulator then stays below 2^31 (16384 x 255 x 128 < 2^31 with a
-/// quarter of the chunk per warp; kernels/ethpir.cu says why it matters).
+/// accumulator then stays below 2^31 even when it sums the whole chunk,
+/// as a staged kernel's warp does (4 x 16384 rows x 255 x 128 =
+/// 2,139,095,040; lib.rs asserts it at compile time).
 pub const ANSWER_MAX_CHUNK_GROUPS: u32 = 16384;
 
 /// `(name, value)` of every define the CUDA source needs.

@@ -46,6 +46,8 @@ pub use tiling::plan_tile_rows;
 
 const _: () = assert!(defines::BLOCK_COLS as usize == pir_core::matrix::BLOCK_COLS);
 const _: () = assert!(defines::PANEL_COLS as usize == pir_core::db::PANEL_COLS);
+// A warp's s32 sums over a whole chunk never reach 2^31 (kernels/ethpir.cu).
+const _: () = assert!((defines::ANSWER_MAX_CHUNK_GROUPS as u64) * 4 * 255 * 128 < 1 << 31);
 
 /// The CUDA C source of the kernels.
 pub const KERNEL_SOURCE: &str = include_str!("../kernels/ethpir.cu");
