@@ -12,6 +12,7 @@
 //! GPU and attestations on top.
 #![forbid(unsafe_code)]
 
+pub mod account_spill;
 pub mod dump;
 pub mod genesis;
 pub mod pipeline;

@@ -25,7 +25,7 @@ use protocol::account::{AccountValue, CodeRef};
 
 const MAGIC: &[u8; 4] = b"EPRC";
 const VERSION: u8 = 3;
-const RECORD_BYTES: usize = 157;
+pub(crate) const RECORD_BYTES: usize = 157;
 /// An account of versions 1 and 2, without code hash and storage root.
 const OLD_RECORD_BYTES: usize = 93;
 pub(crate) const SLOT_BYTES: usize = 117;
@@ -84,7 +84,7 @@ pub fn write_records(
     Ok(())
 }
 
-fn account_bytes(r: &AccountRecord) -> [u8; RECORD_BYTES] {
+pub(crate) fn account_bytes(r: &AccountRecord) -> [u8; RECORD_BYTES] {
     let mut one = [0u8; RECORD_BYTES];
     one[0] = r.address.is_some() as u8 | (r.deleted as u8) << 1;
     one[1..21].copy_from_slice(r.address.unwrap_or_default().as_slice());
@@ -414,7 +414,7 @@ impl<'a> RecordsFile<'a> {
 
 /// One account of `records.bin` (its key not checked); without code hash
 /// and storage root (zero: unknown) in the 93 bytes of versions 1 and 2.
-fn parse_account(chunk: &[u8]) -> AccountRecord {
+pub(crate) fn parse_account(chunk: &[u8]) -> AccountRecord {
     let hash_at = |at: usize| chunk.get(at..at + 32).map_or(B256::ZERO, B256::from_slice);
     AccountRecord {
         address: (chunk[0] & 1 == 1).then(|| Address::from_slice(&chunk[1..21])),

@@ -37,7 +37,8 @@ use crate::sources::Base;
 use crate::store::{SnapshotStore, StoredSnapshot};
 
 /// `configs/snapshotter.toml`; every field has a default, and the command
-/// line's `--store`, `--url`, `--genesis`, `--datadir` override it.
+/// line's `--store`, `--url`, `--genesis`, `--datadir`, `--geth-dump`
+/// override it.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct FollowConfig {
@@ -59,6 +60,11 @@ pub struct SourceConfig {
     pub genesis: Option<PathBuf>,
     /// Base: a reth datadir (the full state at its head).
     pub datadir: Option<PathBuf>,
+    /// Base: geth's offline export of its state (`geth snapshot dump`,
+    /// geth stopped), streamed and checked against the state root of the
+    /// node's block whose root it is (one of the newest
+    /// [`GETH_DUMP_SEARCH_BLOCKS`]).
+    pub geth_dump: Option<PathBuf>,
     /// Base: the node's own dump of its whole state at its head
     /// (anvil_dumpState, geth's debug_accountRange), checked against that
     /// block's state root: a chain without a genesis file or datadir.
@@ -104,6 +110,7 @@ impl Default for SourceConfig {
             url: None,
             genesis: None,
             datadir: None,
+            geth_dump: None,
             dump: false,
             allow_incomplete: false,
             changes: ChangeTracer::Auto,
@@ -246,7 +253,7 @@ pub enum Refusal {
     NoStore,
     #[error("no node: give --url RPC_URL (or [source] url in the config)")]
     NoUrl,
-    #[error("--genesis and --datadir both given; the base comes from one of them")]
+    #[error("more than one of --genesis, --datadir and --geth-dump given; the base comes from one of them")]
     TwoBases,
     #[error("no base for chain {chain_id} in the store, and neither --genesis FILE nor --datadir RETH_DATADIR: a JSON-RPC node cannot list its accounts, so the full state must come from a genesis file (plus every block since) or a reth datadir (a development node's own dump with --dump)")]
     NoBase { chain_id: u64 },
@@ -256,6 +263,10 @@ pub enum Refusal {
     NoChangeTracer { url: String, missing: Missing },
     #[error("{0}")]
     Mismatch(String),
+    /// A geth dump that cannot be opened or read (a file, not a node:
+    /// retrying would not help).
+    #[error(transparent)]
+    GethDump(#[from] crate::sources::geth_dump::GethDumpError),
     #[error(
         "this ethpir-snapshot was built without the reth feature (cargo build --features reth)"
     )]
@@ -316,7 +327,13 @@ impl Follower {
     pub fn new(config: FollowConfig) -> Result<Self, FollowError> {
         let store = config.store.clone().ok_or(Refusal::NoStore)?;
         let url = config.source.url.clone().ok_or(Refusal::NoUrl)?;
-        if config.source.genesis.is_some() && config.source.datadir.is_some() {
+        let source = &config.source;
+        let bases = [
+            source.genesis.is_some(),
+            source.datadir.is_some(),
+            source.geth_dump.is_some(),
+        ];
+        if bases.iter().filter(|&&b| b).count() > 1 {
             return Err(Refusal::TwoBases.into());
         }
         let build = config.build.options(None)?;
@@ -610,9 +627,14 @@ impl Follower {
         let node = self.node.as_ref().expect("connected");
         let chain_id = node.chain_id;
         let listed = &self.configured;
-        let base = match (&self.config.source.genesis, &self.config.source.datadir) {
+        let source = &self.config.source;
+        let base = match (&source.genesis, &source.datadir) {
             (Some(file), _) => Base::Held(genesis_base(node, file, listed).await?),
             (None, Some(dir)) => datadir_base(node, dir, listed).await?,
+            (None, None) if source.geth_dump.is_some() => {
+                let file = source.geth_dump.as_deref().expect("just matched");
+                geth_dump_base(node, file, listed).await?
+            }
             (None, None) if self.config.source.dump => match node.export_dump(listed).await? {
                 Some(state) => Base::Held(state),
                 None => return Err(Refusal::NoDump { chain_id }.into()),
@@ -845,6 +867,45 @@ async fn datadir_base(
 #[cfg(not(feature = "reth"))]
 async fn datadir_base(_: &RpcSource, _: &Path, _: &PrivateStorage) -> Result<Base, FollowError> {
     Err(Refusal::NoReth.into())
+}
+
+/// Blocks below the node's head searched for the one whose state root a
+/// geth dump names.
+pub const GETH_DUMP_SEARCH_BLOCKS: u64 = 1024;
+
+/// geth's offline dump as a base, at the newest block (of the newest
+/// [`GETH_DUMP_SEARCH_BLOCKS`]) whose header names the dump's root; its
+/// accounts and slots are read and checked as it is published.
+async fn geth_dump_base(
+    node: &RpcSource,
+    file: &Path,
+    listed: &PrivateStorage,
+) -> Result<Base, FollowError> {
+    use crate::sources::geth_dump::{dump_base, GethDump};
+    let path = file.to_path_buf();
+    let open = move || GethDump::open(&path).map_err(|e| FollowError::from(Refusal::from(e)));
+    let dump = blocking(open).await?;
+    let head = node.head().await?;
+    let oldest = head.saturating_sub(GETH_DUMP_SEARCH_BLOCKS - 1);
+    for block in (oldest..=head).rev() {
+        let (hash, root, time) = node.block_header(block).await?;
+        if root == dump.root {
+            tracing::info!(block, root = %dump.root, file = %file.display(), "the geth dump is of this block");
+            return Ok(Base::GethDump(dump_base(
+                dump,
+                node.chain_id,
+                block,
+                (hash, time),
+                listed.clone(),
+            )));
+        }
+    }
+    Err(Refusal::Mismatch(format!(
+        "{}: its state root {} is no header's of blocks {oldest}..={head} of the node: dump the state of a recent block of this chain (geth snapshot dump, geth stopped)",
+        file.display(),
+        dump.root
+    ))
+    .into())
 }
 
 /// Wait after the `failures`-th failed step in a row: 1 s doubling, at most 5 min.

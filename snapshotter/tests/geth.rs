@@ -83,16 +83,19 @@ async fn geth_is_followed_with_the_whole_state_through_its_prestate_tracer() {
     geth.transact(from, Some(CONTRACT), &[]).await;
     follower.step().await.unwrap();
 
-    let contract: Address = CONTRACT.parse().unwrap();
-    let slot = |n: u8| {
-        let key = protocol::storage::storage_key_of(&contract, &B256::with_last_byte(n));
-        view_slots(&snapshotter::SnapshotStore::open(&store_dir).unwrap())
-            .get(&key)
-            .copied()
-            .unwrap_or_default()
-    };
+    let slot = |n: u8| contract_word(&store_dir, n);
     assert_eq!((slot(1), slot(3)), (U256::from(5), U256::from(0x2a)));
     every_level_has_geths_state_root(&store_dir, &geth.url, geth.head().await);
+}
+
+/// Slot `n` of [`CONTRACT`] in the store's newest view (0 when absent).
+fn contract_word(store_dir: &std::path::Path, n: u8) -> U256 {
+    let contract: Address = CONTRACT.parse().unwrap();
+    let key = protocol::storage::storage_key_of(&contract, &B256::with_last_byte(n));
+    view_slots(&snapshotter::SnapshotStore::open(store_dir).unwrap())
+        .get(&key)
+        .copied()
+        .unwrap_or_default()
 }
 
 fn hex(text: &str) -> Vec<u8> {
@@ -193,4 +196,107 @@ async fn a_base_is_read_from_geths_account_ranges() {
         .unwrap();
     let refused = node.export_dump(&whole).await.unwrap_err().to_string();
     assert!(refused.contains("--cache.preimages"), "{refused}");
+}
+
+/// A base from geth's offline export (`geth snapshot dump`, geth stopped
+/// as an operator stops it, no preimages recorded): streamed, checked
+/// against the state root of the block it is of, then followed through
+/// the prestate tracer; every level's root is geth's. A dump whose slot
+/// was changed, or whose root is no block's, is refused and nothing is
+/// published from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_base_is_streamed_from_geths_offline_dump() {
+    let dir = tempfile::tempdir().unwrap();
+    let contract = genesis_contract(&[(1, 5), (2, 6)]);
+    let mut alloc = vec![(CONTRACT.into(), contract)];
+    alloc.extend((1..=300u64).map(|i| {
+        (
+            format!("{:#042x}", 0xf000_0000 + i),
+            json!({"balance": "0x1"}),
+        )
+    }));
+    let (geth, _) = Node::start_geth(dir.path(), alloc).await;
+    let from = DEV_ACCOUNTS[0];
+    geth.transact(from, Some(CONTRACT), B256::with_last_byte(0x2a).as_slice())
+        .await;
+    let dumped_at = geth.head().await;
+    geth.shutdown().await;
+    let dump = dir.path().join("state.jsonl");
+    Node::geth_snapshot_dump(dir.path(), &dump);
+    let text = std::fs::read_to_string(&dump).unwrap();
+    let geth = Node::restart_geth(dir.path(), &[]).await;
+
+    // Refused: a slot's word changed (its account's storage root no longer
+    // adds up), and a root that is no block's.
+    let tampered_word = tamper_first_slot(&text);
+    let (bad, refusals) = (dir.path().join("bad.jsonl"), dir.path().join("refusals"));
+    std::fs::write(&bad, &tampered_word).unwrap();
+    let mut refusing = config(&refusals, &geth.url, None);
+    refusing.source.storage = StorageScope::All;
+    refusing.source.geth_dump = Some(bad.clone());
+    let refused = Follower::new(refusing.clone())
+        .unwrap()
+        .step()
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("storage root"), "{refused}");
+    let root_line = text.lines().next().unwrap();
+    let other_root = format!("{{\"root\":\"{}\"}}", B256::repeat_byte(0x77));
+    std::fs::write(&bad, text.replacen(root_line, &other_root, 1)).unwrap();
+    let refused = Follower::new(refusing).unwrap().step().await.unwrap_err();
+    assert!(refused.to_string().contains("no header's"), "{refused}");
+    let published = snapshotter::SnapshotStore::open(&refusals)
+        .unwrap()
+        .list()
+        .unwrap();
+    assert!(published.is_empty(), "{published:?}");
+
+    let store_dir = dir.path().join("store");
+    let mut following = config(&store_dir, &geth.url, None);
+    following.source.storage = StorageScope::All;
+    following.source.geth_dump = Some(dump);
+    let mut follower = Follower::new(following).unwrap();
+    follower.step().await.unwrap();
+    let store = snapshotter::SnapshotStore::open(&store_dir).unwrap();
+    let base = &store.list().unwrap()[0];
+    assert_eq!(base.id.block, dumped_at);
+    assert!(
+        base.manifest.record_count > 300,
+        "{}",
+        base.manifest.record_count
+    );
+
+    geth.transact(from, Some(CONTRACT), B256::with_last_byte(0x2b).as_slice())
+        .await;
+    follower.step().await.unwrap();
+    let slot = |n: u8| contract_word(&store_dir, n);
+    assert_eq!(
+        (slot(1), slot(2), slot(3)),
+        (U256::from(5), U256::from(6), U256::from(0x2b))
+    );
+    every_level_has_geths_state_root(&store_dir, &geth.url, geth.head().await);
+}
+
+/// `text` (a dump) with the word of the first slot of its first account
+/// with storage changed (its last hex digit, the RLP still well formed).
+fn tamper_first_slot(text: &str) -> String {
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    for line in lines.iter_mut().skip(1) {
+        let mut account: serde_json::Value = serde_json::from_str(line).unwrap();
+        let Some(storage) = account["storage"].as_object_mut() else {
+            continue;
+        };
+        let (slot, rlp) = storage
+            .iter()
+            .next()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .unwrap();
+        let rlp = rlp.as_str().unwrap();
+        let last = u8::from_str_radix(&rlp[rlp.len() - 1..], 16).unwrap();
+        let changed = format!("{}{:x}", &rlp[..rlp.len() - 1], last ^ 2);
+        storage.insert(slot, json!(changed));
+        *line = account.to_string();
+        return lines.join("\n");
+    }
+    panic!("no account with storage in the dump");
 }

@@ -220,10 +220,27 @@ impl Node {
         );
         let init = ["init", "--datadir", &data_s, &path(&genesis)];
         run_geth(&geth, &[flags, &init[..]].concat());
-        let dev = ["--dev", "--datadir", &data_s, "--password", &password_s];
+        (Node::restart_geth(dir, flags).await, genesis)
+    }
+
+    /// Starts geth again over the datadir [`Node::start_geth_with`] made
+    /// in `dir`, with the same `flags`.
+    pub async fn restart_geth(dir: &std::path::Path, flags: &[&str]) -> Node {
+        let path = |p: &std::path::Path| p.to_str().expect("a UTF-8 path").to_string();
+        let (data, password) = (path(&dir.join("geth-data")), path(&dir.join("password")));
+        let dev = ["--dev", "--datadir", &data, "--password", &password];
         let dev = [&dev[..], &["--authrpc.port", "0"], flags].concat();
-        let node = spawn_geth(&geth, &dev).await;
-        (node, genesis)
+        spawn_geth(&geth_binary(), &dev).await
+    }
+
+    /// geth's offline export of the head state of the datadir
+    /// [`Node::start_geth_with`] made in `dir` (`geth snapshot dump`; geth
+    /// must be stopped, [`Node::shutdown`]), written to `out`.
+    pub fn geth_snapshot_dump(dir: &std::path::Path, out: &std::path::Path) {
+        let data = dir.join("geth-data");
+        let data = data.to_str().expect("a UTF-8 path");
+        let dump = run_geth(&geth_binary(), &["snapshot", "dump", "--datadir", data]);
+        std::fs::write(out, dump).expect("the dump written");
     }
 
     /// Starts an archive geth (hash scheme: every block's state kept, to
@@ -364,6 +381,22 @@ impl Node {
     /// The node's process id (also its process group id).
     pub fn pid(&self) -> Option<u32> {
         self.child.id()
+    }
+
+    /// Stops the node as an operator does (SIGINT: geth writes its state
+    /// out first) and waits for it to exit; killed after [`PATIENCE`].
+    pub async fn shutdown(mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-INT", &pid.to_string()])
+                .status();
+        }
+        if tokio::time::timeout(PATIENCE, self.child.wait())
+            .await
+            .is_err()
+        {
+            self.stop().await;
+        }
     }
 
     /// Stops the node now and waits for it to exit.

@@ -420,11 +420,17 @@ struct RunArgs {
     /// Base: a reth datadir (needs the reth feature).
     #[arg(long)]
     datadir: Option<PathBuf>,
+    /// Base: geth's offline export of its whole state, the output of `geth
+    /// snapshot dump` (run with geth stopped; no preimages needed),
+    /// streamed within the build's memory budget and checked against the
+    /// state root of the node's block it is of (one of its newest 1,024).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["genesis", "datadir"])]
+    geth_dump: Option<PathBuf>,
     /// Base: the node's own dump of its whole state at its head
     /// (anvil_dumpState; geth's debug_accountRange, geth run with
     /// --cache.preimages from its first block), checked against that
     /// block's state root.
-    #[arg(long, conflicts_with_all = ["genesis", "datadir"])]
+    #[arg(long, conflicts_with_all = ["genesis", "datadir", "geth_dump"])]
     dump: bool,
     /// Follow a node with neither the prestate tracer nor trace_block
     /// (accounts only; some changes are then missed).
@@ -760,9 +766,10 @@ fn run_follower(store: &std::path::Path, store_given: bool, args: &RunArgs) -> R
     }
     let source = &mut config.source;
     source.url = args.url.clone().or(source.url.take());
-    if args.genesis.is_some() || args.datadir.is_some() || args.dump {
+    if args.genesis.is_some() || args.datadir.is_some() || args.geth_dump.is_some() || args.dump {
         source.genesis = args.genesis.clone();
         source.datadir = args.datadir.clone();
+        source.geth_dump = args.geth_dump.clone();
         source.dump = args.dump;
     }
     source.allow_incomplete |= args.allow_incomplete;

@@ -2,6 +2,7 @@
 
 pub use snapshot_build::{dump, genesis};
 pub mod changes;
+pub mod geth_dump;
 #[cfg(feature = "reth")]
 pub mod reth;
 pub mod rpc;
@@ -17,6 +18,8 @@ pub enum Base {
     Held(ExportedState),
     #[cfg(feature = "reth")]
     Streamed(crate::sources::reth::StreamedHead),
+    /// geth's offline dump (`geth snapshot dump`), streamed.
+    GethDump(crate::sources::geth_dump::StreamedDump),
 }
 
 impl Base {
@@ -26,6 +29,7 @@ impl Base {
             Base::Held(state) => state,
             #[cfg(feature = "reth")]
             Base::Streamed(head) => &head.meta,
+            Base::GethDump(dump) => &dump.meta,
         }
     }
 
@@ -38,6 +42,7 @@ impl Base {
             Base::Held(state) => build_and_publish(store, state, opts),
             #[cfg(feature = "reth")]
             Base::Streamed(head) => head.publish(store, opts),
+            Base::GethDump(dump) => dump.publish(store, opts),
         }
     }
 }
