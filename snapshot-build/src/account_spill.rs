@@ -13,7 +13,8 @@ use protocol::account::AccountRecord;
 
 use crate::records::{account_bytes, parse_account, RECORD_BYTES};
 
-/// Collects accounts in key order into a file.
+/// Collects accounts in key order into a file (removed if it is dropped
+/// before [`AccountSpill::finish`]).
 pub struct AccountSpill {
     path: PathBuf,
     out: BufWriter<File>,
@@ -57,17 +58,25 @@ impl AccountSpill {
     }
 
     /// The accounts pushed, to be read back once in the same order.
-    pub fn finish(self) -> std::io::Result<SpilledAccounts> {
-        let file = self.out.into_inner().map_err(|e| e.into_error())?;
-        drop(file);
+    pub fn finish(mut self) -> std::io::Result<SpilledAccounts> {
+        self.out.flush()?;
         let reader = BufReader::with_capacity(1 << 20, File::open(&self.path)?);
         Ok(SpilledAccounts {
-            path: self.path,
+            // The file is the spilled accounts' to remove from here on.
+            path: std::mem::take(&mut self.path),
             reader,
             left: self.count,
             count: self.count,
             failed: None,
         })
+    }
+}
+
+impl Drop for AccountSpill {
+    fn drop(&mut self) {
+        if !self.path.as_os_str().is_empty() {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 

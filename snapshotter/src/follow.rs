@@ -221,6 +221,19 @@ pub enum FollowError {
     Failed(Box<dyn std::error::Error + Send + Sync>),
 }
 
+/// A base not published: a geth dump that does not add up stops the
+/// follower (its bytes would not change); anything else is retried.
+impl From<crate::sources::PublishError> for FollowError {
+    fn from(e: crate::sources::PublishError) -> Self {
+        use crate::sources::PublishError;
+        match e {
+            PublishError::GethDump(e) if !e.may_pass_again() => Refusal::GethDump(e).into(),
+            PublishError::GethDump(e) => FollowError::Failed(Box::new(e)),
+            PublishError::Build(e) => e.into(),
+        }
+    }
+}
+
 /// Every other error the follower meets is a failure to retry.
 macro_rules! failures {
     ($($error:ty),* $(,)?) => {$(
@@ -253,7 +266,7 @@ pub enum Refusal {
     NoStore,
     #[error("no node: give --url RPC_URL (or [source] url in the config)")]
     NoUrl,
-    #[error("more than one of --genesis, --datadir and --geth-dump given; the base comes from one of them")]
+    #[error("more than one of --genesis, --datadir, --geth-dump and --dump given; the base comes from one of them")]
     TwoBases,
     #[error("no base for chain {chain_id} in the store, and neither --genesis FILE nor --datadir RETH_DATADIR: a JSON-RPC node cannot list its accounts, so the full state must come from a genesis file (plus every block since) or a reth datadir (a development node's own dump with --dump)")]
     NoBase { chain_id: u64 },
@@ -263,8 +276,8 @@ pub enum Refusal {
     NoChangeTracer { url: String, missing: Missing },
     #[error("{0}")]
     Mismatch(String),
-    /// A geth dump that cannot be opened or read (a file, not a node:
-    /// retrying would not help).
+    /// A geth dump that cannot be opened, or that does not add up (a
+    /// file, not a node: retrying would read the same bytes).
     #[error(transparent)]
     GethDump(#[from] crate::sources::geth_dump::GethDumpError),
     #[error(
@@ -332,6 +345,7 @@ impl Follower {
             source.genesis.is_some(),
             source.datadir.is_some(),
             source.geth_dump.is_some(),
+            source.dump,
         ];
         if bases.iter().filter(|&&b| b).count() > 1 {
             return Err(Refusal::TwoBases.into());

@@ -4,7 +4,7 @@
 
 use alloy_primitives::{Address, B256, U256};
 use serde_json::json;
-use snapshotter::follow::{Follower, StorageScope};
+use snapshotter::follow::{FollowError, Follower, StorageScope};
 use snapshotter::sources::changes::ChangeTracer;
 use snapshotter::sources::rpc::{RpcOptions, RpcSource};
 use test_support::{forward_to, Node, DEV_ACCOUNTS, FORWARDER_INIT_CODE};
@@ -240,6 +240,12 @@ async fn a_base_is_streamed_from_geths_offline_dump() {
         .await
         .unwrap_err();
     assert!(refused.to_string().contains("storage root"), "{refused}");
+    // It stops the follower (the same bytes would be read again), and
+    // its scratch files are gone.
+    assert!(matches!(refused, FollowError::Refused(_)), "{refused:?}");
+    let staging = refusals.join(".staging");
+    let left: Vec<_> = std::fs::read_dir(&staging).map_or(Vec::new(), |d| d.collect());
+    assert!(left.is_empty(), "{left:?}");
     let root_line = text.lines().next().unwrap();
     let other_root = format!("{{\"root\":\"{}\"}}", B256::repeat_byte(0x77));
     std::fs::write(&bad, text.replacen(root_line, &other_root, 1)).unwrap();

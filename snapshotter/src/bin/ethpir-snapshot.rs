@@ -20,7 +20,7 @@ use snapshotter::settings::{BuildSettings, LayoutSettings};
 #[cfg(feature = "reth")]
 use snapshotter::sources::reth::{export_base, RethMode};
 use snapshotter::sources::rpc::{self, RpcOptions, RpcSource, Traces};
-use snapshotter::sources::{genesis, Base};
+use snapshotter::sources::{genesis, Base, PublishError};
 use snapshotter::store::{SnapshotStore, StoreError};
 use snapshotter::{tokens, SnapshotId};
 
@@ -841,7 +841,7 @@ fn build(store: &SnapshotStore, source: &Source) -> Result<()> {
     let chain_id = base.meta().chain_id;
     match base.publish(store, &options) {
         Ok(snap) => println!("{}", snap.path.display()),
-        Err(BuildError::Store(StoreError::Exists(id))) => {
+        Err(PublishError::Build(BuildError::Store(StoreError::Exists(id)))) => {
             tracing::info!(snapshot = %id, "already published; nothing to do");
         }
         Err(e) => return Err(e.into()),

@@ -29,7 +29,8 @@ use alloy_trie::{HashBuilder, Nibbles, EMPTY_ROOT_HASH};
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 
 use crate::account::{AccountRecord, EMPTY_CODE_HASH};
-use crate::pipeline::{build_and_publish_streamed, BuildError, BuildOptions, ExportedState};
+use crate::pipeline::{build_and_publish_streamed, BuildOptions, ExportedState};
+use crate::sources::PublishError;
 use crate::store::{SnapshotStore, StoredSnapshot};
 use protocol::storage::{PrivateStorage, StorageRecord};
 use snapshot_build::account_spill::{AccountSpill, SpilledAccounts};
@@ -68,6 +69,14 @@ pub enum GethDumpError {
         computed: B256,
         named: B256,
     },
+}
+
+impl GethDumpError {
+    /// Whether reading the dump again could go otherwise (a read error of
+    /// the disk), where every other error is in the dump's bytes.
+    pub fn may_pass_again(&self) -> bool {
+        matches!(self, GethDumpError::Io { .. })
+    }
 }
 
 /// A dump file, its first line read: the state root it is of.
@@ -478,6 +487,13 @@ fn checked_account(
         if keccak256(&code) != code_hash {
             return Err(format!("{key}: its code is not its code hash {code_hash}"));
         }
+        if code.len() > protocol::codes::MAX_CODE_BYTES {
+            return Err(format!(
+                "{key}: a code of {} bytes, more than the {} a client takes",
+                code.len(),
+                protocol::codes::MAX_CODE_BYTES
+            ));
+        }
         targets.store.put_code(&code).map_err(|e| e.to_string())?;
     }
     let balance = account.balance.ok_or_else(|| missing("balance"))?;
@@ -505,33 +521,40 @@ pub struct StreamedDump {
 impl StreamedDump {
     /// Builds and publishes the base: the dump read once, its accounts
     /// spilled and its slots sorted within the build's memory budget
-    /// (both in the store's staging folder), checked, then written as
-    /// `records.bin`.
+    /// (both in the store's staging folder, removed when done, published
+    /// or not), checked, then written as `records.bin`. A dump that does
+    /// not add up is [`PublishError::GethDump`].
     pub fn publish(
         self,
         store: &SnapshotStore,
         options: &BuildOptions,
-    ) -> Result<StoredSnapshot, BuildError> {
+    ) -> Result<StoredSnapshot, PublishError> {
         let StreamedDump { meta, dump } = self;
         let listed = match meta.listed.whole_state {
             true => None,
             false => Some(meta.listed.all_contracts().iter().map(keccak256).collect()),
         };
-        let runs = store.scratch_dir("slot-runs");
-        let accounts = store.scratch_dir("dump-accounts").join("accounts");
-        let pending = store.scratch_dir("dump-pending");
+        let scratch = ScratchDirs(
+            ["slot-runs", "dump-accounts", "dump-pending"].map(|n| store.scratch_dir(n)),
+        );
+        let [runs, accounts, pending] = scratch.0.clone();
         let memory = options.encode_memory_bytes;
-        build_and_publish_streamed(store, &meta, options, |w| {
+        let mut refused = None;
+        let built = build_and_publish_streamed(store, &meta, options, |w| {
             let mut sorter = SlotSorter::new(runs, memory);
-            let spill = AccountSpill::create(accounts)?;
+            let spill = AccountSpill::create(accounts.join("accounts"))?;
             let targets = DumpTargets {
                 store,
                 sorter: &mut sorter,
                 spill,
                 listed,
             };
-            let mut accounts = read_dump(&dump, pending, targets, MAX_FIELD_BYTES)
-                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+            let read = read_dump(&dump, pending, targets, MAX_FIELD_BYTES);
+            let mut accounts = read.map_err(|e| {
+                let kept = std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string());
+                refused = Some(e);
+                kept
+            })?;
             let count = accounts.total();
             tracing::info!(
                 accounts = count,
@@ -546,7 +569,25 @@ impl StreamedDump {
                 Some(e) => Err(e),
                 None => written,
             }
-        })
+        });
+        drop(scratch);
+        match (built, refused) {
+            (Ok(published), _) => Ok(published),
+            (Err(_), Some(dump_error)) => Err(dump_error.into()),
+            (Err(e), None) => Err(e.into()),
+        }
+    }
+}
+
+/// Scratch folders of a build, removed when it is dropped (after the
+/// build, published or not).
+struct ScratchDirs([PathBuf; 3]);
+
+impl Drop for ScratchDirs {
+    fn drop(&mut self) {
+        for dir in &self.0 {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 

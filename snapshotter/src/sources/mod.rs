@@ -37,12 +37,23 @@ impl Base {
         self,
         store: &SnapshotStore,
         opts: &BuildOptions,
-    ) -> Result<StoredSnapshot, BuildError> {
+    ) -> Result<StoredSnapshot, PublishError> {
         match self {
-            Base::Held(state) => build_and_publish(store, state, opts),
+            Base::Held(state) => Ok(build_and_publish(store, state, opts)?),
             #[cfg(feature = "reth")]
-            Base::Streamed(head) => head.publish(store, opts),
+            Base::Streamed(head) => Ok(head.publish(store, opts)?),
             Base::GethDump(dump) => dump.publish(store, opts),
         }
     }
+}
+
+/// Why a base was not published: the build (a store, a disk, the
+/// encoder), or a geth dump that does not add up (its bytes would not
+/// change on a second try).
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    #[error(transparent)]
+    Build(#[from] BuildError),
+    #[error(transparent)]
+    GethDump(#[from] geth_dump::GethDumpError),
 }
