@@ -331,21 +331,47 @@ __device__ __forceinline__ ethpir_u32x4 ethpir_load4(const u32* p) {
     __builtin_memcpy(&v, p, 16);
     return v;
 }
-// The copy happens at once; the barriers the kernel keeps for the GPU's
-// asynchronous copies order it the same way.
+// The copies are queued per thread and land only when a wait says their
+// group is done, as late as a GPU may land them: a kernel that reads a
+// stage it has not waited for reads stale words here too, and the tests
+// fail. (The fibers of a block share one OS thread: the queues are
+// indexed by the thread's place in the block.)
+struct EthpirEmuCopy {
+    u32* dst;
+    const void* src;
+    u32 bytes;
+    u32 group;
+};
+static std::vector<EthpirEmuCopy> ethpir_emu_copies[1024];
+static u32 ethpir_emu_committed[1024];
 __device__ __forceinline__ void ethpir_cp_async16(u32* dst, const void* src, u32 bytes) {
     ethpir_check_align16(dst);
     if (bytes != 0) {
         ethpir_check_align16(src);
     }
-    __builtin_memset(dst, 0, 16);
-    if (bytes != 0) {
-        __builtin_memcpy(dst, src, 16);
-    }
+    u32 t = threadIdx.x;
+    ethpir_emu_copies[t].push_back(EthpirEmuCopy{dst, src, bytes, ethpir_emu_committed[t]});
 }
-__device__ __forceinline__ void ethpir_cp_async_commit() {}
+__device__ __forceinline__ void ethpir_cp_async_commit() {
+    ++ethpir_emu_committed[threadIdx.x];
+}
 template <int PENDING>
-__device__ __forceinline__ void ethpir_cp_async_wait() {}
+__device__ __forceinline__ void ethpir_cp_async_wait() {
+    u32 t = threadIdx.x;
+    std::vector<EthpirEmuCopy>& queue = ethpir_emu_copies[t];
+    std::vector<EthpirEmuCopy> later;
+    for (const EthpirEmuCopy& c : queue) {
+        if (c.group + PENDING < ethpir_emu_committed[t]) {
+            __builtin_memset(c.dst, 0, 16);
+            if (c.bytes != 0) {
+                __builtin_memcpy(c.dst, c.src, 16);
+            }
+        } else {
+            later.push_back(c);
+        }
+    }
+    queue.swap(later);
+}
 #define ethpir_atomic_add(ptr, v) __atomic_fetch_add((ptr), (v), __ATOMIC_RELAXED)
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
 // No u8 x s8 MMA (nor cp.async) before sm_80: the host refuses such GPUs
