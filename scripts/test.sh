@@ -22,12 +22,16 @@ phase "the test build with clippy's lints, then the tests"
 # clippy lints the workspace's crates as the test build compiles them:
 # clippy-driver as the workspace's compiler (what `cargo clippy` sets up
 # for a check), so that no dependency is checked for clippy and then
-# compiled again for the tests (on a fresh machine that was 3 to 4
-# minutes). The targets are clippy's --all-targets but for benches (there
+# compiled again for the tests (2.5 minutes of a cold build on a 2-core
+# Xeon: docs/benchmarks.md, "Lints in the test build"). The targets are clippy's --all-targets but for benches (there
 # are none); a lint fails the build, and so the command.
-export RUSTC_WORKSPACE_WRAPPER="$(rustc --print sysroot)/bin/clippy-driver"
+driver="$(rustc --print sysroot)/bin/clippy-driver"
+[ -x "$driver" ] || driver=$(command -v clippy-driver) || {
+    echo "no clippy-driver beside rustc or on PATH: rustup component add clippy" >&2
+    exit 1
+}
+export RUSTC_WORKSPACE_WRAPPER="$driver"
 export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
-[ -x "$RUSTC_WORKSPACE_WRAPPER" ] || { echo "no clippy-driver: rustup component add clippy" >&2; exit 1; }
 
 # The tests run in a session of their own, so that anything they started
 # and left behind (anvil, nginx, a server, a proxy; orphans included) can
