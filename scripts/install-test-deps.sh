@@ -119,6 +119,13 @@ if ! .tools/cuda/nvidia/cu13/bin/ptxas --version 2>/dev/null | grep -q "V$CUDA_T
         "nvidia-cuda-nvrtc==$CUDA_TOOLS_VERSION" "nvidia-cuda-nvcc==$CUDA_TOOLS_VERSION"
 fi
 .tools/cuda/nvidia/cu13/bin/ptxas --version | tail -1
+# The crates the build needs, downloaded while geth still builds (on a
+# fresh machine the first cargo command would otherwise download them
+# with the cores idle). A failure here is not final: the build fetches
+# what is missing.
+if [ -n "$geth_build" ]; then
+    cargo fetch --locked --quiet || echo "cargo fetch failed; the build will fetch the crates" >&2
+fi
 if [ -n "$geth_build" ] && ! wait "$geth_build"; then
     cat .tools/geth/build.log >&2
     echo "geth $GETH_VERSION did not build" >&2
