@@ -552,14 +552,19 @@ __device__ void ethpir_answer_block(const u32* planes, u32 m_rows, u32 stride, c
     }
 }
 
-// The answer kernels: ethpir_answer_m<MT>u<U>, 4 * MT queries a block.
-// src/answer.rs names them (AnswerKernel) and chooses one per batch.
-#define ETHPIR_ANSWER_KERNEL(MT, U)                                                                      \
-    extern "C" __global__ void __launch_bounds__(ETHPIR_ANSWER_THREADS)                                  \
-        ethpir_answer_m##MT##u##U(const u32* planes, u32 m_rows, u32 stride, const i8* d, u32 groups,    \
-                                  u32 cols_pad, u32 chunk_groups, u32* out) {                            \
-        ethpir_answer_block<MT, U>(planes, m_rows, stride, d, groups, cols_pad, chunk_groups, out);       \
+// An answer kernel's entry point: NAME, its threads, the block it runs.
+// Every answer kernel takes the same arguments (src/cuda.rs passes them).
+#define ETHPIR_ANSWER_ENTRY(NAME, THREADS, BLOCK)                                                        \
+    extern "C" __global__ void __launch_bounds__(THREADS)                                                \
+        NAME(const u32* planes, u32 m_rows, u32 stride, const i8* d, u32 groups, u32 cols_pad,           \
+             u32 chunk_groups, u32* out) {                                                               \
+        BLOCK(planes, m_rows, stride, d, groups, cols_pad, chunk_groups, out);                           \
     }
+
+// The direct kernels: ethpir_answer_m<MT>u<U>, 4 * MT queries a block.
+// src/answer.rs names them (AnswerKernel) and chooses one per batch.
+#define ETHPIR_ANSWER_KERNEL(MT, U) \
+    ETHPIR_ANSWER_ENTRY(ethpir_answer_m##MT##u##U, ETHPIR_ANSWER_THREADS, (ethpir_answer_block<MT, U>))
 ETHPIR_ANSWER_KERNEL(1, 1)
 ETHPIR_ANSWER_KERNEL(2, 2)
 ETHPIR_ANSWER_KERNEL(4, 2)
@@ -745,12 +750,8 @@ __device__ void ethpir_answer_staged(const u32* planes, u32 m_rows, u32 stride, 
 
 // The staged kernels: ethpir_answer_s<WM>x<WN>, 32 * WM * WN threads,
 // 8 * WM queries and WN panels a block. src/answer.rs names them.
-#define ETHPIR_STAGED_KERNEL(WM, WN)                                                                     \
-    extern "C" __global__ void __launch_bounds__(32 * WM * WN)                                           \
-        ethpir_answer_s##WM##x##WN(const u32* planes, u32 m_rows, u32 stride, const i8* d, u32 groups,   \
-                                   u32 cols_pad, u32 chunk_groups, u32* out) {                           \
-        ethpir_answer_staged<WM, WN>(planes, m_rows, stride, d, groups, cols_pad, chunk_groups, out);    \
-    }
+#define ETHPIR_STAGED_KERNEL(WM, WN) \
+    ETHPIR_ANSWER_ENTRY(ethpir_answer_s##WM##x##WN, 32 * WM * WN, (ethpir_answer_staged<WM, WN>))
 ETHPIR_STAGED_KERNEL(1, 2)
 ETHPIR_STAGED_KERNEL(2, 2)
 ETHPIR_STAGED_KERNEL(4, 1)
