@@ -741,16 +741,21 @@ async fn a_server_that_stops_holding_the_whole_state_is_not_trusted_to_forward()
     let gone = format!("http://127.0.0.1:{}", test_support::free_port());
     let (lost, _lost_cache) = fresh_proxy(&gone, Some(upstream.clone())).await;
     let call = json!([{"to": dev(1), "data": "0x70a08231"}, "latest"]);
-    for (method, params) in [("eth_getProof", proof.clone()), ("eth_call", call)] {
+    let simulated = json!([{"blockStateCalls": [{"calls": [call[0]]}]}, "latest"]);
+    let asks = [
+        ("eth_getProof", proof.clone()),
+        ("eth_call", call),
+        ("eth_simulateV1", simulated),
+    ];
+    for (method, params) in asks {
         let v = reply(&lost, method, params).await;
         assert_eq!(v["error"]["code"], -32003, "{method}: {v}");
     }
     assert!(!sent(), "nothing sent while the server is unknown");
     let named = |m: &str| relayed.lock().unwrap().iter().any(|c| c["method"] == m);
-    assert!(
-        !named("eth_call"),
-        "nothing sent while the server is unknown"
-    );
+    for method in ["eth_call", "eth_simulateV1"] {
+        assert!(!named(method), "{method} sent while the server is unknown");
+    }
 
     // Without the memory, the same server's list lets it go.
     let (fresh, _cache) = fresh_proxy(&server, Some(upstream)).await;

@@ -883,6 +883,14 @@ async fn refused_queries_never_answer_the_tiers_old_values(
     let body = json!({"jsonrpc": "2.0", "id": 3, "method": "eth_call", "params": [quote, at]});
     let answer = test_support::rpc_raw(&reqwest::Client::new(), &proxy, &body.to_string()).await;
     assert!(answer["error"].is_object(), "queries refused: {answer}");
+    // The same quote simulated (every key by PIR, none from the tier): an
+    // error too, and right once the server answers.
+    let blocks = json!([{"calls": [quote]}]);
+    let simulated = json!({"jsonrpc": "2.0", "id": 4, "method": "eth_simulateV1",
+        "params": [{"blockStateCalls": blocks}, at]});
+    let answer =
+        test_support::rpc_raw(&reqwest::Client::new(), &proxy, &simulated.to_string()).await;
+    assert!(answer["error"].is_object(), "queries refused: {answer}");
     refusing.store(false, Ordering::SeqCst);
     test_support::eventually("the quote once the server answers", || async {
         let answer =
@@ -892,4 +900,10 @@ async fn refused_queries_never_answer_the_tiers_old_values(
         Some(())
     })
     .await;
+    let answer =
+        test_support::rpc_raw(&reqwest::Client::new(), &proxy, &simulated.to_string()).await;
+    assert_eq!(
+        answer["result"][0]["calls"][0]["returnData"], now,
+        "the simulated quote at {at}: {answer}"
+    );
 }
