@@ -81,8 +81,9 @@ pub fn shared() -> Result<&'static CudaGpu, GpuError> {
 pub struct CudaGpu {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
-    /// The expansions' kernels, TurboSHAKE128's then AES's.
-    expand_fns: [CudaFunction; 2],
+    /// The expansions' kernels.
+    expand_turboshake: CudaFunction,
+    expand_aes: CudaFunction,
     slice_fn: CudaFunction,
     /// The answer kernels, in [`AnswerKernel::ALL`]'s order.
     answer_fns: Vec<CudaFunction>,
@@ -115,10 +116,8 @@ impl CudaGpu {
                 .load_function(expand_launch(e, 0, 0).0)
                 .map_err(driver)
         };
-        let expand_fns = [
-            load_expand(Expansion::TurboShake128)?,
-            load_expand(Expansion::Aes128Ctr)?,
-        ];
+        let expand_turboshake = load_expand(Expansion::TurboShake128)?;
+        let expand_aes = load_expand(Expansion::Aes128Ctr)?;
         let slice_fn = module
             .load_function("ethpir_answer_slice")
             .map_err(driver)?;
@@ -133,7 +132,8 @@ impl CudaGpu {
         Ok(CudaGpu {
             ctx,
             stream,
-            expand_fns,
+            expand_turboshake,
+            expand_aes,
             slice_fn,
             answer_fns,
             multiprocessors,
@@ -305,7 +305,10 @@ impl Backend for CudaGpu {
             block_dim: (EXPAND_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        let function = &self.expand_fns[usize::from(expansion == Expansion::Aes128Ctr)];
+        let function = match expansion {
+            Expansion::TurboShake128 => &self.expand_turboshake,
+            Expansion::Aes128Ctr => &self.expand_aes,
+        };
         let mut args = self.stream.launch_builder(function);
         args.arg(key).arg(&n).arg(&col0).arg(&ncols).arg(out);
         // SAFETY: the kernel writes n x ncols entries of `out`, which the
