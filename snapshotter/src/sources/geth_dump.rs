@@ -484,15 +484,15 @@ fn checked_account(
                 "{key}: no code for its code hash {code_hash} (a dump made with --nocode is not a whole state)"
             ));
         };
-        if keccak256(&code) != code_hash {
-            return Err(format!("{key}: its code is not its code hash {code_hash}"));
-        }
         if code.len() > protocol::codes::MAX_CODE_BYTES {
             return Err(format!(
                 "{key}: a code of {} bytes, more than the {} a client takes",
                 code.len(),
                 protocol::codes::MAX_CODE_BYTES
             ));
+        }
+        if keccak256(&code) != code_hash {
+            return Err(format!("{key}: its code is not its code hash {code_hash}"));
         }
         targets.store.put_code(&code).map_err(|e| e.to_string())?;
     }
