@@ -179,17 +179,45 @@ impl PublicMatrix {
 
     /// [`Self::expand_row_segment`] with a given kernel.
     pub fn expand_row_segment_with(&self, kernel: Kernel, row: u32, start: usize, out: &mut [u32]) {
-        debug_assert_eq!(start % BLOCK_COLS, 0);
+        let width = out.len();
+        self.expand_rows_segment_with(kernel, &[row], start, (width, width), out);
+    }
+
+    /// The same `width` columns from `start` of several rows, row `r` at
+    /// `out[r * stride..][..width]`: one cipher for all of them, or
+    /// TurboSHAKE128's blocks four at a time across rows. `start` must be a
+    /// multiple of [`BLOCK_COLS`] for TurboSHAKE128, of 4 for AES.
+    pub fn expand_rows_segment_with(
+        &self,
+        kernel: Kernel,
+        rows: &[u32],
+        start: usize,
+        (width, stride): (usize, usize),
+        out: &mut [u32],
+    ) {
+        assert!(
+            stride >= width && out.len() >= rows.len() * stride,
+            "a segment per row"
+        );
+        let segments = out.chunks_exact_mut(stride.max(1)).map(|s| &mut s[..width]);
         if self.expansion == Expansion::Aes128Ctr {
-            // One counter run over the whole segment: no per-block set-up.
+            // One counter run over each segment: no per-block set-up.
             let cipher = Aes128::new(&self.aes_key.into());
-            aes_columns(&cipher, row, start, out);
+            for (&row, segment) in rows.iter().zip(segments) {
+                aes_columns(&cipher, row, start, segment);
+            }
             return;
         }
-        let mut items: Vec<(u32, u32, &mut [u32])> = out
-            .chunks_mut(BLOCK_COLS)
-            .enumerate()
-            .map(|(i, chunk)| (row, (start / BLOCK_COLS + i) as u32, chunk))
+        assert_eq!(start % BLOCK_COLS, 0, "TurboSHAKE128 expands whole blocks");
+        let mut items: Vec<(u32, u32, &mut [u32])> = rows
+            .iter()
+            .zip(segments)
+            .flat_map(|(&row, segment)| {
+                segment
+                    .chunks_mut(BLOCK_COLS)
+                    .enumerate()
+                    .map(move |(i, chunk)| (row, (start / BLOCK_COLS + i) as u32, chunk))
+            })
             .collect();
         self.expand_blocks(kernel, &mut items);
     }
