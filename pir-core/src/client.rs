@@ -299,7 +299,7 @@ pub fn prepare_b0_many_with(
 const ROWS_AT_ONCE: usize = 96;
 
 /// Columns of one task of [`prepare_b0_many`]: TurboSHAKE128 expands whole
-/// blocks of [`crate::matrix::BLOCK_COLS`]; AES expands from any column,
+/// blocks of [`crate::matrix::BLOCK_COLS`]; AES from any fourth column,
 /// and half a block keeps 96 queries' tiles (384 KiB) within a core's L2
 /// cache on more CPUs (measured 30 against 22 entries a nanosecond on a
 /// Zen 3 core).

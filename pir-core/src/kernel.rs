@@ -328,9 +328,9 @@ pub fn accumulate_panel(
 }
 
 /// [`tile_product`] for two vectors at once: on AVX2 each group's entries
-/// are widened to 16 bits once for both (an instruction in 5.5 instead of
-/// 6 a product's 16 multiply-adds: about 15 % faster on a Zen 3 core);
-/// on the other kernels, one after the other.
+/// are widened to 16 bits once for both vectors (5.5 instructions for 16
+/// multiply-adds of a vector instead of 6: about 15 % faster on a Zen 3
+/// core); on the other kernels, one vector after the other.
 pub fn tile_product_pair(
     kernel: Kernel,
     tile: &[i8],
@@ -459,28 +459,16 @@ pub fn add_signed_rows(
     rows: &[u32],
     stride: usize,
 ) {
-    assert!(
-        width > 0 && stride >= width,
-        "rows of no columns, or overlapping"
-    );
+    assert!(width > 0, "rows of no columns");
     assert_eq!(accs.len() % width, 0, "whole accumulators");
     let queries = accs.len() / width;
-    assert_eq!(
-        signs.len() % queries.max(1),
-        0,
-        "one sign per row and query"
-    );
     let count = signs.len().checked_div(queries).unwrap_or(0);
+    assert_eq!(signs.len(), count * queries, "one sign per row and query");
     assert!(
-        rows.len() >= count.saturating_sub(1) * stride + width * count.min(1),
-        "rows"
+        signs.iter().all(|s| (-1..=1).contains(s)),
+        "a sign other than -1, 0 or 1"
     );
-    let rows = Rows {
-        data: rows,
-        width,
-        stride,
-        count,
-    };
+    let rows = Rows::new(rows, width, stride, count);
     match kernel {
         #[cfg(target_arch = "x86_64")]
         Kernel::Avx512Vnni | Kernel::Avx2 if queries >= TABLES_FROM => {
@@ -512,6 +500,33 @@ struct Rows<'a> {
 }
 
 impl<'a> Rows<'a> {
+    /// # Panics
+    ///
+    /// When rows overlap (`stride < width`) or would lie past `data`'s
+    /// end (checked without overflow).
+    fn new(data: &'a [u32], width: usize, stride: usize, count: usize) -> Self {
+        let rows = Rows {
+            data,
+            width,
+            stride,
+            count,
+        };
+        assert!(stride >= width, "overlapping rows");
+        assert!(rows.fit(), "rows past their data");
+        rows
+    }
+
+    /// Whether every row lies within `data`.
+    fn fit(&self) -> bool {
+        let span = match self.count {
+            0 => Some(0),
+            count => (count - 1)
+                .checked_mul(self.stride)
+                .and_then(|start| start.checked_add(self.width)),
+        };
+        span.is_some_and(|span| span <= self.data.len())
+    }
+
     fn row(&self, r: usize) -> &'a [u32] {
         &self.data[r * self.stride..][..self.width]
     }
@@ -561,10 +576,13 @@ mod signed {
 /// a triple (`-r0 - r1 - r2` to `r0 + r1 + r2`) are made once; then each
 /// query adds the one its three signs pick, one load-and-add for 24 of its
 /// entries instead of three sign-and-adds. The tables cost about one add
-/// per entry, shared by every query, so this pays from a few dozen queries.
+/// per entry, shared by every query, so this pays from [`super::TABLES_FROM`]
+/// queries.
 #[cfg(target_arch = "x86_64")]
 mod signs_avx2 {
     use std::arch::x86_64::*;
+
+    use zeroize::Zeroize;
 
     /// Accumulators kept in registers at once (of AVX2's 16).
     const HELD: usize = 8;
@@ -577,8 +595,10 @@ mod signs_avx2 {
     ///
     /// The CPU supports AVX2; `accs.len()` is a whole multiple of
     /// `rows.width > 0`; `signs.len()` is `rows.count` times the
-    /// accumulators, every sign -1, 0 or 1; every row lies within
-    /// `rows.data`. All are checked with `assert!` here.
+    /// accumulators; every row lies within `rows.data`. All are checked
+    /// with `assert!` here. (A sign outside -1, 0 and 1, refused by
+    /// [`super::add_signed_rows`], would pick a wrong entry or panic on
+    /// the tables' bounds, never reach past them.)
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn add_rows(accs: &mut [u32], signs: &[i8], rows: super::Rows) {
         let width = rows.width;
@@ -589,14 +609,9 @@ mod signs_avx2 {
             rows.count * queries,
             "one sign per row and query"
         );
-        if rows.count > 0 {
-            assert!(
-                (rows.count - 1) * rows.stride + width <= rows.data.len(),
-                "rows"
-            );
-        }
+        assert!(rows.fit(), "rows past their data");
         let triples = rows.count.div_ceil(TRIPLE);
-        let picks = picks(signs, queries, rows.count);
+        let mut picks = picks(signs, queries, rows.count);
         let mut tables = vec![_mm256_setzero_si256(); triples * ENTRIES];
         let vector_cols = width / 8 * 8;
         for col in (0..vector_cols).step_by(8) {
@@ -625,6 +640,11 @@ mod signs_avx2 {
                 }
                 first += held;
             }
+        }
+        // The picks spell the secrets' signs.
+        picks.zeroize();
+        if vector_cols == width {
+            return;
         }
         // The columns past the last whole vector, one by one.
         for (r, signs) in signs.chunks_exact(queries.max(1)).enumerate() {
@@ -1165,6 +1185,22 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A stride so large that the rows' span wraps around is refused, not
+    /// read from wherever the wrapped sum points.
+    #[test]
+    #[should_panic(expected = "rows past their data")]
+    fn rows_whose_span_wraps_are_refused() {
+        let stride = (usize::MAX - 1) / 3 + 1;
+        add_signed_rows(
+            Kernel::best(),
+            &mut [0u32; 64],
+            8,
+            &[0i8; 32],
+            &[0u32; 10],
+            stride,
+        );
     }
 
     #[test]

@@ -19,6 +19,8 @@
 // that `assert!`s uphold.
 #![deny(unsafe_code)]
 
+#[allow(unsafe_code)]
+pub mod aes_ni;
 pub mod client;
 pub mod db;
 pub mod encode;

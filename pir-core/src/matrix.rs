@@ -148,8 +148,8 @@ impl PublicMatrix {
         match self.expansion {
             Expansion::TurboShake128 => turboshake_block(&self.seed, row, block, out),
             Expansion::Aes128Ctr => {
-                let cipher = Aes128::new(&self.aes_key.into());
-                aes_columns(&cipher, row, block as usize * BLOCK_COLS, out);
+                let cipher = AesCtr::new(active(), &self.aes_key);
+                cipher.columns(row, block as usize * BLOCK_COLS, out);
             }
         }
     }
@@ -158,14 +158,14 @@ impl PublicMatrix {
     /// `out.len()` entries of that block, four TurboSHAKE128 blocks at a
     /// time where `kernel` allows (the same numbers either way: the tests
     /// compare them). AES uses the CPU's AES instructions when it has them
-    /// (detected by the `aes` crate at run time).
+    /// but for the portable kernel ([`AesCtr`]).
     pub fn expand_blocks(&self, kernel: Kernel, items: &mut [(u32, u32, &mut [u32])]) {
         match self.expansion {
             Expansion::TurboShake128 => turboshake_blocks(kernel, &self.seed, items),
             Expansion::Aes128Ctr => {
-                let cipher = Aes128::new(&self.aes_key.into());
+                let cipher = AesCtr::new(kernel, &self.aes_key);
                 for (row, block, out) in items.iter_mut() {
-                    aes_columns(&cipher, *row, *block as usize * BLOCK_COLS, out);
+                    cipher.columns(*row, *block as usize * BLOCK_COLS, out);
                 }
             }
         }
@@ -202,9 +202,9 @@ impl PublicMatrix {
         let segments = out.chunks_exact_mut(stride.max(1)).map(|s| &mut s[..width]);
         if self.expansion == Expansion::Aes128Ctr {
             // One counter run over each segment: no per-block set-up.
-            let cipher = Aes128::new(&self.aes_key.into());
+            let cipher = AesCtr::new(kernel, &self.aes_key);
             for (&row, segment) in rows.iter().zip(segments) {
-                aes_columns(&cipher, row, start, segment);
+                cipher.columns(row, start, segment);
             }
             return;
         }
@@ -223,11 +223,48 @@ impl PublicMatrix {
     }
 }
 
+/// The matrix's AES-128 in counter mode: on the CPU's AES instructions
+/// ([`crate::aes_ni`]) where it has them, but for the portable kernel
+/// (which the tests compare with the others); else the `aes` crate's
+/// cipher (its own detection of the instructions included).
+enum AesCtr {
+    #[cfg(target_arch = "x86_64")]
+    Instructions(crate::aes_ni::RoundKeys),
+    Crate(Box<Aes128>),
+}
+
+impl AesCtr {
+    fn new(kernel: Kernel, key: &[u8; 16]) -> Self {
+        #[cfg(target_arch = "x86_64")]
+        if kernel != Kernel::Portable {
+            if let Some(keys) = crate::aes_ni::RoundKeys::new(key) {
+                return AesCtr::Instructions(keys);
+            }
+        }
+        let _ = kernel;
+        AesCtr::Crate(Box::new(Aes128::new(key.into())))
+    }
+
+    /// Columns `start .. start + out.len()` of row `row` (`start` a
+    /// multiple of 4).
+    fn columns(&self, row: u32, start: usize, out: &mut [u32]) {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            AesCtr::Instructions(keys) => keys.columns(row, start, out),
+            AesCtr::Crate(cipher) => aes_columns(cipher, row, start, out),
+        }
+    }
+}
+
 /// Columns `start .. start + out.len()` of row `row` in AES-128 counter
 /// mode (`start` a multiple of 4). The cipher pipelines [`AES_BATCH`]
 /// blocks; each block becomes four entries without a byte loop.
 fn aes_columns(cipher: &Aes128, row: u32, start: usize, out: &mut [u32]) {
-    debug_assert_eq!(start % AES_COLS, 0);
+    assert_eq!(
+        start % AES_COLS,
+        0,
+        "AES expands from whole blocks of 4 columns"
+    );
     let mut blocks = [Block::default(); AES_BATCH];
     let mut counter = (start / AES_COLS) as u32;
     let mut input = [0u8; 16];
@@ -353,6 +390,40 @@ mod tests {
         }
         let aes = PublicMatrix::new(Expansion::Aes128Ctr, test_seed());
         assert_eq!(aes.kernel_key()[..16], AES_KEY);
+    }
+
+    /// Several rows at a stride are each row's segment alone, for every
+    /// kernel: TurboSHAKE from a whole block, AES from half of one too.
+    #[test]
+    fn rows_at_a_stride_are_each_rows_segment() {
+        let rows = [0u32, 5, 6, 7, 1773];
+        for expansion in Expansion::ALL {
+            let matrix = PublicMatrix::new(expansion, test_seed());
+            let mut starts = vec![0, BLOCK_COLS];
+            if expansion == Expansion::Aes128Ctr {
+                starts.push(BLOCK_COLS / 2 + 4);
+            }
+            for kernel in Kernel::supported() {
+                for &start in &starts {
+                    let (width, stride) = (BLOCK_COLS - 4, BLOCK_COLS + 16);
+                    let mut out = vec![7u32; rows.len() * stride];
+                    matrix.expand_rows_segment_with(
+                        kernel,
+                        &rows,
+                        start,
+                        (width, stride),
+                        &mut out,
+                    );
+                    for (r, &row) in rows.iter().enumerate() {
+                        let mut alone = vec![0u32; width];
+                        matrix.expand_row_segment_with(Kernel::Portable, row, start, &mut alone);
+                        let at = &out[r * stride..(r + 1) * stride];
+                        assert!(at[..width] == alone[..], "{expansion}, {kernel}, row {row}");
+                        assert!(at[width..].iter().all(|&x| x == 7), "past the width");
+                    }
+                }
+            }
+        }
     }
 
     /// Every kernel the CPU has expands the same matrix, segments of any
