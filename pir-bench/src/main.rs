@@ -408,8 +408,10 @@ fn ours_json(args: &Args, ours: &Ours, t: LookupTimes, batch_ms: Vec<f64>) -> Ma
 /// `--prepare-rows`: one JSON line per (expansion, kernel) (median of
 /// `reps` preparations on a one-thread pool), with the speed-up over the
 /// portable (scalar TurboSHAKE128) path measured first in the same run.
-/// AES-128 runs once: the `aes` crate picks AES-NI (or the ARMv8
-/// instructions) itself, whichever product kernel is selected.
+/// AES-128 runs once, with the best kernel: on the CPU's AES instructions
+/// (`pir_core::aes_ni`, VAES where it has them; the `aes` crate's cipher,
+/// with its own AES-NI or ARMv8 detection, where the CPU lacks them or
+/// the kernel is the portable one).
 fn bench_prepare(rows: usize, reps: usize) -> Result<()> {
     use pir_core::{Expansion, PublicMatrix};
     let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build()?;
