@@ -313,7 +313,7 @@ pub fn accumulate_panel(
         let planes = |q: usize| &vecs[q][range.clone()];
         let mut q = 0;
         while q < vecs.len() {
-            if kernel == Kernel::Avx2 && q + 1 < vecs.len() {
+            if q + 1 < vecs.len() {
                 let (first, second) = outs.split_at_mut(q + 1);
                 let pair = [planes(q), planes(q + 1)];
                 tile_product_pair(kernel, tile, width, pair, [&mut *first[q], &mut *second[0]]);
@@ -534,7 +534,6 @@ impl<'a> Rows<'a> {
 
 /// [`add_signed_row`]'s body, and its copies for wider vectors.
 mod signed {
-
     #[inline(always)]
     pub(super) fn add(tiles: &mut [u32], signs: &[i8], row: &[u32]) {
         for (tile, &sign) in tiles.chunks_exact_mut(row.len()).zip(signs) {
@@ -575,7 +574,7 @@ mod signed {
 /// taken three at a time, and for each eight columns the 27 signed sums of
 /// a triple (`-r0 - r1 - r2` to `r0 + r1 + r2`) are made once; then each
 /// query adds the one its three signs pick, one load-and-add for 24 of its
-/// entries instead of three sign-and-adds. The tables cost about one add
+/// entries instead of three row additions. The tables cost about one add
 /// per entry, shared by every query, so this pays from [`super::TABLES_FROM`]
 /// queries.
 #[cfg(target_arch = "x86_64")]
@@ -922,19 +921,13 @@ mod avx2 {
             let mut ptr = tile.as_ptr().add(col * 4);
             for (p, q) in a.iter().zip(b) {
                 if prefetch {
-                    // A hint only: an address past the tile is never read.
-                    let ahead = ptr.wrapping_add(PREFETCH_GROUPS * group_bytes);
-                    for line in (0..group_bytes).step_by(64) {
-                        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line));
-                    }
+                    prefetch_ahead(ptr, group_bytes);
                 }
                 let halves = [halves(p), halves(q)];
                 for j in 0..4 {
                     let d = _mm256_cvtepi8_epi16(_mm_loadu_si128(ptr.add(16 * j) as *const _));
                     for (acc, &(vl, vh)) in acc.iter_mut().zip(&halves) {
-                        let lo = _mm256_madd_epi16(d, vl);
-                        let hi = _mm256_slli_epi32::<16>(_mm256_madd_epi16(d, vh));
-                        acc[j] = _mm256_add_epi32(acc[j], _mm256_add_epi32(lo, hi));
+                        acc[j] = _mm256_add_epi32(acc[j], product(d, vl, vh));
                     }
                 }
                 ptr = ptr.add(group_bytes);
@@ -968,22 +961,39 @@ mod avx2 {
         let mut ptr = base;
         for p in planes {
             if prefetch {
-                // A hint only: an address past the tile is never read.
-                let ahead = ptr.wrapping_add(PREFETCH_GROUPS * group_bytes);
-                for line in (0..group_bytes).step_by(64) {
-                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line));
-                }
+                prefetch_ahead(ptr, group_bytes);
             }
             let (vl, vh) = halves(p);
             for (j, a) in acc.iter_mut().enumerate() {
                 let d = _mm256_cvtepi8_epi16(_mm_loadu_si128(ptr.add(16 * j) as *const _));
-                let lo = _mm256_madd_epi16(d, vl);
-                let hi = _mm256_slli_epi32::<16>(_mm256_madd_epi16(d, vh));
-                *a = _mm256_add_epi32(*a, _mm256_add_epi32(lo, hi));
+                *a = _mm256_add_epi32(*a, product(d, vl, vh));
             }
             ptr = ptr.add(group_bytes);
         }
         fold(&acc, out);
+    }
+
+    /// Prefetches the group row [`PREFETCH_GROUPS`] ahead of `ptr`, so that
+    /// the later passes over the same rows find them in cache.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn prefetch_ahead(ptr: *const i8, group_bytes: usize) {
+        // A hint only: an address past the tile is never read.
+        let ahead = ptr.wrapping_add(PREFETCH_GROUPS * group_bytes);
+        for line in (0..group_bytes).step_by(64) {
+            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line));
+        }
+    }
+
+    /// Sixteen widened entries (4 columns x 4 rows) times a group's halves:
+    /// `lo . d + 2^16 (hi . d)`, a column's rows 0+1 and 2+3 in adjacent
+    /// lanes.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn product(d: __m256i, vl: __m256i, vh: __m256i) -> __m256i {
+        let lo = _mm256_madd_epi16(d, vl);
+        let hi = _mm256_slli_epi32::<16>(_mm256_madd_epi16(d, vh));
+        _mm256_add_epi32(lo, hi)
     }
 
     /// A group's low and high halves, each broadcast as `[v0 v1 v2 v3]`.
