@@ -24,6 +24,14 @@ pub trait Backend {
     fn alloc_u32(&self, len: usize) -> Result<Self::U32Buf, GpuError>;
     fn alloc_i8(&self, len: usize) -> Result<Self::I8Buf, GpuError>;
     fn upload_key(&self, key: &[u8; SEED_BYTES]) -> Result<Self::KeyBuf, GpuError>;
+    /// The same device with a stream of its own: what is given to it runs
+    /// beside this one's work, and the device orders each buffer's uses
+    /// across the two (a buffer written on one is read on the other only
+    /// once written, and rewritten only once read). The hint's uploads and
+    /// expansions run so, beside its products.
+    fn beside(&self) -> Result<Self, GpuError>
+    where
+        Self: Sized;
     /// Copies `src` into `dst` at `offset` (bounds-checked: panics past the end).
     fn upload_i8(&self, dst: &mut Self::I8Buf, offset: usize, src: &[i8]) -> Result<(), GpuError>;
     /// Elements a buffer holds.

@@ -1,14 +1,16 @@
 //! The CUDA backend: NVRTC-compiled kernels launched with cudarc.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
+    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, CudaViewMut, DevicePtrMut,
+    DeviceRepr, LaunchConfig, PinnedHostSlice, PushKernelArg,
 };
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use pir_core::matrix::{Expansion, PublicMatrix};
 use pir_core::params::SEED_BYTES;
 use pir_core::EncodedDb;
+use rayon::prelude::*;
 
 use crate::answer::{AnswerBackend, AnswerKernel, AnswerShape, DeviceDb};
 use crate::backend::{expand, expand_launch, Backend};
@@ -76,11 +78,130 @@ pub fn shared() -> Result<&'static CudaGpu, GpuError> {
         .map_err(|e| GpuError::Unusable(e.clone()))
 }
 
+/// Bytes of each page-locked buffer an upload passes through.
+const STAGE_BYTES: usize = 16 << 20;
+
+/// Page-locked buffers a stream's uploads cycle through: the host fills
+/// one while the device copies out of the others.
+const STAGE_BUFFERS: usize = 3;
+
+/// Bytes of host memory one thread copies into a staging buffer.
+const COPY_PIECE: usize = 1 << 20;
+
+/// Threads that fill staging buffers at most: a few cores saturate the
+/// host's memory bandwidth.
+const COPY_THREADS: usize = 8;
+
+/// The threads that fill staging buffers: a pool of their own, so that an
+/// upload never waits behind CPU answers in the global pool.
+fn copy_pool() -> Option<&'static rayon::ThreadPool> {
+    static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads.min(COPY_THREADS))
+            .thread_name(|i| format!("gpu-stage-{i}"))
+            .build()
+            .ok()
+    })
+    .as_ref()
+}
+
+/// `to.copy_from_slice(from)` on the copy threads when there are some.
+fn copy_in(to: &mut [u8], from: &[u8]) {
+    let copy = || {
+        to.par_chunks_mut(COPY_PIECE)
+            .zip(from.par_chunks(COPY_PIECE))
+            .for_each(|(to, from)| to.copy_from_slice(from))
+    };
+    match copy_pool() {
+        Some(pool) => pool.install(copy),
+        None => to.copy_from_slice(from),
+    }
+}
+
+/// Sets how host memory reaches the GPU, for measurements: `pageable`
+/// (the driver's own copy from the caller's memory) or `staged` (the
+/// default: through page-locked buffers that all cores fill, [`Staging`]).
+pub const UPLOAD_ENV: &str = "ETHPIR_GPU_UPLOAD";
+
+/// How host memory reaches the GPU ([`UPLOAD_ENV`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UploadPath {
+    /// Through [`Staging`]'s page-locked buffers.
+    Staged,
+    /// The driver's copy from pageable memory (one thread, through its
+    /// own small staging: about 9 GB/s on the H200's host).
+    Pageable,
+}
+
+impl UploadPath {
+    /// `$ETHPIR_GPU_UPLOAD`, else [`UploadPath::Staged`].
+    pub fn from_env() -> UploadPath {
+        match std::env::var(UPLOAD_ENV).as_deref() {
+            Ok("pageable") => UploadPath::Pageable,
+            _ => UploadPath::Staged,
+        }
+    }
+}
+
+/// One page-locked buffer and the event that marks its last copy out.
+struct StageBuffer {
+    host: PinnedHostSlice<u8>,
+    copied: CudaEvent,
+}
+
+/// A stream's page-locked staging buffers, used in turn. The driver copies
+/// pageable memory to the device on one thread at about 9 GB/s; filled by
+/// every core, a page-locked buffer is copied at the bus's speed, and the
+/// next is filled meanwhile.
+struct Staging {
+    buffers: Vec<StageBuffer>,
+    next: usize,
+}
+
+impl Staging {
+    fn new(ctx: &Arc<CudaContext>) -> Result<Self, GpuError> {
+        let buffers = (0..STAGE_BUFFERS)
+            .map(|_| {
+                Ok(StageBuffer {
+                    // SAFETY: the memory is uninitialised; it is only
+                    // written (by `upload_staged`) before it is copied.
+                    host: unsafe { ctx.alloc_pinned::<u8>(STAGE_BYTES) }.map_err(driver)?,
+                    copied: ctx.new_event(None).map_err(driver)?,
+                })
+            })
+            .collect::<Result<_, GpuError>>()?;
+        Ok(Staging { buffers, next: 0 })
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        // The buffers are freed after this: no copy may still read them.
+        for b in &self.buffers {
+            let _ = b.copied.synchronize();
+        }
+    }
+}
+
+/// A stream's staging: made on its first upload; `Err` when page-locked
+/// memory could not be had (its uploads are then pageable).
+type StagingSlot = Arc<Mutex<Option<Result<Staging, String>>>>;
+
 /// A GPU with the kernels loaded, and the stream its work goes to.
 #[derive(Clone)]
 pub struct CudaGpu {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
+    /// The stream's own staging buffers ([`Staging`]).
+    staging: StagingSlot,
+    /// What every stream of the device shares.
+    device: Arc<Loaded>,
+}
+
+/// A device's kernels, loaded once, and what it is.
+struct Loaded {
     /// The expansions' kernels.
     expand_turboshake: CudaFunction,
     expand_aes: CudaFunction,
@@ -132,13 +253,16 @@ impl CudaGpu {
         Ok(CudaGpu {
             ctx,
             stream,
-            expand_turboshake,
-            expand_aes,
-            slice_fn,
-            answer_fns,
-            multiprocessors,
-            compute_capability: (major as u32, minor as u32),
-            name,
+            staging: StagingSlot::default(),
+            device: Arc::new(Loaded {
+                expand_turboshake,
+                expand_aes,
+                slice_fn,
+                answer_fns,
+                multiprocessors,
+                compute_capability: (major as u32, minor as u32),
+                name,
+            }),
         })
     }
 
@@ -146,7 +270,7 @@ impl CudaGpu {
     /// instruction of compute capability 8.0 and later; older GPUs are
     /// refused here (the CPU builds and answers instead under `auto`).
     fn check_tensor_cores(&self) -> Result<(), GpuError> {
-        match self.compute_capability {
+        match self.device.compute_capability {
             (major, minor) if major < 8 => Err(GpuError::Unusable(format!(
                 "the kernels need compute capability 8.0 or newer (this GPU: {major}.{minor})"
             ))),
@@ -159,7 +283,92 @@ impl CudaGpu {
     pub fn with_own_stream(&self) -> Result<Self, GpuError> {
         let mut gpu = self.clone();
         gpu.stream = self.ctx.new_stream().map_err(driver)?;
+        gpu.staging = StagingSlot::default();
         Ok(gpu)
+    }
+
+    /// Copies `src` into `dst` at `offset` on this stream, the way
+    /// [`UploadPath::from_env`] says (bounds-checked: panics past the end).
+    fn upload<T: DeviceRepr + Copy>(
+        &self,
+        dst: &mut CudaSlice<T>,
+        offset: usize,
+        src: &[T],
+    ) -> Result<(), GpuError> {
+        self.upload_via(UploadPath::from_env(), dst, offset, src)
+    }
+
+    /// [`Self::upload`] the given way.
+    fn upload_via<T: DeviceRepr + Copy>(
+        &self,
+        path: UploadPath,
+        dst: &mut CudaSlice<T>,
+        offset: usize,
+        src: &[T],
+    ) -> Result<(), GpuError> {
+        if src.is_empty() {
+            return Ok(());
+        }
+        let mut view = dst.slice_mut(offset..offset + src.len());
+        if path == UploadPath::Staged {
+            let mut slot = self.staging.lock().unwrap_or_else(|e| e.into_inner());
+            let staging = slot.get_or_insert_with(|| {
+                Staging::new(&self.ctx).map_err(|e| {
+                    tracing::warn!(error = %e, "no page-locked memory: uploads are pageable");
+                    e.to_string()
+                })
+            });
+            if let Ok(staging) = staging {
+                // SAFETY: T is plain data (DeviceRepr + Copy): its bytes
+                // are what the device receives either way.
+                let bytes = unsafe {
+                    std::slice::from_raw_parts(
+                        src.as_ptr().cast::<u8>(),
+                        std::mem::size_of_val(src),
+                    )
+                };
+                return self.upload_staged(staging, bytes, &mut view);
+            }
+        }
+        self.stream.memcpy_htod(src, &mut view).map_err(driver)
+    }
+
+    /// Copies `src` (the bytes of `view`'s elements) through the staging
+    /// buffers: each is filled by all cores once its last copy out is done,
+    /// then copied on this stream while the next one fills.
+    fn upload_staged<T>(
+        &self,
+        staging: &mut Staging,
+        src: &[u8],
+        view: &mut CudaViewMut<'_, T>,
+    ) -> Result<(), GpuError> {
+        assert_eq!(
+            src.len(),
+            view.len() * std::mem::size_of::<T>(),
+            "staged upload of another size than its destination"
+        );
+        // Waits for the destination's earlier uses; marks it written on
+        // this stream once the copies below are queued.
+        let (dst, _written) = view.device_ptr_mut(&self.stream);
+        for (k, chunk) in src.chunks(STAGE_BYTES).enumerate() {
+            let b = staging.next;
+            staging.next = (b + 1) % staging.buffers.len();
+            let buffer = &mut staging.buffers[b];
+            buffer.copied.synchronize().map_err(driver)?;
+            let host = &mut buffer.host.as_mut_slice().map_err(driver)?[..chunk.len()];
+            copy_in(host, chunk);
+            let at = dst + (k * STAGE_BYTES) as u64;
+            // SAFETY: `at .. at + chunk.len()` lies within the view (the
+            // sizes are asserted equal above), and the host bytes are
+            // page-locked and not written again before `copied` says this
+            // copy is done.
+            unsafe {
+                cudarc::driver::result::memcpy_htod_async(at, &*host, self.stream.cu_stream())
+            }
+            .map_err(driver)?;
+            buffer.copied.record(&self.stream).map_err(driver)?;
+        }
+        Ok(())
     }
 
     /// Uploads the rows `db` serves to answer from them, when they and a
@@ -181,7 +390,7 @@ impl CudaGpu {
     }
 
     pub fn device_name(&self) -> &str {
-        &self.name
+        &self.device.name
     }
 
     /// (free, total) device memory in bytes.
@@ -237,6 +446,26 @@ impl CudaGpu {
         Ok(took)
     }
 
+    /// Uploads `src` the given way, the second of two runs timed, and
+    /// whether the device then holds exactly `src` (for gpu-selftest).
+    pub fn time_upload(
+        &self,
+        src: &[i8],
+        path: UploadPath,
+    ) -> Result<(std::time::Duration, bool), GpuError> {
+        let mut d = self.alloc_i8(src.len())?;
+        let mut took = std::time::Duration::ZERO;
+        for _ in 0..2 {
+            self.stream.synchronize().map_err(driver)?;
+            let start = std::time::Instant::now();
+            self.upload_via(path, &mut d, 0, src)?;
+            self.stream.synchronize().map_err(driver)?;
+            took = start.elapsed();
+        }
+        let back = self.stream.clone_dtoh(&d).map_err(driver)?;
+        Ok((took, back[..src.len()] == *src))
+    }
+
     /// Expands columns `col0 .. col0 + ncols` of rows `0 .. n` on the GPU.
     pub fn expand_to_host(
         &self,
@@ -269,17 +498,17 @@ impl Backend for CudaGpu {
         self.stream.clone_htod(&key[..]).map_err(driver)
     }
 
+    fn beside(&self) -> Result<Self, GpuError> {
+        self.with_own_stream()
+    }
+
     fn upload_i8(
         &self,
         dst: &mut CudaSlice<i8>,
         offset: usize,
         src: &[i8],
     ) -> Result<(), GpuError> {
-        if src.is_empty() {
-            return Ok(());
-        }
-        let mut view = dst.slice_mut(offset..offset + src.len());
-        self.stream.memcpy_htod(src, &mut view).map_err(driver)
+        self.upload(dst, offset, src)
     }
 
     fn u32_len(buf: &CudaSlice<u32>) -> usize {
@@ -306,8 +535,8 @@ impl Backend for CudaGpu {
             shared_mem_bytes: 0,
         };
         let function = match expansion {
-            Expansion::TurboShake128 => &self.expand_turboshake,
-            Expansion::Aes128Ctr => &self.expand_aes,
+            Expansion::TurboShake128 => &self.device.expand_turboshake,
+            Expansion::Aes128Ctr => &self.device.expand_aes,
         };
         let mut args = self.stream.launch_builder(function);
         args.arg(key).arg(&n).arg(&col0).arg(&ncols).arg(out);
@@ -330,15 +559,11 @@ impl AnswerBackend for CudaGpu {
         offset: usize,
         src: &[u32],
     ) -> Result<(), GpuError> {
-        if src.is_empty() {
-            return Ok(());
-        }
-        let mut view = dst.slice_mut(offset..offset + src.len());
-        self.stream.memcpy_htod(src, &mut view).map_err(driver)
+        self.upload(dst, offset, src)
     }
 
     fn multiprocessors(&self) -> u32 {
-        self.multiprocessors
+        self.device.multiprocessors
     }
 
     fn synchronize(&self) -> Result<(), GpuError> {
@@ -359,7 +584,7 @@ impl AnswerBackend for CudaGpu {
             block_dim: (SLICE_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut args = self.stream.launch_builder(&self.slice_fn);
+        let mut args = self.stream.launch_builder(&self.device.slice_fn);
         args.arg(q)
             .arg(&count)
             .arg(&groups)
@@ -382,7 +607,7 @@ impl AnswerBackend for CudaGpu {
             block_dim: (shape.kernel.threads(), 1, 1),
             shared_mem_bytes: 0,
         };
-        let function = &self.answer_fns[shape.kernel.index()];
+        let function = &self.device.answer_fns[shape.kernel.index()];
         let m_rows = 4 * shape.queries;
         let stride = shape.plane_stride();
         let mut args = self.stream.launch_builder(function);

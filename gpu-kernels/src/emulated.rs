@@ -64,6 +64,11 @@ impl Backend for Emulator {
         Ok(*key)
     }
 
+    /// The emulator runs everything in order, on the caller's thread.
+    fn beside(&self) -> Result<Self, GpuError> {
+        Ok(Emulator)
+    }
+
     fn upload_i8(&self, dst: &mut Vec<i8>, offset: usize, src: &[i8]) -> Result<(), GpuError> {
         dst[offset..offset + src.len()].copy_from_slice(src);
         Ok(())

@@ -87,8 +87,8 @@ fn emulated_hint_equals_cpu_hint() {
     let mut rng = ChaCha20Rng::seed_from_u64(11);
     // (keys, value bytes, arity, packing, tile rows, expansion): k = 1 and
     // k > 1, both arities, both expansions, shapes that are not multiples
-    // of the tiles, one tile and two (the second adding into the first's
-    // sums). Two cases: the product is the answer kernels' (their own test
+    // of the tiles, one tile and three (each adding into the sums before
+    // it, the third reusing the first's slot of buffers). Two cases: the product is the answer kernels' (their own test
     // covers their shapes), emulated slowly with the public matrix's 1774
     // rows as vectors.
     let cases = [
@@ -101,7 +101,7 @@ fn emulated_hint_equals_cpu_hint() {
             Expansion::TurboShake128,
         ),
         (
-            2600,
+            4200,
             5,
             Arity::Three,
             Packing::Fixed(1),
@@ -112,6 +112,8 @@ fn emulated_hint_equals_cpu_hint() {
     for (n, value_bytes, arity, packing, tile, expansion) in cases {
         let db = random_db(n, value_bytes, arity, packing, &mut rng);
         let matrix = PublicMatrix::new(expansion, rng.random());
+        let tiles = db.shape().rows().div_ceil(tile);
+        assert!(tiles == 1 || tiles >= 3, "{n} keys make {tiles} tiles");
         let cpu = pir_core::product::hint_cpu(&db, &matrix, &|_| {});
         let emu = emulated::hint(&db, &matrix, tile);
         assert!(

@@ -68,9 +68,10 @@ fn main() -> Result<()> {
             serde_json::json!({"stage": "device", "name": gpu.device_name(), "free_bytes": free, "total_bytes": total})
         );
         let expansion_ok = check_expansions(&gpu)?;
+        let uploads_ok = check_uploads(&gpu)?;
         let hint_ok = check_hint(&gpu, &args)?;
         let answers_ok = check_answers(&gpu, &args)?;
-        if !expansion_ok || !hint_ok || !answers_ok {
+        if !expansion_ok || !uploads_ok || !hint_ok || !answers_ok {
             bail!("GPU results differ from the CPU");
         }
         for &log2 in &args.bench_answers {
@@ -127,6 +128,31 @@ fn check_expansions(gpu: &gpu_kernels::cuda::CudaGpu) -> Result<bool> {
             serde_json::json!({"stage": "expansion", "expansion": expansion.name(), "ok": ok, "test_vector": vector_ok, "mismatches": mismatches,
                 "bench_rows": n, "bench_cols": cols, "bench_ms": took.as_secs_f64() * 1e3,
                 "bench_gbps": 4.0 * n as f64 * cols as f64 / took.as_secs_f64() / 1e9})
+        );
+    }
+    Ok(all_ok)
+}
+
+/// 1 GiB of random bytes uploaded both ways (the driver's pageable copy
+/// and the page-locked staging that databases and queries take), each
+/// read back and compared, and timed.
+#[cfg(feature = "cuda")]
+fn check_uploads(gpu: &gpu_kernels::cuda::CudaGpu) -> Result<bool> {
+    use gpu_kernels::cuda::UploadPath;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(4);
+    // An odd length: the last staging buffer is a partial one.
+    let mut bytes = vec![0u8; (1 << 30) + 12_345];
+    rand::RngCore::fill_bytes(&mut rng, &mut bytes);
+    let src: Vec<i8> = bytes.into_iter().map(|b| b as i8).collect();
+    let mut all_ok = true;
+    for path in [UploadPath::Pageable, UploadPath::Staged] {
+        let (took, ok) = gpu.time_upload(&src, path)?;
+        all_ok &= ok;
+        println!(
+            "{}",
+            serde_json::json!({"stage": "upload", "ok": ok, "path": format!("{path:?}").to_lowercase(),
+                "bytes": src.len(), "ms": took.as_secs_f64() * 1e3,
+                "gb_per_s": src.len() as f64 / took.as_secs_f64() / 1e9})
         );
     }
     Ok(all_ok)
