@@ -80,6 +80,107 @@ pub(super) const MAX_AUTHORIZATIONS: usize = (call_exec::GAS_CAP / 25_000) as us
 /// is bounded by the request's size already, this by work).
 pub(super) const MAX_LISTED: usize = 4_096;
 
+/// Every field name of the call objects and of `eth_simulateV1`'s options
+/// as geth names them. geth reads JSON as Go does, matching a key to a
+/// field whatever its case (`"TO"`, `"MaxFeePerGas"`), so
+/// [`geth_field_names`] renames such keys to these before they are read.
+const GETH_FIELDS: &[&str] = &[
+    // A call (`TransactionArgs`), its access list and authorizations.
+    "from",
+    "to",
+    "gas",
+    "gasPrice",
+    "maxFeePerGas",
+    "maxPriorityFeePerGas",
+    "maxFeePerBlobGas",
+    "value",
+    "nonce",
+    "data",
+    "input",
+    "chainId",
+    "type",
+    "accessList",
+    "authorizationList",
+    "blobVersionedHashes",
+    "blobs",
+    "address",
+    "storageKeys",
+    "yParity",
+    "r",
+    "s",
+    // eth_simulateV1: the options, a block's overrides and withdrawals,
+    // an account's overrides.
+    "blockStateCalls",
+    "traceTransfers",
+    "validation",
+    "returnFullTransactions",
+    "blockOverrides",
+    "stateOverrides",
+    "calls",
+    "number",
+    "difficulty",
+    "time",
+    "gasLimit",
+    "feeRecipient",
+    "prevRandao",
+    "baseFeePerGas",
+    "blobBaseFee",
+    "beaconRoot",
+    "withdrawals",
+    "index",
+    "validatorIndex",
+    "amount",
+    "code",
+    "balance",
+    "state",
+    "stateDiff",
+    "movePrecompileToAddress",
+];
+
+/// A key as Go's JSON compares it with a field's name (`bytes.EqualFold`):
+/// ASCII letters in either case, and the two other letters that fold to
+/// an ASCII one (the Kelvin sign to `k`, the long s to `s`).
+fn go_folded(key: &str) -> String {
+    key.chars()
+        .map(|c| match c {
+            '\u{212A}' => 'k',
+            '\u{017F}' => 's',
+            c => c.to_ascii_lowercase(),
+        })
+        .collect()
+}
+
+/// `value` with every key of its objects, at any depth, that names a field
+/// of [`GETH_FIELDS`] but for case renamed to that field, as geth reads
+/// it. `None` when two keys of one object then name the same field: Go
+/// keeps the later of the two, an order a JSON map here does not keep.
+/// Keys that are data (the addresses of state overrides, slots) name no
+/// field and are kept.
+pub(super) fn geth_field_names(value: Value) -> Option<Value> {
+    match value {
+        Value::Object(map) => {
+            let mut named = serde_json::Map::new();
+            for (key, inner) in map {
+                let folded = go_folded(&key);
+                let key = match GETH_FIELDS.iter().find(|f| go_folded(f) == folded) {
+                    Some(field) => field.to_string(),
+                    None => key,
+                };
+                if named.insert(key, geth_field_names(inner)?).is_some() {
+                    return None;
+                }
+            }
+            Some(Value::Object(named))
+        }
+        Value::Array(items) => items
+            .into_iter()
+            .map(geth_field_names)
+            .collect::<Option<_>>()
+            .map(Value::Array),
+        other => Some(other),
+    }
+}
+
 /// The call `eth_call(params)` asks for, and at which block, when it can
 /// be executed here: a call (not a creation), no state or block
 /// overrides, `data` and `input` the same where both are given.
@@ -88,7 +189,7 @@ pub fn call_of(params: Option<&RawValue>) -> Option<(CallArgs, BlockSelector)> {
     if params.is_empty() || params.len() > 2 {
         return None;
     }
-    let object: CallObject = serde_json::from_value(params[0].clone()).ok()?;
+    let object: CallObject = serde_json::from_value(geth_field_names(params[0].clone())?).ok()?;
     let block = crate::storage::block_at(&params, 1)?;
     let input = match (object.data, object.input) {
         (Some(d), Some(i)) if d != i => return None,
@@ -231,6 +332,33 @@ mod tests {
         ] {
             assert!(call_of(Some(&raw(params.clone()))).is_none(), "{params}");
         }
+    }
+
+    #[test]
+    fn keys_are_read_whatever_their_case_as_geth_reads_them() {
+        let to = Address::repeat_byte(0xaa);
+        let slot = B256::with_last_byte(7);
+        let (args, block) = call_of(Some(&raw(json!([{"TO": to, "Input": "0x1234",
+            "MAXFEEPERGAS": "0x10", "accesslist": [{"ADDRESS": to, "StorageKeys": [slot]}]}, "0x10"]))))
+        .unwrap();
+        assert_eq!((args.to, args.input.as_ref()), (to, &[0x12, 0x34][..]));
+        assert_eq!(args.max_fee_per_gas, Some(16));
+        assert_eq!(call_exec::warm_set(&args.access_list)[&to], [slot].into());
+        assert_eq!(block, BlockSelector::Number(16));
+        // Go folds the Kelvin sign to k and the long s to s.
+        let kelvin =
+            json!([{"to": to, "accessList": [{"address": to, "storage\u{212A}eys": [slot]}]}]);
+        let (args, _) = call_of(Some(&raw(kelvin))).unwrap();
+        assert_eq!(call_exec::warm_set(&args.access_list)[&to], [slot].into());
+        let folded = geth_field_names(json!({"\u{017F}tate": {}, "CODE": "0x"})).unwrap();
+        assert_eq!(folded, json!({"state": {}, "code": "0x"}));
+        // Data keys (an override's address, a slot) are kept as they are.
+        let data = json!({"stateOverrides": {format!("{to:#x}"): {"STATEDIFF": {format!("{slot:#x}"): format!("{slot:#x}")}}}});
+        let kept = geth_field_names(data).unwrap();
+        assert!(kept["stateOverrides"][format!("{to:#x}")]["stateDiff"].is_object());
+        // One field named twice: which came later is not known here.
+        assert!(call_of(Some(&raw(json!([{"to": to, "TO": to}])))).is_none());
+        assert!(geth_field_names(json!([{"Data": "0x", "data": "0x"}])).is_none());
     }
 
     #[test]

@@ -170,8 +170,12 @@ pub fn simulation_of(params: Option<&RawValue>) -> Result<SimRequest, GethError>
             validation: false,
             return_full_transactions: false,
         },
-        value => serde_json::from_value(value.clone())
-            .map_err(|e| invalid(format!("invalid argument 0: {e}")))?,
+        value => {
+            let named = super::super::call_object::geth_field_names(value.clone())
+                .ok_or_else(|| GethError::unsupported("an object naming one field twice"))?;
+            serde_json::from_value(named)
+                .map_err(|e| invalid(format!("invalid argument 0: {e}")))?
+        }
     };
     let at = match params.get(1) {
         None | Some(Value::Null) => BlockSelector::Newest,
@@ -448,4 +452,39 @@ fn fees_of(o: &BlockOverrides) -> Result<(Option<u64>, Option<u128>), GethError>
         ),
     };
     Ok((base_fee, blob_base_fee))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn simulation(v: Value) -> Result<SimRequest, GethError> {
+        simulation_of(Some(&serde_json::value::to_raw_value(&v).unwrap()))
+    }
+
+    /// geth reads a key whatever its case: a call's `"TO"` is its `to`,
+    /// never a creation with an unknown field ignored.
+    #[test]
+    fn keys_are_read_whatever_their_case() {
+        let (from, to) = (Address::repeat_byte(1), Address::repeat_byte(2));
+        let request = simulation(json!([{"BlockStateCalls": [{"Calls": [{"From": from, "TO": to, "VALUE": "0x5"}],
+            "StateOverrides": {format!("{to:#x}"): {"Balance": "0x7"}}}], "TraceTransfers": true}, "latest"]))
+        .unwrap();
+        assert!(request.trace_transfers);
+        let block = &request.blocks[0];
+        let call = &block.calls[0];
+        assert_eq!(
+            (call.from, call.to, call.value),
+            (from, Some(to), U256::from(5))
+        );
+        assert_eq!(block.state.len(), 1);
+        assert_eq!(block.state[0].0, to);
+        assert_eq!(block.state[0].1.balance, Some(U256::from(7)));
+        let twice = json!([{"blockStateCalls": [{"calls": [{"to": to, "To": to}]}]}]);
+        assert_eq!(
+            simulation(twice).err().map(|e| e.code),
+            Some(super::super::NOT_DONE_HERE)
+        );
+    }
 }
