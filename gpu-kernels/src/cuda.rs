@@ -85,6 +85,10 @@ const STAGE_BYTES: usize = 16 << 20;
 /// one while the device copies out of the others.
 const STAGE_BUFFERS: usize = 3;
 
+/// Uploads smaller than this take the driver's copy: one thread copies
+/// them as fast, without a hand-off to the copy threads.
+const MIN_STAGED_BYTES: usize = 1 << 20;
+
 /// Bytes of host memory one thread copies into a staging buffer.
 const COPY_PIECE: usize = 1 << 20;
 
@@ -151,10 +155,12 @@ struct StageBuffer {
     copied: CudaEvent,
 }
 
-/// A stream's page-locked staging buffers, used in turn. The driver copies
-/// pageable memory to the device on one thread at about 9 GB/s; filled by
-/// every core, a page-locked buffer is copied at the bus's speed, and the
-/// next is filled meanwhile.
+/// A device's page-locked staging buffers, used in turn by every stream's
+/// uploads (one at a time). The driver copies pageable memory to the
+/// device on one thread at about 9 GB/s; filled by several cores, a
+/// page-locked buffer is copied at the bus's speed, and the next is
+/// filled meanwhile. Made once per device: allocating or freeing
+/// page-locked memory stalls the whole device.
 struct Staging {
     buffers: Vec<StageBuffer>,
     next: usize,
@@ -168,7 +174,12 @@ impl Staging {
                     // SAFETY: the memory is uninitialised; it is only
                     // written (by `upload_staged`) before it is copied.
                     host: unsafe { ctx.alloc_pinned::<u8>(STAGE_BYTES) }.map_err(driver)?,
-                    copied: ctx.new_event(None).map_err(driver)?,
+                    // A waiting thread sleeps instead of spinning.
+                    copied: ctx
+                        .new_event(Some(
+                            cudarc::driver::sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC,
+                        ))
+                        .map_err(driver)?,
                 })
             })
             .collect::<Result<_, GpuError>>()?;
@@ -179,14 +190,17 @@ impl Staging {
 impl Drop for Staging {
     fn drop(&mut self) {
         // The buffers are freed after this: no copy may still read them.
+        // The driver's call itself: cudarc's wrapper may return an error
+        // stored earlier without waiting.
         for b in &self.buffers {
-            let _ = b.copied.synchronize();
+            // SAFETY: the event is alive (owned by `b`).
+            let _ = unsafe { cudarc::driver::result::event::synchronize(b.copied.cu_event()) };
         }
     }
 }
 
-/// A stream's staging: made on its first upload; `Err` when page-locked
-/// memory could not be had (its uploads are then pageable).
+/// A device's staging: made on its first upload; `Err` when page-locked
+/// memory could not be had (uploads are then pageable).
 type StagingSlot = Arc<Mutex<Option<Result<Staging, String>>>>;
 
 /// A GPU with the kernels loaded, and the stream its work goes to.
@@ -194,14 +208,14 @@ type StagingSlot = Arc<Mutex<Option<Result<Staging, String>>>>;
 pub struct CudaGpu {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
-    /// The stream's own staging buffers ([`Staging`]).
-    staging: StagingSlot,
     /// What every stream of the device shares.
     device: Arc<Loaded>,
 }
 
 /// A device's kernels, loaded once, and what it is.
 struct Loaded {
+    /// The device's staging buffers ([`Staging`]).
+    staging: StagingSlot,
     /// The expansions' kernels.
     expand_turboshake: CudaFunction,
     expand_aes: CudaFunction,
@@ -253,8 +267,8 @@ impl CudaGpu {
         Ok(CudaGpu {
             ctx,
             stream,
-            staging: StagingSlot::default(),
             device: Arc::new(Loaded {
+                staging: StagingSlot::default(),
                 expand_turboshake,
                 expand_aes,
                 slice_fn,
@@ -283,7 +297,6 @@ impl CudaGpu {
     pub fn with_own_stream(&self) -> Result<Self, GpuError> {
         let mut gpu = self.clone();
         gpu.stream = self.ctx.new_stream().map_err(driver)?;
-        gpu.staging = StagingSlot::default();
         Ok(gpu)
     }
 
@@ -310,9 +323,18 @@ impl CudaGpu {
             return Ok(());
         }
         let mut view = dst.slice_mut(offset..offset + src.len());
-        if path == UploadPath::Staged {
-            let mut slot = self.staging.lock().unwrap_or_else(|e| e.into_inner());
+        if path == UploadPath::Staged && std::mem::size_of_val(src) >= MIN_STAGED_BYTES {
+            let mut slot = self
+                .device
+                .staging
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
             let staging = slot.get_or_insert_with(|| {
+                // cudarc hands an error stored earlier (by a drop) to the
+                // next call: it is not this allocation's.
+                if let Err(e) = self.ctx.check_err() {
+                    tracing::warn!(error = ?e, "an earlier CUDA error, reported late");
+                }
                 Staging::new(&self.ctx).map_err(|e| {
                     tracing::warn!(error = %e, "no page-locked memory: uploads are pageable");
                     e.to_string()
@@ -350,6 +372,22 @@ impl CudaGpu {
         // Waits for the destination's earlier uses; marks it written on
         // this stream once the copies below are queued.
         let (dst, _written) = view.device_ptr_mut(&self.stream);
+        let copied = self.copy_chunks(staging, src, dst);
+        if copied.is_err() {
+            // A copy may be queued whose buffer's event was not recorded:
+            // none may still read a buffer when it is filled again.
+            let _ = self.stream.synchronize();
+        }
+        copied
+    }
+
+    /// [`Self::upload_staged`]'s copies, `src` to the device at `dst`.
+    fn copy_chunks(
+        &self,
+        staging: &mut Staging,
+        src: &[u8],
+        dst: cudarc::driver::sys::CUdeviceptr,
+    ) -> Result<(), GpuError> {
         for (k, chunk) in src.chunks(STAGE_BYTES).enumerate() {
             let b = staging.next;
             staging.next = (b + 1) % staging.buffers.len();
@@ -359,7 +397,7 @@ impl CudaGpu {
             copy_in(host, chunk);
             let at = dst + (k * STAGE_BYTES) as u64;
             // SAFETY: `at .. at + chunk.len()` lies within the view (the
-            // sizes are asserted equal above), and the host bytes are
+            // caller asserted the sizes equal), and the host bytes are
             // page-locked and not written again before `copied` says this
             // copy is done.
             unsafe {

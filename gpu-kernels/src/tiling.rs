@@ -78,8 +78,10 @@ pub fn run_tiled<B: AnswerBackend>(
     let cols_pad = shape.padded_cols();
     let tile_rows = tile_rows.min(rows.next_multiple_of(BLOCK_COLS));
     let tiles = rows.div_ceil(tile_rows);
-    // The streams come before the buffers: a device orders the uses only
-    // of buffers made once there is more than one stream.
+    // A device orders a buffer's uses across streams only while there is
+    // more than one: the streams are made before the buffers, so that
+    // they outlive them (locals drop in reverse), and every use and every
+    // free is ordered.
     let copier = backend.beside()?;
     let expander = backend.beside()?;
     let key = backend.upload_key(&matrix.kernel_key())?;
@@ -114,6 +116,7 @@ pub fn run_tiled<B: AnswerBackend>(
             backend.multiprocessors(),
         );
         add_products(backend, &slot.a, &mut planes, &slot.d, &mut m, product)?;
+        // Queued: the device runs up to two tiles behind.
         progress(1);
     }
     let padded = backend.download(&m, n as usize * cols_pad)?;
