@@ -16,7 +16,15 @@ use revm::interpreter::{
 };
 use revm::Inspector;
 
+use crate::timer::Timer;
 use crate::{InnerAnswer, InnerCall, KnownState, Need, Unanswerable};
+
+/// Most inner calls one run sets apart to be answered elsewhere: past
+/// them, the call as a whole is unanswerable here. Each keeps its input,
+/// and each is one request elsewhere: a call made of thousands (a loop of
+/// calls whose callee reads what cannot be answered) is no batch a wallet
+/// sends, and would cost memory and requests without bound.
+pub(crate) const MAX_INNER_APART: usize = 64;
 
 /// What a run noted.
 #[derive(Debug, Default)]
@@ -35,6 +43,8 @@ pub(crate) struct Trace {
     substituted: bool,
     /// Gas was observed after that (see [`crate::Unanswerable::GasAfterInner`]).
     pub(crate) gas_after_inner: bool,
+    /// The run passed its deadline and was halted.
+    pub(crate) timed_out: bool,
 }
 
 impl Trace {
@@ -51,11 +61,11 @@ impl Trace {
 
     pub(crate) fn unanswerable(&mut self, why: Unanswerable) {
         match &self.current {
-            Some(call) if !self.inner_unanswerable.contains(call) => {
+            Some(call) if self.inner_unanswerable.contains(call) => {}
+            Some(call) if self.inner_unanswerable.len() < MAX_INNER_APART => {
                 self.inner_unanswerable.push(call.clone())
             }
-            Some(_) => {}
-            None => {
+            _ => {
                 self.unanswerable.get_or_insert(why);
             }
         }
@@ -79,6 +89,8 @@ pub(crate) struct InnerCalls<'a> {
     /// Whether the blob base fee is known: off mainnet, past zero excess
     /// blob gas, it depends on a blob schedule not known here.
     blob_fee_known: bool,
+    /// The run's deadline.
+    timer: Timer,
 }
 
 /// Opcodes that read a fact only the block's header has.
@@ -107,7 +119,14 @@ impl<'a> InnerCalls<'a> {
             wrote: moves_value,
             header_known,
             blob_fee_known: true,
+            timer: Timer::new(None),
         }
+    }
+
+    /// Halts the run once `deadline` passes ([`Trace`]'s `timed_out`).
+    pub(crate) fn deadline(mut self, deadline: Option<std::time::Instant>) -> Self {
+        self.timer = Timer::new(deadline);
+        self
     }
 
     /// Whether BLOBBASEFEE may be read (else it is unanswerable).
@@ -144,6 +163,11 @@ fn out_of_gas(result: InstructionResult) -> bool {
 
 impl<CTX: ContextTr, INTR: InterpreterTypes> Inspector<CTX, INTR> for InnerCalls<'_> {
     fn step(&mut self, interp: &mut Interpreter<INTR>, _context: &mut CTX) {
+        self.timer.step(interp);
+        if self.timer.passed() {
+            self.trace.borrow_mut().timed_out = true;
+            return;
+        }
         let op = interp.bytecode.opcode();
         if op == opcode::GAS {
             self.trace.borrow_mut().gas_observed();

@@ -34,6 +34,7 @@ mod inner;
 mod naming;
 pub mod simulate;
 mod spec;
+mod timer;
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -317,6 +318,9 @@ pub enum Outcome {
         inner: Vec<InnerCall>,
     },
     Unanswerable(Unanswerable),
+    /// The run passed its deadline ([`run_named_until`]): what it read or
+    /// lacked is thrown away.
+    TimedOut,
 }
 
 /// Runs `args` in `block` over `known`, with its own access list.
@@ -367,6 +371,19 @@ pub fn run_named(
     known: &KnownState,
     access_list: &AccessList,
 ) -> (Outcome, Touched, Naming) {
+    run_named_until(block, spec, args, known, access_list, None)
+}
+
+/// [`run_named`], halted once `deadline` passes ([`Outcome::TimedOut`]):
+/// geth's `--rpc.evmtimeout`.
+pub fn run_named_until(
+    block: &BlockContext,
+    spec: SpecId,
+    args: &CallArgs,
+    known: &KnownState,
+    access_list: &AccessList,
+    deadline: Option<std::time::Instant>,
+) -> (Outcome, Touched, Naming) {
     let trace = Rc::new(RefCell::new(inner::Trace::default()));
     let db = db::RoundDb::new(known, block, trace.clone());
     // A call that changed state before its inner calls (value sent,
@@ -381,7 +398,8 @@ pub fn run_named(
         .unwrap_or(0);
     let blob_fee_known = excess == 0 || spec::blob_schedule_known(block.chain_id);
     let inner = inner::InnerCalls::new(known, trace.clone(), apart_differs, block.header.is_some())
-        .blob_fee_known(blob_fee_known);
+        .blob_fee_known(blob_fee_known)
+        .deadline(deadline);
     let precompiles =
         revm::precompile::Precompiles::new(revm::precompile::PrecompileSpecId::from_spec_id(spec));
     // As reth and anvil list it (revm's inspectors): the recipient and its
@@ -406,13 +424,16 @@ pub fn run_named(
     (outcome_of(trace.take(), result), touched, naming)
 }
 
-/// What a run's trace and result say: reads first (a run that lacked any
-/// is thrown away), then what is unanswerable, then the inner calls to
-/// answer apart, then the answer.
+/// What a run's trace and result say: a timeout first (the run was cut
+/// short), then reads (a run that lacked any is thrown away), then what is
+/// unanswerable, then the inner calls to answer apart, then the answer.
 fn outcome_of<E: std::fmt::Display>(
     trace: inner::Trace,
     result: Result<revm::context::result::ExecResultAndState<ExecutionResult>, E>,
 ) -> Outcome {
+    if trace.timed_out {
+        return Outcome::TimedOut;
+    }
     if !trace.misses.is_empty() {
         return Outcome::Needs {
             reads: trace.misses,

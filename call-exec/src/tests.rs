@@ -398,3 +398,76 @@ fn gas_observed_after_an_answer_taken_elsewhere_is_unanswerable() {
         "{outcome:?}"
     );
 }
+
+/// A run past its deadline is halted and its outcome is the timeout, what
+/// it read meanwhile thrown away; without a deadline the same loop runs
+/// out of gas as the node's would.
+#[test]
+fn a_run_past_its_deadline_is_halted() {
+    // JUMPDEST PUSH0 JUMP: a loop until the gas is gone.
+    let mut known = KnownState::new([CONTRACT]);
+    contract(&mut known, CONTRACT, bytes!("5b5f56"));
+    let args = CallArgs {
+        to: CONTRACT,
+        ..Default::default()
+    };
+    let (outcome, _) = settle(&mut known, &args, absent);
+    assert!(
+        matches!(&outcome, Outcome::Done(CallResult::Halt { message, .. }) if message == OUT_OF_GAS),
+        "{outcome:?}"
+    );
+    let started = std::time::Instant::now();
+    let (outcome, _, _) = run_named_until(
+        &block(),
+        SpecId::PRAGUE,
+        &args,
+        &known,
+        &args.access_list,
+        Some(started),
+    );
+    assert!(matches!(outcome, Outcome::TimedOut), "{outcome:?}");
+    // Reads the run lacked before its deadline (the sender's account) do
+    // not outlive it.
+    let mut lacking = KnownState::new([CONTRACT]);
+    contract(&mut lacking, CONTRACT, bytes!("5b5f56"));
+    let (outcome, _, _) = run_named_until(
+        &block(),
+        SpecId::PRAGUE,
+        &args,
+        &lacking,
+        &args.access_list,
+        Some(started),
+    );
+    assert!(matches!(outcome, Outcome::TimedOut), "{outcome:?}");
+}
+
+/// A run that sets apart more inner calls than [`inner::MAX_INNER_APART`]
+/// is unanswerable as a whole, never a list without bound.
+#[test]
+fn inner_calls_set_apart_are_bounded() {
+    // For i in 0..100: STATICCALL OTHER with input i (one word), whose
+    // code reads a block's hash that cannot be answered.
+    // JUMPDEST(0) DUP1 PUSH0 MSTORE, STATICCALL(gas, OTHER, 0, 32, 0, 0), POP,
+    // PUSH1 1 ADD, DUP1 PUSH1 100 GT, PUSH1 0 JUMPI, STOP
+    let mut code = vec![0x5f, 0x5b, 0x80, 0x5f, 0x52]; // PUSH0 (i) JUMPDEST DUP1 PUSH0 MSTORE
+    code.extend([0x5f, 0x5f, 0x60, 0x20, 0x5f]); // retSize retOffset argsSize argsOffset
+    code.push(0x73); // PUSH20 OTHER
+    code.extend(OTHER.0);
+    code.extend([0x5a, 0xfa, 0x50]); // GAS STATICCALL POP
+    code.extend([0x60, 0x01, 0x01]); // PUSH1 1 ADD
+    code.extend([0x80, 0x60, 0x64, 0x11]); // DUP1 PUSH1 100 GT
+    code.extend([0x60, 0x01, 0x57, 0x00]); // PUSH1 1 JUMPI STOP
+    let mut known = KnownState::new([CONTRACT]);
+    contract(&mut known, CONTRACT, Bytes::from(code));
+    // BLOCKHASH(NUMBER - 2), unanswerable: PUSH1 2 NUMBER SUB BLOCKHASH STOP
+    contract(&mut known, OTHER, bytes!("600243034000"));
+    let args = CallArgs {
+        to: CONTRACT,
+        ..Default::default()
+    };
+    let (outcome, _) = settle(&mut known, &args, absent);
+    assert!(
+        matches!(outcome, Outcome::Unanswerable(Unanswerable::BlockHash(_))),
+        "{outcome:?}"
+    );
+}

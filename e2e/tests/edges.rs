@@ -181,6 +181,7 @@ async fn the_address_never_leaves_at_the_edges() {
     a_web_page_runs_nothing(&proxy, &chain).await;
     a_call_costs_what_it_reads(&proxy, &chain, &upstream).await;
     padding_reads_the_calls_view(&chain, &upstream).await;
+    a_call_past_its_evm_time_is_geths_timeout(&chain, &upstream).await;
     filter_ids_are_the_proxys_own(&proxy, &chain, &upstream).await;
 
     let seen = relayed.lock().unwrap().clone();
@@ -190,6 +191,57 @@ async fn the_address_never_leaves_at_the_edges() {
     );
     chain.follower.stop().await;
     chain.anvil.stop().await;
+}
+
+/// A call that runs past `evm_timeout_ms` (a loop until its gas is gone)
+/// is answered with geth's timeout error, as a node past its
+/// `--rpc.evmtimeout` answers it, and sent nowhere; an estimate of it too,
+/// never an estimate made of attempts cut short. Within the default 5 s
+/// the same call fails as the node's does (out of gas), not by time.
+async fn a_call_past_its_evm_time_is_geths_timeout(chain: &WholeChain, upstream: &str) {
+    // Created by a transaction, so that the follower's traces carry it:
+    // PUSH3 0x5b5f56 PUSH0 MSTORE PUSH1 3 PUSH1 29 RETURN.
+    let init = alloy_primitives::hex!("625b5f565f526003601df3");
+    let looping = chain
+        .anvil
+        .deploy(test_support::DEV_ACCOUNTS[3], &init)
+        .await;
+    let head = chain.anvil.head().await;
+    let at = format!("{head:#x}");
+    let call = json!({"from": holder(), "to": looping});
+    let cache = tempfile::tempdir().unwrap();
+    let hasty = start_proxy_with(proxy::ProxyConfig {
+        pir_server: chain.server.clone(),
+        upstream: Some(upstream.to_string()),
+        cache_dir: cache.path().to_path_buf(),
+        evm_timeout_ms: 1,
+        ..Default::default()
+    })
+    .await;
+    view_reaches(&hasty, head).await;
+    for method in ["eth_call", "eth_estimateGas"] {
+        let v = reply(&hasty, method, json!([call, at])).await;
+        assert_eq!(v["error"]["code"], -32000, "{method}: {v}");
+        assert_eq!(
+            v["error"]["message"], "execution aborted (timeout = 1ms)",
+            "{method}: {v}"
+        );
+    }
+    let simulated = json!([{"blockStateCalls": [{"calls": [call]}]}, at]);
+    let v = reply(&hasty, "eth_simulateV1", simulated).await;
+    assert_eq!(v["error"]["code"], -32603, "{v}");
+    let (patient, _patient_cache) = fresh_proxy(&chain.server, Some(upstream.to_string())).await;
+    view_reaches(&patient, head).await;
+    for method in ["eth_call", "eth_estimateGas"] {
+        let v = reply(&patient, method, json!([call, at])).await;
+        let node = reply(&chain.anvil.url, method, json!([call, at])).await;
+        assert!(
+            v["error"].is_object() && node["error"].is_object(),
+            "{method}: {v} {node}"
+        );
+        let message = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(!message.contains("timeout"), "{method}: {v}");
+    }
 }
 
 /// A PIR server that refuses its catalog (503) for the first second of a

@@ -59,6 +59,15 @@ struct Slot<B: Backend> {
     d: B::I8Buf,
 }
 
+impl<B: Backend> Slot<B> {
+    fn new(backend: &B, a_len: usize, d_len: usize) -> Result<Self, GpuError> {
+        Ok(Slot {
+            a: backend.alloc_u32(a_len)?,
+            d: backend.alloc_i8(d_len)?,
+        })
+    }
+}
+
 /// Builds the hint with `backend`, `tile_rows` database rows at a time.
 pub fn run_tiled<B: AnswerBackend>(
     backend: &B,
@@ -88,17 +97,12 @@ pub fn run_tiled<B: AnswerBackend>(
     // Zeroed by the allocation: every tile adds into it.
     let mut m = backend.alloc_u32(n as usize * cols_pad)?;
     let mut planes = backend.alloc_u32(n as usize * tile_rows)?;
-    let mut slots = Vec::new();
-    for _ in 0..tiles.min(SLOTS as usize) {
-        slots.push(Slot::<B> {
-            a: backend.alloc_u32(n as usize * tile_rows)?,
-            d: backend.alloc_i8(tile_rows * cols_pad)?,
-        });
-    }
+    let mut slots = (0..tiles.min(SLOTS as usize))
+        .map(|_| Slot::new(backend, n as usize * tile_rows, tile_rows * cols_pad))
+        .collect::<Result<Vec<_>, _>>()?;
     for (t, t0) in (0..rows).step_by(tile_rows).enumerate() {
         let krows = tile_rows.min(rows - t0);
-        let used = slots.len();
-        let slot = &mut slots[t % used];
+        let slot = &mut slots[t % tiles.min(SLOTS as usize)];
         upload_rows(&copier, db, t0..t0 + krows, &mut slot.d)?;
         expand(
             &expander,
@@ -120,8 +124,13 @@ pub fn run_tiled<B: AnswerBackend>(
         progress(1);
     }
     let padded = backend.download(&m, n as usize * cols_pad)?;
-    Ok(padded
+    Ok(unpadded(&padded, cols_pad, cols))
+}
+
+/// The hint's rows without their padding columns.
+fn unpadded(padded: &[u32], cols_pad: usize, cols: usize) -> Vec<u32> {
+    padded
         .chunks_exact(cols_pad)
         .flat_map(|row| row[..cols].iter().copied())
-        .collect())
+        .collect()
 }

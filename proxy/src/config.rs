@@ -106,6 +106,10 @@ pub struct ProxyConfig {
     /// the server cannot tell a balance (one round) from an allowance or a
     /// token behind a proxy (more). 1: no padding.
     pub pad_call_rounds_to: usize,
+    /// EVM time one request (an `eth_call`, an estimate, a simulation) may
+    /// take over all its runs, in milliseconds, before it is answered with
+    /// geth's timeout error (geth's `--rpc.evmtimeout`, 5 s). 0: no limit.
+    pub evm_timeout_ms: u64,
     /// A SOCKS5 proxy for all traffic to the PIR server
     /// (`socks5h://127.0.0.1:9050` for Tor), so the server does not see the
     /// wallet's IP address.
@@ -222,6 +226,7 @@ impl Default for ProxyConfig {
             cover_lookups_per_hour: 0.0,
             hot_tier: ethpir_client::config::HotTierUse::Ahead,
             pad_call_rounds_to: 1,
+            evm_timeout_ms: 5_000,
             pir_proxy: None,
             fresh_connection_per_lookup: false,
             tokens: None,

@@ -151,8 +151,11 @@ fn policy_and_page(
         attesters: config.attesters.clone(),
         quorum: config.attest_quorum,
     });
+    let evm_timeout = (config.evm_timeout_ms > 0)
+        .then(|| std::time::Duration::from_millis(config.evm_timeout_ms));
     let executor = execute::Executor::new(reader.clone(), upstream.clone())
-        .pad_rounds_to(config.pad_call_rounds_to);
+        .pad_rounds_to(config.pad_call_rounds_to)
+        .evm_timeout(evm_timeout);
     let policy = Arc::new(ForwardPolicy {
         executor,
         activity,

@@ -8,8 +8,12 @@
 
 use alloy_primitives::{address, b256, Address, Bytes, Log, LogData, B256, U256};
 use revm::context::ContextTr;
-use revm::interpreter::{CallInputs, CallOutcome, CallScheme, CreateInputs, CreateOutcome};
+use revm::interpreter::{
+    CallInputs, CallOutcome, CallScheme, CreateInputs, CreateOutcome, Interpreter,
+};
 use revm::Inspector;
+
+use crate::timer::Timer;
 
 /// The address geth's `traceTransfers` logs come from.
 pub const TRANSFER_LOG_ADDRESS: Address = address!("0xeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee");
@@ -43,6 +47,8 @@ pub(crate) struct CallLogs {
     pub(crate) history_unknown: bool,
     /// A call went to it then.
     pub(crate) reads_history: bool,
+    /// The simulation's deadline.
+    timer: Timer,
 }
 
 impl CallLogs {
@@ -51,6 +57,17 @@ impl CallLogs {
             trace_transfers,
             ..Default::default()
         }
+    }
+
+    /// Halts the calls once `deadline` passes ([`Self::timed_out`]).
+    pub(crate) fn deadline(mut self, deadline: Option<std::time::Instant>) -> Self {
+        self.timer = Timer::new(deadline);
+        self
+    }
+
+    /// Whether a call was halted at the deadline.
+    pub(crate) fn timed_out(&self) -> bool {
+        self.timer.passed()
     }
 
     /// Starts a call of the block: what the last one left is dropped.
@@ -108,6 +125,10 @@ impl CallLogs {
 }
 
 impl<CTX: ContextTr> Inspector<CTX> for CallLogs {
+    fn step(&mut self, interp: &mut Interpreter, _context: &mut CTX) {
+        self.timer.step(interp);
+    }
+
     fn log(&mut self, _context: &mut CTX, log: Log) {
         let (topics, data) = log.data.split();
         self.add(log.address, topics, data);

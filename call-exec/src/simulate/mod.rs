@@ -223,6 +223,8 @@ pub enum SimOutcome {
     Unanswerable(Unanswerable),
     /// What is not done here.
     Unsupported(String),
+    /// The simulation passed its deadline ([`simulate_until`]).
+    TimedOut,
 }
 
 type SimDb<'a> = CacheDB<RoundDb<'a>>;
@@ -232,16 +234,31 @@ type SimDb<'a> = CacheDB<RoundDb<'a>>;
 enum Stop {
     Failed(i32, String),
     Unsupported(String),
+    TimedOut,
 }
 
 /// Runs `sim` over `known`.
 pub fn simulate(sim: &Simulation, known: &KnownState) -> SimOutcome {
+    simulate_until(sim, known, None)
+}
+
+/// [`simulate`], halted once `deadline` passes ([`SimOutcome::TimedOut`]):
+/// geth's `--rpc.evmtimeout`, over the whole simulation.
+pub fn simulate_until(
+    sim: &Simulation,
+    known: &KnownState,
+    deadline: Option<std::time::Instant>,
+) -> SimOutcome {
     let trace = Rc::new(RefCell::new(Trace::default()));
     let mut db: SimDb = CacheDB::new(RoundDb::new(known, &sim.base.context, trace.clone()));
     db.cache
         .block_hashes
         .insert(U256::from(sim.base.context.number), sim.base.hash);
-    let result = run_blocks(sim, &mut db);
+    let result = run_blocks(sim, &mut db, deadline);
+    if matches!(result, Err(Stop::TimedOut)) {
+        // Cut short: what it read or lacked is thrown away.
+        return SimOutcome::TimedOut;
+    }
     let trace = trace.take();
     if !trace.misses.is_empty() {
         return SimOutcome::Needs(trace.misses);
@@ -253,6 +270,7 @@ pub fn simulate(sim: &Simulation, known: &KnownState) -> SimOutcome {
         Ok(blocks) => SimOutcome::Done(blocks),
         Err(Stop::Failed(code, message)) => SimOutcome::Failed { code, message },
         Err(Stop::Unsupported(why)) => SimOutcome::Unsupported(why),
+        Err(Stop::TimedOut) => SimOutcome::TimedOut,
     }
 }
 
@@ -267,7 +285,11 @@ struct Parent {
     blob_gas_used: Option<u64>,
 }
 
-fn run_blocks(sim: &Simulation, db: &mut SimDb) -> Result<Vec<SimBlockDone>, Stop> {
+fn run_blocks(
+    sim: &Simulation,
+    db: &mut SimDb,
+    deadline: Option<std::time::Instant>,
+) -> Result<Vec<SimBlockDone>, Stop> {
     let base = &sim.base.context;
     let Some(header) = &base.header else {
         return Err(Stop::Unsupported(
@@ -293,7 +315,12 @@ fn run_blocks(sim: &Simulation, db: &mut SimDb) -> Result<Vec<SimBlockDone>, Sto
             0 => Some(sim.base.hash),
             _ => None,
         };
-        let result = run_block(sim, block, &parent, parent_hash, &mut budget, db)?;
+        let at = BlockStart {
+            parent: &parent,
+            parent_hash,
+            deadline,
+        };
+        let result = run_block(sim, block, at, &mut budget, db)?;
         parent = Parent {
             number: block.number,
             timestamp: block.timestamp,
@@ -311,15 +338,23 @@ fn run_blocks(sim: &Simulation, db: &mut SimDb) -> Result<Vec<SimBlockDone>, Sto
     Ok(done)
 }
 
+/// Where a block starts: its parent, the parent's hash when known (the
+/// first block's), and the simulation's deadline.
+#[derive(Clone, Copy)]
+struct BlockStart<'a> {
+    parent: &'a Parent,
+    parent_hash: Option<B256>,
+    deadline: Option<std::time::Instant>,
+}
+
 fn run_block(
     sim: &Simulation,
     block: &SimBlock,
-    parent: &Parent,
-    parent_hash: Option<B256>,
+    at: BlockStart,
     budget: &mut u64,
     db: &mut SimDb,
 ) -> Result<SimBlockDone, Stop> {
-    let (run, mut tracer) = start_block(sim, block, parent, parent_hash, db)?;
+    let (run, mut tracer) = start_block(sim, block, at, db)?;
     let facts = &run.facts;
     let mut done = SimBlockDone {
         spec: facts.spec,
@@ -331,7 +366,11 @@ fn run_block(
         calls: Vec::with_capacity(block.calls.len()),
     };
     for call in &block.calls {
-        let result = run_call(&run, call, &done, budget, &mut tracer, db)?;
+        let result = run_call(&run, call, &done, budget, &mut tracer, db);
+        if tracer.timed_out() {
+            return Err(Stop::TimedOut);
+        }
+        let result = result?;
         if tracer.reads_history {
             return Err(Stop::Unsupported(
                 "a call reading the history contract after the first block (its hashes are not made here)".into(),
@@ -358,13 +397,17 @@ fn run_block(
 fn start_block<'a>(
     sim: &'a Simulation,
     block: &'a SimBlock,
-    parent: &Parent,
-    parent_hash: Option<B256>,
+    at: BlockStart,
     db: &mut SimDb,
 ) -> Result<(BlockRun<'a>, logs::CallLogs), Stop> {
+    let BlockStart {
+        parent,
+        parent_hash,
+        deadline,
+    } = at;
     let facts = block_facts(sim, block, parent)?;
     let precompiles = apply_overrides(&facts, block, db)?;
-    let mut tracer = logs::CallLogs::new(sim.trace_transfers);
+    let mut tracer = logs::CallLogs::new(sim.trace_transfers).deadline(deadline);
     if facts.spec.is_enabled_in(SpecId::CANCUN) {
         system_call(sim, &facts, db, BEACON_ROOTS, block.beacon_root.0.to_vec())?;
     }

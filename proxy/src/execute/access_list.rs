@@ -35,7 +35,8 @@ impl Executor {
                 Ok(run) => run,
                 Err(why) => return Ok(Err(why)),
             };
-            if touched == list {
+            // Past the request's EVM time: geth's timeout error.
+            if touched == list || session.timed_out {
                 settled = Some(result);
                 break;
             }

@@ -89,6 +89,11 @@ impl Executor {
             Ok(result) => result,
             Err(why) => return Ok(Err(why)),
         };
+        // Past the request's EVM time, every attempt would be one: geth's
+        // timeout error, never an estimate made of them.
+        if let Some(timeout) = self.timed_out(session) {
+            return Ok(Ok(Estimated::Failed(timeout)));
+        }
         // The sender must afford the gas at its fee cap (its account was
         // read by the first run).
         if let Some(allowance) = self.affordable(session, args).filter(|a| *a < hi) {
@@ -110,6 +115,9 @@ impl Executor {
                 return Ok(Ok(Estimated::Gas(TX_GAS)));
             }
         }
+        if let Some(timeout) = self.timed_out(session) {
+            return Ok(Ok(Estimated::Failed(timeout)));
+        }
         let used = match &top {
             CallResult::Success { gas_used, .. } => *gas_used,
             CallResult::Halt { message, .. } if message == call_exec::OUT_OF_GAS => {
@@ -117,10 +125,11 @@ impl Executor {
             }
             _ => return Ok(Ok(Estimated::Failed(top))),
         };
-        Ok(self
-            .bisect(session, args, used, hi)
-            .await?
-            .map(Estimated::Gas))
+        let gas = self.bisect(session, args, used, hi).await?;
+        if let Some(timeout) = self.timed_out(session) {
+            return Ok(Ok(Estimated::Failed(timeout)));
+        }
+        Ok(gas.map(Estimated::Gas))
     }
 
     /// The least gas (within [`ESTIMATE_ERROR_RATIO`]) between the gas a
@@ -142,7 +151,7 @@ impl Executor {
                 Err(why) => return Ok(Err(why)),
             }
         }
-        while lo + 1 < hi {
+        while lo + 1 < hi && !session.timed_out {
             if (hi - lo) as f64 / (hi as f64) < ESTIMATE_ERROR_RATIO {
                 break;
             }

@@ -65,6 +65,12 @@ pub const MAX_KEYS: usize = 1024;
 const ARGUMENT_ACCOUNTS: usize = 8;
 /// Headers kept (by hash).
 const HEADERS_KEPT: usize = 64;
+/// geth's default `--rpc.evmtimeout`: the EVM time one request may take,
+/// over all its runs (an estimate's attempts, an access list's passes, a
+/// call's rounds), before it is answered with geth's timeout error.
+pub const EVM_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// Inner calls asked elsewhere at once (each is one upstream request).
+const INNER_AT_ONCE: usize = 8;
 
 /// What executing a call gave.
 #[derive(Debug)]
@@ -105,6 +111,12 @@ pub struct Executor {
     headers: Mutex<HashMap<B256, (HeaderFacts, u64)>>,
     /// What the last call of each contract and selector read.
     learned: Learned,
+    /// EVM time a request may take ([`EVM_TIMEOUT`]); `None`: no limit.
+    evm_timeout: Option<std::time::Duration>,
+    /// Runs of the EVM at once: one per core, so that requests from a
+    /// page (through a wallet extension) queue instead of filling the
+    /// blocking pool that the wallet's own reads prepare their queries in.
+    runs: Arc<tokio::sync::Semaphore>,
 }
 
 /// One view's state as the runs of a call read it.
@@ -118,6 +130,9 @@ pub struct Session {
     rounds: usize,
     inner_apart: usize,
     evm_time: std::time::Duration,
+    /// A run passed the request's EVM time ([`EVM_TIMEOUT`]): the request
+    /// is answered with geth's timeout error, whatever it was doing.
+    timed_out: bool,
     /// When it was opened (its padding rounds are spaced by its rounds'
     /// mean time).
     started: std::time::Instant,
@@ -242,7 +257,31 @@ impl Executor {
             latest: SpecId::OSAKA,
             headers: Mutex::new(HashMap::new()),
             learned: Learned::default(),
+            evm_timeout: Some(EVM_TIMEOUT),
+            runs: Arc::new(tokio::sync::Semaphore::new(
+                std::thread::available_parallelism().map_or(1, |n| n.get()),
+            )),
         }
+    }
+
+    /// The EVM time a request may take (`None`: no limit), as geth's
+    /// `--rpc.evmtimeout`.
+    pub fn evm_timeout(mut self, timeout: Option<std::time::Duration>) -> Self {
+        self.evm_timeout = timeout;
+        self
+    }
+
+    /// The EVM time `session` has left, if limited.
+    fn evm_left(&self, session: &Session) -> Option<std::time::Duration> {
+        self.evm_timeout.map(|t| t.saturating_sub(session.evm_time))
+    }
+
+    /// geth's answer to a request past its EVM time, when `session` is.
+    fn timed_out(&self, session: &Session) -> Option<CallResult> {
+        let timeout = self.evm_timeout.unwrap_or_default();
+        session.timed_out.then(|| CallResult::Invalid {
+            message: format!("execution aborted (timeout = {})", go_duration(timeout)),
+        })
     }
 
     /// Every call that reads anything sends at least `n` PIR requests.
@@ -314,6 +353,7 @@ impl Executor {
             rounds: 0,
             inner_apart: 0,
             evm_time: std::time::Duration::ZERO,
+            timed_out: false,
             started: std::time::Instant::now(),
         };
         // Reads made ahead (a JSON-RPC batch's) count only where they are
@@ -368,10 +408,17 @@ impl Executor {
                 args: args.clone(),
                 access_list: access_list.clone(),
             };
-            let (outcome, touched, naming, known, took) = run_blocking(run, known).await?;
+            let left = self.evm_left(session);
+            let (outcome, touched, naming, known, took) =
+                run_blocking(run, known, left, &self.runs).await?;
             session.reads.known = known;
             session.evm_time += took;
             match outcome {
+                Outcome::TimedOut => {
+                    session.timed_out = true;
+                    let result = self.timed_out(session).expect("timed out");
+                    return Ok(Ok((result, touched)));
+                }
                 Outcome::Done(result) => {
                     let reads = &session.reads;
                     self.learned
@@ -406,9 +453,11 @@ impl Executor {
     ) -> Result<Option<String>, ReadError> {
         session.inner_apart += inner.len();
         let view = &session.view;
-        let answers =
-            futures_util::future::join_all(inner.iter().map(|call| self.answer_apart(call, view)))
-                .await;
+        let mut answers = Vec::with_capacity(inner.len());
+        for group in inner.chunks(INNER_AT_ONCE) {
+            let asked = group.iter().map(|call| self.answer_apart(call, view));
+            answers.extend(futures_util::future::join_all(asked).await);
+        }
         for (call, answer) in inner.into_iter().zip(answers) {
             match answer? {
                 Ok(answer) => session.reads.known.add_inner(call, answer),
@@ -828,11 +877,27 @@ struct Run {
     access_list: call_exec::AccessList,
 }
 
+/// A duration as Go prints it in geth's messages (`5s`, `1.5s`, `250ms`).
+fn go_duration(d: std::time::Duration) -> String {
+    let ms = d.as_millis();
+    match ms {
+        0..=999 => format!("{ms}ms"),
+        _ if ms.is_multiple_of(1000) => format!("{}s", ms / 1000),
+        _ => {
+            let fraction = format!("{:03}", ms % 1000);
+            format!("{}.{}s", ms / 1000, fraction.trim_end_matches('0'))
+        }
+    }
+}
+
 /// Runs one round off the async runtime (a call may run long: up to the
-/// gas cap), handing the state back.
+/// gas cap), with `left` of the request's EVM time, once one of `runs` is
+/// free; handing the state back.
 async fn run_blocking(
     run: Run,
     known: KnownState,
+    left: Option<std::time::Duration>,
+    runs: &Arc<tokio::sync::Semaphore>,
 ) -> Result<
     (
         Outcome,
@@ -843,10 +908,23 @@ async fn run_blocking(
     ),
     ReadError,
 > {
+    let permit = runs
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(|e| ReadError::Backend(format!("the EVM's queue closed: {e}")))?;
     tokio::task::spawn_blocking(move || {
+        let _permit = permit;
         let started = std::time::Instant::now();
-        let (outcome, touched, naming) =
-            call_exec::run_named(&run.block, run.spec, &run.args, &known, &run.access_list);
+        let deadline = left.map(|left| started + left);
+        let (outcome, touched, naming) = call_exec::run_named_until(
+            &run.block,
+            run.spec,
+            &run.args,
+            &known,
+            &run.access_list,
+            deadline,
+        );
         (outcome, touched, naming, known, started.elapsed())
     })
     .await
@@ -872,6 +950,21 @@ fn describe(why: &Unanswerable) -> String {
 #[cfg(test)]
 mod tests {
     use super::is_halt;
+
+    /// The timeout's words are geth's: Go's durations.
+    #[test]
+    fn durations_print_as_go_prints_them() {
+        use std::time::Duration;
+        for (ms, go) in [
+            (5_000, "5s"),
+            (1, "1ms"),
+            (250, "250ms"),
+            (1_500, "1.5s"),
+            (2_050, "2.05s"),
+        ] {
+            assert_eq!(super::go_duration(Duration::from_millis(ms)), go);
+        }
+    }
 
     #[test]
     fn only_a_halt_of_the_call_reads_as_its_failure() {

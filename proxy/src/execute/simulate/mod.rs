@@ -38,6 +38,9 @@ pub struct GethError {
 /// sent upstream): the gate's.
 pub const NOT_DONE_HERE: i32 = -32601;
 
+/// geth's code for a simulation past its EVM time (an internal error).
+const TIMED_OUT: i32 = -32603;
+
 impl GethError {
     fn new(code: i32, message: String) -> Self {
         GethError { code, message }
@@ -142,9 +145,18 @@ impl Executor {
             let known = std::mem::take(&mut session.reads.known);
             // (The request is shared with the blocking run, not copied.)
             let run = Arc::clone(simulation);
+            let left = self.evm_left(session);
+            let permit = self
+                .runs
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|e| ReadError::Backend(format!("the EVM's queue closed: {e}")))?;
             let (outcome, known, took) = tokio::task::spawn_blocking(move || {
+                let _permit = permit;
                 let started = std::time::Instant::now();
-                let outcome = call_exec::simulate::simulate(&run, &known);
+                let deadline = left.map(|left| started + left);
+                let outcome = call_exec::simulate::simulate_until(&run, &known, deadline);
                 (outcome, known, started.elapsed())
             })
             .await
@@ -158,6 +170,15 @@ impl Executor {
                 }
                 SimOutcome::Unsupported(why) => return Ok(Ok(Err(GethError::unsupported(&why)))),
                 SimOutcome::Unanswerable(why) => return Ok(Err(describe(&why))),
+                SimOutcome::TimedOut => {
+                    // geth's simulator names it an internal error.
+                    session.timed_out = true;
+                    let message = match self.timed_out(session) {
+                        Some(CallResult::Invalid { message }) => message,
+                        _ => "execution aborted".into(),
+                    };
+                    return Ok(Ok(Err(GethError::new(TIMED_OUT, message))));
+                }
                 SimOutcome::Needs(needs) => {
                     pending = self.keys_of(&mut session.reads, needs).await?;
                 }

@@ -163,20 +163,7 @@ pub fn simulation_of(params: Option<&RawValue>) -> Result<SimRequest, GethError>
     if params.len() > 2 {
         return Err(invalid("too many arguments, want at most 2".into()));
     }
-    let options: Options = match &params[0] {
-        Value::Null => Options {
-            block_state_calls: Vec::new(),
-            trace_transfers: false,
-            validation: false,
-            return_full_transactions: false,
-        },
-        value => {
-            let named = super::super::call_object::geth_field_names(value.clone())
-                .ok_or_else(|| GethError::unsupported("an object naming one field twice"))?;
-            serde_json::from_value(named)
-                .map_err(|e| invalid(format!("invalid argument 0: {e}")))?
-        }
-    };
+    let options = options_of(&params[0])?;
     let at = match params.get(1) {
         None | Some(Value::Null) => BlockSelector::Newest,
         Some(_) => crate::storage::block_at(&params, 1)
@@ -213,6 +200,23 @@ pub fn simulation_of(params: Option<&RawValue>) -> Result<SimRequest, GethError>
         full_transactions: options.return_full_transactions,
         at,
     })
+}
+
+/// The options (argument 0) as geth reads them: keys whatever their case.
+fn options_of(value: &Value) -> Result<Options, GethError> {
+    match value {
+        Value::Null => Ok(Options {
+            block_state_calls: Vec::new(),
+            trace_transfers: false,
+            validation: false,
+            return_full_transactions: false,
+        }),
+        value => {
+            let named = super::super::call_object::geth_field_names(value.clone())
+                .ok_or_else(|| GethError::unsupported("an object naming one field twice"))?;
+            serde_json::from_value(named).map_err(|e| invalid(format!("invalid argument 0: {e}")))
+        }
+    }
 }
 
 fn requested_block(block: BlockJson) -> Result<RequestedBlock, GethError> {
