@@ -60,8 +60,11 @@ impl Trace {
     }
 
     pub(crate) fn unanswerable(&mut self, why: Unanswerable) {
+        // One answer serves every call of the same key (gas aside).
+        let key = self.current.as_ref().map(InnerCall::key);
+        let known = |c: &InnerCall| Some(c.key()) == key;
         match &self.current {
-            Some(call) if self.inner_unanswerable.contains(call) => {}
+            Some(_) if self.inner_unanswerable.iter().any(known) => {}
             Some(call) if self.inner_unanswerable.len() < MAX_INNER_APART => {
                 self.inner_unanswerable.push(call.clone())
             }
@@ -191,6 +194,7 @@ impl<CTX: ContextTr, INTR: InterpreterTypes> Inspector<CTX, INTR> for InnerCalls
     }
 
     fn call(&mut self, context: &mut CTX, inputs: &mut CallInputs) -> Option<CallOutcome> {
+        self.timer.at_call();
         self.depth += 1;
         if inputs.transfers_value() && self.depth > 1 {
             self.wrote = true;
@@ -220,6 +224,7 @@ impl<CTX: ContextTr, INTR: InterpreterTypes> Inspector<CTX, INTR> for InnerCalls
     }
 
     fn call_end(&mut self, _context: &mut CTX, _inputs: &CallInputs, outcome: &mut CallOutcome) {
+        self.timer.at_call();
         // A frame out of gas after a substitution: with the node's gas it
         // might not have run out (or might have, earlier).
         if out_of_gas(outcome.result.result) {

@@ -471,3 +471,32 @@ fn inner_calls_set_apart_are_bounded() {
         "{outcome:?}"
     );
 }
+
+/// The same inner call made again (its gas aside) is set apart once: one
+/// answer serves it everywhere, and repeats do not use up the bound.
+#[test]
+fn an_inner_call_repeated_is_set_apart_once() {
+    // For i in 0..100: STATICCALL(GAS, OTHER, 0, 32, 0, 0), one word of
+    // zeros as its input each time, with less gas each time.
+    let mut code = vec![0x5f, 0x5b]; // PUSH0 (i) JUMPDEST
+    code.extend([0x5f, 0x5f, 0x60, 0x20, 0x5f]); // retSize retOffset argsSize argsOffset
+    code.push(0x73); // PUSH20 OTHER
+    code.extend(OTHER.0);
+    code.extend([0x5a, 0xfa, 0x50]); // GAS STATICCALL POP
+    code.extend([0x60, 0x01, 0x01]); // PUSH1 1 ADD
+    code.extend([0x80, 0x60, 0x64, 0x11]); // DUP1 PUSH1 100 GT
+    code.extend([0x60, 0x01, 0x57, 0x00]); // PUSH1 1 JUMPI STOP
+    let mut known = KnownState::new([CONTRACT]);
+    contract(&mut known, CONTRACT, Bytes::from(code));
+    contract(&mut known, OTHER, bytes!("600243034000"));
+    let args = CallArgs {
+        to: CONTRACT,
+        ..Default::default()
+    };
+    let (outcome, _) = settle(&mut known, &args, absent);
+    let Outcome::Needs { reads, inner } = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert!(reads.is_empty());
+    assert_eq!(inner.len(), 1, "{inner:?}");
+}

@@ -37,6 +37,12 @@ impl Timer {
         self.passed
     }
 
+    /// A frame starts or ends: the clock is read at the next instruction
+    /// (a precompile's work, however long, runs no instruction).
+    pub(crate) fn at_call(&mut self) {
+        self.until_check = 0;
+    }
+
     /// Before each instruction: halts the frame once the deadline passed.
     pub(crate) fn step<I: InterpreterTypes>(&mut self, interp: &mut Interpreter<I>) {
         if !self.passed {

@@ -106,9 +106,10 @@ pub struct ProxyConfig {
     /// the server cannot tell a balance (one round) from an allowance or a
     /// token behind a proxy (more). 1: no padding.
     pub pad_call_rounds_to: usize,
-    /// EVM time one request (an `eth_call`, an estimate, a simulation) may
-    /// take over all its runs, in milliseconds, before it is answered with
-    /// geth's timeout error (geth's `--rpc.evmtimeout`, 5 s). 0: no limit.
+    /// EVM time one run of a call may take, in milliseconds, before the
+    /// request is answered with geth's timeout error (geth's
+    /// `--rpc.evmtimeout`, 5 s); a request may take four times that over
+    /// all its runs. 0: no limit.
     pub evm_timeout_ms: u64,
     /// A SOCKS5 proxy for all traffic to the PIR server
     /// (`socks5h://127.0.0.1:9050` for Tor), so the server does not see the

@@ -135,6 +135,7 @@ impl<CTX: ContextTr> Inspector<CTX> for CallLogs {
     }
 
     fn call(&mut self, _context: &mut CTX, inputs: &mut CallInputs) -> Option<CallOutcome> {
+        self.timer.at_call();
         self.enter();
         if inputs.target_address == super::HISTORY_STORAGE
             || inputs.bytecode_address == super::HISTORY_STORAGE
@@ -152,6 +153,7 @@ impl<CTX: ContextTr> Inspector<CTX> for CallLogs {
     }
 
     fn call_end(&mut self, _context: &mut CTX, _inputs: &CallInputs, outcome: &mut CallOutcome) {
+        self.timer.at_call();
         self.exit(!outcome.result.is_ok());
     }
 

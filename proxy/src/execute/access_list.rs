@@ -45,6 +45,11 @@ impl Executor {
         }
         let requests = self.pad_requests(&session).await;
         log_cost("eth_createAccessList", Some(args.to), &session, requests);
+        // A timeout is geth's error whatever else the runs did: never the
+        // fallback (upstream).
+        if let Some(timeout) = self.timed_out(&session) {
+            return Ok(Ok((list, timeout)));
+        }
         if let Some(why) = apart_taints_gas(&session) {
             return Ok(Err(why));
         }

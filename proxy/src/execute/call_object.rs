@@ -137,18 +137,21 @@ const GETH_FIELDS: &[&str] = &[
     "movePrecompileToAddress",
 ];
 
-/// A key as Go's JSON compares it with a field's name (`bytes.EqualFold`):
-/// ASCII letters in either case, and the two other letters that fold to
-/// an ASCII one (the Kelvin sign to `k`, the long s to `s`).
-fn go_folded(key: &str) -> String {
-    key.chars()
-        .map(|c| match c {
-            '\u{212A}' => 'k',
-            '\u{017F}' => 's',
-            c => c.to_ascii_lowercase(),
-        })
-        .collect()
+/// Whether `key` names `field` as Go's JSON compares them
+/// (`bytes.EqualFold`): ASCII letters in either case, and the two other
+/// letters that fold to an ASCII one (the Kelvin sign to `k`, the long s
+/// to `s`). `field` is ASCII.
+fn go_names(key: &str, field: &str) -> bool {
+    let folded = key.chars().map(|c| match c {
+        '\u{212A}' => 'k',
+        '\u{017F}' => 's',
+        c => c.to_ascii_lowercase(),
+    });
+    folded.eq(field.chars().map(|c| c.to_ascii_lowercase()))
 }
+
+/// The longest of [`GETH_FIELDS`], in characters: a longer key names none.
+const LONGEST_FIELD: usize = 23;
 
 /// `value` with every key of its objects, at any depth, that names a field
 /// of [`GETH_FIELDS`] but for case renamed to that field, as geth reads
@@ -161,8 +164,11 @@ pub(super) fn geth_field_names(value: Value) -> Option<Value> {
         Value::Object(map) => {
             let mut named = serde_json::Map::new();
             for (key, inner) in map {
-                let folded = go_folded(&key);
-                let key = match GETH_FIELDS.iter().find(|f| go_folded(f) == folded) {
+                let field = match key.len() > 3 * LONGEST_FIELD {
+                    true => None,
+                    false => GETH_FIELDS.iter().find(|f| go_names(&key, f)),
+                };
+                let key = match field {
                     Some(field) => field.to_string(),
                     None => key,
                 };
@@ -350,6 +356,10 @@ mod tests {
             json!([{"to": to, "accessList": [{"address": to, "storage\u{212A}eys": [slot]}]}]);
         let (args, _) = call_of(Some(&raw(kelvin))).unwrap();
         assert_eq!(call_exec::warm_set(&args.access_list)[&to], [slot].into());
+        assert_eq!(
+            GETH_FIELDS.iter().map(|f| f.len()).max(),
+            Some(LONGEST_FIELD)
+        );
         let folded = geth_field_names(json!({"\u{017F}tate": {}, "CODE": "0x"})).unwrap();
         assert_eq!(folded, json!({"state": {}, "code": "0x"}));
         // Data keys (an override's address, a slot) are kept as they are.

@@ -72,6 +72,11 @@ impl Executor {
         let estimated = self.estimate_in(&mut session, args, first).await;
         let requests = self.pad_requests(&session).await;
         log_cost("eth_estimateGas", Some(args.to), &session, requests);
+        // A timeout is geth's error whatever else the runs did: never the
+        // fallback (upstream).
+        if let Some(timeout) = self.timed_out(&session) {
+            return Ok(Ok(Estimated::Failed(timeout)));
+        }
         if let Some(why) = apart_taints_gas(&session) {
             return Ok(Err(why));
         }

@@ -65,12 +65,21 @@ pub const MAX_KEYS: usize = 1024;
 const ARGUMENT_ACCOUNTS: usize = 8;
 /// Headers kept (by hash).
 const HEADERS_KEPT: usize = 64;
-/// geth's default `--rpc.evmtimeout`: the EVM time one request may take,
-/// over all its runs (an estimate's attempts, an access list's passes, a
-/// call's rounds), before it is answered with geth's timeout error.
+/// geth's default `--rpc.evmtimeout`: the EVM time one run may take before
+/// the request is answered with geth's timeout error (and a request
+/// [`EVM_TIMEOUTS_PER_REQUEST`] of them over all its runs).
 pub const EVM_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// Inner calls asked elsewhere at once (each is one upstream request).
 const INNER_AT_ONCE: usize = 8;
+/// Most inner calls one request sets apart over all its runs (each run
+/// sets apart at most 64): past them the call takes the fallback whole,
+/// one request instead of hundreds.
+const MAX_INNER_PER_REQUEST: usize = 256;
+/// A request's EVM time over all its runs, in [`EVM_TIMEOUT`]s: geth
+/// times each run of an `eth_call` alone (and no estimate's); a request
+/// here may take several runs (its rounds, an estimate's attempts), each
+/// given the timeout, up to this many in all.
+const EVM_TIMEOUTS_PER_REQUEST: u32 = 4;
 
 /// What executing a call gave.
 #[derive(Debug)]
@@ -111,7 +120,7 @@ pub struct Executor {
     headers: Mutex<HashMap<B256, (HeaderFacts, u64)>>,
     /// What the last call of each contract and selector read.
     learned: Learned,
-    /// EVM time a request may take ([`EVM_TIMEOUT`]); `None`: no limit.
+    /// EVM time a run may take ([`EVM_TIMEOUT`]); `None`: no limit.
     evm_timeout: Option<std::time::Duration>,
     /// Runs of the EVM at once: one per core, so that requests from a
     /// page (through a wallet extension) queue instead of filling the
@@ -271,9 +280,14 @@ impl Executor {
         self
     }
 
-    /// The EVM time `session` has left, if limited.
+    /// The EVM time the next run of `session` may take, if limited: the
+    /// timeout, within what is left of the request's
+    /// [`EVM_TIMEOUTS_PER_REQUEST`].
     fn evm_left(&self, session: &Session) -> Option<std::time::Duration> {
-        self.evm_timeout.map(|t| t.saturating_sub(session.evm_time))
+        self.evm_timeout.map(|t| {
+            let left = (t * EVM_TIMEOUTS_PER_REQUEST).saturating_sub(session.evm_time);
+            left.min(t)
+        })
     }
 
     /// geth's answer to a request past its EVM time, when `session` is.
@@ -452,6 +466,11 @@ impl Executor {
         inner: Vec<InnerCall>,
     ) -> Result<Option<String>, ReadError> {
         session.inner_apart += inner.len();
+        if session.inner_apart > MAX_INNER_PER_REQUEST {
+            return Ok(Some(format!(
+                "it sets apart more than {MAX_INNER_PER_REQUEST} inner calls"
+            )));
+        }
         let view = &session.view;
         let mut answers = Vec::with_capacity(inner.len());
         for group in inner.chunks(INNER_AT_ONCE) {
@@ -880,13 +899,21 @@ struct Run {
 /// A duration as Go prints it in geth's messages (`5s`, `1.5s`, `250ms`).
 fn go_duration(d: std::time::Duration) -> String {
     let ms = d.as_millis();
-    match ms {
-        0..=999 => format!("{ms}ms"),
-        _ if ms.is_multiple_of(1000) => format!("{}s", ms / 1000),
-        _ => {
-            let fraction = format!("{:03}", ms % 1000);
-            format!("{}.{}s", ms / 1000, fraction.trim_end_matches('0'))
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    let seconds = match ms % 60_000 {
+        s if s.is_multiple_of(1000) => format!("{}s", s / 1000),
+        s => {
+            let fraction = format!("{:03}", s % 1000);
+            format!("{}.{}s", s / 1000, fraction.trim_end_matches('0'))
         }
+    };
+    let (minutes, hours) = (ms / 60_000 % 60, ms / 3_600_000);
+    match (hours, minutes) {
+        (0, 0) => seconds,
+        (0, m) => format!("{m}m{seconds}"),
+        (h, m) => format!("{h}h{m}m{seconds}"),
     }
 }
 
@@ -961,6 +988,9 @@ mod tests {
             (250, "250ms"),
             (1_500, "1.5s"),
             (2_050, "2.05s"),
+            (60_000, "1m0s"),
+            (90_500, "1m30.5s"),
+            (3_600_000, "1h0m0s"),
         ] {
             assert_eq!(super::go_duration(Duration::from_millis(ms)), go);
         }
