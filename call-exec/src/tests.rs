@@ -441,15 +441,15 @@ fn a_run_past_its_deadline_is_halted() {
     assert!(matches!(outcome, Outcome::TimedOut), "{outcome:?}");
 }
 
-/// A run that sets apart more inner calls than [`inner::MAX_INNER_APART`]
-/// is unanswerable as a whole, never a list without bound.
-#[test]
-fn inner_calls_set_apart_are_bounded() {
-    // For i in 0..100: STATICCALL OTHER with input i (one word), whose
-    // code reads a block's hash that cannot be answered.
-    // JUMPDEST(0) DUP1 PUSH0 MSTORE, STATICCALL(gas, OTHER, 0, 32, 0, 0), POP,
-    // PUSH1 1 ADD, DUP1 PUSH1 100 GT, PUSH1 0 JUMPI, STOP
-    let mut code = vec![0x5f, 0x5b, 0x80, 0x5f, 0x52]; // PUSH0 (i) JUMPDEST DUP1 PUSH0 MSTORE
+/// A contract that makes 100 inner calls to OTHER, each a STATICCALL
+/// with all its gas (less each time) and one word of memory as input, the
+/// counter written into that word first when `distinct`; OTHER reads a
+/// block's hash that cannot be answered (BLOCKHASH(NUMBER - 2)).
+fn hundred_inner_calls(distinct: bool) -> (KnownState, CallArgs) {
+    let mut code = vec![0x5f, 0x5b]; // PUSH0 (i) JUMPDEST, at 1
+    if distinct {
+        code.extend([0x80, 0x5f, 0x52]); // DUP1 PUSH0 MSTORE
+    }
     code.extend([0x5f, 0x5f, 0x60, 0x20, 0x5f]); // retSize retOffset argsSize argsOffset
     code.push(0x73); // PUSH20 OTHER
     code.extend(OTHER.0);
@@ -459,12 +459,20 @@ fn inner_calls_set_apart_are_bounded() {
     code.extend([0x60, 0x01, 0x57, 0x00]); // PUSH1 1 JUMPI STOP
     let mut known = KnownState::new([CONTRACT]);
     contract(&mut known, CONTRACT, Bytes::from(code));
-    // BLOCKHASH(NUMBER - 2), unanswerable: PUSH1 2 NUMBER SUB BLOCKHASH STOP
+    // PUSH1 2 NUMBER SUB BLOCKHASH STOP
     contract(&mut known, OTHER, bytes!("600243034000"));
     let args = CallArgs {
         to: CONTRACT,
         ..Default::default()
     };
+    (known, args)
+}
+
+/// A run that sets apart more inner calls than [`inner::MAX_INNER_APART`]
+/// is unanswerable as a whole, never a list without bound.
+#[test]
+fn inner_calls_set_apart_are_bounded() {
+    let (mut known, args) = hundred_inner_calls(true);
     let (outcome, _) = settle(&mut known, &args, absent);
     assert!(
         matches!(outcome, Outcome::Unanswerable(Unanswerable::BlockHash(_))),
@@ -476,23 +484,7 @@ fn inner_calls_set_apart_are_bounded() {
 /// answer serves it everywhere, and repeats do not use up the bound.
 #[test]
 fn an_inner_call_repeated_is_set_apart_once() {
-    // For i in 0..100: STATICCALL(GAS, OTHER, 0, 32, 0, 0), one word of
-    // zeros as its input each time, with less gas each time.
-    let mut code = vec![0x5f, 0x5b]; // PUSH0 (i) JUMPDEST
-    code.extend([0x5f, 0x5f, 0x60, 0x20, 0x5f]); // retSize retOffset argsSize argsOffset
-    code.push(0x73); // PUSH20 OTHER
-    code.extend(OTHER.0);
-    code.extend([0x5a, 0xfa, 0x50]); // GAS STATICCALL POP
-    code.extend([0x60, 0x01, 0x01]); // PUSH1 1 ADD
-    code.extend([0x80, 0x60, 0x64, 0x11]); // DUP1 PUSH1 100 GT
-    code.extend([0x60, 0x01, 0x57, 0x00]); // PUSH1 1 JUMPI STOP
-    let mut known = KnownState::new([CONTRACT]);
-    contract(&mut known, CONTRACT, Bytes::from(code));
-    contract(&mut known, OTHER, bytes!("600243034000"));
-    let args = CallArgs {
-        to: CONTRACT,
-        ..Default::default()
-    };
+    let (mut known, args) = hundred_inner_calls(false);
     let (outcome, _) = settle(&mut known, &args, absent);
     let Outcome::Needs { reads, inner } = outcome else {
         panic!("{outcome:?}")

@@ -473,11 +473,20 @@ impl CudaGpu {
     ) -> Result<std::time::Duration, GpuError> {
         let key = self.upload_key(&matrix.kernel_key())?;
         let mut out = self.alloc_u32(n as usize * ncols as usize)?;
+        self.second_run_time(|| expand(self, &key, matrix.expansion(), n, 0, ncols, &mut out))
+    }
+
+    /// How long the second of two runs of `work` took on this stream, from
+    /// idle to idle (the first warms up the driver and the caches).
+    fn second_run_time(
+        &self,
+        mut work: impl FnMut() -> Result<(), GpuError>,
+    ) -> Result<std::time::Duration, GpuError> {
         let mut took = std::time::Duration::ZERO;
         for _ in 0..2 {
             self.stream.synchronize().map_err(driver)?;
             let start = std::time::Instant::now();
-            expand(self, &key, matrix.expansion(), n, 0, ncols, &mut out)?;
+            work()?;
             self.stream.synchronize().map_err(driver)?;
             took = start.elapsed();
         }
@@ -492,14 +501,7 @@ impl CudaGpu {
         path: UploadPath,
     ) -> Result<(std::time::Duration, bool), GpuError> {
         let mut d = self.alloc_i8(src.len())?;
-        let mut took = std::time::Duration::ZERO;
-        for _ in 0..2 {
-            self.stream.synchronize().map_err(driver)?;
-            let start = std::time::Instant::now();
-            self.upload_via(path, &mut d, 0, src)?;
-            self.stream.synchronize().map_err(driver)?;
-            took = start.elapsed();
-        }
+        let took = self.second_run_time(|| self.upload_via(path, &mut d, 0, src))?;
         let back = self.stream.clone_dtoh(&d).map_err(driver)?;
         Ok((took, back[..src.len()] == *src))
     }

@@ -72,8 +72,8 @@ impl Executor {
         let estimated = self.estimate_in(&mut session, args, first).await;
         let requests = self.pad_requests(&session).await;
         log_cost("eth_estimateGas", Some(args.to), &session, requests);
-        // A timeout is geth's error whatever else the runs did: never the
-        // fallback (upstream).
+        // A timeout is geth's error whatever else the runs did (no run
+        // follows it): never an estimate made of them, nor the fallback.
         if let Some(timeout) = self.timed_out(&session) {
             return Ok(Ok(Estimated::Failed(timeout)));
         }
@@ -94,11 +94,6 @@ impl Executor {
             Ok(result) => result,
             Err(why) => return Ok(Err(why)),
         };
-        // Past the request's EVM time, every attempt would be one: geth's
-        // timeout error, never an estimate made of them.
-        if let Some(timeout) = self.timed_out(session) {
-            return Ok(Ok(Estimated::Failed(timeout)));
-        }
         // The sender must afford the gas at its fee cap (its account was
         // read by the first run).
         if let Some(allowance) = self.affordable(session, args).filter(|a| *a < hi) {
@@ -120,9 +115,6 @@ impl Executor {
                 return Ok(Ok(Estimated::Gas(TX_GAS)));
             }
         }
-        if let Some(timeout) = self.timed_out(session) {
-            return Ok(Ok(Estimated::Failed(timeout)));
-        }
         let used = match &top {
             CallResult::Success { gas_used, .. } => *gas_used,
             CallResult::Halt { message, .. } if message == call_exec::OUT_OF_GAS => {
@@ -130,11 +122,10 @@ impl Executor {
             }
             _ => return Ok(Ok(Estimated::Failed(top))),
         };
-        let gas = self.bisect(session, args, used, hi).await?;
-        if let Some(timeout) = self.timed_out(session) {
-            return Ok(Ok(Estimated::Failed(timeout)));
-        }
-        Ok(gas.map(Estimated::Gas))
+        Ok(self
+            .bisect(session, args, used, hi)
+            .await?
+            .map(Estimated::Gas))
     }
 
     /// The least gas (within [`ESTIMATE_ERROR_RATIO`]) between the gas a
@@ -156,7 +147,7 @@ impl Executor {
                 Err(why) => return Ok(Err(why)),
             }
         }
-        while lo + 1 < hi && !session.timed_out {
+        while lo + 1 < hi {
             if (hi - lo) as f64 / (hi as f64) < ESTIMATE_ERROR_RATIO {
                 break;
             }

@@ -290,12 +290,42 @@ impl Executor {
         })
     }
 
+    /// geth's words for a request past its EVM time.
+    fn timeout_message(&self) -> String {
+        let timeout = self.evm_timeout.unwrap_or_default();
+        format!("execution aborted (timeout = {})", go_duration(timeout))
+    }
+
     /// geth's answer to a request past its EVM time, when `session` is.
     fn timed_out(&self, session: &Session) -> Option<CallResult> {
-        let timeout = self.evm_timeout.unwrap_or_default();
         session.timed_out.then(|| CallResult::Invalid {
-            message: format!("execution aborted (timeout = {})", go_duration(timeout)),
+            message: self.timeout_message(),
         })
+    }
+
+    /// `run` on a blocking thread once one of [`Self::runs`] is free, given
+    /// the deadline of what `session` has left of its EVM time; with how
+    /// long it took.
+    async fn on_evm<T: Send + 'static>(
+        &self,
+        session: &Session,
+        run: impl FnOnce(Option<std::time::Instant>) -> T + Send + 'static,
+    ) -> Result<(T, std::time::Duration), ReadError> {
+        let left = self.evm_left(session);
+        let permit = self
+            .runs
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| ReadError::Backend(format!("the EVM's queue closed: {e}")))?;
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            let started = std::time::Instant::now();
+            let done = run(left.map(|left| started + left));
+            (done, started.elapsed())
+        })
+        .await
+        .map_err(|e| ReadError::Backend(format!("the EVM failed: {e}")))
     }
 
     /// Every call that reads anything sends at least `n` PIR requests.
@@ -406,6 +436,11 @@ impl Executor {
         first: Vec<ReadKey>,
         access_list: &call_exec::AccessList,
     ) -> Result<Result<(CallResult, Touched), String>, ReadError> {
+        // Past the request's EVM time, no run more (an estimate's attempt,
+        // an access list's pass): its answer is geth's timeout error.
+        if let Some(timeout) = self.timed_out(session) {
+            return Ok(Ok((timeout, Touched::default())));
+        }
         let (mut pending, mut learned_from) = self.first_round(first, args, &mut session.reads);
         for _ in 0..MAX_ROUNDS {
             let reads = &mut session.reads;
@@ -422,9 +457,9 @@ impl Executor {
                 args: args.clone(),
                 access_list: access_list.clone(),
             };
-            let left = self.evm_left(session);
-            let (outcome, touched, naming, known, took) =
-                run_blocking(run, known, left, &self.runs).await?;
+            let ((outcome, touched, naming, known), took) = self
+                .on_evm(session, move |deadline| run.execute(known, deadline))
+                .await?;
             session.reads.known = known;
             session.evm_time += took;
             match outcome {
@@ -917,45 +952,23 @@ fn go_duration(d: std::time::Duration) -> String {
     }
 }
 
-/// Runs one round off the async runtime (a call may run long: up to the
-/// gas cap), with `left` of the request's EVM time, once one of `runs` is
-/// free; handing the state back.
-async fn run_blocking(
-    run: Run,
-    known: KnownState,
-    left: Option<std::time::Duration>,
-    runs: &Arc<tokio::sync::Semaphore>,
-) -> Result<
-    (
-        Outcome,
-        Touched,
-        call_exec::Naming,
-        KnownState,
-        std::time::Duration,
-    ),
-    ReadError,
-> {
-    let permit = runs
-        .clone()
-        .acquire_owned()
-        .await
-        .map_err(|e| ReadError::Backend(format!("the EVM's queue closed: {e}")))?;
-    tokio::task::spawn_blocking(move || {
-        let _permit = permit;
-        let started = std::time::Instant::now();
-        let deadline = left.map(|left| started + left);
+impl Run {
+    /// The run over `known` (handed back), halted at `deadline`.
+    fn execute(
+        self,
+        known: KnownState,
+        deadline: Option<std::time::Instant>,
+    ) -> (Outcome, Touched, call_exec::Naming, KnownState) {
         let (outcome, touched, naming) = call_exec::run_named_until(
-            &run.block,
-            run.spec,
-            &run.args,
+            &self.block,
+            self.spec,
+            &self.args,
             &known,
-            &run.access_list,
+            &self.access_list,
             deadline,
         );
-        (outcome, touched, naming, known, started.elapsed())
-    })
-    .await
-    .map_err(|e| ReadError::Backend(format!("the EVM failed: {e}")))
+        (outcome, touched, naming, known)
+    }
 }
 
 fn describe(why: &Unanswerable) -> String {

@@ -145,22 +145,12 @@ impl Executor {
             let known = std::mem::take(&mut session.reads.known);
             // (The request is shared with the blocking run, not copied.)
             let run = Arc::clone(simulation);
-            let left = self.evm_left(session);
-            let permit = self
-                .runs
-                .clone()
-                .acquire_owned()
-                .await
-                .map_err(|e| ReadError::Backend(format!("the EVM's queue closed: {e}")))?;
-            let (outcome, known, took) = tokio::task::spawn_blocking(move || {
-                let _permit = permit;
-                let started = std::time::Instant::now();
-                let deadline = left.map(|left| started + left);
-                let outcome = call_exec::simulate::simulate_until(&run, &known, deadline);
-                (outcome, known, started.elapsed())
-            })
-            .await
-            .map_err(|e| ReadError::Backend(format!("the EVM failed: {e}")))?;
+            let ((outcome, known), took) = self
+                .on_evm(session, move |deadline| {
+                    let outcome = call_exec::simulate::simulate_until(&run, &known, deadline);
+                    (outcome, known)
+                })
+                .await?;
             session.reads.known = known;
             session.evm_time += took;
             match outcome {
@@ -173,10 +163,7 @@ impl Executor {
                 SimOutcome::TimedOut => {
                     // geth's simulator names it an internal error.
                     session.timed_out = true;
-                    let message = match self.timed_out(session) {
-                        Some(CallResult::Invalid { message }) => message,
-                        _ => "execution aborted".into(),
-                    };
+                    let message = self.timeout_message();
                     return Ok(Ok(Err(GethError::new(TIMED_OUT, message))));
                 }
                 SimOutcome::Needs(needs) => {
