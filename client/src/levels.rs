@@ -118,6 +118,8 @@ pub struct Hit {
     /// How the level's values are laid out, and its code table.
     pub layout: ValueLayout,
     pub code_table: Option<CodeTable>,
+    /// Taken from the hot tier.
+    pub from_tier: bool,
 }
 
 impl Hit {
@@ -314,53 +316,116 @@ impl ViewClient {
     }
 
     /// The answer for query `i` (of `key`) given what each level found
-    /// (`found[level][query]`): the freshest level holding the key; absent
-    /// from every level of a complete view is 0.
+    /// (`found[level][query]`): the freshest level holding the key, the
+    /// hot tier over the levels it stands on; absent from every level of
+    /// a complete view is 0.
     pub fn freshest(
         &self,
         found: &[Vec<Found>],
         i: usize,
         key: &ReadKey,
     ) -> Result<KeyState, ReadError> {
+        self.hit(found, i, key, Tier::Read)?.decode(key)
+    }
+
+    /// [`Self::freshest`] of a key that names the wallet: decided by the
+    /// levels the PIR request read, never by the hot tier, whose value
+    /// (when it would have answered) is compared with theirs. The answer,
+    /// and whether the tier disagrees: a tier stands on a level and holds
+    /// that level's state, so a value of its own that differs from the
+    /// levels' is a forgery (the operator's, who builds both).
+    pub fn freshest_named(
+        &self,
+        found: &[Vec<Found>],
+        i: usize,
+        key: &ReadKey,
+    ) -> (Result<KeyState, ReadError>, bool) {
+        let read = self
+            .hit(found, i, key, Tier::Skipped)
+            .and_then(|h| h.decode(key));
+        let tier = match self.hit(found, i, key, Tier::Read) {
+            Ok(hit) if hit.from_tier => hit.decode(key),
+            // The tier would not have answered: nothing to compare.
+            _ => return (read, false),
+        };
+        let disagrees = match (&read, &tier) {
+            (Ok(read), Ok(tier)) => !same_state(read, tier),
+            // The levels' value reads, the tier's does not (or the other
+            // way round): they disagree.
+            (Ok(_), Err(_)) | (Err(_), Ok(_)) => true,
+            (Err(_), Err(_)) => false,
+        };
+        (read, disagrees)
+    }
+
+    /// The freshest value of query `i`: the levels above the hot tier,
+    /// the tier (unless `tier` skips it), then the levels below it.
+    fn hit(
+        &self,
+        found: &[Vec<Found>],
+        i: usize,
+        key: &ReadKey,
+        tier: Tier,
+    ) -> Result<Hit, ReadError> {
         let in_level = |l: usize| {
             let value = found[l][i].as_ref()?;
-            Some((self.levels[l].entry(), value.clone()))
+            Some((self.levels[l].entry(), value.clone(), false))
         };
-        // Above the hot tier, the tier, then the rest: the freshest first.
         let above = self.above_hot().unwrap_or(0);
         let hit = (above..self.levels.len())
             .rev()
             .find_map(in_level)
             .or_else(|| {
-                let hot = self.hot.as_ref()?;
+                let hot = self.hot.as_ref().filter(|_| tier == Tier::Read)?;
                 let key = key.pir_key();
                 let value = hot.level.table.get(&key.0)?;
-                Some((&hot.level.entry, value.to_vec()))
+                Some((&hot.level.entry, value.to_vec(), true))
             })
             .or_else(|| (0..above).rev().find_map(in_level));
-        let hit = match hit {
-            Some((entry, value)) => Hit {
+        match hit {
+            Some((entry, value, from_tier)) => Ok(Hit {
                 value: Some(value),
                 snapshot: entry.id.url_form(),
                 block: self.view.block,
                 layout: entry.manifest.layout(),
                 code_table: entry.manifest.codes,
-            },
-            None if self.view.complete => Hit {
+                from_tier,
+            }),
+            None if self.view.complete => Ok(Hit {
                 value: None,
                 snapshot: self.top(),
                 block: self.view.block,
                 layout: ValueLayout::WithCode,
                 code_table: None,
-            },
-            None => {
-                return Err(ReadError::NotInPrivateSet {
-                    snapshot: self.top(),
-                    kind: self.levels[0].entry().manifest.kind.name(),
-                })
-            }
-        };
-        hit.decode(key)
+                from_tier: false,
+            }),
+            None => Err(ReadError::NotInPrivateSet {
+                snapshot: self.top(),
+                kind: self.levels[0].entry().manifest.kind.name(),
+            }),
+        }
+    }
+}
+
+/// Whether a lookup may take the hot tier's value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tier {
+    Read,
+    Skipped,
+}
+
+/// Whether two reads of one key (from different levels) hold the same
+/// state: balance, nonce and whether (not which: each level numbers its
+/// own code table) the account has code; a slot's word.
+fn same_state(a: &KeyState, b: &KeyState) -> bool {
+    match (a, b) {
+        (KeyState::Account(a), KeyState::Account(b)) => {
+            a.balance == b.balance
+                && a.nonce == b.nonce
+                && std::mem::discriminant(&a.code) == std::mem::discriminant(&b.code)
+        }
+        (KeyState::Slot(a), KeyState::Slot(b)) => a.word == b.word && a.low_part == b.low_part,
+        _ => false,
     }
 }
 

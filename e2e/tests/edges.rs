@@ -622,6 +622,30 @@ async fn a_web_page_runs_nothing(proxy: &str, chain: &WholeChain) {
         .await
         .unwrap();
     assert_eq!(v["error"]["code"], -32601, "{v}");
+    // Its status carries no counter (a page could watch `pirKeys` rise by
+    // one on a first read and not on a repeat), a program's does.
+    let v: Value = ask("ethpir_status", json!([]))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(v["result"]["viewBlock"].is_u64(), "{v}");
+    for counter in ["pirKeys", "bytesUp", "bytesDown", "idle"] {
+        assert!(v["result"].get(counter).is_none(), "{counter}: {v}");
+    }
+    let own = test_support::proxy_status(proxy).await;
+    assert!(own["pirKeys"].is_u64(), "{own}");
+    let data = http
+        .get(format!("{proxy}/status.json"))
+        .header(
+            "origin",
+            "chrome-extension://nkbihfbeogaeaoehlefnkodbefgpgknn",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(data.status(), 403, "the page's data to an extension");
     let plain = http
         .post(proxy)
         .header(

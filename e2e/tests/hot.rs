@@ -401,6 +401,7 @@ async fn a_swap_reads_by_pir_only_the_keys_that_name_its_holder() {
         &store, served, &anvil, &market, traded, &policy,
     )
     .await;
+    a_forged_tier_is_answered_by_pir(&store, served, &anvil, &market, traded, &policy).await;
     the_attester_chooses_the_tier_again(&store, &anvil, traded, &policy).await;
 }
 
@@ -456,29 +457,8 @@ async fn a_tier_holding_the_holders_keys_changes_nothing_on_the_wire(
     traded: u64,
     policy: &snapshotter::hot::HotPolicy,
 ) {
-    let copy = tempfile::tempdir().unwrap();
-    let testing = copy.path().join("store");
-    copy_dir(store, &testing);
-    let copied = snapshotter::SnapshotStore::open(&testing).unwrap();
-    let tier = copied
-        .get(&format!("4244-{traded}-hot").parse().unwrap())
-        .unwrap();
-    let base = copied
-        .get(&format!("4244-{traded}-full").parse().unwrap())
-        .unwrap();
-    let node = snapshotter::sources::rpc::RpcSource::connect(&anvil.url, Default::default())
-        .await
-        .unwrap();
-    let value_bytes = base.manifest.pir.value_bytes;
-    let mut keys = snapshotter::hot::chosen_keys(&node, traded, policy, value_bytes, 4)
-        .await
-        .unwrap();
-    keys.extend(holders_keys(m));
-    copied.remove(&tier.id).unwrap();
-    let levels =
-        snapshotter::levels::Levels::new(copied, 4244, Default::default(), Default::default());
-    levels.publish_hot(&[base], &keys, policy).unwrap().unwrap();
-    let testing_server = start_server(&testing).await;
+    let (testing_server, _copy) =
+        serve_tier_with_holders_keys(store, anvil, m, traded, policy, |_| {}).await;
 
     let base = format!("4244-{traded}-full");
     let at = format!("{traded:#x}");
@@ -493,12 +473,14 @@ async fn a_tier_holding_the_holders_keys_changes_nothing_on_the_wire(
             assert!(v.is_ok(), "{v:?}");
         })
         .await;
-        // Three requests: the router, the holder and the pool (3 keys, 4
-        // queries), then the pool's balance of the token, then the
-        // holder's (2 each: the ladder's least); the reserves, the token
-        // and the router's count are the tier's.
+        // Five requests: the router, the holder and the pool (3 keys, 4
+        // queries), then the pool's slots (its reserves and token: the
+        // pool is an argument of the swap, so every slot of it names the
+        // call, docs/security.md), then the token's balances of the pool
+        // and of the holder (2 each: the ladder's least); the token's
+        // account and the router's count are the tier's.
         assert!(
-            estimate.base_queries <= 8,
+            estimate.base_queries <= 12,
             "the swap's first estimate: {estimate:?}"
         );
         let refresh = call_object(MULTICALL3, &m.refresh(holder));
@@ -573,6 +555,155 @@ async fn a_tier_holding_the_holders_keys_changes_nothing_on_the_wire(
             true => assert_eq!(first, again, "kept, as fresh"),
         }
     }
+}
+
+/// A second server over a copy of `store` whose tier holds, beside the
+/// follower's keys, the holder's own ([`holders_keys`]), its records
+/// passed through `forge` (the operator's change) before the tier is
+/// built: the server's URL, and the copy (removed when dropped).
+async fn serve_tier_with_holders_keys(
+    store: &std::path::Path,
+    anvil: &Anvil,
+    m: &Market,
+    traded: u64,
+    policy: &snapshotter::hot::HotPolicy,
+    forge: impl FnOnce(&mut snapshotter::records::Records),
+) -> (String, tempfile::TempDir) {
+    let copy = tempfile::tempdir().unwrap();
+    let testing = copy.path().join("store");
+    copy_dir(store, &testing);
+    let copied = snapshotter::SnapshotStore::open(&testing).unwrap();
+    let tier = copied
+        .get(&format!("4244-{traded}-hot").parse().unwrap())
+        .unwrap();
+    let base = copied
+        .get(&format!("4244-{traded}-full").parse().unwrap())
+        .unwrap();
+    let node = snapshotter::sources::rpc::RpcSource::connect(&anvil.url, Default::default())
+        .await
+        .unwrap();
+    let value_bytes = base.manifest.pir.value_bytes;
+    let mut keys = snapshotter::hot::chosen_keys(&node, traded, policy, value_bytes, 4)
+        .await
+        .unwrap();
+    keys.extend(holders_keys(m));
+    copied.remove(&tier.id).unwrap();
+    let view = [base];
+    let mut records = snapshotter::folded::with_view(&copied, &view, |folded| {
+        Ok(snapshotter::hot::records_of(
+            folded,
+            &keys,
+            &view[0].manifest.storage,
+        ))
+    })
+    .unwrap();
+    forge(&mut records);
+    let levels =
+        snapshotter::levels::Levels::new(copied, 4244, Default::default(), Default::default());
+    levels
+        .publish_hot_records(&view, records, policy)
+        .unwrap()
+        .unwrap();
+    (start_server(&testing).await, copy)
+}
+
+/// A server whose operator forges its tier (digests and canaries made
+/// anew by its own build, as an operator would): the holder's account
+/// richer by one ether, its token balance slot larger by a million. A
+/// fresh proxy answers the holder's balance, `balanceOf`, the slot's
+/// `eth_getStorageAt` and a `transfer` of more than it holds (which
+/// anvil reverts) and its estimate as anvil does, never the forged
+/// values; sends the same requests and base queries as through the tier
+/// that holds the holder's keys with their right values (the forger
+/// learns nothing from its forgery); and says so on its status and page.
+async fn a_forged_tier_is_answered_by_pir(
+    store: &std::path::Path,
+    (honest, upstream): (&str, &str),
+    anvil: &Anvil,
+    m: &Market,
+    traded: u64,
+    policy: &snapshotter::hot::HotPolicy,
+) {
+    let holder = dev(HOLDER);
+    let holder_slots: Vec<(Address, alloy_primitives::B256)> = holders_keys(m)
+        .into_iter()
+        .filter_map(|k| match k {
+            snapshotter::hot::HotKey::Slot(c, slot) => Some((c, slot)),
+            snapshotter::hot::HotKey::Account(_) => None,
+        })
+        .collect();
+    let forged_slot = std::sync::Mutex::new(None);
+    let (forging, _copy) = serve_tier_with_holders_keys(store, anvil, m, traded, policy, |r| {
+        for account in r.accounts.iter_mut().filter(|a| a.address == Some(holder)) {
+            account.balance += U256::from(10u64.pow(18));
+        }
+        for word in r.storage.iter_mut().filter(|w| w.value > U256::ZERO) {
+            let slot = holder_slots
+                .iter()
+                .find(|(c, slot)| protocol::storage::storage_key_of(c, slot) == word.key);
+            if let Some(slot) = slot {
+                word.value += U256::from(1_000_000u64);
+                *forged_slot.lock().unwrap() = Some(*slot);
+            }
+        }
+    })
+    .await;
+    let (contract, slot) = forged_slot
+        .into_inner()
+        .unwrap()
+        .expect("the holder's balance slot is in the tier");
+    assert_eq!(contract, m.proxied);
+    let at = format!("{traded:#x}");
+    let base = format!("4244-{traded}-full");
+    let held = U256::from(4_242u64);
+    let over = IFlagged::transferCall {
+        to: dev(0),
+        amount: held + U256::from(1u8),
+    };
+    let mut over = call_object(m.proxied, &over.abi_encode());
+    over["from"] = json!(holder);
+    let mut seen = Vec::new();
+    for server in [honest, forging.as_str()] {
+        let (proxy, _cache) = proxy_with_tier(server, upstream, traded).await;
+        let wire = wire_of(server, &base, async {
+            let balance = test_support::rpc(&proxy, "eth_getBalance", json!([holder, at])).await;
+            assert_eq!(
+                balance,
+                Ok(anvil.rpc("eth_getBalance", json!([holder, at])).await)
+            );
+            let call = call_object(m.proxied, &IFlagged::balanceOfCall { holder }.abi_encode());
+            let answer = same_as_anvil(&proxy, anvil, &call, &at).await;
+            assert_eq!(answer, json!(format!("{:#066x}", held)));
+            let params = json!([contract, slot, at]);
+            let word = test_support::rpc(&proxy, "eth_getStorageAt", params.clone()).await;
+            assert_eq!(word, Ok(anvil.rpc("eth_getStorageAt", params).await));
+            same_response_as_anvil(&proxy, anvil, &over, &at).await;
+            let estimate = test_support::rpc(&proxy, "eth_estimateGas", json!([over, at])).await;
+            assert!(
+                estimate.is_err(),
+                "an estimate of a transfer anvil reverts: {estimate:?}"
+            );
+        })
+        .await;
+        let s = status(&proxy).await;
+        seen.push(wire);
+        let forged = s["forgedTiers"].as_array().cloned().unwrap_or_default();
+        match server == honest {
+            true => assert!(forged.is_empty(), "{s}"),
+            false => {
+                assert_eq!(forged, [json!(format!("4244-{traded}-hot"))], "{s}");
+                let page = reqwest::get(format!("{proxy}/status.json"))
+                    .await
+                    .unwrap()
+                    .text()
+                    .await
+                    .unwrap();
+                assert!(page.contains("forged by its operator"), "{page}");
+            }
+        }
+        assert_eq!(s["privateReads"], "on", "private reads go on: {s}");
+    }
+    assert_eq!(seen[0], seen[1], "an honest tier, then a forged one");
 }
 
 /// Copies a directory tree.

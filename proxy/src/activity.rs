@@ -73,6 +73,9 @@ pub enum WarningKind {
     Refused,
     /// The PIR server failed verification: private reads stopped.
     Verification,
+    /// The PIR server's hot tier disagreed with its base (a forgery):
+    /// answers came from PIR, its values are not used.
+    ForgedTier,
 }
 
 /// A forwarded request that named an address.

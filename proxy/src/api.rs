@@ -70,7 +70,7 @@ pub trait NodeInfoApi {
 #[rpc(server, client, namespace = "ethpir")]
 pub trait EthpirApi {
     /// What the proxy reads from and how fresh it is.
-    #[method(name = "status")]
+    #[method(name = "status", with_extensions)]
     async fn status(&self) -> Result<Status, ProxyError>;
 
     /// Trusts the PIR server again after a verification failure.
@@ -112,13 +112,29 @@ pub struct Status {
     /// The hot tier the newest view reads, if any (downloaded whole).
     #[serde(default)]
     pub hot: Option<LevelStatus>,
+    /// Hot tiers caught holding a value their base disagrees with (read
+    /// by PIR for a key that names the wallet): forged by the server's
+    /// operator. Their values are not used.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub forged_tiers: Vec<String>,
+    /// What this proxy has read and moved: served only to a program on
+    /// this machine (no `Origin`), never to a web page or a browser
+    /// extension, through which any page could watch them rise (a first
+    /// read asks a key, a kept answer does not).
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub counters: Option<Counters>,
+    pub private_reads: PrivateReads,
+}
+
+/// [`Status`]'s counters.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Counters {
     /// Keys asked of the PIR levels since start (canaries and fillers
     /// not counted): what the hot tier saves shows here.
-    #[serde(default)]
     pub pir_keys: u64,
     pub bytes_up: u64,
     pub bytes_down: u64,
-    pub private_reads: PrivateReads,
     /// No private read for `idle_secs`: no new level is loaded, the
     /// catalog is fetched every `idle_refresh_secs`.
     pub idle: bool,

@@ -53,6 +53,9 @@ fn log_verification_policy(config: &ProxyConfig) {
     if config.canaries_per_request == 0 {
         tracing::warn!("canaries_per_request = 0: a PIR server that shifts some answers is not caught (docs/security.md, \"Blind shifts\")");
     }
+    if config.hot_tier == ethpir_client::config::HotTierUse::Ahead && config.attesters.is_empty() {
+        tracing::warn!("hot_tier = \"ahead\" with no attesters: the hot tier's values are the PIR server operator's word (checked only by their digests, which that operator computes). Keys that name the wallet are answered by PIR whatever the tier holds, and a tier caught disagreeing with its base is not used again; the rest (a pool's reserves, a proxy's implementation) is taken from the tier. List attesters, or set hot_tier = \"off\" to read every key by PIR");
+    }
     if config.read_unconfirmed_views && config.upstream.is_some() {
         tracing::warn!("read_unconfirmed_views is on: views the upstream cannot confirm (no block hash, a block it does not have, no answer) are read all the same");
     }

@@ -69,6 +69,12 @@ impl PageSource {
                 format!("the PIR server failed verification: private reads stopped ({reason})"),
             );
         }
+        for tier in &status.forged_tiers {
+            self.activity.warn(
+                WarningKind::ForgedTier,
+                format!("the PIR server's hot tier {tier} holds a value its base disagrees with (forged by its operator): this wallet's own keys were answered by PIR; the values that name no one still come from the tier (set hot_tier = \"off\" to read them by PIR)"),
+            );
+        }
         let reader = &self.ctx.reader;
         let signatures_on_view = reader
             .newest_view()
@@ -217,9 +223,18 @@ where
         };
         let source = self.source.clone();
         let local = host_is_local(&req);
+        // A browser sends no `Origin` with the page's own GETs (same
+        // origin); a browser extension's or another page's fetch carries
+        // one, and any page can reach the proxy through a wallet
+        // extension: the counters would tell it what the wallet read.
+        let from_browser = req.headers().contains_key(http::header::ORIGIN);
         Box::pin(async move {
-            if !local {
-                let why = "the status page is served to this machine only (Host must be localhost or a loopback address)";
+            let refused = match (local, from_browser) {
+                (false, _) => Some("the status page is served to this machine only (Host must be localhost or a loopback address)"),
+                (true, true) => Some("the status page's data is not served to web pages or browser extensions (a request with an Origin)"),
+                (true, false) => None,
+            };
+            if let Some(why) = refused {
                 return Ok(response(
                     http::StatusCode::FORBIDDEN,
                     "text/plain; charset=utf-8",

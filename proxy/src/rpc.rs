@@ -13,8 +13,8 @@ use jsonrpsee::{Extensions, PendingSubscriptionSink, RpcModule};
 use serde_json::Value;
 
 use crate::api::{
-    CheckedAddress, EthApiServer, EthpirApiServer, LevelRead, LevelStatus, NodeInfoApiServer,
-    PrivateReadApiServer, PrivateReads, Status, TrustReset,
+    CheckedAddress, Counters, EthApiServer, EthpirApiServer, LevelRead, LevelStatus,
+    NodeInfoApiServer, PrivateReadApiServer, PrivateReads, Status, TrustReset,
 };
 use crate::error::ProxyError;
 use crate::upstream::Upstream;
@@ -195,8 +195,12 @@ impl NodeInfoApiServer for RpcContext {
 
 #[async_trait]
 impl EthpirApiServer for RpcContext {
-    async fn status(&self) -> Result<Status, ProxyError> {
-        Ok(self.status_now().await)
+    async fn status(&self, ext: &Extensions) -> Result<Status, ProxyError> {
+        let mut status = self.status_now().await;
+        if ext.get::<crate::browser::FromBrowser>().is_some() {
+            status.counters = None;
+        }
+        Ok(status)
     }
 
     fn trust_reset(&self) -> Result<TrustReset, ProxyError> {
@@ -239,14 +243,17 @@ impl RpcContext {
             head_block: self.upstream_head().await,
             levels,
             hot,
-            pir_keys: self.reader.pir_keys(),
-            bytes_up,
-            bytes_down,
+            forged_tiers: self.reader.forged_tiers(),
+            counters: Some(Counters {
+                pir_keys: self.reader.pir_keys(),
+                bytes_up,
+                bytes_down,
+                idle: self.reader.is_idle(),
+            }),
             private_reads: match self.reader.distrusted() {
                 Some(reason) => PrivateReads::Stopped(reason),
                 None => PrivateReads::On,
             },
-            idle: self.reader.is_idle(),
         }
     }
 

@@ -420,7 +420,6 @@ impl Levels {
         if records.accounts.is_empty() {
             return Ok(None);
         }
-        let source = format!("hot:{}-blocks-to-{}", policy.window, top.id);
         tracing::info!(
             block = top.id.block,
             accounts = records.accounts.len(),
@@ -428,6 +427,25 @@ impl Levels {
             chosen = keys.len(),
             "building the hot tier"
         );
+        self.publish_hot_records(view, records, policy)
+    }
+
+    /// Publishes `records` as the hot tier of `policy` over `view` (its
+    /// levels, base first), replacing one of another fork: the build
+    /// phase of [`Self::publish_hot`]. The records are taken as they are
+    /// (a test's forging operator builds a tier of its own with it).
+    pub fn publish_hot_records(
+        &self,
+        view: &[StoredSnapshot],
+        records: Records,
+        policy: &HotPolicy,
+    ) -> Result<Option<String>, LevelsError> {
+        let top = view.last().expect("a view has a level");
+        let id = SnapshotId::new(self.chain_id, top.id.block, &policy.kind());
+        if self.store.get(&id).is_ok() {
+            self.store.remove(&id)?;
+        }
+        let source = format!("hot:{}-blocks-to-{}", policy.window, top.id);
         let state = Self::like(view, policy.kind(), source, records);
         let published = build_and_publish(&self.store, state, &self.build)?;
         Ok(Some(published.id.url_form()))

@@ -87,6 +87,9 @@ pub struct PrivateReader {
     /// A hot tier whose download failed, and when: not tried again for
     /// [`HOT_RETRY`].
     hot_failed: std::sync::Mutex<Option<(SnapshotId, std::time::Instant)>>,
+    /// Hot tiers caught holding a value their base disagrees with (a key
+    /// that names the wallet, read by PIR): shown, and nothing else.
+    forged_tiers: std::sync::Mutex<std::collections::BTreeSet<SnapshotId>>,
     /// What each PIR level answered before, per key.
     answers: AnswerCache,
     pool_size: usize,
@@ -213,6 +216,7 @@ impl PrivateReader {
             pir_keys: Default::default(),
             lookup_rounds: Default::default(),
             hot_failed: Default::default(),
+            forged_tiers: Default::default(),
             answers: AnswerCache::new(config.cache_dir.clone()),
             pool_size: config.prepared_pool,
             largest_request: Default::default(),
@@ -452,6 +456,33 @@ impl PrivateReader {
     pub fn lookup_rounds(&self) -> u64 {
         self.lookup_rounds
             .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Records that `view`'s hot tier holds a value its base disagrees
+    /// with. Nothing else changes: the wire stays what it would have
+    /// been (a proxy that stopped, failed a call or changed its requests
+    /// on catching a forgery would tell the forger which key it read), and
+    /// the keys that name no one are still read from the tier (they are
+    /// the operator's word, as the start-up log says).
+    pub(super) fn tier_forged(&self, view: &ViewClient) {
+        let Some(hot) = &view.hot else { return };
+        let first = self
+            .forged_tiers
+            .lock()
+            .expect("lock")
+            .insert(hot.level.entry.id);
+        if first {
+            tracing::warn!(
+                tier = %hot.level.entry.id,
+                "the PIR server's hot tier holds a value its base disagrees with (a forgery by its operator): the wallet's own keys are answered by PIR, but the values that name no one (pools, tokens, proxies) still come from this tier; set hot_tier = \"off\" to read every key by PIR"
+            );
+        }
+    }
+
+    /// The hot tiers caught forging, by id.
+    pub fn forged_tiers(&self) -> Vec<String> {
+        let tiers = self.forged_tiers.lock().expect("lock");
+        tiers.iter().map(SnapshotId::url_form).collect()
     }
 
     /// Keys asked of the PIR levels so far (canaries and fillers not

@@ -275,7 +275,16 @@ impl PrivateReader {
             .enumerate()
             .map(|(i, (key, held))| {
                 held?;
-                view.freshest(&found, i, key)
+                match shared[i] {
+                    true => view.freshest(&found, i, key),
+                    false => {
+                        let (state, forged) = view.freshest_named(&found, i, key);
+                        if forged {
+                            self.tier_forged(view);
+                        }
+                        state
+                    }
+                }
             })
             .collect())
     }
