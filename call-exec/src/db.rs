@@ -18,6 +18,8 @@ pub(crate) struct RoundDb<'a> {
     known: &'a KnownState,
     block: &'a BlockContext,
     trace: Rc<RefCell<Trace>>,
+    /// Blocks from the block's own on have the zero hash (a call's).
+    no_hash_past_block: bool,
 }
 
 impl<'a> RoundDb<'a> {
@@ -30,7 +32,15 @@ impl<'a> RoundDb<'a> {
             known,
             block,
             trace,
+            no_hash_past_block: false,
         }
+    }
+
+    /// Reads the hash of the block's own number and later ones as zero,
+    /// as geth's `eth_call` does under a block override of its number.
+    pub(crate) fn no_hash_past_block(mut self) -> Self {
+        self.no_hash_past_block = true;
+        self
     }
 
     fn miss(&self, need: Need) {
@@ -116,6 +126,13 @@ impl DatabaseRef for RoundDb<'_> {
     }
 
     fn block_hash_ref(&self, number: u64) -> Result<B256, Infallible> {
+        // Under a call's block override of the number past the block's
+        // own: geth's hash function, which walks back from the block's
+        // real header, has none there. (A simulation's blocks past the
+        // base have hashes: not known here.)
+        if self.no_hash_past_block && number >= self.block.number {
+            return Ok(B256::ZERO);
+        }
         if let Some(header) = &self.block.header {
             if number.checked_add(1) == Some(self.block.number) {
                 return Ok(header.parent_hash);

@@ -32,6 +32,7 @@ mod access;
 mod db;
 mod inner;
 mod naming;
+pub mod overrides;
 pub mod simulate;
 mod spec;
 mod timer;
@@ -45,7 +46,7 @@ use revm::bytecode::Bytecode;
 use revm::context::result::{ExecutionResult, HaltReason};
 use revm::context::{BlockEnv, CfgEnv, TxEnv};
 use revm::primitives::TxKind;
-use revm::{Context, InspectEvm, MainBuilder, MainContext};
+use revm::{Context, InspectEvm, MainContext};
 
 pub use access::Touched;
 pub use naming::Naming;
@@ -102,7 +103,9 @@ pub struct HeaderFacts {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CallArgs {
     pub from: Option<Address>,
-    pub to: Address,
+    /// `None`: a creation (the init code in `input` runs, and its return
+    /// data is the answer).
+    pub to: Option<Address>,
     pub gas: Option<u64>,
     pub gas_price: Option<u128>,
     pub max_fee_per_gas: Option<u128>,
@@ -123,6 +126,11 @@ pub struct CallArgs {
     /// cap.
     pub blob_hashes: Option<Vec<B256>>,
     pub max_fee_per_blob_gas: Option<u128>,
+    /// State overrides (the methods' third parameter), in ascending
+    /// address order, applied before the call runs.
+    pub overrides: Vec<(Address, overrides::AccountOverride)>,
+    /// Block overrides (`eth_call`'s fourth parameter).
+    pub block_overrides: Option<overrides::BlockOverrides>,
 }
 
 impl CallArgs {
@@ -204,7 +212,7 @@ pub enum InnerAnswer {
 }
 
 /// Why a call cannot be answered privately.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Unanswerable {
     /// It reads storage of a contract whose storage is not held.
     Storage(Address),
@@ -219,6 +227,9 @@ pub enum Unanswerable {
     /// here: the node's answer could differ (a quoter that measures
     /// `gasleft()` around a call), so none is made.
     GasAfterInner,
+    /// What is not done here (a noun phrase: an override of a system
+    /// contract, code that begins like a delegation and is none).
+    Unsupported(String),
 }
 
 /// What the state holds: every read so far, and the contracts whose whole
@@ -385,12 +396,27 @@ pub fn run_named_until(
     deadline: Option<std::time::Instant>,
 ) -> (Outcome, Touched, Naming) {
     let trace = Rc::new(RefCell::new(inner::Trace::default()));
-    let db = db::RoundDb::new(known, block, trace.clone());
+    let round = db::RoundDb::new(known, block, trace.clone()).no_hash_past_block();
+    let env = block_env(block, spec, args);
+    // The block's rules as its overridden number and time make them.
+    let spec = match &args.block_overrides {
+        Some(_) => spec_for(
+            block.chain_id,
+            env.number.saturating_to(),
+            env.timestamp.saturating_to(),
+            spec,
+        ),
+        None => spec,
+    };
     // A call that changed state before its inner calls (value sent,
-    // delegations applied) or whose frames read its blobs cannot have one
-    // answered apart: the node would run it without them.
-    let apart_differs =
-        !args.value.is_zero() || args.authorizations.is_some() || args.blob_hashes.is_some();
+    // delegations applied, overrides, a creation) or whose frames read its
+    // blobs cannot have one answered apart: the node would run it without
+    // them.
+    let apart_differs = !args.value.is_zero()
+        || args.authorizations.is_some()
+        || args.blob_hashes.is_some()
+        || !args.overrides.is_empty()
+        || args.to.is_none();
     let excess = block
         .header
         .as_ref()
@@ -400,28 +426,98 @@ pub fn run_named_until(
     let inner = inner::InnerCalls::new(known, trace.clone(), apart_differs, block.header.is_some())
         .blob_fee_known(blob_fee_known)
         .deadline(deadline);
-    let precompiles =
+    let fork_precompiles =
         revm::precompile::Precompiles::new(revm::precompile::PrecompileSpecId::from_spec_id(spec));
     // As reth and anvil list it (revm's inspectors): the recipient and its
     // slots included (geth leaves the recipient out).
     // (Authorities are listed, as anvil lists them; geth leaves them out.)
     let excluded =
-        std::iter::once(args.from.unwrap_or_default()).chain(precompiles.addresses().copied());
+        std::iter::once(args.from.unwrap_or_default()).chain(fork_precompiles.addresses().copied());
     // As geth's tracer, the list a run starts with is in what it lists.
     let recorder = access::AccessRecorder::new(excluded).seeded(&warm_set(access_list));
     let naming = naming::NamingWatch {
         naming: Naming::of_call(args),
     };
-    let mut evm = Context::mainnet()
-        .with_db(db)
-        .with_cfg(call_cfg(block, spec))
-        .with_block(block_env(block, spec, args))
-        .build_mainnet_with_inspector((inner, (recorder, naming)));
-    let result = evm.inspect_tx(tx_env(block, args, access_list));
-    let touched = std::mem::take(&mut evm.inspector.1 .0.touched);
-    let naming = std::mem::take(&mut evm.inspector.1 .1.naming);
-    drop(evm);
+    let call = CallRun {
+        spec,
+        cfg: call_cfg(block, spec),
+        env,
+        tx: tx_env(block, args, access_list),
+        inspector: (inner, (recorder, naming)),
+    };
+    // Without overrides the round's state is read as it is: a cache over
+    // it would answer a second inner call's read of what the first lacked
+    // without noting it again (so without setting that call apart too).
+    let (result, touched, naming) = match args.overrides.is_empty() {
+        true => call.run(round, simulate::precompiles::BlockPrecompiles::new(spec)),
+        false => {
+            let mut db = revm::database::CacheDB::new(round);
+            match overrides::apply_state(spec, &args.overrides, &mut db) {
+                Ok(precompiles) => call.run(&mut db, precompiles),
+                Err(refused) => {
+                    let outcome = match refused {
+                        // A refusal after a read it lacked may be another
+                        // with it.
+                        _ if !trace.borrow().misses.is_empty() => {
+                            outcome_of::<String>(trace.take(), Err(String::new()))
+                        }
+                        overrides::OverrideError::Refused(message) => {
+                            Outcome::Done(CallResult::Invalid { message })
+                        }
+                        overrides::OverrideError::Unsupported(what) => {
+                            Outcome::Unanswerable(Unanswerable::Unsupported(what))
+                        }
+                    };
+                    return (outcome, Touched::new(), Naming::of_call(args));
+                }
+            }
+        }
+    };
     (outcome_of(trace.take(), result), touched, naming)
+}
+
+/// One call's run: its rules, environment, transaction and inspectors.
+struct CallRun<'a> {
+    spec: SpecId,
+    cfg: CfgEnv,
+    env: BlockEnv,
+    tx: TxEnv,
+    inspector: (
+        inner::InnerCalls<'a>,
+        (access::AccessRecorder, naming::NamingWatch),
+    ),
+}
+
+/// A run's result (revm's error in words), what it touched and what it
+/// named.
+type Ran = (
+    Result<revm::context::result::ExecResultAndState<ExecutionResult>, String>,
+    Touched,
+    Naming,
+);
+
+impl CallRun<'_> {
+    /// Runs over `db` with `precompiles`.
+    fn run<DB: revm::Database>(
+        self,
+        db: DB,
+        precompiles: simulate::precompiles::BlockPrecompiles,
+    ) -> Ran {
+        let context = Context::mainnet()
+            .with_db(db)
+            .with_cfg(self.cfg)
+            .with_block(self.env);
+        let mut evm = revm::context::Evm::new_with_inspector(
+            context,
+            self.inspector,
+            revm::handler::instructions::EthInstructions::new_mainnet_with_spec(self.spec),
+            precompiles,
+        );
+        let result = evm.inspect_tx(self.tx).map_err(|e| e.to_string());
+        let touched = std::mem::take(&mut evm.inspector.1 .0.touched);
+        let naming = std::mem::take(&mut evm.inspector.1 .1.naming);
+        (result, touched, naming)
+    }
 }
 
 /// What a run's trace and result say: a timeout first (the run was cut
@@ -506,17 +602,22 @@ fn block_env(block: &BlockContext, spec: SpecId, args: &CallArgs) -> BlockEnv {
             }
         }
     }
-    let Some(header) = &block.header else {
-        return env;
-    };
-    env.beneficiary = header.coinbase;
-    env.gas_limit = header.gas_limit;
-    env.difficulty = header.difficulty;
-    if priced {
+    if let Some(header) = &block.header {
+        env.beneficiary = header.coinbase;
+        env.gas_limit = header.gas_limit;
+        env.difficulty = header.difficulty;
         env.basefee = header.base_fee.unwrap_or(0);
+        if spec.is_enabled_in(SpecId::MERGE) {
+            env.prevrandao = Some(header.mix_hash);
+        }
     }
-    if spec.is_enabled_in(SpecId::MERGE) {
-        env.prevrandao = Some(header.mix_hash);
+    if let Some(overrides) = &args.block_overrides {
+        overrides.apply(&mut env);
+    }
+    // geth's `NoBaseFee`: a call that names no price sees a base fee of
+    // zero, overridden or not.
+    if !priced {
+        env.basefee = 0;
     }
     env
 }
@@ -543,7 +644,7 @@ fn tx_env(block: &BlockContext, args: &CallArgs, access_list: &AccessList) -> Tx
             false => args.gas_price.unwrap_or(0),
         },
         gas_priority_fee: dynamic.then(|| tip.unwrap_or(0)),
-        kind: TxKind::Call(args.to),
+        kind: args.to.map_or(TxKind::Create, TxKind::Call),
         value: args.value,
         data: args.input.clone(),
         chain_id: Some(block.chain_id),

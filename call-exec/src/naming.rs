@@ -1,19 +1,22 @@
 //! Which reads of a call name the wallet: the keys a PIR server must not
 //! be able to test for by choosing what its hot tier holds.
 //!
-//! A call names accounts: its sender, its target and every address its
+//! A call names accounts: its sender, its target, every address its
 //! call data holds (an argument, a Multicall3 batch's targets and the
 //! holders inside their call data: any 20 bytes of it, packed or in a
-//! word). A storage slot names them when it is a slot of its sender or
-//! target (a smart account's own storage: a Safe's nonce and owners), or
-//! when the EVM derived it from what the call names: a `KECCAK256` whose
-//! input holds a named address or a hash derived so before (a balance
-//! mapping's slot, an allowance's nested one), a word of the call data
-//! that is no number (a slot computed off-chain: `extsload`), or a slot
-//! up to 2^32 words past such a hash (a struct's fields, an array's
-//! elements in a mapping). An address a derived hash ends in (a CREATE2
-//! account of the wallet's) is named in turn. Call data past 64 KiB is
-//! not scanned: every slot of such a call names.
+//! word), every account a state override names, every address an inner
+//! call is given or returns (a word that holds one) and every account a
+//! CREATE or CREATE2 makes. Every storage slot of a named account names
+//! (a Safe's nonce and owners, a smart account's own storage, whoever
+//! calls it and however), and so does a slot the EVM derived from what
+//! the call names: a `KECCAK256` whose input holds a named address or a
+//! hash derived so before (or a slot up to 2^32 words past one: a
+//! struct's member, an array's element, a nested mapping's inner key), a
+//! word of the call data that is no number (a slot computed off-chain:
+//! `extsload`), or a slot up to 2^32 words past such a hash. An address a
+//! derived hash ends in (a CREATE2 account of the wallet's) is named in
+//! turn. Call data past 64 KiB is not scanned: every slot of such a call
+//! names.
 //! Everything else a call reads (a pool's reserves, a token's total
 //! supply, a proxy's implementation slot) is shared by everyone who calls
 //! the same code, and may come from a tier.
@@ -28,8 +31,11 @@ use std::collections::{BTreeSet, HashSet};
 
 use alloy_primitives::{keccak256, Address, B256, U256};
 use revm::bytecode::opcode;
+use revm::context::ContextTr;
 use revm::interpreter::interpreter_types::{Jumps, MemoryTr, StackTr};
-use revm::interpreter::{Interpreter, InterpreterTypes};
+use revm::interpreter::{
+    CallInputs, CallOutcome, CreateInputs, CreateOutcome, Interpreter, InterpreterTypes,
+};
 use revm::Inspector;
 
 use crate::{CallArgs, Need};
@@ -50,8 +56,6 @@ const STRUCT_WORDS: u64 = 1 << 32;
 #[derive(Clone, Debug, Default)]
 pub struct Naming {
     accounts: HashSet<Address>,
-    /// Its sender and target.
-    own: HashSet<Address>,
     derived: BTreeSet<U256>,
     /// Call data past what is scanned: every slot names.
     unscanned: bool,
@@ -67,13 +71,25 @@ impl Naming {
         accounts.extend(data.windows(20).map(Address::from_slice));
         accounts.remove(&Address::ZERO);
         // The accounts that sign its delegations are the wallet's own.
-        let own: HashSet<Address> = [args.from.unwrap_or_default(), args.to]
-            .into_iter()
+        let own: HashSet<Address> = std::iter::once(args.from.unwrap_or_default())
+            .chain(args.to)
             .chain(args.authorities())
             .collect();
         accounts.extend(&own);
         accounts.extend(args.authorizations.iter().flatten().map(|a| a.address));
         accounts.extend(args.access_list.iter().map(|item| item.address));
+        // The accounts it overrides, and any address their new code,
+        // words and moved precompiles hold.
+        for (address, over) in &args.overrides {
+            accounts.insert(*address);
+            accounts.extend(over.move_precompile_to);
+            let code = over.code.iter().flat_map(|c| c.windows(20));
+            accounts.extend(code.map(Address::from_slice));
+            let words = over.state.iter().chain(&over.state_diff).flatten();
+            accounts.extend(words.flat_map(|(_, v)| [Address::from_slice(&v[12..])]));
+        }
+        accounts.remove(&Address::ZERO);
+        accounts.extend(&own);
         // Words of the call data that are no number or address: slots
         // computed off-chain (`extsload`), or hashes of the wallet's; and
         // every slot its access list names.
@@ -87,7 +103,6 @@ impl Naming {
             .collect();
         Naming {
             accounts,
-            own,
             derived,
             unscanned: args.input.len() > CALL_DATA_SCANNED,
         }
@@ -124,20 +139,38 @@ impl Naming {
     /// Whether `slot` was derived from what the call names (or lies up to
     /// [`STRUCT_WORDS`] words past such a hash).
     pub fn names_slot(&self, slot: &B256) -> bool {
-        let word = U256::from_be_bytes(slot.0);
-        self.unscanned
-            || self
-                .derived
-                .range(..=word)
-                .next_back()
-                .is_some_and(|base| word - *base < U256::from(STRUCT_WORDS))
+        self.unscanned || self.within_derived(U256::from_be_bytes(slot.0))
+    }
+
+    /// Whether `word` is a derived hash or lies up to [`STRUCT_WORDS`]
+    /// words past one.
+    fn within_derived(&self, word: U256) -> bool {
+        self.derived
+            .range(..=word)
+            .next_back()
+            .is_some_and(|base| word - *base < U256::from(STRUCT_WORDS))
+    }
+
+    /// Names the addresses ABI words of `data` hold (an inner call's
+    /// arguments, its return data): a word whose first 12 bytes are zero
+    /// and whose last 20 are not.
+    fn name_words(&mut self, data: &[u8]) {
+        let data = &data[..data.len().min(CALL_DATA_SCANNED)];
+        for word in data.chunks_exact(32) {
+            let (high, low) = word.split_at(12);
+            if high.iter().all(|b| *b == 0) && low.iter().any(|b| *b != 0) {
+                self.accounts.insert(Address::from_slice(low));
+            }
+        }
     }
 
     /// Whether a read the run lacked names the call's wallet.
     pub fn names(&self, need: &Need) -> bool {
         match need {
             Need::Account(a) | Need::Code(a) => self.names_account(a),
-            Need::Slot { contract, slot } => self.own.contains(contract) || self.names_slot(slot),
+            Need::Slot { contract, slot } => {
+                self.accounts.contains(contract) || self.names_slot(slot)
+            }
         }
     }
 
@@ -150,7 +183,7 @@ impl Naming {
             address != Address::ZERO && self.accounts.contains(&address)
         }) || input
             .windows(32)
-            .any(|w| self.derived.contains(&U256::from_be_slice(w)));
+            .any(|w| self.within_derived(U256::from_be_slice(w)));
         if named {
             let hash = keccak256(input);
             // A CREATE2 address of the wallet's ends in such a hash.
@@ -165,7 +198,26 @@ pub(crate) struct NamingWatch {
     pub(crate) naming: Naming,
 }
 
-impl<CTX, INTR: InterpreterTypes> Inspector<CTX, INTR> for NamingWatch {
+impl<CTX: ContextTr, INTR: InterpreterTypes> Inspector<CTX, INTR> for NamingWatch {
+    fn call(&mut self, context: &mut CTX, inputs: &mut CallInputs) -> Option<CallOutcome> {
+        let input = inputs.input.as_bytes(context);
+        self.naming.name_words(input.get(4..).unwrap_or_default());
+        None
+    }
+
+    fn call_end(&mut self, _context: &mut CTX, _inputs: &CallInputs, outcome: &mut CallOutcome) {
+        self.naming.name_words(outcome.output());
+    }
+
+    fn create_end(
+        &mut self,
+        _context: &mut CTX,
+        _inputs: &CreateInputs,
+        outcome: &mut CreateOutcome,
+    ) {
+        self.naming.accounts.extend(outcome.address);
+    }
+
     fn step(&mut self, interp: &mut Interpreter<INTR>, _context: &mut CTX) {
         if interp.bytecode.opcode() != opcode::KECCAK256 {
             return;
@@ -210,7 +262,7 @@ mod tests {
         let mut input = vec![0x70, 0xa0, 0x82, 0x31];
         input.extend(word(holder));
         let args = CallArgs {
-            to: token,
+            to: Some(token),
             input: input.into(),
             ..Default::default()
         };

@@ -85,7 +85,7 @@ fn a_slot_read_is_gathered_then_answered() {
     let mut known = KnownState::new([CONTRACT]);
     contract(&mut known, CONTRACT, bytes!("5f545f5260205ff3"));
     let args = CallArgs {
-        to: CONTRACT,
+        to: Some(CONTRACT),
         ..Default::default()
     };
     let (outcome, rounds) = settle(&mut known, &args, |need, known| match need {
@@ -104,7 +104,7 @@ fn storage_not_held_is_unanswerable_never_zero() {
     let mut known = KnownState::new([]);
     contract(&mut known, CONTRACT, bytes!("5f545f5260205ff3"));
     let args = CallArgs {
-        to: CONTRACT,
+        to: Some(CONTRACT),
         ..Default::default()
     };
     let (outcome, _) = settle(&mut known, &args, absent);
@@ -138,7 +138,7 @@ fn an_inner_call_reading_storage_not_held_is_set_apart_and_answered_elsewhere() 
     contract(&mut known, CONTRACT, caller_of_other());
     contract(&mut known, OTHER, bytes!("5f545f5260205ff3"));
     let args = CallArgs {
-        to: CONTRACT,
+        to: Some(CONTRACT),
         ..Default::default()
     };
     let (outcome, _) = settle(&mut known, &args, absent);
@@ -198,7 +198,7 @@ fn only_the_block_before_has_a_hash() {
     let mut known = KnownState::new([]);
     contract(&mut known, CONTRACT, code(99));
     let args = CallArgs {
-        to: CONTRACT,
+        to: Some(CONTRACT),
         ..Default::default()
     };
     let (outcome, _) = settle(&mut known, &args, absent);
@@ -217,7 +217,7 @@ fn the_sender_must_hold_the_value_sent() {
     let mut known = KnownState::new([]);
     contract(&mut known, CONTRACT, bytes!("00"));
     let args = CallArgs {
-        to: CONTRACT,
+        to: Some(CONTRACT),
         value: U256::from(5),
         from: Some(OTHER),
         ..Default::default()
@@ -252,7 +252,7 @@ fn without_a_header_its_facts_are_unanswerable() {
     let mut known = KnownState::new([]);
     contract(&mut known, CONTRACT, bytes!("415f5260205ff3"));
     let args = CallArgs {
-        to: CONTRACT,
+        to: Some(CONTRACT),
         ..Default::default()
     };
     let headless = BlockContext {
@@ -278,7 +278,7 @@ fn the_blob_base_fee_of_an_unknown_schedule_is_unanswerable() {
     let mut known = KnownState::new([]);
     contract(&mut known, CONTRACT, bytes!("4a5f5260205ff3"));
     let args = CallArgs {
-        to: CONTRACT,
+        to: Some(CONTRACT),
         ..Default::default()
     };
     // No excess blob gas: the price is 1 whatever the schedule.
@@ -303,7 +303,7 @@ fn a_traced_run_lists_what_it_touched() {
     let mut known = KnownState::new([CONTRACT]);
     contract(&mut known, CONTRACT, bytes!("5f545f5260205ff3"));
     let args = CallArgs {
-        to: CONTRACT,
+        to: Some(CONTRACT),
         from: Some(OTHER),
         ..Default::default()
     };
@@ -339,7 +339,7 @@ fn a_whole_state_reads_any_contracts_storage() {
     let mut known = KnownState::whole_state();
     contract(&mut known, CONTRACT, bytes!("5f545f5260205ff3"));
     let args = CallArgs {
-        to: CONTRACT,
+        to: Some(CONTRACT),
         ..Default::default()
     };
     let (outcome, _) = settle(&mut known, &args, |need, known| match need {
@@ -369,7 +369,7 @@ fn gas_observed_after_an_answer_taken_elsewhere_is_unanswerable() {
     contract(&mut known, CONTRACT, gas_after_call());
     contract(&mut known, OTHER, bytes!("5f545f5260205ff3"));
     let args = CallArgs {
-        to: CONTRACT,
+        to: Some(CONTRACT),
         ..Default::default()
     };
     let (outcome, _) = settle(&mut known, &args, absent);
@@ -408,7 +408,7 @@ fn a_run_past_its_deadline_is_halted() {
     let mut known = KnownState::new([CONTRACT]);
     contract(&mut known, CONTRACT, bytes!("5b5f56"));
     let args = CallArgs {
-        to: CONTRACT,
+        to: Some(CONTRACT),
         ..Default::default()
     };
     let (outcome, _) = settle(&mut known, &args, absent);
@@ -462,7 +462,7 @@ fn hundred_inner_calls(distinct: bool) -> (KnownState, CallArgs) {
     // PUSH1 2 NUMBER SUB BLOCKHASH STOP
     contract(&mut known, OTHER, bytes!("600243034000"));
     let args = CallArgs {
-        to: CONTRACT,
+        to: Some(CONTRACT),
         ..Default::default()
     };
     (known, args)

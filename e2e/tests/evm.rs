@@ -306,52 +306,6 @@ fn names_a_holder(calls: &[Value]) -> Option<String> {
     })
 }
 
-/// The follower (`config`), a PIR server over its store, a recording
-/// relay in front of anvil and a proxy with the default settings over
-/// them (the BalanceChecker at `checker`), once the proxy has a view.
-struct Stack {
-    follower: Follower,
-    server: String,
-    upstream: String,
-    relayed: RelayedCalls,
-    proxy: String,
-    _cache: tempfile::TempDir,
-}
-
-impl Stack {
-    async fn start(
-        config: snapshotter::follow::FollowConfig,
-        anvil: &Anvil,
-        checker: Address,
-    ) -> Self {
-        let store = config.store.clone().expect("a store");
-        let follower = Follower::start(config);
-        let server = start_server(&store).await;
-        let (upstream, _, relayed) = start_recording_relay(&anvil.url, passthrough()).await;
-        let cache = tempfile::tempdir().unwrap();
-        let proxy = start_proxy_with(proxy::ProxyConfig {
-            pir_server: server.clone(),
-            upstream: Some(upstream.clone()),
-            cache_dir: cache.path().to_path_buf(),
-            balance_checker: Some(checker),
-            ..Default::default()
-        })
-        .await;
-        // The base first (the follower checks the genesis file against the
-        // node's block 0, which anvil may answer from later state once
-        // blocks are mined under load).
-        view_reaches(&proxy, 0).await;
-        Stack {
-            follower,
-            server,
-            upstream,
-            relayed,
-            proxy,
-            _cache: cache,
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn contracts_run_here_over_private_state_as_the_node_runs_them() {
     log_if_asked();
@@ -369,7 +323,7 @@ async fn contracts_run_here_over_private_state_as_the_node_runs_them() {
         relayed,
         proxy,
         _cache,
-    } = Stack::start(config, &anvil, c.checker).await;
+    } = Stack::start(config, &anvil, Some(c.checker)).await;
     c.deploy(&anvil).await;
     make_history(&anvil, &c).await;
     let block = view_reaches(&proxy, anvil.head().await).await;
@@ -916,7 +870,7 @@ async fn the_whole_state_answers_every_call_without_naming_a_holder() {
         proxy,
         _cache,
         ..
-    } = Stack::start(config, &anvil, c.checker).await;
+    } = Stack::start(config, &anvil, Some(c.checker)).await;
     assert_eq!(status(&proxy).await["wholeState"], json!(true));
     c.deploy(&anvil).await;
     make_history(&anvil, &c).await;

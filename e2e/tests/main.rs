@@ -28,3 +28,4 @@ mod tokens;
 mod traffic;
 mod transport;
 mod trust;
+mod wallet_calls;

@@ -51,6 +51,15 @@ impl RunHere {
             _ => None,
         }
     }
+
+    /// The parameters geth takes: the call, the block, the state
+    /// overrides, and (but for an access list) the block overrides.
+    fn most_params(self) -> usize {
+        match self {
+            RunHere::Call | RunHere::EstimateGas => 4,
+            RunHere::AccessList => 3,
+        }
+    }
 }
 
 /// Why a call is not run here.
@@ -235,8 +244,12 @@ where
             }
         };
         if let Some(kind) = RunHere::of(&copy.method) {
-            if let Some((args, sel)) = execute::call_of(copy.params.as_deref()) {
-                return self.run_method(kind, copy, args, sel, planned).await;
+            match execute::call_of(copy.params.as_deref(), kind.most_params()) {
+                Some(Ok((args, sel))) => {
+                    return self.run_method(kind, copy, args, sel, planned).await
+                }
+                Some(Err(refused)) => return MethodResponse::error(copy.id, refused.into_object()),
+                None => {}
             }
         }
         if copy.method == "eth_simulateV1" {
@@ -371,7 +384,7 @@ where
         let answer = |done: execute::Answered| {
             execute::node_answer(&done.result).map(|data| serde_json::json!(data))
         };
-        self.run_here(call, Some(args.to), &sel, run, answer).await
+        self.run_here(call, args.to, &sel, run, answer).await
     }
 
     /// `eth_simulateV1` run here over privately read state
@@ -501,12 +514,12 @@ where
             RunHere::EstimateGas => {
                 let run = |held| executor.estimate(&args, &sel, held, Vec::new());
                 let answer = |estimated| execute::estimate_answer(&estimated);
-                self.run_here(call, Some(args.to), &sel, run, answer).await
+                self.run_here(call, args.to, &sel, run, answer).await
             }
             RunHere::AccessList => {
                 let run = |held| executor.access_list(&args, &sel, held);
                 let answer = |(list, result)| execute::access_list_answer(&list, &result);
-                self.run_here(call, Some(args.to), &sel, run, answer).await
+                self.run_here(call, args.to, &sel, run, answer).await
             }
         }
     }

@@ -93,96 +93,17 @@ fn blob_facts(
     Ok(excess_blob_gas)
 }
 
-/// Applies a block's state overrides, in ascending address order (geth's):
-/// the block's precompiles as they leave them (one overridden is none
-/// there; one moved runs at its new address).
+/// Applies a block's state overrides ([`crate::overrides`]): the block's
+/// precompiles as they leave them.
 pub(super) fn apply_overrides(
     facts: &BlockFacts,
     block: &SimBlock,
     db: &mut SimDb,
 ) -> Result<BlockPrecompiles, Stop> {
-    let mut precompiles = BlockPrecompiles::new(facts.spec);
-    let mut moved_to = std::collections::HashSet::new();
-    for (address, over) in &block.overrides {
-        if moved_to.contains(address) {
-            return Err(Stop::Failed(
-                -32000,
-                format!("account {address} has already been overridden by a precompile"),
-            ));
-        }
-        let is_precompile = precompiles.is_precompile(address);
-        let system = |a: &Address| SYSTEM_CONTRACTS.contains(a);
-        if system(address) || over.move_precompile_to.as_ref().is_some_and(system) {
-            return Err(Stop::Unsupported(format!(
-                "an override of the system contract {address} (or a precompile moved onto one)"
-            )));
-        }
-        if let Some(to) = over.move_precompile_to {
-            if !is_precompile {
-                return Err(Stop::Failed(
-                    -32000,
-                    format!("account {address} is not a precompile"),
-                ));
-            }
-            if block.overrides.iter().any(|(a, _)| *a == to) {
-                return Err(Stop::Failed(
-                    -32000,
-                    format!("account {to} is already overridden"),
-                ));
-            }
-            precompiles.relocate(*address, to);
-            moved_to.insert(to);
-        }
-        if is_precompile {
-            precompiles.remove(*address);
-        }
-        override_account(db, *address, over)?;
-    }
-    Ok(precompiles)
-}
-
-/// One account's override: its nonce, balance and code, then its whole
-/// storage (`state`) or some words (`stateDiff`).
-fn override_account(db: &mut SimDb, address: Address, over: &AccountOverride) -> Result<(), Stop> {
-    if over.state.is_some() && over.state_diff.is_some() {
-        return Err(Stop::Failed(
-            -32000,
-            format!("account {address} has both 'state' and 'stateDiff'"),
-        ));
-    }
-    let mut info = db.basic(address).ok().flatten().unwrap_or_default();
-    if let Some(nonce) = over.nonce {
-        info.nonce = nonce;
-    }
-    if let Some(balance) = over.balance {
-        info.balance = balance;
-    }
-    if let Some(code) = &over.code {
-        info.code_hash = match code.is_empty() {
-            true => KECCAK_EMPTY,
-            false => keccak256(code),
-        };
-        // (Bytes a delegation's prefix begins that are no delegation: revm
-        // holds no such code.)
-        let bytecode = Bytecode::new_raw_checked(code.clone()).map_err(|_| {
-            Stop::Unsupported(format!(
-                "code beginning 0xef01 that is no delegation ({address})"
-            ))
-        })?;
-        info.code = Some(bytecode);
-    }
-    db.insert_account_info(address, info);
-    let word =
-        |(slot, value): &(B256, B256)| (U256::from_be_bytes(slot.0), U256::from_be_bytes(value.0));
-    if let Some(state) = &over.state {
-        let _ = db.replace_account_storage(address, state.iter().map(word).collect());
-    }
-    if let Some(diff) = &over.state_diff {
-        for (slot, value) in diff.iter().map(word) {
-            let _ = db.insert_account_storage(address, slot, value);
-        }
-    }
-    Ok(())
+    crate::overrides::apply_state(facts.spec, &block.overrides, db).map_err(|e| match e {
+        OverrideError::Refused(message) => Stop::Failed(-32000, message),
+        OverrideError::Unsupported(what) => Stop::Unsupported(what),
+    })
 }
 
 /// A system call of the block (EIP-4788, 2935, 7002, 7251), committed; its

@@ -20,7 +20,7 @@ mod block;
 mod call;
 mod fees;
 mod logs;
-mod precompiles;
+pub(crate) mod precompiles;
 
 use block::{apply_overrides, block_facts, cfg, credit_withdrawals, system_call, BlockFacts};
 use call::run_call;
@@ -39,8 +39,7 @@ struct BlockRun<'a> {
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use alloy_primitives::{address, keccak256, Address, Bytes, Log, B256, U256};
-use revm::bytecode::Bytecode;
+use alloy_primitives::{address, Address, Bytes, Log, B256, U256};
 use revm::context::result::{EVMError, ExecutionResult};
 use revm::context::{BlockEnv, CfgEnv, TxEnv};
 use revm::database::CacheDB;
@@ -49,11 +48,13 @@ use revm::handler::SystemCallEvm;
 use revm::primitives::{TxKind, KECCAK_EMPTY};
 use revm::{Context, InspectEvm, MainBuilder, MainContext};
 
+pub use crate::overrides::AccountOverride;
 pub use crate::spec::{blob_schedule, blob_schedule_known, BlobSchedule};
 pub use logs::{SimLog, TRANSFER_LOG_ADDRESS};
 
 use crate::db::RoundDb;
 use crate::inner::Trace;
+use crate::overrides::OverrideError;
 use crate::{AccessList, BlockContext, KnownState, Need, RecoveredAuthorization, SpecId};
 use crate::{Unanswerable, GAS_CAP};
 
@@ -71,7 +72,7 @@ const DEPOSIT_EVENT: B256 =
     alloy_primitives::b256!("0x649bbc62d0e31342afea4e5cd82d4049e7e1ee912fc0889aa790803be39038c5");
 /// The system contracts a block calls: their code runs with a gas of its
 /// own in every block, so no override may replace it.
-const SYSTEM_CONTRACTS: [Address; 4] = [
+pub(crate) const SYSTEM_CONTRACTS: [Address; 4] = [
     BEACON_ROOTS,
     HISTORY_STORAGE,
     WITHDRAWAL_REQUESTS,
@@ -109,20 +110,6 @@ pub struct SimBlock {
     /// In ascending address order.
     pub overrides: Vec<(Address, AccountOverride)>,
     pub calls: Vec<SimCall>,
-}
-
-/// A state override of one account.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct AccountOverride {
-    pub balance: Option<U256>,
-    pub nonce: Option<u64>,
-    pub code: Option<Bytes>,
-    /// The whole storage.
-    pub state: Option<Vec<(B256, B256)>>,
-    /// Words changed.
-    pub state_diff: Option<Vec<(B256, B256)>>,
-    /// `movePrecompileToAddress`.
-    pub move_precompile_to: Option<Address>,
 }
 
 /// One call of a simulated block, as the wallet sent it.

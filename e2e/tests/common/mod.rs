@@ -678,3 +678,50 @@ pub fn test_path(module: &str, name: &str) -> String {
         None => name.to_string(),
     }
 }
+
+/// The follower (`config`), a PIR server over its store, a recording
+/// relay in front of anvil and a proxy with the default settings over
+/// them (the BalanceChecker at `checker`, if any), once the proxy has a
+/// view.
+pub struct Stack {
+    pub follower: Follower,
+    pub server: String,
+    pub upstream: String,
+    pub relayed: RelayedCalls,
+    pub proxy: String,
+    pub _cache: tempfile::TempDir,
+}
+
+impl Stack {
+    pub async fn start(
+        config: snapshotter::follow::FollowConfig,
+        anvil: &test_support::Anvil,
+        checker: Option<alloy_primitives::Address>,
+    ) -> Self {
+        let store = config.store.clone().expect("a store");
+        let follower = Follower::start(config);
+        let server = start_server(&store).await;
+        let (upstream, _, relayed) = start_recording_relay(&anvil.url, passthrough()).await;
+        let cache = tempfile::tempdir().unwrap();
+        let proxy = start_proxy_with(proxy::ProxyConfig {
+            pir_server: server.clone(),
+            upstream: Some(upstream.clone()),
+            cache_dir: cache.path().to_path_buf(),
+            balance_checker: checker,
+            ..Default::default()
+        })
+        .await;
+        // The base first (the follower checks the genesis file against the
+        // node's block 0, which anvil may answer from later state once
+        // blocks are mined under load).
+        view_reaches(&proxy, 0).await;
+        Stack {
+            follower,
+            server,
+            upstream,
+            relayed,
+            proxy,
+            _cache: cache,
+        }
+    }
+}

@@ -44,7 +44,7 @@ impl Executor {
             list = touched;
         }
         let requests = self.pad_requests(&session).await;
-        log_cost("eth_createAccessList", Some(args.to), &session, requests);
+        log_cost("eth_createAccessList", args.to, &session, requests);
         // A timeout is geth's error whatever else the runs did: never the
         // fallback (upstream).
         if let Some(timeout) = self.timed_out(&session) {

@@ -187,16 +187,45 @@ pub(super) fn geth_field_names(value: Value) -> Option<Value> {
     }
 }
 
-/// The call `eth_call(params)` asks for, and at which block, when it can
-/// be executed here: a call (not a creation), no state or block
-/// overrides, `data` and `input` the same where both are given.
-pub fn call_of(params: Option<&RawValue>) -> Option<(CallArgs, BlockSelector)> {
+/// The call `eth_call(params)` asks for (or `eth_estimateGas`'s,
+/// `eth_createAccessList`'s), and at which block, when it can be executed
+/// here: `data` and `input` the same where both are given, at most
+/// `max_params` parameters (the state overrides third, the block
+/// overrides fourth). `Some(Err)`: geth's error for its overrides.
+pub fn call_of(
+    params: Option<&RawValue>,
+    max_params: usize,
+) -> Option<Result<(CallArgs, BlockSelector), super::simulate::GethError>> {
     let params: Vec<Value> = serde_json::from_str(params?.get()).ok()?;
-    if params.is_empty() || params.len() > 2 {
+    if params.is_empty() || params.len() > max_params {
         return None;
     }
+    let overrides = match params.get(2) {
+        Some(value) => match super::simulate::state_overrides_of(value) {
+            Ok(overrides) => overrides,
+            Err(e) => return Some(Err(e)),
+        },
+        None => Vec::new(),
+    };
+    let block_overrides = match params.get(3) {
+        Some(value) => match super::simulate::call_block_overrides_of(value) {
+            Ok(overrides) => overrides,
+            Err(e) => return Some(Err(e)),
+        },
+        None => None,
+    };
+    let call = call_args(&params, overrides, block_overrides)?;
+    Some(Ok(call))
+}
+
+/// The call object and block of `params`, with its overrides.
+fn call_args(
+    params: &[Value],
+    overrides: Vec<(Address, call_exec::overrides::AccountOverride)>,
+    block_overrides: Option<call_exec::overrides::BlockOverrides>,
+) -> Option<(CallArgs, BlockSelector)> {
     let object: CallObject = serde_json::from_value(geth_field_names(params[0].clone())?).ok()?;
-    let block = crate::storage::block_at(&params, 1)?;
+    let block = crate::storage::block_at(params, 1)?;
     let input = match (object.data, object.input) {
         (Some(d), Some(i)) if d != i => return None,
         (Some(d), _) | (None, Some(d)) => d,
@@ -226,7 +255,7 @@ pub fn call_of(params: Option<&RawValue>) -> Option<(CallArgs, BlockSelector)> {
     let access_list = call_exec::AccessList(items.collect());
     let args = CallArgs {
         from: object.from,
-        to: object.to?,
+        to: object.to,
         gas: object.gas.map(|g| g.to::<u64>()),
         gas_price: fee(object.gas_price)?,
         max_fee_per_gas: fee(object.max_fee_per_gas)?,
@@ -241,6 +270,8 @@ pub fn call_of(params: Option<&RawValue>) -> Option<(CallArgs, BlockSelector)> {
         }),
         blob_hashes: hashes,
         max_fee_per_blob_gas: fee(object.max_fee_per_blob_gas)?,
+        overrides,
+        block_overrides,
     };
     Some((args, block))
 }
@@ -289,11 +320,16 @@ mod tests {
         serde_json::value::to_raw_value(&v).unwrap()
     }
 
+    /// `eth_call(params)`'s call, when it runs here.
+    fn call(params: &Value) -> Option<(CallArgs, BlockSelector)> {
+        call_of(Some(&raw(params.clone())), 4).map(|r| r.expect("no geth error"))
+    }
+
     #[test]
     fn call_objects_as_wallets_send_them() {
         let to = Address::repeat_byte(0xaa);
-        let (args, block) = call_of(Some(&raw(json!([{"to": to, "input": "0x1234", "gas": "0x5208", "type": "0x2", "maxFeePerGas": "0x10"}, "0x10"])))).unwrap();
-        assert_eq!(args.to, to);
+        let (args, block) = call(&json!([{"to": to, "input": "0x1234", "gas": "0x5208", "type": "0x2", "maxFeePerGas": "0x10"}, "0x10"])).unwrap();
+        assert_eq!(args.to, Some(to));
         assert_eq!(args.input.as_ref(), [0x12, 0x34]);
         assert_eq!(args.gas, Some(21_000));
         assert_eq!(args.max_fee_per_gas, Some(16));
@@ -303,7 +339,7 @@ mod tests {
         let auth = json!({"chainId": "0x1", "address": to, "nonce": "0x2", "yParity": "0x1", "r": "0x5", "s": "0x6"});
         let typed = json!([{"to": to, "accessList": [{"address": to, "storageKeys": [slot]}],
             "authorizationList": [auth], "blobVersionedHashes": [slot], "maxFeePerBlobGas": "0x9"}]);
-        let (args, _) = call_of(Some(&raw(typed))).unwrap();
+        let (args, _) = call(&typed).unwrap();
         assert_eq!(call_exec::warm_set(&args.access_list)[&to], [slot].into());
         let authorizations = args.authorizations.as_deref().unwrap();
         assert_eq!(authorizations[0].nonce, 2);
@@ -319,42 +355,79 @@ mod tests {
         );
         // Named empty, a list is kept as named (the run is refused).
         let empty = json!([{"to": to, "authorizationList": [], "blobVersionedHashes": []}]);
-        let (args, _) = call_of(Some(&raw(empty))).unwrap();
+        let (args, _) = call(&empty).unwrap();
         assert_eq!(args.authorizations, Some(vec![]));
         assert_eq!(args.blob_hashes, Some(vec![]));
         let many: Vec<Value> = (0..=MAX_LISTED).map(|_| json!({"address": to})).collect();
-        assert!(call_of(Some(&raw(json!([{"to": to, "accessList": many}])))).is_none());
+        assert!(call(&json!([{"to": to, "accessList": many}])).is_none());
         // More delegations than the gas cap pays for: refused before any
         // signature is recovered.
         let auths: Vec<Value> = (0..=MAX_AUTHORIZATIONS).map(|_| auth.clone()).collect();
         let delegating = json!([{"to": to, "authorizationList": auths}]);
-        assert!(call_of(Some(&raw(delegating))).is_none());
-        // Overrides, a creation, differing data and input, unknown fields.
+        assert!(call(&delegating).is_none());
+        // Differing data and input, unknown fields, past four parameters.
         for params in [
-            json!([{"to": to}, "latest", {}]),
-            json!([{"data": "0x00"}]),
             json!([{"to": to, "data": "0x00", "input": "0x01"}]),
             json!([{"to": to, "blobs": []}]),
+            json!([{"to": to}, "latest", {}, {}, {}]),
         ] {
-            assert!(call_of(Some(&raw(params.clone()))).is_none(), "{params}");
+            assert!(call(&params).is_none(), "{params}");
         }
+        // A creation; state and block overrides, whatever their keys' case.
+        let (created, _) = call(&json!([{"data": "0x00"}])).unwrap();
+        assert_eq!((created.to, created.input.as_ref()), (None, &[0][..]));
+        let overridden = json!([{"to": to}, "latest",
+            {format!("{to:#x}"): {"Balance": "0x5", "code": "0x60", "stateDiff": {format!("{slot:#x}"): format!("{slot:#x}")}}},
+            {"time": "0x64", "BaseFeePerGas": "0x7", "feeRecipient": to}]);
+        let (args, _) = call(&overridden).unwrap();
+        let (account, over) = &args.overrides[0];
+        assert_eq!((*account, over.balance), (to, Some(U256::from(5))));
+        assert_eq!(over.code.as_ref().map(|c| c.to_vec()), Some(vec![0x60]));
+        assert_eq!(over.state_diff, Some(vec![(slot, slot)]));
+        let block = args.block_overrides.unwrap();
+        assert_eq!(
+            (block.time, block.base_fee, block.fee_recipient),
+            (Some(100), Some(7), Some(to))
+        );
+        // geth's refusals: a beacon root or withdrawals in a call's block
+        // overrides, words that are no override.
+        for (params, code) in [
+            (
+                json!([{"to": to}, "latest", {}, {"beaconRoot": slot}]),
+                -32000,
+            ),
+            (
+                json!([{"to": to}, "latest", {}, {"withdrawals": []}]),
+                -32000,
+            ),
+            (json!([{"to": to}, "latest", {"0x12": {}}]), -32602),
+        ] {
+            let refused = call_of(Some(&raw(params.clone())), 4).unwrap();
+            assert_eq!(refused.map(|_| ()).unwrap_err().code, code, "{params}");
+        }
+        // An access list takes no block overrides.
+        let four = json!([{"to": to}, "latest", {}, {}]);
+        assert!(call_of(Some(&raw(four)), 3).is_none());
     }
 
     #[test]
     fn keys_are_read_whatever_their_case_as_geth_reads_them() {
         let to = Address::repeat_byte(0xaa);
         let slot = B256::with_last_byte(7);
-        let (args, block) = call_of(Some(&raw(json!([{"TO": to, "Input": "0x1234",
-            "MAXFEEPERGAS": "0x10", "accesslist": [{"ADDRESS": to, "StorageKeys": [slot]}]}, "0x10"]))))
+        let (args, block) = call(&json!([{"TO": to, "Input": "0x1234",
+            "MAXFEEPERGAS": "0x10", "accesslist": [{"ADDRESS": to, "StorageKeys": [slot]}]}, "0x10"]))
         .unwrap();
-        assert_eq!((args.to, args.input.as_ref()), (to, &[0x12, 0x34][..]));
+        assert_eq!(
+            (args.to, args.input.as_ref()),
+            (Some(to), &[0x12, 0x34][..])
+        );
         assert_eq!(args.max_fee_per_gas, Some(16));
         assert_eq!(call_exec::warm_set(&args.access_list)[&to], [slot].into());
         assert_eq!(block, BlockSelector::Number(16));
         // Go folds the Kelvin sign to k and the long s to s.
         let kelvin =
             json!([{"to": to, "accessList": [{"address": to, "storage\u{212A}eys": [slot]}]}]);
-        let (args, _) = call_of(Some(&raw(kelvin))).unwrap();
+        let (args, _) = call(&kelvin).unwrap();
         assert_eq!(call_exec::warm_set(&args.access_list)[&to], [slot].into());
         assert_eq!(
             GETH_FIELDS.iter().map(|f| f.len()).max(),
@@ -367,7 +440,7 @@ mod tests {
         let kept = geth_field_names(data).unwrap();
         assert!(kept["stateOverrides"][format!("{to:#x}")]["stateDiff"].is_object());
         // One field named twice: which came later is not known here.
-        assert!(call_of(Some(&raw(json!([{"to": to, "TO": to}])))).is_none());
+        assert!(call(&json!([{"to": to, "TO": to}])).is_none());
         assert!(geth_field_names(json!([{"Data": "0x", "data": "0x"}])).is_none());
     }
 

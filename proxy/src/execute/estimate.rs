@@ -71,7 +71,7 @@ impl Executor {
         };
         let estimated = self.estimate_in(&mut session, args, first).await;
         let requests = self.pad_requests(&session).await;
-        log_cost("eth_estimateGas", Some(args.to), &session, requests);
+        log_cost("eth_estimateGas", args.to, &session, requests);
         // A timeout is geth's error whatever else the runs did (no run
         // follows it): never an estimate made of them, nor the fallback.
         if let Some(timeout) = self.timed_out(&session) {
@@ -103,12 +103,19 @@ impl Executor {
                 Err(why) => return Ok(Err(why)),
             };
         }
+        // geth's shortcut: a call with no data to an account without code
+        // (as the overrides leave it) is a plain transfer.
         let plain_transfer = args.input.is_empty()
-            && session
-                .reads
-                .known
-                .account(&args.to)
-                .is_some_and(|a| !a.has_code);
+            && args.to.is_some_and(|to| {
+                match overridden(args, &to).and_then(|o| o.code.as_ref()) {
+                    Some(code) => code.is_empty(),
+                    None => session
+                        .reads
+                        .known
+                        .account(&to)
+                        .is_some_and(|a| !a.has_code),
+                }
+            });
         if plain_transfer {
             let transfer = self.attempt(session, args, TX_GAS, Vec::new()).await?;
             if let Ok(CallResult::Success { .. }) = transfer {
@@ -180,12 +187,25 @@ impl Executor {
     /// names one.
     fn affordable(&self, session: &Session, args: &CallArgs) -> Option<u64> {
         let cap = args.max_fee_per_gas.or(args.gas_price).filter(|c| *c > 0)?;
-        let from = session
-            .reads
-            .known
-            .account(&args.from.unwrap_or_default())?;
-        let left = from.balance.saturating_sub(args.value);
+        let sender = args.from.unwrap_or_default();
+        // The balance as the overrides leave it (geth estimates over them).
+        let balance = match overridden(args, &sender).and_then(|o| o.balance) {
+            Some(balance) => balance,
+            None => session.reads.known.account(&sender)?.balance,
+        };
+        let left = balance.saturating_sub(args.value);
         let allowance = left / U256::from(cap);
         Some(u64::try_from(allowance).unwrap_or(u64::MAX))
     }
+}
+
+/// `account`'s state override in `args`, if any.
+fn overridden<'a>(
+    args: &'a CallArgs,
+    account: &Address,
+) -> Option<&'a call_exec::overrides::AccountOverride> {
+    args.overrides
+        .iter()
+        .find(|(a, _)| a == account)
+        .map(|(_, o)| o)
 }

@@ -50,7 +50,7 @@ mod simulate;
 pub use access_list::access_list_answer;
 pub use call_object::{call_of, node_answer};
 pub use estimate::{estimate_answer, Estimated};
-pub use simulate::{simulate_answer, simulation_of};
+pub use simulate::{simulate_answer, simulation_of, GethError};
 
 /// Most runs of one call (the first included). A token's balance takes
 /// 2-3; issue 48 reports a multisig's owner list at 6, a concentrated-
@@ -207,18 +207,25 @@ const LEARNED_CALLS: usize = 4096;
 pub const LEARNED_KEYS: usize = 256;
 
 impl Learned {
-    fn of(args: &CallArgs) -> CallShape {
+    /// A call's shape; `None` for what is not learned from: a creation
+    /// (its code is its data), a call over overrides (its state is its
+    /// own).
+    fn of(args: &CallArgs) -> Option<CallShape> {
+        let to = args.to.filter(|_| args.overrides.is_empty())?;
         let mut selector = [0u8; 4];
         let n = args.input.len().min(4);
         selector[..n].copy_from_slice(&args.input[..n]);
-        (args.to, selector)
+        Some((to, selector))
     }
 
     /// The keys learned for `args`'s shape, each with whether it was
     /// shared (named no one) in the run it was learned from.
     fn keys(&self, args: &CallArgs) -> Vec<(ReadKey, bool)> {
+        let Some(shape) = Self::of(args) else {
+            return Vec::new();
+        };
         let kept = self.0.lock().expect("learned keys");
-        kept.get(&Self::of(args)).cloned().unwrap_or_default()
+        kept.get(&shape).cloned().unwrap_or_default()
     }
 
     /// Keeps what an answered run used of the keys asked (`asked`, in
@@ -234,7 +241,7 @@ impl Learned {
     ) {
         let used = |key: &ReadKey| match key {
             ReadKey::Account(a) => {
-                touched.contains_key(a) || *a == args.to || Some(*a) == args.from
+                touched.contains_key(a) || Some(*a) == args.to || Some(*a) == args.from
             }
             ReadKey::Slot { contract, slot } | ReadKey::HighPart { contract, slot } => touched
                 .get(contract)
@@ -245,15 +252,18 @@ impl Learned {
             .filter(|k| used(k))
             .map(|k| (*k, shared.contains(k)))
             .collect();
+        let Some(shape) = Self::of(args) else {
+            return;
+        };
         let mut kept = self.0.lock().expect("learned keys");
         if keys.len() > LEARNED_KEYS {
-            kept.remove(&Self::of(args));
+            kept.remove(&shape);
             return;
         }
         if kept.len() >= LEARNED_CALLS {
             kept.clear();
         }
-        kept.insert(Self::of(args), keys);
+        kept.insert(shape, keys);
     }
 }
 
@@ -535,7 +545,7 @@ impl Executor {
         reads: &mut Reads,
     ) -> (Vec<ReadKey>, usize) {
         let mut pending = first;
-        pending.push(ReadKey::Account(args.to));
+        pending.extend(args.to.map(ReadKey::Account));
         pending.push(ReadKey::Account(args.from.unwrap_or_default()));
         // The accounts its arguments name: read by PIR whatever the tier
         // holds, so asked at once rather than a round later each.
@@ -567,7 +577,7 @@ impl Executor {
     /// `pad_rounds_to` when it sent any.
     pub async fn close(&self, session: Session, args: &CallArgs, result: CallResult) -> Answered {
         let requests = self.pad_requests(&session).await;
-        log_cost("eth_call", Some(args.to), &session, requests);
+        log_cost("eth_call", args.to, &session, requests);
         Answered {
             result,
             rounds: session.rounds,
@@ -984,6 +994,7 @@ fn describe(why: &Unanswerable) -> String {
             "it observes gas after an inner call answered elsewhere (whose gas is unknown here)"
                 .into()
         }
+        Unanswerable::Unsupported(what) => format!("{what} is not run here"),
     }
 }
 

@@ -384,7 +384,9 @@ async fn refresh(
     let first = proxy::storage::plan("eth_call", Some(&params), answerable)
         .map(|read| read.keys)
         .unwrap_or_default();
-    let (args, sel) = proxy::execute::call_of(Some(&params)).context("not a call")?;
+    let (args, sel) = proxy::execute::call_of(Some(&params), 2)
+        .context("not a call")?
+        .map_err(|e| anyhow::anyhow!("{}", e.message))?;
     let executor = Executor::new(reader.clone(), None);
     let held = reader.private_storage(&sel).context("no view")?;
     let (up0, down0) = reader.lookup_traffic();

@@ -20,7 +20,7 @@ mod answer;
 mod params;
 
 pub use answer::simulate_answer;
-pub use params::{simulation_of, SimRequest};
+pub use params::{call_block_overrides_of, simulation_of, state_overrides_of, SimRequest};
 
 use call_exec::simulate::{BaseBlock, SimBlockDone, SimOutcome, Simulation};
 
@@ -50,6 +50,15 @@ impl GethError {
         GethError::new(
             NOT_DONE_HERE,
             format!("eth_simulateV1 runs here, privately, and does not simulate {what}"),
+        )
+    }
+
+    /// What `eth_call`, `eth_estimateGas` and `eth_createAccessList` do
+    /// not run here (refused, never sent upstream).
+    pub fn not_run(what: &str) -> Self {
+        GethError::new(
+            NOT_DONE_HERE,
+            format!("this call runs here, privately, and {what} is not run here"),
         )
     }
 

@@ -263,6 +263,77 @@ fn requested_block(block: BlockJson) -> Result<RequestedBlock, GethError> {
     })
 }
 
+/// The state overrides of `eth_call`, `eth_estimateGas` and
+/// `eth_createAccessList` (their third parameter: an account's fields by
+/// address), read as geth reads them and as `eth_simulateV1`'s blocks
+/// name theirs; in ascending address order.
+pub fn state_overrides_of(value: &Value) -> Result<Vec<(Address, AccountOverride)>, GethError> {
+    if value.is_null() {
+        return Ok(Vec::new());
+    }
+    let named = super::super::call_object::geth_field_names(value.clone())
+        .ok_or_else(|| GethError::not_run("an object naming one field twice"))?;
+    let accounts: BTreeMap<Address, OverrideJson> =
+        serde_json::from_value(named).map_err(|e| invalid(format!("invalid argument 2: {e}")))?;
+    if accounts.len() > MAX_OVERRIDES {
+        return Err(invalid(format!(
+            "more than {MAX_OVERRIDES} accounts overridden"
+        )));
+    }
+    accounts
+        .into_iter()
+        .map(|(address, o)| Ok((address, account_override(o)?)))
+        .collect()
+}
+
+/// The block overrides of `eth_call` and `eth_estimateGas` (their fourth
+/// parameter), as geth reads them; geth's error for the two it refuses
+/// for these methods.
+pub fn call_block_overrides_of(
+    value: &Value,
+) -> Result<Option<call_exec::overrides::BlockOverrides>, GethError> {
+    if value.is_null() {
+        return Ok(None);
+    }
+    let named = super::super::call_object::geth_field_names(value.clone())
+        .ok_or_else(|| GethError::not_run("an object naming one field twice"))?;
+    let o: BlockOverrides =
+        serde_json::from_value(named).map_err(|e| invalid(format!("invalid argument 3: {e}")))?;
+    let refused = |field: &str| {
+        GethError::new(
+            -32000,
+            format!("block override \"{field}\" is not supported for this RPC method"),
+        )
+    };
+    if o.beacon_root.is_some() {
+        return Err(refused("beaconRoot"));
+    }
+    if o.withdrawals.is_some() {
+        return Err(refused("withdrawals"));
+    }
+    let past =
+        |what: &str| GethError::not_run(&format!("a block override of the {what} past 64 bits"));
+    Ok(Some(call_exec::overrides::BlockOverrides {
+        number: o
+            .number
+            .map(|n| u64::try_from(n).map_err(|_| past("number")))
+            .transpose()?,
+        difficulty: o.difficulty,
+        time: o.time.map(|t| t.to()),
+        gas_limit: o.gas_limit.map(|g| g.to()),
+        fee_recipient: o.fee_recipient,
+        prev_randao: o.prev_randao,
+        base_fee: o
+            .base_fee_per_gas
+            .map(|f| u64::try_from(f).map_err(|_| past("base fee")))
+            .transpose()?,
+        blob_base_fee: o
+            .blob_base_fee
+            .map(|f| u128::try_from(f).map_err(|_| past("blob base fee")))
+            .transpose()?,
+    }))
+}
+
 fn account_override(o: OverrideJson) -> Result<AccountOverride, GethError> {
     let words = |map: Option<BTreeMap<B256, B256>>| -> Result<_, GethError> {
         match map {
