@@ -33,8 +33,10 @@ mod db;
 mod inner;
 mod naming;
 pub mod overrides;
+mod precompiles;
 pub mod simulate;
 mod spec;
+mod system;
 mod timer;
 
 use std::cell::RefCell;
@@ -131,6 +133,8 @@ pub struct CallArgs {
     pub overrides: Vec<(Address, overrides::AccountOverride)>,
     /// Block overrides (`eth_call`'s fourth parameter).
     pub block_overrides: Option<overrides::BlockOverrides>,
+    /// Whose rules the overrides follow (the method's).
+    pub override_rules: overrides::OverrideRules,
 }
 
 impl CallArgs {
@@ -409,13 +413,14 @@ pub fn run_named_until(
         None => spec,
     };
     // A call that changed state before its inner calls (value sent,
-    // delegations applied, overrides, a creation) or whose frames read its
-    // blobs cannot have one answered apart: the node would run it without
-    // them.
+    // delegations applied, overrides, a creation), runs in a block of its
+    // own (block overrides) or whose frames read its blobs cannot have one
+    // answered apart: the node would run it without them.
     let apart_differs = !args.value.is_zero()
         || args.authorizations.is_some()
         || args.blob_hashes.is_some()
         || !args.overrides.is_empty()
+        || args.block_overrides.is_some()
         || args.to.is_none();
     let excess = block
         .header
@@ -449,10 +454,10 @@ pub fn run_named_until(
     // it would answer a second inner call's read of what the first lacked
     // without noting it again (so without setting that call apart too).
     let (result, touched, naming) = match args.overrides.is_empty() {
-        true => call.run(round, simulate::precompiles::BlockPrecompiles::new(spec)),
+        true => call.run(round, precompiles::BlockPrecompiles::new(spec)),
         false => {
             let mut db = revm::database::CacheDB::new(round);
-            match overrides::apply_state(spec, &args.overrides, &mut db) {
+            match overrides::apply_state(spec, &args.overrides, &mut db, args.override_rules) {
                 Ok(precompiles) => call.run(&mut db, precompiles),
                 Err(refused) => {
                     let outcome = match refused {
@@ -498,11 +503,7 @@ type Ran = (
 
 impl CallRun<'_> {
     /// Runs over `db` with `precompiles`.
-    fn run<DB: revm::Database>(
-        self,
-        db: DB,
-        precompiles: simulate::precompiles::BlockPrecompiles,
-    ) -> Ran {
+    fn run<DB: revm::Database>(self, db: DB, precompiles: precompiles::BlockPrecompiles) -> Ran {
         let context = Context::mainnet()
             .with_db(db)
             .with_cfg(self.cfg)
@@ -589,18 +590,6 @@ fn block_env(block: &BlockContext, spec: SpecId, args: &CallArgs) -> BlockEnv {
     if blobs {
         let fraction = spec::blob_schedule(block.chain_id, spec, block.timestamp).update_fraction;
         env.set_blob_excess_gas_and_price(excess.unwrap_or(0), fraction);
-        // geth: a call whose blob fee cap is 0 (named so, or left out
-        // with blobs' hashes) sees a blob base fee of 0, so that it pays
-        // none.
-        let no_cap = match args.max_fee_per_blob_gas {
-            Some(cap) => cap == 0,
-            None => args.blob_hashes.is_some(),
-        };
-        if no_cap {
-            if let Some(price) = env.blob_excess_gas_and_price.as_mut() {
-                price.blob_gasprice = 0;
-            }
-        }
     }
     if let Some(header) = &block.header {
         env.beneficiary = header.coinbase;
@@ -615,9 +604,20 @@ fn block_env(block: &BlockContext, spec: SpecId, args: &CallArgs) -> BlockEnv {
         overrides.apply(&mut env);
     }
     // geth's `NoBaseFee`: a call that names no price sees a base fee of
-    // zero, overridden or not.
+    // zero, overridden or not; and one whose blob fee cap is 0 (named so,
+    // or left out with blobs' hashes) a blob base fee of 0, so that it
+    // pays none.
     if !priced {
         env.basefee = 0;
+    }
+    let no_blob_cap = match args.max_fee_per_blob_gas {
+        Some(cap) => cap == 0,
+        None => args.blob_hashes.is_some(),
+    };
+    if no_blob_cap {
+        if let Some(price) = env.blob_excess_gas_and_price.as_mut() {
+            price.blob_gasprice = 0;
+        }
     }
     env
 }

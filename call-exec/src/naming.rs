@@ -80,13 +80,16 @@ impl Naming {
         accounts.extend(args.access_list.iter().map(|item| item.address));
         // The accounts it overrides, and any address their new code,
         // words and moved precompiles hold.
+        let mut unscanned = args.input.len() > CALL_DATA_SCANNED;
         for (address, over) in &args.overrides {
             accounts.insert(*address);
             accounts.extend(over.move_precompile_to);
-            let code = over.code.iter().flat_map(|c| c.windows(20));
-            accounts.extend(code.map(Address::from_slice));
+            let code: &[u8] = over.code.as_ref().map_or(&[], |c| c.as_ref());
+            unscanned |= code.len() > CALL_DATA_SCANNED;
+            let code = &code[..code.len().min(CALL_DATA_SCANNED)];
+            accounts.extend(code.windows(20).map(Address::from_slice));
             let words = over.state.iter().chain(&over.state_diff).flatten();
-            accounts.extend(words.flat_map(|(_, v)| [Address::from_slice(&v[12..])]));
+            accounts.extend(words.filter_map(|(_, v)| abi_address(v.as_slice())));
         }
         accounts.remove(&Address::ZERO);
         accounts.extend(&own);
@@ -104,7 +107,7 @@ impl Naming {
         Naming {
             accounts,
             derived,
-            unscanned: args.input.len() > CALL_DATA_SCANNED,
+            unscanned,
         }
     }
 
@@ -118,14 +121,14 @@ impl Naming {
         let data = args.input.get(4..).unwrap_or_default();
         let mut out: Vec<Address> = Vec::new();
         for word in data.chunks_exact(32).take(CALL_DATA_SCANNED / 32) {
-            let (high, low) = word.split_at(12);
-            let address = Address::from_slice(low);
-            let large = low[..12].iter().any(|b| *b != 0);
-            if high.iter().all(|b| *b == 0) && large && !out.contains(&address) {
-                out.push(address);
-                if out.len() == max {
-                    break;
+            match abi_address(word) {
+                Some(address) if !out.contains(&address) => {
+                    out.push(address);
+                    if out.len() == max {
+                        break;
+                    }
                 }
+                _ => {}
             }
         }
         out
@@ -153,13 +156,13 @@ impl Naming {
 
     /// Names the addresses ABI words of `data` hold (an inner call's
     /// arguments, its return data): a word whose first 12 bytes are zero
-    /// and whose last 20 are not.
+    /// and whose value is past 2^64 (no amount, index or flag: a `true`
+    /// returned names no one).
     fn name_words(&mut self, data: &[u8]) {
         let data = &data[..data.len().min(CALL_DATA_SCANNED)];
         for word in data.chunks_exact(32) {
-            let (high, low) = word.split_at(12);
-            if high.iter().all(|b| *b == 0) && low.iter().any(|b| *b != 0) {
-                self.accounts.insert(Address::from_slice(low));
+            if let Some(address) = abi_address(word) {
+                self.accounts.insert(address);
             }
         }
     }
@@ -191,6 +194,14 @@ impl Naming {
             self.derived.insert(U256::from_be_bytes(hash.0));
         }
     }
+}
+
+/// The address an ABI word (32 bytes) holds: its first 12 bytes zero and
+/// its value past 2^64 (an amount, an index or a flag is none).
+fn abi_address(word: &[u8]) -> Option<Address> {
+    let (high, low) = word.split_at(12);
+    let large = low[..12].iter().any(|b| *b != 0);
+    (high.iter().all(|b| *b == 0) && large).then(|| Address::from_slice(low))
 }
 
 /// The inspector that watches `KECCAK256` for [`Naming`].
@@ -314,6 +325,61 @@ mod tests {
             slot: balance
         }));
         assert!(!naming.names(&Need::Account(spender)));
+    }
+
+    #[test]
+    fn the_rule_errs_toward_naming() {
+        let (holder, token, safe) = (
+            Address::repeat_byte(0x11),
+            Address::repeat_byte(0x33),
+            Address::repeat_byte(0x55),
+        );
+        // A Safe named only in the call data (Multicall3's aggregate3 of
+        // its nonce): every slot of it names, fixed ones included.
+        let mut input = vec![0x82, 0xad, 0x56, 0xcb];
+        input.extend(word(safe));
+        let mut naming = Naming::of_call(&CallArgs {
+            to: Some(Address::repeat_byte(0xca)),
+            input: input.into(),
+            ..Default::default()
+        });
+        for slot in [B256::with_last_byte(5), B256::repeat_byte(0x36)] {
+            assert!(naming.names(&Need::Slot {
+                contract: safe,
+                slot
+            }));
+        }
+        // users[holder].rewardDebt[token]: the inner mapping sits one word
+        // past the hash of the holder's key (a struct's second member),
+        // and its key's hash names too.
+        naming.accounts.insert(holder);
+        let user = [word(holder), B256::with_last_byte(3).0].concat();
+        naming.hashed(&user);
+        let member = U256::from_be_bytes(keccak256(&user).0) + U256::from(1);
+        let debt = [word(token), member.to_be_bytes::<32>()].concat();
+        naming.hashed(&debt);
+        assert!(naming.names_slot(&keccak256(&debt)));
+        // An inner call's address argument or result names; a `true`, an
+        // amount or an index does not.
+        let mut returned = word(Address::repeat_byte(0x77)).to_vec();
+        returned.extend(U256::from(1).to_be_bytes::<32>());
+        returned.extend(U256::from(10u64.pow(18)).to_be_bytes::<32>());
+        naming.name_words(&returned);
+        assert!(naming.names_account(&Address::repeat_byte(0x77)));
+        assert!(!naming.names_account(&Address::with_last_byte(1)));
+        // An overridden account, and an address its new code holds.
+        let mut code = vec![0x73];
+        code.extend(Address::repeat_byte(0x99).as_slice());
+        let over = crate::overrides::AccountOverride {
+            code: Some(code.into()),
+            ..Default::default()
+        };
+        let overridden = Naming::of_call(&CallArgs {
+            overrides: vec![(Address::repeat_byte(0x88), over)],
+            ..Default::default()
+        });
+        assert!(overridden.names_account(&Address::repeat_byte(0x88)));
+        assert!(overridden.names_account(&Address::repeat_byte(0x99)));
     }
 
     #[test]

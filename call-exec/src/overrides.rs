@@ -11,8 +11,8 @@ use revm::database_interface::Database;
 use revm::primitives::KECCAK_EMPTY;
 
 use crate::db::RoundDb;
-use crate::simulate::precompiles::BlockPrecompiles;
-use crate::simulate::SYSTEM_CONTRACTS;
+use crate::precompiles::BlockPrecompiles;
+use crate::system::SYSTEM_CONTRACTS;
 use crate::SpecId;
 
 /// The state a run's overrides are applied to.
@@ -81,6 +81,26 @@ impl BlockOverrides {
     }
 }
 
+/// Which method's rules the overrides follow: geth applies them alike
+/// but runs each method's EVM with other precompiles.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OverrideRules {
+    /// `eth_call`: the precompiles as the overrides leave them.
+    #[default]
+    Call,
+    /// `eth_estimateGas`: overrides checked as a call's, but geth's
+    /// estimator runs the fork's own precompiles (a precompile moved or
+    /// overridden with code runs where it always does).
+    Estimate,
+    /// `eth_createAccessList`: geth applies the overrides with no
+    /// precompile known (a move is refused: "not a precompile"), and runs
+    /// the fork's own precompiles.
+    AccessList,
+    /// `eth_simulateV1`'s blocks: as a call's, and no system contract
+    /// (each block calls them) may be overridden.
+    Simulation,
+}
+
 /// Why overrides are not applied.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum OverrideError {
@@ -90,15 +110,21 @@ pub(crate) enum OverrideError {
     Unsupported(String),
 }
 
-/// Applies state overrides, in ascending address order (geth's): the
-/// precompiles as they leave them (one overridden is none there; one
-/// moved runs at its new address).
+/// Applies state overrides, in ascending address order (geth's), under
+/// `rules`: the precompiles the method then runs (for a call, as the
+/// overrides leave them: one overridden is none there, one moved runs at
+/// its new address).
 pub(crate) fn apply_state(
     spec: SpecId,
     overrides: &[(Address, AccountOverride)],
     db: &mut OverDb,
+    rules: OverrideRules,
 ) -> Result<BlockPrecompiles, OverrideError> {
     let mut precompiles = BlockPrecompiles::new(spec);
+    // geth's access list applies them with no precompile known.
+    let known = |p: &BlockPrecompiles, a: &Address| {
+        rules != OverrideRules::AccessList && p.is_precompile(a)
+    };
     let mut moved_to = std::collections::HashSet::new();
     for (address, over) in overrides {
         if moved_to.contains(address) {
@@ -106,9 +132,10 @@ pub(crate) fn apply_state(
                 "account {address} has already been overridden by a precompile"
             )));
         }
-        let is_precompile = precompiles.is_precompile(address);
+        let is_precompile = known(&precompiles, address);
         let system = |a: &Address| SYSTEM_CONTRACTS.contains(a);
-        if system(address) || over.move_precompile_to.as_ref().is_some_and(system) {
+        let moved_onto_system = over.move_precompile_to.as_ref().is_some_and(system);
+        if rules == OverrideRules::Simulation && (system(address) || moved_onto_system) {
             return Err(OverrideError::Unsupported(format!(
                 "an override of the system contract {address} (or a precompile moved onto one)"
             )));
@@ -132,7 +159,10 @@ pub(crate) fn apply_state(
         }
         override_account(db, *address, over)?;
     }
-    Ok(precompiles)
+    Ok(match rules {
+        OverrideRules::Call | OverrideRules::Simulation => precompiles,
+        OverrideRules::Estimate | OverrideRules::AccessList => BlockPrecompiles::new(spec),
+    })
 }
 
 /// One account's override: its nonce, balance and code, then its whole

@@ -1,6 +1,7 @@
 use alloy_primitives::{address, b256, bytes, Address, Bytes, B256, U256};
 
 use super::*;
+use crate::overrides::{AccountOverride, OverrideRules};
 
 fn block() -> BlockContext {
     BlockContext {
@@ -491,4 +492,71 @@ fn an_inner_call_repeated_is_set_apart_once() {
     };
     assert!(reads.is_empty());
     assert_eq!(inner.len(), 1, "{inner:?}");
+}
+
+/// A creation whose init code asks the identity precompile (0x04) to echo
+/// the word 42 and returns what it answered; 0x04 overridden with code
+/// that returns 99. Each method runs it with geth's precompiles: a call
+/// with the override's (the code runs), an estimate with the fork's (the
+/// precompile runs); an access list refuses a precompile moved (geth
+/// applies its overrides with no precompile known).
+#[test]
+fn overrides_follow_each_methods_precompiles() {
+    let identity = address!("0000000000000000000000000000000000000004");
+    let init = bytes!("602a5f5260205f60205f60045afa5060205ff3");
+    let code = AccountOverride {
+        code: Some(bytes!("60635f5260205ff3")),
+        ..Default::default()
+    };
+    let run_as = |rules, over: AccountOverride| {
+        let args = CallArgs {
+            to: None,
+            input: init.clone(),
+            overrides: vec![(identity, over)],
+            override_rules: rules,
+            ..Default::default()
+        };
+        settle(&mut KnownState::new([]), &args, absent).0
+    };
+    let word = |outcome: Outcome| match outcome {
+        Outcome::Done(CallResult::Success { output, .. }) => U256::from_be_slice(&output),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        word(run_as(OverrideRules::Call, code.clone())),
+        U256::from(99)
+    );
+    assert_eq!(
+        word(run_as(OverrideRules::Estimate, code.clone())),
+        U256::from(42)
+    );
+    assert_eq!(
+        word(run_as(OverrideRules::AccessList, code)),
+        U256::from(42)
+    );
+    let moved = AccountOverride {
+        move_precompile_to: Some(OTHER),
+        ..Default::default()
+    };
+    let Outcome::Done(CallResult::Invalid { message }) = run_as(OverrideRules::AccessList, moved)
+    else {
+        panic!("a move under an access list's rules")
+    };
+    assert!(message.contains("is not a precompile"), "{message}");
+    // A system contract may be overridden for a call (no block runs its
+    // system calls), never in a simulated block.
+    let system = AccountOverride {
+        balance: Some(U256::from(1)),
+        ..Default::default()
+    };
+    let args = CallArgs {
+        to: Some(crate::simulate::BEACON_ROOTS),
+        overrides: vec![(crate::simulate::BEACON_ROOTS, system)],
+        ..Default::default()
+    };
+    let (outcome, _) = settle(&mut KnownState::new([]), &args, absent);
+    assert!(
+        matches!(outcome, Outcome::Done(CallResult::Success { .. })),
+        "{outcome:?}"
+    );
 }

@@ -39,6 +39,12 @@ pub struct ClientConfig {
     /// through a wallet extension cannot tell a kept answer from a fresh
     /// one. Costs a first read's bytes on every read.
     pub answer_kept_as_fresh: bool,
+    /// A round answered from kept answers alone waits about as long as a
+    /// request would have taken (a delay drawn from recent requests'
+    /// times, at least their tenth percentile), so that a page timing the
+    /// proxy through a wallet extension cannot tell a kept answer from a
+    /// fresh one. Costs no bytes.
+    pub kept_answer_delay: bool,
     /// Queries of keys whose answer is known mixed into every request, so
     /// that a server altering answers is caught (docs/security.md, "Blind
     /// shifts"). With padding, the fillers are canaries too.
@@ -144,6 +150,7 @@ impl Default for ClientConfig {
             pad_batches_to: 1,
             pad_queries_ladder: 2,
             answer_kept_as_fresh: false,
+            kept_answer_delay: true,
             canaries_per_request: 1,
             prefetch_codes: 16,
             cover_lookups_per_hour: 0.0,

@@ -350,10 +350,11 @@ impl ViewClient {
         };
         let disagrees = match (&read, &tier) {
             (Ok(read), Ok(tier)) => !same_state(read, tier),
-            // The levels' value reads, the tier's does not (or the other
-            // way round): they disagree.
-            (Ok(_), Err(_)) | (Err(_), Ok(_)) => true,
-            (Err(_), Err(_)) => false,
+            // The levels' value reads, the tier's does not: it is no value.
+            (Ok(_), Err(_)) => true,
+            // The levels cannot say (an incomplete view without the key):
+            // nothing to compare with.
+            (Err(_), _) => false,
         };
         (read, disagrees)
     }

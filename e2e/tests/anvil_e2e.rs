@@ -252,9 +252,10 @@ async fn private_answers_equal_anvil_at_every_snapshot_height() {
             "eth_getStorageAt" => json!([who, "0x0", "latest"]),
             "eth_getProof" => json!([who, [], "latest"]),
             "eth_getStorageValues" => json!([{who: [format!("0x{:064x}", 0)]}, "latest"]),
-            // With state overrides: a call the proxy does not run itself
-            // (a plain one it answers privately where it can).
-            _ => json!([{"from": who, "to": who, "data": "0x70a08231"}, "latest", {}]),
+            // With a blob sidecar: a call the proxy does not run itself (a
+            // plain one, a creation or one over overrides it answers
+            // privately where it can).
+            _ => json!([{"from": who, "to": who, "data": "0x70a08231", "blobs": []}, "latest"]),
         };
         let v = rpc_raw(
             &http,

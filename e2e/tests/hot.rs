@@ -445,7 +445,7 @@ fn holders_keys(m: &Market) -> Vec<snapshotter::hot::HotKey> {
 /// follower's keys, the holder's own (all values right: the operator's
 /// test of whether this wallet is the holder). Fresh proxies of either
 /// server send the same requests with the same query counts for the
-/// holder's swap estimate (its first request: at most 8 queries of the
+/// holder's swap estimate (its first request: at most 12 queries of the
 /// base), its refresh and its token's `balanceOf`; and over the second,
 /// `balanceOf` of the holder (whose slot the tier holds) and of a fresh
 /// address look alike.

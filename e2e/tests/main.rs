@@ -23,6 +23,7 @@ mod merges;
 mod pages;
 mod push;
 mod rpc_compat;
+mod sends;
 mod tamper;
 mod tokens;
 mod traffic;

@@ -130,21 +130,8 @@ async fn served(server: &str, route: &str) -> u64 {
 /// What viem reads through `url`: (token, holder, balance) one by one,
 /// and the multicall's balances in the order tokens x holders.
 fn viem_balances(url: &str, block: u64, tokens: &[Address], holders: &[Address]) -> Value {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("js/viem-balances.cjs");
     let spec = json!({"block": block, "tokens": tokens, "holders": holders});
-    let out = std::process::Command::new("node")
-        .arg(&script)
-        .arg(url)
-        .arg(spec.to_string())
-        .env("VIEM", test_support::node_modules().join("viem"))
-        .output()
-        .expect("node runs (install Node.js)");
-    assert!(
-        out.status.success(),
-        "viem failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    viem_script("viem-balances.cjs", url, &spec)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

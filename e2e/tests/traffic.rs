@@ -109,3 +109,151 @@ async fn padded_batches_and_cover_lookups() {
     let one_lookup = 1 + proxy::ProxyConfig::default().canaries_per_request;
     assert!(sizes.lock().unwrap().iter().all(|&n| n == one_lookup));
 }
+
+/// Each query request the server answered: its query count per snapshot,
+/// in the order they came.
+type Trace = Arc<Mutex<Vec<Vec<usize>>>>;
+
+/// A relay in front of `server` that records every query request's shape,
+/// and answers each query request `slower` later (a server far away, or
+/// a large database: a request's time is then mostly the server's).
+async fn traced_server(server: &str, slower: std::time::Duration) -> (String, Trace) {
+    let trace: Trace = Arc::default();
+    let seen = trace.clone();
+    let rewrite: Rewrite = Arc::new(move |path: &str, b: Bytes| {
+        if path.ends_with("/query") {
+            // (The relay's worker waits: the test's runtime has others.)
+            std::thread::sleep(slower);
+            let parts = protocol::multi::decode_response(&b).unwrap_or_default();
+            let counts = parts
+                .iter()
+                .map(|p| decode_responses(p).map(|r| r.len()).unwrap_or(0))
+                .collect();
+            seen.lock().unwrap().push(counts);
+        }
+        b
+    });
+    let (url, _) = start_relay(server, rewrite).await;
+    (url, trace)
+}
+
+/// `eth_call` through `proxy` as a page through a wallet extension sends
+/// it (its origin): the answer, and how long it took.
+async fn page_call(proxy: &str, call: &Value, at: &str) -> (Value, std::time::Duration) {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "eth_call", "params": [call, at]});
+    let started = std::time::Instant::now();
+    let answer: Value = reqwest::Client::new()
+        .post(proxy)
+        .header(
+            "origin",
+            "chrome-extension://nkbihfbeogaeaoehlefnkodbefgpgknn",
+        )
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    (answer, started.elapsed())
+}
+
+/// The requests `during` makes the server answer, by shape.
+async fn traced<T>(trace: &Trace, during: impl std::future::Future<Output = T>) -> Vec<Vec<usize>> {
+    let before = trace.lock().unwrap().len();
+    during.await;
+    trace.lock().unwrap()[before..].to_vec()
+}
+
+/// Under the defaults, with the whole state held: a wallet reads its
+/// token balance (`balanceOf(W)`), then a page reads it again and reads
+/// other holders' (fresh ones). The server sees the same requests with
+/// the same query counts for the wallet's first read and for another
+/// holder's read after it (a repeat of a holder is not asked sooner: no
+/// key naming the last holder is carried into the next call's first
+/// round); the page's repeat sends nothing and is answered no faster than
+/// the fresh reads' tenth percentile (kept answers wait as requests do).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_first_read_and_a_repeat_look_alike_to_the_server_and_the_page() {
+    use alloy_primitives::{Address, U256};
+    use alloy_sol_types::SolCall;
+    alloy_sol_types::sol! {
+        interface IToken {
+            function balanceOf(address holder) returns (uint256);
+            function transfer(address to, uint256 amount) returns (bool);
+        }
+    }
+    log_if_asked();
+    let dir = tempfile::tempdir().unwrap();
+    let (anvil, genesis) = chain_with_multicall3(dir.path(), "4247").await;
+    let store = dir.path().join("store");
+    let mut config = follow_config(&store, &anvil.url, &genesis, 0, 4, 256);
+    config.source.storage = snapshotter::follow::StorageScope::All;
+    let stack = Stack::start(config, &anvil, None).await;
+    let market = deploy_pool_market(&anvil).await;
+    let wallet = dev(3);
+    let pay = IToken::transferCall {
+        to: wallet,
+        amount: U256::from(5_000u64),
+    };
+    send(&anvil, 0, market.token, pay.abi_encode()).await;
+    let block = view_reaches(&stack.proxy, anvil.head().await).await;
+    let at = format!("{block:#x}");
+    let slower = std::time::Duration::from_millis(150);
+    let (link, trace) = traced_server(&stack.server, slower).await;
+    let cache = tempfile::tempdir().unwrap();
+    let proxy = start_proxy_with(proxy::ProxyConfig {
+        pir_server: link,
+        upstream: Some(stack.upstream.clone()),
+        cache_dir: cache.path().to_path_buf(),
+        ..Default::default()
+    })
+    .await;
+    view_reaches(&proxy, block).await;
+    let balance_of =
+        |holder: Address| call_object(market.token, &IToken::balanceOfCall { holder }.abi_encode());
+    let first = traced(
+        &trace,
+        same_as_anvil(&proxy, &anvil, &balance_of(wallet), &at),
+    )
+    .await;
+    let other = Address::repeat_byte(0x5e);
+    let another = traced(
+        &trace,
+        same_as_anvil(&proxy, &anvil, &balance_of(other), &at),
+    )
+    .await;
+    assert!(!first.is_empty(), "the first read asks the server");
+    assert_eq!(
+        first, another,
+        "the wallet's first read, then another holder's"
+    );
+
+    // The page: the wallet's balance again (kept), other holders' fresh.
+    let mut kept = Vec::new();
+    let mut fresh = Vec::new();
+    for i in 0..20u8 {
+        let (answer, took) = page_call(&proxy, &balance_of(wallet), &at).await;
+        assert_eq!(
+            answer["result"],
+            json!(format!("{:#066x}", 5_000)),
+            "{answer}"
+        );
+        kept.push(took);
+        let holder = Address::with_last_byte(0x80 + i);
+        let (answer, took) = page_call(&proxy, &balance_of(holder), &at).await;
+        assert_eq!(answer["result"], json!(format!("{:#066x}", 0)), "{answer}");
+        fresh.push(took);
+    }
+    let asked = traced(&trace, page_call(&proxy, &balance_of(wallet), &at)).await;
+    assert!(asked.is_empty(), "a kept answer asks nothing: {asked:?}");
+    kept.sort_unstable();
+    fresh.sort_unstable();
+    let (kept_median, fresh_tenth) = (kept[kept.len() / 2], fresh[fresh.len() / 10]);
+    assert!(
+        kept_median >= fresh_tenth,
+        "kept answers in {kept:?}, fresh ones in {fresh:?}"
+    );
+    stack.follower.stop().await;
+}

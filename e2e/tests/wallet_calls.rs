@@ -29,24 +29,6 @@ alloy_sol_types::sol! {
 const OWNER_KEY: &str = "0x7c852118294e51e653712a81e05800f419141751be58f605c371e15141b007a6";
 const OTHER_KEY: &str = "0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a";
 
-/// What viem's calls answer through `url` at `block`.
-fn viem_wallet_calls(url: &str, spec: &Value) -> Value {
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("js/viem-wallet-calls.cjs");
-    let out = std::process::Command::new("node")
-        .arg(&script)
-        .arg(url)
-        .arg(spec.to_string())
-        .env("VIEM", test_support::node_modules().join("viem"))
-        .output()
-        .expect("node runs (install Node.js)");
-    assert!(
-        out.status.success(),
-        "viem failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
 /// The Safe-shaped wallet's creation code, owned by `owner`.
 fn wallet_code(owner: Address) -> Vec<u8> {
     let mut code = test_contract("SignerWallet");
@@ -91,7 +73,7 @@ async fn wallets_calls_of_code_not_deployed_and_over_overrides_run_here() {
         "walletCode": alloy_primitives::hex::encode_prefixed(wallet_code(owner)),
         "balanceSlot": slot,
     });
-    let node = viem_wallet_calls(&anvil.url, &spec);
+    let node = viem_script("viem-wallet-calls.cjs", &anvil.url, &spec);
     // The node's answers are what a wallet expects of them.
     assert_eq!(node["verifyEoa"], json!(true), "{node}");
     assert_eq!(node["verifyWallet"], json!(true), "{node}");
@@ -109,7 +91,7 @@ async fn wallets_calls_of_code_not_deployed_and_over_overrides_run_here() {
         json!(overridden),
         "{node}"
     );
-    let private = viem_wallet_calls(&stack.proxy, &spec);
+    let private = viem_script("viem-wallet-calls.cjs", &stack.proxy, &spec);
     for (name, answer) in node.as_object().unwrap() {
         if name != "estimateWithOverride" && name != "preview" {
             assert_eq!(&private[name], answer, "{name}: the proxy's {private}");

@@ -73,8 +73,8 @@ pub enum WarningKind {
     Refused,
     /// The PIR server failed verification: private reads stopped.
     Verification,
-    /// The PIR server's hot tier disagreed with its base (a forgery):
-    /// answers came from PIR, its values are not used.
+    /// The PIR server's hot tier disagreed with its base (a forgery): the
+    /// wallet's own keys were answered by PIR.
     ForgedTier,
 }
 

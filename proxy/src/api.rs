@@ -114,7 +114,8 @@ pub struct Status {
     pub hot: Option<LevelStatus>,
     /// Hot tiers caught holding a value their base disagrees with (read
     /// by PIR for a key that names the wallet): forged by the server's
-    /// operator. Their values are not used.
+    /// operator. The wallet's own keys are answered by PIR; the rest still
+    /// comes from the tier. Not served to a web page or an extension.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub forged_tiers: Vec<String>,
     /// What this proxy has read and moved: served only to a program on

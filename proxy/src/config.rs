@@ -22,6 +22,13 @@ pub struct ProxyConfig {
     /// An ordinary JSON-RPC node for every method that is not private.
     /// Without one, those methods get -32601.
     pub upstream: Option<String>,
+    /// Where `eth_sendRawTransaction` goes instead of the upstream: a
+    /// second endpoint (a private transaction relay, another provider),
+    /// over a connection of its own, so that the upstream that serves the
+    /// reads never sees a raw transaction (and its sender) on the
+    /// connection it ties to this machine's other requests. Nothing else
+    /// is ever sent there.
+    pub send_upstream: Option<String>,
     /// Send eth_getBalance / eth_getTransactionCount upstream when they
     /// cannot be answered privately (a block with no snapshot, say). This
     /// reveals the address to the upstream: off unless you opt in.
@@ -83,6 +90,12 @@ pub struct ProxyConfig {
     /// addresses this wallet read. Costs a first read's PIR bytes on every
     /// read (the steady refresh then costs what the first did).
     pub answer_kept_as_fresh: bool,
+    /// A round answered from kept answers alone (no request sent) is
+    /// released no sooner than a request would have been (a delay drawn
+    /// from recent requests' times, at least their tenth percentile), so
+    /// that a page timing the proxy through a wallet extension cannot
+    /// tell a kept answer from a fresh one. Costs no bytes.
+    pub kept_answer_delay: bool,
     /// Queries of keys whose answer the proxy knows (a base's published
     /// canaries, answers read before) mixed into every request at random
     /// positions: a server that alters answers without knowing which query
@@ -204,6 +217,7 @@ impl Default for ProxyConfig {
             listen: "127.0.0.1:8545".parse().expect("valid address"),
             pir_server: "http://127.0.0.1:8546".into(),
             upstream: None,
+            send_upstream: None,
             private_fallback_to_upstream: false,
             chain_id: None,
             cache_dir: ethpir_client::config::default_cache_dir(),
@@ -222,6 +236,7 @@ impl Default for ProxyConfig {
             pad_batches_to: 1,
             pad_queries_ladder: 2,
             answer_kept_as_fresh: false,
+            kept_answer_delay: true,
             canaries_per_request: 1,
             prefetch_codes: 16,
             cover_lookups_per_hour: 0.0,
@@ -252,12 +267,12 @@ impl ProxyConfig {
     pub fn check_transport(&self) -> Result<(), ethpir_client::config::ConfigError> {
         use ethpir_client::config::{plain_off_loopback, ConfigError};
         self.client().check_transport()?;
-        match &self.upstream {
-            Some(url) if !self.allow_insecure_transport && plain_off_loopback(url)? => {
-                Err(ConfigError::InsecureUpstream(protocol::url::redact(url)))
+        for url in self.upstream.iter().chain(&self.send_upstream) {
+            if !self.allow_insecure_transport && plain_off_loopback(url)? {
+                return Err(ConfigError::InsecureUpstream(protocol::url::redact(url)));
             }
-            _ => Ok(()),
         }
+        Ok(())
     }
 
     /// The private reader's part of the settings.
@@ -274,6 +289,7 @@ impl ProxyConfig {
             pad_batches_to: self.pad_batches_to,
             pad_queries_ladder: self.pad_queries_ladder,
             answer_kept_as_fresh: self.answer_kept_as_fresh,
+            kept_answer_delay: self.kept_answer_delay,
             canaries_per_request: self.canaries_per_request,
             prefetch_codes: self.prefetch_codes,
             cover_lookups_per_hour: self.cover_lookups_per_hour,

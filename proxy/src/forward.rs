@@ -52,6 +52,16 @@ impl RunHere {
         }
     }
 
+    /// Whose rules its state overrides follow.
+    fn override_rules(self) -> call_exec::overrides::OverrideRules {
+        use call_exec::overrides::OverrideRules;
+        match self {
+            RunHere::Call => OverrideRules::Call,
+            RunHere::EstimateGas => OverrideRules::Estimate,
+            RunHere::AccessList => OverrideRules::AccessList,
+        }
+    }
+
     /// The parameters geth takes: the call, the block, the state
     /// overrides, and (but for an access list) the block overrides.
     fn most_params(self) -> usize {
@@ -83,6 +93,9 @@ use ethpir_client::{BlockSelector, ReadError};
 pub struct ForwardPolicy {
     pub reader: Arc<PrivateReader>,
     pub upstream: Option<Arc<Upstream>>,
+    /// Where `eth_sendRawTransaction` goes instead of the upstream
+    /// (`send_upstream`); nothing else goes there.
+    pub sends: Option<Arc<Upstream>>,
     /// Methods the proxy answers itself.
     pub local: HashSet<&'static str>,
     /// Of those, the ones read by PIR (`api::PrivateReadApi`'s).
@@ -196,6 +209,9 @@ fn respond(id: Id<'static>, answer: Result<serde_json::Value, ProxyError>) -> Me
 fn is_own(method: &str) -> bool {
     method.starts_with("ethpir_")
 }
+
+/// The method that goes to `send_upstream` where one is set.
+const SEND_METHOD: &str = "eth_sendRawTransaction";
 
 /// Methods only the user may call: never run for a request from a
 /// browser ([`crate::browser::FromBrowser`]).
@@ -504,11 +520,12 @@ where
         &self,
         kind: RunHere,
         call: CallCopy,
-        args: call_exec::CallArgs,
+        mut args: call_exec::CallArgs,
         sel: BlockSelector,
         planned: Option<Planned>,
     ) -> MethodResponse {
         let executor = &self.policy.executor;
+        args.override_rules = kind.override_rules();
         match kind {
             RunHere::Call => self.execute_call(call, args, sel, planned).await,
             RunHere::EstimateGas => {
@@ -568,7 +585,11 @@ where
     /// Sends `call` upstream (recorded, with why) where the gate admits
     /// it.
     async fn forward(&self, call: CallCopy, reason: Reason) -> MethodResponse {
-        let Some(upstream) = &self.policy.upstream else {
+        let to = match (&self.policy.sends, call.method.as_str()) {
+            (Some(sends), SEND_METHOD) => Some(sends),
+            _ => self.policy.upstream.as_ref(),
+        };
+        let Some(upstream) = to else {
             return MethodResponse::error(call.id, ProxyError::NoUpstream(call.method));
         };
         tracing::debug!(method = %call.method, "forwarding upstream");

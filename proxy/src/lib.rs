@@ -54,7 +54,7 @@ fn log_verification_policy(config: &ProxyConfig) {
         tracing::warn!("canaries_per_request = 0: a PIR server that shifts some answers is not caught (docs/security.md, \"Blind shifts\")");
     }
     if config.hot_tier == ethpir_client::config::HotTierUse::Ahead && config.attesters.is_empty() {
-        tracing::warn!("hot_tier = \"ahead\" with no attesters: the hot tier's values are the PIR server operator's word (checked only by their digests, which that operator computes). Keys that name the wallet are answered by PIR whatever the tier holds, and a tier caught disagreeing with its base is not used again; the rest (a pool's reserves, a proxy's implementation) is taken from the tier. List attesters, or set hot_tier = \"off\" to read every key by PIR");
+        tracing::warn!("hot_tier = \"ahead\" with no attesters: the hot tier's values are the PIR server operator's word (checked only by their digests, which that operator computes). Keys that name the wallet are answered by PIR whatever the tier holds (a tier caught disagreeing is warned of); the rest (a pool's reserves, a proxy's implementation) is taken from the tier. List attesters, or set hot_tier = \"off\" to read every key by PIR");
     }
     if config.read_unconfirmed_views && config.upstream.is_some() {
         tracing::warn!("read_unconfirmed_views is on: views the upstream cannot confirm (no block hash, a block it does not have, no answer) are read all the same");
@@ -144,8 +144,11 @@ fn policy_and_page(
     config: &ProxyConfig,
     ctx: RpcContext,
     activity: Arc<activity::Activity>,
-    local: std::collections::HashSet<&'static str>,
-    private: std::collections::HashSet<&'static str>,
+    sends: Option<Arc<Upstream>>,
+    (local, private): (
+        std::collections::HashSet<&'static str>,
+        std::collections::HashSet<&'static str>,
+    ),
 ) -> Result<(Arc<ForwardPolicy>, Arc<page::PageSource>), StartError> {
     let (reader, upstream) = (ctx.reader.clone(), ctx.upstream.clone());
     let page = Arc::new(page::PageSource {
@@ -153,6 +156,7 @@ fn policy_and_page(
         activity: activity.clone(),
         attesters: config.attesters.clone(),
         quorum: config.attest_quorum,
+        sends_to: config.send_upstream.as_deref().map(redact),
     });
     let evm_timeout = (config.evm_timeout_ms > 0)
         .then(|| std::time::Duration::from_millis(config.evm_timeout_ms));
@@ -164,6 +168,7 @@ fn policy_and_page(
         activity,
         reader,
         upstream,
+        sends,
         local,
         private,
         private_fallback: config.private_fallback_to_upstream,
@@ -175,26 +180,37 @@ fn policy_and_page(
     Ok((policy, page))
 }
 
-/// The upstream, behind the one gate every request to it passes.
-fn upstream_behind_gate(
+/// The upstream, and the endpoint sends go to (`send_upstream`).
+struct Upstreams {
+    reads: Option<Arc<Upstream>>,
+    sends: Option<Arc<Upstream>>,
+}
+
+/// The upstream, and the endpoint sends go to (when set), behind the one
+/// gate every request to either passes.
+fn upstreams_behind_gate(
     config: &ProxyConfig,
     reader: &Arc<PrivateReader>,
     activity: &Arc<activity::Activity>,
-) -> Result<Option<Arc<Upstream>>, StartError> {
-    let Some(url) = config.upstream.as_deref() else {
-        return Ok(None);
-    };
+) -> Result<Upstreams, StartError> {
     let memory = gate::WholeStateMemory::open(&config.cache_dir, &config.pir_server);
-    let gate = gate::Gate::new(
+    let gate = Arc::new(gate::Gate::new(
         config.upstream_methods,
         config.private_fallback_to_upstream,
         reader.clone(),
         memory,
         activity.clone(),
-    );
-    let upstream = Arc::new(Upstream::new(url, config.timeouts(), Arc::new(gate))?);
-    reader.check_blocks_with(upstream::header_source(upstream.clone()));
-    Ok(Some(upstream))
+    ));
+    let behind_gate = |url: Option<&str>| {
+        url.map(|url| Upstream::new(url, config.timeouts(), gate.clone()).map(Arc::new))
+            .transpose()
+    };
+    let reads = behind_gate(config.upstream.as_deref())?;
+    let sends = behind_gate(config.send_upstream.as_deref())?;
+    if let Some(upstream) = &reads {
+        reader.check_blocks_with(upstream::header_source(upstream.clone()));
+    }
+    Ok(Upstreams { reads, sends })
 }
 
 async fn run_until(
@@ -215,7 +231,10 @@ async fn run_until(
     let activity = Arc::new(activity::Activity::new(move || {
         page::reader_traffic(&counted)
     }));
-    let upstream = upstream_behind_gate(&config, &reader, &activity)?;
+    let Upstreams {
+        reads: upstream,
+        sends,
+    } = upstreams_behind_gate(&config, &reader, &activity)?;
     let ctx = RpcContext {
         reader: reader.clone(),
         upstream: upstream.clone(),
@@ -223,7 +242,7 @@ async fn run_until(
     };
     let (module, private) = rpc::module(ctx.clone());
     let local = module.method_names().collect();
-    let (policy, page) = policy_and_page(&config, ctx, activity, local, private)?;
+    let (policy, page) = policy_and_page(&config, ctx, activity, sends, (local, private))?;
     let server = Server::builder()
         .set_config(server_limits())
         .set_http_middleware(
@@ -239,6 +258,7 @@ async fn run_until(
     tracing::info!(
         %addr,
         upstream = config.upstream.as_deref().map(redact).unwrap_or_else(|| "none".into()),
+        sends = config.send_upstream.as_deref().map(redact).unwrap_or_else(|| "the upstream".into()),
         "ethpir-proxy listening on http:// and ws://; its page (what stayed private) at http://{addr}/"
     );
     tracing::info!("private (never sent upstream): eth_getBalance, eth_getTransactionCount, eth_getCode (where the snapshots say which code), eth_getStorageAt of the contracts the catalog lists (of every contract under a whole-state view); eth_call, eth_estimateGas, eth_createAccessList and eth_simulateV1 executed here (revm) over privately read state, where every storage word they read is of a listed contract, or of any contract while the view holds the whole state (inside a batch, only an inner call that is not goes its own way, and never where gas is observed after it); eth_blockNumber is the upstream's head capped at the newest view");

@@ -37,6 +37,9 @@ pub struct PageStatus {
     pub lag_blocks: Option<u64>,
     pub attestation: Attestation,
     pub activity: Report,
+    /// Where `eth_sendRawTransaction` goes: `send_upstream`'s scheme and
+    /// host, or `None` for the upstream.
+    pub sends_to: Option<String>,
 }
 
 /// Who must have signed a view for this proxy to read it.
@@ -57,6 +60,8 @@ pub struct PageSource {
     pub activity: Arc<Activity>,
     pub attesters: Vec<Address>,
     pub quorum: usize,
+    /// `send_upstream`, redacted.
+    pub sends_to: Option<String>,
 }
 
 impl PageSource {
@@ -95,6 +100,7 @@ impl PageSource {
                 signatures_on_view,
             },
             activity: self.activity.report(),
+            sends_to: self.sends_to.clone(),
         }
     }
 }

@@ -197,8 +197,12 @@ impl NodeInfoApiServer for RpcContext {
 impl EthpirApiServer for RpcContext {
     async fn status(&self, ext: &Extensions) -> Result<Status, ProxyError> {
         let mut status = self.status_now().await;
+        // A page reaches the proxy through the wallet extension: what the
+        // wallet read shows in the counters, and in which forged tier it
+        // caught (the forger chose the key it forged).
         if ext.get::<crate::browser::FromBrowser>().is_some() {
             status.counters = None;
+            status.forged_tiers.clear();
         }
         Ok(status)
     }

@@ -100,7 +100,13 @@ pub(super) fn apply_overrides(
     block: &SimBlock,
     db: &mut SimDb,
 ) -> Result<BlockPrecompiles, Stop> {
-    crate::overrides::apply_state(facts.spec, &block.overrides, db).map_err(|e| match e {
+    crate::overrides::apply_state(
+        facts.spec,
+        &block.overrides,
+        db,
+        crate::overrides::OverrideRules::Simulation,
+    )
+    .map_err(|e| match e {
         OverrideError::Refused(message) => Stop::Failed(-32000, message),
         OverrideError::Unsupported(what) => Stop::Unsupported(what),
     })

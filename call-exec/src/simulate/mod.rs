@@ -20,11 +20,10 @@ mod block;
 mod call;
 mod fees;
 mod logs;
-pub(crate) mod precompiles;
 
+use crate::precompiles::BlockPrecompiles;
 use block::{apply_overrides, block_facts, cfg, credit_withdrawals, system_call, BlockFacts};
 use call::run_call;
-use precompiles::BlockPrecompiles;
 use revm::handler::instructions::EthInstructions;
 
 /// What a block's calls run in: the request, the block's environment and
@@ -39,7 +38,7 @@ struct BlockRun<'a> {
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use alloy_primitives::{address, Address, Bytes, Log, B256, U256};
+use alloy_primitives::{Address, Bytes, Log, B256, U256};
 use revm::context::result::{EVMError, ExecutionResult};
 use revm::context::{BlockEnv, CfgEnv, TxEnv};
 use revm::database::CacheDB;
@@ -58,26 +57,9 @@ use crate::overrides::OverrideError;
 use crate::{AccessList, BlockContext, KnownState, Need, RecoveredAuthorization, SpecId};
 use crate::{Unanswerable, GAS_CAP};
 
-/// EIP-4788's beacon roots contract.
-pub const BEACON_ROOTS: Address = address!("0x000F3df6D732807Ef1319fB7B8bB8522d0Beac02");
-/// EIP-2935's history storage contract.
-pub const HISTORY_STORAGE: Address = address!("0x0000F90827F1C53a10cb7A02335B175320002935");
-/// EIP-7002's withdrawal requests contract.
-const WITHDRAWAL_REQUESTS: Address = address!("0x00000961Ef480Eb55e80D19ad83579A64c007002");
-/// EIP-7251's consolidation requests contract.
-const CONSOLIDATION_REQUESTS: Address = address!("0x0000BBdDc7CE488642fb579F8B00f3a590007251");
-/// The deposit contract's `DepositEvent` (EIP-6110 reads such logs of a
-/// chain's deposit contract as requests): refused wherever it is seen.
-const DEPOSIT_EVENT: B256 =
-    alloy_primitives::b256!("0x649bbc62d0e31342afea4e5cd82d4049e7e1ee912fc0889aa790803be39038c5");
-/// The system contracts a block calls: their code runs with a gas of its
-/// own in every block, so no override may replace it.
-pub(crate) const SYSTEM_CONTRACTS: [Address; 4] = [
-    BEACON_ROOTS,
-    HISTORY_STORAGE,
-    WITHDRAWAL_REQUESTS,
-    CONSOLIDATION_REQUESTS,
-];
+pub use crate::system::{BEACON_ROOTS, HISTORY_STORAGE};
+use crate::system::{CONSOLIDATION_REQUESTS, DEPOSIT_EVENT, SYSTEM_CONTRACTS, WITHDRAWAL_REQUESTS};
+
 /// Blob gas per blob.
 const GAS_PER_BLOB: u64 = revm::primitives::eip4844::GAS_PER_BLOB;
 

@@ -55,16 +55,29 @@ struct Part<'a> {
     /// Keys the view cannot hold (asked as random ones).
     unheld: usize,
     /// Keys every level answered before, each once: asked again as
-    /// random ones when kept answers are to look fresh.
+    /// random ones in a request that goes anyway (so that its query count
+    /// is a first read's), and in every read when kept answers are to look
+    /// fresh.
     kept: usize,
+    /// Kept answers send a request of their own (`answer_kept_as_fresh`).
+    kept_asks: bool,
 }
 
 impl Part<'_> {
     /// Whether reading it needs a request.
     fn asks(&self) -> bool {
-        !self.levels.is_empty() && (!self.unknown.is_empty() || self.unheld > 0 || self.kept > 0)
+        let kept = self.kept_asks && self.kept > 0;
+        !self.levels.is_empty() && (!self.unknown.is_empty() || self.unheld > 0 || kept)
     }
 }
+
+/// Request times kept for [`PrivateReader::fresh_like_delay`].
+const TIMES_KEPT: usize = 64;
+/// Schedules kept for cover requests.
+const SCHEDULES_KEPT: usize = 32;
+/// What a kept answer waits before any request was timed (a loopback
+/// request at 2^24 keys takes about this long on 2 cores).
+const UNTIMED_ROUND: std::time::Duration = std::time::Duration::from_millis(150);
 
 /// How long a hot tier whose download failed is left alone.
 const HOT_RETRY: std::time::Duration = std::time::Duration::from_secs(60);
@@ -110,6 +123,18 @@ pub struct PrivateReader {
     /// A read answered from kept answers still sends the request a first
     /// read would (random keys in their place), and waits for it.
     kept_as_fresh: bool,
+    /// A round answered from kept answers alone (no request) is released
+    /// no sooner than a request would have been answered
+    /// ([`Self::fresh_like_delay`]).
+    kept_delay: bool,
+    /// How long recent requests took, newest last (at most
+    /// [`TIMES_KEPT`]): what a kept answer waits.
+    request_times: std::sync::Mutex<std::collections::VecDeque<std::time::Duration>>,
+    /// The queries per level of the last request sent (its rung).
+    last_rung: std::sync::atomic::AtomicUsize,
+    /// The rungs of recent private requests' rounds (at most
+    /// [`SCHEDULES_KEPT`]): cover requests replay one.
+    schedules: std::sync::Mutex<std::collections::VecDeque<Vec<usize>>>,
     /// Canaries mixed into each request (when padding: at least; fillers
     /// are canaries where there are known answers).
     canaries_per_request: usize,
@@ -226,6 +251,10 @@ impl PrivateReader {
             pad_to: config.pad_batches_to.max(1),
             ladder: config.pad_queries_ladder,
             kept_as_fresh: config.answer_kept_as_fresh,
+            kept_delay: config.kept_answer_delay,
+            request_times: Default::default(),
+            last_rung: Default::default(),
+            schedules: Default::default(),
             canaries_per_request: config.canaries_per_request,
             snapshots: RwLock::new(BTreeMap::new()),
             opening: Default::default(),

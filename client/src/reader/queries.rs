@@ -78,13 +78,8 @@ impl PrivateReader {
         unknown.sort_unstable();
         unknown.dedup();
         let unheld = keys.len() - present.len();
-        let kept = match self.kept_as_fresh {
-            true => {
-                let distinct: std::collections::HashSet<&B256> = present.iter().collect();
-                distinct.len() - unknown.len()
-            }
-            false => 0,
-        };
+        let distinct: std::collections::HashSet<&B256> = present.iter().collect();
+        let kept = distinct.len() - unknown.len();
         Part {
             levels,
             keys,
@@ -92,6 +87,7 @@ impl PrivateReader {
             unknown,
             unheld,
             kept,
+            kept_asks: self.kept_as_fresh,
         }
     }
 
@@ -114,16 +110,27 @@ impl PrivateReader {
             unknown,
             unheld,
             kept,
+            kept_asks,
         } = part;
         if levels.is_empty() || (keys.is_empty() && !force) {
             return Ok(Vec::new());
         }
-        // Kept answers to look fresh: a random key in place of each, so
-        // the request is the one a first read would send.
-        let unheld = unheld + kept;
+        // A request that goes (for keys not answered before, or kept
+        // answers that are to look fresh) asks a random key in place of
+        // each kept answer: its query count is the one a first read sends,
+        // whatever was read before.
+        let goes = !unknown.is_empty() || unheld > 0 || force || kept_asks;
+        let unheld = unheld + if goes { kept } else { 0 };
         let nothing = unknown.is_empty() && unheld == 0;
         let fresh = match nothing && !force {
-            true => vec![HashMap::new(); levels.len()],
+            true => {
+                // Answered from kept answers: released no sooner than a
+                // request would have been.
+                if self.kept_delay {
+                    tokio::time::sleep(self.fresh_like_delay()).await;
+                }
+                vec![HashMap::new(); levels.len()]
+            }
             false => {
                 let unheld = unheld + usize::from(nothing);
                 self.request(levels, &unknown, unheld, pad_to).await?
@@ -212,6 +219,9 @@ impl PrivateReader {
         let per_level = level_keys.first().map_or(0, Vec::len);
         self.largest_request
             .fetch_max(per_level, std::sync::atomic::Ordering::Relaxed);
+        self.last_rung
+            .store(per_level, std::sync::atomic::Ordering::Relaxed);
+        let started = std::time::Instant::now();
         for ((_, snap), keys) in levels.iter().zip(level_keys) {
             let mut queries = Vec::with_capacity(keys.len());
             let mut level_pendings = Vec::with_capacity(keys.len());
@@ -241,6 +251,7 @@ impl PrivateReader {
             levels.iter().map(|(_, s)| s.response_bytes(per_level)),
         );
         let body = self.post_query(request, expected).await?;
+        self.timed_request(started.elapsed());
         let answers = protocol::multi::decode_response(&body)
             .map_err(|e| ReadError::Unverifiable(format!("malformed response: {e}")))?;
         if answers.len() != levels.len() {

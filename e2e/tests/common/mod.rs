@@ -725,3 +725,24 @@ impl Stack {
         }
     }
 }
+
+/// What the viem script `e2e/js/<script>` prints (one JSON value) when run
+/// against `url` with `spec`, with the installed viem package.
+pub fn viem_script(script: &str, url: &str, spec: &serde_json::Value) -> serde_json::Value {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("js")
+        .join(script);
+    let out = std::process::Command::new("node")
+        .arg(&path)
+        .arg(url)
+        .arg(spec.to_string())
+        .env("VIEM", test_support::node_modules().join("viem"))
+        .output()
+        .expect("node runs (install Node.js)");
+    assert!(
+        out.status.success(),
+        "viem failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}

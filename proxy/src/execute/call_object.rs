@@ -1,6 +1,7 @@
 //! The call objects of `eth_call` (as wallets send them) and the node's
 //! answers to a call that ended (its data, or geth's error).
 
+use super::geth::{geth_field_names, GethError};
 use super::*;
 
 /// The call object of `eth_call`: what the call runs with, of every
@@ -80,113 +81,6 @@ pub(super) const MAX_AUTHORIZATIONS: usize = (call_exec::GAS_CAP / 25_000) as us
 /// is bounded by the request's size already, this by work).
 pub(super) const MAX_LISTED: usize = 4_096;
 
-/// Every field name of the call objects and of `eth_simulateV1`'s options
-/// as geth names them. geth reads JSON as Go does, matching a key to a
-/// field whatever its case (`"TO"`, `"MaxFeePerGas"`), so
-/// [`geth_field_names`] renames such keys to these before they are read.
-const GETH_FIELDS: &[&str] = &[
-    // A call (`TransactionArgs`), its access list and authorizations.
-    "from",
-    "to",
-    "gas",
-    "gasPrice",
-    "maxFeePerGas",
-    "maxPriorityFeePerGas",
-    "maxFeePerBlobGas",
-    "value",
-    "nonce",
-    "data",
-    "input",
-    "chainId",
-    "type",
-    "accessList",
-    "authorizationList",
-    "blobVersionedHashes",
-    "blobs",
-    "address",
-    "storageKeys",
-    "yParity",
-    "r",
-    "s",
-    // eth_simulateV1: the options, a block's overrides and withdrawals,
-    // an account's overrides.
-    "blockStateCalls",
-    "traceTransfers",
-    "validation",
-    "returnFullTransactions",
-    "blockOverrides",
-    "stateOverrides",
-    "calls",
-    "number",
-    "difficulty",
-    "time",
-    "gasLimit",
-    "feeRecipient",
-    "prevRandao",
-    "baseFeePerGas",
-    "blobBaseFee",
-    "beaconRoot",
-    "withdrawals",
-    "index",
-    "validatorIndex",
-    "amount",
-    "code",
-    "balance",
-    "state",
-    "stateDiff",
-    "movePrecompileToAddress",
-];
-
-/// Whether `key` names `field` as Go's JSON compares them
-/// (`bytes.EqualFold`): ASCII letters in either case, and the two other
-/// letters that fold to an ASCII one (the Kelvin sign to `k`, the long s
-/// to `s`). `field` is ASCII.
-fn go_names(key: &str, field: &str) -> bool {
-    let folded = key.chars().map(|c| match c {
-        '\u{212A}' => 'k',
-        '\u{017F}' => 's',
-        c => c.to_ascii_lowercase(),
-    });
-    folded.eq(field.chars().map(|c| c.to_ascii_lowercase()))
-}
-
-/// The longest of [`GETH_FIELDS`], in characters: a longer key names none.
-const LONGEST_FIELD: usize = 23;
-
-/// `value` with every key of its objects, at any depth, that names a field
-/// of [`GETH_FIELDS`] but for case renamed to that field, as geth reads
-/// it. `None` when two keys of one object then name the same field: Go
-/// keeps the later of the two, an order a JSON map here does not keep.
-/// Keys that are data (the addresses of state overrides, slots) name no
-/// field and are kept.
-pub(super) fn geth_field_names(value: Value) -> Option<Value> {
-    match value {
-        Value::Object(map) => {
-            let mut named = serde_json::Map::new();
-            for (key, inner) in map {
-                let field = match key.len() > 3 * LONGEST_FIELD {
-                    true => None,
-                    false => GETH_FIELDS.iter().find(|f| go_names(&key, f)),
-                };
-                let key = match field {
-                    Some(field) => field.to_string(),
-                    None => key,
-                };
-                if named.insert(key, geth_field_names(inner)?).is_some() {
-                    return None;
-                }
-            }
-            Some(Value::Object(named))
-        }
-        Value::Array(items) => items
-            .into_iter()
-            .map(geth_field_names)
-            .collect::<Option<_>>()
-            .map(Value::Array),
-        other => Some(other),
-    }
-}
-
 /// The call `eth_call(params)` asks for (or `eth_estimateGas`'s,
 /// `eth_createAccessList`'s), and at which block, when it can be executed
 /// here: `data` and `input` the same where both are given, at most
@@ -195,20 +89,24 @@ pub(super) fn geth_field_names(value: Value) -> Option<Value> {
 pub fn call_of(
     params: Option<&RawValue>,
     max_params: usize,
-) -> Option<Result<(CallArgs, BlockSelector), super::simulate::GethError>> {
+) -> Option<Result<(CallArgs, BlockSelector), GethError>> {
     let params: Vec<Value> = serde_json::from_str(params?.get()).ok()?;
-    if params.is_empty() || params.len() > max_params {
+    if params.is_empty() {
         return None;
     }
+    if params.len() > max_params {
+        let many = format!("too many arguments, want at most {max_params}");
+        return Some(Err(GethError::new(-32602, many)));
+    }
     let overrides = match params.get(2) {
-        Some(value) => match super::simulate::state_overrides_of(value) {
+        Some(value) => match super::overrides::state_overrides_of(value) {
             Ok(overrides) => overrides,
             Err(e) => return Some(Err(e)),
         },
         None => Vec::new(),
     };
     let block_overrides = match params.get(3) {
-        Some(value) => match super::simulate::call_block_overrides_of(value) {
+        Some(value) => match super::overrides::call_block_overrides_of(value) {
             Ok(overrides) => overrides,
             Err(e) => return Some(Err(e)),
         },
@@ -272,6 +170,8 @@ fn call_args(
         max_fee_per_blob_gas: fee(object.max_fee_per_blob_gas)?,
         overrides,
         block_overrides,
+        // The method's, set by its caller.
+        override_rules: Default::default(),
     };
     Some((args, block))
 }
@@ -313,6 +213,7 @@ pub(super) fn revert_message(data: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::super::geth::{GETH_FIELDS, LONGEST_FIELD};
     use super::*;
     use serde_json::json;
 
@@ -365,11 +266,10 @@ mod tests {
         let auths: Vec<Value> = (0..=MAX_AUTHORIZATIONS).map(|_| auth.clone()).collect();
         let delegating = json!([{"to": to, "authorizationList": auths}]);
         assert!(call(&delegating).is_none());
-        // Differing data and input, unknown fields, past four parameters.
+        // Differing data and input, unknown fields.
         for params in [
             json!([{"to": to, "data": "0x00", "input": "0x01"}]),
             json!([{"to": to, "blobs": []}]),
-            json!([{"to": to}, "latest", {}, {}, {}]),
         ] {
             assert!(call(&params).is_none(), "{params}");
         }
@@ -405,9 +305,12 @@ mod tests {
             let refused = call_of(Some(&raw(params.clone())), 4).unwrap();
             assert_eq!(refused.map(|_| ()).unwrap_err().code, code, "{params}");
         }
-        // An access list takes no block overrides.
+        // Past four parameters (three for an access list, which takes no
+        // block overrides): geth's error.
         let four = json!([{"to": to}, "latest", {}, {}]);
-        assert!(call_of(Some(&raw(four)), 3).is_none());
+        let refused = call_of(Some(&raw(four.clone())), 3).unwrap();
+        assert_eq!(refused.map(|_| ()).unwrap_err().code, -32602);
+        assert!(call_of(Some(&raw(four)), 4).unwrap().is_ok());
     }
 
     #[test]

@@ -31,13 +31,17 @@ pub fn estimate_answer(estimated: &Estimated) -> Result<Value, jsonrpsee::types:
 }
 
 /// The most gas an estimate may give: the call's own gas, else the
-/// block's gas limit (the gas cap without a header), never past the cap.
+/// block's gas limit (overridden, or the header's; the gas cap without
+/// either), never past the cap.
 fn ceiling(session: &Session, args: &CallArgs) -> u64 {
-    let block = session
-        .block
-        .header
-        .as_ref()
-        .map_or(call_exec::GAS_CAP, |h| h.gas_limit);
+    let overridden = args.block_overrides.as_ref().and_then(|o| o.gas_limit);
+    let block = overridden.unwrap_or_else(|| {
+        session
+            .block
+            .header
+            .as_ref()
+            .map_or(call_exec::GAS_CAP, |h| h.gas_limit)
+    });
     args.gas
         .filter(|g| *g >= TX_GAS)
         .unwrap_or(block)

@@ -45,12 +45,15 @@ use crate::upstream::Upstream;
 mod access_list;
 mod call_object;
 mod estimate;
+mod geth;
+mod overrides;
 mod simulate;
 
 pub use access_list::access_list_answer;
 pub use call_object::{call_of, node_answer};
 pub use estimate::{estimate_answer, Estimated};
-pub use simulate::{simulate_answer, simulation_of, GethError};
+pub use geth::GethError;
+pub use simulate::{simulate_answer, simulation_of};
 
 /// Most runs of one call (the first included). A token's balance takes
 /// 2-3; issue 48 reports a multisig's owner list at 6, a concentrated-
@@ -142,9 +145,8 @@ pub struct Session {
     /// A run passed the request's EVM time ([`EVM_TIMEOUT`]): the request
     /// is answered with geth's timeout error, whatever it was doing.
     timed_out: bool,
-    /// When it was opened (its padding rounds are spaced by its rounds'
-    /// mean time).
-    started: std::time::Instant,
+    /// The query count of each round that sent a request.
+    rungs: Vec<usize>,
 }
 
 /// A call's state while it runs: what it read, and the accounts whose
@@ -185,13 +187,14 @@ impl Reads {
 /// The keys the last call of each (contract, selector) read, kept here
 /// and never sent: the next such call asks them in its first round, so
 /// that a deep call (a proxy's implementation, then its code, then
-/// mappings; a router's pools, ticks and tokens) settles in one or two
-/// rounds instead of one per level of dependency. Only what the last
-/// answered run used is kept (the keys its EVM touched, not every key
-/// asked): a `balanceOf` of a new holder then asks the token's keys and
-/// the last holder's word, never the words of every holder asked before,
-/// so a busy wallet's calls do not grow, and the count of first-round
-/// queries says nothing of how many distinct arguments came before.
+/// mappings; a router's pools, ticks and tokens) settles in fewer rounds
+/// than one per level of dependency. Only what the last answered run used
+/// and what named no one in it is kept (the keys its EVM touched, not
+/// every key asked; never the last holder's word): a `balanceOf` of a
+/// holder asks the token's shared keys first whoever it is, so a repeat of
+/// the same holder takes the rounds a first read takes, a busy wallet's
+/// calls do not grow, and the count of first-round queries says nothing
+/// of how many distinct arguments came before.
 /// Bounded: [`LEARNED_CALLS`] calls, each at most [`LEARNED_KEYS`] keys
 /// (a run that used more, or hit a bound, is not learned from), and the
 /// learned keys never count towards a call's [`MAX_KEYS`].
@@ -247,10 +250,14 @@ impl Learned {
                 .get(contract)
                 .is_some_and(|slots| slots.contains(slot)),
         };
+        // Only keys that named no one: a key that named the last call's
+        // wallet (its balance's slot) asked again in the next call's first
+        // round would settle a repeat of the same holder a round sooner
+        // than a first read, which the server sees.
         let keys: Vec<(ReadKey, bool)> = asked
             .iter()
-            .filter(|k| used(k))
-            .map(|k| (*k, shared.contains(k)))
+            .filter(|k| used(k) && shared.contains(k))
+            .map(|k| (*k, true))
             .collect();
         let Some(shape) = Self::of(args) else {
             return;
@@ -408,7 +415,7 @@ impl Executor {
             inner_apart: 0,
             evm_time: std::time::Duration::ZERO,
             timed_out: false,
-            started: std::time::Instant::now(),
+            rungs: Vec::new(),
         };
         // Reads made ahead (a JSON-RPC batch's) count only where they are
         // of this view's block: the newest view may have moved since.
@@ -453,14 +460,12 @@ impl Executor {
         }
         let (mut pending, mut learned_from) = self.first_round(first, args, &mut session.reads);
         for _ in 0..MAX_ROUNDS {
-            let reads = &mut session.reads;
-            let round = self.read_round(&session.view, reads, pending, learned_from);
-            if let Some(why) = round.await? {
+            if let Some(why) = self.session_round(session, pending, learned_from).await? {
                 return Ok(Err(why));
             }
             learned_from = usize::MAX;
             session.rounds += 1;
-            let known = std::mem::take(&mut reads.known);
+            let known = std::mem::take(&mut session.reads.known);
             let run = Run {
                 block: session.block.clone(),
                 spec: session.spec,
@@ -563,7 +568,9 @@ impl Executor {
             }
             let names = match key {
                 ReadKey::Account(a) => named.names_account(&a),
-                ReadKey::Slot { .. } | ReadKey::HighPart { .. } => false,
+                ReadKey::Slot { contract, slot } | ReadKey::HighPart { contract, slot } => {
+                    named.names(&Need::Slot { contract, slot })
+                }
             };
             if shared && !names {
                 reads.shared.insert(key);
@@ -587,6 +594,24 @@ impl Executor {
             inner_apart: session.inner_apart,
             snapshot: session.view.top(),
         }
+    }
+
+    /// [`Self::read_round`] of `session`, noting the round's query count
+    /// when it sent a request (its padding rounds copy the last).
+    async fn session_round(
+        &self,
+        session: &mut Session,
+        keys: Vec<ReadKey>,
+        learned_from: usize,
+    ) -> Result<Option<String>, ReadError> {
+        let before = self.reader.lookup_rounds();
+        let why = self
+            .read_round(&session.view, &mut session.reads, keys, learned_from)
+            .await?;
+        if self.reader.lookup_rounds() > before {
+            session.rungs.push(self.reader.last_rung());
+        }
+        Ok(why)
     }
 
     /// Reads `keys` (those not known yet) in one request, and the code of
@@ -831,30 +856,49 @@ impl Executor {
 }
 
 impl Executor {
-    /// The PIR requests `session` sent, padded up to `pad_rounds_to` with
-    /// cover lookups when it sent any.
+    /// The PIR requests `session` sent, padded when it sent any: up to
+    /// `pad_rounds_to` rounds, or the next of its doublings past the
+    /// rounds it sent (a fixed ladder of round counts), each padding round
+    /// with the query count of the last real one, sent one after another
+    /// at the session's view and waited for, so that the answer is
+    /// released when the schedule has run (a page timing the call through
+    /// the wallet extension sees the padded schedule's time). The rounds'
+    /// counts are noted for cover requests to replay. (Rounds of other
+    /// requests running at the same time count too: under concurrency a
+    /// request may be padded less.)
     async fn pad_requests(&self, session: &Session) -> u64 {
-        // Padded in rounds (a round is one or two requests: with a hot
-        // tier under PIR levels, two, and so is a cover lookup). (Rounds
-        // of other calls running at the same time count too: under
-        // concurrency a call may be padded less.) The padding rounds read
-        // the call's view and are spaced as its real rounds were, one
-        // after another; the answer does not wait for them.
         let sent = self.reader.lookup_rounds() - session.rounds_before;
-        let padding = (self.pad_rounds_to as u64).saturating_sub(sent);
-        if sent > 0 && padding > 0 {
-            let reader = self.reader.clone();
+        if sent > 0 {
+            let target = round_count(sent, self.pad_rounds_to as u64);
+            let rung = session
+                .rungs
+                .last()
+                .copied()
+                .unwrap_or_else(|| self.reader.last_rung());
             let at = BlockSelector::Number(session.view.view.block);
-            let gap = session.started.elapsed() / u32::try_from(sent).unwrap_or(u32::MAX);
-            tokio::spawn(async move {
-                for _ in 0..padding {
-                    tokio::time::sleep(gap).await;
-                    reader.cover_lookup_at(&at).await;
-                }
-            });
+            for _ in sent..target {
+                self.reader.pad_round(&at, rung).await;
+            }
+            let padding = usize::try_from(target - sent).unwrap_or(0);
+            let mut schedule = session.rungs.clone();
+            schedule.extend(std::iter::repeat_n(rung, padding));
+            self.reader.note_schedule(schedule);
         }
         self.reader.lookup_requests() - session.requests_before
     }
+}
+
+/// The rounds a request that sent `sent` is padded to: `least` (1: no
+/// padding), or the next of `2 least, 4 least, ...` that holds them.
+fn round_count(sent: u64, least: u64) -> u64 {
+    if least <= 1 {
+        return sent;
+    }
+    let mut count = least;
+    while count < sent {
+        count = count.saturating_mul(2);
+    }
+    count
 }
 
 /// What a method run here cost, logged (names the contract at debug,

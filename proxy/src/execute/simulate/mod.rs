@@ -20,52 +20,16 @@ mod answer;
 mod params;
 
 pub use answer::simulate_answer;
-pub use params::{call_block_overrides_of, simulation_of, state_overrides_of, SimRequest};
+pub use params::{simulation_of, SimRequest};
 
 use call_exec::simulate::{BaseBlock, SimBlockDone, SimOutcome, Simulation};
 
 use super::*;
 
-/// An error as geth gives it for `eth_simulateV1` (the whole request
-/// fails).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GethError {
-    pub code: i32,
-    pub message: String,
-}
-
-/// The code of what is not simulated here (the request is refused, never
-/// sent upstream): the gate's.
-pub const NOT_DONE_HERE: i32 = -32601;
+pub use super::geth::GethError;
 
 /// geth's code for a simulation past its EVM time (an internal error).
 const TIMED_OUT: i32 = -32603;
-
-impl GethError {
-    fn new(code: i32, message: String) -> Self {
-        GethError { code, message }
-    }
-
-    fn unsupported(what: &str) -> Self {
-        GethError::new(
-            NOT_DONE_HERE,
-            format!("eth_simulateV1 runs here, privately, and does not simulate {what}"),
-        )
-    }
-
-    /// What `eth_call`, `eth_estimateGas` and `eth_createAccessList` do
-    /// not run here (refused, never sent upstream).
-    pub fn not_run(what: &str) -> Self {
-        GethError::new(
-            NOT_DONE_HERE,
-            format!("this call runs here, privately, and {what} is not run here"),
-        )
-    }
-
-    pub fn into_object(self) -> jsonrpsee::types::ErrorObjectOwned {
-        jsonrpsee::types::ErrorObjectOwned::owned(self.code, self.message, None::<()>)
-    }
-}
 
 /// What a simulation gave: geth's error, or its blocks.
 pub enum Simulated {
@@ -146,8 +110,7 @@ impl Executor {
     ) -> Result<Result<Result<Vec<SimBlockDone>, GethError>, String>, ReadError> {
         let mut pending = first_keys(simulation);
         for _ in 0..MAX_ROUNDS {
-            let round = self.read_round(&session.view, &mut session.reads, pending, usize::MAX);
-            if let Some(why) = round.await? {
+            if let Some(why) = self.session_round(session, pending, usize::MAX).await? {
                 return Ok(Err(why));
             }
             session.rounds += 1;

@@ -16,19 +16,19 @@ use serde_json::Value;
 use super::super::call_object::{
     AccessListEntry, AuthorizationEntry, MAX_AUTHORIZATIONS, MAX_LISTED,
 };
-use super::GethError;
+use super::super::geth::{geth_field_names, GethError};
+use super::super::overrides::{
+    account_override, BlockOverrides, OverrideJson, WithdrawalJson, MAX_OVERRIDES,
+};
 
 /// geth's most blocks in one request (gaps filled included).
 pub const MAX_BLOCKS: u64 = 256;
 /// geth's most calls in one block, and in one request.
 const MAX_CALLS_PER_BLOCK: usize = 5_000;
 const MAX_CALLS: usize = 10_000;
-/// Most accounts one block overrides, words one override sets, and
-/// withdrawals one block credits (a bound on work; geth's is the
+/// Most withdrawals one block credits (a bound on work; geth's is the
 /// request's size).
-const MAX_OVERRIDES: usize = 1_024;
 const MAX_WITHDRAWALS: usize = 1_024;
-const MAX_WORDS: usize = 4_096;
 /// geth's timestamp step between simulated blocks.
 const TIME_STEP: u64 = 12;
 
@@ -51,47 +51,6 @@ struct BlockJson {
     block_overrides: Option<BlockOverrides>,
     state_overrides: Option<BTreeMap<Address, OverrideJson>>,
     calls: Option<Vec<CallJson>>,
-}
-
-/// A block's overrides as named.
-#[derive(Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BlockOverrides {
-    number: Option<U256>,
-    difficulty: Option<U256>,
-    time: Option<U64>,
-    gas_limit: Option<U64>,
-    fee_recipient: Option<Address>,
-    prev_randao: Option<B256>,
-    base_fee_per_gas: Option<U256>,
-    blob_base_fee: Option<U256>,
-    beacon_root: Option<B256>,
-    withdrawals: Option<Vec<WithdrawalJson>>,
-}
-
-/// A withdrawal (every field may be left out, as geth reads it).
-#[derive(Clone, Copy, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct WithdrawalJson {
-    #[serde(default)]
-    index: U64,
-    #[serde(default)]
-    validator_index: U64,
-    #[serde(default)]
-    address: Address,
-    #[serde(default)]
-    amount: U64,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct OverrideJson {
-    nonce: Option<U64>,
-    code: Option<Bytes>,
-    balance: Option<U256>,
-    state: Option<BTreeMap<B256, B256>>,
-    state_diff: Option<BTreeMap<B256, B256>>,
-    move_precompile_to_address: Option<Address>,
 }
 
 #[derive(Deserialize)]
@@ -212,7 +171,7 @@ fn options_of(value: &Value) -> Result<Options, GethError> {
             return_full_transactions: false,
         }),
         value => {
-            let named = super::super::call_object::geth_field_names(value.clone())
+            let named = geth_field_names(value.clone())
                 .ok_or_else(|| GethError::unsupported("an object naming one field twice"))?;
             serde_json::from_value(named).map_err(|e| invalid(format!("invalid argument 0: {e}")))
         }
@@ -260,96 +219,6 @@ fn requested_block(block: BlockJson) -> Result<RequestedBlock, GethError> {
         state,
         calls,
         signed,
-    })
-}
-
-/// The state overrides of `eth_call`, `eth_estimateGas` and
-/// `eth_createAccessList` (their third parameter: an account's fields by
-/// address), read as geth reads them and as `eth_simulateV1`'s blocks
-/// name theirs; in ascending address order.
-pub fn state_overrides_of(value: &Value) -> Result<Vec<(Address, AccountOverride)>, GethError> {
-    if value.is_null() {
-        return Ok(Vec::new());
-    }
-    let named = super::super::call_object::geth_field_names(value.clone())
-        .ok_or_else(|| GethError::not_run("an object naming one field twice"))?;
-    let accounts: BTreeMap<Address, OverrideJson> =
-        serde_json::from_value(named).map_err(|e| invalid(format!("invalid argument 2: {e}")))?;
-    if accounts.len() > MAX_OVERRIDES {
-        return Err(invalid(format!(
-            "more than {MAX_OVERRIDES} accounts overridden"
-        )));
-    }
-    accounts
-        .into_iter()
-        .map(|(address, o)| Ok((address, account_override(o)?)))
-        .collect()
-}
-
-/// The block overrides of `eth_call` and `eth_estimateGas` (their fourth
-/// parameter), as geth reads them; geth's error for the two it refuses
-/// for these methods.
-pub fn call_block_overrides_of(
-    value: &Value,
-) -> Result<Option<call_exec::overrides::BlockOverrides>, GethError> {
-    if value.is_null() {
-        return Ok(None);
-    }
-    let named = super::super::call_object::geth_field_names(value.clone())
-        .ok_or_else(|| GethError::not_run("an object naming one field twice"))?;
-    let o: BlockOverrides =
-        serde_json::from_value(named).map_err(|e| invalid(format!("invalid argument 3: {e}")))?;
-    let refused = |field: &str| {
-        GethError::new(
-            -32000,
-            format!("block override \"{field}\" is not supported for this RPC method"),
-        )
-    };
-    if o.beacon_root.is_some() {
-        return Err(refused("beaconRoot"));
-    }
-    if o.withdrawals.is_some() {
-        return Err(refused("withdrawals"));
-    }
-    let past =
-        |what: &str| GethError::not_run(&format!("a block override of the {what} past 64 bits"));
-    Ok(Some(call_exec::overrides::BlockOverrides {
-        number: o
-            .number
-            .map(|n| u64::try_from(n).map_err(|_| past("number")))
-            .transpose()?,
-        difficulty: o.difficulty,
-        time: o.time.map(|t| t.to()),
-        gas_limit: o.gas_limit.map(|g| g.to()),
-        fee_recipient: o.fee_recipient,
-        prev_randao: o.prev_randao,
-        base_fee: o
-            .base_fee_per_gas
-            .map(|f| u64::try_from(f).map_err(|_| past("base fee")))
-            .transpose()?,
-        blob_base_fee: o
-            .blob_base_fee
-            .map(|f| u128::try_from(f).map_err(|_| past("blob base fee")))
-            .transpose()?,
-    }))
-}
-
-fn account_override(o: OverrideJson) -> Result<AccountOverride, GethError> {
-    let words = |map: Option<BTreeMap<B256, B256>>| -> Result<_, GethError> {
-        match map {
-            Some(m) if m.len() > MAX_WORDS => Err(invalid(format!(
-                "more than {MAX_WORDS} storage words overridden"
-            ))),
-            m => Ok(m.map(|m| m.into_iter().collect())),
-        }
-    };
-    Ok(AccountOverride {
-        balance: o.balance,
-        nonce: o.nonce.map(|n| n.to()),
-        code: o.code,
-        state: words(o.state)?,
-        state_diff: words(o.state_diff)?,
-        move_precompile_to: o.move_precompile_to_address,
     })
 }
 
@@ -559,7 +428,7 @@ mod tests {
         let twice = json!([{"blockStateCalls": [{"calls": [{"to": to, "To": to}]}]}]);
         assert_eq!(
             simulation(twice).err().map(|e| e.code),
-            Some(super::super::NOT_DONE_HERE)
+            Some(super::super::geth::NOT_DONE_HERE)
         );
     }
 }

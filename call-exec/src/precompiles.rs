@@ -1,8 +1,8 @@
-//! A simulated block's precompiles as geth's state overrides leave them:
-//! a precompile whose address is overridden is no precompile in that
-//! block (its address runs the account's code, if any), and one moved
-//! (`movePrecompileToAddress`) runs at its new address. The set is made
-//! again for every block. The addresses warm at a transaction's start
+//! The precompiles as geth's state overrides leave them (a call's, or a
+//! simulated block's): a precompile whose address is overridden is no
+//! precompile there (its address runs the account's code, if any), and
+//! one moved (`movePrecompileToAddress`) runs at its new address. The set
+//! is made again for every call and every simulated block. The addresses warm at a transaction's start
 //! stay the fork's own (geth warms those, not the moved ones).
 
 use std::collections::{HashMap, HashSet};
