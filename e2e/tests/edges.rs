@@ -348,6 +348,16 @@ async fn logs_naming_the_holder_stay_private(
         let logs = reply(proxy, "eth_getFilterLogs", json!([id])).await;
         assert_eq!(logs["result"], node, "{filter}: {logs}");
     }
+    // A topic that names someone without being an address (an NFT's token
+    // id, an ENS node): not sent either, matched here.
+    let id = format!("0x{}", "ab".repeat(32));
+    let by_id = json!({"fromBlock": "0x0", "topics": [TRANSFER, null, null, id]});
+    let v = reply(proxy, "eth_getLogs", json!([by_id])).await;
+    assert_eq!(
+        v["result"],
+        chain.anvil.rpc("eth_getLogs", json!([by_id])).await,
+        "{v}"
+    );
     let one = reply(proxy, "eth_getLogs", json!([naming_holder()])).await;
     assert_eq!(one["result"].as_array().map(Vec::len), Some(1), "{one}");
     let wide = json!({"fromBlock": "0x0", "toBlock": "0x400", "topics": [TRANSFER, null, topic(holder())]});
@@ -366,6 +376,12 @@ async fn logs_naming_the_holder_stay_private(
         "read widened upstream"
     );
     assert!(!names(&seen, holder()), "{seen:?}");
+    assert!(
+        !seen
+            .iter()
+            .any(|c| c.to_string().contains(&"ab".repeat(32))),
+        "the token id reached the node: {seen:?}"
+    );
 }
 
 /// Filter ids are the proxy's own: the node knows none of them, and a

@@ -325,8 +325,12 @@ fn trace_options_read_no_state(options: Option<&Value>) -> bool {
 /// not judged to name no address).
 pub const FILTER_FIELDS: [&str; 5] = ["address", "topics", "fromBlock", "toBlock", "blockHash"];
 
-/// Whether a log filter names no address: only known fields, no
-/// `address`, and every topic a 32-byte word that does not hold one.
+/// Whether a log filter names nothing of a wallet's: only known fields,
+/// no `address`, and no topic but the event's signature (position 0, a
+/// word that holds no address). A topic past it may name a wallet without
+/// being an address (an NFT's token id, an ENS node, a hash of an
+/// account): while the gate is closed, such a filter goes upstream
+/// widened and is matched here.
 pub fn filter_names_no_address(filter: &Value) -> bool {
     let Some(object) = filter.as_object() else {
         return false;
@@ -340,16 +344,16 @@ pub fn filter_names_no_address(filter: &Value) -> bool {
         Some(_) => false,
     };
     let plain = |w: &Value| w.as_str().is_some_and(|s| word_of(s) == Some(false));
-    let no_topic_address = match object.get("topics") {
+    let signature_only = match object.get("topics") {
         None | Some(Value::Null) => true,
-        Some(Value::Array(topics)) => topics.iter().all(|t| match t {
+        Some(Value::Array(topics)) => topics.iter().enumerate().all(|(i, t)| match t {
             Value::Null => true,
-            Value::Array(any) => any.iter().all(plain),
-            other => plain(other),
+            Value::Array(any) => i == 0 && any.iter().all(plain),
+            other => i == 0 && plain(other),
         }),
         Some(_) => false,
     };
-    no_address && no_topic_address
+    no_address && signature_only
 }
 
 /// A topic's reading: `Some(true)` a 32-byte word holding an address (12

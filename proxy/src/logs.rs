@@ -401,10 +401,10 @@ impl LogFilter {
 }
 
 /// The filter sent upstream instead of `filter`: no `address`, and every
-/// topic position that holds an address (alone or among others) left
-/// open; the rest (blocks, other topics) as sent; with what the node's
-/// logs are matched against here. `None` when `filter` names no address
-/// (it goes as it is).
+/// topic position but the event's signature left open (and that one too
+/// where it holds an address); the blocks as sent; with what the node's
+/// logs are matched against here. `None` when `filter` names nothing of
+/// a wallet's (it goes as it is).
 pub fn widened(filter: &Value) -> Result<Option<(Value, LogFilter)>, FilterError> {
     let wanted = LogFilter::of(filter)?;
     if filter_names_no_address(filter) {
@@ -414,13 +414,13 @@ pub fn widened(filter: &Value) -> Result<Option<(Value, LogFilter)>, FilterError
     let object = wide.as_object_mut().ok_or(FilterError::NotAnObject)?;
     object.remove("address");
     if let Some(Value::Array(positions)) = object.get_mut("topics") {
-        for p in positions.iter_mut() {
+        for (i, p) in positions.iter_mut().enumerate() {
             let holds_address = match &*p {
                 Value::String(s) => is_address_word(s),
                 Value::Array(any) => any.iter().any(|w| w.as_str().is_some_and(is_address_word)),
                 _ => false,
             };
-            if holds_address {
+            if i > 0 || holds_address {
                 *p = Value::Null;
             }
         }
@@ -522,6 +522,14 @@ mod tests {
             widened(&either).unwrap().unwrap().0,
             json!({"topics": [TRANSFER, null]})
         );
+        // A topic that names a wallet without being an address (an NFT's
+        // token id): opened too, matched here.
+        let token_id = format!("0x{:064x}", 1234);
+        let nft = json!({"topics": [TRANSFER, null, null, token_id]});
+        let (wide, wanted) = widened(&nft).unwrap().unwrap();
+        assert_eq!(wide, json!({"topics": [TRANSFER, null, null, null]}));
+        assert!(wanted.matches(&log(token, &[TRANSFER, OTHER, HOLDER, &token_id])));
+        assert!(!wanted.matches(&log(token, &[TRANSFER, OTHER, HOLDER, TRANSFER])));
         let f = LogFilter::of(&either).unwrap();
         assert!(f.matches(&log(token, &[TRANSFER, OTHER])));
         assert!(!f.matches(&log(token, &[TRANSFER])));

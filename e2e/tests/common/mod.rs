@@ -254,7 +254,14 @@ pub async fn start_relay_refusing(
     let calls = Arc::new(Mutex::new(Vec::new()));
     let state = Relay {
         target: target.trim_end_matches('/').to_string(),
-        http: reqwest::Client::new(),
+        // A connection of its own for every request: a pooled one that the
+        // target closed while idle (anvil's server does) could be taken
+        // just as it closes, and the relay would answer 502 to a request
+        // the target never saw.
+        http: reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .build()
+            .expect("a client"),
         seen: seen.clone(),
         calls: calls.clone(),
         rewrite,
