@@ -88,8 +88,10 @@ impl Naming {
             unscanned |= code.len() > CALL_DATA_SCANNED;
             let code = &code[..code.len().min(CALL_DATA_SCANNED)];
             accounts.extend(code.windows(20).map(Address::from_slice));
+            // Every word's last 20 bytes (a packed word holds an owner
+            // behind a timestamp: ERC721A's).
             let words = over.state.iter().chain(&over.state_diff).flatten();
-            accounts.extend(words.filter_map(|(_, v)| abi_address(v.as_slice())));
+            accounts.extend(words.map(|(_, v)| Address::from_slice(&v[12..])));
         }
         accounts.remove(&Address::ZERO);
         accounts.extend(&own);

@@ -93,8 +93,8 @@ use ethpir_client::{BlockSelector, ReadError};
 pub struct ForwardPolicy {
     pub reader: Arc<PrivateReader>,
     pub upstream: Option<Arc<Upstream>>,
-    /// Where `eth_sendRawTransaction` goes instead of the upstream
-    /// (`send_upstream`); nothing else goes there.
+    /// Where sends go instead of the upstream (`send_upstream`:
+    /// [`SEND_METHODS`]); nothing else goes there.
     pub sends: Option<Arc<Upstream>>,
     /// Methods the proxy answers itself.
     pub local: HashSet<&'static str>,
@@ -210,8 +210,27 @@ fn is_own(method: &str) -> bool {
     method.starts_with("ethpir_")
 }
 
-/// The method that goes to `send_upstream` where one is set.
-const SEND_METHOD: &str = "eth_sendRawTransaction";
+/// The methods that carry a transaction to be sent: to `send_upstream`
+/// where one is set, never to the upstream that serves the reads.
+const SEND_METHODS: [&str; 6] = [
+    "eth_sendRawTransaction",
+    "eth_sendTransaction",
+    "eth_sendRawTransactionSync",
+    "eth_sendRawTransactionConditional",
+    "eth_sendBundle",
+    "eth_sendPrivateTransaction",
+];
+
+impl ForwardPolicy {
+    /// Where `method` goes: a send to the send endpoint when there is one,
+    /// everything else to the upstream.
+    fn upstream_for(&self, method: &str) -> Option<&Arc<Upstream>> {
+        match &self.sends {
+            Some(sends) if SEND_METHODS.contains(&method) => Some(sends),
+            _ => self.upstream.as_ref(),
+        }
+    }
+}
 
 /// Methods only the user may call: never run for a request from a
 /// browser ([`crate::browser::FromBrowser`]).
@@ -585,11 +604,7 @@ where
     /// Sends `call` upstream (recorded, with why) where the gate admits
     /// it.
     async fn forward(&self, call: CallCopy, reason: Reason) -> MethodResponse {
-        let to = match (&self.policy.sends, call.method.as_str()) {
-            (Some(sends), SEND_METHOD) => Some(sends),
-            _ => self.policy.upstream.as_ref(),
-        };
-        let Some(upstream) = to else {
+        let Some(upstream) = self.policy.upstream_for(&call.method) else {
             return MethodResponse::error(call.id, ProxyError::NoUpstream(call.method));
         };
         tracing::debug!(method = %call.method, "forwarding upstream");
@@ -770,7 +785,7 @@ where
         if self.policy.local.contains(method) || crate::logs::is_filter_method(method) {
             return;
         }
-        if let Some(upstream) = &self.policy.upstream {
+        if let Some(upstream) = self.policy.upstream_for(method) {
             let params = n.params.as_ref().map(|p| p.as_ref().to_owned());
             upstream.notify(method, params).await;
         }

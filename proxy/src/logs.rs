@@ -363,7 +363,9 @@ impl LogFilter {
             Some(Value::Array(positions)) => positions
                 .iter()
                 .map(|p| match p {
+                    // No alternatives is any word, as `null` (geth's).
                     Value::Null => Ok(None),
+                    Value::Array(any) if any.is_empty() => Ok(None),
                     other => lower_strings(other).map(Some).ok_or(FilterError::BadTopics),
                 })
                 .collect::<Result<_, _>>()?,
@@ -390,6 +392,11 @@ impl LogFilter {
                     .collect()
             })
             .unwrap_or_default();
+        // geth's: a log with fewer topics than the filter's positions is
+        // not one it asks for, wildcards or not.
+        if self.topics.len() > topics.len() {
+            return false;
+        }
         self.topics
             .iter()
             .enumerate()
@@ -533,6 +540,14 @@ mod tests {
         let f = LogFilter::of(&either).unwrap();
         assert!(f.matches(&log(token, &[TRANSFER, OTHER])));
         assert!(!f.matches(&log(token, &[TRANSFER])));
+        // No alternatives in a position is any word (rpc-compat's
+        // topic-wildcard); a log shorter than the filter's positions is
+        // none, wildcards or not.
+        let wildcard = LogFilter::of(&json!({"topics": [[], [OTHER]]})).unwrap();
+        assert!(wildcard.matches(&log(token, &[TRANSFER, OTHER])));
+        let three = LogFilter::of(&json!({"topics": [TRANSFER, null, null]})).unwrap();
+        assert!(!three.matches(&log(token, &[TRANSFER, OTHER])));
+        assert!(three.matches(&log(token, &[TRANSFER, OTHER, HOLDER])));
     }
 
     #[test]

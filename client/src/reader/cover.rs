@@ -60,27 +60,51 @@ impl PrivateReader {
         }
     }
 
-    /// Notes how long a request took.
-    pub(super) fn timed_request(&self, took: std::time::Duration) {
+    /// Notes how long a request of `rung` queries per level took (its
+    /// round trip).
+    pub(super) fn timed_request(&self, rung: usize, took: std::time::Duration) {
         let mut times = self.request_times.lock().expect("lock");
         if times.len() == TIMES_KEPT {
             times.pop_front();
         }
-        times.push_back(took);
+        times.push_back((rung, took));
     }
 
-    /// How long a round answered from kept answers waits: one of the recent
-    /// requests' times at random, at least their tenth percentile (so that
-    /// kept answers are not the fastest); [`UNTIMED_ROUND`] before any.
-    pub fn fresh_like_delay(&self) -> std::time::Duration {
+    /// How long a round answered from kept answers waits, where a first
+    /// read would have sent `rung` queries per level: one of the recent
+    /// requests' times of that count at random (of any count while there
+    /// is none), at least their tenth percentile (so that kept answers are
+    /// not the fastest), at most [`MOST_KEPT_WAIT`]; [`UNTIMED_ROUND`]
+    /// before any request was timed.
+    pub fn fresh_like_delay(&self, rung: usize) -> std::time::Duration {
         let times = self.request_times.lock().expect("lock");
-        if times.is_empty() {
+        let of_rung: Vec<std::time::Duration> = times
+            .iter()
+            .filter(|(r, _)| *r == rung)
+            .map(|(_, t)| *t)
+            .collect();
+        let pool: Vec<std::time::Duration> = match of_rung.is_empty() {
+            true => times.iter().map(|(_, t)| *t).collect(),
+            false => of_rung,
+        };
+        if pool.is_empty() {
             return UNTIMED_ROUND;
         }
-        let mut sorted: Vec<std::time::Duration> = times.iter().copied().collect();
+        let mut sorted = pool.clone();
         sorted.sort_unstable();
         let tenth = sorted[sorted.len() / 10];
-        times[rand::random_range(0..times.len())].max(tenth)
+        pool[rand::random_range(0..pool.len())]
+            .max(tenth)
+            .min(MOST_KEPT_WAIT)
+    }
+
+    /// Waits as a round of the least count would take (a padding round of
+    /// a request that sent nothing: its time, without its bytes), when
+    /// kept answers are to wait.
+    pub async fn wait_as_a_round(&self) {
+        if self.kept_delay {
+            tokio::time::sleep(self.fresh_like_delay(self.first_read_rung(1))).await;
+        }
     }
 }
 

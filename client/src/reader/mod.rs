@@ -78,6 +78,9 @@ const SCHEDULES_KEPT: usize = 32;
 /// What a kept answer waits before any request was timed (a loopback
 /// request at 2^24 keys takes about this long on 2 cores).
 const UNTIMED_ROUND: std::time::Duration = std::time::Duration::from_millis(150);
+/// The most a kept answer waits: a server that answered slowly for a while
+/// does not hold up kept reads past it.
+const MOST_KEPT_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// How long a hot tier whose download failed is left alone.
 const HOT_RETRY: std::time::Duration = std::time::Duration::from_secs(60);
@@ -127,9 +130,9 @@ pub struct PrivateReader {
     /// no sooner than a request would have been answered
     /// ([`Self::fresh_like_delay`]).
     kept_delay: bool,
-    /// How long recent requests took, newest last (at most
-    /// [`TIMES_KEPT`]): what a kept answer waits.
-    request_times: std::sync::Mutex<std::collections::VecDeque<std::time::Duration>>,
+    /// How long recent requests took, with their queries per level,
+    /// newest last (at most [`TIMES_KEPT`]): what a kept answer waits.
+    request_times: std::sync::Mutex<std::collections::VecDeque<(usize, std::time::Duration)>>,
     /// The queries per level of the last request sent (its rung).
     last_rung: std::sync::atomic::AtomicUsize,
     /// The rungs of recent private requests' rounds (at most

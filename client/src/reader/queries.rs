@@ -35,9 +35,13 @@ impl PrivateReader {
             self.lookup_rounds
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        let (cold_found, hot_found) = tokio::join!(
-            self.read_part(cold_part, pad_to, both),
-            self.read_part(hot_part, pad_to, both)
+        // The part above the tier first: each request notes its count
+        // ([`Self::last_rung`]) as it is first polled, so the request to
+        // every PIR level (the round's main one, whose count padding and
+        // cover rounds copy) notes it last.
+        let (hot_found, cold_found) = tokio::join!(
+            self.read_part(hot_part, pad_to, both),
+            self.read_part(cold_part, pad_to, both)
         );
         let mut found: BTreeMap<usize, Vec<Found>> = pir
             .iter()
@@ -124,10 +128,11 @@ impl PrivateReader {
         let nothing = unknown.is_empty() && unheld == 0;
         let fresh = match nothing && !force {
             true => {
-                // Answered from kept answers: released no sooner than a
-                // request would have been.
+                // Answered from kept answers: released no sooner than the
+                // request a first read sends would have been.
                 if self.kept_delay {
-                    tokio::time::sleep(self.fresh_like_delay()).await;
+                    let rung = self.first_read_rung(kept);
+                    tokio::time::sleep(self.fresh_like_delay(rung)).await;
                 }
                 vec![HashMap::new(); levels.len()]
             }
@@ -153,6 +158,19 @@ impl PrivateReader {
                 (*i, values)
             })
             .collect())
+    }
+
+    /// The queries per level a request of `keys` new keys sends: the
+    /// fixed count when padding batches, else its rung of the ladder (the
+    /// keys and the canaries when there is none).
+    pub(super) fn first_read_rung(&self, keys: usize) -> usize {
+        let max_batch = self.catalog.max_batch();
+        let wanted = keys + self.canaries_per_request;
+        match (self.pad_to > 1, self.ladder > 0) {
+            (true, _) => self.pad_to.min(max_batch),
+            (false, true) => ladder_count(wanted, self.ladder, max_batch),
+            (false, false) => wanted,
+        }
     }
 
     /// One request reading `unknown` from every PIR level, with `unheld`
@@ -221,7 +239,7 @@ impl PrivateReader {
             .fetch_max(per_level, std::sync::atomic::Ordering::Relaxed);
         self.last_rung
             .store(per_level, std::sync::atomic::Ordering::Relaxed);
-        let started = std::time::Instant::now();
+
         for ((_, snap), keys) in levels.iter().zip(level_keys) {
             let mut queries = Vec::with_capacity(keys.len());
             let mut level_pendings = Vec::with_capacity(keys.len());
@@ -250,8 +268,10 @@ impl PrivateReader {
         let expected = protocol::multi::response_bytes(
             levels.iter().map(|(_, s)| s.response_bytes(per_level)),
         );
+        // The round trip alone (queries prepared before it).
+        let started = std::time::Instant::now();
         let body = self.post_query(request, expected).await?;
-        self.timed_request(started.elapsed());
+        self.timed_request(per_level, started.elapsed());
         let answers = protocol::multi::decode_response(&body)
             .map_err(|e| ReadError::Unverifiable(format!("malformed response: {e}")))?;
         if answers.len() != levels.len() {

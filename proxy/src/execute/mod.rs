@@ -138,7 +138,6 @@ pub struct Session {
     spec: SpecId,
     reads: Reads,
     requests_before: u64,
-    rounds_before: u64,
     rounds: usize,
     inner_apart: usize,
     evm_time: std::time::Duration,
@@ -410,7 +409,6 @@ impl Executor {
                 shared: Default::default(),
             },
             requests_before: self.reader.lookup_requests(),
-            rounds_before: self.reader.lookup_rounds(),
             rounds: 0,
             inner_apart: 0,
             evm_time: std::time::Duration::ZERO,
@@ -856,33 +854,36 @@ impl Executor {
 }
 
 impl Executor {
-    /// The PIR requests `session` sent, padded when it sent any: up to
-    /// `pad_rounds_to` rounds, or the next of its doublings past the
-    /// rounds it sent (a fixed ladder of round counts), each padding round
-    /// with the query count of the last real one, sent one after another
-    /// at the session's view and waited for, so that the answer is
-    /// released when the schedule has run (a page timing the call through
-    /// the wallet extension sees the padded schedule's time). The rounds'
-    /// counts are noted for cover requests to replay. (Rounds of other
-    /// requests running at the same time count too: under concurrency a
-    /// request may be padded less.)
+    /// The PIR requests `session` sent, padded when it sent any: its
+    /// rounds (those answered from kept answers count, and waited as a
+    /// request would) to `pad_rounds_to`, or the next of its doublings
+    /// past them (a fixed ladder of round counts, at most
+    /// [`MAX_ROUNDS`]), each padding round with the query count of the
+    /// session's last real one, sent one after another at the session's
+    /// view and waited for, so that the answer is released when the
+    /// schedule has run (a page timing the call through the wallet
+    /// extension sees the padded schedule's time). A session that sent
+    /// nothing waits those rounds' time instead (no bytes). The rounds'
+    /// counts are noted for cover requests to replay.
     async fn pad_requests(&self, session: &Session) -> u64 {
-        let sent = self.reader.lookup_rounds() - session.rounds_before;
-        if sent > 0 {
-            let target = round_count(sent, self.pad_rounds_to as u64);
-            let rung = session
-                .rungs
-                .last()
-                .copied()
-                .unwrap_or_else(|| self.reader.last_rung());
-            let at = BlockSelector::Number(session.view.view.block);
-            for _ in sent..target {
-                self.reader.pad_round(&at, rung).await;
+        let rounds = session.rounds as u64;
+        let target = round_count(rounds, self.pad_rounds_to as u64).min(MAX_ROUNDS as u64);
+        let missing = target.saturating_sub(rounds);
+        match session.rungs.last().copied() {
+            Some(rung) => {
+                let at = BlockSelector::Number(session.view.view.block);
+                for _ in 0..missing {
+                    self.reader.pad_round(&at, rung).await;
+                }
+                let mut schedule = session.rungs.clone();
+                schedule.extend(std::iter::repeat_n(rung, missing as usize));
+                self.reader.note_schedule(schedule);
             }
-            let padding = usize::try_from(target - sent).unwrap_or(0);
-            let mut schedule = session.rungs.clone();
-            schedule.extend(std::iter::repeat_n(rung, padding));
-            self.reader.note_schedule(schedule);
+            None => {
+                for _ in 0..missing {
+                    self.reader.wait_as_a_round().await;
+                }
+            }
         }
         self.reader.lookup_requests() - session.requests_before
     }
