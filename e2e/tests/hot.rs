@@ -45,6 +45,10 @@ alloy_sol_types::sol! {
     interface ISimpleToken {
         function balanceOf(address holder) returns (uint256);
     }
+    interface ISafe {
+        function nonce() returns (uint256);
+        function threshold() returns (uint256);
+    }
     interface IRouter {
         function quote(address pool, uint256 amountIn) returns (uint256);
         function swapExactETHForTokens(address pool, uint256 minOut, address to, uint256 deadline) returns (uint256 out);
@@ -67,6 +71,9 @@ struct Market {
     pool: Address,
     router: Address,
     proxied: Address,
+    /// A Safe-shaped wallet of the holder's (e2e/contracts/SignerWallet.sol:
+    /// its owners' mapping at slot 0, its threshold at 1, its nonce at 2).
+    safe: Address,
 }
 
 impl Market {
@@ -90,12 +97,37 @@ impl Market {
             .unwrap();
         let init = IFlagged::initializeCall { newOwner: dev(0) };
         send(anvil, 0, proxied, init.abi_encode()).await;
+        let mut safe_code = test_contract("SignerWallet");
+        safe_code.extend_from_slice(&Address::abi_encode(&dev(HOLDER)));
+        let safe: Address = anvil
+            .deploy(DEV_ACCOUNTS[0], &safe_code)
+            .await
+            .parse()
+            .unwrap();
         Market {
             token,
             pool,
             router,
             proxied,
+            safe,
         }
+    }
+
+    /// What a wallet reads of the holder's Safe: its nonce and threshold,
+    /// through Multicall3 (the Safe named only in the batch's data).
+    fn safe_reads(&self) -> Vec<u8> {
+        let calls = [
+            ISafe::nonceCall {}.abi_encode(),
+            ISafe::thresholdCall {}.abi_encode(),
+        ]
+        .into_iter()
+        .map(|data| IMulticall3::Call3 {
+            target: self.safe,
+            allowFailure: true,
+            callData: data.into(),
+        })
+        .collect();
+        IMulticall3::aggregate3Call { calls }.abi_encode()
     }
 
     /// A swap of 0.1 ETH for the token, paid to `from`, as a wallet sends
@@ -431,6 +463,11 @@ async fn wire_of<T>(server: &str, base: &str, calls: impl std::future::Future<Ou
 fn holders_keys(m: &Market) -> Vec<snapshotter::hot::HotKey> {
     let holder = alloy_primitives::B256::left_padding_from(dev(HOLDER).as_slice());
     let mut keys = vec![snapshotter::hot::HotKey::Account(dev(HOLDER))];
+    // Its Safe's threshold and nonce (fixed slots).
+    for slot in [1u8, 2] {
+        let slot = alloy_primitives::B256::with_last_byte(slot);
+        keys.push(snapshotter::hot::HotKey::Slot(m.safe, slot));
+    }
     for contract in [m.token, m.proxied] {
         for position in 0..16u8 {
             let input = [holder.0, alloy_primitives::B256::with_last_byte(position).0].concat();
@@ -502,7 +539,12 @@ async fn a_tier_holding_the_holders_keys_changes_nothing_on_the_wire(
             assert_eq!(v[0]["calls"][0]["returnData"], direct, "{v}");
         })
         .await;
-        seen.push((estimate, refresh, balance, simulated));
+        // The holder's Safe read through Multicall3: every slot of it
+        // names the call (the Safe is in the batch's data), so the tier
+        // that holds its threshold and nonce spares no query.
+        let safe = call_object(MULTICALL3, &m.safe_reads());
+        let safe = wire_of(server, &base, same_as_anvil(&proxy, anvil, &safe, &at)).await;
+        seen.push((estimate, refresh, balance, simulated, safe));
     }
     assert_eq!(
         seen[0], seen[1],
@@ -628,8 +670,9 @@ async fn a_forged_tier_is_answered_by_pir(
     let holder_slots: Vec<(Address, alloy_primitives::B256)> = holders_keys(m)
         .into_iter()
         .filter_map(|k| match k {
-            snapshotter::hot::HotKey::Slot(c, slot) => Some((c, slot)),
-            snapshotter::hot::HotKey::Account(_) => None,
+            // (The token balances: the Safe's words are left as they are.)
+            snapshotter::hot::HotKey::Slot(c, slot) if c != m.safe => Some((c, slot)),
+            _ => None,
         })
         .collect();
     let forged_slot = std::sync::Mutex::new(None);
