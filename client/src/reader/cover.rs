@@ -60,8 +60,8 @@ impl PrivateReader {
         }
     }
 
-    /// Notes how long a request of `rung` queries per level took (its
-    /// round trip).
+    /// Notes how long a request of `rung` queries per level took (made,
+    /// sent, answered and checked).
     pub(super) fn timed_request(&self, rung: usize, took: std::time::Duration) {
         let mut times = self.request_times.lock().expect("lock");
         if times.len() == TIMES_KEPT {
@@ -72,7 +72,7 @@ impl PrivateReader {
 
     /// How long a round answered from kept answers waits, where a first
     /// read would have sent `rung` queries per level: one of the recent
-    /// requests' times of that count at random (of any count while there
+    /// requests' whole times of that count at random (of any count while there
     /// is none), at least their tenth percentile (so that kept answers are
     /// not the fastest), at most [`MOST_KEPT_WAIT`]; [`UNTIMED_ROUND`]
     /// before any request was timed.

@@ -184,6 +184,9 @@ impl PrivateReader {
         unheld: usize,
         pad_to: usize,
     ) -> Result<Vec<HashMap<B256, Found>>, ReadError> {
+        // Timed whole (queries made, the round trip, answers decoded and
+        // checked): what a kept answer waits in its place.
+        let started = std::time::Instant::now();
         // With padding, every query beyond the real ones is a canary where
         // answers are known, a random filler where not.
         let real = unknown.len() + unheld;
@@ -210,6 +213,8 @@ impl PrivateReader {
         let roles = arranged.roles;
         // Only answers whose request's canaries held are kept.
         canary::check(&roles, &canaries, &found, pir)?;
+        let per_level = arranged.keys.first().map_or(0, Vec::len);
+        self.timed_request(per_level, started.elapsed());
         let mut fresh = vec![HashMap::new(); pir.len()];
         for (l, values) in found.into_iter().enumerate() {
             let mut by_key: HashMap<B256, Found> = HashMap::new();
@@ -268,10 +273,7 @@ impl PrivateReader {
         let expected = protocol::multi::response_bytes(
             levels.iter().map(|(_, s)| s.response_bytes(per_level)),
         );
-        // The round trip alone (queries prepared before it).
-        let started = std::time::Instant::now();
         let body = self.post_query(request, expected).await?;
-        self.timed_request(per_level, started.elapsed());
         let answers = protocol::multi::decode_response(&body)
             .map_err(|e| ReadError::Unverifiable(format!("malformed response: {e}")))?;
         if answers.len() != levels.len() {
