@@ -412,6 +412,58 @@ pub fn run_named_until(
         ),
         None => spec,
     };
+    let call = CallRun {
+        spec,
+        cfg: call_cfg(block, spec),
+        env,
+        tx: tx_env(block, args, access_list),
+        inspector: call_inspectors(block, spec, args, known, access_list, deadline, &trace),
+    };
+    // Without overrides the round's state is read as it is: a cache over
+    // it would answer a second inner call's read of what the first lacked
+    // without noting it again (so without setting that call apart too).
+    let (result, touched, naming) = match args.overrides.is_empty() {
+        true => call.run(round, precompiles::BlockPrecompiles::new(spec)),
+        false => {
+            let mut db = revm::database::CacheDB::new(round);
+            match overrides::apply_state(spec, &args.overrides, &mut db, args.override_rules) {
+                Ok(precompiles) => call.run(&mut db, precompiles),
+                Err(refused) => {
+                    let outcome = refused_overrides(refused, trace.take());
+                    return (outcome, Touched::new(), Naming::of_call(args));
+                }
+            }
+        }
+    };
+    (outcome_of(trace.take(), result), touched, naming)
+}
+
+/// What a run whose overrides were refused gives: the reads it lacked
+/// first (a refusal after a read it lacked may be another with it), then
+/// geth's refusal, or what is not done here.
+fn refused_overrides(refused: overrides::OverrideError, trace: inner::Trace) -> Outcome {
+    match refused {
+        _ if !trace.misses.is_empty() => outcome_of::<String>(trace, Err(String::new())),
+        overrides::OverrideError::Refused(message) => {
+            Outcome::Done(CallResult::Invalid { message })
+        }
+        overrides::OverrideError::Unsupported(what) => {
+            Outcome::Unanswerable(Unanswerable::Unsupported(what))
+        }
+    }
+}
+
+/// A call's inspectors: the inner calls it may set apart, what it touches
+/// (its access list) and what it names.
+fn call_inspectors<'a>(
+    block: &BlockContext,
+    spec: SpecId,
+    args: &CallArgs,
+    known: &'a KnownState,
+    access_list: &AccessList,
+    deadline: Option<std::time::Instant>,
+    trace: &Rc<RefCell<inner::Trace>>,
+) -> CallInspectors<'a> {
     // A call that changed state before its inner calls (value sent,
     // delegations applied, overrides, a creation), runs in a block of its
     // own (block overrides) or whose frames read its blobs cannot have one
@@ -443,43 +495,14 @@ pub fn run_named_until(
     let naming = naming::NamingWatch {
         naming: Naming::of_call(args),
     };
-    let call = CallRun {
-        spec,
-        cfg: call_cfg(block, spec),
-        env,
-        tx: tx_env(block, args, access_list),
-        inspector: (inner, (recorder, naming)),
-    };
-    // Without overrides the round's state is read as it is: a cache over
-    // it would answer a second inner call's read of what the first lacked
-    // without noting it again (so without setting that call apart too).
-    let (result, touched, naming) = match args.overrides.is_empty() {
-        true => call.run(round, precompiles::BlockPrecompiles::new(spec)),
-        false => {
-            let mut db = revm::database::CacheDB::new(round);
-            match overrides::apply_state(spec, &args.overrides, &mut db, args.override_rules) {
-                Ok(precompiles) => call.run(&mut db, precompiles),
-                Err(refused) => {
-                    let outcome = match refused {
-                        // A refusal after a read it lacked may be another
-                        // with it.
-                        _ if !trace.borrow().misses.is_empty() => {
-                            outcome_of::<String>(trace.take(), Err(String::new()))
-                        }
-                        overrides::OverrideError::Refused(message) => {
-                            Outcome::Done(CallResult::Invalid { message })
-                        }
-                        overrides::OverrideError::Unsupported(what) => {
-                            Outcome::Unanswerable(Unanswerable::Unsupported(what))
-                        }
-                    };
-                    return (outcome, Touched::new(), Naming::of_call(args));
-                }
-            }
-        }
-    };
-    (outcome_of(trace.take(), result), touched, naming)
+    (inner, (recorder, naming))
 }
+
+/// A call's inspectors ([`call_inspectors`]).
+type CallInspectors<'a> = (
+    inner::InnerCalls<'a>,
+    (access::AccessRecorder, naming::NamingWatch),
+);
 
 /// One call's run: its rules, environment, transaction and inspectors.
 struct CallRun<'a> {
@@ -487,10 +510,7 @@ struct CallRun<'a> {
     cfg: CfgEnv,
     env: BlockEnv,
     tx: TxEnv,
-    inspector: (
-        inner::InnerCalls<'a>,
-        (access::AccessRecorder, naming::NamingWatch),
-    ),
+    inspector: CallInspectors<'a>,
 }
 
 /// A run's result (revm's error in words), what it touched and what it

@@ -40,14 +40,10 @@ impl PrivateReader {
     /// Notes a private request's rounds, each by its query count: cover
     /// requests replay such schedules.
     pub fn note_schedule(&self, rungs: Vec<usize>) {
-        if rungs.is_empty() {
-            return;
+        if !rungs.is_empty() {
+            let mut kept = self.schedules.lock().expect("lock");
+            push_bounded(&mut kept, rungs, SCHEDULES_KEPT);
         }
-        let mut kept = self.schedules.lock().expect("lock");
-        if kept.len() == SCHEDULES_KEPT {
-            kept.pop_front();
-        }
-        kept.push_back(rungs);
     }
 
     /// A recent private request's schedule, at random (one round of the
@@ -64,10 +60,7 @@ impl PrivateReader {
     /// sent, answered and checked).
     pub(super) fn timed_request(&self, rung: usize, took: std::time::Duration) {
         let mut times = self.request_times.lock().expect("lock");
-        if times.len() == TIMES_KEPT {
-            times.pop_front();
-        }
-        times.push_back((rung, took));
+        push_bounded(&mut times, (rung, took), TIMES_KEPT);
     }
 
     /// How long a round answered from kept answers waits, where a first
@@ -83,19 +76,16 @@ impl PrivateReader {
             .filter(|(r, _)| *r == rung)
             .map(|(_, t)| *t)
             .collect();
-        let pool: Vec<std::time::Duration> = match of_rung.is_empty() {
+        let mut pool: Vec<std::time::Duration> = match of_rung.is_empty() {
             true => times.iter().map(|(_, t)| *t).collect(),
             false => of_rung,
         };
         if pool.is_empty() {
             return UNTIMED_ROUND;
         }
-        let mut sorted = pool.clone();
-        sorted.sort_unstable();
-        let tenth = sorted[sorted.len() / 10];
-        pool[rand::random_range(0..pool.len())]
-            .max(tenth)
-            .min(MOST_KEPT_WAIT)
+        let drawn = pool[rand::random_range(0..pool.len())];
+        pool.sort_unstable();
+        drawn.max(pool[pool.len() / 10]).min(MOST_KEPT_WAIT)
     }
 
     /// Waits as a round of the least count would take (a padding round of
@@ -106,6 +96,14 @@ impl PrivateReader {
             tokio::time::sleep(self.fresh_like_delay(self.first_read_rung(1))).await;
         }
     }
+}
+
+/// Appends `item` to `kept`, dropping the oldest past `most`.
+fn push_bounded<T>(kept: &mut std::collections::VecDeque<T>, item: T, most: usize) {
+    if kept.len() == most {
+        kept.pop_front();
+    }
+    kept.push_back(item);
 }
 
 /// Cover requests at the times of a Poisson process of `per_hour`, until

@@ -198,7 +198,7 @@ impl Reads {
 /// (a run that used more, or hit a bound, is not learned from), and the
 /// learned keys never count towards a call's [`MAX_KEYS`].
 #[derive(Default)]
-struct Learned(Mutex<HashMap<CallShape, Vec<(ReadKey, bool)>>>);
+struct Learned(Mutex<HashMap<CallShape, Vec<ReadKey>>>);
 
 /// A call's contract and selector.
 type CallShape = (Address, [u8; 4]);
@@ -220,9 +220,9 @@ impl Learned {
         Some((to, selector))
     }
 
-    /// The keys learned for `args`'s shape, each with whether it was
-    /// shared (named no one) in the run it was learned from.
-    fn keys(&self, args: &CallArgs) -> Vec<(ReadKey, bool)> {
+    /// The keys learned for `args`'s shape (each named no one in the run
+    /// it was learned from).
+    fn keys(&self, args: &CallArgs) -> Vec<ReadKey> {
         let Some(shape) = Self::of(args) else {
             return Vec::new();
         };
@@ -231,9 +231,9 @@ impl Learned {
     }
 
     /// Keeps what an answered run used of the keys asked (`asked`, in
-    /// order): those of the accounts and slots it `touched`, its target
-    /// and its sender, each with whether it was `shared`. A run that used
-    /// more than [`LEARNED_KEYS`] forgets its shape instead.
+    /// order) that were `shared`: those of the accounts and slots it
+    /// `touched`, its target and its sender. A run that used more than
+    /// [`LEARNED_KEYS`] forgets its shape instead.
     fn remember(
         &self,
         args: &CallArgs,
@@ -253,10 +253,10 @@ impl Learned {
         // wallet (its balance's slot) asked again in the next call's first
         // round would settle a repeat of the same holder a round sooner
         // than a first read, which the server sees.
-        let keys: Vec<(ReadKey, bool)> = asked
+        let keys: Vec<ReadKey> = asked
             .iter()
             .filter(|k| used(k) && shared.contains(k))
-            .map(|k| (*k, true))
+            .copied()
             .collect();
         let Some(shape) = Self::of(args) else {
             return;
@@ -539,8 +539,8 @@ impl Executor {
     /// where the learned ones begin (`read_round` counts them apart).
     ///
     /// A rule's keys, the target and the sender name the wallet; a
-    /// learned key is shared when it was in the run it was learned from
-    /// and is no account this call names.
+    /// learned key (shared in the run it was learned from) stays shared
+    /// unless this call names it.
     fn first_round(
         &self,
         first: Vec<ReadKey>,
@@ -560,7 +560,7 @@ impl Executor {
         }
         let learned_from = pending.len();
         let named = call_exec::Naming::of_call(args);
-        for (key, shared) in self.learned.keys(args) {
+        for key in self.learned.keys(args) {
             if pending.contains(&key) {
                 continue;
             }
@@ -570,7 +570,7 @@ impl Executor {
                     named.names(&Need::Slot { contract, slot })
                 }
             };
-            if shared && !names {
+            if !names {
                 reads.shared.insert(key);
             }
             pending.push(key);
