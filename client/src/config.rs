@@ -267,10 +267,14 @@ pub enum ConfigError {
     BadUrl { url: String, reason: String },
     #[error("the PIR server {0} is plain http:// off this machine: anyone on the path could rewrite its answers. Use https://, or --allow-insecure-transport (allow_insecure_transport = true) if you accept that")]
     Insecure(String),
-    #[error("pir_proxy must be a socks5:// or socks5h:// URL (socks5h resolves names at the proxy, as Tor needs)")]
-    ProxyScheme,
-    #[error("pir_proxy {url}: {reason}")]
-    BadProxy { url: String, reason: String },
+    #[error("{setting} must be a socks5:// or socks5h:// URL (socks5h resolves names at the proxy, as Tor needs)")]
+    ProxyScheme { setting: &'static str },
+    #[error("{setting} {url}: {reason}")]
+    BadProxy {
+        setting: &'static str,
+        url: String,
+        reason: String,
+    },
     #[error("the upstream {0} is plain http:// or ws:// off this machine: anyone on the path could read the calls and rewrite the block hashes views are checked against. Use https:// or wss://, or --allow-insecure-transport (allow_insecure_transport = true) if you accept that")]
     InsecureUpstream(String),
     #[error("attest_quorum {quorum} with {attesters} distinct attester(s): the quorum must be 1 to the number of attesters")]
@@ -379,14 +383,7 @@ impl ClientConfig {
     pub fn pir_http_client(&self) -> Result<reqwest::Client, ConfigError> {
         let mut b = api_client::http_builder().connect_timeout(self.timeouts.connect);
         if let Some(url) = &self.pir_proxy {
-            if !url.starts_with("socks5://") && !url.starts_with("socks5h://") {
-                return Err(ConfigError::ProxyScheme);
-            }
-            let proxy = reqwest::Proxy::all(url.as_str()).map_err(|e| ConfigError::BadProxy {
-                url: protocol::url::redact(url),
-                reason: e.without_url().to_string(),
-            })?;
-            b = b.proxy(proxy);
+            b = b.proxy(socks_proxy("pir_proxy", url, None)?);
         }
         if self.fresh_connection_per_lookup {
             b = b.pool_max_idle_per_host(0);
@@ -394,6 +391,34 @@ impl ClientConfig {
         b.build()
             .map_err(|e| ConfigError::Http(e.without_url().to_string()))
     }
+}
+
+/// A SOCKS5 proxy from the URL of `setting`: `socks5://` or `socks5h://`
+/// only (never an HTTP proxy, which would see the requests), with
+/// `credentials` in place of any the URL names. Tor puts each distinct
+/// username and password on a circuit of its own (`IsolateSOCKSAuth`).
+pub fn socks_proxy(
+    setting: &'static str,
+    url: &str,
+    credentials: Option<(&str, &str)>,
+) -> Result<reqwest::Proxy, ConfigError> {
+    let bad = |reason: String| ConfigError::BadProxy {
+        setting,
+        url: protocol::url::redact(url),
+        reason,
+    };
+    let mut parsed = reqwest::Url::parse(url).map_err(|e| bad(e.to_string()))?;
+    if !matches!(parsed.scheme(), "socks5" | "socks5h") {
+        return Err(ConfigError::ProxyScheme { setting });
+    }
+    if let Some((user, password)) = credentials {
+        let unusable = || bad("the URL cannot carry credentials".into());
+        parsed.set_username(user).map_err(|()| unusable())?;
+        parsed
+            .set_password(Some(password))
+            .map_err(|()| unusable())?;
+    }
+    reqwest::Proxy::all(parsed.as_str()).map_err(|e| bad(e.without_url().to_string()))
 }
 
 #[cfg(test)]

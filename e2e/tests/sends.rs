@@ -3,13 +3,40 @@
 //! another provider) and never to the upstream that serves its reads, on
 //! a connection of its own; that endpoint sees nothing else. The
 //! transaction lands (anvil stands behind both) and its receipt is read
-//! through the upstream.
+//! through the upstream. Through SOCKS5 (`upstream_proxy`, `send_proxy`),
+//! reads and sends travel on connections of their own with credentials of
+//! their own, so that Tor gives them separate circuits.
 
 use crate::common;
+
+use std::net::IpAddr;
 
 use common::*;
 use serde_json::json;
 use test_support::{Anvil, DEV_ACCOUNTS};
+
+/// Sends a transfer of the wallet's (anvil signs for its dev account)
+/// with `nonce` through the proxy and waits for its receipt through the
+/// proxy; the raw transaction.
+async fn send_and_await_receipt(anvil: &Anvil, proxy: &str, nonce: u64) -> String {
+    let tx = json!({"from": DEV_ACCOUNTS[0], "to": DEV_ACCOUNTS[1], "value": "0x1",
+        "gas": "0x5208", "maxFeePerGas": "0x77359400", "maxPriorityFeePerGas": "0x1",
+        "nonce": format!("{nonce:#x}"), "chainId": "0x7a69"});
+    let raw = anvil.rpc("eth_signTransaction", json!([tx])).await;
+    let raw = raw.as_str().expect("a signed transaction").to_string();
+    let hash = test_support::rpc(proxy, "eth_sendRawTransaction", json!([raw]))
+        .await
+        .expect("sent");
+    let receipt = test_support::eventually("the send's receipt through the reads", || async {
+        let r = test_support::rpc(proxy, "eth_getTransactionReceipt", json!([hash]))
+            .await
+            .ok()?;
+        (!r.is_null()).then_some(r)
+    })
+    .await;
+    assert_eq!(receipt["status"], "0x1", "{receipt}");
+    raw
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sends_go_to_their_own_endpoint_and_reads_never_do() {
@@ -28,23 +55,7 @@ async fn sends_go_to_their_own_endpoint_and_reads_never_do() {
         ..Default::default()
     })
     .await;
-    // A transaction signed by the wallet (anvil signs for its dev account).
-    let tx = json!({"from": DEV_ACCOUNTS[0], "to": DEV_ACCOUNTS[1], "value": "0x1",
-        "gas": "0x5208", "maxFeePerGas": "0x77359400", "maxPriorityFeePerGas": "0x1",
-        "nonce": "0x0", "chainId": "0x7a69"});
-    let raw = anvil.rpc("eth_signTransaction", json!([tx])).await;
-    let raw = raw.as_str().expect("a signed transaction").to_string();
-    let hash = test_support::rpc(&proxy, "eth_sendRawTransaction", json!([raw]))
-        .await
-        .expect("sent");
-    let receipt = test_support::eventually("the send's receipt through the reads", || async {
-        let r = test_support::rpc(&proxy, "eth_getTransactionReceipt", json!([hash]))
-            .await
-            .ok()?;
-        (!r.is_null()).then_some(r)
-    })
-    .await;
-    assert_eq!(receipt["status"], "0x1", "{receipt}");
+    let raw = send_and_await_receipt(&anvil, &proxy, 0).await;
     let balance = test_support::rpc(&proxy, "eth_chainId", json!([])).await;
     assert!(balance.is_ok(), "{balance:?}");
 
@@ -92,4 +103,123 @@ async fn sends_go_to_their_own_endpoint_and_reads_never_do() {
         "{}",
         page["sendsTo"]
     );
+}
+
+/// Every address a front saw connections from: some, and all `expected`.
+fn all_from(peers: &std::sync::Mutex<Vec<IpAddr>>, expected: &str, what: &str) {
+    let peers = peers.lock().unwrap().clone();
+    let expected: IpAddr = expected.parse().unwrap();
+    assert!(!peers.is_empty(), "no connection reached {what}");
+    assert!(
+        peers.iter().all(|&ip| ip == expected),
+        "a connection reached {what} not through its SOCKS server: {peers:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reads_and_sends_go_through_socks_with_credentials_of_their_own() {
+    log_if_asked();
+    let dir = tempfile::tempdir().unwrap();
+    let server = start_genesis_server(dir.path()).await;
+    let anvil = Anvil::start().await;
+    let (reads, _, read_calls) = start_recording_relay(&anvil.url, passthrough()).await;
+    let (sends, _, send_calls) = start_recording_relay(&anvil.url, passthrough()).await;
+    let (reads_front, read_peers) = recording_front(reads.replace("http://", "")).await;
+    let (sends_front, send_peers) = recording_front(sends.replace("http://", "")).await;
+    // Two real SOCKS5 servers (microsocks takes one user each), each
+    // leaving from an address of its own: a connection made with the
+    // other's credentials, or straight, would show.
+    let (_r, read_port) = start_microsocks("127.0.0.3", Some(("reads", "read-secret"))).await;
+    let (_s, send_port) = start_microsocks("127.0.0.4", Some(("sends", "send-secret"))).await;
+    let cache = tempfile::tempdir().unwrap();
+    let proxy = start_proxy_with(proxy::ProxyConfig {
+        pir_server: server,
+        upstream: Some(reads_front),
+        send_upstream: Some(sends_front),
+        upstream_proxy: Some(format!("socks5h://reads:read-secret@127.0.0.1:{read_port}")),
+        send_proxy: Some(format!("socks5h://sends:send-secret@127.0.0.1:{send_port}")),
+        cache_dir: cache.path().to_path_buf(),
+        ..Default::default()
+    })
+    .await;
+    send_and_await_receipt(&anvil, &proxy, 0).await;
+    all_from(&read_peers, "127.0.0.3", "the reading upstream");
+    all_from(&send_peers, "127.0.0.4", "the send endpoint");
+    let methods = |calls: &RelayedCalls| -> Vec<String> {
+        let calls = calls.lock().unwrap();
+        calls
+            .iter()
+            .map(|c| c["method"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    assert_eq!(methods(&send_calls), ["eth_sendRawTransaction"]);
+    let read_methods = methods(&read_calls);
+    assert!(
+        !read_methods.iter().any(|m| m == "eth_sendRawTransaction"),
+        "{read_methods:?}"
+    );
+    assert!(
+        read_methods
+            .iter()
+            .any(|m| m == "eth_getTransactionReceipt"),
+        "{read_methods:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_socks_server_gets_made_up_credentials_for_reads_and_others_for_sends() {
+    log_if_asked();
+    let dir = tempfile::tempdir().unwrap();
+    let server = start_genesis_server(dir.path()).await;
+    let anvil = Anvil::start().await;
+    let (upstream, _, _) = start_recording_relay(&anvil.url, passthrough()).await;
+    // One SOCKS server, no credentials in its URL, no send endpoint: sends
+    // go to the same upstream, as Tor users would set it.
+    let (socks_port, connections) = start_credential_recording_socks().await;
+    let cache = tempfile::tempdir().unwrap();
+    let proxy = start_proxy_with(proxy::ProxyConfig {
+        pir_server: server,
+        upstream: Some(upstream),
+        upstream_proxy: Some(format!("socks5h://127.0.0.1:{socks_port}")),
+        cache_dir: cache.path().to_path_buf(),
+        ..Default::default()
+    })
+    .await;
+    send_and_await_receipt(&anvil, &proxy, 0).await;
+    send_and_await_receipt(&anvil, &proxy, 1).await;
+    let connections: Vec<SocksConnection> = connections
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|c| c.lock().unwrap().clone())
+        .collect();
+    let users_of = |carrying_a_send: bool| -> std::collections::BTreeSet<String> {
+        connections
+            .iter()
+            .filter(|c| {
+                c.carried("eth_sendRawTransaction") == carrying_a_send && !c.sent.is_empty()
+            })
+            .map(|c| c.username.clone())
+            .collect()
+    };
+    let (send_users, read_users) = (users_of(true), users_of(false));
+    assert_eq!(
+        send_users.len(),
+        1,
+        "sends under one made-up name: {send_users:?}"
+    );
+    assert_eq!(
+        read_users.len(),
+        1,
+        "reads under one made-up name: {read_users:?}"
+    );
+    let (send_user, read_user) = (send_users.first().unwrap(), read_users.first().unwrap());
+    assert!(send_user.starts_with("ethpir-sends-"), "{send_user}");
+    assert!(read_user.starts_with("ethpir-reads-"), "{read_user}");
+    for c in &connections {
+        assert!(
+            !(c.carried("eth_sendRawTransaction") && c.carried("eth_getTransactionReceipt")),
+            "a send and a read shared a connection"
+        );
+    }
 }

@@ -6,43 +6,9 @@
 use crate::common;
 
 use std::net::IpAddr;
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 
 use common::*;
 use serde_json::json;
-
-/// A TCP front of `target` that records the peer address of every
-/// connection it accepts (what the PIR server would see).
-async fn recording_front(target: String) -> (String, Arc<Mutex<Vec<IpAddr>>>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let peers = Arc::new(Mutex::new(Vec::new()));
-    let seen = peers.clone();
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut inbound, peer)) = listener.accept().await else {
-                return;
-            };
-            seen.lock().unwrap().push(peer.ip());
-            let target = target.clone();
-            tokio::spawn(async move {
-                if let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await {
-                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                }
-            });
-        }
-    });
-    (format!("http://{addr}"), peers)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn all_pir_traffic_goes_through_the_socks_proxy() {
@@ -50,27 +16,7 @@ async fn all_pir_traffic_goes_through_the_socks_proxy() {
     let server = start_genesis_server(dir.path()).await;
     let (front, peers) = recording_front(server.trim_start_matches("http://").to_string()).await;
 
-    let socks_port = free_port();
-    let _socks = tokio::process::Command::new("microsocks")
-        .args([
-            "-i",
-            "127.0.0.1",
-            "-p",
-            &socks_port.to_string(),
-            "-b",
-            "127.0.0.3",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("microsocks (installed by scripts/install-test-deps.sh)");
-    let listening = || async {
-        tokio::net::TcpStream::connect(("127.0.0.1", socks_port))
-            .await
-            .ok()
-    };
-    test_support::eventually("microsocks listens", listening).await;
+    let (_socks, socks_port) = start_microsocks("127.0.0.3", None).await;
 
     let cache = tempfile::tempdir().unwrap();
     let proxy = start_proxy_with(proxy::ProxyConfig {

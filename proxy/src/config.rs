@@ -29,6 +29,21 @@ pub struct ProxyConfig {
     /// connection it ties to this machine's other requests. Nothing else
     /// is ever sent there.
     pub send_upstream: Option<String>,
+    /// A SOCKS5 proxy for the upstream and the send endpoint
+    /// (`socks5h://127.0.0.1:9050` for Tor), so that neither sees this
+    /// machine's IP address. Reads and sends go through it on connections
+    /// of their own, each with its own credentials (see
+    /// `isolate_upstream_circuits`). HTTP(S) upstreams only.
+    pub upstream_proxy: Option<String>,
+    /// The SOCKS5 proxy sends go through, where it is not `upstream_proxy`
+    /// (another Tor, or the same server with credentials of its own).
+    pub send_proxy: Option<String>,
+    /// Where a proxy's URL names no credentials, give reads and sends
+    /// made-up credentials of their own, new at each start, so that Tor
+    /// (`IsolateSOCKSAuth`, its default) carries them on separate circuits.
+    /// Off for a SOCKS server that takes no credentials; reads and sends
+    /// then share whatever route it gives them.
+    pub isolate_upstream_circuits: bool,
     /// Send eth_getBalance / eth_getTransactionCount upstream when they
     /// cannot be answered privately (a block with no snapshot, say). This
     /// reveals the address to the upstream: off unless you opt in.
@@ -218,6 +233,9 @@ impl Default for ProxyConfig {
             pir_server: "http://127.0.0.1:8546".into(),
             upstream: None,
             send_upstream: None,
+            upstream_proxy: None,
+            send_proxy: None,
+            isolate_upstream_circuits: true,
             private_fallback_to_upstream: false,
             chain_id: None,
             cache_dir: ethpir_client::config::default_cache_dir(),

@@ -32,6 +32,18 @@ pub const LIMIT_EXCEEDED: i32 = -38026;
 #[error("upstream URL must start with http://, https://, ws:// or wss:// (got {0})")]
 pub struct UpstreamUrlError(pub(crate) String);
 
+/// Why the upstream's SOCKS5 routes (`upstream_proxy`, `send_proxy`) cannot
+/// be used.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamRouteError {
+    #[error(transparent)]
+    Proxy(#[from] ethpir_client::config::ConfigError),
+    #[error("{setting} carries HTTP(S) upstreams only, and {url} is a WebSocket: give its http(s):// URL (heads are then polled, and eth_subscribe is refused)")]
+    WebSocket { setting: &'static str, url: String },
+    #[error("upstream_proxy and send_proxy name the same SOCKS server with the same credentials: reads and sends would share a circuit. Give send_proxy credentials of its own, or leave both without credentials (each then gets made-up ones)")]
+    SharedCredentials,
+}
+
 /// Why the proxy cannot start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -42,6 +54,8 @@ pub enum StartError {
     Client(#[from] ethpir_client::config::ConfigError),
     #[error(transparent)]
     Upstream(#[from] UpstreamUrlError),
+    #[error(transparent)]
+    UpstreamRoute(#[from] UpstreamRouteError),
     #[error(transparent)]
     Tokens(#[from] protocol::tokens::TokenListError),
     #[error("starting the JSON-RPC server: {0}")]

@@ -201,12 +201,21 @@ fn upstreams_behind_gate(
         memory,
         activity.clone(),
     ));
-    let behind_gate = |url: Option<&str>| {
-        url.map(|url| Upstream::new(url, config.timeouts(), gate.clone()).map(Arc::new))
+    let routes = upstream::route::routes(config)?;
+    upstream::route::log_routes(config);
+    let behind_gate = |url: Option<&str>, socks: Option<reqwest::Proxy>| {
+        url.map(|url| Upstream::new(url, config.timeouts(), socks, gate.clone()).map(Arc::new))
             .transpose()
     };
-    let reads = behind_gate(config.upstream.as_deref())?;
-    let sends = behind_gate(config.send_upstream.as_deref())?;
+    let reads = behind_gate(config.upstream.as_deref(), routes.reads)?;
+    // Sends never share the reads' connection (nor their SOCKS
+    // credentials): to the send endpoint, or to the upstream on a client
+    // of their own.
+    let sends_url = config
+        .send_upstream
+        .as_deref()
+        .or(config.upstream.as_deref());
+    let sends = behind_gate(sends_url, routes.sends)?;
     if let Some(upstream) = &reads {
         reader.check_blocks_with(upstream::header_source(upstream.clone()));
     }

@@ -14,6 +14,9 @@ use axum::response::IntoResponse;
 use axum::Router;
 use proxy::ProxyConfig;
 
+mod socks;
+pub use socks::*;
+
 pub async fn start_server(store: &std::path::Path) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

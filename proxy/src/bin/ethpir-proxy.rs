@@ -81,6 +81,11 @@ struct ServeArgs {
     /// socks5h://127.0.0.1:9050 for Tor (hides your IP address from it).
     #[arg(long)]
     pir_proxy: Option<String>,
+    /// A SOCKS5 proxy for the upstream and the send endpoint, e.g.
+    /// socks5h://127.0.0.1:9050 for Tor; reads and sends go through it
+    /// with credentials of their own (separate Tor circuits).
+    #[arg(long)]
+    upstream_proxy: Option<String>,
     /// Allow a plain http:// PIR server, or a plain http:// or ws://
     /// upstream, that is not on loopback (anyone on the path could then
     /// rewrite their answers; use https:// and wss://).
@@ -145,6 +150,9 @@ impl ServeArgs {
         }
         if let Some(v) = &self.pir_proxy {
             c.pir_proxy = Some(v.clone());
+        }
+        if let Some(v) = &self.upstream_proxy {
+            c.upstream_proxy = Some(v.clone());
         }
         if let Some(v) = self.upstream_methods {
             c.upstream_methods = v;

@@ -4,7 +4,11 @@
 //! bounded in bytes ([`MAX_RESPONSE_BYTES`], counted as it streams) and in
 //! time (the configured connect and request timeouts). Errors never carry
 //! the URL (hosted nodes put their API key in it). Nothing is sent that
-//! the [`Gate`] has not admitted.
+//! the [`Gate`] has not admitted. An HTTP(S) upstream may be reached
+//! through a SOCKS5 proxy ([`socks`], routed by [`route`]).
+
+pub mod route;
+mod socks;
 
 use std::sync::Arc;
 
@@ -12,7 +16,7 @@ use alloy_primitives::B256;
 use ethpir_client::config::Timeouts;
 use jsonrpsee::core::client::{ClientT, Error as ClientError, Subscription, SubscriptionClientT};
 use jsonrpsee::core::traits::ToRpcParams;
-use jsonrpsee::http_client::{HttpClient, HttpClientBuilder};
+use jsonrpsee::http_client::{HttpClient, HttpClientBuilder, RpcLogger, RpcService};
 use jsonrpsee::ws_client::{WsClient, WsClientBuilder};
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -36,7 +40,7 @@ impl ToRpcParams for RawParams {
 
 /// How the upstream is reached.
 enum Transport {
-    Http(HttpClient),
+    Http(HttpClient<RpcLogger<RpcService<socks::Route>>>),
     Ws {
         url: String,
         timeouts: Timeouts,
@@ -52,24 +56,42 @@ pub struct Upstream {
 }
 
 impl Upstream {
-    /// An upstream from its URL; every request passes `gate` first.
-    pub fn new(url: &str, timeouts: Timeouts, gate: Arc<Gate>) -> Result<Self, UpstreamUrlError> {
+    /// An upstream from its URL, reached through `socks` where set (an
+    /// HTTP(S) upstream only: [`route::routes`] refuses the rest); every
+    /// request passes `gate` first.
+    pub fn new(
+        url: &str,
+        timeouts: Timeouts,
+        socks: Option<reqwest::Proxy>,
+        gate: Arc<Gate>,
+    ) -> Result<Self, UpstreamUrlError> {
+        let refused = || UpstreamUrlError(redact(url));
         let transport = if url.starts_with("ws://") || url.starts_with("wss://") {
+            if socks.is_some() {
+                return Err(refused());
+            }
             Transport::Ws {
                 url: url.to_string(),
                 timeouts,
                 client: Mutex::new(None),
             }
         } else if url.starts_with("http://") || url.starts_with("https://") {
+            let socks = socks
+                .map(|proxy| socks_client(proxy, &timeouts))
+                .transpose()
+                .map_err(|_| refused())?;
             HttpClientBuilder::default()
                 .max_response_size(MAX_RESPONSE_BYTES as u32)
                 .connect_timeout(timeouts.connect)
                 .request_timeout(timeouts.request)
+                .set_http_middleware(
+                    tower::ServiceBuilder::new().layer(socks::RouteLayer { socks }),
+                )
                 .build(url)
                 .map(Transport::Http)
-                .map_err(|_| UpstreamUrlError(redact(url)))?
+                .map_err(|_| refused())?
         } else {
-            return Err(UpstreamUrlError(redact(url)));
+            return Err(refused());
         };
         Ok(Upstream { transport, gate })
     }
@@ -198,6 +220,17 @@ impl Upstream {
     }
 }
 
+/// The HTTP client whose every connection goes through the SOCKS5 `proxy`:
+/// no redirect followed (jsonrpsee's direct connection follows none), no
+/// proxy from the environment.
+fn socks_client(proxy: reqwest::Proxy, timeouts: &Timeouts) -> reqwest::Result<reqwest::Client> {
+    api_client::http_builder()
+        .proxy(proxy)
+        .connect_timeout(timeouts.connect)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+}
+
 /// The upstream's own error as it sent it; anything else (transport,
 /// timeout, size, an unreadable reply) is "unavailable", without the URL.
 fn client_error(e: ClientError) -> ProxyError {
@@ -299,7 +332,7 @@ mod tests {
     #[test]
     fn unsupported_schemes_are_refused_without_echoing_secrets() {
         let gate = Arc::new(Gate::without_views(crate::config::UpstreamMethods::All));
-        let e = Upstream::new("ftp://h/SECRET", Timeouts::default(), gate)
+        let e = Upstream::new("ftp://h/SECRET", Timeouts::default(), None, gate)
             .err()
             .unwrap();
         assert!(!e.to_string().contains("SECRET"), "{e}");
