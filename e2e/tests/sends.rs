@@ -85,9 +85,7 @@ async fn sends_go_to_their_own_endpoint_and_reads_never_do() {
         "the raw transaction reached the reading upstream"
     );
     assert!(
-        read_methods
-            .iter()
-            .any(|m| m == "eth_getTransactionReceipt"),
+        read_methods.iter().any(|m| m == "eth_getBlockReceipts"),
         "{read_methods:?}"
     );
     // The page says where sends go (the endpoint's scheme and host).
@@ -159,9 +157,7 @@ async fn reads_and_sends_go_through_socks_with_credentials_of_their_own() {
         "{read_methods:?}"
     );
     assert!(
-        read_methods
-            .iter()
-            .any(|m| m == "eth_getTransactionReceipt"),
+        read_methods.iter().any(|m| m == "eth_getBlockReceipts"),
         "{read_methods:?}"
     );
 }
@@ -218,8 +214,94 @@ async fn one_socks_server_gets_made_up_credentials_for_reads_and_others_for_send
     assert!(read_user.starts_with("ethpir-reads-"), "{read_user}");
     for c in &connections {
         assert!(
-            !(c.carried("eth_sendRawTransaction") && c.carried("eth_getTransactionReceipt")),
+            !(c.carried("eth_sendRawTransaction") && c.carried("eth_getBlockReceipts")),
             "a send and a read shared a connection"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sends_receipt_is_found_in_whole_blocks_and_its_hash_never_goes_upstream() {
+    log_if_asked();
+    let dir = tempfile::tempdir().unwrap();
+    let server = start_genesis_server(dir.path()).await;
+    // Blocks only when the test mines one: the send stays pending between.
+    let anvil = Anvil::start_with(&["--no-mining"]).await;
+    let (reads, _, read_calls) = start_recording_relay(&anvil.url, passthrough()).await;
+    let (sends, _, _) = start_recording_relay(&anvil.url, passthrough()).await;
+    let cache = tempfile::tempdir().unwrap();
+    let proxy = start_proxy_with(proxy::ProxyConfig {
+        pir_server: server,
+        upstream: Some(reads),
+        send_upstream: Some(sends),
+        cache_dir: cache.path().to_path_buf(),
+        ..Default::default()
+    })
+    .await;
+    anvil.rpc("evm_mine", json!([])).await;
+    let tx = json!({"from": DEV_ACCOUNTS[0], "to": DEV_ACCOUNTS[1], "value": "0x1",
+        "gas": "0x5208", "maxFeePerGas": "0x77359400", "maxPriorityFeePerGas": "0x1",
+        "nonce": "0x0", "chainId": "0x7a69"});
+    let raw = anvil.rpc("eth_signTransaction", json!([tx])).await;
+    let hash = test_support::rpc(&proxy, "eth_sendRawTransaction", json!([raw]))
+        .await
+        .expect("sent");
+    let through_proxy = |method: &'static str| {
+        let (proxy, hash) = (proxy.clone(), hash.clone());
+        async move {
+            test_support::rpc(&proxy, method, json!([hash]))
+                .await
+                .unwrap()
+        }
+    };
+    let at_anvil = |method: &'static str| anvil.rpc(method, json!([hash]));
+    // Pending: the transaction as the node has it, no receipt yet. Where
+    // anvil and geth differ, geth's shape (internal/ethapi's
+    // newRPCTransaction): a pending dynamic-fee transaction's gasPrice is
+    // its fee cap, and its blockTimestamp null.
+    let mut pending = through_proxy("eth_getTransactionByHash").await;
+    let mut expected = at_anvil("eth_getTransactionByHash").await;
+    assert_eq!(pending["gasPrice"], pending["maxFeePerGas"], "{pending}");
+    assert!(pending["blockTimestamp"].is_null(), "{pending}");
+    for differs in ["gasPrice", "blockTimestamp"] {
+        pending.as_object_mut().unwrap().remove(differs);
+        expected.as_object_mut().unwrap().remove(differs);
+    }
+    assert_eq!(pending, expected);
+    assert_eq!(through_proxy("eth_getRawTransactionByHash").await, raw);
+    assert!(through_proxy("eth_getTransactionReceipt").await.is_null());
+    anvil.rpc("evm_mine", json!([])).await;
+    let receipt = test_support::eventually("the receipt, found in its block", || async {
+        let r = through_proxy("eth_getTransactionReceipt").await;
+        (!r.is_null()).then_some(r)
+    })
+    .await;
+    assert_eq!(receipt, at_anvil("eth_getTransactionReceipt").await);
+    assert_eq!(
+        through_proxy("eth_getTransactionByHash").await,
+        at_anvil("eth_getTransactionByHash").await
+    );
+    // A reorganisation replaces the block that held it: the proxy's answer
+    // follows the node's again.
+    anvil.rpc("anvil_reorg", json!([1, []])).await;
+    let after = at_anvil("eth_getTransactionReceipt").await;
+    assert_ne!(after["blockHash"], receipt["blockHash"], "{after}");
+    test_support::eventually("the receipt after the reorganisation", || async {
+        (through_proxy("eth_getTransactionReceipt").await == after).then_some(())
+    })
+    .await;
+    // The reading upstream read whole blocks; the hash never reached it.
+    let hash_hex = hash
+        .as_str()
+        .unwrap()
+        .trim_start_matches("0x")
+        .to_ascii_lowercase();
+    let seen = read_calls.lock().unwrap().clone();
+    assert!(
+        !seen
+            .iter()
+            .any(|c| c.to_string().to_ascii_lowercase().contains(&hash_hex)),
+        "the send's hash reached the reading upstream: {seen:?}"
+    );
+    assert!(seen.iter().any(|c| c["method"] == "eth_getBlockReceipts"));
 }

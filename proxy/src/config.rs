@@ -44,6 +44,13 @@ pub struct ProxyConfig {
     /// Off for a SOCKS server that takes no credentials; reads and sends
     /// then share whatever route it gives them.
     pub isolate_upstream_circuits: bool,
+    /// After a send through the proxy, answer `eth_getTransactionReceipt`,
+    /// `eth_getTransactionByHash` and `eth_getRawTransactionByHash` of its
+    /// hash here: the transaction from the bytes sent, the receipt from
+    /// `eth_getBlockReceipts` of each new block while one is unfound, so
+    /// that the reading upstream never sees the hash (which names the
+    /// sender). Off: those calls go upstream by hash.
+    pub receipts_by_block: bool,
     /// Send eth_getBalance / eth_getTransactionCount upstream when they
     /// cannot be answered privately (a block with no snapshot, say). This
     /// reveals the address to the upstream: off unless you opt in.
@@ -236,6 +243,7 @@ impl Default for ProxyConfig {
             upstream_proxy: None,
             send_proxy: None,
             isolate_upstream_circuits: true,
+            receipts_by_block: true,
             private_fallback_to_upstream: false,
             chain_id: None,
             cache_dir: ethpir_client::config::default_cache_dir(),

@@ -111,6 +111,8 @@ pub struct ForwardPolicy {
     pub executor: crate::execute::Executor,
     /// Log filters naming an address, widened upstream and filtered here.
     pub logs: crate::logs::Logs,
+    /// The wallet's sends, whose receipts are found in whole blocks.
+    pub own_sends: crate::own_sends::OwnSends,
     /// What was answered privately and what went upstream (the page).
     pub activity: Arc<Activity>,
     /// Until when a request waits for the PIR server's first catalog
@@ -597,6 +599,10 @@ where
             if let Some(answer) = pool {
                 return respond(call.id, answer);
             }
+            let own = self.policy.own_sends.answer(upstream, &call.method, params);
+            if let Some(answer) = own.await {
+                return respond(call.id, answer);
+            }
         }
         self.forward(call, Reason::NotPrivateMethod).await
     }
@@ -608,12 +614,23 @@ where
             return MethodResponse::error(call.id, ProxyError::NoUpstream(call.method));
         };
         tracing::debug!(method = %call.method, "forwarding upstream");
+        let sent = SEND_METHODS
+            .contains(&call.method.as_str())
+            .then(|| call.params.clone());
         match upstream.call(&call.method, call.params, reason).await {
-            Ok(result) => MethodResponse::response(
-                call.id,
-                ResponsePayload::success(result),
-                MAX_RESPONSE_BYTES,
-            ),
+            Ok(result) => {
+                if let Some(params) = sent {
+                    let reads = self.policy.upstream.as_deref();
+                    let own = &self.policy.own_sends;
+                    own.note(reads, &call.method, params.as_deref(), &result)
+                        .await;
+                }
+                MethodResponse::response(
+                    call.id,
+                    ResponsePayload::success(result),
+                    MAX_RESPONSE_BYTES,
+                )
+            }
             Err(e) => MethodResponse::error(call.id, e),
         }
     }

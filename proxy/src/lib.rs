@@ -23,6 +23,7 @@ pub mod forward;
 pub mod gate;
 pub mod logs;
 pub mod methods;
+pub mod own_sends;
 pub mod page;
 pub mod replay;
 pub mod rpc;
@@ -175,6 +176,7 @@ fn policy_and_page(
         trusted_tokens: config.trusted_tokens()?,
         balance_checker: config.balance_checker,
         logs: logs::Logs::new(config.log_bounds()),
+        own_sends: own_sends::OwnSends::new(config.receipts_by_block),
         start_wait_until: tokio::time::Instant::now() + config.start_wait(),
     });
     Ok((policy, page))

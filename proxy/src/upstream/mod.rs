@@ -307,22 +307,26 @@ fn chain_id_source(upstream: Arc<Upstream>) -> ethpir_client::canonical::ChainId
 fn block_hash_source(upstream: Arc<Upstream>) -> ethpir_client::canonical::BlockHashSource {
     Arc::new(move |number: u64| {
         let upstream = upstream.clone();
-        Box::pin(async move {
-            let params = serde_json::value::to_raw_value(&(format!("{number:#x}"), false))
-                .map_err(|e| e.to_string())?;
-            let raw = upstream
-                .own_call("eth_getBlockByNumber", Some(params))
-                .await
-                .map_err(|e| e.to_string())?;
-            #[derive(serde::Deserialize)]
-            struct Header {
-                hash: alloy_primitives::B256,
-            }
-            let header: Option<Header> =
-                serde_json::from_str(raw.get()).map_err(|e| e.to_string())?;
-            Ok(header.map(|h| h.hash))
-        })
+        Box::pin(async move { upstream.block_hash_at(number).await })
     })
+}
+
+impl Upstream {
+    /// The hash of the upstream's block at `number` (None: it has none).
+    pub async fn block_hash_at(&self, number: u64) -> Result<Option<B256>, String> {
+        let params = serde_json::value::to_raw_value(&(format!("{number:#x}"), false))
+            .map_err(|e| e.to_string())?;
+        let raw = self
+            .own_call("eth_getBlockByNumber", Some(params))
+            .await
+            .map_err(|e| e.to_string())?;
+        #[derive(serde::Deserialize)]
+        struct Header {
+            hash: B256,
+        }
+        let header: Option<Header> = serde_json::from_str(raw.get()).map_err(|e| e.to_string())?;
+        Ok(header.map(|h| h.hash))
+    }
 }
 
 #[cfg(test)]
