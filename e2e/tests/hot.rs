@@ -434,6 +434,7 @@ async fn a_swap_reads_by_pir_only_the_keys_that_name_its_holder() {
     )
     .await;
     a_forged_tier_is_answered_by_pir(&store, served, &anvil, &market, traded, &policy).await;
+    a_forged_shared_key_is_caught_by_audits(&store, served, &anvil, &market, traded, &policy).await;
     the_attester_chooses_the_tier_again(&store, &anvil, traded, &policy).await;
 }
 
@@ -745,6 +746,65 @@ async fn a_forged_tier_is_answered_by_pir(
             }
         }
         assert_eq!(s["privateReads"], "on", "private reads go on: {s}");
+    }
+    assert_eq!(seen[0], seen[1], "an honest tier, then a forged one");
+}
+
+/// A server whose operator forges a key that names no one: the proxied
+/// token's implementation account, richer by one ether (a `balanceOf`
+/// through the proxy reads it from the tier; its balance changes no
+/// answer). Audits riding in the free queries of later requests (a
+/// balance: one key in a request of 2 on the ladder, one query free)
+/// catch it, and the server sees what it sees through the honest tier.
+async fn a_forged_shared_key_is_caught_by_audits(
+    store: &std::path::Path,
+    (honest, upstream): (&str, &str),
+    anvil: &Anvil,
+    m: &Market,
+    traded: u64,
+    policy: &snapshotter::hot::HotPolicy,
+) {
+    let at = format!("{traded:#x}");
+    let eip1967 = "0x360894a13ba1a3210667c828492db98dca3e2076cc3735a920a3ca505d382bbc";
+    let word = anvil
+        .rpc("eth_getStorageAt", json!([m.proxied, eip1967, at]))
+        .await;
+    let word: alloy_primitives::B256 = serde_json::from_value(word).unwrap();
+    let implementation = Address::from_word(word);
+    let (forging, _copy) = serve_tier_with_holders_keys(store, anvil, m, traded, policy, |r| {
+        let account = r
+            .accounts
+            .iter_mut()
+            .find(|a| a.address == Some(implementation))
+            .expect("the tier holds the implementation's account");
+        account.balance += U256::from(10u64.pow(18));
+    })
+    .await;
+    let base = format!("4244-{traded}-full");
+    let holder = dev(HOLDER);
+    let mut seen = Vec::new();
+    for server in [honest, forging.as_str()] {
+        let (proxy, _cache) = proxy_with_tier(server, upstream, traded).await;
+        let wire = wire_of(server, &base, async {
+            let call = call_object(m.proxied, &IFlagged::balanceOfCall { holder }.abi_encode());
+            same_as_anvil(&proxy, anvil, &call, &at).await;
+            for i in 0..3u8 {
+                let who = Address::repeat_byte(0xb0 + i);
+                let params = json!([who, at]);
+                let balance = test_support::rpc(&proxy, "eth_getBalance", params.clone()).await;
+                assert_eq!(balance, Ok(anvil.rpc("eth_getBalance", params).await));
+            }
+        })
+        .await;
+        let forged = status(&proxy).await["forgedTiers"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        match server == honest {
+            true => assert!(forged.is_empty(), "an honest tier: {forged:?}"),
+            false => assert_eq!(forged, [json!(format!("4244-{traded}-hot"))]),
+        }
+        seen.push(wire);
     }
     assert_eq!(seen[0], seen[1], "an honest tier, then a forged one");
 }

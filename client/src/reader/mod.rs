@@ -35,6 +35,7 @@ use crate::link::ServerLink;
 use crate::pool::{refill, SnapshotClient};
 use crate::{AccountState, ReadError};
 
+mod audit;
 mod cover;
 mod fresh;
 mod opening;
@@ -106,6 +107,9 @@ pub struct PrivateReader {
     /// Hot tiers caught holding a value their base disagrees with (a key
     /// that names the wallet, read by PIR): shown, and nothing else.
     forged_tiers: std::sync::Mutex<std::collections::BTreeSet<SnapshotId>>,
+    /// The tier's keys the wallet read from it, waiting for an audit in a
+    /// request's free queries ([`audit`]).
+    audits: std::sync::Mutex<audit::TierAudits>,
     /// What each PIR level answered before, per key.
     answers: AnswerCache,
     pool_size: usize,
@@ -245,6 +249,7 @@ impl PrivateReader {
             lookup_rounds: Default::default(),
             hot_failed: Default::default(),
             forged_tiers: Default::default(),
+            audits: Default::default(),
             answers: AnswerCache::new(config.cache_dir.clone()),
             pool_size: config.prepared_pool,
             largest_request: Default::default(),

@@ -29,6 +29,9 @@ impl PrivateReader {
             .copied()
             .collect();
         let (cold_part, hot_part) = (self.part(pir, keys, &cold), self.part(&above, keys, &hot));
+        // The tier answers the hot part's keys: each is audited in the
+        // free queries of a request of every PIR level, this one or later.
+        self.queue_audits(view, keys, &hot);
         let round = cold_part.asks() || hot_part.asks();
         let both = round && !above.is_empty();
         if round {
@@ -40,8 +43,8 @@ impl PrivateReader {
         // every PIR level (the round's main one, whose count padding and
         // cover rounds copy) notes it last.
         let (hot_found, cold_found) = tokio::join!(
-            self.read_part(hot_part, pad_to, both),
-            self.read_part(cold_part, pad_to, both)
+            self.read_part(hot_part, pad_to, both, None),
+            self.read_part(cold_part, pad_to, both, Some(view))
         );
         let mut found: BTreeMap<usize, Vec<Found>> = pir
             .iter()
@@ -100,12 +103,15 @@ impl PrivateReader {
     /// for the rest, whose verified answers are kept in turn. Nothing
     /// when it has no level, or no key and no `force`; with `force`, a
     /// request goes even when every key was answered before (one random
-    /// filler then: see [`Self::read_pir_parts`]).
+    /// filler then: see [`Self::read_pir_parts`]). `audit`: the view
+    /// whose tier the request's free queries audit (a request of every
+    /// PIR level).
     pub(super) async fn read_part(
         &self,
         part: Part<'_>,
         pad_to: usize,
         force: bool,
+        audit: Option<&ViewClient>,
     ) -> Result<Vec<(usize, Vec<Found>)>, ReadError> {
         let Part {
             levels,
@@ -138,7 +144,8 @@ impl PrivateReader {
             }
             false => {
                 let unheld = unheld + usize::from(nothing);
-                self.request(levels, &unknown, unheld, pad_to).await?
+                self.request(levels, &unknown, unheld, pad_to, audit)
+                    .await?
             }
         };
         Ok(levels
@@ -175,21 +182,66 @@ impl PrivateReader {
 
     /// One request reading `unknown` from every PIR level, with `unheld`
     /// random keys, the canaries and (to `pad_to`) random fillers mixed
-    /// in; the canaries checked, each level's answers to `unknown` kept
-    /// and returned.
+    /// in, keys of `audit`'s tier in place of random ones where some wait
+    /// for an audit; the canaries checked, the audits compared, each
+    /// level's answers to `unknown` kept and returned.
     pub(super) async fn request(
         &self,
         pir: &[(usize, &Arc<SnapshotClient>)],
         unknown: &[B256],
         unheld: usize,
         pad_to: usize,
+        audit: Option<&ViewClient>,
     ) -> Result<Vec<HashMap<B256, Found>>, ReadError> {
         // Timed whole (queries made, the round trip, answers decoded and
         // checked): what a kept answer waits in its place.
         let started = std::time::Instant::now();
-        // With padding, every query beyond the real ones is a canary where
-        // answers are known, a random filler where not.
-        let real = unknown.len() + unheld;
+        let slots = self.slots_past(unknown.len() + unheld, pad_to);
+        let (audited, canaries, random) = self.free_queries(pir, unknown, unheld, slots, audit)?;
+        self.pir_keys
+            .fetch_add(unknown.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        // The audited keys ride as real ones past `unknown`.
+        let asked: Vec<B256> = unknown.iter().chain(&audited).copied().collect();
+        let arranged = canary::arrange(&asked, random, &canaries, pir.len());
+        let answered = self.query_levels(pir, &arranged.keys).await?;
+        let found: Vec<Vec<Found>> = answered.into_iter().map(|(_, v)| v).collect();
+        let roles = arranged.roles;
+        // Only answers whose request's canaries held are kept.
+        canary::check(&roles, &canaries, &found, pir)?;
+        if let Some(view) = audit {
+            self.check_audits(
+                view,
+                pir,
+                (&asked[unknown.len()..], unknown.len()),
+                &roles,
+                &found,
+            );
+        }
+        let per_level = arranged.keys.first().map_or(0, Vec::len);
+        self.timed_request(per_level, started.elapsed());
+        let mut fresh = vec![HashMap::new(); pir.len()];
+        for (l, values) in found.into_iter().enumerate() {
+            let mut by_key: HashMap<B256, Found> = HashMap::new();
+            for (role, value) in roles.iter().zip(values) {
+                match role {
+                    canary::Role::Real(i) if *i < unknown.len() => {
+                        by_key.insert(unknown[*i], value);
+                    }
+                    _ => {}
+                }
+            }
+            let kept: Vec<Found> = unknown.iter().map(|k| by_key[k].clone()).collect();
+            self.answers.keep(pir[l].1.setup_digest(), unknown, &kept);
+            fresh[l] = by_key;
+        }
+        Ok(fresh)
+    }
+
+    /// How many queries a request of `real` keys (stand-ins included)
+    /// sends past them: up to `pad_to`, else up to its rung of the
+    /// ladder, else the canaries alone. With padding, each is a canary
+    /// where answers are known, a random filler where not (or an audit).
+    fn slots_past(&self, real: usize, pad_to: usize) -> usize {
         let padded = match (pad_to > 0, self.ladder > 0) {
             (true, _) => Some(pad_to),
             (false, true) => Some(ladder_count(
@@ -199,35 +251,34 @@ impl PrivateReader {
             )),
             (false, false) => None,
         };
-        let slots = match padded {
+        match padded {
             Some(total) => total.saturating_sub(real),
             None => self.canaries_per_request,
-        };
-        let canaries = canary::choose(&self.answers, pir, unknown, slots)?;
-        let fillers = slots - canaries.len();
-        self.pir_keys
-            .fetch_add(unknown.len() as u64, std::sync::atomic::Ordering::Relaxed);
-        let arranged = canary::arrange(unknown, unheld + fillers, &canaries, pir.len());
-        let answered = self.query_levels(pir, &arranged.keys).await?;
-        let found: Vec<Vec<Found>> = answered.into_iter().map(|(_, v)| v).collect();
-        let roles = arranged.roles;
-        // Only answers whose request's canaries held are kept.
-        canary::check(&roles, &canaries, &found, pir)?;
-        let per_level = arranged.keys.first().map_or(0, Vec::len);
-        self.timed_request(per_level, started.elapsed());
-        let mut fresh = vec![HashMap::new(); pir.len()];
-        for (l, values) in found.into_iter().enumerate() {
-            let mut by_key: HashMap<B256, Found> = HashMap::new();
-            for (role, value) in roles.iter().zip(values) {
-                if let canary::Role::Real(i) = role {
-                    by_key.insert(unknown[*i], value);
-                }
-            }
-            let kept: Vec<Found> = unknown.iter().map(|k| by_key[k].clone()).collect();
-            self.answers.keep(pir[l].1.setup_digest(), unknown, &kept);
-            fresh[l] = by_key;
         }
-        Ok(fresh)
+    }
+
+    /// What a request's queries past its keys ask: `unheld` stand-ins
+    /// (random keys in place of keys the view cannot hold or of kept
+    /// answers) and `slots` beyond them (the canaries it must carry and
+    /// the padding). Past the canaries it must carry, keys of `audit`'s
+    /// tier waiting for an audit come first, then known answers (more
+    /// canaries), then random keys. The keys audited, the canaries, and
+    /// how many random keys.
+    fn free_queries(
+        &self,
+        pir: &[(usize, &Arc<SnapshotClient>)],
+        unknown: &[B256],
+        unheld: usize,
+        slots: usize,
+        audit: Option<&ViewClient>,
+    ) -> Result<(Vec<B256>, Vec<canary::Canary>, usize), ReadError> {
+        let free = unheld + slots.saturating_sub(self.canaries_per_request);
+        let audited = audit.map_or_else(Vec::new, |view| self.audit_keys(view, free, unknown));
+        let in_unheld = audited.len().min(unheld);
+        let in_slots = audited.len() - in_unheld;
+        let canaries = canary::choose(&self.answers, pir, unknown, slots - in_slots)?;
+        let random = (unheld - in_unheld) + (slots - in_slots - canaries.len());
+        Ok((audited, canaries, random))
     }
 
     /// One request with as many queries to every PIR level (`level_keys`:

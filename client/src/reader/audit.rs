@@ -1,0 +1,150 @@
+//! Audits of the hot tier against the levels it stands on, in queries a
+//! request sends anyway. A key the tier answered (one that names no one:
+//! a pool's reserves, a token's implementation) is queued; the random
+//! keys a request asks in place of kept answers, of keys the view cannot
+//! hold and of the ladder's padding then ask queued keys instead, of
+//! every PIR level. PIR hides which key a query asks, so the server sees
+//! the request it would have seen; the answers say what the levels hold
+//! for those keys, and a tier value that differs is a forgery, recorded
+//! as one caught on a key that names the wallet is ([`PrivateReader::tier_forged`]).
+//! A forged key is caught at the first request with a free query after
+//! the wallet read it, not before its answer was given: the answer of a
+//! key that names no one still comes from the tier (docs/security.md).
+
+use std::collections::{HashSet, VecDeque};
+
+use super::*;
+
+/// Most keys waiting for an audit; the oldest go first when more come.
+const MOST_QUEUED: usize = 1024;
+/// Most keys remembered as audited (then forgotten, and audited again
+/// when read again).
+const MOST_AUDITED: usize = 1 << 16;
+
+/// The tier keys waiting for an audit, and those done, of one tier.
+#[derive(Default)]
+pub(super) struct TierAudits {
+    tier: Option<SnapshotId>,
+    queued: VecDeque<B256>,
+    done: HashSet<B256>,
+}
+
+impl TierAudits {
+    /// Starts over when the view's tier is another.
+    fn of_tier(&mut self, tier: SnapshotId) -> &mut Self {
+        if self.tier != Some(tier) {
+            *self = TierAudits {
+                tier: Some(tier),
+                ..Default::default()
+            };
+        }
+        self
+    }
+
+    /// Queues `keys` of `tier` not audited nor queued yet.
+    pub(super) fn queue(&mut self, tier: SnapshotId, keys: impl Iterator<Item = B256>) {
+        let audits = self.of_tier(tier);
+        for key in keys {
+            if audits.done.contains(&key) || audits.queued.contains(&key) {
+                continue;
+            }
+            if audits.queued.len() == MOST_QUEUED {
+                audits.queued.pop_front();
+            }
+            audits.queued.push_back(key);
+        }
+    }
+
+    /// Up to `count` queued keys of `tier`, none of `avoid` (a request's
+    /// own keys), taken off the queue as audited.
+    pub(super) fn take(&mut self, tier: SnapshotId, count: usize, avoid: &[B256]) -> Vec<B256> {
+        let audits = self.of_tier(tier);
+        let mut taken = Vec::new();
+        let mut left = VecDeque::new();
+        while let Some(key) = audits.queued.pop_front() {
+            match taken.len() < count && !avoid.contains(&key) {
+                true => taken.push(key),
+                false => left.push_back(key),
+            }
+        }
+        audits.queued = left;
+        if audits.done.len() + taken.len() > MOST_AUDITED {
+            audits.done.clear();
+        }
+        audits.done.extend(taken.iter().copied());
+        taken
+    }
+}
+
+impl PrivateReader {
+    /// Notes the keys of `part` (indices into `keys`) that `view`'s tier
+    /// holds and answers, for an audit.
+    pub(super) fn queue_audits(&self, view: &ViewClient, keys: &[Option<B256>], part: &[usize]) {
+        let Some(hot) = &view.hot else { return };
+        let held = part.iter().filter_map(|&i| keys[i]);
+        let mut audits = self.audits.lock().expect("lock");
+        audits.queue(hot.level.entry.id, held);
+    }
+
+    /// Up to `count` keys to audit in a request of every PIR level of
+    /// `view` (none without a tier), none of `avoid`.
+    pub(super) fn audit_keys(&self, view: &ViewClient, count: usize, avoid: &[B256]) -> Vec<B256> {
+        let Some(hot) = &view.hot else {
+            return Vec::new();
+        };
+        let mut audits = self.audits.lock().expect("lock");
+        audits.take(hot.level.entry.id, count, avoid)
+    }
+
+    /// Compares each audited key's answers with `view`'s tier; a
+    /// difference is recorded as a forgery. `audited`: the keys, asked as
+    /// real keys from index `first` on (`roles`: each query's role;
+    /// `found[l]`: the request's level `l`'s answers).
+    pub(super) fn check_audits(
+        &self,
+        view: &ViewClient,
+        pir: &[(usize, &Arc<SnapshotClient>)],
+        (audited, first): (&[B256], usize),
+        roles: &[canary::Role],
+        found: &[Vec<Found>],
+    ) {
+        for (q, role) in roles.iter().enumerate() {
+            let canary::Role::Real(i) = role else {
+                continue;
+            };
+            let Some(key) = i.checked_sub(first).and_then(|j| audited.get(j)) else {
+                continue;
+            };
+            let asked: Vec<(usize, Found)> = pir
+                .iter()
+                .zip(found)
+                .map(|((l, _), values)| (*l, values[q].clone()))
+                .collect();
+            if view.tier_disagrees(key, &asked) {
+                tracing::debug!("an audited key of the hot tier reads otherwise at its base");
+                self.tier_forged(view);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_key_is_audited_once_and_a_new_tier_starts_over() {
+        let tier: SnapshotId = "1-8-hot".parse().unwrap();
+        let other: SnapshotId = "1-9-hot".parse().unwrap();
+        let key = |b: u8| B256::repeat_byte(b);
+        let mut audits = TierAudits::default();
+        audits.queue(tier, [key(1), key(2), key(1)].into_iter());
+        assert_eq!(audits.take(tier, 5, &[key(2)]), [key(1)]);
+        audits.queue(tier, [key(1), key(3)].into_iter());
+        assert_eq!(audits.take(tier, 1, &[]), [key(2)]);
+        assert_eq!(audits.take(tier, 5, &[]), [key(3)]);
+        assert!(audits.take(tier, 5, &[]).is_empty());
+        audits.queue(other, [key(1)].into_iter());
+        assert_eq!(audits.take(other, 5, &[]), [key(1)]);
+    }
+}
