@@ -257,3 +257,119 @@ async fn a_first_read_and_a_repeat_look_alike_to_the_server_and_the_page() {
     );
     stack.follower.stop().await;
 }
+
+/// Under the defaults, with the whole state held: the calls a wallet
+/// makes most (a token balance, an allowance, a swap's quote, a
+/// Multicall3 refresh of a balance and an allowance with the ETH balance),
+/// each its first read by a fresh holder, send the same number of
+/// requests (`pad_call_rounds_to`: every call that reads anything is
+/// padded to the schedule's round count), so that the server cannot tell
+/// which of them a wallet made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_balance_an_allowance_a_quote_and_a_refresh_share_one_schedule() {
+    use alloy_primitives::{Address, U256};
+    use alloy_sol_types::SolCall;
+    use protocol::tokens::{IMulticall3, MULTICALL3};
+    alloy_sol_types::sol! {
+        interface IToken {
+            function balanceOf(address holder) returns (uint256);
+            function allowance(address holder, address spender) returns (uint256);
+        }
+        interface IQuote {
+            function quote(address pool, uint256 amountIn) returns (uint256);
+        }
+    }
+    log_if_asked();
+    let dir = tempfile::tempdir().unwrap();
+    let (anvil, genesis) = chain_with_multicall3(dir.path(), "4248").await;
+    let store = dir.path().join("store");
+    let mut config = follow_config(&store, &anvil.url, &genesis, 0, 4, 256);
+    config.source.storage = snapshotter::follow::StorageScope::All;
+    let stack = Stack::start(config, &anvil, None).await;
+    let market = deploy_pool_market(&anvil).await;
+    let block = view_reaches(&stack.proxy, anvil.head().await).await;
+    let at = format!("{block:#x}");
+    let (link, trace) = traced_server(&stack.server, std::time::Duration::ZERO).await;
+    let cache = tempfile::tempdir().unwrap();
+    let proxy = start_proxy_with(proxy::ProxyConfig {
+        pir_server: link,
+        upstream: Some(stack.upstream.clone()),
+        cache_dir: cache.path().to_path_buf(),
+        ..Default::default()
+    })
+    .await;
+    view_reaches(&proxy, block).await;
+    let token = market.token;
+    let holder = |i: u8| Address::repeat_byte(0x40 + i);
+    let refresh = |who: Address| {
+        let calls = [
+            (token, IToken::balanceOfCall { holder: who }.abi_encode()),
+            (
+                token,
+                IToken::allowanceCall {
+                    holder: who,
+                    spender: market.router,
+                }
+                .abi_encode(),
+            ),
+            (
+                MULTICALL3,
+                IMulticall3::getEthBalanceCall { addr: who }.abi_encode(),
+            ),
+        ];
+        let calls = calls
+            .into_iter()
+            .map(|(target, data)| IMulticall3::Call3 {
+                target,
+                allowFailure: true,
+                callData: data.into(),
+            })
+            .collect();
+        call_object(
+            MULTICALL3,
+            &IMulticall3::aggregate3Call { calls }.abi_encode(),
+        )
+    };
+    let amount = U256::from(10u64).pow(U256::from(16u8));
+    let calls = [
+        (
+            "balanceOf",
+            call_object(
+                token,
+                &IToken::balanceOfCall { holder: holder(1) }.abi_encode(),
+            ),
+        ),
+        (
+            "allowance",
+            call_object(
+                token,
+                &IToken::allowanceCall {
+                    holder: holder(2),
+                    spender: market.router,
+                }
+                .abi_encode(),
+            ),
+        ),
+        (
+            "quote",
+            call_object(
+                market.router,
+                &IQuote::quoteCall {
+                    pool: market.pool,
+                    amountIn: amount,
+                }
+                .abi_encode(),
+            ),
+        ),
+        ("refresh", refresh(holder(3))),
+    ];
+    let mut schedules = Vec::new();
+    for (name, call) in &calls {
+        let wire = traced(&trace, same_as_anvil(&proxy, &anvil, call, &at)).await;
+        eprintln!("{name}: {wire:?}");
+        schedules.push((name, wire));
+    }
+    let rounds: Vec<usize> = schedules.iter().map(|(_, w)| w.len()).collect();
+    assert!(rounds.iter().all(|&r| r == rounds[0]), "{schedules:?}");
+    stack.follower.stop().await;
+}

@@ -614,22 +614,19 @@ where
             return MethodResponse::error(call.id, ProxyError::NoUpstream(call.method));
         };
         tracing::debug!(method = %call.method, "forwarding upstream");
+        let own = &self.policy.own_sends;
+        let reads = self.policy.upstream.as_deref();
+        let head = own.head_before_send(reads, &call.method).await;
         let sent = SEND_METHODS
             .contains(&call.method.as_str())
             .then(|| call.params.clone());
         match upstream.call(&call.method, call.params, reason).await {
             Ok(result) => {
-                if let Some(params) = sent {
-                    let reads = self.policy.upstream.as_deref();
-                    let own = &self.policy.own_sends;
-                    own.note(reads, &call.method, params.as_deref(), &result)
-                        .await;
-                }
-                MethodResponse::response(
-                    call.id,
-                    ResponsePayload::success(result),
-                    MAX_RESPONSE_BYTES,
-                )
+                let noted = sent.and_then(|p| own.note(head, &call.method, p.as_deref(), &result));
+                // The transaction's own hash where the endpoint answered another.
+                let corrected = noted.and_then(|hash| serde_json::value::to_raw_value(&hash).ok());
+                let answer = ResponsePayload::success(corrected.unwrap_or(result));
+                MethodResponse::response(call.id, answer, MAX_RESPONSE_BYTES)
             }
             Err(e) => MethodResponse::error(call.id, e),
         }

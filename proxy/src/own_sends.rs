@@ -6,16 +6,21 @@
 //! went to. So after a send through the proxy (`receipts_by_block`), those
 //! calls for its hash are answered here: the transaction from the raw bytes
 //! that were sent (its signer recovered here), the receipt from
-//! `eth_getBlockReceipts` of each block since the send, read once each
-//! while a send is unfound. The reading upstream sees whole blocks read
-//! while something is pending, never which transaction.
+//! `eth_getBlockReceipts` of each block since the send, with its header,
+//! read once each while a send is unfound. The reading upstream sees whole
+//! blocks read while something is pending, never which transaction.
+//!
+//! Every number the upstream gives is bounded before it is used (a poll
+//! reads at most [`MOST_BLOCKS_PER_POLL`] blocks, a head never makes the
+//! cursor wrap), the state is locked only between network calls, and one
+//! poll reads blocks at a time.
 
 use std::collections::VecDeque;
 
-use alloy_consensus::transaction::SignerRecoverable;
+use alloy_consensus::transaction::{Recovered, SignerRecoverable};
 use alloy_consensus::TxEnvelope;
 use alloy_eips::eip2718::Decodable2718;
-use alloy_primitives::{keccak256, Bytes, B256};
+use alloy_primitives::{Bytes, B256};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
@@ -23,12 +28,21 @@ use crate::activity::Reason;
 use crate::error::ProxyError;
 use crate::upstream::Upstream;
 
-/// Most sends followed at once; the oldest is forgotten (its hash is then
-/// asked upstream as any other).
+/// Most sends followed at once; the oldest found one is forgotten first,
+/// else the oldest (its hash is then asked upstream as any other).
 const MOST_FOLLOWED: usize = 256;
 /// Most blocks read for one poll: a wallet that polls again after a long
 /// pause catches up over several polls (each answered "not yet").
 const MOST_BLOCKS_PER_POLL: u64 = 16;
+/// Blocks before the upstream's head at the send that are read too: a
+/// send that lands while its head is read, or a head one behind.
+const BLOCKS_BEFORE_SEND: u64 = 2;
+/// Blocks after which a send never found is no longer followed (dropped,
+/// replaced): about 3.4 hours of mainnet blocks.
+const FOLLOWED_BLOCKS: u64 = 1024;
+/// The newest blocks read, kept by hash: a reorganisation that replaces
+/// them is read again.
+const BLOCKS_KEPT: usize = 32;
 
 /// The methods answered here for a followed hash.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -49,15 +63,33 @@ impl ByHash {
     }
 }
 
+/// The sends whose transaction is in their params (the rest, such as
+/// `eth_sendTransaction`, which the node signs, are asked by hash).
+fn carries_raw_transaction(method: &str) -> bool {
+    matches!(
+        method,
+        "eth_sendRawTransaction"
+            | "eth_sendRawTransactionConditional"
+            | "eth_sendPrivateTransaction"
+    )
+}
+
 /// One send followed.
 struct Followed {
     hash: B256,
-    /// The transaction as sent, its signer recovered (None for
-    /// `eth_sendTransaction`, which the node signed).
-    sent: Option<(Bytes, alloy_consensus::transaction::Recovered<TxEnvelope>)>,
-    /// Its receipt, once a block held it, and that block's time.
-    receipt: Option<Value>,
-    block_time: Option<u64>,
+    /// The transaction as sent and its signer.
+    sent: (Bytes, Recovered<TxEnvelope>),
+    /// The first block it may be in.
+    since: u64,
+    /// Its receipt, once a block held it, and that block's number and time.
+    found: Option<Found>,
+}
+
+#[derive(Clone)]
+struct Found {
+    receipt: Value,
+    block: u64,
+    time: u64,
 }
 
 #[derive(Default)]
@@ -65,18 +97,49 @@ struct Following {
     sends: VecDeque<Followed>,
     /// The first block not read yet.
     next_block: Option<u64>,
+    /// The newest blocks read, with their hashes.
+    read: VecDeque<(u64, B256)>,
 }
 
 impl Following {
     fn unfound(&self) -> bool {
-        self.sends.iter().any(|f| f.receipt.is_none())
+        self.sends.iter().any(|f| f.found.is_none())
+    }
+
+    /// Makes room for one more: the oldest found send goes first.
+    fn make_room(&mut self) {
+        if self.sends.len() < MOST_FOLLOWED {
+            return;
+        }
+        match self.sends.iter().position(|f| f.found.is_some()) {
+            Some(at) => {
+                self.sends.remove(at);
+            }
+            None => {
+                self.sends.pop_front();
+            }
+        }
+    }
+
+    /// Forgets what blocks from `number` on held (a reorganisation
+    /// replaced them) and reads them again.
+    fn rewind_to(&mut self, number: u64) {
+        for followed in &mut self.sends {
+            if followed.found.as_ref().is_some_and(|f| f.block >= number) {
+                followed.found = None;
+            }
+        }
+        self.read.retain(|(n, _)| *n < number);
+        self.next_block = Some(self.next_block.map_or(number, |n| n.min(number)));
     }
 }
 
 /// The sends this proxy made, followed in whole blocks.
 pub struct OwnSends {
     enabled: bool,
-    following: tokio::sync::Mutex<Following>,
+    following: std::sync::Mutex<Following>,
+    /// One poll reads blocks at a time.
+    reading: tokio::sync::Mutex<()>,
 }
 
 impl OwnSends {
@@ -85,64 +148,66 @@ impl OwnSends {
         OwnSends {
             enabled,
             following: Default::default(),
+            reading: Default::default(),
+        }
+    }
+
+    /// The reading upstream's head before a send of `method`, where the
+    /// send will be followed (read first, so that the block it lands in is
+    /// never below it).
+    pub async fn head_before_send(&self, reads: Option<&Upstream>, method: &str) -> Option<u64> {
+        match (self.enabled && carries_raw_transaction(method), reads) {
+            (true, Some(reads)) => reads.head().await,
+            _ => None,
         }
     }
 
     /// Notes a send the endpoint accepted (`method` with `params`,
-    /// answered `result`), from the reading upstream's head on (`reads`).
-    /// A send that cannot be followed (no head, bytes that are no
-    /// transaction) is left to be asked by hash as before.
-    pub async fn note(
+    /// answered `result`; the reading upstream's head was `head` before
+    /// it). The transaction's own hash where the endpoint answered another
+    /// (the wallet is given the true one: a made-up hash polled upstream
+    /// would tie this machine to the endpoint's records). A send that
+    /// cannot be followed (no head, bytes that are no transaction) is left
+    /// to be asked by hash.
+    pub fn note(
         &self,
-        reads: Option<&Upstream>,
+        head: Option<u64>,
         method: &str,
         params: Option<&RawValue>,
         result: &RawValue,
-    ) {
-        let (Some(reads), true) = (reads, self.enabled) else {
-            return;
-        };
-        let answered: Option<B256> = serde_json::from_str(result.get()).ok();
-        let followed = match method {
-            "eth_sendRawTransaction"
-            | "eth_sendRawTransactionConditional"
-            | "eth_sendPrivateTransaction" => match sent_transaction(params) {
-                Some((raw, tx)) => Followed {
-                    hash: keccak256(&raw),
-                    sent: Some((raw, tx)),
-                    receipt: None,
-                    block_time: None,
-                },
-                None => return,
-            },
-            "eth_sendTransaction" => match answered {
-                Some(hash) => Followed {
-                    hash,
-                    sent: None,
-                    receipt: None,
-                    block_time: None,
-                },
-                None => return,
-            },
-            _ => return,
-        };
-        if answered.is_some_and(|a| a != followed.hash) {
-            tracing::warn!(answered = ?answered, sent = %followed.hash, "the send endpoint answered another hash than the transaction's; its receipt is looked for by the transaction's");
+    ) -> Option<B256> {
+        if !self.enabled || !carries_raw_transaction(method) {
+            return None;
         }
-        let Some(head) = reads.head().await else {
+        let (raw, tx) = sent_transaction(params)?;
+        let hash = *tx.inner().tx_hash();
+        let answered: Option<B256> = serde_json::from_str(result.get()).ok();
+        let corrected = (answered != Some(hash)).then(|| {
+            tracing::warn!(answered = ?answered, sent = %hash, "the send endpoint answered another hash than the transaction's: the wallet is given the transaction's");
+            hash
+        });
+        let Some(head) = head else {
             tracing::info!("no head from the upstream: this send's receipt will be asked by hash");
-            return;
+            return corrected;
         };
-        let mut following = self.following.lock().await;
+        let since = head.saturating_sub(BLOCKS_BEFORE_SEND);
+        let mut following = self.following.lock().expect("lock");
+        if following.sends.iter().any(|f| f.hash == hash) {
+            return corrected;
+        }
         let next = match following.next_block {
-            Some(next) if following.unfound() => next.min(head),
-            _ => head,
+            Some(next) if following.unfound() => next.min(since),
+            _ => since,
         };
         following.next_block = Some(next);
-        following.sends.push_back(followed);
-        if following.sends.len() > MOST_FOLLOWED {
-            following.sends.pop_front();
-        }
+        following.make_room();
+        following.sends.push_back(Followed {
+            hash,
+            sent: (raw, tx),
+            since,
+            found: None,
+        });
+        corrected
     }
 
     /// The answer to `method` when it asks about a followed send by hash:
@@ -156,63 +221,133 @@ impl OwnSends {
     ) -> Option<Result<Value, ProxyError>> {
         let kind = ByHash::of(method).filter(|_| self.enabled)?;
         let (hash,): (B256,) = serde_json::from_str(params?.get()).ok()?;
-        let mut following = self.following.lock().await;
-        let at = following.sends.iter().position(|f| f.hash == hash)?;
-        if kind != ByHash::Receipt && following.sends[at].sent.is_none() {
+        if !self.follows(&hash) {
             return None;
         }
-        forget_if_reorganised(&mut following, at, reads).await;
-        if following.sends[at].receipt.is_none() {
-            if let Err(e) = read_new_blocks(&mut following, reads).await {
+        {
+            let _one_reader = self.reading.lock().await;
+            if let Err(e) = self.catch_up(reads).await {
                 return Some(Err(e));
             }
         }
-        let followed = &following.sends[at];
+        let following = self.following.lock().expect("lock");
+        // (Forgotten meanwhile: answered as unknown, never asked upstream.)
+        let Some(followed) = following.sends.iter().find(|f| f.hash == hash) else {
+            return Some(Ok(Value::Null));
+        };
         Some(Ok(match kind {
-            ByHash::Receipt => followed.receipt.clone().unwrap_or(Value::Null),
-            ByHash::RawTransaction => serde_json::json!(followed.sent.as_ref()?.0),
-            ByHash::Transaction => transaction_object(followed)?,
+            ByHash::Receipt => followed
+                .found
+                .as_ref()
+                .map_or(Value::Null, |f| f.receipt.clone()),
+            ByHash::RawTransaction => serde_json::json!(followed.sent.0),
+            ByHash::Transaction => transaction_object(followed),
         }))
+    }
+
+    fn follows(&self, hash: &B256) -> bool {
+        let following = self.following.lock().expect("lock");
+        following.sends.iter().any(|f| f.hash == *hash)
+    }
+
+    /// Reads again what a reorganisation replaced, then the blocks since
+    /// the last one read while a send is unfound, and forgets sends never
+    /// found in [`FOLLOWED_BLOCKS`].
+    async fn catch_up(&self, reads: &Upstream) -> Result<(), ProxyError> {
+        self.rewind_reorganised(reads).await;
+        let Some(head) = self.unfound_next().map(|_| reads.head()) else {
+            return Ok(());
+        };
+        let head = head
+            .await
+            .ok_or_else(|| ProxyError::UpstreamUnavailable("no head".into()))?;
+        for _ in 0..MOST_BLOCKS_PER_POLL {
+            let Some(number) = self.unfound_next().filter(|n| *n <= head) else {
+                break;
+            };
+            let Some((hash, time, receipts)) = read_block(reads, number).await? else {
+                break;
+            };
+            let mut following = self.following.lock().expect("lock");
+            keep_found(&mut following, (number, hash, time), receipts);
+            following.read.push_back((number, hash));
+            if following.read.len() > BLOCKS_KEPT {
+                following.read.pop_front();
+            }
+            following.next_block = number.checked_add(1);
+            let past = |f: &Followed| {
+                f.found.is_none() && f.since.saturating_add(FOLLOWED_BLOCKS) < number
+            };
+            following.sends.retain(|f| !past(f));
+        }
+        Ok(())
+    }
+
+    /// The next block to read, while a send is unfound.
+    fn unfound_next(&self) -> Option<u64> {
+        let following = self.following.lock().expect("lock");
+        following
+            .unfound()
+            .then_some(following.next_block)
+            .flatten()
+    }
+
+    /// Compares the newest blocks read with the upstream's blocks at those
+    /// numbers (a reorganisation replaces the newest first) and reads again
+    /// from the first one replaced. An upstream that does not answer, or
+    /// has no block there yet (a lagging backend), leaves them.
+    async fn rewind_reorganised(&self, reads: &Upstream) {
+        for _ in 0..BLOCKS_KEPT {
+            let newest = self.following.lock().expect("lock").read.back().copied();
+            let Some((number, hash)) = newest else { return };
+            match reads.block_hash_at(number).await {
+                Ok(Some(now)) if now != hash => {
+                    tracing::info!(
+                        block = number,
+                        "a block read for a send was reorganised away: read again"
+                    );
+                    self.following.lock().expect("lock").rewind_to(number);
+                }
+                _ => return,
+            }
+        }
     }
 }
 
-/// Forgets the receipt of send `at` when the upstream's block at its
-/// number is no longer the one that held it (a reorganisation), and reads
-/// again from that block on. An upstream that does not answer leaves it.
-async fn forget_if_reorganised(following: &mut Following, at: usize, reads: &Upstream) {
-    let Some(receipt) = &following.sends[at].receipt else {
-        return;
-    };
-    let field = |name: &str| receipt.get(name).cloned();
-    let held_by: Option<B256> = field("blockHash").and_then(|v| serde_json::from_value(v).ok());
-    let number = field("blockNumber")
-        .and_then(|v| serde_json::from_value::<alloy_primitives::U64>(v).ok())
-        .map(|n| n.to::<u64>());
-    let (Some(held_by), Some(number)) = (held_by, number) else {
-        return;
-    };
-    match reads.block_hash_at(number).await {
-        Ok(now) if now != Some(held_by) => {
-            tracing::info!(
-                block = number,
-                "a followed send's block was reorganised away: looked for again"
-            );
-            let followed = &mut following.sends[at];
-            followed.receipt = None;
-            followed.block_time = None;
-            let next = following.next_block.map_or(number, |n| n.min(number));
-            following.next_block = Some(next);
+/// Keeps each receipt of `receipts` (block `number`, `hash`, `time`) that
+/// is a followed send's and says it is of that block.
+fn keep_found(
+    following: &mut Following,
+    (number, hash, time): (u64, B256, u64),
+    receipts: Vec<Value>,
+) {
+    for receipt in receipts {
+        let field = |name: &str| receipt.get(name).cloned();
+        let of_block: Option<B256> =
+            field("blockHash").and_then(|h| serde_json::from_value(h).ok());
+        let tx: Option<B256> =
+            field("transactionHash").and_then(|h| serde_json::from_value(h).ok());
+        if of_block != Some(hash) {
+            continue;
         }
-        _ => {}
+        let waiting = following
+            .sends
+            .iter_mut()
+            .find(|f| Some(f.hash) == tx && f.found.is_none());
+        if let Some(followed) = waiting {
+            followed.found = Some(Found {
+                receipt,
+                block: number,
+                time,
+            });
+        }
     }
 }
 
 /// The raw transaction a send's params carry (first, or as the first
 /// object's `tx`, as `eth_sendPrivateTransaction` has it), decoded and its
 /// signer recovered.
-fn sent_transaction(
-    params: Option<&RawValue>,
-) -> Option<(Bytes, alloy_consensus::transaction::Recovered<TxEnvelope>)> {
+fn sent_transaction(params: Option<&RawValue>) -> Option<(Bytes, Recovered<TxEnvelope>)> {
     let params: Vec<Value> = serde_json::from_str(params?.get()).ok()?;
     let first = params.into_iter().next()?;
     let raw = match first {
@@ -222,61 +357,21 @@ fn sent_transaction(
     let raw: Bytes = serde_json::from_value(raw).ok()?;
     let tx = TxEnvelope::decode_2718_exact(&raw).ok()?;
     let signer = tx.recover_signer().ok()?;
-    Some((
-        raw,
-        alloy_consensus::transaction::Recovered::new_unchecked(tx, signer),
-    ))
+    Some((raw, Recovered::new_unchecked(tx, signer)))
 }
 
-/// Reads the blocks since the last one read, up to the upstream's head
-/// (at most [`MOST_BLOCKS_PER_POLL`]), and keeps the receipts of followed
-/// sends found in them.
-async fn read_new_blocks(following: &mut Following, reads: &Upstream) -> Result<(), ProxyError> {
-    let Some(mut next) = following.next_block else {
-        return Ok(());
+/// Block `number`'s hash, time and receipts (None while the upstream has
+/// no such block).
+async fn read_block(
+    reads: &Upstream,
+    number: u64,
+) -> Result<Option<(B256, u64, Vec<Value>)>, ProxyError> {
+    let unreadable = |e: String| ProxyError::UpstreamUnavailable(format!("block {number}: {e}"));
+    let Some((hash, time)) = reads.block_at(number).await.map_err(unreadable)? else {
+        return Ok(None);
     };
-    let head = reads
-        .head()
-        .await
-        .ok_or_else(|| ProxyError::UpstreamUnavailable("no head".into()))?;
-    let last = head.min(next + MOST_BLOCKS_PER_POLL - 1);
-    while next <= last && following.unfound() {
-        let Some(receipts) = block_receipts(reads, next).await? else {
-            break;
-        };
-        for receipt in receipts {
-            keep_if_followed(following, reads, receipt).await;
-        }
-        next += 1;
-        following.next_block = Some(next);
-    }
-    Ok(())
-}
-
-/// Keeps `receipt` where it is a followed send's, with its block's time
-/// (from the block's header, checked against its hash).
-async fn keep_if_followed(following: &mut Following, reads: &Upstream, receipt: Value) {
-    let field = |name: &str| receipt.get(name).cloned();
-    let hash: Option<B256> = field("transactionHash").and_then(|h| serde_json::from_value(h).ok());
-    let waiting = following
-        .sends
-        .iter_mut()
-        .find(|f| Some(f.hash) == hash && f.receipt.is_none());
-    let Some(followed) = waiting else {
-        return;
-    };
-    let block: Option<B256> = field("blockHash").and_then(|h| serde_json::from_value(h).ok());
-    if let Some(block) = block {
-        followed.block_time = reads.header_by_hash(block).await.map(|h| h.timestamp);
-    }
-    followed.receipt = Some(receipt);
-}
-
-/// The receipts of block `number` (None while the upstream has no such
-/// block).
-async fn block_receipts(reads: &Upstream, number: u64) -> Result<Option<Vec<Value>>, ProxyError> {
     let params = serde_json::value::to_raw_value(&[format!("{number:#x}")])
-        .map_err(|e| ProxyError::UpstreamUnavailable(e.to_string()))?;
+        .map_err(|e| unreadable(e.to_string()))?;
     let raw = reads
         .call(
             "eth_getBlockReceipts",
@@ -284,34 +379,89 @@ async fn block_receipts(reads: &Upstream, number: u64) -> Result<Option<Vec<Valu
             Reason::NotPrivateMethod,
         )
         .await?;
-    serde_json::from_str(raw.get())
-        .map_err(|e| ProxyError::UpstreamUnavailable(format!("eth_getBlockReceipts: {e}")))
+    let receipts: Option<Vec<Value>> = serde_json::from_str(raw.get())
+        .map_err(|e| unreadable(format!("eth_getBlockReceipts: {e}")))?;
+    Ok(receipts.map(|r| (hash, time, r)))
 }
 
 /// The transaction as geth gives it by hash (`newRPCTransaction`):
 /// pending (no block, `gasPrice` its fee cap) until its receipt is found,
 /// then with the block, its time, the index and the price paid.
-fn transaction_object(followed: &Followed) -> Option<Value> {
+fn transaction_object(followed: &Followed) -> Value {
     use alloy_consensus::Transaction as _;
-    let (_, tx) = followed.sent.as_ref()?;
-    let receipt = followed.receipt.as_ref();
-    let field = |name: &str| receipt.and_then(|r| r.get(name)).cloned();
+    let tx = &followed.sent.1;
+    let found = followed.found.as_ref();
+    let field = |name: &str| found.and_then(|f| f.receipt.get(name)).cloned();
     let number = |name: &str| {
         field(name).and_then(|v| serde_json::from_value::<alloy_primitives::U64>(v).ok())
     };
     let paid = field("effectiveGasPrice")
         .and_then(|v| serde_json::from_value::<alloy_primitives::U128>(v).ok())
         .map(|p| p.to());
+    let time = found.map(|f| f.time);
     let object = alloy_rpc_types_eth::Transaction {
         inner: tx.clone(),
         block_hash: field("blockHash").and_then(|v| serde_json::from_value(v).ok()),
-        block_number: number("blockNumber").map(|n| n.to()),
+        block_number: found.map(|f| f.block),
         transaction_index: number("transactionIndex").map(|n| n.to()),
         effective_gas_price: paid.or(Some(tx.max_fee_per_gas())),
-        block_timestamp: followed.block_time,
+        block_timestamp: time,
     };
-    let mut object = serde_json::to_value(object).ok()?;
-    let time = followed.block_time.map(|t| format!("{t:#x}"));
-    object["blockTimestamp"] = serde_json::json!(time);
-    Some(object)
+    let mut object = serde_json::to_value(object).unwrap_or(Value::Null);
+    if let Value::Object(fields) = &mut object {
+        fields.insert(
+            "blockTimestamp".into(),
+            serde_json::json!(time.map(|t| format!("{t:#x}"))),
+        );
+    }
+    object
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn followed(n: u16, found: bool) -> Followed {
+        let tx = alloy_consensus::TxLegacy::default();
+        let signed = alloy_consensus::Signed::new_unhashed(
+            tx,
+            alloy_primitives::Signature::test_signature(),
+        );
+        let envelope = TxEnvelope::Legacy(signed);
+        Followed {
+            hash: B256::left_padding_from(&n.to_be_bytes()),
+            sent: (
+                Bytes::new(),
+                Recovered::new_unchecked(envelope, Default::default()),
+            ),
+            since: 10,
+            found: found.then_some(Found {
+                receipt: Value::Null,
+                block: 12,
+                time: 0,
+            }),
+        }
+    }
+
+    #[test]
+    fn room_is_made_by_found_sends_first_and_a_reorganisation_reads_again() {
+        let mut following = Following::default();
+        following.sends.push_back(followed(1, false));
+        following.sends.push_back(followed(2, true));
+        for i in 3..=MOST_FOLLOWED as u16 {
+            following.sends.push_back(followed(i, false));
+        }
+        following.make_room();
+        assert!(following
+            .sends
+            .iter()
+            .all(|f| f.hash != B256::repeat_byte(2)));
+        following.sends.push_back(followed(2, true));
+        following.next_block = Some(20);
+        following.read.extend([(11, B256::ZERO), (12, B256::ZERO)]);
+        following.rewind_to(12);
+        assert_eq!(following.next_block, Some(12));
+        assert_eq!(following.read, [(11, B256::ZERO)]);
+        assert!(following.sends.iter().all(|f| f.found.is_none()));
+    }
 }

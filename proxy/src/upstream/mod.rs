@@ -314,6 +314,12 @@ fn block_hash_source(upstream: Arc<Upstream>) -> ethpir_client::canonical::Block
 impl Upstream {
     /// The hash of the upstream's block at `number` (None: it has none).
     pub async fn block_hash_at(&self, number: u64) -> Result<Option<B256>, String> {
+        Ok(self.block_at(number).await?.map(|(hash, _)| hash))
+    }
+
+    /// The hash and time of the upstream's block at `number` (None: it
+    /// has none).
+    pub async fn block_at(&self, number: u64) -> Result<Option<(B256, u64)>, String> {
         let params = serde_json::value::to_raw_value(&(format!("{number:#x}"), false))
             .map_err(|e| e.to_string())?;
         let raw = self
@@ -323,9 +329,10 @@ impl Upstream {
         #[derive(serde::Deserialize)]
         struct Header {
             hash: B256,
+            timestamp: alloy_primitives::U64,
         }
         let header: Option<Header> = serde_json::from_str(raw.get()).map_err(|e| e.to_string())?;
-        Ok(header.map(|h| h.hash))
+        Ok(header.map(|h| (h.hash, h.timestamp.to())))
     }
 }
 
