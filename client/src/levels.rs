@@ -359,37 +359,24 @@ impl ViewClient {
         (read, disagrees)
     }
 
-    /// Whether the hot tier's value of `key` differs from the state at the
-    /// level it stands on: the newest level at or below it that holds the
-    /// key, read from `asked` (each PIR level's answer to a query of it)
-    /// or from a whole level's table. False where the tier does not hold
-    /// the key or a PIR level below it was not asked (nothing to compare).
-    pub fn tier_disagrees(&self, key: &B256, asked: &[(usize, Found)]) -> bool {
-        let Some(hot) = &self.hot else { return false };
-        let Some(tier) = hot.level.table.get(&key.0) else {
-            return false;
-        };
-        let mut below = None;
-        for l in (0..=hot.on).rev() {
-            let value = match &self.levels[l] {
-                Level::Whole(w) => w.table.get(&key.0).map(<[u8]>::to_vec),
+    /// Whether the hot tier's value of `key` differs from the levels' (the
+    /// comparison [`Self::freshest_named`] makes), its PIR levels' values
+    /// read from `asked` (each one's answer to a query of it), its whole
+    /// levels' from their tables. False where a PIR level was not asked.
+    pub fn tier_disagrees(&self, key: &ReadKey, asked: &[(usize, Found)]) -> bool {
+        let pir_key = key.pir_key();
+        let mut found: Vec<Vec<Found>> = Vec::with_capacity(self.levels.len());
+        for (l, level) in self.levels.iter().enumerate() {
+            let value = match level {
+                Level::Whole(w) => w.read(&[Some(pir_key)]).pop().flatten(),
                 Level::Pir(_) => match asked.iter().find(|(i, _)| *i == l) {
                     Some((_, value)) => value.clone(),
                     None => return false,
                 },
             };
-            if let Some(value) = value {
-                below = Some((self.levels[l].entry(), value));
-                break;
-            }
+            found.push(vec![value]);
         }
-        let tier_entry = &hot.level.entry;
-        match below {
-            Some((entry, value)) => !same_record((entry, &value), (tier_entry, tier)),
-            // No level holds it: the tier's value must be an empty one.
-            None if self.view.complete => !empty_record(tier_entry, tier),
-            None => false,
-        }
+        self.freshest_named(&found, 0, key).1
     }
 
     /// The freshest value of query `i`: the levels above the hot tier,
@@ -451,47 +438,23 @@ enum Tier {
 /// Whether two reads of one key (from different levels) hold the same
 /// state: balance, nonce and whether (not which: each level numbers its
 /// own code table) the account has code; a slot's word.
+///
+/// What a level cannot say is not held against it: a code it does not
+/// know (`Unknown`), and a wide word stored whole in one level and as its
+/// low part in another (each level picks its width from its own values).
 fn same_state(a: &KeyState, b: &KeyState) -> bool {
     match (a, b) {
         (KeyState::Account(a), KeyState::Account(b)) => {
-            a.balance == b.balance
-                && a.nonce == b.nonce
-                && std::mem::discriminant(&a.code) == std::mem::discriminant(&b.code)
+            let unknown = |c: &CodeRef| *c == CodeRef::Unknown;
+            let same_code = unknown(&a.code)
+                || unknown(&b.code)
+                || std::mem::discriminant(&a.code) == std::mem::discriminant(&b.code);
+            a.balance == b.balance && a.nonce == b.nonce && same_code
         }
-        (KeyState::Slot(a), KeyState::Slot(b)) => a.word == b.word && a.low_part == b.low_part,
+        (KeyState::Slot(a), KeyState::Slot(b)) if a.low_part != b.low_part => true,
+        (KeyState::Slot(a), KeyState::Slot(b)) => a.word == b.word,
         _ => false,
     }
-}
-
-/// Whether two levels' records of one key (whose kind the caller does
-/// not know) hold the same state: the same bytes, or the same account
-/// (balance, nonce, whether it has code: each level numbers its own code
-/// table) under each level's layout, or the same word.
-fn same_record(a: (&CatalogEntry, &[u8]), b: (&CatalogEntry, &[u8])) -> bool {
-    if a.1 == b.1 {
-        return true;
-    }
-    let account = |(entry, value): (&CatalogEntry, &[u8])| {
-        protocol::decode_value(value, entry.manifest.layout()).ok()
-    };
-    let same_account = match (account(a), account(b)) {
-        (Some(x), Some(y)) => {
-            x.balance == y.balance
-                && x.nonce == y.nonce
-                && std::mem::discriminant(&x.code) == std::mem::discriminant(&y.code)
-        }
-        _ => false,
-    };
-    let word = |value: &[u8]| decode_word(value).ok();
-    same_account || word(a.1).is_some_and(|w| Some(w) == word(b.1))
-}
-
-/// Whether a record holds what an absent key reads as: an empty account
-/// or a zero word.
-fn empty_record(entry: &CatalogEntry, value: &[u8]) -> bool {
-    let empty_account = protocol::decode_value(value, entry.manifest.layout())
-        .is_ok_and(|v| v.balance.is_zero() && v.nonce == 0 && v.code == CodeRef::None);
-    empty_account || matches!(decode_word(value), Ok(StoredWord::Word(w)) if w.is_zero())
 }
 
 /// The bytes of a delta's whole table, when it is read whole: its table

@@ -21,11 +21,12 @@ const MOST_QUEUED: usize = 1024;
 /// when read again).
 const MOST_AUDITED: usize = 1 << 16;
 
-/// The tier keys waiting for an audit, and those done, of one tier.
+/// The tier keys waiting for an audit (each with its kind, to be compared
+/// as what it is), and those done, of one tier.
 #[derive(Default)]
 pub(super) struct TierAudits {
     tier: Option<SnapshotId>,
-    queued: VecDeque<B256>,
+    queued: VecDeque<ReadKey>,
     done: HashSet<B256>,
 }
 
@@ -42,10 +43,11 @@ impl TierAudits {
     }
 
     /// Queues `keys` of `tier` not audited nor queued yet.
-    pub(super) fn queue(&mut self, tier: SnapshotId, keys: impl Iterator<Item = B256>) {
+    pub(super) fn queue(&mut self, tier: SnapshotId, keys: impl Iterator<Item = ReadKey>) {
         let audits = self.of_tier(tier);
         for key in keys {
-            if audits.done.contains(&key) || audits.queued.contains(&key) {
+            let pir = key.pir_key();
+            if audits.done.contains(&pir) || audits.queued.iter().any(|k| k.pir_key() == pir) {
                 continue;
             }
             if audits.queued.len() == MOST_QUEUED {
@@ -56,39 +58,59 @@ impl TierAudits {
     }
 
     /// Up to `count` queued keys of `tier`, none of `avoid` (a request's
-    /// own keys), taken off the queue as audited.
-    pub(super) fn take(&mut self, tier: SnapshotId, count: usize, avoid: &[B256]) -> Vec<B256> {
+    /// own keys), taken off the queue (put back by [`Self::requeue`] when
+    /// their request fails, marked by [`Self::finish`] once compared).
+    pub(super) fn take(&mut self, tier: SnapshotId, count: usize, avoid: &[B256]) -> Vec<ReadKey> {
         let audits = self.of_tier(tier);
         let mut taken = Vec::new();
         let mut left = VecDeque::new();
         while let Some(key) = audits.queued.pop_front() {
-            match taken.len() < count && !avoid.contains(&key) {
+            match taken.len() < count && !avoid.contains(&key.pir_key()) {
                 true => taken.push(key),
                 false => left.push_back(key),
             }
         }
         audits.queued = left;
-        if audits.done.len() + taken.len() > MOST_AUDITED {
+        taken
+    }
+
+    /// Puts keys whose request failed back at the queue's front.
+    pub(super) fn requeue(&mut self, tier: SnapshotId, keys: &[ReadKey]) {
+        let audits = self.of_tier(tier);
+        for key in keys.iter().rev() {
+            audits.queued.push_front(*key);
+        }
+        audits.queued.truncate(MOST_QUEUED);
+    }
+
+    /// Marks a key of `tier` audited.
+    pub(super) fn finish(&mut self, tier: SnapshotId, key: B256) {
+        let audits = self.of_tier(tier);
+        if audits.done.len() >= MOST_AUDITED {
             audits.done.clear();
         }
-        audits.done.extend(taken.iter().copied());
-        taken
+        audits.done.insert(key);
     }
 }
 
 impl PrivateReader {
-    /// Notes the keys of `part` (indices into `keys`) that `view`'s tier
+    /// Notes the keys of `part` (indices into `asked`) that `view`'s tier
     /// holds and answers, for an audit.
-    pub(super) fn queue_audits(&self, view: &ViewClient, keys: &[Option<B256>], part: &[usize]) {
+    pub(super) fn queue_audits(&self, view: &ViewClient, asked: &[ReadKey], part: &[usize]) {
         let Some(hot) = &view.hot else { return };
-        let held = part.iter().filter_map(|&i| keys[i]);
+        let held = part.iter().filter_map(|&i| asked.get(i).copied());
         let mut audits = self.audits.lock().expect("lock");
         audits.queue(hot.level.entry.id, held);
     }
 
     /// Up to `count` keys to audit in a request of every PIR level of
     /// `view` (none without a tier), none of `avoid`.
-    pub(super) fn audit_keys(&self, view: &ViewClient, count: usize, avoid: &[B256]) -> Vec<B256> {
+    pub(super) fn audit_keys(
+        &self,
+        view: &ViewClient,
+        count: usize,
+        avoid: &[B256],
+    ) -> Vec<ReadKey> {
         let Some(hot) = &view.hot else {
             return Vec::new();
         };
@@ -96,18 +118,28 @@ impl PrivateReader {
         audits.take(hot.level.entry.id, count, avoid)
     }
 
-    /// Compares each audited key's answers with `view`'s tier; a
-    /// difference is recorded as a forgery. `audited`: the keys, asked as
-    /// real keys from index `first` on (`roles`: each query's role;
-    /// `found[l]`: the request's level `l`'s answers).
+    /// Puts back the keys a failed request was to audit.
+    pub(super) fn requeue_audits(&self, view: Option<&ViewClient>, keys: &[ReadKey]) {
+        let Some(hot) = view.and_then(|v| v.hot.as_ref()) else {
+            return;
+        };
+        let mut audits = self.audits.lock().expect("lock");
+        audits.requeue(hot.level.entry.id, keys);
+    }
+
+    /// Compares each audited key's answers with `view`'s tier, as its
+    /// kind; a difference is recorded as a forgery. `audited`: the keys,
+    /// asked as real keys from index `first` on (`roles`: each query's
+    /// role; `found[l]`: the request's level `l`'s answers).
     pub(super) fn check_audits(
         &self,
         view: &ViewClient,
         pir: &[(usize, &Arc<SnapshotClient>)],
-        (audited, first): (&[B256], usize),
+        (audited, first): (&[ReadKey], usize),
         roles: &[canary::Role],
         found: &[Vec<Found>],
     ) {
+        let Some(hot) = &view.hot else { return };
         for (q, role) in roles.iter().enumerate() {
             let canary::Role::Real(i) = role else {
                 continue;
@@ -124,6 +156,8 @@ impl PrivateReader {
                 tracing::debug!("an audited key of the hot tier reads otherwise at its base");
                 self.tier_forged(view);
             }
+            let mut audits = self.audits.lock().expect("lock");
+            audits.finish(hot.level.entry.id, key.pir_key());
         }
     }
 }
@@ -136,13 +170,18 @@ mod tests {
     fn each_key_is_audited_once_and_a_new_tier_starts_over() {
         let tier: SnapshotId = "1-8-hot".parse().unwrap();
         let other: SnapshotId = "1-9-hot".parse().unwrap();
-        let key = |b: u8| B256::repeat_byte(b);
+        let key = |b: u8| ReadKey::Account(Address::repeat_byte(b));
+        let pir = |b: u8| key(b).pir_key();
         let mut audits = TierAudits::default();
         audits.queue(tier, [key(1), key(2), key(1)].into_iter());
-        assert_eq!(audits.take(tier, 5, &[key(2)]), [key(1)]);
+        let taken = audits.take(tier, 5, &[pir(2)]);
+        assert_eq!(taken, [key(1)]);
+        // A failed request puts its keys back; a compared one is done.
+        audits.requeue(tier, &taken);
+        assert_eq!(audits.take(tier, 1, &[]), [key(1)]);
+        audits.finish(tier, pir(1));
         audits.queue(tier, [key(1), key(3)].into_iter());
-        assert_eq!(audits.take(tier, 1, &[]), [key(2)]);
-        assert_eq!(audits.take(tier, 5, &[]), [key(3)]);
+        assert_eq!(audits.take(tier, 5, &[]), [key(2), key(3)]);
         assert!(audits.take(tier, 5, &[]).is_empty());
         audits.queue(other, [key(1)].into_iter());
         assert_eq!(audits.take(other, 5, &[]), [key(1)]);

@@ -17,7 +17,7 @@ impl PrivateReader {
         &self,
         view: &ViewClient,
         pir: &[(usize, &Arc<SnapshotClient>)],
-        keys: &[Option<B256>],
+        (asked, keys): (&[ReadKey], &[Option<B256>]),
         shared: &[bool],
         pad_to: usize,
     ) -> Result<Vec<(usize, Vec<Found>)>, ReadError> {
@@ -31,7 +31,7 @@ impl PrivateReader {
         let (cold_part, hot_part) = (self.part(pir, keys, &cold), self.part(&above, keys, &hot));
         // The tier answers the hot part's keys: each is audited in the
         // free queries of a request of every PIR level, this one or later.
-        self.queue_audits(view, keys, &hot);
+        self.queue_audits(view, asked, &hot);
         let round = cold_part.asks() || hot_part.asks();
         let both = round && !above.is_empty();
         if round {
@@ -201,21 +201,18 @@ impl PrivateReader {
         self.pir_keys
             .fetch_add(unknown.len() as u64, std::sync::atomic::Ordering::Relaxed);
         // The audited keys ride as real ones past `unknown`.
-        let asked: Vec<B256> = unknown.iter().chain(&audited).copied().collect();
+        let audited_keys = audited.iter().map(ReadKey::pir_key);
+        let asked: Vec<B256> = unknown.iter().copied().chain(audited_keys).collect();
         let arranged = canary::arrange(&asked, random, &canaries, pir.len());
-        let answered = self.query_levels(pir, &arranged.keys).await?;
+        let answered = self.query_levels(pir, &arranged.keys).await;
+        // Keys whose audit did not happen wait for the next one.
+        let answered = answered.inspect_err(|_| self.requeue_audits(audit, &audited))?;
         let found: Vec<Vec<Found>> = answered.into_iter().map(|(_, v)| v).collect();
         let roles = arranged.roles;
         // Only answers whose request's canaries held are kept.
         canary::check(&roles, &canaries, &found, pir)?;
         if let Some(view) = audit {
-            self.check_audits(
-                view,
-                pir,
-                (&asked[unknown.len()..], unknown.len()),
-                &roles,
-                &found,
-            );
+            self.check_audits(view, pir, (&audited, unknown.len()), &roles, &found);
         }
         let per_level = arranged.keys.first().map_or(0, Vec::len);
         self.timed_request(per_level, started.elapsed());
@@ -271,7 +268,7 @@ impl PrivateReader {
         unheld: usize,
         slots: usize,
         audit: Option<&ViewClient>,
-    ) -> Result<(Vec<B256>, Vec<canary::Canary>, usize), ReadError> {
+    ) -> Result<(Vec<ReadKey>, Vec<canary::Canary>, usize), ReadError> {
         let free = unheld + slots.saturating_sub(self.canaries_per_request);
         let audited = audit.map_or_else(Vec::new, |view| self.audit_keys(view, free, unknown));
         let in_unheld = audited.len().min(unheld);

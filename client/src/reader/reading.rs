@@ -263,7 +263,7 @@ impl PrivateReader {
         }
         if !pir.is_empty() {
             for (l, values) in self
-                .read_pir_parts(view, &pir, &keys, shared, pad_to)
+                .read_pir_parts(view, &pir, (asked, &keys), shared, pad_to)
                 .await?
             {
                 found[l] = values;
