@@ -137,9 +137,10 @@ pub struct ProxyConfig {
     /// hot tier").
     pub hot_tier: ethpir_client::config::HotTierUse,
     /// Every `eth_call` executed here that reads anything sends at least
-    /// this many PIR requests (cover lookups fill up its rounds), so that
-    /// the server cannot tell a balance (one round) from an allowance or a
-    /// token behind a proxy (more). 1: no padding.
+    /// this many rounds, or the next of its doublings past what it needed
+    /// (padding rounds fill up), so that the server cannot tell a balance
+    /// from an allowance, a quote or a refresh (2, the default: the rounds
+    /// those take, measured). 1: no padding.
     pub pad_call_rounds_to: usize,
     /// EVM time one run of a call may take, in milliseconds, before the
     /// request is answered with geth's timeout error (geth's
@@ -267,7 +268,7 @@ impl Default for ProxyConfig {
             prefetch_codes: 16,
             cover_lookups_per_hour: 0.0,
             hot_tier: ethpir_client::config::HotTierUse::Ahead,
-            pad_call_rounds_to: 1,
+            pad_call_rounds_to: 2,
             evm_timeout_ms: 5_000,
             pir_proxy: None,
             fresh_connection_per_lookup: false,
