@@ -235,6 +235,9 @@ async fn tier_proxy(
         cache_dir: cache.path().to_path_buf(),
         hot_tier,
         canaries_per_request: 0,
+        // What the tier saves is counted in the rounds calls need,
+        // unpadded.
+        pad_call_rounds_to: 1,
         ..Default::default()
     })
     .await

@@ -171,6 +171,8 @@ async fn wallets_read_token_balances_privately_through_viem() {
         balance_checker: Some(checker),
         // Codes are counted as the wallet reads them (none ahead).
         prefetch_codes: 0,
+        // The rounds a refresh needs are counted, unpadded.
+        pad_call_rounds_to: 1,
         // The proxy trusts its own list (the shipped one has no tokens of
         // this chain).
         tokens: Some(tokens_path.clone()),

@@ -261,10 +261,11 @@ async fn a_first_read_and_a_repeat_look_alike_to_the_server_and_the_page() {
 /// Under the defaults, with the whole state held: the calls a wallet
 /// makes most (a token balance, an allowance, a swap's quote, a
 /// Multicall3 refresh of a balance and an allowance with the ETH balance,
-/// the ETH balance alone), each its first read by a fresh holder, send
-/// the same number of requests (`pad_call_rounds_to`, 2: a call that
-/// settles in one round sends a padding round), so that the server
-/// cannot tell which of them a wallet made.
+/// the ETH balance alone, and a direct `eth_getBalance`), each its first
+/// read by a fresh holder, send the same number of requests
+/// (`pad_call_rounds_to`, 2: a call or a read that settles in one round
+/// sends a padding round), so that the server cannot tell which of them
+/// a wallet made.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_balance_an_allowance_a_quote_and_a_refresh_share_one_schedule() {
     use alloy_primitives::{Address, U256};
@@ -379,6 +380,16 @@ async fn a_balance_an_allowance_a_quote_and_a_refresh_share_one_schedule() {
     // Measured with no padding (`pad_call_rounds_to = 1`): [[4], [2]],
     // [[8], [2]], [[4], [4]], [[4], [4]], and the ETH balance alone
     // [[4]]: the default of 2 is what the first four take.
+    // A direct read (one round) is padded as a call is.
+    let who = holder(5);
+    let direct = traced(&trace, async {
+        let params = json!([who, at]);
+        let balance = test_support::rpc(&proxy, "eth_getBalance", params.clone()).await;
+        assert_eq!(balance, Ok(anvil.rpc("eth_getBalance", params).await));
+    })
+    .await;
+    eprintln!("eth_getBalance: {direct:?}");
+    schedules.push((&"eth_getBalance", direct));
     let rounds: Vec<usize> = schedules.iter().map(|(_, w)| w.len()).collect();
     let default = proxy::ProxyConfig::default().pad_call_rounds_to;
     assert!(rounds.iter().all(|&r| r == default), "{schedules:?}");

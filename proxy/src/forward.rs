@@ -302,7 +302,14 @@ where
             return self.forward_other(copy).await;
         }
         if self.policy.private.contains(copy.method.as_str()) {
-            if let Some(read) = self.read_ahead(&req).await {
+            let requests_before = self.policy.reader.lookup_requests();
+            if let Some((read, own)) = self.read_ahead(&req).await {
+                if let Some(sel) = own {
+                    self.policy
+                        .executor
+                        .pad_direct_read(&sel, requests_before)
+                        .await;
+                }
                 // A level that does not say which code accounts have
                 // cannot answer eth_getCode, though it read the account.
                 let code_unknown = copy.method == "eth_getCode"
@@ -322,19 +329,20 @@ where
     }
 
     /// The answer to a private call, read here so that the fallback is
-    /// decided on its typed error: the batch's read when there was one.
+    /// decided on its typed error: the batch's read when there was one,
+    /// else its own (with the block it was read at, to be padded there).
     /// None leaves the call to its handler: malformed params (the handler
     /// says why) or private reads stopped (the handler says so).
-    async fn read_ahead(&self, req: &Request<'_>) -> Option<Prefetched> {
+    async fn read_ahead(&self, req: &Request<'_>) -> Option<(Prefetched, Option<BlockSelector>)> {
         if let Some(done) = req.extensions().get::<Prefetched>() {
-            return Some(done.clone());
+            return Some((done.clone(), None));
         }
         if self.policy.reader.distrusted().is_some() {
             return None;
         }
         let (address, selector) = private_params(&req.params()).ok()?;
         let mut results = self.policy.reader.lookup(&selector, &[address]).await;
-        results.pop().map(Prefetched)
+        results.pop().map(|r| (Prefetched(r), Some(selector)))
     }
 
     /// A storage read of a listed contract, answered by PIR: fail closed
@@ -351,7 +359,13 @@ where
         if let Some(reason) = reader.distrusted() {
             return MethodResponse::error(call.id, ProxyError::from(ReadError::Distrusted(reason)));
         }
-        match storage::read_facts(reader, &read, ahead).await {
+        let (requests_before, own) = (reader.lookup_requests(), ahead.is_none());
+        let facts = storage::read_facts(reader, &read, ahead).await;
+        if own {
+            let executor = &self.policy.executor;
+            executor.pad_direct_read(&read.block, requests_before).await;
+        }
+        match facts {
             Ok(found) => {
                 let answer = match storage::answer(&read, &found) {
                     Ok(answer) => answer,
@@ -636,6 +650,19 @@ where
     /// request per block asked about. Malformed calls, and a block asked
     /// about by a single call, are left to their handler.
     async fn prefetch(&self, batch: &mut Batch<'_>) {
+        let requests_before = self.policy.reader.lookup_requests();
+        let read_at = self.prefetch_accounts(batch).await;
+        let read_at = self.prefetch_storage(batch).await.or(read_at);
+        // The batch's reads are one round: padded as one.
+        if let Some(sel) = read_at {
+            let executor = &self.policy.executor;
+            executor.pad_direct_read(&sel, requests_before).await;
+        }
+    }
+
+    /// Reads the private account reads of a batch together: one PIR
+    /// request per block asked about by several; a block it read at.
+    async fn prefetch_accounts(&self, batch: &mut Batch<'_>) -> Option<BlockSelector> {
         let mut groups: HashMap<BlockSelector, Vec<(usize, Address)>> = HashMap::new();
         for (i, entry) in batch.iter().enumerate() {
             let Ok(BatchEntry::Call(req)) = entry else {
@@ -650,22 +677,24 @@ where
             groups.entry(selector).or_default().push((i, address));
         }
         let mut read: HashMap<usize, Prefetched> = HashMap::new();
+        let mut read_at = None;
         for (selector, members) in groups.into_iter().filter(|g| g.1.len() > 1) {
             let addresses: Vec<Address> = members.iter().map(|(_, a)| *a).collect();
             let results = self.policy.reader.lookup(&selector, &addresses).await;
             for ((i, _), result) in members.iter().zip(results) {
                 read.insert(*i, Prefetched(result));
             }
+            read_at = Some(selector);
         }
         attach(batch, read);
-        self.prefetch_storage(batch).await;
+        read_at
     }
 
     /// Reads the private storage reads of a batch together: one PIR
     /// request per block asked about, when a block has several.
-    async fn prefetch_storage(&self, batch: &mut Batch<'_>) {
+    async fn prefetch_storage(&self, batch: &mut Batch<'_>) -> Option<BlockSelector> {
         if self.policy.reader.distrusted().is_some() {
-            return;
+            return None;
         }
         let answerable = |sel: &BlockSelector| self.policy.answerable(sel);
         let mut groups: HashMap<BlockSelector, Vec<(usize, storage::StorageRead)>> = HashMap::new();
@@ -682,13 +711,16 @@ where
             }
         }
         let mut read: HashMap<usize, storage::PrefetchedSlots> = HashMap::new();
+        let mut read_at = None;
         for (block, members) in groups.into_iter().filter(|g| g.1.len() > 1) {
             let (entries, reads): (Vec<usize>, Vec<storage::StorageRead>) =
                 members.into_iter().unzip();
             let results = storage::read_together(&self.policy.reader, &block, reads).await;
             read.extend(entries.into_iter().zip(results));
+            read_at = Some(block);
         }
         attach(batch, read);
+        read_at
     }
 }
 

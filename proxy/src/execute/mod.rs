@@ -889,6 +889,32 @@ impl Executor {
     }
 }
 
+impl Executor {
+    /// A direct read (a balance, a nonce, a code, storage words, or a
+    /// batch of them: one round) padded as a call is, to `pad_rounds_to`
+    /// rounds: the padding rounds with the query count of its request, at
+    /// its view, awaited before it is answered; waited instead where it
+    /// sent nothing (kept answers). `requests_before`: the reader's count
+    /// of requests before the read.
+    pub async fn pad_direct_read(&self, sel: &BlockSelector, requests_before: u64) {
+        let missing = round_count(1, self.pad_rounds_to as u64).saturating_sub(1);
+        if missing == 0 {
+            return;
+        }
+        let sent = self.reader.lookup_requests() > requests_before;
+        let rung = self.reader.last_rung();
+        for _ in 0..missing {
+            match sent {
+                true => self.reader.pad_round(sel, rung).await,
+                false => self.reader.wait_as_a_round().await,
+            }
+        }
+        if sent {
+            self.reader.note_schedule(vec![rung; missing as usize + 1]);
+        }
+    }
+}
+
 /// The rounds a request that sent `sent` is padded to: `least` (1: no
 /// padding), or the next of `2 least, 4 least, ...` that holds them.
 fn round_count(sent: u64, least: u64) -> u64 {
