@@ -393,5 +393,44 @@ async fn a_balance_an_allowance_a_quote_and_a_refresh_share_one_schedule() {
     let rounds: Vec<usize> = schedules.iter().map(|(_, w)| w.len()).collect();
     let default = proxy::ProxyConfig::default().pad_call_rounds_to;
     assert!(rounds.iter().all(|&r| r == default), "{schedules:?}");
+
+    // Cover requests replay the wallet's: a proxy with cover on reads an
+    // allowance, then its cover requests come in that call's rounds with
+    // its query counts, one after another (before it, one round of the
+    // ladder's least count).
+    let (link, cover_trace) = traced_server(&stack.server, std::time::Duration::ZERO).await;
+    let cache = tempfile::tempdir().unwrap();
+    let covered = start_proxy_with(proxy::ProxyConfig {
+        pir_server: link,
+        upstream: Some(stack.upstream.clone()),
+        cache_dir: cache.path().to_path_buf(),
+        cover_lookups_per_hour: 20.0 * 3600.0,
+        ..Default::default()
+    })
+    .await;
+    view_reaches(&covered, block).await;
+    let allowance = IToken::allowanceCall {
+        holder: holder(6),
+        spender: market.router,
+    };
+    let allowance = call_object(token, &allowance.abi_encode());
+    same_as_anvil(&covered, &anvil, &allowance, &at).await;
+    let after = cover_trace.lock().unwrap().len();
+    let replayed = test_support::eventually("six cover requests after the call", || async {
+        let seen = cover_trace.lock().unwrap()[after..].to_vec();
+        (seen.len() >= 6).then_some(seen)
+    })
+    .await;
+    let call = &schedules[1].1;
+    eprintln!("the allowance {call:?}, cover after it {replayed:?}");
+    // (A cover request in flight when the call ended may be the old one.)
+    let start = replayed
+        .iter()
+        .position(|r| *r == call[0])
+        .expect("a replay");
+    assert!(start <= 1, "{replayed:?}");
+    for (i, request) in replayed[start..].iter().enumerate() {
+        assert_eq!(*request, call[i % call.len()], "{replayed:?}");
+    }
     stack.follower.stop().await;
 }
