@@ -302,28 +302,36 @@ where
             return self.forward_other(copy).await;
         }
         if self.policy.private.contains(copy.method.as_str()) {
-            let requests_before = self.policy.reader.lookup_requests();
-            if let Some((read, own)) = self.read_ahead(&req).await {
-                if let Some(sel) = own {
-                    self.policy
-                        .executor
-                        .pad_direct_read(&sel, requests_before)
-                        .await;
-                }
-                // A level that does not say which code accounts have
-                // cannot answer eth_getCode, though it read the account.
-                let code_unknown = copy.method == "eth_getCode"
-                    && matches!(&read.0, Ok(s) if s.code == protocol::CodeRef::Unknown);
-                let unanswerable = matches!(&read.0, Err(e) if e.is_unanswerable()) || code_unknown;
-                if unanswerable && self.policy.private_fallback && self.policy.upstream.is_some() {
-                    tracing::warn!(method = %copy.method, "private answer unavailable; forwarding upstream as configured (reveals the address)");
-                    return self.forward(copy, Reason::ConfiguredFallback).await;
-                }
-                if read.0.is_ok() && !code_unknown {
-                    self.policy.activity.private(&copy.method);
-                }
-                req.extensions_mut().insert(read);
+            return self.private_read(req, copy).await;
+        }
+        self.inner.call(req).await
+    }
+
+    /// A private read (a balance, a nonce, a code), read here so that
+    /// the fallback is decided on its typed error, padded as a call is
+    /// where it read on its own, then answered by its handler.
+    async fn private_read(&self, mut req: Request<'_>, copy: CallCopy) -> MethodResponse {
+        let requests_before = self.policy.reader.lookup_requests();
+        if let Some((read, own)) = self.read_ahead(&req).await {
+            if let Some(sel) = own {
+                self.policy
+                    .executor
+                    .pad_direct_read(&sel, requests_before)
+                    .await;
             }
+            // A level that does not say which code accounts have
+            // cannot answer eth_getCode, though it read the account.
+            let code_unknown = copy.method == "eth_getCode"
+                && matches!(&read.0, Ok(s) if s.code == protocol::CodeRef::Unknown);
+            let unanswerable = matches!(&read.0, Err(e) if e.is_unanswerable()) || code_unknown;
+            if unanswerable && self.policy.private_fallback && self.policy.upstream.is_some() {
+                tracing::warn!(method = %copy.method, "private answer unavailable; forwarding upstream as configured (reveals the address)");
+                return self.forward(copy, Reason::ConfiguredFallback).await;
+            }
+            if read.0.is_ok() && !code_unknown {
+                self.policy.activity.private(&copy.method);
+            }
+            req.extensions_mut().insert(read);
         }
         self.inner.call(req).await
     }
