@@ -59,23 +59,7 @@ async fn sends_go_to_their_own_endpoint_and_reads_never_do() {
     let balance = test_support::rpc(&proxy, "eth_chainId", json!([])).await;
     assert!(balance.is_ok(), "{balance:?}");
 
-    let methods = |calls: &RelayedCalls| -> Vec<String> {
-        let calls = calls.lock().unwrap();
-        calls
-            .iter()
-            .map(|c| c["method"].as_str().unwrap_or_default().to_string())
-            .collect()
-    };
-    let (read_methods, send_methods) = (methods(&read_calls), methods(&send_calls));
-    assert_eq!(
-        send_methods,
-        ["eth_sendRawTransaction"],
-        "the send endpoint saw only the send"
-    );
-    assert!(
-        !read_methods.iter().any(|m| m == "eth_sendRawTransaction"),
-        "the reading upstream saw a send: {read_methods:?}"
-    );
+    sends_apart_from_reads(&read_calls, &send_calls);
     let raw_hex = raw.trim_start_matches("0x").to_ascii_lowercase();
     let seen_by_reads = read_calls.lock().unwrap().clone();
     assert!(
@@ -83,10 +67,6 @@ async fn sends_go_to_their_own_endpoint_and_reads_never_do() {
             .iter()
             .any(|c| c.to_string().to_ascii_lowercase().contains(&raw_hex)),
         "the raw transaction reached the reading upstream"
-    );
-    assert!(
-        read_methods.iter().any(|m| m == "eth_getBlockReceipts"),
-        "{read_methods:?}"
     );
     // The page says where sends go (the endpoint's scheme and host).
     let page: serde_json::Value = reqwest::get(format!("{proxy}/status.json"))
@@ -100,6 +80,34 @@ async fn sends_go_to_their_own_endpoint_and_reads_never_do() {
         page["sendsTo"].as_str().is_some_and(|s| s.contains(host)),
         "{}",
         page["sendsTo"]
+    );
+}
+
+/// The methods each relayed call named, in order.
+fn methods(calls: &RelayedCalls) -> Vec<String> {
+    let calls = calls.lock().unwrap();
+    calls
+        .iter()
+        .map(|c| c["method"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// The send endpoint saw the send alone; the reading upstream never saw
+/// it, and found its receipt by whole blocks.
+fn sends_apart_from_reads(read_calls: &RelayedCalls, send_calls: &RelayedCalls) {
+    let (read_methods, send_methods) = (methods(read_calls), methods(send_calls));
+    assert_eq!(
+        send_methods,
+        ["eth_sendRawTransaction"],
+        "the send endpoint saw only the send"
+    );
+    assert!(
+        !read_methods.iter().any(|m| m == "eth_sendRawTransaction"),
+        "the reading upstream saw a send: {read_methods:?}"
+    );
+    assert!(
+        read_methods.iter().any(|m| m == "eth_getBlockReceipts"),
+        "{read_methods:?}"
     );
 }
 
@@ -143,23 +151,7 @@ async fn reads_and_sends_go_through_socks_with_credentials_of_their_own() {
     send_and_await_receipt(&anvil, &proxy, 0).await;
     all_from(&read_peers, "127.0.0.3", "the reading upstream");
     all_from(&send_peers, "127.0.0.4", "the send endpoint");
-    let methods = |calls: &RelayedCalls| -> Vec<String> {
-        let calls = calls.lock().unwrap();
-        calls
-            .iter()
-            .map(|c| c["method"].as_str().unwrap_or_default().to_string())
-            .collect()
-    };
-    assert_eq!(methods(&send_calls), ["eth_sendRawTransaction"]);
-    let read_methods = methods(&read_calls);
-    assert!(
-        !read_methods.iter().any(|m| m == "eth_sendRawTransaction"),
-        "{read_methods:?}"
-    );
-    assert!(
-        read_methods.iter().any(|m| m == "eth_getBlockReceipts"),
-        "{read_methods:?}"
-    );
+    sends_apart_from_reads(&read_calls, &send_calls);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

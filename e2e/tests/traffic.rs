@@ -159,6 +159,22 @@ async fn page_call(proxy: &str, call: &Value, at: &str) -> (Value, std::time::Du
     (answer, started.elapsed())
 }
 
+/// A chain (`chain`'s id, Multicall3 at its address) followed with the
+/// whole state (every contract's storage) by a stack under `dir`, and a
+/// token, its pool and a router deployed on it.
+async fn whole_state_market(
+    dir: &std::path::Path,
+    chain: &str,
+) -> (test_support::Anvil, Stack, PoolMarket) {
+    let (anvil, genesis) = chain_with_multicall3(dir, chain).await;
+    let store = dir.join("store");
+    let mut config = follow_config(&store, &anvil.url, &genesis, 0, 4, 256);
+    config.source.storage = snapshotter::follow::StorageScope::All;
+    let stack = Stack::start(config, &anvil, None).await;
+    let market = deploy_pool_market(&anvil).await;
+    (anvil, stack, market)
+}
+
 /// The requests `during` makes the server answer, by shape.
 async fn traced<T>(trace: &Trace, during: impl std::future::Future<Output = T>) -> Vec<Vec<usize>> {
     let before = trace.lock().unwrap().len();
@@ -186,12 +202,7 @@ async fn a_first_read_and_a_repeat_look_alike_to_the_server_and_the_page() {
     }
     log_if_asked();
     let dir = tempfile::tempdir().unwrap();
-    let (anvil, genesis) = chain_with_multicall3(dir.path(), "4247").await;
-    let store = dir.path().join("store");
-    let mut config = follow_config(&store, &anvil.url, &genesis, 0, 4, 256);
-    config.source.storage = snapshotter::follow::StorageScope::All;
-    let stack = Stack::start(config, &anvil, None).await;
-    let market = deploy_pool_market(&anvil).await;
+    let (anvil, stack, market) = whole_state_market(dir.path(), "4247").await;
     let wallet = dev(3);
     let pay = IToken::transferCall {
         to: wallet,
@@ -282,12 +293,7 @@ async fn a_balance_an_allowance_a_quote_and_a_refresh_share_one_schedule() {
     }
     log_if_asked();
     let dir = tempfile::tempdir().unwrap();
-    let (anvil, genesis) = chain_with_multicall3(dir.path(), "4248").await;
-    let store = dir.path().join("store");
-    let mut config = follow_config(&store, &anvil.url, &genesis, 0, 4, 256);
-    config.source.storage = snapshotter::follow::StorageScope::All;
-    let stack = Stack::start(config, &anvil, None).await;
-    let market = deploy_pool_market(&anvil).await;
+    let (anvil, stack, market) = whole_state_market(dir.path(), "4248").await;
     let block = view_reaches(&stack.proxy, anvil.head().await).await;
     let at = format!("{block:#x}");
     let (link, trace) = traced_server(&stack.server, std::time::Duration::ZERO).await;
