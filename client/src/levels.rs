@@ -344,6 +344,10 @@ impl ViewClient {
             .hit(found, i, key, Tier::Skipped)
             .and_then(|h| h.decode(key));
         let tier = match self.hit(found, i, key, Tier::Read) {
+            // A wide word's high part exists only where a level splits the
+            // word (each level picks its own width): its low part is
+            // compared instead.
+            _ if matches!(key, ReadKey::HighPart { .. }) => return (read, false),
             Ok(hit) if hit.from_tier => hit.decode(key),
             // The tier would not have answered: nothing to compare.
             _ => return (read, false),
@@ -440,8 +444,9 @@ enum Tier {
 /// own code table) the account has code; a slot's word.
 ///
 /// What a level cannot say is not held against it: a code it does not
-/// know (`Unknown`), and a wide word stored whole in one level and as its
-/// low part in another (each level picks its width from its own values).
+/// know (`Unknown`), and the high bits of a wide word stored whole in one
+/// level and split in another (each level picks its width from its own
+/// values; its low bits are compared).
 fn same_state(a: &KeyState, b: &KeyState) -> bool {
     match (a, b) {
         (KeyState::Account(a), KeyState::Account(b)) => {
@@ -451,7 +456,13 @@ fn same_state(a: &KeyState, b: &KeyState) -> bool {
                 || std::mem::discriminant(&a.code) == std::mem::discriminant(&b.code);
             a.balance == b.balance && a.nonce == b.nonce && same_code
         }
-        (KeyState::Slot(a), KeyState::Slot(b)) if a.low_part != b.low_part => true,
+        // Stored whole in one level, split in another: the low part's
+        // bits (a compact value's, all but its flag byte) must agree.
+        (KeyState::Slot(a), KeyState::Slot(b)) if a.low_part != b.low_part => {
+            let bits = (protocol::account::COMPACT_VALUE_BYTES - 1) * 8;
+            let low = |w: U256| w & ((U256::from(1u8) << bits) - U256::from(1u8));
+            low(a.word) == low(b.word)
+        }
         (KeyState::Slot(a), KeyState::Slot(b)) => a.word == b.word,
         _ => false,
     }

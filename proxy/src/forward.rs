@@ -30,6 +30,7 @@ use crate::execute;
 use crate::rpc::{private_params, Prefetched};
 use crate::storage;
 use crate::upstream::Upstream;
+use ethpir_client::reader::counting_requests;
 use protocol::redact::Redacted;
 use protocol::storage::PrivateStorage;
 
@@ -311,13 +312,10 @@ where
     /// the fallback is decided on its typed error, padded as a call is
     /// where it read on its own, then answered by its handler.
     async fn private_read(&self, mut req: Request<'_>, copy: CallCopy) -> MethodResponse {
-        let requests_before = self.policy.reader.lookup_requests();
-        if let Some((read, own)) = self.read_ahead(&req).await {
+        let (read, sent) = counting_requests(self.read_ahead(&req)).await;
+        if let Some((read, own)) = read {
             if let Some(sel) = own {
-                self.policy
-                    .executor
-                    .pad_direct_read(&sel, requests_before)
-                    .await;
+                self.policy.executor.pad_direct_read(&sel, &sent).await;
             }
             // A level that does not say which code accounts have
             // cannot answer eth_getCode, though it read the account.
@@ -367,11 +365,13 @@ where
         if let Some(reason) = reader.distrusted() {
             return MethodResponse::error(call.id, ProxyError::from(ReadError::Distrusted(reason)));
         }
-        let (requests_before, own) = (reader.lookup_requests(), ahead.is_none());
-        let facts = storage::read_facts(reader, &read, ahead).await;
+        let own = ahead.is_none();
+        let (facts, sent) = counting_requests(storage::read_facts(reader, &read, ahead)).await;
         if own {
-            let executor = &self.policy.executor;
-            executor.pad_direct_read(&read.block, requests_before).await;
+            self.policy
+                .executor
+                .pad_direct_read(&read.block, &sent)
+                .await;
         }
         match facts {
             Ok(found) => {
@@ -658,13 +658,15 @@ where
     /// request per block asked about. Malformed calls, and a block asked
     /// about by a single call, are left to their handler.
     async fn prefetch(&self, batch: &mut Batch<'_>) {
-        let requests_before = self.policy.reader.lookup_requests();
-        let read_at = self.prefetch_accounts(batch).await;
-        let read_at = self.prefetch_storage(batch).await.or(read_at);
-        // The batch's reads are one round: padded as one.
-        if let Some(sel) = read_at {
-            let executor = &self.policy.executor;
-            executor.pad_direct_read(&sel, requests_before).await;
+        let ((accounts_at, storage_at), sent) = counting_requests(async {
+            let accounts_at = self.prefetch_accounts(batch).await;
+            (accounts_at, self.prefetch_storage(batch).await)
+        })
+        .await;
+        // The batch's direct reads, padded as one read (the calls among
+        // them are padded by their own sessions).
+        if let Some(sel) = storage_at.or(accounts_at) {
+            self.policy.executor.pad_direct_read(&sel, &sent).await;
         }
     }
 
@@ -723,9 +725,10 @@ where
         for (block, members) in groups.into_iter().filter(|g| g.1.len() > 1) {
             let (entries, reads): (Vec<usize>, Vec<storage::StorageRead>) =
                 members.into_iter().unzip();
+            let direct = reads.iter().any(|r| r.answer != storage::Answer::Call);
             let results = storage::read_together(&self.policy.reader, &block, reads).await;
             read.extend(entries.into_iter().zip(results));
-            read_at = Some(block);
+            read_at = read_at.or(direct.then_some(block));
         }
         attach(batch, read);
         read_at

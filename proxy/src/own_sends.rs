@@ -181,8 +181,9 @@ impl OwnSends {
         }
         let (raw, tx) = sent_transaction(params)?;
         let hash = *tx.inner().tx_hash();
+        // (An answer that is no hash is passed on as the endpoint sent it.)
         let answered: Option<B256> = serde_json::from_str(result.get()).ok();
-        let corrected = (answered != Some(hash)).then(|| {
+        let corrected = answered.filter(|a| *a != hash).map(|_| {
             tracing::warn!(answered = ?answered, sent = %hash, "the send endpoint answered another hash than the transaction's: the wallet is given the transaction's");
             hash
         });
@@ -269,7 +270,11 @@ impl OwnSends {
                 break;
             };
             let mut following = self.following.lock().expect("lock");
-            keep_found(&mut following, (number, hash, time), receipts);
+            if !keep_found(&mut following, (number, hash, time), receipts) {
+                // The block changed between its header and its receipts
+                // (a reorganisation meanwhile): read again next poll.
+                break;
+            }
             following.read.push_back((number, hash));
             if following.read.len() > BLOCKS_KEPT {
                 following.read.pop_front();
@@ -315,21 +320,21 @@ impl OwnSends {
 }
 
 /// Keeps each receipt of `receipts` (block `number`, `hash`, `time`) that
-/// is a followed send's and says it is of that block.
+/// is a followed send's; false (nothing kept) where one says it is of
+/// another block.
 fn keep_found(
     following: &mut Following,
     (number, hash, time): (u64, B256, u64),
     receipts: Vec<Value>,
-) {
+) -> bool {
+    let field = |r: &Value, name: &str| -> Option<B256> {
+        serde_json::from_value(r.get(name)?.clone()).ok()
+    };
+    if receipts.iter().any(|r| field(r, "blockHash") != Some(hash)) {
+        return false;
+    }
     for receipt in receipts {
-        let field = |name: &str| receipt.get(name).cloned();
-        let of_block: Option<B256> =
-            field("blockHash").and_then(|h| serde_json::from_value(h).ok());
-        let tx: Option<B256> =
-            field("transactionHash").and_then(|h| serde_json::from_value(h).ok());
-        if of_block != Some(hash) {
-            continue;
-        }
+        let tx = field(&receipt, "transactionHash");
         let waiting = following
             .sends
             .iter_mut()
@@ -342,6 +347,7 @@ fn keep_found(
             });
         }
     }
+    true
 }
 
 /// The raw transaction a send's params carry (first, or as the first

@@ -26,7 +26,8 @@ const MOST_AUDITED: usize = 1 << 16;
 #[derive(Default)]
 pub(super) struct TierAudits {
     tier: Option<SnapshotId>,
-    queued: VecDeque<ReadKey>,
+    /// Each with its PIR key (hashed once).
+    queued: VecDeque<(B256, ReadKey)>,
     done: HashSet<B256>,
 }
 
@@ -47,13 +48,13 @@ impl TierAudits {
         let audits = self.of_tier(tier);
         for key in keys {
             let pir = key.pir_key();
-            if audits.done.contains(&pir) || audits.queued.iter().any(|k| k.pir_key() == pir) {
+            if audits.done.contains(&pir) || audits.queued.iter().any(|(k, _)| *k == pir) {
                 continue;
             }
             if audits.queued.len() == MOST_QUEUED {
                 audits.queued.pop_front();
             }
-            audits.queued.push_back(key);
+            audits.queued.push_back((pir, key));
         }
     }
 
@@ -64,10 +65,10 @@ impl TierAudits {
         let audits = self.of_tier(tier);
         let mut taken = Vec::new();
         let mut left = VecDeque::new();
-        while let Some(key) = audits.queued.pop_front() {
-            match taken.len() < count && !avoid.contains(&key.pir_key()) {
+        while let Some((pir, key)) = audits.queued.pop_front() {
+            match taken.len() < count && !avoid.contains(&pir) {
                 true => taken.push(key),
-                false => left.push_back(key),
+                false => left.push_back((pir, key)),
             }
         }
         audits.queued = left;
@@ -78,7 +79,7 @@ impl TierAudits {
     pub(super) fn requeue(&mut self, tier: SnapshotId, keys: &[ReadKey]) {
         let audits = self.of_tier(tier);
         for key in keys.iter().rev() {
-            audits.queued.push_front(*key);
+            audits.queued.push_front((key.pir_key(), *key));
         }
         audits.queued.truncate(MOST_QUEUED);
     }

@@ -32,7 +32,8 @@ impl PrivateReader {
         let _ = self.lookup_keys_as(sel, &keys, Waking::No).await;
     }
 
-    /// The queries per PIR level of the last request sent (0: none yet).
+    /// The queries per PIR level of the last request sent by anyone (0:
+    /// none yet); a request's own are [`counting_requests`]'.
     pub fn last_rung(&self) -> usize {
         self.last_rung.load(std::sync::atomic::Ordering::Relaxed)
     }
@@ -120,4 +121,46 @@ pub(super) async fn cover_traffic(reader: Weak<PrivateReader>, per_hour: f64) {
         };
         reader.cover_lookup().await;
     }
+}
+
+tokio::task_local! {
+    /// What the reads of one private request sent, where it counts them.
+    static SENT: std::cell::RefCell<Sent>;
+}
+
+/// The rounds a private request's reads sent and each round's query count
+/// per PIR level (that of its request to every level): its own, whatever
+/// else (cover traffic, other calls, other entries of a batch) runs
+/// meanwhile.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Sent {
+    pub rounds: usize,
+    pub rungs: Vec<usize>,
+}
+
+/// Runs `f`, and gives what its reads sent with its output.
+pub async fn counting_requests<F: std::future::Future>(f: F) -> (F::Output, Sent) {
+    SENT.scope(Default::default(), async {
+        let out = f.await;
+        (out, SENT.with(|sent| sent.take()))
+    })
+    .await
+}
+
+/// Notes a round of the current request (where one is counted).
+pub(super) fn count_round() {
+    let _ = SENT.try_with(|sent| sent.borrow_mut().rounds += 1);
+}
+
+/// Notes a request's query count per level (the round's main request
+/// notes last, and so gives the round's count).
+pub(super) fn count_rung(rung: usize) {
+    let _ = SENT.try_with(|sent| {
+        let mut sent = sent.borrow_mut();
+        if sent.rungs.len() < sent.rounds {
+            sent.rungs.push(rung);
+        } else if let Some(last) = sent.rungs.last_mut() {
+            *last = rung;
+        }
+    });
 }

@@ -43,6 +43,7 @@ mod queries;
 mod reading;
 
 use cover::cover_traffic;
+pub use cover::{counting_requests, Sent};
 use fresh::keep_fresh;
 
 /// Keys of one read to be asked of some PIR levels, and what those

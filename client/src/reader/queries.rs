@@ -37,6 +37,7 @@ impl PrivateReader {
         if round {
             self.lookup_rounds
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            cover::count_round();
         }
         // The part above the tier first: each request notes its count
         // ([`Self::last_rung`]) as it is first polled, so the request to
@@ -292,6 +293,7 @@ impl PrivateReader {
             .fetch_max(per_level, std::sync::atomic::Ordering::Relaxed);
         self.last_rung
             .store(per_level, std::sync::atomic::Ordering::Relaxed);
+        cover::count_rung(per_level);
 
         for ((_, snap), keys) in levels.iter().zip(level_keys) {
             let mut queries = Vec::with_capacity(keys.len());

@@ -602,14 +602,11 @@ impl Executor {
         keys: Vec<ReadKey>,
         learned_from: usize,
     ) -> Result<Option<String>, ReadError> {
-        let before = self.reader.lookup_rounds();
-        let why = self
-            .read_round(&session.view, &mut session.reads, keys, learned_from)
-            .await?;
-        if self.reader.lookup_rounds() > before {
-            session.rungs.push(self.reader.last_rung());
-        }
-        Ok(why)
+        // This round's own requests (cover and other calls run meanwhile).
+        let round = self.read_round(&session.view, &mut session.reads, keys, learned_from);
+        let (why, sent) = ethpir_client::reader::counting_requests(round).await;
+        session.rungs.extend(sent.rungs);
+        why
     }
 
     /// Reads `keys` (those not known yet) in one request, and the code of
@@ -891,26 +888,29 @@ impl Executor {
 
 impl Executor {
     /// A direct read (a balance, a nonce, a code, storage words, or a
-    /// batch of them: one round) padded as a call is, to `pad_rounds_to`
-    /// rounds: the padding rounds with the query count of its request, at
-    /// its view, awaited before it is answered; waited instead where it
-    /// sent nothing (kept answers). `requests_before`: the reader's count
-    /// of requests before the read.
-    pub async fn pad_direct_read(&self, sel: &BlockSelector, requests_before: u64) {
-        let missing = round_count(1, self.pad_rounds_to as u64).saturating_sub(1);
-        if missing == 0 {
-            return;
-        }
-        let sent = self.reader.lookup_requests() > requests_before;
-        let rung = self.reader.last_rung();
-        for _ in 0..missing {
-            match sent {
-                true => self.reader.pad_round(sel, rung).await,
-                false => self.reader.wait_as_a_round().await,
+    /// batch of them) padded as a call is: its rounds (one, or two for a
+    /// wide word's high part; `sent`, its own) to `pad_rounds_to` or the
+    /// next of its doublings, the padding rounds with the query count of
+    /// its last request, at its view, awaited before it is answered;
+    /// waited instead where it sent nothing (kept answers: one round).
+    pub async fn pad_direct_read(&self, sel: &BlockSelector, sent: &ethpir_client::reader::Sent) {
+        let rounds = sent.rounds.max(1) as u64;
+        let target = round_count(rounds, self.pad_rounds_to as u64).min(MAX_ROUNDS as u64);
+        let missing = target.saturating_sub(rounds) as usize;
+        match sent.rungs.last().copied() {
+            Some(rung) => {
+                for _ in 0..missing {
+                    self.reader.pad_round(sel, rung).await;
+                }
+                let mut schedule = sent.rungs.clone();
+                schedule.extend(std::iter::repeat_n(rung, missing));
+                self.reader.note_schedule(schedule);
             }
-        }
-        if sent {
-            self.reader.note_schedule(vec![rung; missing as usize + 1]);
+            None => {
+                for _ in 0..missing {
+                    self.reader.wait_as_a_round().await;
+                }
+            }
         }
     }
 }
