@@ -92,6 +92,12 @@ impl PrivateReader {
     /// Waits as a round of the least count would take (a padding round of
     /// a request that sent nothing: its time, without its bytes), when
     /// kept answers are to wait.
+    /// The query count per level of a round that finds one new key (the
+    /// ladder's least, with the canaries): what padding rounds send.
+    pub fn least_rung(&self) -> usize {
+        self.first_read_rung(1)
+    }
+
     pub async fn wait_as_a_round(&self) {
         if self.kept_delay {
             tokio::time::sleep(self.fresh_like_delay(self.first_read_rung(1))).await;

@@ -855,8 +855,8 @@ impl Executor {
     /// rounds (those answered from kept answers count, and waited as a
     /// request would) to `pad_rounds_to`, or the next of its doublings
     /// past them (a fixed ladder of round counts, at most
-    /// [`MAX_ROUNDS`]), each padding round with the query count of the
-    /// session's last real one, sent one after another at the session's
+    /// [`MAX_ROUNDS`]), each padding round with the ladder's least query
+    /// count (a real round that finds one key), sent one after another at the session's
     /// view and waited for, so that the answer is released when the
     /// schedule has run (a page timing the call through the wallet
     /// extension sees the padded schedule's time). A session that sent
@@ -866,7 +866,12 @@ impl Executor {
         let rounds = session.rounds as u64;
         let target = round_count(rounds, self.pad_rounds_to as u64).min(MAX_ROUNDS as u64);
         let missing = target.saturating_sub(rounds);
-        match session.rungs.last().copied() {
+        // Padding rounds ask what a real round that finds one key asks
+        // (the ladder's least count: most calls' last rounds), not the
+        // call's first round again ([128], [128] is no call's shape, and
+        // would double a refresh's bytes).
+        let least = self.reader.least_rung();
+        match session.rungs.last().map(|_| least) {
             Some(rung) => {
                 let at = BlockSelector::Number(session.view.view.block);
                 for _ in 0..missing {
@@ -890,14 +895,14 @@ impl Executor {
     /// A direct read (a balance, a nonce, a code, storage words, or a
     /// batch of them) padded as a call is: its rounds (one, or two for a
     /// wide word's high part; `sent`, its own) to `pad_rounds_to` or the
-    /// next of its doublings, the padding rounds with the query count of
-    /// its last request, at its view, awaited before it is answered;
+    /// next of its doublings, the padding rounds with the ladder's least
+    /// query count, at its view, awaited before it is answered;
     /// waited instead where it sent nothing (kept answers: one round).
     pub async fn pad_direct_read(&self, sel: &BlockSelector, sent: &ethpir_client::reader::Sent) {
         let rounds = sent.rounds.max(1) as u64;
         let target = round_count(rounds, self.pad_rounds_to as u64).min(MAX_ROUNDS as u64);
         let missing = target.saturating_sub(rounds) as usize;
-        match sent.rungs.last().copied() {
+        match sent.rungs.last().map(|_| self.reader.least_rung()) {
             Some(rung) => {
                 for _ in 0..missing {
                     self.reader.pad_round(sel, rung).await;
