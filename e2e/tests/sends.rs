@@ -40,12 +40,7 @@ async fn send_and_await_receipt(anvil: &Anvil, proxy: &str, nonce: u64) -> Strin
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sends_go_to_their_own_endpoint_and_reads_never_do() {
-    log_if_asked();
-    let dir = tempfile::tempdir().unwrap();
-    let server = start_genesis_server(dir.path()).await;
-    let anvil = Anvil::start().await;
-    let (reads, _, read_calls) = start_recording_relay(&anvil.url, passthrough()).await;
-    let (sends, _, send_calls) = start_recording_relay(&anvil.url, passthrough()).await;
+    let (_dir, server, anvil, (reads, read_calls), (sends, send_calls)) = endpoints(&[]).await;
     let cache = tempfile::tempdir().unwrap();
     let proxy = start_proxy_with(proxy::ProxyConfig {
         pir_server: server,
@@ -81,6 +76,27 @@ async fn sends_go_to_their_own_endpoint_and_reads_never_do() {
         "{}",
         page["sendsTo"]
     );
+}
+
+/// A PIR server over the bundled genesis (its store under the returned
+/// directory), anvil started with `anvil_args`, and two recording relays
+/// in front of it: the reading upstream's and the send endpoint's.
+async fn endpoints(
+    anvil_args: &[&str],
+) -> (
+    tempfile::TempDir,
+    String,
+    Anvil,
+    (String, RelayedCalls),
+    (String, RelayedCalls),
+) {
+    log_if_asked();
+    let dir = tempfile::tempdir().unwrap();
+    let server = start_genesis_server(dir.path()).await;
+    let anvil = Anvil::start_with(anvil_args).await;
+    let (reads, _, read_calls) = start_recording_relay(&anvil.url, passthrough()).await;
+    let (sends, _, send_calls) = start_recording_relay(&anvil.url, passthrough()).await;
+    (dir, server, anvil, (reads, read_calls), (sends, send_calls))
 }
 
 /// The methods each relayed call named, in order.
@@ -124,12 +140,7 @@ fn all_from(peers: &std::sync::Mutex<Vec<IpAddr>>, expected: &str, what: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reads_and_sends_go_through_socks_with_credentials_of_their_own() {
-    log_if_asked();
-    let dir = tempfile::tempdir().unwrap();
-    let server = start_genesis_server(dir.path()).await;
-    let anvil = Anvil::start().await;
-    let (reads, _, read_calls) = start_recording_relay(&anvil.url, passthrough()).await;
-    let (sends, _, send_calls) = start_recording_relay(&anvil.url, passthrough()).await;
+    let (_dir, server, anvil, (reads, read_calls), (sends, send_calls)) = endpoints(&[]).await;
     let (reads_front, read_peers) = recording_front(reads.replace("http://", "")).await;
     let (sends_front, send_peers) = recording_front(sends.replace("http://", "")).await;
     // Two real SOCKS5 servers (microsocks takes one user each), each
@@ -156,11 +167,7 @@ async fn reads_and_sends_go_through_socks_with_credentials_of_their_own() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn one_socks_server_gets_made_up_credentials_for_reads_and_others_for_sends() {
-    log_if_asked();
-    let dir = tempfile::tempdir().unwrap();
-    let server = start_genesis_server(dir.path()).await;
-    let anvil = Anvil::start().await;
-    let (upstream, _, _) = start_recording_relay(&anvil.url, passthrough()).await;
+    let (_dir, server, anvil, (upstream, _), _) = endpoints(&[]).await;
     // One SOCKS server, no credentials in its URL, no send endpoint: sends
     // go to the same upstream, as Tor users would set it.
     let (socks_port, connections) = start_credential_recording_socks().await;
@@ -214,13 +221,8 @@ async fn one_socks_server_gets_made_up_credentials_for_reads_and_others_for_send
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_sends_receipt_is_found_in_whole_blocks_and_its_hash_never_goes_upstream() {
-    log_if_asked();
-    let dir = tempfile::tempdir().unwrap();
-    let server = start_genesis_server(dir.path()).await;
     // Blocks only when the test mines one: the send stays pending between.
-    let anvil = Anvil::start_with(&["--no-mining"]).await;
-    let (reads, _, read_calls) = start_recording_relay(&anvil.url, passthrough()).await;
-    let (sends, _, _) = start_recording_relay(&anvil.url, passthrough()).await;
+    let (_dir, server, anvil, (reads, read_calls), (sends, _)) = endpoints(&["--no-mining"]).await;
     let cache = tempfile::tempdir().unwrap();
     let proxy = start_proxy_with(proxy::ProxyConfig {
         pir_server: server,
