@@ -137,6 +137,28 @@ async fn traced_server(server: &str, slower: std::time::Duration) -> (String, Tr
     (url, trace)
 }
 
+/// A fresh proxy of `stack`'s server through a traced link (answers
+/// `slower` later), set as `config` says otherwise, once it reads the view
+/// of `block`: the proxy, the trace and its cache.
+async fn traced_proxy(
+    stack: &Stack,
+    slower: std::time::Duration,
+    block: u64,
+    config: proxy::ProxyConfig,
+) -> (String, Trace, tempfile::TempDir) {
+    let (link, trace) = traced_server(&stack.server, slower).await;
+    let cache = tempfile::tempdir().unwrap();
+    let proxy = start_proxy_with(proxy::ProxyConfig {
+        pir_server: link,
+        upstream: Some(stack.upstream.clone()),
+        cache_dir: cache.path().to_path_buf(),
+        ..config
+    })
+    .await;
+    view_reaches(&proxy, block).await;
+    (proxy, trace, cache)
+}
+
 /// `eth_call` through `proxy` as a page through a wallet extension sends
 /// it (its origin): the answer, and how long it took.
 async fn page_call(proxy: &str, call: &Value, at: &str) -> (Value, std::time::Duration) {
@@ -212,16 +234,7 @@ async fn a_first_read_and_a_repeat_look_alike_to_the_server_and_the_page() {
     let block = view_reaches(&stack.proxy, anvil.head().await).await;
     let at = format!("{block:#x}");
     let slower = std::time::Duration::from_millis(150);
-    let (link, trace) = traced_server(&stack.server, slower).await;
-    let cache = tempfile::tempdir().unwrap();
-    let proxy = start_proxy_with(proxy::ProxyConfig {
-        pir_server: link,
-        upstream: Some(stack.upstream.clone()),
-        cache_dir: cache.path().to_path_buf(),
-        ..Default::default()
-    })
-    .await;
-    view_reaches(&proxy, block).await;
+    let (proxy, trace, _cache) = traced_proxy(&stack, slower, block, Default::default()).await;
     let balance_of =
         |holder: Address| call_object(market.token, &IToken::balanceOfCall { holder }.abi_encode());
     let first = traced(
@@ -296,16 +309,8 @@ async fn a_balance_an_allowance_a_quote_and_a_refresh_share_one_schedule() {
     let (anvil, stack, market) = whole_state_market(dir.path(), "4248").await;
     let block = view_reaches(&stack.proxy, anvil.head().await).await;
     let at = format!("{block:#x}");
-    let (link, trace) = traced_server(&stack.server, std::time::Duration::ZERO).await;
-    let cache = tempfile::tempdir().unwrap();
-    let proxy = start_proxy_with(proxy::ProxyConfig {
-        pir_server: link,
-        upstream: Some(stack.upstream.clone()),
-        cache_dir: cache.path().to_path_buf(),
-        ..Default::default()
-    })
-    .await;
-    view_reaches(&proxy, block).await;
+    let no_delay = std::time::Duration::ZERO;
+    let (proxy, trace, _cache) = traced_proxy(&stack, no_delay, block, Default::default()).await;
     let token = market.token;
     let holder = |i: u8| Address::repeat_byte(0x40 + i);
     let refresh = |who: Address| {
@@ -404,17 +409,11 @@ async fn a_balance_an_allowance_a_quote_and_a_refresh_share_one_schedule() {
     // allowance, then its cover requests come in that call's rounds with
     // its query counts, one after another (before it, one round of the
     // ladder's least count).
-    let (link, cover_trace) = traced_server(&stack.server, std::time::Duration::ZERO).await;
-    let cache = tempfile::tempdir().unwrap();
-    let covered = start_proxy_with(proxy::ProxyConfig {
-        pir_server: link,
-        upstream: Some(stack.upstream.clone()),
-        cache_dir: cache.path().to_path_buf(),
+    let cover = proxy::ProxyConfig {
         cover_lookups_per_hour: 20.0 * 3600.0,
         ..Default::default()
-    })
-    .await;
-    view_reaches(&covered, block).await;
+    };
+    let (covered, cover_trace, _cover_cache) = traced_proxy(&stack, no_delay, block, cover).await;
     let allowance = IToken::allowanceCall {
         holder: holder(6),
         spender: market.router,

@@ -159,11 +159,7 @@ fn policy_and_page(
         quorum: config.attest_quorum,
         sends_to: config.send_upstream.as_deref().map(redact),
     });
-    let evm_timeout = (config.evm_timeout_ms > 0)
-        .then(|| std::time::Duration::from_millis(config.evm_timeout_ms));
-    let executor = execute::Executor::new(reader.clone(), upstream.clone())
-        .pad_rounds_to(config.pad_call_rounds_to)
-        .evm_timeout(evm_timeout);
+    let executor = execute::Executor::from_config(reader.clone(), upstream.clone(), config);
     let policy = Arc::new(ForwardPolicy {
         executor,
         activity,

@@ -32,12 +32,6 @@ impl PrivateReader {
         let _ = self.lookup_keys_as(sel, &keys, Waking::No).await;
     }
 
-    /// The queries per PIR level of the last request sent by anyone (0:
-    /// none yet); a request's own are [`counting_requests`]'.
-    pub fn last_rung(&self) -> usize {
-        self.last_rung.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
     /// Notes a private request's rounds, each by its query count: cover
     /// requests replay such schedules.
     pub fn note_schedule(&self, rungs: Vec<usize>) {
@@ -89,18 +83,18 @@ impl PrivateReader {
         drawn.max(pool[pool.len() / 10]).min(MOST_KEPT_WAIT)
     }
 
-    /// Waits as a round of the least count would take (a padding round of
-    /// a request that sent nothing: its time, without its bytes), when
-    /// kept answers are to wait.
     /// The query count per level of a round that finds one new key (the
     /// ladder's least, with the canaries): what padding rounds send.
     pub fn least_rung(&self) -> usize {
         self.first_read_rung(1)
     }
 
+    /// Waits as a round of the least count would take (a padding round of
+    /// a request that sent nothing: its time, without its bytes), when
+    /// kept answers are to wait.
     pub async fn wait_as_a_round(&self) {
         if self.kept_delay {
-            tokio::time::sleep(self.fresh_like_delay(self.first_read_rung(1))).await;
+            tokio::time::sleep(self.fresh_like_delay(self.least_rung())).await;
         }
     }
 }

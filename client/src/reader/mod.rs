@@ -99,9 +99,6 @@ pub struct PrivateReader {
     /// Keys asked of the PIR levels so far (each once per request, not
     /// counting canaries and fillers): what the hot tier saves.
     pir_keys: std::sync::atomic::AtomicU64,
-    /// Reads that sent PIR requests (one or two requests each: see
-    /// [`Self::read_batch`]): what a call's rounds are padded in.
-    lookup_rounds: std::sync::atomic::AtomicU64,
     /// A hot tier whose download failed, and when: not tried again for
     /// [`HOT_RETRY`].
     hot_failed: std::sync::Mutex<Option<(SnapshotId, std::time::Instant)>>,
@@ -138,8 +135,6 @@ pub struct PrivateReader {
     /// How long recent requests took, with their queries per level,
     /// newest last (at most [`TIMES_KEPT`]): what a kept answer waits.
     request_times: std::sync::Mutex<std::collections::VecDeque<(usize, std::time::Duration)>>,
-    /// The queries per level of the last request sent (its rung).
-    last_rung: std::sync::atomic::AtomicUsize,
     /// The rungs of recent private requests' rounds (at most
     /// [`SCHEDULES_KEPT`]): cover requests replay one.
     schedules: std::sync::Mutex<std::collections::VecDeque<Vec<usize>>>,
@@ -247,7 +242,6 @@ impl PrivateReader {
             prefetch_codes: config.prefetch_codes,
             hot_tier: config.hot_tier,
             pir_keys: Default::default(),
-            lookup_rounds: Default::default(),
             hot_failed: Default::default(),
             forged_tiers: Default::default(),
             audits: Default::default(),
@@ -262,7 +256,6 @@ impl PrivateReader {
             kept_as_fresh: config.answer_kept_as_fresh,
             kept_delay: config.kept_answer_delay,
             request_times: Default::default(),
-            last_rung: Default::default(),
             schedules: Default::default(),
             canaries_per_request: config.canaries_per_request,
             snapshots: RwLock::new(BTreeMap::new()),
@@ -488,12 +481,6 @@ impl PrivateReader {
     /// The chain read: configured, or the only one the server has.
     pub fn chain_id(&self) -> Result<Option<u64>, ReadError> {
         self.catalog.chain_id()
-    }
-
-    /// Reads that sent PIR requests so far (a cover lookup is one).
-    pub fn lookup_rounds(&self) -> u64 {
-        self.lookup_rounds
-            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Records that `view`'s hot tier holds a value its base disagrees

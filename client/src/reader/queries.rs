@@ -35,14 +35,12 @@ impl PrivateReader {
         let round = cold_part.asks() || hot_part.asks();
         let both = round && !above.is_empty();
         if round {
-            self.lookup_rounds
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             cover::count_round();
         }
         // The part above the tier first: each request notes its count
-        // ([`Self::last_rung`]) as it is first polled, so the request to
-        // every PIR level (the round's main one, whose count padding and
-        // cover rounds copy) notes it last.
+        // ([`cover::count_rung`]) as it is first polled, so the request to
+        // every PIR level (the round's main one, whose count cover rounds
+        // copy) notes it last.
         let (hot_found, cold_found) = tokio::join!(
             self.read_part(hot_part, pad_to, both, None),
             self.read_part(cold_part, pad_to, both, Some(view))
@@ -291,8 +289,6 @@ impl PrivateReader {
         let per_level = level_keys.first().map_or(0, Vec::len);
         self.largest_request
             .fetch_max(per_level, std::sync::atomic::Ordering::Relaxed);
-        self.last_rung
-            .store(per_level, std::sync::atomic::Ordering::Relaxed);
         cover::count_rung(per_level);
 
         for ((_, snap), keys) in levels.iter().zip(level_keys) {

@@ -289,6 +289,19 @@ impl Executor {
         }
     }
 
+    /// The executor `config` asks for: its padding rounds and EVM time.
+    pub fn from_config(
+        reader: Arc<PrivateReader>,
+        upstream: Option<Arc<Upstream>>,
+        config: &crate::config::ProxyConfig,
+    ) -> Self {
+        let evm_timeout = (config.evm_timeout_ms > 0)
+            .then(|| std::time::Duration::from_millis(config.evm_timeout_ms));
+        Executor::new(reader, upstream)
+            .pad_rounds_to(config.pad_call_rounds_to)
+            .evm_timeout(evm_timeout)
+    }
+
     /// The EVM time a request may take (`None`: no limit), as geth's
     /// `--rpc.evmtimeout`.
     pub fn evm_timeout(mut self, timeout: Option<std::time::Duration>) -> Self {
@@ -851,72 +864,53 @@ impl Executor {
 }
 
 impl Executor {
-    /// The PIR requests `session` sent, padded when it sent any: its
-    /// rounds (those answered from kept answers count, and waited as a
-    /// request would) to `pad_rounds_to`, or the next of its doublings
-    /// past them (a fixed ladder of round counts, at most
-    /// [`MAX_ROUNDS`]), each padding round with the ladder's least query
-    /// count (a real round that finds one key), sent one after another at the session's
-    /// view and waited for, so that the answer is released when the
-    /// schedule has run (a page timing the call through the wallet
-    /// extension sees the padded schedule's time). A session that sent
-    /// nothing waits those rounds' time instead (no bytes). The rounds'
-    /// counts are noted for cover requests to replay.
+    /// The PIR requests `session` sent, padded ([`Self::pad_rounds`]):
+    /// its rounds, those answered from kept answers counted, at the
+    /// session's view.
     async fn pad_requests(&self, session: &Session) -> u64 {
-        let rounds = session.rounds as u64;
-        let target = round_count(rounds, self.pad_rounds_to as u64).min(MAX_ROUNDS as u64);
-        let missing = target.saturating_sub(rounds);
-        // Padding rounds ask what a real round that finds one key asks
-        // (the ladder's least count: most calls' last rounds), not the
-        // call's first round again ([128], [128] is no call's shape, and
-        // would double a refresh's bytes).
-        let least = self.reader.least_rung();
-        match session.rungs.last().map(|_| least) {
-            Some(rung) => {
-                let at = BlockSelector::Number(session.view.view.block);
-                for _ in 0..missing {
-                    self.reader.pad_round(&at, rung).await;
-                }
-                let mut schedule = session.rungs.clone();
-                schedule.extend(std::iter::repeat_n(rung, missing as usize));
-                self.reader.note_schedule(schedule);
-            }
-            None => {
-                for _ in 0..missing {
-                    self.reader.wait_as_a_round().await;
-                }
-            }
-        }
+        let at = BlockSelector::Number(session.view.view.block);
+        self.pad_rounds(&at, session.rounds as u64, &session.rungs)
+            .await;
         self.reader.lookup_requests() - session.requests_before
     }
-}
 
-impl Executor {
     /// A direct read (a balance, a nonce, a code, storage words, or a
-    /// batch of them) padded as a call is: its rounds (one, or two for a
-    /// wide word's high part; `sent`, its own) to `pad_rounds_to` or the
-    /// next of its doublings, the padding rounds with the ladder's least
-    /// query count, at its view, awaited before it is answered;
-    /// waited instead where it sent nothing (kept answers: one round).
+    /// batch of them) padded as a call is ([`Self::pad_rounds`]): its
+    /// rounds (one, or two for a wide word's high part; `sent`, its own;
+    /// one when kept answers gave it all), at its view.
     pub async fn pad_direct_read(&self, sel: &BlockSelector, sent: &ethpir_client::reader::Sent) {
-        let rounds = sent.rounds.max(1) as u64;
+        self.pad_rounds(sel, sent.rounds.max(1) as u64, &sent.rungs)
+            .await;
+    }
+
+    /// Pads a private request of `rounds` rounds (`rungs`: the query
+    /// counts of those that sent a request) to `pad_rounds_to`, or the
+    /// next of its doublings past them (a fixed ladder of round counts,
+    /// at most [`MAX_ROUNDS`]), at the view `at` names. Where it sent any,
+    /// each padding round asks what a real round that finds one key asks
+    /// (the ladder's least count: most calls' last rounds; the first
+    /// round's count again, [128], [128], is no call's shape and doubles a
+    /// refresh's bytes), one after another, awaited, so that the answer
+    /// is released when the schedule has run (a page timing the call
+    /// through the wallet extension sees the padded schedule's time), and
+    /// the schedule is noted for cover requests to replay. One that sent
+    /// nothing waits those rounds' time instead (no bytes).
+    async fn pad_rounds(&self, at: &BlockSelector, rounds: u64, rungs: &[usize]) {
         let target = round_count(rounds, self.pad_rounds_to as u64).min(MAX_ROUNDS as u64);
         let missing = target.saturating_sub(rounds) as usize;
-        match sent.rungs.last().map(|_| self.reader.least_rung()) {
-            Some(rung) => {
-                for _ in 0..missing {
-                    self.reader.pad_round(sel, rung).await;
-                }
-                let mut schedule = sent.rungs.clone();
-                schedule.extend(std::iter::repeat_n(rung, missing));
-                self.reader.note_schedule(schedule);
+        if rungs.is_empty() {
+            for _ in 0..missing {
+                self.reader.wait_as_a_round().await;
             }
-            None => {
-                for _ in 0..missing {
-                    self.reader.wait_as_a_round().await;
-                }
-            }
+            return;
         }
+        let least = self.reader.least_rung();
+        for _ in 0..missing {
+            self.reader.pad_round(at, least).await;
+        }
+        let mut schedule = rungs.to_vec();
+        schedule.extend(std::iter::repeat_n(least, missing));
+        self.reader.note_schedule(schedule);
     }
 }
 

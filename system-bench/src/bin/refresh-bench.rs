@@ -387,9 +387,7 @@ async fn refresh(
     let (args, sel) = proxy::execute::call_of(Some(&params), 2)
         .context("not a call")?
         .map_err(|e| anyhow::anyhow!("{}", e.message))?;
-    // The proxy's defaults: padding rounds as a wallet's proxy pads them.
-    let executor = Executor::new(reader.clone(), None)
-        .pad_rounds_to(proxy::ProxyConfig::default().pad_call_rounds_to);
+    let executor = Executor::from_config(reader.clone(), None, &Default::default());
     let held = reader.private_storage(&sel).context("no view")?;
     let (up0, down0) = reader.lookup_traffic();
     let requests0 = reader.lookup_requests();
