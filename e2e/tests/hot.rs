@@ -49,6 +49,12 @@ alloy_sol_types::sol! {
         function nonce() returns (uint256);
         function threshold() returns (uint256);
     }
+    interface IRewardPool {
+        function stake(address user, uint256 amount, uint256 debt);
+    }
+    interface IRewardLens {
+        function pending(address user) returns (uint256);
+    }
     interface IRouter {
         function quote(address pool, uint256 amountIn) returns (uint256);
         function swapExactETHForTokens(address pool, uint256 minOut, address to, uint256 deadline) returns (uint256 out);
@@ -74,6 +80,12 @@ struct Market {
     /// A Safe-shaped wallet of the holder's (e2e/contracts/SignerWallet.sol:
     /// its owners' mapping at slot 0, its threshold at 1, its nonce at 2).
     safe: Address,
+    /// A staking pool of `token` rewards holding the holder's stake
+    /// (e2e/contracts/RewardPool.sol: `users[W].rewardDebt[token]`).
+    reward_pool: Address,
+    /// A dapp's lens in front of it (e2e/contracts/RewardLens.sol): the
+    /// pool's address in its storage, named by no call to the lens.
+    lens: Address,
 }
 
 impl Market {
@@ -104,13 +116,51 @@ impl Market {
             .await
             .parse()
             .unwrap();
+        let (reward_pool, lens) = Self::deploy_rewards(anvil, token).await;
         Market {
             token,
             pool,
             router,
             proxied,
             safe,
+            reward_pool,
+            lens,
         }
+    }
+
+    /// A reward pool with the holder's stake in `token` (a debt of 777),
+    /// and a lens in front of it.
+    async fn deploy_rewards(anvil: &Anvil, token: Address) -> (Address, Address) {
+        let mut pool_code = test_contract("RewardPool");
+        pool_code.extend_from_slice(&Address::abi_encode(&token));
+        let reward_pool: Address = anvil
+            .deploy(DEV_ACCOUNTS[0], &pool_code)
+            .await
+            .parse()
+            .unwrap();
+        let stake = IRewardPool::stakeCall {
+            user: dev(HOLDER),
+            amount: U256::from(5u8),
+            debt: U256::from(777u16),
+        };
+        send(anvil, 0, reward_pool, stake.abi_encode()).await;
+        let mut lens_code = test_contract("RewardLens");
+        lens_code.extend_from_slice(&Address::abi_encode(&reward_pool));
+        let lens = anvil
+            .deploy(DEV_ACCOUNTS[0], &lens_code)
+            .await
+            .parse()
+            .unwrap();
+        (reward_pool, lens)
+    }
+
+    /// The slot of `users[holder].rewardDebt[token]` in the reward pool:
+    /// the struct at `keccak(holder . 0)`, its mapping one word past it.
+    fn reward_debt_slot(&self, holder: Address) -> alloy_primitives::B256 {
+        let word = |a: Address| alloy_primitives::B256::left_padding_from(a.as_slice());
+        let user = alloy_primitives::keccak256([word(holder).0, [0u8; 32]].concat());
+        let member = U256::from_be_bytes(user.0) + U256::from(1u8);
+        alloy_primitives::keccak256([word(self.token).0, member.to_be_bytes::<32>()].concat())
     }
 
     /// What a wallet reads of the holder's Safe: its nonce and threshold,
@@ -462,8 +512,9 @@ async fn wire_of<T>(server: &str, base: &str, calls: impl std::future::Future<Ou
 }
 
 /// The holder's keys as a hostile operator would put them in a tier: its
-/// account, and the balance-mapping slots of both tokens for the first
-/// mapping positions (the real ones among them; the rest read 0).
+/// account, its Safe's threshold and nonce, its reward debt in the pool
+/// behind the lens, and the balance-mapping slots of both tokens for the
+/// first mapping positions (the real ones among them; the rest read 0).
 fn holders_keys(m: &Market) -> Vec<snapshotter::hot::HotKey> {
     let holder = alloy_primitives::B256::left_padding_from(dev(HOLDER).as_slice());
     let mut keys = vec![snapshotter::hot::HotKey::Account(dev(HOLDER))];
@@ -472,6 +523,9 @@ fn holders_keys(m: &Market) -> Vec<snapshotter::hot::HotKey> {
         let slot = alloy_primitives::B256::with_last_byte(slot);
         keys.push(snapshotter::hot::HotKey::Slot(m.safe, slot));
     }
+    // Its reward debt in the pool behind the lens.
+    let debt = m.reward_debt_slot(dev(HOLDER));
+    keys.push(snapshotter::hot::HotKey::Slot(m.reward_pool, debt));
     for contract in [m.token, m.proxied] {
         for position in 0..16u8 {
             let input = [holder.0, alloy_primitives::B256::with_last_byte(position).0].concat();
@@ -487,7 +541,8 @@ fn holders_keys(m: &Market) -> Vec<snapshotter::hot::HotKey> {
 /// test of whether this wallet is the holder). Fresh proxies of either
 /// server send the same requests with the same query counts for the
 /// holder's swap estimate (its first request: at most 12 queries of the
-/// base), its refresh and its token's `balanceOf`; and over the second,
+/// base), its refresh, its token's `balanceOf`, its Safe through
+/// Multicall3 and its reward debt through a lens; and over the second,
 /// `balanceOf` of the holder (whose slot the tier holds) and of a fresh
 /// address look alike.
 async fn a_tier_holding_the_holders_keys_changes_nothing_on_the_wire(
@@ -548,7 +603,17 @@ async fn a_tier_holding_the_holders_keys_changes_nothing_on_the_wire(
         // that holds its threshold and nonce spares no query.
         let safe = call_object(MULTICALL3, &m.safe_reads());
         let safe = wire_of(server, &base, same_as_anvil(&proxy, anvil, &safe, &at)).await;
-        seen.push((estimate, refresh, balance, simulated, safe));
+        // Its reward debt through the lens: the pool and its reward token
+        // are named nowhere in the call, and the slot names the holder
+        // only through the chain `keccak(token . keccak(holder . 0) + 1)`.
+        let pending = IRewardLens::pendingCall { user: holder };
+        let pending = call_object(m.lens, &pending.abi_encode());
+        let rewards = wire_of(server, &base, async {
+            let v = same_as_anvil(&proxy, anvil, &pending, &at).await;
+            assert_eq!(v, format!("{:#066x}", 777), "the holder's debt");
+        })
+        .await;
+        seen.push((estimate, refresh, balance, simulated, safe, rewards));
     }
     assert_eq!(
         seen[0], seen[1],
