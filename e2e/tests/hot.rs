@@ -293,17 +293,23 @@ async fn tier_proxy(
     .await
 }
 
-/// A fresh proxy of `server` ([`tier_proxy`], the tier read ahead) once
-/// it holds the tier at a view of `traded` or later.
-async fn proxy_with_tier(server: &str, upstream: &str, traded: u64) -> (String, tempfile::TempDir) {
+/// A fresh proxy of `server` ([`tier_proxy`], the tier read ahead)
+/// through a traced link, once it holds the tier at a view of `traded`
+/// or later: the proxy, what its link saw, and its cache.
+async fn proxy_with_tier(
+    server: &str,
+    upstream: &str,
+    traded: u64,
+) -> (String, Trace, tempfile::TempDir) {
     let cache = tempfile::tempdir().unwrap();
-    let proxy = tier_proxy(server, upstream, &cache, HotTierUse::Ahead).await;
+    let (link, trace) = traced_server(server, std::time::Duration::ZERO).await;
+    let proxy = tier_proxy(&link, upstream, &cache, HotTierUse::Ahead).await;
     test_support::eventually("a fresh proxy reads the tier", || async {
         let s = status(&proxy).await;
         (s["viewBlock"].as_u64()? >= traded && !s["hot"].is_null()).then_some(())
     })
     .await;
-    (proxy, cache)
+    (proxy, trace, cache)
 }
 
 /// What the holder's calls cost a proxy.
@@ -491,23 +497,38 @@ async fn a_swap_reads_by_pir_only_the_keys_that_name_its_holder() {
     the_attester_chooses_the_tier_again(&store, &anvil, traded, &policy).await;
 }
 
-/// What the server saw of a proxy's calls: its query requests, and the
-/// queries each PIR level of the view at `traded` answered (the base).
+/// What the server saw of a proxy's calls: its query requests, each
+/// one's shape (queries per PIR level), the queries the base (the view
+/// at `traded`) answered, and the codes downloaded (by hash or by place
+/// in a level's table, whatever the answer's status).
 #[derive(Debug, PartialEq, Eq)]
 struct Wire {
     requests: u64,
+    shapes: Vec<Vec<usize>>,
     base_queries: u64,
+    code_downloads: u64,
 }
 
-async fn wire_of<T>(server: &str, base: &str, calls: impl std::future::Future<Output = T>) -> Wire {
-    let (requests, queries) = (
+async fn wire_of<T>(
+    (server, trace): (&str, &Trace),
+    base: &str,
+    calls: impl std::future::Future<Output = T>,
+) -> Wire {
+    let downloads = || async {
+        route_requests(server, "code", false).await
+            + route_requests(server, "code_entry", false).await
+    };
+    let (requests, queries, codes) = (
         route_requests(server, "query", true).await,
         queries_of(server, base).await,
+        downloads().await,
     );
-    calls.await;
+    let shapes = traced(trace, calls).await;
     Wire {
         requests: route_requests(server, "query", true).await - requests,
+        shapes,
         base_queries: queries_of(server, base).await - queries,
+        code_downloads: downloads().await - codes,
     }
 }
 
@@ -516,7 +537,6 @@ async fn wire_of<T>(server: &str, base: &str, calls: impl std::future::Future<Ou
 /// behind the lens, and the balance-mapping slots of both tokens for the
 /// first mapping positions (the real ones among them; the rest read 0).
 fn holders_keys(m: &Market) -> Vec<snapshotter::hot::HotKey> {
-    let holder = alloy_primitives::B256::left_padding_from(dev(HOLDER).as_slice());
     let mut keys = vec![snapshotter::hot::HotKey::Account(dev(HOLDER))];
     // Its Safe's threshold and nonce (fixed slots).
     for slot in [1u8, 2] {
@@ -527,13 +547,22 @@ fn holders_keys(m: &Market) -> Vec<snapshotter::hot::HotKey> {
     let debt = m.reward_debt_slot(dev(HOLDER));
     keys.push(snapshotter::hot::HotKey::Slot(m.reward_pool, debt));
     for contract in [m.token, m.proxied] {
-        for position in 0..16u8 {
-            let input = [holder.0, alloy_primitives::B256::with_last_byte(position).0].concat();
-            let slot = alloy_primitives::keccak256(input);
-            keys.push(snapshotter::hot::HotKey::Slot(contract, slot));
-        }
+        let slots = balance_slots(dev(HOLDER)).into_iter();
+        keys.extend(slots.map(|slot| snapshotter::hot::HotKey::Slot(contract, slot)));
     }
     keys
+}
+
+/// The slots a balance mapping at positions 0 to 15 keeps `holder`'s
+/// balance in (`keccak(holder . position)`).
+fn balance_slots(holder: Address) -> Vec<alloy_primitives::B256> {
+    let holder = alloy_primitives::B256::left_padding_from(holder.as_slice());
+    (0..16u8)
+        .map(|position| {
+            let input = [holder.0, alloy_primitives::B256::with_last_byte(position).0].concat();
+            alloy_primitives::keccak256(input)
+        })
+        .collect()
 }
 
 /// A second server over a copy of the store whose tier holds, beside the
@@ -562,9 +591,9 @@ async fn a_tier_holding_the_holders_keys_changes_nothing_on_the_wire(
     let balance = call_object(m.proxied, &IFlagged::balanceOfCall { holder }.abi_encode());
     let mut seen = Vec::new();
     for server in [server, testing_server.as_str()] {
-        let (proxy, _cache) = proxy_with_tier(server, upstream, traded).await;
+        let (proxy, trace, _cache) = proxy_with_tier(server, upstream, traded).await;
         let swap = m.swap(holder);
-        let estimate = wire_of(server, &base, async {
+        let estimate = wire_of((server, &trace), &base, async {
             let v = test_support::rpc(&proxy, "eth_estimateGas", json!([swap, at])).await;
             assert!(v.is_ok(), "{v:?}");
         })
@@ -580,16 +609,21 @@ async fn a_tier_holding_the_holders_keys_changes_nothing_on_the_wire(
             "the swap's first estimate: {estimate:?}"
         );
         let refresh = call_object(MULTICALL3, &m.refresh(holder));
-        let refresh = wire_of(server, &base, same_as_anvil(&proxy, anvil, &refresh, &at)).await;
-        let balance = wire_of(server, &base, async {
+        let refresh = wire_of(
+            (server, &trace),
+            &base,
+            same_as_anvil(&proxy, anvil, &refresh, &at),
+        )
+        .await;
+        let balance = wire_of((server, &trace), &base, async {
             same_as_anvil(&proxy, anvil, &balance, &at).await;
         })
         .await;
         // The swap simulated (eth_simulateV1), the first request of
         // another fresh proxy: its result is the call's, every key read
         // by PIR whatever the tier holds.
-        let (proxy, _cache) = proxy_with_tier(server, upstream, traded).await;
-        let simulated = wire_of(server, &base, async {
+        let (proxy, trace, _cache) = proxy_with_tier(server, upstream, traded).await;
+        let simulated = wire_of((server, &trace), &base, async {
             let blocks = json!([{"blockStateCalls": [{"calls": [swap]}]}, at]);
             let v = test_support::rpc(&proxy, "eth_simulateV1", blocks).await;
             let direct = anvil.rpc("eth_call", json!([swap, at])).await;
@@ -602,13 +636,18 @@ async fn a_tier_holding_the_holders_keys_changes_nothing_on_the_wire(
         // names the call (the Safe is in the batch's data), so the tier
         // that holds its threshold and nonce spares no query.
         let safe = call_object(MULTICALL3, &m.safe_reads());
-        let safe = wire_of(server, &base, same_as_anvil(&proxy, anvil, &safe, &at)).await;
+        let safe = wire_of(
+            (server, &trace),
+            &base,
+            same_as_anvil(&proxy, anvil, &safe, &at),
+        )
+        .await;
         // Its reward debt through the lens: the pool and its reward token
         // are named nowhere in the call, and the slot names the holder
         // only through the chain `keccak(token . keccak(holder . 0) + 1)`.
         let pending = IRewardLens::pendingCall { user: holder };
         let pending = call_object(m.lens, &pending.abi_encode());
-        let rewards = wire_of(server, &base, async {
+        let rewards = wire_of((server, &trace), &base, async {
             let v = same_as_anvil(&proxy, anvil, &pending, &at).await;
             assert_eq!(v, format!("{:#066x}", 777), "the holder's debt");
         })
@@ -621,13 +660,13 @@ async fn a_tier_holding_the_holders_keys_changes_nothing_on_the_wire(
     );
     let mut alike = Vec::new();
     for who in [holder, Address::repeat_byte(0x5e)] {
-        let (proxy, _cache) = proxy_with_tier(&testing_server, upstream, traded).await;
+        let (proxy, trace, _cache) = proxy_with_tier(&testing_server, upstream, traded).await;
         let call = call_object(
             m.proxied,
             &IFlagged::balanceOfCall { holder: who }.abi_encode(),
         );
         alike.push(
-            wire_of(&testing_server, &base, async {
+            wire_of((&testing_server, &trace), &base, async {
                 same_as_anvil(&proxy, anvil, &call, &at).await;
             })
             .await,
@@ -642,8 +681,9 @@ async fn a_tier_holding_the_holders_keys_changes_nothing_on_the_wire(
     // `answer_kept_as_fresh` it sends what the first sent.
     for as_fresh in [false, true] {
         let cache = tempfile::tempdir().unwrap();
+        let (link, trace) = traced_server(&testing_server, std::time::Duration::ZERO).await;
         let proxy = start_proxy_with(proxy::ProxyConfig {
-            pir_server: testing_server.clone(),
+            pir_server: link,
             upstream: Some(upstream.to_string()),
             cache_dir: cache.path().to_path_buf(),
             canaries_per_request: 0,
@@ -659,8 +699,8 @@ async fn a_tier_holding_the_holders_keys_changes_nothing_on_the_wire(
                 Ok(anvil.rpc("eth_getBalance", json!([holder, at])).await)
             );
         };
-        let first = wire_of(&testing_server, &base, read()).await;
-        let again = wire_of(&testing_server, &base, read()).await;
+        let first = wire_of((&testing_server, &trace), &base, read()).await;
+        let again = wire_of((&testing_server, &trace), &base, read()).await;
         match as_fresh {
             false => assert_eq!(again.requests, 0, "kept: {first:?} then {again:?}"),
             true => assert_eq!(first, again, "kept, as fresh"),
@@ -720,13 +760,16 @@ async fn serve_tier_with_holders_keys(
 
 /// A server whose operator forges its tier (digests and canaries made
 /// anew by its own build, as an operator would): the holder's account
-/// richer by one ether, its token balance slot larger by a million. A
-/// fresh proxy answers the holder's balance, `balanceOf`, the slot's
-/// `eth_getStorageAt` and a `transfer` of more than it holds (which
-/// anvil reverts) and its estimate as anvil does, never the forged
-/// values; sends the same requests and base queries as through the tier
-/// that holds the holder's keys with their right values (the forger
-/// learns nothing from its forgery); and says so on its status and page.
+/// richer by one ether and given a code (a made-up code reference), its
+/// token balance slot larger by a million, and another holder's balance
+/// a wide word (past 2^184: its high part in a record of its own). A
+/// fresh proxy answers the holder's balance and code, `balanceOf` of
+/// both holders, the slot's `eth_getStorageAt` and a `transfer` of more
+/// than the holder holds (which anvil reverts) and its estimate as anvil
+/// does, never the forged values; sends the same requests, each of the
+/// same shape, and downloads the same codes as through the follower's
+/// honest tier (the forger learns nothing from its forgery); and says so
+/// on its status and page.
 async fn a_forged_tier_is_answered_by_pir(
     store: &std::path::Path,
     (honest, upstream): (&str, &str),
@@ -739,15 +782,30 @@ async fn a_forged_tier_is_answered_by_pir(
     let holder_slots: Vec<(Address, alloy_primitives::B256)> = holders_keys(m)
         .into_iter()
         .filter_map(|k| match k {
-            // (The token balances: the Safe's words are left as they are.)
-            snapshotter::hot::HotKey::Slot(c, slot) if c != m.safe => Some((c, slot)),
+            // (The token balances: the Safe's words and the reward debt
+            // are left as they are.)
+            snapshotter::hot::HotKey::Slot(c, slot) if [m.token, m.proxied].contains(&c) => {
+                Some((c, slot))
+            }
             _ => None,
         })
         .collect();
+    // Another holder's balance (dev account 0 is paid by every trader, so
+    // the tier holds its slot): made a wide word.
+    let others_slots: Vec<_> = balance_slots(dev(0))
+        .iter()
+        .map(|slot| protocol::storage::storage_key_of(&m.proxied, slot))
+        .collect();
+    // A code the holder (an account without one) is given: the proxy's.
+    let proxy_code = anvil.rpc("eth_getCode", json!([m.proxied, "latest"])).await;
+    let proxy_code = alloy_primitives::hex::decode(proxy_code.as_str().unwrap()).unwrap();
+    let made_up_code = alloy_primitives::keccak256(proxy_code);
     let forged_slot = std::sync::Mutex::new(None);
+    let widened = AtomicBool::new(false);
     let (forging, _copy) = serve_tier_with_holders_keys(store, anvil, m, traded, policy, |r| {
         for account in r.accounts.iter_mut().filter(|a| a.address == Some(holder)) {
             account.balance += U256::from(10u64.pow(18));
+            account.code_hash = made_up_code;
         }
         for word in r.storage.iter_mut().filter(|w| w.value > U256::ZERO) {
             let slot = holder_slots
@@ -757,6 +815,10 @@ async fn a_forged_tier_is_answered_by_pir(
                 word.value += U256::from(1_000_000u64);
                 *forged_slot.lock().unwrap() = Some(*slot);
             }
+            if others_slots.contains(&word.key) {
+                word.value += U256::from(1u8) << 200;
+                widened.store(true, Ordering::Relaxed);
+            }
         }
     })
     .await;
@@ -765,6 +827,7 @@ async fn a_forged_tier_is_answered_by_pir(
         .unwrap()
         .expect("the holder's balance slot is in the tier");
     assert_eq!(contract, m.proxied);
+    assert!(widened.into_inner(), "the tier holds dev 0's balance");
     let at = format!("{traded:#x}");
     let base = format!("4244-{traded}-full");
     let held = U256::from(4_242u64);
@@ -776,8 +839,8 @@ async fn a_forged_tier_is_answered_by_pir(
     over["from"] = json!(holder);
     let mut seen = Vec::new();
     for server in [honest, forging.as_str()] {
-        let (proxy, _cache) = proxy_with_tier(server, upstream, traded).await;
-        let wire = wire_of(server, &base, async {
+        let (proxy, trace, _cache) = proxy_with_tier(server, upstream, traded).await;
+        let wire = wire_of((server, &trace), &base, async {
             let balance = test_support::rpc(&proxy, "eth_getBalance", json!([holder, at])).await;
             assert_eq!(
                 balance,
@@ -789,6 +852,16 @@ async fn a_forged_tier_is_answered_by_pir(
             let params = json!([contract, slot, at]);
             let word = test_support::rpc(&proxy, "eth_getStorageAt", params.clone()).await;
             assert_eq!(word, Ok(anvil.rpc("eth_getStorageAt", params).await));
+            let code = test_support::rpc(&proxy, "eth_getCode", json!([holder, at])).await;
+            assert_eq!(code, Ok(json!("0x")), "the holder has no code");
+            let other = IFlagged::balanceOfCall { holder: dev(0) };
+            same_as_anvil(
+                &proxy,
+                anvil,
+                &call_object(m.proxied, &other.abi_encode()),
+                &at,
+            )
+            .await;
             same_response_as_anvil(&proxy, anvil, &over, &at).await;
             let estimate = test_support::rpc(&proxy, "eth_estimateGas", json!([over, at])).await;
             assert!(
@@ -852,8 +925,8 @@ async fn a_forged_shared_key_is_caught_by_audits(
     let holder = dev(HOLDER);
     let mut seen = Vec::new();
     for server in [honest, forging.as_str()] {
-        let (proxy, _cache) = proxy_with_tier(server, upstream, traded).await;
-        let wire = wire_of(server, &base, async {
+        let (proxy, trace, _cache) = proxy_with_tier(server, upstream, traded).await;
+        let wire = wire_of((server, &trace), &base, async {
             let call = call_object(m.proxied, &IFlagged::balanceOfCall { holder }.abi_encode());
             same_as_anvil(&proxy, anvil, &call, &at).await;
             for i in 0..3u8 {

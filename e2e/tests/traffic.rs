@@ -112,31 +112,6 @@ async fn padded_batches_and_cover_lookups() {
 
 /// Each query request the server answered: its query count per snapshot,
 /// in the order they came.
-type Trace = Arc<Mutex<Vec<Vec<usize>>>>;
-
-/// A relay in front of `server` that records every query request's shape,
-/// and answers each query request `slower` later (a server far away, or
-/// a large database: a request's time is then mostly the server's).
-async fn traced_server(server: &str, slower: std::time::Duration) -> (String, Trace) {
-    let trace: Trace = Arc::default();
-    let seen = trace.clone();
-    let rewrite: Rewrite = Arc::new(move |path: &str, b: Bytes| {
-        if path.ends_with("/query") {
-            // (The relay's worker waits: the test's runtime has others.)
-            std::thread::sleep(slower);
-            let parts = protocol::multi::decode_response(&b).unwrap_or_default();
-            let counts = parts
-                .iter()
-                .map(|p| decode_responses(p).map(|r| r.len()).unwrap_or(0))
-                .collect();
-            seen.lock().unwrap().push(counts);
-        }
-        b
-    });
-    let (url, _) = start_relay(server, rewrite).await;
-    (url, trace)
-}
-
 /// A fresh proxy of `stack`'s server through a traced link (answers
 /// `slower` later), set as `config` says otherwise, once it reads the view
 /// of `block`: the proxy, the trace and its cache.
@@ -195,13 +170,6 @@ async fn whole_state_market(
     let stack = Stack::start(config, &anvil, None).await;
     let market = deploy_pool_market(&anvil).await;
     (anvil, stack, market)
-}
-
-/// The requests `during` makes the server answer, by shape.
-async fn traced<T>(trace: &Trace, during: impl std::future::Future<Output = T>) -> Vec<Vec<usize>> {
-    let before = trace.lock().unwrap().len();
-    during.await;
-    trace.lock().unwrap()[before..].to_vec()
 }
 
 /// Under the defaults, with the whole state held: a wallet reads its

@@ -12,6 +12,7 @@ use axum::extract::State;
 use axum::http::{Method, Uri};
 use axum::response::IntoResponse;
 use axum::Router;
+use pir_core::wire::decode_responses;
 use proxy::ProxyConfig;
 
 mod socks;
@@ -345,6 +346,43 @@ pub fn trickle(bytes: Bytes) -> axum::body::Body {
         }
     });
     axum::body::Body::from_stream(chunks)
+}
+
+/// What a traced relay saw: each query request's shape (the queries it
+/// asked of each PIR level, in the request's order).
+pub type Trace = Arc<Mutex<Vec<Vec<usize>>>>;
+
+/// A relay in front of `server` that records every query request's shape,
+/// and answers each query request `slower` later (a server far away, or
+/// a large database: a request's time is then mostly the server's).
+pub async fn traced_server(server: &str, slower: std::time::Duration) -> (String, Trace) {
+    let trace: Trace = Arc::default();
+    let seen = trace.clone();
+    let rewrite: Rewrite = Arc::new(move |path: &str, b: Bytes| {
+        if path.ends_with("/query") {
+            // (The relay's worker waits: the test's runtime has others.)
+            std::thread::sleep(slower);
+            let parts = protocol::multi::decode_response(&b).unwrap_or_default();
+            let counts = parts
+                .iter()
+                .map(|p| decode_responses(p).map(|r| r.len()).unwrap_or(0))
+                .collect();
+            seen.lock().unwrap().push(counts);
+        }
+        b
+    });
+    let (url, _) = start_relay(server, rewrite).await;
+    (url, trace)
+}
+
+/// The requests `during` makes the server answer, by shape.
+pub async fn traced<T>(
+    trace: &Trace,
+    during: impl std::future::Future<Output = T>,
+) -> Vec<Vec<usize>> {
+    let before = trace.lock().unwrap().len();
+    during.await;
+    trace.lock().unwrap()[before..].to_vec()
 }
 
 /// Requests a PIR server has answered on `route` (its metrics label), from
