@@ -78,6 +78,12 @@ pub enum ReadError {
         view: alloy_primitives::B256,
         node: alloy_primitives::B256,
     },
+    /// A value the hot tier gave this request was found forged before its
+    /// answer was released (an audit in its own padding or free queries):
+    /// the answer is withheld. The key is corrected: a retry reads the
+    /// levels' value, on the same wire.
+    #[error("the PIR server's hot tier {tier} was caught forging a value this request read: its answer is withheld; ask again")]
+    TierForged { tier: String },
     /// A verification failure was seen earlier: private reads are stopped.
     #[error("private reads stopped: the PIR server failed verification ({0})")]
     Distrusted(String),

@@ -328,6 +328,29 @@ impl ViewClient {
         self.hit(found, i, key, Tier::Read)?.decode(key)
     }
 
+    /// [`Self::freshest`] of a key the tier was found forging: the levels'
+    /// value, those below the tier read from `below` (what an audit's
+    /// answers said each held), never the tier's.
+    pub fn freshest_corrected(
+        &self,
+        found: &[Vec<Found>],
+        i: usize,
+        key: &ReadKey,
+        below: &[(SnapshotId, Found)],
+    ) -> Result<KeyState, ReadError> {
+        let column: Vec<Vec<Found>> = self
+            .levels
+            .iter()
+            .zip(found)
+            .map(|(level, values)| {
+                let read = values.get(i).cloned().flatten();
+                let audited = below.iter().find(|(id, _)| *id == level.entry().id);
+                vec![read.or_else(|| audited.and_then(|(_, value)| value.clone()))]
+            })
+            .collect();
+        self.hit(&column, 0, key, Tier::Skipped)?.decode(key)
+    }
+
     /// [`Self::freshest`] of a key that names the wallet: decided by the
     /// levels the PIR request read, never by the hot tier, whose value
     /// (when it would have answered) is compared with theirs. The answer,

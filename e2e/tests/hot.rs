@@ -494,6 +494,8 @@ async fn a_swap_reads_by_pir_only_the_keys_that_name_its_holder() {
     .await;
     a_forged_tier_is_answered_by_pir(&store, served, &anvil, &market, traded, &policy).await;
     a_forged_shared_key_is_caught_by_audits(&store, served, &anvil, &market, traded, &policy).await;
+    let tier = (traded, &policy);
+    a_forged_shared_value_is_corrected_in_time(&store, &upstream, &anvil, &market, tier).await;
     the_attester_chooses_the_tier_again(&store, &anvil, traded, &policy).await;
 }
 
@@ -720,6 +722,22 @@ async fn serve_tier_with_holders_keys(
     policy: &snapshotter::hot::HotPolicy,
     forge: impl FnOnce(&mut snapshotter::records::Records),
 ) -> (String, tempfile::TempDir) {
+    let tier = (traded, policy, holders_keys(m));
+    serve_tier_with(store, anvil, tier, forge).await
+}
+
+/// [`serve_tier_with_holders_keys`] with `more` keys than the follower's
+/// in its tier (of the view at `traded`, built by `policy`).
+async fn serve_tier_with(
+    store: &std::path::Path,
+    anvil: &Anvil,
+    (traded, policy, more): (
+        u64,
+        &snapshotter::hot::HotPolicy,
+        Vec<snapshotter::hot::HotKey>,
+    ),
+    forge: impl FnOnce(&mut snapshotter::records::Records),
+) -> (String, tempfile::TempDir) {
     let copy = tempfile::tempdir().unwrap();
     let testing = copy.path().join("store");
     copy_dir(store, &testing);
@@ -737,7 +755,7 @@ async fn serve_tier_with_holders_keys(
     let mut keys = snapshotter::hot::chosen_keys(&node, traded, policy, value_bytes, 4)
         .await
         .unwrap();
-    keys.extend(holders_keys(m));
+    keys.extend(more);
     copied.remove(&tier.id).unwrap();
     let view = [base];
     let mut records = snapshotter::folded::with_view(&copied, &view, |folded| {
@@ -889,6 +907,100 @@ async fn a_forged_tier_is_answered_by_pir(
         assert_eq!(s["privateReads"], "on", "private reads go on: {s}");
     }
     assert_eq!(seen[0], seen[1], "an honest tier, then a forged one");
+}
+
+/// Two servers whose tiers hold, beside the follower's keys, the reward
+/// pool's account and its reward token's slot (both name no one: the
+/// lens's call names neither); the second's operator makes that slot
+/// another token. A fresh proxy under the defaults (two rounds at least:
+/// the padding round audits what the call read from the tier) answers
+/// the holder's `pending` through the honest tier as anvil does; through
+/// the forged one it catches the forgery before the answer is released
+/// and withholds it (the debt it read was another token's), then answers
+/// the retry as anvil does (the slot now read as the levels hold it);
+/// the server sees the same first request either way.
+async fn a_forged_shared_value_is_corrected_in_time(
+    store: &std::path::Path,
+    upstream: &str,
+    anvil: &Anvil,
+    m: &Market,
+    (traded, policy): (u64, &snapshotter::hot::HotPolicy),
+) {
+    let reward_token = alloy_primitives::B256::with_last_byte(1);
+    let more = || {
+        vec![
+            snapshotter::hot::HotKey::Account(m.reward_pool),
+            snapshotter::hot::HotKey::Slot(m.reward_pool, reward_token),
+        ]
+    };
+    let (honest, _honest_copy) =
+        serve_tier_with(store, anvil, (traded, policy, more()), |_| {}).await;
+    let forged_key = protocol::storage::storage_key_of(&m.reward_pool, &reward_token);
+    let forged = AtomicBool::new(false);
+    let (forging, _copy) = serve_tier_with(store, anvil, (traded, policy, more()), |r| {
+        for word in r.storage.iter_mut().filter(|w| w.key == forged_key) {
+            word.value = U256::from_be_slice(m.proxied.as_slice());
+            forged.store(true, Ordering::Relaxed);
+        }
+    })
+    .await;
+    assert!(
+        forged.into_inner(),
+        "the tier holds the reward token's slot"
+    );
+    let at = format!("{traded:#x}");
+    let base = format!("4244-{traded}-full");
+    let pending = IRewardLens::pendingCall { user: dev(HOLDER) };
+    let pending = call_object(m.lens, &pending.abi_encode());
+    let debt = json!(format!("{:#066x}", 777));
+    let mut seen = Vec::new();
+    for server in [honest.as_str(), forging.as_str()] {
+        let cache = tempfile::tempdir().unwrap();
+        let (link, trace) = traced_server(server, std::time::Duration::ZERO).await;
+        let proxy = start_proxy_with(proxy::ProxyConfig {
+            pir_server: link,
+            upstream: Some(upstream.to_string()),
+            cache_dir: cache.path().to_path_buf(),
+            ..Default::default()
+        })
+        .await;
+        test_support::eventually("a fresh proxy reads the tier", || async {
+            let s = status(&proxy).await;
+            (s["viewBlock"].as_u64()? >= traded && !s["hot"].is_null()).then_some(())
+        })
+        .await;
+        let call = || test_support::rpc(&proxy, "eth_call", json!([pending, at]));
+        let mut answer = None;
+        seen.push(
+            wire_of((server, &trace), &base, async {
+                answer = Some(call().await)
+            })
+            .await,
+        );
+        let forged = status(&proxy).await["forgedTiers"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        match server == honest {
+            true => {
+                assert_eq!(answer, Some(Ok(debt.clone())));
+                assert!(forged.is_empty(), "an honest tier: {forged:?}");
+            }
+            false => {
+                let answer = answer.unwrap();
+                assert!(
+                    answer.as_ref().is_err_and(|e| e.contains("forged")),
+                    "a forged value's answer is withheld: {answer:?}"
+                );
+                assert_eq!(forged, [json!(format!("4244-{traded}-hot"))]);
+                assert_eq!(call().await, Ok(debt.clone()), "the retry");
+            }
+        }
+    }
+    assert_eq!(
+        seen[0], seen[1],
+        "the first call, through an honest tier then a forged one"
+    );
 }
 
 /// A server whose operator forges a key that names no one: the proxied

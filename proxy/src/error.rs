@@ -194,7 +194,9 @@ fn read_code(e: &ReadError) -> i32 {
         | ReadError::Retired(_)
         | ReadError::Setup { .. }
         | ReadError::NotReady(_) => PIR_UNAVAILABLE,
-        ReadError::Unverifiable(_) | ReadError::Distrusted(_) => UNVERIFIABLE,
+        ReadError::Unverifiable(_) | ReadError::Distrusted(_) | ReadError::TierForged { .. } => {
+            UNVERIFIABLE
+        }
         ReadError::AmbiguousChain(_) => INTERNAL_ERROR_CODE,
     }
 }
@@ -235,6 +237,10 @@ fn read_message(e: &ReadError) -> (String, Option<Value>) {
             Some(json!(reason)),
         ),
         ReadError::AmbiguousChain(chains) => (e.to_string(), Some(json!(chains))),
+        ReadError::TierForged { tier } => (
+            "the PIR server's hot tier gave a forged value: answer withheld; ask again".into(),
+            Some(json!({"tier": tier})),
+        ),
         ReadError::NotCanonical { .. }
         | ReadError::Unattested { .. }
         | ReadError::Unreadable { .. }

@@ -7,11 +7,15 @@
 //! the request it would have seen; the answers say what the levels hold
 //! for those keys, and a tier value that differs is a forgery, recorded
 //! as one caught on a key that names the wallet is ([`PrivateReader::tier_forged`]).
-//! A forged key is caught at the first request with a free query after
-//! the wallet read it, not before its answer was given: the answer of a
-//! key that names no one still comes from the tier (docs/security.md).
+//! The newest keys are audited first, so that a call's padding rounds
+//! and free queries audit what it read itself. A forged key is then
+//! corrected: from then on it is answered with the levels' value (the
+//! wire unchanged: the tier still "answers" it, locally), and a call that
+//! read it before the correction came withholds its answer
+//! ([`PrivateReader::tier_corrected_since`]). A key not audited yet still
+//! has the tier's value (docs/security.md).
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use super::*;
 
@@ -21,14 +25,19 @@ const MOST_QUEUED: usize = 1024;
 /// when read again).
 const MOST_AUDITED: usize = 1 << 16;
 
+/// The levels' values of a forged key (the answers of the PIR levels an
+/// audit asked, by level): what it reads in their place.
+pub(super) type Correction = Vec<(SnapshotId, Found)>;
+
 /// The tier keys waiting for an audit (each with its kind, to be compared
-/// as what it is), and those done, of one tier.
+/// as what it is), those done, and those found forged, of one tier.
 #[derive(Default)]
 pub(super) struct TierAudits {
     tier: Option<SnapshotId>,
-    /// Each with its PIR key (hashed once).
+    /// Each with its PIR key (hashed once), the newest first.
     queued: VecDeque<(B256, ReadKey)>,
     done: HashSet<B256>,
+    corrected: HashMap<B256, Correction>,
 }
 
 impl TierAudits {
@@ -43,7 +52,8 @@ impl TierAudits {
         self
     }
 
-    /// Queues `keys` of `tier` not audited nor queued yet.
+    /// Queues `keys` of `tier` not audited nor queued yet, ahead of those
+    /// queued before (the oldest go when the queue is full).
     pub(super) fn queue(&mut self, tier: SnapshotId, keys: impl Iterator<Item = ReadKey>) {
         let audits = self.of_tier(tier);
         for key in keys {
@@ -52,9 +62,9 @@ impl TierAudits {
                 continue;
             }
             if audits.queued.len() == MOST_QUEUED {
-                audits.queued.pop_front();
+                audits.queued.pop_back();
             }
-            audits.queued.push_back((pir, key));
+            audits.queued.push_front((pir, key));
         }
     }
 
@@ -91,6 +101,23 @@ impl TierAudits {
             audits.done.clear();
         }
         audits.done.insert(key);
+    }
+
+    /// Notes a key of `tier` found forged, with the levels' values.
+    pub(super) fn correct(&mut self, tier: SnapshotId, key: B256, levels: Correction) {
+        let audits = self.of_tier(tier);
+        // (A forger of more keys than this has the oldest read from its
+        // tier again until audited again.)
+        if audits.corrected.len() >= MOST_AUDITED {
+            audits.corrected.clear();
+            audits.done.clear();
+        }
+        audits.corrected.insert(key, levels);
+    }
+
+    /// The levels' values of a key of `tier` found forged.
+    pub(super) fn correction(&self, tier: SnapshotId, key: &B256) -> Option<&Correction> {
+        (self.tier == Some(tier)).then(|| self.corrected.get(key))?
     }
 }
 
@@ -153,13 +180,74 @@ impl PrivateReader {
                 .zip(found)
                 .map(|((l, _), values)| (*l, values[q].clone()))
                 .collect();
-            if view.tier_disagrees(key, &asked) {
-                tracing::debug!("an audited key of the hot tier reads otherwise at its base");
-                self.tier_forged(view);
-            }
+            let forged = view.tier_disagrees(key, &asked);
             let mut audits = self.audits.lock().expect("lock");
             audits.finish(hot.level.entry.id, key.pir_key());
+            if forged {
+                tracing::debug!("an audited key of the hot tier reads otherwise at its base");
+                let levels = asked
+                    .into_iter()
+                    .filter_map(|(l, value)| Some((view.levels.get(l)?.entry().id, value)))
+                    .collect();
+                audits.correct(hot.level.entry.id, key.pir_key(), levels);
+                drop(audits);
+                self.corrections
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.tier_forged(view);
+            }
         }
+    }
+
+    /// The levels' values of `key` where `view`'s tier was found forging
+    /// it.
+    pub(super) fn correction(&self, view: &ViewClient, key: &ReadKey) -> Option<Correction> {
+        let hot = view.hot.as_ref()?;
+        let audits = self.audits.lock().expect("lock");
+        audits
+            .correction(hot.level.entry.id, &key.pir_key())
+            .cloned()
+    }
+
+    /// `key`'s state in `view` where its tier was found forging it: the
+    /// levels' value (the whole levels' read here, the PIR levels' from
+    /// the audit's answers), as a read that the tier answered would have
+    /// been (no level above the tier held the key). `None` where no
+    /// forgery of it was found.
+    pub fn corrected_state(
+        &self,
+        view: &ViewClient,
+        key: &ReadKey,
+    ) -> Option<Result<KeyState, ReadError>> {
+        let levels = self.correction(view, key)?;
+        let pir_key = Some(key.pir_key());
+        let found: Vec<Vec<Found>> = view
+            .levels
+            .iter()
+            .map(|level| match level {
+                Level::Whole(w) => w.read(&[pir_key]),
+                Level::Pir(_) => vec![None],
+            })
+            .collect();
+        Some(view.freshest_corrected(&found, 0, key, &levels))
+    }
+
+    /// How many forged tier keys were found so far: a request notes it
+    /// first, to ask [`Self::tier_corrected_since`] at its end.
+    pub fn corrections(&self) -> u64 {
+        self.corrections.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether one of `keys` was found forged in `view`'s tier since
+    /// [`Self::corrections`] said `before`: a request that read it from
+    /// the tier before then answered with the forged value, and withholds
+    /// its answer.
+    pub fn tier_corrected_since<'a>(
+        &self,
+        before: u64,
+        view: &ViewClient,
+        mut keys: impl Iterator<Item = &'a ReadKey>,
+    ) -> bool {
+        self.corrections() != before && keys.any(|key| self.correction(view, key).is_some())
     }
 }
 
@@ -181,8 +269,14 @@ mod tests {
         audits.requeue(tier, &taken);
         assert_eq!(audits.take(tier, 1, &[]), [key(1)]);
         audits.finish(tier, pir(1));
+        // The newest first.
         audits.queue(tier, [key(1), key(3)].into_iter());
-        assert_eq!(audits.take(tier, 5, &[]), [key(2), key(3)]);
+        assert_eq!(audits.take(tier, 5, &[]), [key(3), key(2)]);
+        // A forged key's correction, of its tier only.
+        audits.correct(tier, pir(3), vec![(tier, None)]);
+        assert!(audits.correction(tier, &pir(3)).is_some());
+        assert!(audits.correction(tier, &pir(2)).is_none());
+        assert!(audits.correction(other, &pir(3)).is_none());
         assert!(audits.take(tier, 5, &[]).is_empty());
         audits.queue(other, [key(1)].into_iter());
         assert_eq!(audits.take(other, 5, &[]), [key(1)]);

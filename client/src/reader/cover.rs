@@ -18,18 +18,23 @@ impl PrivateReader {
         }
     }
 
-    /// One round of random keys at the view `sel` names, sent like a real
-    /// one with `queries` queries per PIR level (a count of the ladder:
-    /// the rung a real round had), and waited for.
+    /// One round of stand-ins at the view `sel` names, sent like a real
+    /// round with `queries` queries per PIR level (a count of the ladder:
+    /// the rung a real round had), and waited for. Each stand-in is a key
+    /// of the view's hot tier waiting for an audit (the newest first: a
+    /// call's padding audits what it read of the tier before its answer
+    /// is released), else a random key.
     pub async fn pad_round(&self, sel: &BlockSelector, queries: usize) {
-        if self.is_idle() {
+        if self.is_idle() || self.distrusted().is_some() {
             return;
         }
-        let random = queries.saturating_sub(self.canaries_per_request).max(1);
-        let keys: Vec<ReadKey> = (0..random)
-            .map(|_| ReadKey::Account(Address::from(rand::random::<[u8; 20]>())))
-            .collect();
-        let _ = self.lookup_keys_as(sel, &keys, Waking::No).await;
+        let Ok(view) = self.select_as(sel, Waking::No).await else {
+            return;
+        };
+        let stand_ins = queries.saturating_sub(self.canaries_per_request).max(1);
+        if let Err(e) = self.stand_in_round(&view, stand_ins).await {
+            tracing::debug!(error = %e, "a padding round failed");
+        }
     }
 
     /// Notes a private request's rounds, each by its query count: cover

@@ -108,6 +108,8 @@ pub struct PrivateReader {
     /// The tier's keys the wallet read from it, waiting for an audit in a
     /// request's free queries ([`audit`]).
     audits: std::sync::Mutex<audit::TierAudits>,
+    /// Forged tier keys found so far ([`Self::corrections`]).
+    corrections: std::sync::atomic::AtomicU64,
     /// What each PIR level answered before, per key.
     answers: AnswerCache,
     pool_size: usize,
@@ -245,6 +247,7 @@ impl PrivateReader {
             hot_failed: Default::default(),
             forged_tiers: Default::default(),
             audits: Default::default(),
+            corrections: Default::default(),
             answers: AnswerCache::new(config.cache_dir.clone()),
             pool_size: config.prepared_pool,
             largest_request: Default::default(),
@@ -499,7 +502,7 @@ impl PrivateReader {
         if first {
             tracing::warn!(
                 tier = %hot.level.entry.id,
-                "the PIR server's hot tier holds a value its base disagrees with (a forgery by its operator): the wallet's own keys are answered by PIR, but the values that name no one (pools, tokens, proxies) still come from this tier; set hot_tier = \"off\" to read every key by PIR"
+                "the PIR server's hot tier holds a value its base disagrees with (a forgery by its operator): the wallet's own keys are answered by PIR and the forged values found are corrected, but values that name no one (pools, tokens, proxies) not audited yet still come from this tier; set hot_tier = \"off\" to read every key by PIR"
             );
         }
     }

@@ -60,6 +60,33 @@ impl PrivateReader {
         Ok(found.into_iter().collect())
     }
 
+    /// A round of `count` stand-ins ([`Self::request`]'s: keys of the
+    /// tier waiting for an audit, else random keys) to the PIR levels of
+    /// `view`, shaped as a round of as many keys the view cannot hold is.
+    pub(super) async fn stand_in_round(
+        &self,
+        view: &ViewClient,
+        count: usize,
+    ) -> Result<(), ReadError> {
+        let pir: Vec<(usize, &Arc<SnapshotClient>)> = view
+            .levels
+            .iter()
+            .enumerate()
+            .filter_map(|(i, level)| match level {
+                Level::Pir(snap) => Some((i, snap)),
+                Level::Whole(_) => None,
+            })
+            .collect();
+        // Keys not held: none is asked, each is a stand-in.
+        let asked = vec![ReadKey::Account(Address::ZERO); count];
+        let (keys, shared) = (vec![None; count], vec![false; count]);
+        let pad_to = self.request_limits().1;
+        let parts = (asked.as_slice(), keys.as_slice());
+        self.read_pir_parts(view, &pir, parts, &shared, pad_to)
+            .await
+            .map(|_| ())
+    }
+
     /// The keys at `part` (indices into `keys`) to be read from `levels`,
     /// with what each level answered before (looked up once a read).
     pub(super) fn part<'a>(

@@ -182,6 +182,22 @@ impl PrivateReader {
         out
     }
 
+    /// The most keys a request asks, and the query count it is padded to
+    /// (0: none): a request has at most the server's batch of queries,
+    /// exactly `pad_batches_to` when padding; room is left for the
+    /// canaries.
+    pub(super) fn request_limits(&self) -> (usize, usize) {
+        let max_batch = self.catalog.max_batch();
+        let canaries = self.canaries_per_request;
+        match self.pad_to > 1 {
+            true => {
+                let total = self.pad_to.min(max_batch);
+                (total.saturating_sub(canaries).max(1), total)
+            }
+            false => (max_batch.saturating_sub(canaries).max(1), 0),
+        }
+    }
+
     /// [`Self::read`] without completing wide words.
     pub(super) async fn read_values(
         &self,
@@ -189,17 +205,7 @@ impl PrivateReader {
         keys: &[ReadKey],
         shared: &[bool],
     ) -> Vec<Result<KeyState, ReadError>> {
-        // A request has at most the server's batch of queries, exactly
-        // `pad_batches_to` when padding; room is left for the canaries.
-        let max_batch = self.catalog.max_batch();
-        let canaries = self.canaries_per_request;
-        let (per_batch, pad_to) = match self.pad_to > 1 {
-            true => {
-                let total = self.pad_to.min(max_batch);
-                (total.saturating_sub(canaries).max(1), total)
-            }
-            false => (max_batch.saturating_sub(canaries).max(1), 0),
-        };
+        let (per_batch, pad_to) = self.request_limits();
         let mut out = Vec::with_capacity(keys.len());
         for (chunk, shared) in keys.chunks(per_batch).zip(shared.chunks(per_batch)) {
             if let Some(reason) = self.distrusted() {
@@ -276,7 +282,11 @@ impl PrivateReader {
             .map(|(i, (key, held))| {
                 held?;
                 match shared[i] {
-                    true => view.freshest(&found, i, key),
+                    true => match self.correction(view, key) {
+                        // A key found forged: the levels' value.
+                        Some(levels) => view.freshest_corrected(&found, i, key, &levels),
+                        None => view.freshest(&found, i, key),
+                    },
                     false => {
                         let (state, forged) = view.freshest_named(&found, i, key);
                         if forged {

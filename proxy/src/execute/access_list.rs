@@ -43,7 +43,7 @@ impl Executor {
             paid = call_exec::listing(&touched);
             list = touched;
         }
-        let requests = self.pad_requests(&session).await;
+        let requests = self.pad_requests(&session).await?;
         log_cost("eth_createAccessList", args.to, &session, requests);
         // A timeout is geth's error whatever else the runs did: never the
         // fallback (upstream).

@@ -74,7 +74,7 @@ impl Executor {
             Err(why) => return Ok(Err(why)),
         };
         let estimated = self.estimate_in(&mut session, args, first).await;
-        let requests = self.pad_requests(&session).await;
+        let requests = self.pad_requests(&session).await?;
         log_cost("eth_estimateGas", args.to, &session, requests);
         // A timeout is geth's error whatever else the runs did (no run
         // follows it): never an estimate made of them, nor the fallback.

@@ -45,6 +45,7 @@ use crate::upstream::Upstream;
 mod access_list;
 mod call_object;
 mod estimate;
+mod forged;
 mod geth;
 mod overrides;
 mod simulate;
@@ -138,6 +139,8 @@ pub struct Session {
     spec: SpecId,
     reads: Reads,
     requests_before: u64,
+    /// The reader's count of forged tier keys found when it opened.
+    corrections_before: u64,
     rounds: usize,
     inner_apart: usize,
     evm_time: std::time::Duration,
@@ -384,7 +387,7 @@ impl Executor {
             Ok(result) => result,
             Err(why) => return Ok(Executed::NotPrivate(why)),
         };
-        Ok(Executed::Answered(self.close(session, args, result).await))
+        Ok(Executed::Answered(self.close(session, args, result).await?))
     }
 
     /// A session over the view `sel` names: its block, and what `ahead`
@@ -422,6 +425,7 @@ impl Executor {
                 shared: Default::default(),
             },
             requests_before: self.reader.lookup_requests(),
+            corrections_before: self.reader.corrections(),
             rounds: 0,
             inner_apart: 0,
             evm_time: std::time::Duration::ZERO,
@@ -592,11 +596,22 @@ impl Executor {
     }
 
     /// What a session cost, its PIR requests padded up to
-    /// `pad_rounds_to` when it sent any.
-    pub async fn close(&self, session: Session, args: &CallArgs, result: CallResult) -> Answered {
-        let requests = self.pad_requests(&session).await;
+    /// `pad_rounds_to` when it sent any; its result made again over the
+    /// levels' values where it read a value the hot tier was found
+    /// forging meanwhile ([`Self::rerun_corrected`]).
+    pub async fn close(
+        &self,
+        mut session: Session,
+        args: &CallArgs,
+        mut result: CallResult,
+    ) -> Result<Answered, ReadError> {
+        let requests = self.pad_session(&session).await;
+        let forged = self.forged_reads(&session);
+        if !forged.is_empty() {
+            result = self.rerun_corrected(&mut session, args, &forged).await?;
+        }
         log_cost("eth_call", args.to, &session, requests);
-        Answered {
+        Ok(Answered {
             result,
             rounds: session.rounds,
             keys: session.reads.keys,
@@ -604,7 +619,7 @@ impl Executor {
             evm_time: session.evm_time,
             inner_apart: session.inner_apart,
             snapshot: session.view.top(),
-        }
+        })
     }
 
     /// [`Self::read_round`] of `session`, noting the round's query count
@@ -866,8 +881,21 @@ impl Executor {
 impl Executor {
     /// The PIR requests `session` sent, padded ([`Self::pad_rounds`]):
     /// its rounds, those answered from kept answers counted, at the
-    /// session's view.
-    async fn pad_requests(&self, session: &Session) -> u64 {
+    /// session's view. An error where a value the hot tier gave it was
+    /// found forged meanwhile (audits ride in its padding): its answer
+    /// was made of that value, and is withheld (the wire is what it would
+    /// have been; a retry reads the levels' value). A call's
+    /// [`Self::close`] runs again instead.
+    async fn pad_requests(&self, session: &Session) -> Result<u64, ReadError> {
+        let requests = self.pad_session(session).await;
+        match self.forged_reads(session).is_empty() {
+            true => Ok(requests),
+            false => Err(self.withheld(session)),
+        }
+    }
+
+    /// [`Self::pad_rounds`] of `session`: the PIR requests it sent.
+    async fn pad_session(&self, session: &Session) -> u64 {
         let at = BlockSelector::Number(session.view.view.block);
         self.pad_rounds(&at, session.rounds as u64, &session.rungs)
             .await;

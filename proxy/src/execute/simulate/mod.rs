@@ -89,7 +89,7 @@ impl Executor {
             latest: self.latest,
         });
         let outcome = self.simulate_in(&mut session, &simulation).await?;
-        let requests = self.pad_requests(&session).await;
+        let requests = self.pad_requests(&session).await?;
         log_cost("eth_simulateV1", None, &session, requests);
         Ok(outcome.map(|outcome| match outcome {
             Err(e) => Simulated::Failed(e),

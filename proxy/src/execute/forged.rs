@@ -1,0 +1,104 @@
+//! A call that read a value the hot tier forged, found so before its
+//! answer is released (an audit in its own padding rounds or free
+//! queries): run again over the levels' values, with no request more.
+
+use super::*;
+
+impl Executor {
+    /// The keys `session` may have read from the hot tier that were found
+    /// forged since it opened.
+    pub(super) fn forged_reads(&self, session: &Session) -> Vec<ReadKey> {
+        let view = &session.view;
+        let shared = session.reads.shared.iter();
+        if !self
+            .reader
+            .tier_corrected_since(session.corrections_before, view, shared)
+        {
+            return Vec::new();
+        }
+        let shared = session.reads.shared.iter();
+        let corrected = shared.filter(|key| self.reader.corrected_state(view, key).is_some());
+        corrected.copied().collect()
+    }
+
+    /// Why a request that read `forged` (values its view's tier forged)
+    /// gives no answer.
+    pub(super) fn withheld(&self, session: &Session) -> ReadError {
+        let tier = session.view.hot.as_ref();
+        let tier = tier
+            .map(|h| h.level.entry.id.url_form())
+            .unwrap_or_default();
+        tracing::warn!(%tier, "a request read a value the hot tier forged: its answer is withheld");
+        ReadError::TierForged { tier }
+    }
+
+    /// `args`'s result over `session`'s reads with the `forged` keys'
+    /// levels' values: the EVM run once more, locally. Withheld
+    /// ([`Self::withheld`]) where that run needs a read more, or a
+    /// corrected account's code changes (a code not downloaded): either
+    /// would change what the server sees.
+    pub(super) async fn rerun_corrected(
+        &self,
+        session: &mut Session,
+        args: &CallArgs,
+        forged: &[ReadKey],
+    ) -> Result<CallResult, ReadError> {
+        if !self.correct_reads(session, forged) {
+            return Err(self.withheld(session));
+        }
+        let known = std::mem::take(&mut session.reads.known);
+        let run = Run {
+            block: session.block.clone(),
+            spec: session.spec,
+            args: args.clone(),
+            access_list: args.access_list.clone(),
+        };
+        let ((outcome, _, _, known), took) = self
+            .on_evm(session, move |deadline| run.execute(known, deadline))
+            .await?;
+        session.reads.known = known;
+        session.evm_time += took;
+        match outcome {
+            Outcome::Done(result) => {
+                tracing::warn!(
+                    "a call read a value the hot tier forged: answered over the levels' value"
+                );
+                Ok(result)
+            }
+            _ => Err(self.withheld(session)),
+        }
+    }
+
+    /// Puts the levels' values of `forged` in `session`'s state: false
+    /// where one cannot be (not readable, a wide word's low part, or an
+    /// account whose code would change).
+    fn correct_reads(&self, session: &mut Session, forged: &[ReadKey]) -> bool {
+        for key in forged {
+            let state = self.reader.corrected_state(&session.view, key);
+            let known = &mut session.reads.known;
+            match (key, state) {
+                (ReadKey::Slot { contract, slot }, Some(Ok(KeyState::Slot(s)))) if !s.low_part => {
+                    known.add_slot(*contract, *slot, s.word);
+                }
+                (ReadKey::Account(address), Some(Ok(KeyState::Account(a)))) => {
+                    let Some(before) = known.account(address) else {
+                        return false;
+                    };
+                    let has_code = a.code != CodeRef::None;
+                    if a.code == CodeRef::Unknown || has_code != before.has_code {
+                        return false;
+                    }
+                    let facts = AccountFacts {
+                        exists: !a.absent,
+                        balance: a.balance,
+                        nonce: a.nonce,
+                        has_code,
+                    };
+                    known.add_account(*address, facts);
+                }
+                _ => return false,
+            }
+        }
+        true
+    }
+}
