@@ -407,3 +407,107 @@ async fn a_balance_an_allowance_a_quote_and_a_refresh_share_one_schedule() {
     }
     stack.follower.stop().await;
 }
+
+/// A relay in front of `server` that passes on the query requests
+/// `allowed` still lets through (each takes one), answering 503 to the
+/// rest: a server that goes away after so many.
+async fn going_away(server: &str) -> (String, Arc<std::sync::atomic::AtomicI64>) {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    let allowed = Arc::new(AtomicI64::new(i64::MAX));
+    let left = allowed.clone();
+    let refuse: Refuse = Arc::new(move |path: &str| {
+        path.ends_with("/query") && left.fetch_sub(1, Ordering::SeqCst) <= 0
+    });
+    let (link, _, _) = start_relay_refusing(server, passthrough(), refuse).await;
+    (link, allowed)
+}
+
+/// The PIR server going away during a read's padding round (under the
+/// defaults a balance read sends its round, then one padding round): the
+/// answer its own round verified is given, at once (the failed padding
+/// round is not waited out nor retried); the reads after fail with the
+/// server's error (-32003: never an answer from anywhere else) while it is
+/// away, and are answered again once it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_server_going_away_during_padding_rounds() {
+    use std::sync::atomic::Ordering;
+    let dir = tempfile::tempdir().unwrap();
+    let server = start_genesis_server(dir.path()).await;
+    let (link, allowed) = going_away(&server).await;
+    let (link, trace) = traced_server(&link, std::time::Duration::ZERO).await;
+    let cache = tempfile::tempdir().unwrap();
+    let proxy = start_proxy_with(proxy::ProxyConfig {
+        pir_server: link,
+        cache_dir: cache.path().to_path_buf(),
+        ..Default::default()
+    })
+    .await;
+    view_reaches(&proxy, 0).await;
+    let accounts = genesis_balances();
+    let balance = |i: usize| {
+        let (address, _) = &accounts[i];
+        test_support::rpc(&proxy, "eth_getBalance", json!([address, "0x0"]))
+    };
+    // Up: its round and a padding round.
+    let shapes = traced(&trace, async {
+        assert_eq!(balance(0).await, Ok(json!(accounts[0].1)))
+    })
+    .await;
+    assert_eq!(shapes.len(), 2, "a read and its padding round: {shapes:?}");
+    // Away after the read's own round.
+    allowed.store(1, Ordering::SeqCst);
+    let started = std::time::Instant::now();
+    assert_eq!(
+        balance(1).await,
+        Ok(json!(accounts[1].1)),
+        "its own round verified it"
+    );
+    let took = started.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "answered in {took:?}"
+    );
+    for i in 2..4 {
+        let error = balance(i).await.expect_err("the server is away");
+        assert!(error.contains("-32003"), "{error}");
+    }
+    // Back.
+    allowed.store(i64::MAX, Ordering::SeqCst);
+    test_support::eventually("a read is answered again", || async {
+        (balance(4).await == Ok(json!(accounts[4].1))).then_some(())
+    })
+    .await;
+}
+
+/// After a thousand calls the wire is the first call's: a thousand
+/// `eth_getBalance` reads of distinct genesis accounts through one proxy
+/// under the defaults, each answered as the genesis has it; the last
+/// one's requests, each of the same shape, are the first one's (nothing
+/// the proxy learned or kept is asked again or piles up into them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn after_a_thousand_calls_the_wire_is_the_firsts() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start_genesis_server(dir.path()).await;
+    let (link, trace) = traced_server(&server, std::time::Duration::ZERO).await;
+    let cache = tempfile::tempdir().unwrap();
+    let proxy = start_proxy_with(proxy::ProxyConfig {
+        pir_server: link,
+        cache_dir: cache.path().to_path_buf(),
+        ..Default::default()
+    })
+    .await;
+    view_reaches(&proxy, 0).await;
+    let accounts = &genesis_balances();
+    let proxy = &proxy;
+    let read = |i: usize| async move {
+        let (address, wei) = &accounts[i];
+        let v = test_support::rpc(&proxy, "eth_getBalance", json!([address, "0x0"])).await;
+        assert_eq!(v, Ok(json!(wei)), "{address}");
+    };
+    let first = traced(&trace, read(0)).await;
+    for i in 1..999 {
+        read(i).await;
+    }
+    let last = traced(&trace, read(999)).await;
+    assert_eq!(first, last, "the first call, then the thousandth");
+}
