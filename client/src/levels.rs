@@ -330,14 +330,26 @@ impl ViewClient {
 
     /// [`Self::freshest`] of a key the tier was found forging: the levels'
     /// value, those below the tier read from `below` (what an audit's
-    /// answers said each held), never the tier's.
+    /// answers said each held), never the tier's. `None` where `below`
+    /// lacks a PIR level of this view under the tier (the audit saw
+    /// another chain of levels: a merge), or where the view cannot say.
     pub fn freshest_corrected(
         &self,
         found: &[Vec<Found>],
         i: usize,
         key: &ReadKey,
         below: &[(SnapshotId, Found)],
-    ) -> Result<KeyState, ReadError> {
+    ) -> Option<KeyState> {
+        let under = self.above_hot().unwrap_or(0);
+        let covered = self.levels[..under.min(self.levels.len())]
+            .iter()
+            .all(|level| match level {
+                Level::Pir(_) => below.iter().any(|(id, _)| *id == level.entry().id),
+                Level::Whole(_) => true,
+            });
+        if !covered {
+            return None;
+        }
         let column: Vec<Vec<Found>> = self
             .levels
             .iter()
@@ -348,7 +360,9 @@ impl ViewClient {
                 vec![read.or_else(|| audited.and_then(|(_, value)| value.clone()))]
             })
             .collect();
-        self.hit(&column, 0, key, Tier::Skipped)?.decode(key)
+        self.hit(&column, 0, key, Tier::Skipped)
+            .and_then(|hit| hit.decode(key))
+            .ok()
     }
 
     /// [`Self::freshest`] of a key that names the wallet: decided by the

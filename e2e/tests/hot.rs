@@ -918,7 +918,10 @@ async fn a_forged_tier_is_answered_by_pir(
 /// the forged one it catches the forgery before the answer is released
 /// and withholds it (the debt it read was another token's), then answers
 /// the retry as anvil does (the slot now read as the levels hold it);
-/// the server sees the same first request either way.
+/// the server sees the same first request either way. Unpadded, the call
+/// is answered with the forged value (the limit docs/security.md
+/// states); and a forging server that fails the padding rounds gets an
+/// error, not its value, answered.
 async fn a_forged_shared_value_is_corrected_in_time(
     store: &std::path::Path,
     upstream: &str,
@@ -1000,6 +1003,48 @@ async fn a_forged_shared_value_is_corrected_in_time(
     assert_eq!(
         seen[0], seen[1],
         "the first call, through an honest tier then a forged one"
+    );
+
+    // Unpadded (`pad_call_rounds_to = 1`: no padding round to audit in),
+    // the same call is answered with the forged value, as
+    // docs/security.md says; its requests are the call's real rounds.
+    let fresh = |server: String, pad_call_rounds_to: usize| async move {
+        let cache = tempfile::tempdir().unwrap();
+        let proxy = start_proxy_with(proxy::ProxyConfig {
+            pir_server: server,
+            upstream: Some(upstream.to_string()),
+            cache_dir: cache.path().to_path_buf(),
+            pad_call_rounds_to,
+            ..Default::default()
+        })
+        .await;
+        test_support::eventually("a fresh proxy reads the tier", || async {
+            let s = status(&proxy).await;
+            (s["viewBlock"].as_u64()? >= traded && !s["hot"].is_null()).then_some(())
+        })
+        .await;
+        (proxy, cache)
+    };
+    let (link, trace) = traced_server(&forging, std::time::Duration::ZERO).await;
+    let (unpadded, _cache) = fresh(link, 1).await;
+    let real = traced(&trace, async {
+        let answer = test_support::rpc(&unpadded, "eth_call", json!([pending, at])).await;
+        assert_eq!(
+            answer,
+            Ok(json!(format!("{:#066x}", 0))),
+            "not caught in time"
+        );
+    })
+    .await;
+    // A forging server that also fails the padding rounds that were to
+    // audit the forged value: the call fails, never answered 0.
+    let (gone, allowed) = going_away(&forging).await;
+    let (proxy, _cache) = fresh(gone, 2).await;
+    allowed.store(real.len() as i64, Ordering::SeqCst);
+    let answer = test_support::rpc(&proxy, "eth_call", json!([pending, at])).await;
+    assert!(
+        answer.as_ref().is_err_and(|e| e.contains("-32003")),
+        "padding failed before its audit: {answer:?}"
     );
 }
 

@@ -408,20 +408,6 @@ async fn a_balance_an_allowance_a_quote_and_a_refresh_share_one_schedule() {
     stack.follower.stop().await;
 }
 
-/// A relay in front of `server` that passes on the query requests
-/// `allowed` still lets through (each takes one), answering 503 to the
-/// rest: a server that goes away after so many.
-async fn going_away(server: &str) -> (String, Arc<std::sync::atomic::AtomicI64>) {
-    use std::sync::atomic::{AtomicI64, Ordering};
-    let allowed = Arc::new(AtomicI64::new(i64::MAX));
-    let left = allowed.clone();
-    let refuse: Refuse = Arc::new(move |path: &str| {
-        path.ends_with("/query") && left.fetch_sub(1, Ordering::SeqCst) <= 0
-    });
-    let (link, _, _) = start_relay_refusing(server, passthrough(), refuse).await;
-    (link, allowed)
-}
-
 /// The PIR server going away during a read's padding round (under the
 /// defaults a balance read sends its round, then one padding round): the
 /// answer its own round verified is given, at once (the failed padding

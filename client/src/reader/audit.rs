@@ -11,9 +11,9 @@
 //! and free queries audit what it read itself. A forged key is then
 //! corrected: from then on it is answered with the levels' value (the
 //! wire unchanged: the tier still "answers" it, locally), and a call that
-//! read it before the correction came withholds its answer
-//! ([`PrivateReader::tier_corrected_since`]). A key not audited yet still
-//! has the tier's value (docs/security.md).
+//! read the tier's value runs again or withholds its answer
+//! ([`PrivateReader::tier_key_forged`]). A key not audited yet still has
+//! the tier's value (docs/security.md).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -22,18 +22,26 @@ use super::*;
 /// Most keys waiting for an audit; the oldest go first when more come.
 const MOST_QUEUED: usize = 1024;
 /// Most keys remembered as audited (then forgotten, and audited again
-/// when read again).
+/// when read again), and most remembered as forged.
 const MOST_AUDITED: usize = 1 << 16;
+/// Tiers audited at once (views of older blocks have older tiers; a
+/// server publishing a tier every block makes several current).
+const MOST_TIERS: usize = 4;
 
 /// The levels' values of a forged key (the answers of the PIR levels an
 /// audit asked, by level): what it reads in their place.
 pub(super) type Correction = Vec<(SnapshotId, Found)>;
 
 /// The tier keys waiting for an audit (each with its kind, to be compared
-/// as what it is), those done, and those found forged, of one tier.
+/// as what it is), those done, and those found forged, of the last
+/// [`MOST_TIERS`] tiers.
 #[derive(Default)]
 pub(super) struct TierAudits {
-    tier: Option<SnapshotId>,
+    tiers: VecDeque<(SnapshotId, OneTier)>,
+}
+
+#[derive(Default)]
+struct OneTier {
     /// Each with its PIR key (hashed once), the newest first.
     queued: VecDeque<(B256, ReadKey)>,
     done: HashSet<B256>,
@@ -41,26 +49,32 @@ pub(super) struct TierAudits {
 }
 
 impl TierAudits {
-    /// Starts over when the view's tier is another.
-    fn of_tier(&mut self, tier: SnapshotId) -> &mut Self {
-        if self.tier != Some(tier) {
-            *self = TierAudits {
-                tier: Some(tier),
-                ..Default::default()
-            };
-        }
-        self
+    /// The audits of `tier`, the oldest tier's dropped to make room.
+    fn of_tier(&mut self, tier: SnapshotId) -> &mut OneTier {
+        let at = match self.tiers.iter().position(|(t, _)| *t == tier) {
+            Some(at) => at,
+            None => {
+                if self.tiers.len() == MOST_TIERS {
+                    self.tiers.pop_front();
+                }
+                self.tiers.push_back((tier, OneTier::default()));
+                self.tiers.len() - 1
+            }
+        };
+        &mut self.tiers[at].1
     }
 
-    /// Queues `keys` of `tier` not audited nor queued yet, ahead of those
-    /// queued before (the oldest go when the queue is full).
+    /// Queues `keys` of `tier` not audited yet ahead of those queued
+    /// before (one queued already moves ahead: read again, it is the
+    /// newest); the oldest go when the queue is full.
     pub(super) fn queue(&mut self, tier: SnapshotId, keys: impl Iterator<Item = ReadKey>) {
         let audits = self.of_tier(tier);
         for key in keys {
             let pir = key.pir_key();
-            if audits.done.contains(&pir) || audits.queued.iter().any(|(k, _)| *k == pir) {
+            if audits.done.contains(&pir) {
                 continue;
             }
+            audits.queued.retain(|(k, _)| *k != pir);
             if audits.queued.len() == MOST_QUEUED {
                 audits.queued.pop_back();
             }
@@ -107,7 +121,8 @@ impl TierAudits {
     pub(super) fn correct(&mut self, tier: SnapshotId, key: B256, levels: Correction) {
         let audits = self.of_tier(tier);
         // (A forger of more keys than this has the oldest read from its
-        // tier again until audited again.)
+        // tier again until audited again: a call that reads one then
+        // answers it forged, bounded memory first.)
         if audits.corrected.len() >= MOST_AUDITED {
             audits.corrected.clear();
             audits.done.clear();
@@ -115,9 +130,16 @@ impl TierAudits {
         audits.corrected.insert(key, levels);
     }
 
+    /// Whether a key of `tier` was audited.
+    pub(super) fn audited(&self, tier: SnapshotId, key: &B256) -> bool {
+        let found = self.tiers.iter().find(|(t, _)| *t == tier);
+        found.is_some_and(|(_, audits)| audits.done.contains(key))
+    }
+
     /// The levels' values of a key of `tier` found forged.
     pub(super) fn correction(&self, tier: SnapshotId, key: &B256) -> Option<&Correction> {
-        (self.tier == Some(tier)).then(|| self.corrected.get(key))?
+        let (_, audits) = self.tiers.iter().find(|(t, _)| *t == tier)?;
+        audits.corrected.get(key)
     }
 }
 
@@ -191,8 +213,6 @@ impl PrivateReader {
                     .collect();
                 audits.correct(hot.level.entry.id, key.pir_key(), levels);
                 drop(audits);
-                self.corrections
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 self.tier_forged(view);
             }
         }
@@ -212,12 +232,9 @@ impl PrivateReader {
     /// levels' value (the whole levels' read here, the PIR levels' from
     /// the audit's answers), as a read that the tier answered would have
     /// been (no level above the tier held the key). `None` where no
-    /// forgery of it was found.
-    pub fn corrected_state(
-        &self,
-        view: &ViewClient,
-        key: &ReadKey,
-    ) -> Option<Result<KeyState, ReadError>> {
+    /// forgery of it was found, or the levels' value cannot be had
+    /// ([`ViewClient::freshest_corrected`]).
+    pub fn corrected_state(&self, view: &ViewClient, key: &ReadKey) -> Option<KeyState> {
         let levels = self.correction(view, key)?;
         let pir_key = Some(key.pir_key());
         let found: Vec<Vec<Found>> = view
@@ -228,26 +245,21 @@ impl PrivateReader {
                 Level::Pir(_) => vec![None],
             })
             .collect();
-        Some(view.freshest_corrected(&found, 0, key, &levels))
+        view.freshest_corrected(&found, 0, key, &levels)
     }
 
-    /// How many forged tier keys were found so far: a request notes it
-    /// first, to ask [`Self::tier_corrected_since`] at its end.
-    pub fn corrections(&self) -> u64 {
-        self.corrections.load(std::sync::atomic::Ordering::Relaxed)
+    /// Whether `key` of `view`'s tier was audited (and found forged or
+    /// not).
+    pub fn tier_key_audited(&self, view: &ViewClient, key: &ReadKey) -> bool {
+        let Some(hot) = &view.hot else { return true };
+        let audits = self.audits.lock().expect("lock");
+        audits.audited(hot.level.entry.id, &key.pir_key())
     }
 
-    /// Whether one of `keys` was found forged in `view`'s tier since
-    /// [`Self::corrections`] said `before`: a request that read it from
-    /// the tier before then answered with the forged value, and withholds
-    /// its answer.
-    pub fn tier_corrected_since<'a>(
-        &self,
-        before: u64,
-        view: &ViewClient,
-        mut keys: impl Iterator<Item = &'a ReadKey>,
-    ) -> bool {
-        self.corrections() != before && keys.any(|key| self.correction(view, key).is_some())
+    /// Whether `view`'s tier was found forging `key`: a request that read
+    /// the tier's value of it answered with a forged value.
+    pub fn tier_key_forged(&self, view: &ViewClient, key: &ReadKey) -> bool {
+        self.correction(view, key).is_some()
     }
 }
 
@@ -256,7 +268,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn each_key_is_audited_once_and_a_new_tier_starts_over() {
+    fn each_key_is_audited_once_newest_first_per_tier() {
         let tier: SnapshotId = "1-8-hot".parse().unwrap();
         let other: SnapshotId = "1-9-hot".parse().unwrap();
         let key = |b: u8| ReadKey::Account(Address::repeat_byte(b));
@@ -278,7 +290,19 @@ mod tests {
         assert!(audits.correction(tier, &pir(2)).is_none());
         assert!(audits.correction(other, &pir(3)).is_none());
         assert!(audits.take(tier, 5, &[]).is_empty());
+        // A key read again moves ahead.
+        audits.queue(tier, [key(4), key(5), key(4)].into_iter());
+        assert_eq!(audits.take(tier, 5, &[]), [key(4), key(5)]);
+        // Another tier's audits leave this one's as they are.
         audits.queue(other, [key(1)].into_iter());
         assert_eq!(audits.take(other, 5, &[]), [key(1)]);
+        assert!(audits.audited(tier, &pir(1)) && !audits.audited(other, &pir(1)));
+        assert!(audits.correction(tier, &pir(3)).is_some());
+        // Past MOST_TIERS tiers, the oldest is dropped.
+        for block in 10..10 + MOST_TIERS as u64 {
+            let newer: SnapshotId = format!("1-{block}-hot").parse().unwrap();
+            audits.queue(newer, [key(1)].into_iter());
+        }
+        assert!(audits.correction(tier, &pir(3)).is_none());
     }
 }

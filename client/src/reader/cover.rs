@@ -23,17 +23,22 @@ impl PrivateReader {
     /// the rung a real round had), and waited for. Each stand-in is a key
     /// of the view's hot tier waiting for an audit (the newest first: a
     /// call's padding audits what it read of the tier before its answer
-    /// is released), else a random key.
-    pub async fn pad_round(&self, sel: &BlockSelector, queries: usize) {
+    /// is released), else a random key. False where it failed (sent or
+    /// not): the audits it was to carry wait.
+    pub async fn pad_round(&self, sel: &BlockSelector, queries: usize) -> bool {
         if self.is_idle() || self.distrusted().is_some() {
-            return;
+            return false;
         }
         let Ok(view) = self.select_as(sel, Waking::No).await else {
-            return;
+            return false;
         };
         let stand_ins = queries.saturating_sub(self.canaries_per_request).max(1);
-        if let Err(e) = self.stand_in_round(&view, stand_ins).await {
-            tracing::debug!(error = %e, "a padding round failed");
+        match self.stand_in_round(&view, stand_ins).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::debug!(error = %e, "a padding round failed");
+                false
+            }
         }
     }
 

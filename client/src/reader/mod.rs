@@ -108,8 +108,6 @@ pub struct PrivateReader {
     /// The tier's keys the wallet read from it, waiting for an audit in a
     /// request's free queries ([`audit`]).
     audits: std::sync::Mutex<audit::TierAudits>,
-    /// Forged tier keys found so far ([`Self::corrections`]).
-    corrections: std::sync::atomic::AtomicU64,
     /// What each PIR level answered before, per key.
     answers: AnswerCache,
     pool_size: usize,
@@ -247,7 +245,6 @@ impl PrivateReader {
             hot_failed: Default::default(),
             forged_tiers: Default::default(),
             audits: Default::default(),
-            corrections: Default::default(),
             answers: AnswerCache::new(config.cache_dir.clone()),
             pool_size: config.prepared_pool,
             largest_request: Default::default(),

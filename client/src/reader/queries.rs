@@ -82,9 +82,20 @@ impl PrivateReader {
         let (keys, shared) = (vec![None; count], vec![false; count]);
         let pad_to = self.request_limits().1;
         let parts = (asked.as_slice(), keys.as_slice());
-        self.read_pir_parts(view, &pir, parts, &shared, pad_to)
+        match self
+            .read_pir_parts(view, &pir, parts, &shared, pad_to)
             .await
-            .map(|_| ())
+        {
+            Ok(_) => Ok(()),
+            // A failed verification fails every read after it, as a real
+            // round's does (else a server could tell padding by failing
+            // it).
+            Err(ReadError::Unverifiable(why)) => {
+                self.forget_answers_of(view);
+                Err(self.link.distrust(why))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// The keys at `part` (indices into `keys`) to be read from `levels`,

@@ -182,6 +182,29 @@ impl PrivateReader {
         out
     }
 
+    /// [`ViewClient::freshest`] of a key that names no one: where the
+    /// tier was found forging it, the levels' value instead (with the
+    /// request it had: the wire unchanged). Where that value cannot be
+    /// had without a request more (a wide word's high part), or at all,
+    /// the tier's: a call that read it then runs again or is withheld
+    /// (the executor asks [`Self::tier_key_forged`]).
+    fn freshest_shared(
+        &self,
+        view: &ViewClient,
+        found: &[Vec<Found>],
+        i: usize,
+        key: &ReadKey,
+    ) -> Result<KeyState, ReadError> {
+        let corrected = self
+            .correction(view, key)
+            .and_then(|levels| view.freshest_corrected(found, i, key, &levels));
+        match corrected {
+            Some(KeyState::Slot(s)) if s.low_part => view.freshest(found, i, key),
+            Some(state) => Ok(state),
+            None => view.freshest(found, i, key),
+        }
+    }
+
     /// The most keys a request asks, and the query count it is padded to
     /// (0: none): a request has at most the server's batch of queries,
     /// exactly `pad_batches_to` when padding; room is left for the
@@ -282,11 +305,7 @@ impl PrivateReader {
             .map(|(i, (key, held))| {
                 held?;
                 match shared[i] {
-                    true => match self.correction(view, key) {
-                        // A key found forged: the levels' value.
-                        Some(levels) => view.freshest_corrected(&found, i, key, &levels),
-                        None => view.freshest(&found, i, key),
-                    },
+                    true => self.freshest_shared(view, &found, i, key),
                     false => {
                         let (state, forged) = view.freshest_named(&found, i, key);
                         if forged {

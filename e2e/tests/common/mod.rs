@@ -385,6 +385,20 @@ pub async fn traced<T>(
     trace.lock().unwrap()[before..].to_vec()
 }
 
+/// A relay in front of `server` that passes on the query requests
+/// `allowed` still lets through (each takes one), answering 503 to the
+/// rest: a server that goes away after so many.
+pub async fn going_away(server: &str) -> (String, Arc<std::sync::atomic::AtomicI64>) {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    let allowed = Arc::new(AtomicI64::new(i64::MAX));
+    let left = allowed.clone();
+    let refuse: Refuse = Arc::new(move |path: &str| {
+        path.ends_with("/query") && left.fetch_sub(1, Ordering::SeqCst) <= 0
+    });
+    let (link, _, _) = start_relay_refusing(server, passthrough(), refuse).await;
+    (link, allowed)
+}
+
 /// Requests a PIR server has answered on `route` (its metrics label), from
 /// its own `/metrics`: with status 200 only, or with any status.
 pub async fn route_requests(server: &str, route: &str, ok_only: bool) -> u64 {

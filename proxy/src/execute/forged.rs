@@ -5,24 +5,25 @@
 use super::*;
 
 impl Executor {
-    /// The keys `session` may have read from the hot tier that were found
-    /// forged since it opened.
+    /// The keys whose value `session` had from the hot tier that were
+    /// found forged (by an audit of this request's or an earlier one's).
     pub(super) fn forged_reads(&self, session: &Session) -> Vec<ReadKey> {
         let view = &session.view;
-        let shared = session.reads.shared.iter();
-        if !self
-            .reader
-            .tier_corrected_since(session.corrections_before, view, shared)
-        {
-            return Vec::new();
-        }
-        let shared = session.reads.shared.iter();
-        let corrected = shared.filter(|key| self.reader.corrected_state(view, key).is_some());
-        corrected.copied().collect()
+        let from_tier = session.reads.from_tier.iter();
+        let forged = from_tier.filter(|key| self.reader.tier_key_forged(view, key));
+        forged.copied().collect()
     }
 
-    /// Why a request that read `forged` (values its view's tier forged)
-    /// gives no answer.
+    /// Whether every value `session` had from the hot tier was audited
+    /// (then a padding round that failed carried no audit it needed).
+    pub(super) fn tier_reads_audited(&self, session: &Session) -> bool {
+        let view = &session.view;
+        let mut from_tier = session.reads.from_tier.iter();
+        from_tier.all(|key| self.reader.tier_key_audited(view, key))
+    }
+
+    /// Why a request that read values its view's tier forged gives no
+    /// answer.
     pub(super) fn withheld(&self, session: &Session) -> ReadError {
         let tier = session.view.hot.as_ref();
         let tier = tier
@@ -77,10 +78,10 @@ impl Executor {
             let state = self.reader.corrected_state(&session.view, key);
             let known = &mut session.reads.known;
             match (key, state) {
-                (ReadKey::Slot { contract, slot }, Some(Ok(KeyState::Slot(s)))) if !s.low_part => {
+                (ReadKey::Slot { contract, slot }, Some(KeyState::Slot(s))) if !s.low_part => {
                     known.add_slot(*contract, *slot, s.word);
                 }
-                (ReadKey::Account(address), Some(Ok(KeyState::Account(a)))) => {
+                (ReadKey::Account(address), Some(KeyState::Account(a))) => {
                     let Some(before) = known.account(address) else {
                         return false;
                     };

@@ -139,8 +139,6 @@ pub struct Session {
     spec: SpecId,
     reads: Reads,
     requests_before: u64,
-    /// The reader's count of forged tier keys found when it opened.
-    corrections_before: u64,
     rounds: usize,
     inner_apart: usize,
     evm_time: std::time::Duration,
@@ -167,6 +165,11 @@ struct Reads {
     /// [`call_exec::Naming`]): they may be read from the hot tier. Every
     /// other key is read as if no tier held it.
     shared: std::collections::HashSet<ReadKey>,
+    /// The view's hot tier (its id as states name their level), and the
+    /// keys whose value the tier gave (audits may yet find one forged:
+    /// [`Executor::forged_reads`]).
+    tier: Option<String>,
+    from_tier: std::collections::HashSet<ReadKey>,
 }
 
 impl Reads {
@@ -399,6 +402,7 @@ impl Executor {
         ahead: Vec<(ReadKey, KeyState)>,
     ) -> Result<Result<Session, String>, ReadError> {
         let view = self.reader.select(sel).await?;
+        let tier = view.hot.as_ref().map(|h| h.level.entry.id.url_form());
         let block = self.block_context(&view).await?;
         let spec = call_exec::spec_for(block.chain_id, block.number, block.timestamp, self.latest);
         // A slot of any contract is read (absent: zero) only where both
@@ -423,9 +427,10 @@ impl Executor {
                 asked: Vec::new(),
                 learned: 0,
                 shared: Default::default(),
+                tier,
+                from_tier: Default::default(),
             },
             requests_before: self.reader.lookup_requests(),
-            corrections_before: self.reader.corrections(),
             rounds: 0,
             inner_apart: 0,
             evm_time: std::time::Duration::ZERO,
@@ -605,9 +610,10 @@ impl Executor {
         args: &CallArgs,
         mut result: CallResult,
     ) -> Result<Answered, ReadError> {
-        let requests = self.pad_session(&session).await;
+        let requests = self.pad_session(&session).await?;
         let forged = self.forged_reads(&session);
-        if !forged.is_empty() {
+        // (A timed-out call's answer is geth's error, whatever it read.)
+        if !forged.is_empty() && !session.timed_out {
             result = self.rerun_corrected(&mut session, args, &forged).await?;
         }
         log_cost("eth_call", args.to, &session, requests);
@@ -691,6 +697,13 @@ impl Executor {
     ) -> Result<Option<String>, ReadError> {
         let mut coded = Vec::new();
         for (key, state) in states {
+            let level = match &state {
+                KeyState::Account(a) => &a.snapshot,
+                KeyState::Slot(s) => &s.snapshot,
+            };
+            if reads.tier.as_ref() == Some(level) {
+                reads.from_tier.insert(key);
+            }
             match (key, state) {
                 (ReadKey::Slot { contract, slot }, KeyState::Slot(s)) => {
                     reads.known.add_slot(contract, slot, s.word);
@@ -887,19 +900,28 @@ impl Executor {
     /// have been; a retry reads the levels' value). A call's
     /// [`Self::close`] runs again instead.
     async fn pad_requests(&self, session: &Session) -> Result<u64, ReadError> {
-        let requests = self.pad_session(session).await;
+        let requests = self.pad_session(session).await?;
         match self.forged_reads(session).is_empty() {
             true => Ok(requests),
             false => Err(self.withheld(session)),
         }
     }
 
-    /// [`Self::pad_rounds`] of `session`: the PIR requests it sent.
-    async fn pad_session(&self, session: &Session) -> u64 {
+    /// [`Self::pad_rounds`] of `session`: the PIR requests it sent. An
+    /// error where a padding round failed while a value the tier gave it
+    /// waits for its audit (the round was to carry it: a server failing
+    /// padding rounds must not get a forged value answered).
+    async fn pad_session(&self, session: &Session) -> Result<u64, ReadError> {
         let at = BlockSelector::Number(session.view.view.block);
-        self.pad_rounds(&at, session.rounds as u64, &session.rungs)
+        let padded = self
+            .pad_rounds(&at, session.rounds as u64, &session.rungs)
             .await;
-        self.reader.lookup_requests() - session.requests_before
+        if !padded && !self.tier_reads_audited(session) {
+            return Err(ReadError::Backend(
+                "a padding round that was to audit what this request read of the hot tier failed: its answer is withheld".into(),
+            ));
+        }
+        Ok(self.reader.lookup_requests() - session.requests_before)
     }
 
     /// A direct read (a balance, a nonce, a code, storage words, or a
@@ -923,22 +945,24 @@ impl Executor {
     /// through the wallet extension sees the padded schedule's time), and
     /// the schedule is noted for cover requests to replay. One that sent
     /// nothing waits those rounds' time instead (no bytes).
-    async fn pad_rounds(&self, at: &BlockSelector, rounds: u64, rungs: &[usize]) {
+    async fn pad_rounds(&self, at: &BlockSelector, rounds: u64, rungs: &[usize]) -> bool {
         let target = round_count(rounds, self.pad_rounds_to as u64).min(MAX_ROUNDS as u64);
         let missing = target.saturating_sub(rounds) as usize;
         if rungs.is_empty() {
             for _ in 0..missing {
                 self.reader.wait_as_a_round().await;
             }
-            return;
+            return true;
         }
         let least = self.reader.least_rung();
+        let mut padded = true;
         for _ in 0..missing {
-            self.reader.pad_round(at, least).await;
+            padded &= self.reader.pad_round(at, least).await;
         }
         let mut schedule = rungs.to_vec();
         schedule.extend(std::iter::repeat_n(least, missing));
         self.reader.note_schedule(schedule);
+        padded
     }
 }
 
