@@ -487,7 +487,7 @@ async fn after_a_thousand_calls_the_wire_is_the_firsts() {
     let proxy = &proxy;
     let read = |i: usize| async move {
         let (address, wei) = &accounts[i];
-        let v = test_support::rpc(&proxy, "eth_getBalance", json!([address, "0x0"])).await;
+        let v = test_support::rpc(proxy, "eth_getBalance", json!([address, "0x0"])).await;
         assert_eq!(v, Ok(json!(wei)), "{address}");
     };
     let first = traced(&trace, read(0)).await;
