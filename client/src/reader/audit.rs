@@ -49,25 +49,34 @@ struct OneTier {
 }
 
 impl TierAudits {
-    /// The audits of `tier`, the oldest tier's dropped to make room.
+    /// The audits of `tier`, now the most recently used; the least
+    /// recently used tier's dropped to make room.
     fn of_tier(&mut self, tier: SnapshotId) -> &mut OneTier {
-        let at = match self.tiers.iter().position(|(t, _)| *t == tier) {
-            Some(at) => at,
+        let audits = match self.tiers.iter().position(|(t, _)| *t == tier) {
+            Some(at) => self.tiers.remove(at).expect("found").1,
             None => {
                 if self.tiers.len() == MOST_TIERS {
                     self.tiers.pop_front();
                 }
-                self.tiers.push_back((tier, OneTier::default()));
-                self.tiers.len() - 1
+                OneTier::default()
             }
         };
-        &mut self.tiers[at].1
+        self.tiers.push_back((tier, audits));
+        &mut self.tiers.back_mut().expect("just pushed").1
     }
 
     /// Queues `keys` of `tier` not audited yet ahead of those queued
     /// before (one queued already moves ahead: read again, it is the
-    /// newest); the oldest go when the queue is full.
+    /// newest); the oldest go when the queue is full. A wide word's high
+    /// part is not queued: it is never compared (each level picks its
+    /// own width), and would take a stand-in from a key that is.
     pub(super) fn queue(&mut self, tier: SnapshotId, keys: impl Iterator<Item = ReadKey>) {
+        let mut keys = keys
+            .filter(|key| !matches!(key, ReadKey::HighPart { .. }))
+            .peekable();
+        if keys.peek().is_none() {
+            return;
+        }
         let audits = self.of_tier(tier);
         for key in keys {
             let pir = key.pir_key();
@@ -86,6 +95,9 @@ impl TierAudits {
     /// own keys), taken off the queue (put back by [`Self::requeue`] when
     /// their request fails, marked by [`Self::finish`] once compared).
     pub(super) fn take(&mut self, tier: SnapshotId, count: usize, avoid: &[B256]) -> Vec<ReadKey> {
+        if count == 0 || !self.tiers.iter().any(|(t, _)| *t == tier) {
+            return Vec::new();
+        }
         let audits = self.of_tier(tier);
         let mut taken = Vec::new();
         let mut left = VecDeque::new();
@@ -101,6 +113,9 @@ impl TierAudits {
 
     /// Puts keys whose request failed back at the queue's front.
     pub(super) fn requeue(&mut self, tier: SnapshotId, keys: &[ReadKey]) {
+        if keys.is_empty() {
+            return;
+        }
         let audits = self.of_tier(tier);
         for key in keys.iter().rev() {
             audits.queued.push_front((key.pir_key(), *key));
@@ -298,11 +313,27 @@ mod tests {
         assert_eq!(audits.take(other, 5, &[]), [key(1)]);
         assert!(audits.audited(tier, &pir(1)) && !audits.audited(other, &pir(1)));
         assert!(audits.correction(tier, &pir(3)).is_some());
-        // Past MOST_TIERS tiers, the oldest is dropped.
-        for block in 10..10 + MOST_TIERS as u64 {
-            let newer: SnapshotId = format!("1-{block}-hot").parse().unwrap();
-            audits.queue(newer, [key(1)].into_iter());
+        // Past MOST_TIERS tiers, the least recently used is dropped; an
+        // empty queueing or taking touches none; a high part is never
+        // queued. (Used so far: `tier`, then `other`.)
+        let newer = |block: u64| -> SnapshotId { format!("1-{block}-hot").parse().unwrap() };
+        for block in 10..10 + MOST_TIERS as u64 - 2 {
+            audits.queue(newer(block), [key(1)].into_iter());
+            audits.queue(tier, std::iter::empty());
+            assert!(audits.take(newer(99), 5, &[]).is_empty());
         }
-        assert!(audits.correction(tier, &pir(3)).is_none());
+        audits.finish(tier, pir(9));
+        audits.queue(newer(20), [key(1)].into_iter());
+        assert!(audits.correction(tier, &pir(3)).is_some(), "used since");
+        let high = ReadKey::HighPart {
+            contract: Address::repeat_byte(6),
+            slot: B256::repeat_byte(7),
+        };
+        audits.queue(tier, [high].into_iter());
+        assert!(audits.take(tier, 5, &[]).is_empty());
+        for block in 21..21 + MOST_TIERS as u64 {
+            audits.queue(newer(block), [key(1)].into_iter());
+        }
+        assert!(audits.correction(tier, &pir(3)).is_none(), "dropped");
     }
 }

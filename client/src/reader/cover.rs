@@ -26,14 +26,23 @@ impl PrivateReader {
     /// is released), else a random key. False where it failed (sent or
     /// not): the audits it was to carry wait.
     pub async fn pad_round(&self, sel: &BlockSelector, queries: usize) -> bool {
-        if self.is_idle() || self.distrusted().is_some() {
+        if self.is_idle() {
             return false;
         }
-        let Ok(view) = self.select_as(sel, Waking::No).await else {
+        match self.select_as(sel, Waking::No).await {
+            Ok(view) => self.pad_round_in(&view, queries).await,
+            Err(_) => false,
+        }
+    }
+
+    /// [`Self::pad_round`] in `view` (a request's own: its tier's keys
+    /// are the ones audited).
+    pub async fn pad_round_in(&self, view: &ViewClient, queries: usize) -> bool {
+        if self.distrusted().is_some() {
             return false;
-        };
+        }
         let stand_ins = queries.saturating_sub(self.canaries_per_request).max(1);
-        match self.stand_in_round(&view, stand_ins).await {
+        match self.stand_in_round(view, stand_ins).await {
             Ok(()) => true,
             Err(e) => {
                 tracing::debug!(error = %e, "a padding round failed");

@@ -60,6 +60,11 @@ impl Executor {
         session.reads.known = known;
         session.evm_time += took;
         match outcome {
+            // Past the request's EVM time: geth's timeout error.
+            Outcome::TimedOut => {
+                session.timed_out = true;
+                Ok(self.timed_out(session).expect("timed out"))
+            }
             Outcome::Done(result) => {
                 tracing::warn!(
                     "a call read a value the hot tier forged: answered over the levels' value"

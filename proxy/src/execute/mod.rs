@@ -912,9 +912,11 @@ impl Executor {
     /// waits for its audit (the round was to carry it: a server failing
     /// padding rounds must not get a forged value answered).
     async fn pad_session(&self, session: &Session) -> Result<u64, ReadError> {
-        let at = BlockSelector::Number(session.view.view.block);
+        // In the session's own view: a newer tier at its block (the
+        // catalog moved meanwhile) would audit another tier's keys.
+        let at = PadAt::View(&session.view);
         let padded = self
-            .pad_rounds(&at, session.rounds as u64, &session.rungs)
+            .pad_rounds(at, session.rounds as u64, &session.rungs)
             .await;
         if !padded && !self.tier_reads_audited(session) {
             return Err(ReadError::Backend(
@@ -929,7 +931,8 @@ impl Executor {
     /// rounds (one, or two for a wide word's high part; `sent`, its own;
     /// one when kept answers gave it all), at its view.
     pub async fn pad_direct_read(&self, sel: &BlockSelector, sent: &ethpir_client::reader::Sent) {
-        self.pad_rounds(sel, sent.rounds.max(1) as u64, &sent.rungs)
+        let at = PadAt::Block(sel);
+        self.pad_rounds(at, sent.rounds.max(1) as u64, &sent.rungs)
             .await;
     }
 
@@ -945,7 +948,7 @@ impl Executor {
     /// through the wallet extension sees the padded schedule's time), and
     /// the schedule is noted for cover requests to replay. One that sent
     /// nothing waits those rounds' time instead (no bytes).
-    async fn pad_rounds(&self, at: &BlockSelector, rounds: u64, rungs: &[usize]) -> bool {
+    async fn pad_rounds(&self, at: PadAt<'_>, rounds: u64, rungs: &[usize]) -> bool {
         let target = round_count(rounds, self.pad_rounds_to as u64).min(MAX_ROUNDS as u64);
         let missing = target.saturating_sub(rounds) as usize;
         if rungs.is_empty() {
@@ -957,13 +960,24 @@ impl Executor {
         let least = self.reader.least_rung();
         let mut padded = true;
         for _ in 0..missing {
-            padded &= self.reader.pad_round(at, least).await;
+            padded &= match at {
+                PadAt::View(view) => self.reader.pad_round_in(view, least).await,
+                PadAt::Block(sel) => self.reader.pad_round(sel, least).await,
+            };
         }
         let mut schedule = rungs.to_vec();
         schedule.extend(std::iter::repeat_n(least, missing));
         self.reader.note_schedule(schedule);
         padded
     }
+}
+
+/// Where padding rounds are sent: a session's own view (its tier's
+/// audits ride in them), or the view a direct read's block names.
+#[derive(Clone, Copy)]
+enum PadAt<'a> {
+    View(&'a ViewClient),
+    Block(&'a BlockSelector),
 }
 
 /// The rounds a request that sent `sent` is padded to: `least` (1: no
