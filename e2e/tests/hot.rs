@@ -304,12 +304,39 @@ async fn proxy_with_tier(
     let cache = tempfile::tempdir().unwrap();
     let (link, trace) = traced_server(server, std::time::Duration::ZERO).await;
     let proxy = tier_proxy(&link, upstream, &cache, HotTierUse::Ahead).await;
+    tier_read(&proxy, traded).await;
+    (proxy, trace, cache)
+}
+
+/// A fresh proxy of `server` under the defaults but `pad_call_rounds_to`
+/// (canaries and padding on: what a user runs), once it holds the tier at
+/// a view of `traded` or later: the proxy and its cache.
+async fn padded_proxy_with_tier(
+    server: String,
+    upstream: &str,
+    traded: u64,
+    pad_call_rounds_to: usize,
+) -> (String, tempfile::TempDir) {
+    let cache = tempfile::tempdir().unwrap();
+    let proxy = start_proxy_with(proxy::ProxyConfig {
+        pir_server: server,
+        upstream: Some(upstream.to_string()),
+        cache_dir: cache.path().to_path_buf(),
+        pad_call_rounds_to,
+        ..Default::default()
+    })
+    .await;
+    tier_read(&proxy, traded).await;
+    (proxy, cache)
+}
+
+/// Waits until `proxy` holds a tier at a view of `traded` or later.
+async fn tier_read(proxy: &str, traded: u64) {
     test_support::eventually("a fresh proxy reads the tier", || async {
-        let s = status(&proxy).await;
+        let s = status(proxy).await;
         (s["viewBlock"].as_u64()? >= traded && !s["hot"].is_null()).then_some(())
     })
     .await;
-    (proxy, trace, cache)
 }
 
 /// What the holder's calls cost a proxy.
@@ -958,20 +985,8 @@ async fn a_forged_shared_value_is_corrected_in_time(
     let debt = json!(format!("{:#066x}", 777));
     let mut seen = Vec::new();
     for server in [honest.as_str(), forging.as_str()] {
-        let cache = tempfile::tempdir().unwrap();
         let (link, trace) = traced_server(server, std::time::Duration::ZERO).await;
-        let proxy = start_proxy_with(proxy::ProxyConfig {
-            pir_server: link,
-            upstream: Some(upstream.to_string()),
-            cache_dir: cache.path().to_path_buf(),
-            ..Default::default()
-        })
-        .await;
-        test_support::eventually("a fresh proxy reads the tier", || async {
-            let s = status(&proxy).await;
-            (s["viewBlock"].as_u64()? >= traded && !s["hot"].is_null()).then_some(())
-        })
-        .await;
+        let (proxy, _cache) = padded_proxy_with_tier(link, upstream, traded, 2).await;
         let call = || test_support::rpc(&proxy, "eth_call", json!([pending, at]));
         let mut answer = None;
         seen.push(
@@ -1008,25 +1023,8 @@ async fn a_forged_shared_value_is_corrected_in_time(
     // Unpadded (`pad_call_rounds_to = 1`: no padding round to audit in),
     // the same call is answered with the forged value, as
     // docs/security.md says; its requests are the call's real rounds.
-    let fresh = |server: String, pad_call_rounds_to: usize| async move {
-        let cache = tempfile::tempdir().unwrap();
-        let proxy = start_proxy_with(proxy::ProxyConfig {
-            pir_server: server,
-            upstream: Some(upstream.to_string()),
-            cache_dir: cache.path().to_path_buf(),
-            pad_call_rounds_to,
-            ..Default::default()
-        })
-        .await;
-        test_support::eventually("a fresh proxy reads the tier", || async {
-            let s = status(&proxy).await;
-            (s["viewBlock"].as_u64()? >= traded && !s["hot"].is_null()).then_some(())
-        })
-        .await;
-        (proxy, cache)
-    };
     let (link, trace) = traced_server(&forging, std::time::Duration::ZERO).await;
-    let (unpadded, _cache) = fresh(link, 1).await;
+    let (unpadded, _cache) = padded_proxy_with_tier(link, upstream, traded, 1).await;
     let real = traced(&trace, async {
         let answer = test_support::rpc(&unpadded, "eth_call", json!([pending, at])).await;
         assert_eq!(
@@ -1039,7 +1037,7 @@ async fn a_forged_shared_value_is_corrected_in_time(
     // A forging server that also fails the padding rounds that were to
     // audit the forged value: the call fails, never answered 0.
     let (gone, allowed) = going_away(&forging).await;
-    let (proxy, _cache) = fresh(gone, 2).await;
+    let (proxy, _cache) = padded_proxy_with_tier(gone, upstream, traded, 2).await;
     allowed.store(real.len() as i64, Ordering::SeqCst);
     let answer = test_support::rpc(&proxy, "eth_call", json!([pending, at])).await;
     assert!(

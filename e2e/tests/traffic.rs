@@ -408,6 +408,22 @@ async fn a_balance_an_allowance_a_quote_and_a_refresh_share_one_schedule() {
     stack.follower.stop().await;
 }
 
+/// A proxy of `server` (a genesis one) under the defaults through a
+/// traced link, once it reads the genesis: the proxy, the trace and its
+/// cache.
+async fn traced_default_proxy(server: &str) -> (String, Trace, tempfile::TempDir) {
+    let (link, trace) = traced_server(server, std::time::Duration::ZERO).await;
+    let cache = tempfile::tempdir().unwrap();
+    let proxy = start_proxy_with(proxy::ProxyConfig {
+        pir_server: link,
+        cache_dir: cache.path().to_path_buf(),
+        ..Default::default()
+    })
+    .await;
+    view_reaches(&proxy, 0).await;
+    (proxy, trace, cache)
+}
+
 /// The PIR server going away during a read's padding round (under the
 /// defaults a balance read sends its round, then one padding round): the
 /// answer its own round verified is given, at once (the failed padding
@@ -420,15 +436,7 @@ async fn the_server_going_away_during_padding_rounds() {
     let dir = tempfile::tempdir().unwrap();
     let server = start_genesis_server(dir.path()).await;
     let (link, allowed) = going_away(&server).await;
-    let (link, trace) = traced_server(&link, std::time::Duration::ZERO).await;
-    let cache = tempfile::tempdir().unwrap();
-    let proxy = start_proxy_with(proxy::ProxyConfig {
-        pir_server: link,
-        cache_dir: cache.path().to_path_buf(),
-        ..Default::default()
-    })
-    .await;
-    view_reaches(&proxy, 0).await;
+    let (proxy, trace, _cache) = traced_default_proxy(&link).await;
     let accounts = genesis_balances();
     let balance = |i: usize| {
         let (address, _) = &accounts[i];
@@ -474,15 +482,7 @@ async fn the_server_going_away_during_padding_rounds() {
 async fn after_a_thousand_calls_the_wire_is_the_firsts() {
     let dir = tempfile::tempdir().unwrap();
     let server = start_genesis_server(dir.path()).await;
-    let (link, trace) = traced_server(&server, std::time::Duration::ZERO).await;
-    let cache = tempfile::tempdir().unwrap();
-    let proxy = start_proxy_with(proxy::ProxyConfig {
-        pir_server: link,
-        cache_dir: cache.path().to_path_buf(),
-        ..Default::default()
-    })
-    .await;
-    view_reaches(&proxy, 0).await;
+    let (proxy, trace, _cache) = traced_default_proxy(&server).await;
     let accounts = &genesis_balances();
     let proxy = &proxy;
     let read = |i: usize| async move {

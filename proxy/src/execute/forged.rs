@@ -47,18 +47,7 @@ impl Executor {
         if !self.correct_reads(session, forged) {
             return Err(self.withheld(session));
         }
-        let known = std::mem::take(&mut session.reads.known);
-        let run = Run {
-            block: session.block.clone(),
-            spec: session.spec,
-            args: args.clone(),
-            access_list: args.access_list.clone(),
-        };
-        let ((outcome, _, _, known), took) = self
-            .on_evm(session, move |deadline| run.execute(known, deadline))
-            .await?;
-        session.reads.known = known;
-        session.evm_time += took;
+        let (outcome, _, _) = self.run_once(session, args, &args.access_list).await?;
         match outcome {
             // Past the request's EVM time: geth's timeout error.
             Outcome::TimedOut => {

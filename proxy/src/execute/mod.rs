@@ -485,18 +485,7 @@ impl Executor {
             }
             learned_from = usize::MAX;
             session.rounds += 1;
-            let known = std::mem::take(&mut session.reads.known);
-            let run = Run {
-                block: session.block.clone(),
-                spec: session.spec,
-                args: args.clone(),
-                access_list: access_list.clone(),
-            };
-            let ((outcome, touched, naming, known), took) = self
-                .on_evm(session, move |deadline| run.execute(known, deadline))
-                .await?;
-            session.reads.known = known;
-            session.evm_time += took;
+            let (outcome, touched, naming) = self.run_once(session, args, access_list).await?;
             match outcome {
                 Outcome::TimedOut => {
                     session.timed_out = true;
@@ -523,6 +512,29 @@ impl Executor {
             }
         }
         Ok(Err(format!("more than {MAX_ROUNDS} rounds of reads")))
+    }
+
+    /// One run of `args` (`access_list` warm) over what `session` read,
+    /// on the EVM's pool, its time counted.
+    async fn run_once(
+        &self,
+        session: &mut Session,
+        args: &CallArgs,
+        access_list: &call_exec::AccessList,
+    ) -> Result<(Outcome, Touched, call_exec::Naming), ReadError> {
+        let known = std::mem::take(&mut session.reads.known);
+        let run = Run {
+            block: session.block.clone(),
+            spec: session.spec,
+            args: args.clone(),
+            access_list: access_list.clone(),
+        };
+        let ((outcome, touched, naming, known), took) = self
+            .on_evm(session, move |deadline| run.execute(known, deadline))
+            .await?;
+        session.reads.known = known;
+        session.evm_time += took;
+        Ok((outcome, touched, naming))
     }
 
     /// The inner calls a run set apart, answered elsewhere ([`Self::answer_apart`],
