@@ -325,7 +325,19 @@ impl ViewClient {
         i: usize,
         key: &ReadKey,
     ) -> Result<KeyState, ReadError> {
-        self.hit(found, i, key, Tier::Read)?.decode(key)
+        Ok(self.freshest_from(found, i, key)?.0)
+    }
+
+    /// [`Self::freshest`], and whether the hot tier gave it.
+    pub fn freshest_from(
+        &self,
+        found: &[Vec<Found>],
+        i: usize,
+        key: &ReadKey,
+    ) -> Result<(KeyState, bool), ReadError> {
+        let hit = self.hit(found, i, key, Tier::Read)?;
+        let from_tier = hit.from_tier;
+        Ok((hit.decode(key)?, from_tier))
     }
 
     /// [`Self::freshest`] of a key the tier was found forging: the levels'

@@ -1090,6 +1090,9 @@ async fn a_forged_shared_key_is_caught_by_audits(
                 let balance = test_support::rpc(&proxy, "eth_getBalance", params.clone()).await;
                 assert_eq!(balance, Ok(anvil.rpc("eth_getBalance", params).await));
             }
+            // Again, the implementation's account now corrected: its code
+            // still the tier's (no download the honest tier spares).
+            same_as_anvil(&proxy, anvil, &call, &at).await;
         })
         .await;
         let forged = status(&proxy).await["forgedTiers"]

@@ -155,6 +155,9 @@ tokio::task_local! {
 pub struct Sent {
     pub rounds: usize,
     pub rungs: Vec<usize>,
+    /// The keys whose value the hot tier gave (unaudited, or found
+    /// forged with no value of the levels' to take instead).
+    pub from_tier: Vec<ReadKey>,
 }
 
 /// Runs `f`, and gives what its reads sent with its output.
@@ -164,6 +167,11 @@ pub async fn counting_requests<F: std::future::Future>(f: F) -> (F::Output, Sent
         (out, SENT.with(|sent| sent.take()))
     })
     .await
+}
+
+/// Notes a key whose value the hot tier gave the current request.
+pub(super) fn count_from_tier(key: ReadKey) {
+    let _ = SENT.try_with(|sent| sent.borrow_mut().from_tier.push(key));
 }
 
 /// Notes a round of the current request (where one is counted).

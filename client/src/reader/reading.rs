@@ -184,10 +184,13 @@ impl PrivateReader {
 
     /// [`ViewClient::freshest`] of a key that names no one: where the
     /// tier was found forging it, the levels' value instead (with the
-    /// request it had: the wire unchanged). Where that value cannot be
-    /// had without a request more (a wide word's high part), or at all,
-    /// the tier's: a call that read it then runs again or is withheld
-    /// (the executor asks [`Self::tier_key_forged`]).
+    /// request it had: the wire unchanged), an account's code still the
+    /// tier's reference (which code is not compared; the levels' would
+    /// cost a download the tier spared). Where that value cannot be had
+    /// without a request more (a wide word's high part), or at all, or
+    /// an account would gain or lose code, the tier's: a value the tier
+    /// gave is noted ([`cover::count_from_tier`]), so that a call that
+    /// read one found forged runs again or is withheld.
     fn freshest_shared(
         &self,
         view: &ViewClient,
@@ -195,13 +198,24 @@ impl PrivateReader {
         i: usize,
         key: &ReadKey,
     ) -> Result<KeyState, ReadError> {
+        let (tier, from_tier) = view.freshest_from(found, i, key)?;
         let corrected = self
             .correction(view, key)
             .and_then(|levels| view.freshest_corrected(found, i, key, &levels));
-        match corrected {
-            Some(KeyState::Slot(s)) if s.low_part => view.freshest(found, i, key),
-            Some(state) => Ok(state),
-            None => view.freshest(found, i, key),
+        match (corrected, tier) {
+            (Some(KeyState::Slot(s)), _) if !s.low_part => Ok(KeyState::Slot(s)),
+            (Some(KeyState::Account(mut a)), KeyState::Account(t))
+                if (a.code == protocol::CodeRef::None) == (t.code == protocol::CodeRef::None) =>
+            {
+                (a.code, a.code_table, a.snapshot) = (t.code, t.code_table, t.snapshot);
+                Ok(KeyState::Account(a))
+            }
+            (_, tier) => {
+                if from_tier {
+                    cover::count_from_tier(*key);
+                }
+                Ok(tier)
+            }
         }
     }
 

@@ -165,10 +165,8 @@ struct Reads {
     /// [`call_exec::Naming`]): they may be read from the hot tier. Every
     /// other key is read as if no tier held it.
     shared: std::collections::HashSet<ReadKey>,
-    /// The view's hot tier (its id as states name their level), and the
-    /// keys whose value the tier gave (audits may yet find one forged:
-    /// [`Executor::forged_reads`]).
-    tier: Option<String>,
+    /// The keys whose value the hot tier gave (audits may yet find one
+    /// forged: [`Executor::forged_reads`]).
     from_tier: std::collections::HashSet<ReadKey>,
 }
 
@@ -402,7 +400,6 @@ impl Executor {
         ahead: Vec<(ReadKey, KeyState)>,
     ) -> Result<Result<Session, String>, ReadError> {
         let view = self.reader.select(sel).await?;
-        let tier = view.hot.as_ref().map(|h| h.level.entry.id.url_form());
         let block = self.block_context(&view).await?;
         let spec = call_exec::spec_for(block.chain_id, block.number, block.timestamp, self.latest);
         // A slot of any contract is read (absent: zero) only where both
@@ -427,7 +424,6 @@ impl Executor {
                 asked: Vec::new(),
                 learned: 0,
                 shared: Default::default(),
-                tier,
                 from_tier: Default::default(),
             },
             requests_before: self.reader.lookup_requests(),
@@ -652,6 +648,7 @@ impl Executor {
         let round = self.read_round(&session.view, &mut session.reads, keys, learned_from);
         let (why, sent) = ethpir_client::reader::counting_requests(round).await;
         session.rungs.extend(sent.rungs);
+        session.reads.from_tier.extend(sent.from_tier);
         why
     }
 
@@ -709,13 +706,6 @@ impl Executor {
     ) -> Result<Option<String>, ReadError> {
         let mut coded = Vec::new();
         for (key, state) in states {
-            let level = match &state {
-                KeyState::Account(a) => &a.snapshot,
-                KeyState::Slot(s) => &s.snapshot,
-            };
-            if reads.tier.as_ref() == Some(level) {
-                reads.from_tier.insert(key);
-            }
             match (key, state) {
                 (ReadKey::Slot { contract, slot }, KeyState::Slot(s)) => {
                     reads.known.add_slot(contract, slot, s.word);
