@@ -169,8 +169,12 @@ pub async fn counting_requests<F: std::future::Future>(f: F) -> (F::Output, Sent
     .await
 }
 
-/// Notes a key whose value the hot tier gave the current request.
+/// Notes a key whose value the hot tier gave the current request (not a
+/// wide word's high part: never audited, its low part's key is noted).
 pub(super) fn count_from_tier(key: ReadKey) {
+    if matches!(key, ReadKey::HighPart { .. }) {
+        return;
+    }
     let _ = SENT.try_with(|sent| sent.borrow_mut().from_tier.push(key));
 }
 

@@ -198,24 +198,34 @@ impl PrivateReader {
         i: usize,
         key: &ReadKey,
     ) -> Result<KeyState, ReadError> {
-        let (tier, from_tier) = view.freshest_from(found, i, key)?;
         let corrected = self
             .correction(view, key)
             .and_then(|levels| view.freshest_corrected(found, i, key, &levels));
+        // (The tier's value is decoded only where it is used: one that
+        // does not decode, a forger's, never hides a correction.)
+        let tier = view.freshest_from(found, i, key);
+        let has_code = |a: &AccountState| a.code != protocol::CodeRef::None;
         match (corrected, tier) {
             (Some(KeyState::Slot(s)), _) if !s.low_part => Ok(KeyState::Slot(s)),
-            (Some(KeyState::Account(mut a)), KeyState::Account(t))
-                if (a.code == protocol::CodeRef::None) == (t.code == protocol::CodeRef::None) =>
+            (Some(KeyState::Account(mut a)), Ok((KeyState::Account(t), _)))
+                if has_code(&a) == has_code(&t) =>
             {
                 (a.code, a.code_table, a.snapshot) = (t.code, t.code_table, t.snapshot);
                 Ok(KeyState::Account(a))
             }
-            (_, tier) => {
+            // The tier's account does not even decode: the levels', its
+            // code theirs; noted, so that the call runs again over it.
+            (Some(KeyState::Account(a)), Err(_)) => {
+                cover::count_from_tier(*key);
+                Ok(KeyState::Account(a))
+            }
+            (_, Ok((tier, from_tier))) => {
                 if from_tier {
                     cover::count_from_tier(*key);
                 }
                 Ok(tier)
             }
+            (_, Err(e)) => Err(e),
         }
     }
 
