@@ -278,18 +278,6 @@ fn wallet_calls(c: &Contracts) -> Vec<(Address, Vec<u8>)> {
     calls
 }
 
-fn aggregate3(calls: &[(Address, Vec<u8>)], allow_failure: bool) -> Vec<u8> {
-    let calls = calls
-        .iter()
-        .map(|(target, data)| IMulticall3::Call3 {
-            target: *target,
-            allowFailure: allow_failure,
-            callData: data.clone().into(),
-        })
-        .collect();
-    IMulticall3::aggregate3Call { calls }.abi_encode()
-}
-
 /// Whether anything the upstream saw names a holder or a holder's shares.
 fn names_a_holder(calls: &[Value]) -> Option<String> {
     let words: Vec<String> = holders()

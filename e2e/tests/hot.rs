@@ -28,10 +28,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use alloy_primitives::{Address, U256};
-use alloy_sol_types::{SolCall, SolValue};
+use alloy_sol_types::SolCall;
 use common::*;
 use ethpir_client::config::HotTierUse;
-use protocol::tokens::{IMulticall3, MULTICALL3};
+use protocol::tokens::MULTICALL3;
 use serde_json::{json, Value};
 use test_support::{proxy_status as status, Anvil, DEV_ACCOUNTS};
 
@@ -95,27 +95,11 @@ impl Market {
             pool,
             router,
         } = deploy_pool_market(anvil).await;
-        let implementation = anvil
-            .deploy(DEV_ACCOUNTS[0], &test_contract("FlaggedToken"))
-            .await
-            .parse()
-            .unwrap();
-        let mut proxy_code = test_contract("Proxy1967");
-        proxy_code.extend_from_slice(&Address::abi_encode(&implementation));
-        let proxied: Address = anvil
-            .deploy(DEV_ACCOUNTS[0], &proxy_code)
-            .await
-            .parse()
-            .unwrap();
+        let implementation = deploy_test_contract(anvil, "FlaggedToken", None).await;
+        let proxied = deploy_test_contract(anvil, "Proxy1967", Some(implementation)).await;
         let init = IFlagged::initializeCall { newOwner: dev(0) };
         send(anvil, 0, proxied, init.abi_encode()).await;
-        let mut safe_code = test_contract("SignerWallet");
-        safe_code.extend_from_slice(&Address::abi_encode(&dev(HOLDER)));
-        let safe: Address = anvil
-            .deploy(DEV_ACCOUNTS[0], &safe_code)
-            .await
-            .parse()
-            .unwrap();
+        let safe = deploy_test_contract(anvil, "SignerWallet", Some(dev(HOLDER))).await;
         let (reward_pool, lens) = Self::deploy_rewards(anvil, token).await;
         Market {
             token,
@@ -131,26 +115,14 @@ impl Market {
     /// A reward pool with the holder's stake in `token` (a debt of 777),
     /// and a lens in front of it.
     async fn deploy_rewards(anvil: &Anvil, token: Address) -> (Address, Address) {
-        let mut pool_code = test_contract("RewardPool");
-        pool_code.extend_from_slice(&Address::abi_encode(&token));
-        let reward_pool: Address = anvil
-            .deploy(DEV_ACCOUNTS[0], &pool_code)
-            .await
-            .parse()
-            .unwrap();
+        let reward_pool = deploy_test_contract(anvil, "RewardPool", Some(token)).await;
         let stake = IRewardPool::stakeCall {
             user: dev(HOLDER),
             amount: U256::from(5u8),
             debt: U256::from(777u16),
         };
         send(anvil, 0, reward_pool, stake.abi_encode()).await;
-        let mut lens_code = test_contract("RewardLens");
-        lens_code.extend_from_slice(&Address::abi_encode(&reward_pool));
-        let lens = anvil
-            .deploy(DEV_ACCOUNTS[0], &lens_code)
-            .await
-            .parse()
-            .unwrap();
+        let lens = deploy_test_contract(anvil, "RewardLens", Some(reward_pool)).await;
         (reward_pool, lens)
     }
 
@@ -167,17 +139,10 @@ impl Market {
     /// through Multicall3 (the Safe named only in the batch's data).
     fn safe_reads(&self) -> Vec<u8> {
         let calls = [
-            ISafe::nonceCall {}.abi_encode(),
-            ISafe::thresholdCall {}.abi_encode(),
-        ]
-        .into_iter()
-        .map(|data| IMulticall3::Call3 {
-            target: self.safe,
-            allowFailure: true,
-            callData: data.into(),
-        })
-        .collect();
-        IMulticall3::aggregate3Call { calls }.abi_encode()
+            (self.safe, ISafe::nonceCall {}.abi_encode()),
+            (self.safe, ISafe::thresholdCall {}.abi_encode()),
+        ];
+        aggregate3(&calls, true)
     }
 
     /// A swap of 0.1 ETH for the token, paid to `from`, as a wallet sends
@@ -214,15 +179,7 @@ impl Market {
                 .abi_encode(),
             ),
         ];
-        let calls = calls
-            .into_iter()
-            .map(|(target, data)| IMulticall3::Call3 {
-                target,
-                allowFailure: true,
-                callData: data.into(),
-            })
-            .collect();
-        IMulticall3::aggregate3Call { calls }.abi_encode()
+        aggregate3(&calls, true)
     }
 
     /// Each trader swaps, is paid the proxied token, refreshes through

@@ -12,6 +12,18 @@ use pir_core::wire::decode_responses;
 use serde_json::{json, Value};
 use test_support::rpc_raw;
 
+alloy_sol_types::sol! {
+    /// What the traffic tests call of the pool market's token and router.
+    interface IToken {
+        function balanceOf(address holder) returns (uint256);
+        function transfer(address to, uint256 amount) returns (bool);
+        function allowance(address holder, address spender) returns (uint256);
+    }
+    interface IQuote {
+        function quote(address pool, uint256 amountIn) returns (uint256);
+    }
+}
+
 /// A relay that records the size of every query batch the server answers.
 fn batch_sizes() -> (Rewrite, Arc<Mutex<Vec<usize>>>) {
     let sizes = Arc::new(Mutex::new(Vec::new()));
@@ -184,12 +196,6 @@ async fn whole_state_market(
 async fn a_first_read_and_a_repeat_look_alike_to_the_server_and_the_page() {
     use alloy_primitives::{Address, U256};
     use alloy_sol_types::SolCall;
-    alloy_sol_types::sol! {
-        interface IToken {
-            function balanceOf(address holder) returns (uint256);
-            function transfer(address to, uint256 amount) returns (bool);
-        }
-    }
     log_if_asked();
     let dir = tempfile::tempdir().unwrap();
     let (anvil, stack, market) = whole_state_market(dir.path(), "4247").await;
@@ -263,15 +269,6 @@ async fn a_balance_an_allowance_a_quote_and_a_refresh_share_one_schedule() {
     use alloy_primitives::{Address, U256};
     use alloy_sol_types::SolCall;
     use protocol::tokens::{IMulticall3, MULTICALL3};
-    alloy_sol_types::sol! {
-        interface IToken {
-            function balanceOf(address holder) returns (uint256);
-            function allowance(address holder, address spender) returns (uint256);
-        }
-        interface IQuote {
-            function quote(address pool, uint256 amountIn) returns (uint256);
-        }
-    }
     log_if_asked();
     let dir = tempfile::tempdir().unwrap();
     let (anvil, stack, market) = whole_state_market(dir.path(), "4248").await;
@@ -297,18 +294,7 @@ async fn a_balance_an_allowance_a_quote_and_a_refresh_share_one_schedule() {
                 IMulticall3::getEthBalanceCall { addr: who }.abi_encode(),
             ),
         ];
-        let calls = calls
-            .into_iter()
-            .map(|(target, data)| IMulticall3::Call3 {
-                target,
-                allowFailure: true,
-                callData: data.into(),
-            })
-            .collect();
-        call_object(
-            MULTICALL3,
-            &IMulticall3::aggregate3Call { calls }.abi_encode(),
-        )
+        call_object(MULTICALL3, &aggregate3(&calls, true))
     };
     let amount = U256::from(10u64).pow(U256::from(16u8));
     let calls = [

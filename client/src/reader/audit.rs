@@ -274,7 +274,11 @@ impl PrivateReader {
     /// Whether `view`'s tier was found forging `key`: a request that read
     /// the tier's value of it answered with a forged value.
     pub fn tier_key_forged(&self, view: &ViewClient, key: &ReadKey) -> bool {
-        self.correction(view, key).is_some()
+        let Some(hot) = &view.hot else { return false };
+        let audits = self.audits.lock().expect("lock");
+        audits
+            .correction(hot.level.entry.id, &key.pir_key())
+            .is_some()
     }
 }
 

@@ -687,28 +687,55 @@ pub struct PoolMarket {
     pub router: alloy_primitives::Address,
 }
 
+/// Deploys creation code `code` from dev account 0: its address.
+pub async fn deploy_code(anvil: &test_support::Anvil, code: &[u8]) -> alloy_primitives::Address {
+    let at = anvil.deploy(test_support::DEV_ACCOUNTS[0], code).await;
+    at.parse().unwrap()
+}
+
+/// Deploys test contract `name` from dev account 0, its constructor given
+/// `arg` (an address) where it takes one: its address.
+pub async fn deploy_test_contract(
+    anvil: &test_support::Anvil,
+    name: &str,
+    arg: Option<alloy_primitives::Address>,
+) -> alloy_primitives::Address {
+    use alloy_sol_types::SolValue;
+    let mut code = test_contract(name);
+    if let Some(arg) = arg {
+        code.extend_from_slice(&arg.abi_encode());
+    }
+    deploy_code(anvil, &code).await
+}
+
+/// Multicall3's `aggregate3` of `calls` (target, call data), each with
+/// `allow_failure`.
+pub fn aggregate3(calls: &[(alloy_primitives::Address, Vec<u8>)], allow_failure: bool) -> Vec<u8> {
+    use alloy_sol_types::SolCall;
+    use protocol::tokens::IMulticall3;
+    let calls = calls
+        .iter()
+        .map(|(target, data)| IMulticall3::Call3 {
+            target: *target,
+            allowFailure: allow_failure,
+            callData: data.clone().into(),
+        })
+        .collect();
+    IMulticall3::aggregate3Call { calls }.abi_encode()
+}
+
 /// Deploys a [`PoolMarket`] from dev account 0 and funds its pool.
 pub async fn deploy_pool_market(anvil: &test_support::Anvil) -> PoolMarket {
-    use alloy_primitives::{Address, U256};
-    use alloy_sol_types::{SolCall, SolValue};
-    let deploy = |code: Vec<u8>| async move {
-        let at: Address = anvil
-            .deploy(test_support::DEV_ACCOUNTS[0], &code)
-            .await
-            .parse()
-            .unwrap();
-        at
-    };
-    let factory = deploy(test_contract("TokenFactory")).await;
+    use alloy_primitives::U256;
+    use alloy_sol_types::SolCall;
+    let factory = deploy_test_contract(anvil, "TokenFactory", None).await;
     let supply = U256::from(10u64).pow(U256::from(24u8));
     let create = IMarketFactory::createCall { supply };
     send(anvil, 0, factory, create.abi_encode()).await;
     // A contract's first creation has nonce 1.
     let token = factory.create(1);
-    let mut pool_code = test_contract("Pool");
-    pool_code.extend_from_slice(&token.abi_encode());
-    let pool = deploy(pool_code).await;
-    let router = deploy(test_contract("Router")).await;
+    let pool = deploy_test_contract(anvil, "Pool", Some(token)).await;
+    let router = deploy_test_contract(anvil, "Router", None).await;
     let approve = IMarketToken::approveCall {
         spender: pool,
         amount: U256::MAX,
