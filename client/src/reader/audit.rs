@@ -95,7 +95,7 @@ impl TierAudits {
     /// own keys), taken off the queue (put back by [`Self::requeue`] when
     /// their request fails, marked by [`Self::finish`] once compared).
     pub(super) fn take(&mut self, tier: SnapshotId, count: usize, avoid: &[B256]) -> Vec<ReadKey> {
-        if count == 0 || !self.tiers.iter().any(|(t, _)| *t == tier) {
+        if count == 0 || self.get(tier).is_none() {
             return Vec::new();
         }
         let audits = self.of_tier(tier);
@@ -147,14 +147,19 @@ impl TierAudits {
 
     /// Whether a key of `tier` was audited.
     pub(super) fn audited(&self, tier: SnapshotId, key: &B256) -> bool {
-        let found = self.tiers.iter().find(|(t, _)| *t == tier);
-        found.is_some_and(|(_, audits)| audits.done.contains(key))
+        self.get(tier)
+            .is_some_and(|audits| audits.done.contains(key))
     }
 
     /// The levels' values of a key of `tier` found forged.
     pub(super) fn correction(&self, tier: SnapshotId, key: &B256) -> Option<&Correction> {
+        self.get(tier)?.corrected.get(key)
+    }
+
+    /// The audits of `tier`, where it has any (its use not counted).
+    fn get(&self, tier: SnapshotId) -> Option<&OneTier> {
         let (_, audits) = self.tiers.iter().find(|(t, _)| *t == tier)?;
-        audits.corrected.get(key)
+        Some(audits)
     }
 }
 

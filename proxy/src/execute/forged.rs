@@ -79,16 +79,10 @@ impl Executor {
                     let Some(before) = known.account(address) else {
                         return false;
                     };
-                    let has_code = a.code != CodeRef::None;
-                    if a.code == CodeRef::Unknown || has_code != before.has_code {
+                    let facts = facts_of(&a);
+                    if a.code == CodeRef::Unknown || facts.has_code != before.has_code {
                         return false;
                     }
-                    let facts = AccountFacts {
-                        exists: !a.absent,
-                        balance: a.balance,
-                        nonce: a.nonce,
-                        has_code,
-                    };
                     known.add_account(*address, facts);
                 }
                 _ => return false,

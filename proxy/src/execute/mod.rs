@@ -717,12 +717,7 @@ impl Executor {
                             a.snapshot
                         )));
                     }
-                    let facts = AccountFacts {
-                        exists: !a.absent,
-                        balance: a.balance,
-                        nonce: a.nonce,
-                        has_code: a.code != CodeRef::None,
-                    };
+                    let facts = facts_of(&a);
                     if facts.has_code {
                         coded.push(address);
                     }
@@ -1116,6 +1111,17 @@ impl Run {
             deadline,
         );
         (outcome, touched, naming, known)
+    }
+}
+
+/// What the EVM knows of an account read: whether it exists, its balance
+/// and nonce, and whether it has code.
+fn facts_of(a: &AccountState) -> AccountFacts {
+    AccountFacts {
+        exists: !a.absent,
+        balance: a.balance,
+        nonce: a.nonce,
+        has_code: a.code != CodeRef::None,
     }
 }
 
